@@ -1,0 +1,184 @@
+// The only file that includes pybind11. Arguments are checked here, then the
+// GIL is released around every batched call. Buffers cross as integer
+// addresses (numpy's ctypes.data, torch's data_ptr()) so one entry point serves
+// host and CUDA memory; the Python wrappers in vlmrm_fast/ own the checks of
+// dtype, shape and device that need the array objects themselves.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "build_info.h"
+#include "cpu/preprocess.h"
+#include "cpu/reward.h"
+#include "cuda/runtime.h"
+
+namespace py = pybind11;
+using namespace vlmrm;
+
+namespace {
+
+template <typename T>
+T* address(uintptr_t ptr, const char* what) {
+  if (ptr == 0) throw std::invalid_argument(std::string(what) + " is a null pointer");
+  return reinterpret_cast<T*>(ptr);
+}
+
+void check_positive(int64_t value, const char* what) {
+  if (value <= 0) throw std::invalid_argument(std::string(what) + " must be positive");
+}
+
+DType to_dtype(int code) {
+  if (code < 0 || code > 2) throw std::invalid_argument("dtype code must be 0 (fp32), 1 (fp16) or 2 (bf16)");
+  return static_cast<DType>(code);
+}
+
+py::dict build_info_dict() {
+  BuildInfo info = build_info();
+  py::dict d;
+  d["mujoco_version"] = info.mujoco_version;
+  d["cuda_compiled"] = info.cuda_compiled;
+  d["cuda_version"] = info.cuda_compiled ? py::object(py::str(info.cuda_version)) : py::none();
+  d["cuda_device_count"] = info.cuda_device_count;
+  d["cuda_available"] = info.cuda_device_count > 0;
+  d["cuda_device_name"] = info.cuda_device_count > 0 ? py::object(py::str(info.cuda_device_name)) : py::none();
+  d["cuda_error"] = info.cuda_error.empty() ? py::none() : py::object(py::str(info.cuda_error));
+  d["egl_available"] = info.egl.available;
+  d["egl_error"] = info.egl.error.empty() ? py::none() : py::object(py::str(info.egl.error));
+  d["egl_vendor"] = info.egl.vendor;
+  d["egl_version"] = info.egl.version;
+  py::list devices;
+  for (const auto& dev : info.egl.devices) {
+    py::dict entry;
+    entry["index"] = dev.index;
+    entry["cuda_device"] = dev.cuda_device;
+    entry["software"] = dev.software;
+    devices.append(entry);
+  }
+  d["egl_devices"] = devices;
+  return d;
+}
+
+FrameLayout make_layout(uintptr_t data, int num_frames, int height, int width, int64_t pixel_stride,
+                        int64_t row_stride, int frames_per_row, int64_t frame_col_stride,
+                        int64_t frame_row_stride) {
+  check_positive(num_frames, "num_frames");
+  check_positive(height, "height");
+  check_positive(width, "width");
+  check_positive(frames_per_row, "frames_per_row");
+  if (pixel_stride < 3) throw std::invalid_argument("pixel_stride must be >= 3 (RGB or RGBA)");
+  FrameLayout layout;
+  layout.data = address<const uint8_t>(data, "frames");
+  layout.num_frames = num_frames;
+  layout.height = height;
+  layout.width = width;
+  layout.pixel_stride = pixel_stride;
+  layout.row_stride = row_stride;
+  layout.frames_per_row = frames_per_row;
+  layout.frame_col_stride = frame_col_stride;
+  layout.frame_row_stride = frame_row_stride;
+  return layout;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "vlmrm_fast native core: batched MuJoCo physics, EGL rendering, fused kernels";
+
+  m.def("build_info", &build_info_dict,
+        "MuJoCo version, CUDA compiled/usable, EGL availability and devices.");
+  m.def("cuda_available", [] { return cuda::device_count() > 0; },
+        "True when CUDA is compiled in and a device is usable now.");
+
+  // ------------------------------------------------------------------ preprocess
+  py::enum_<Filter>(m, "Filter").value("bilinear", Filter::kBilinear).value("bicubic", Filter::kBicubic);
+  py::enum_<ResizeMode>(m, "ResizeMode")
+      .value("shortest", ResizeMode::kShortest)
+      .value("squash", ResizeMode::kSquash);
+
+  py::class_<PreprocessPlan>(m, "PreprocessPlan",
+                             "Resample taps for one input size -> (3, S, S) encoder input.")
+      .def(py::init([](int in_height, int in_width, int out_size, ResizeMode mode, Filter filter,
+                       std::vector<float> mean, std::vector<float> std) {
+             if (mean.size() != 3 || std.size() != 3) {
+               throw std::invalid_argument("mean and std need 3 values (RGB)");
+             }
+             return make_preprocess_plan(in_height, in_width, out_size, mode, filter, mean.data(),
+                                         std.data());
+           }),
+           py::arg("in_height"), py::arg("in_width"), py::arg("out_size"), py::arg("mode"),
+           py::arg("filter"), py::arg("mean"), py::arg("std"))
+      .def_readonly("in_height", &PreprocessPlan::in_height)
+      .def_readonly("in_width", &PreprocessPlan::in_width)
+      .def_readonly("out_size", &PreprocessPlan::out_size)
+      .def_readonly("resized_height", &PreprocessPlan::resized_height)
+      .def_readonly("resized_width", &PreprocessPlan::resized_width)
+      .def_readonly("crop_top", &PreprocessPlan::crop_top)
+      .def_readonly("crop_left", &PreprocessPlan::crop_left)
+      .def_property_readonly("horizontal_taps", [](const PreprocessPlan& p) { return p.horizontal.taps; })
+      .def_property_readonly("vertical_taps", [](const PreprocessPlan& p) { return p.vertical.taps; });
+
+  m.def(
+      "preprocess_cpu",
+      [](const PreprocessPlan& plan, uintptr_t frames, int num_frames, int height, int width,
+         int64_t pixel_stride, int64_t row_stride, int frames_per_row, int64_t frame_col_stride,
+         int64_t frame_row_stride, uintptr_t out, int dtype, int max_threads) {
+        FrameLayout layout = make_layout(frames, num_frames, height, width, pixel_stride, row_stride,
+                                         frames_per_row, frame_col_stride, frame_row_stride);
+        void* dst = address<void>(out, "out");
+        DType dt = to_dtype(dtype);
+        py::gil_scoped_release release;
+        preprocess_cpu(layout, plan, dst, dt, max_threads);
+      },
+      py::arg("plan"), py::arg("frames"), py::arg("num_frames"), py::arg("height"), py::arg("width"),
+      py::arg("pixel_stride"), py::arg("row_stride"), py::arg("frames_per_row"),
+      py::arg("frame_col_stride"), py::arg("frame_row_stride"), py::arg("out"), py::arg("dtype"),
+      py::arg("max_threads") = 0,
+      "C++ twin of the preprocess kernel on host memory (addresses as integers).");
+
+  // ---------------------------------------------------------------------- reward
+  py::enum_<RewardKind>(m, "RewardKind")
+      .value("goal_baseline", RewardKind::kGoalBaseline)
+      .value("binary", RewardKind::kBinary);
+
+  py::class_<RewardTask>(m, "RewardTask", "One row of the fused reward kernel's task table.")
+      .def(py::init<>())
+      .def_property(
+          "kind", [](const RewardTask& t) { return static_cast<RewardKind>(t.kind); },
+          [](RewardTask& t, RewardKind k) { t.kind = static_cast<int32_t>(k); })
+      .def_readwrite("first_row", &RewardTask::first_row)
+      .def_readwrite("num_rows", &RewardTask::num_rows)
+      .def_property(
+          "probability", [](const RewardTask& t) { return t.probability != 0; },
+          [](RewardTask& t, bool p) { t.probability = p ? 1 : 0; })
+      .def_readwrite("alpha", &RewardTask::alpha)
+      .def_readwrite("g_norm2", &RewardTask::g_norm2)
+      .def_readwrite("g_dot_u", &RewardTask::g_dot_u)
+      .def_readwrite("scale", &RewardTask::scale)
+      .def_readwrite("threshold", &RewardTask::threshold);
+
+  m.def(
+      "reward_cpu",
+      [](uintptr_t embeddings, int dtype, int64_t n, int64_t d, int64_t row_stride, uintptr_t text,
+         int64_t m_rows, const std::vector<RewardTask>& tasks, uintptr_t out, int max_threads) {
+        check_positive(n, "n");
+        check_positive(d, "d");
+        check_positive(m_rows, "text rows");
+        if (row_stride < d) throw std::invalid_argument("row_stride must be >= d");
+        if (tasks.empty()) throw std::invalid_argument("at least one reward task is needed");
+        validate_reward_tasks(tasks.data(), static_cast<int64_t>(tasks.size()), m_rows);
+        const void* emb = address<const void>(embeddings, "embeddings");
+        const float* txt = address<const float>(text, "text");
+        float* dst = address<float>(out, "out");
+        DType dt = to_dtype(dtype);
+        py::gil_scoped_release release;
+        reward_cpu(emb, dt, n, d, row_stride, txt, m_rows, tasks.data(),
+                   static_cast<int64_t>(tasks.size()), dst, max_threads);
+      },
+      py::arg("embeddings"), py::arg("dtype"), py::arg("n"), py::arg("d"), py::arg("row_stride"),
+      py::arg("text"), py::arg("m"), py::arg("tasks"), py::arg("out"), py::arg("max_threads") = 0,
+      "C++ twin of the fused reward kernel on host memory (addresses as integers).");
+}

@@ -1,0 +1,69 @@
+// Frame preprocessing as open_clip does it for a model (torchvision Resize on a
+// PIL image, CenterCrop, ToTensor, Normalize), reproduced to the bit: Pillow's
+// two-pass fixed-point resampling with its uint8 rounding after each pass, then
+// (x / 255 - mean) / std in float32. The plan (filter taps) is built on the
+// host; the CPU twin here and the CUDA kernel in cuda/preprocess.cu apply it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace vlmrm {
+
+enum class Filter : int { kBilinear = 0, kBicubic = 1 };
+enum class ResizeMode : int { kShortest = 0, kSquash = 1 };
+enum class DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+
+// Pillow's fixed-point precision for 8-bit images (Resample.c: 32 - 8 - 2).
+constexpr int kResamplePrecisionBits = 22;
+
+// Frame i's pixel (row r from the top, column c, channel ch) is at
+//   data + (i % frames_per_row) * frame_col_stride
+//        + (i / frames_per_row) * frame_row_stride
+//        + r * row_stride + c * pixel_stride + ch.
+// A stack of upright frames: frames_per_row = 1, frame_row_stride = H*W*3.
+// An OpenGL framebuffer of tiles (rows bottom-up): data points at the top row of
+// tile 0 and row_stride is negative.
+struct FrameLayout {
+  const uint8_t* data = nullptr;
+  int num_frames = 0;
+  int height = 0;
+  int width = 0;
+  int64_t pixel_stride = 3;
+  int64_t row_stride = 0;
+  int frames_per_row = 1;
+  int64_t frame_col_stride = 0;
+  int64_t frame_row_stride = 0;
+};
+
+// One axis of the resample restricted to the crop window: output index o reads
+// source indices start[o] .. start[o] + count[o] - 1 with weights
+// coeffs[o * taps + j] (fixed point, kResamplePrecisionBits). An axis that is
+// not resized has one unit tap per output (bit-exact identity).
+struct AxisPlan {
+  int out_size = 0;
+  int taps = 0;
+  std::vector<int32_t> start;
+  std::vector<int32_t> count;
+  std::vector<int32_t> coeffs;
+};
+
+struct PreprocessPlan {
+  int in_height = 0, in_width = 0;
+  int resized_height = 0, resized_width = 0;  // before the crop
+  int crop_top = 0, crop_left = 0;
+  int out_size = 0;                           // S: output is (3, S, S)
+  AxisPlan horizontal;                        // over output columns
+  AxisPlan vertical;                          // over output rows
+  float mean[3] = {0, 0, 0};
+  float std[3] = {1, 1, 1};
+};
+
+PreprocessPlan make_preprocess_plan(int in_height, int in_width, int out_size, ResizeMode mode,
+                                    Filter filter, const float mean[3], const float std[3]);
+
+// Writes num_frames x 3 x S x S values of `dtype` to `out` (contiguous).
+void preprocess_cpu(const FrameLayout& frames, const PreprocessPlan& plan, void* out, DType dtype,
+                    int max_threads = 0);
+
+}  // namespace vlmrm

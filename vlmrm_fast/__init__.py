@@ -1,0 +1,1 @@
+import mujoco  # noqa: F401  (loads libmujoco for _core)
