@@ -1,1 +1,50 @@
-import mujoco  # noqa: F401  (loads libmujoco for _core)
+"""vlmrm-fast: vision-language models as zero-shot reward models for RL, fast.
+
+    import vlmrm_fast
+    rm = vlmrm_fast.load_reward_model("ViT-L-14/laion2b_s32b_b82k",
+                                      target_prompts="a humanoid robot kneeling",
+                                      baseline_prompts="a humanoid robot", alpha=0.5)
+    rewards = rm(frames)   # uint8 (N, H, W, 3) -> (N,)
+"""
+
+import mujoco as _mujoco  # noqa: F401  (loads libmujoco before the native core links to it)
+
+try:
+    from vlmrm_fast import _core
+except ImportError as _exc:  # pragma: no cover - only on a broken install
+    raise ImportError(
+        f"vlmrm_fast's native core could not be imported ({_exc}). Reinstall with `pip install .` "
+        "(or tools/build_inplace.sh in a checkout)."
+    ) from _exc
+
+from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
+from vlmrm_fast.reward import (
+    TINY_MODEL,
+    BinaryTask,
+    GoalBaselineTask,
+    RandomWeightsWarning,
+    VLMRewardModel,
+    WeightsUnavailableError,
+    load_reward_model,
+)
+
+__version__ = "0.1.0"
+
+
+def build_info() -> dict:
+    """What the native core was built with and what this machine offers (CUDA, EGL)."""
+    return _core.build_info()
+
+
+__all__ = [
+    "TINY_MODEL",
+    "BinaryTask",
+    "FramePreprocessor",
+    "GoalBaselineTask",
+    "PreprocessSpec",
+    "RandomWeightsWarning",
+    "VLMRewardModel",
+    "WeightsUnavailableError",
+    "build_info",
+    "load_reward_model",
+]

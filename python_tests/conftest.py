@@ -1,0 +1,68 @@
+"""Markers that skip by probing the capability; VLMRM_REQUIRE_GPU=1 / VLMRM_REQUIRE_EGL=1
+turn those skips into failures on machines that must have them."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import pytest
+
+# Before any test module imports mujoco's renderers: headless GL everywhere.
+os.environ.setdefault("MUJOCO_GL", "egl")
+os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
+
+
+@functools.lru_cache(maxsize=None)
+def _build_info() -> dict:
+    from vlmrm_fast import _core
+
+    return _core.build_info()
+
+
+def _gpu_missing() -> str | None:
+    info = _build_info()
+    if not info["cuda_compiled"]:
+        return "vlmrm_fast built without CUDA"
+    if not info["cuda_available"]:
+        return f"no usable CUDA device ({info['cuda_error']})"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device"
+    return None
+
+
+def _egl_missing() -> str | None:
+    info = _build_info()
+    return None if info["egl_available"] else f"no headless EGL ({info['egl_error']})"
+
+
+def _tensorrt_missing() -> str | None:
+    reason = _gpu_missing()
+    if reason:
+        return reason
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:
+        return "tensorrt is not installed (pip install .[tensorrt])"
+    return None
+
+
+_PROBES = {
+    "gpu": (_gpu_missing, "VLMRM_REQUIRE_GPU"),
+    "egl": (_egl_missing, "VLMRM_REQUIRE_EGL"),
+    "tensorrt": (_tensorrt_missing, "VLMRM_REQUIRE_TENSORRT"),
+}
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for marker, (probe, env) in _PROBES.items():
+        if item.get_closest_marker(marker) is None:
+            continue
+        reason = probe()
+        if reason is None:
+            continue
+        if os.environ.get(env) == "1":
+            pytest.fail(f"{env}=1 but {reason}")
+        pytest.skip(reason)

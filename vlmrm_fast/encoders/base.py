@@ -1,0 +1,61 @@
+"""The interface every CLIP image-tower backend implements."""
+
+from __future__ import annotations
+
+import abc
+
+import torch
+
+PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def resolve_precision(precision: str, device: torch.device) -> torch.dtype:
+    """"auto": bf16 on GPUs that have it (fp16 otherwise), fp32 on the CPU."""
+    if precision == "auto":
+        if device.type != "cuda":
+            return torch.float32
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} is unknown; use 'auto', {', '.join(map(repr, PRECISIONS))}")
+    if device.type == "cpu" and precision != "fp32":
+        raise ValueError(f"precision={precision!r} on the CPU is not supported; use 'fp32' (or 'auto')")
+    return PRECISIONS[precision]
+
+
+class ImageEncoder(abc.ABC):
+    """Maps preprocessed pixels (N, 3, S, S) of ``input_dtype`` on ``device`` to raw
+    (unnormalized) image embeddings (N, D)."""
+
+    backend: str
+    device: torch.device
+    input_dtype: torch.dtype
+    embed_dim: int
+    image_size: int
+    #: the one batch size the backend runs (compiled graphs, engines); None: any
+    batch_size: int | None = None
+
+    @abc.abstractmethod
+    def encode(self, pixels: torch.Tensor) -> torch.Tensor:
+        """(N, 3, S, S) -> (N, D); N must equal ``batch_size`` when that is set."""
+
+    def __call__(self, pixels: torch.Tensor) -> torch.Tensor:
+        self._check(pixels)
+        return self.encode(pixels)
+
+    def _check(self, pixels: torch.Tensor) -> None:
+        expected = (3, self.image_size, self.image_size)
+        if pixels.ndim != 4 or tuple(pixels.shape[1:]) != expected:
+            raise ValueError(f"pixels must be (N, {', '.join(map(str, expected))}), got {tuple(pixels.shape)}")
+        if pixels.dtype != self.input_dtype:
+            raise TypeError(f"pixels must be {self.input_dtype} for the {self.backend} encoder, got {pixels.dtype}")
+        if pixels.device != self.device:
+            raise ValueError(f"pixels are on {pixels.device}, the encoder on {self.device}")
+        if self.batch_size is not None and pixels.shape[0] != self.batch_size:
+            raise ValueError(f"the {self.backend} encoder runs batches of {self.batch_size}, got {pixels.shape[0]}")
+
+    def close(self) -> None:
+        """Releases what the backend holds (graphs, engines, buffers)."""
+
+    def describe(self) -> str:
+        batch = "any batch" if self.batch_size is None else f"batch {self.batch_size}"
+        return f"{self.backend} ({str(self.input_dtype).replace('torch.', '')}, {batch}, {self.device})"

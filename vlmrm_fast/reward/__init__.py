@@ -1,0 +1,24 @@
+"""CLIP reward models: prompts and tasks, model loading, the reward formulas."""
+
+from vlmrm_fast.reward.clip_loading import (
+    TINY_MODEL,
+    RandomWeightsWarning,
+    WeightsUnavailableError,
+    load_clip,
+    register_builtin_configs,
+)
+from vlmrm_fast.reward.model import VLMRewardModel, load_reward_model
+from vlmrm_fast.reward.tasks import BinaryTask, GoalBaselineTask
+
+register_builtin_configs()
+
+__all__ = [
+    "TINY_MODEL",
+    "BinaryTask",
+    "GoalBaselineTask",
+    "RandomWeightsWarning",
+    "VLMRewardModel",
+    "WeightsUnavailableError",
+    "load_clip",
+    "load_reward_model",
+]

@@ -1,0 +1,321 @@
+"""Resolving a CLIP model name to an open_clip model with weights, fast offline.
+
+Accepted names: any open_clip architecture (``"ViT-bigG-14"``), ``"name/tag"`` as
+in the paper's configs (``"ViT-L-14/laion2b_s32b_b82k"``), ``"hf-hub:org/repo"``,
+``"local-dir:/path"``, and ``"vlmrm-tiny"``, a tiny CLIP registered by this
+package for tests and smoke runs. Weights come from a pretrained tag (Hugging
+Face cache first), a local ``checkpoint`` file, or random initialization.
+
+open_clip retries a missing download for about a minute when there is no
+network; here the cache is checked first and the network probed with a short
+timeout, so a missing download fails in seconds with what to do about it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import logging
+import os
+import socket
+import threading
+import urllib.parse
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vlmrm_fast.preprocess import PreprocessSpec
+
+TINY_MODEL = "vlmrm-tiny"
+_CONFIG_DIR = Path(__file__).parent / "model_configs"
+_HF_WEIGHT_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
+_NETWORK_TIMEOUT_S = 3.0
+_registered = False
+
+
+class WeightsUnavailableError(RuntimeError):
+    """Pretrained weights are neither cached nor downloadable right now."""
+
+
+class RandomWeightsWarning(UserWarning):
+    """A real architecture was created with random weights (fine for benchmarks, not for rewards)."""
+
+
+def register_builtin_configs() -> None:
+    """Registers ``vlmrm-tiny`` (and any config shipped in model_configs/) with open_clip."""
+    global _registered
+    if not _registered:
+        import open_clip
+
+        open_clip.add_model_config(_CONFIG_DIR)
+        _registered = True
+
+
+@dataclasses.dataclass
+class LoadedClip:
+    """An open_clip model in eval mode with what the reward model needs beside it."""
+
+    model: Any
+    tokenizer: Any
+    preprocess: PreprocessSpec
+    model_id: str          # as the user named it
+    architecture: str      # open_clip config name (or the hub/local id)
+    weights: str           # "random init (seed N)", a file path, or a tag
+    weights_key: str       # identifies the weights for engine caches
+
+    @property
+    def logit_scale(self) -> float:
+        return float(self.model.logit_scale.detach().exp().float().item())
+
+    @property
+    def embed_dim(self) -> int:
+        return int(self.model.visual.output_dim)
+
+
+def known_models() -> list[str]:
+    import open_clip
+
+    register_builtin_configs()
+    return open_clip.list_models()
+
+
+def parse_model_name(model: str, pretrained: str | None) -> tuple[str, str | None]:
+    """``"ViT-L-14/laion2b_s32b_b82k"`` -> ``("ViT-L-14", "laion2b_s32b_b82k")``; checks the name."""
+    if not isinstance(model, str) or not model.strip():
+        raise TypeError(f"model must be a non-empty string such as 'ViT-L-14', got {model!r}")
+    model = model.strip()
+    if model.startswith(("hf-hub:", "local-dir:")):
+        if pretrained is not None:
+            raise ValueError(f"pretrained={pretrained!r} cannot be combined with {model!r}: the hub or folder holds the weights")
+        return model, None
+    models = known_models()
+    name, tag = model, pretrained
+    if "/" in model and model not in models:
+        name, _, embedded = model.partition("/")
+        if pretrained is not None and pretrained != embedded:
+            raise ValueError(f"model={model!r} names tag {embedded!r} but pretrained={pretrained!r}; give one")
+        tag = embedded or None
+    if name not in models:
+        close = difflib.get_close_matches(name, models, n=5, cutoff=0.5)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(
+            f"unknown CLIP model {name!r}.{hint} Use an open_clip name (open_clip.list_models()), "
+            f"'hf-hub:org/repo', 'local-dir:/path' or {TINY_MODEL!r}."
+        )
+    return name, tag
+
+
+def load_clip(
+    model: str,
+    pretrained: str | None = None,
+    *,
+    checkpoint: str | os.PathLike | None = None,
+    device: torch.device = torch.device("cpu"),
+    cache_dir: str | None = None,
+    seed: int = 0,
+    quick_gelu: bool | None = None,
+) -> LoadedClip:
+    """Builds the open_clip model named ``model`` with its weights, in eval mode on ``device``."""
+    import open_clip
+
+    name, tag = parse_model_name(model, pretrained)
+    if checkpoint is not None and tag is not None:
+        raise ValueError(f"give either a pretrained tag ({tag!r}) or checkpoint=, not both")
+
+    if name.startswith(("hf-hub:", "local-dir:")):
+        folder = _hub_folder(name[len("hf-hub:"):], cache_dir) if name.startswith("hf-hub:") else name[len("local-dir:"):]
+        if not Path(folder).is_dir():
+            raise FileNotFoundError(f"local-dir {folder!r} does not exist")
+        clip = _create(f"local-dir:{folder}", device=device, seed=seed)
+        tokenizer = open_clip.get_tokenizer(f"local-dir:{folder}")
+        weights, key = folder, _file_key(folder)
+        if checkpoint is not None:
+            _load_checkpoint(clip, checkpoint, model)
+            weights, key = str(checkpoint), _file_key(checkpoint)
+    else:
+        pcfg = open_clip.get_pretrained_cfg(name, tag) if tag else {}
+        if tag and not pcfg and not Path(tag).is_file():
+            tags = open_clip.list_pretrained_tags_by_model(name)
+            raise ValueError(f"pretrained tag {tag!r} is unknown for {name}; known tags: {tags or 'none'}")
+        gelu = pcfg.get("quick_gelu", False) if quick_gelu is None else quick_gelu
+        weights_file = None
+        if tag:
+            weights_file = Path(tag) if not pcfg else _pretrained_file(name, tag, pcfg, cache_dir)
+        elif checkpoint is not None:
+            weights_file = Path(checkpoint)
+        clip = _create(name, device=device, seed=seed, quick_gelu=gelu)
+        if weights_file is not None:
+            _load_checkpoint(clip, weights_file, model)
+            weights, key = str(weights_file), _file_key(weights_file)
+        else:
+            weights, key = f"random init (seed {seed})", f"random-{seed}"
+            if name != TINY_MODEL:
+                warnings.warn(
+                    f"{name} has no pretrained weights (pretrained=None, checkpoint=None): random initialization. "
+                    "Rewards are meaningless; fine for benchmarks. Use e.g. 'ViT-L-14/laion2b_s32b_b82k'.",
+                    RandomWeightsWarning,
+                    stacklevel=3,
+                )
+        if pcfg:
+            merged = open_clip.transform.merge_preprocess_dict(open_clip.get_model_preprocess_cfg(clip), pcfg)
+            open_clip.set_model_preprocess_cfg(clip, merged)
+        tokenizer = open_clip.get_tokenizer(name)
+    clip.eval().requires_grad_(False)
+    clip.to(device)
+    return LoadedClip(
+        model=clip,
+        tokenizer=tokenizer,
+        preprocess=PreprocessSpec.from_open_clip(clip),
+        model_id=model if tag is None or "/" in model else f"{model}/{tag}",
+        architecture=name,
+        weights=weights,
+        weights_key=key,
+    )
+
+
+def _create(name: str, *, device: torch.device, seed: int, quick_gelu: bool = False):
+    import open_clip
+
+    # A fixed seed makes random-weight models (vlmrm-tiny, benchmarks) repeat across processes.
+    # open_clip logs "No pretrained weights loaded" at warning level; we load them next or warn ourselves.
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return open_clip.create_model(name, pretrained=None, force_quick_gelu=quick_gelu, device="cpu")
+    finally:
+        root.setLevel(level)
+
+
+def _load_checkpoint(clip, path: str | os.PathLike, model_name: str) -> None:
+    import open_clip
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
+    try:
+        open_clip.load_checkpoint(clip, str(path), strict=True)
+    except Exception as exc:  # pickle, safetensors, shape and key errors all mean the same here
+        raise ValueError(
+            f"checkpoint {str(path)!r} could not be loaded into {model_name}: {type(exc).__name__}: {exc}. "
+            "Is the file complete and saved from this architecture (model.state_dict())?"
+        ) from exc
+
+
+def _file_key(path: str | os.PathLike) -> str:
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError:
+        return str(p)
+    return f"{p.resolve()}:{st.st_size}:{int(st.st_mtime)}"
+
+
+# ----------------------------------------------------------------------------- downloads
+
+
+def _hf_endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+
+
+def _offline_env() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def network_reachable(url: str, timeout: float = _NETWORK_TIMEOUT_S) -> bool:
+    """True when a TCP connection to ``url``'s host opens within ``timeout`` (DNS included)."""
+    parsed = urllib.parse.urlparse(url)
+    host = parsed.hostname or ""
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    result = {"ok": False}
+
+    def probe() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                result["ok"] = True
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=probe, daemon=True)  # getaddrinfo ignores socket timeouts
+    thread.start()
+    thread.join(timeout + 0.5)
+    return result["ok"]
+
+
+def _unavailable(what: str, where: str) -> WeightsUnavailableError:
+    reason = "HF_HUB_OFFLINE is set" if _offline_env() else f"{_hf_endpoint()} is unreachable"
+    return WeightsUnavailableError(
+        f"{what} is not in the local cache ({where}) and {reason}. Either download it once on a machine with "
+        f"network (`vlmrm-fast download MODEL`, or `huggingface-cli download REPO`), then copy the cache "
+        f"(HF_HUB_CACHE) here, or pass checkpoint='/path/to/weights' with the weights file."
+    )
+
+
+def _cached_hf_file(repo_id: str, filenames: tuple[str, ...], cache_dir: str | None) -> str | None:
+    from huggingface_hub import try_to_load_from_cache
+
+    for filename in filenames:
+        hit = try_to_load_from_cache(repo_id, filename, cache_dir=cache_dir)
+        if isinstance(hit, str):
+            return hit
+    return None
+
+
+def _hf_file(repo_id: str, filenames: tuple[str, ...], cache_dir: str | None, what: str) -> str:
+    """The cached file, else a download (with progress) when the hub answers, else a clear error."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    hit = _cached_hf_file(repo_id, filenames, cache_dir)
+    if hit:
+        return hit
+    if _offline_env() or not network_reachable(_hf_endpoint()):
+        raise _unavailable(what, cache_dir or HF_HUB_CACHE)
+    errors = []
+    for filename in filenames:
+        try:
+            return hf_hub_download(repo_id, filename, cache_dir=cache_dir)
+        except Exception as exc:  # EntryNotFound for the alternative name, HTTP errors
+            errors.append(f"{filename}: {exc}")
+    raise WeightsUnavailableError(f"could not download {what} from {repo_id}: " + "; ".join(errors))
+
+
+def _pretrained_file(name: str, tag: str, pcfg: dict, cache_dir: str | None) -> Path:
+    what = f"{name}/{tag} weights"
+    if pcfg.get("file"):
+        return Path(pcfg["file"])
+    hub = pcfg.get("hf_hub", "")
+    if hub:
+        if hub.endswith("/"):
+            repo_id, candidates = hub.rstrip("/"), _HF_WEIGHT_FILES
+        else:
+            repo_id, filename = os.path.split(hub)
+            safe = os.path.splitext(filename)[0] + ".safetensors"
+            candidates = (filename,) if filename == safe else (safe, filename)
+        return Path(_hf_file(repo_id, candidates, cache_dir, what))
+    url = pcfg.get("url", "")
+    if not url:
+        raise WeightsUnavailableError(f"{what}: the pretrained config names no file, hub repo or URL")
+    import open_clip
+
+    target = Path(cache_dir or os.path.expanduser("~/.cache/clip")) / os.path.basename(url)
+    if target.is_file():
+        return target
+    if not network_reachable(url):
+        raise _unavailable(what, str(target.parent))
+    return Path(open_clip.pretrained.download_pretrained_from_url(url, cache_dir=cache_dir))
+
+
+def _hub_folder(repo_id: str, cache_dir: str | None) -> str:
+    """The cache snapshot folder holding the repo's open_clip config and weights."""
+    config = _hf_file(repo_id, ("open_clip_config.json",), cache_dir, f"hf-hub:{repo_id} config")
+    weights = _hf_file(repo_id, _HF_WEIGHT_FILES, cache_dir, f"hf-hub:{repo_id} weights")
+    if Path(config).parent != Path(weights).parent:
+        raise WeightsUnavailableError(
+            f"hf-hub:{repo_id}: config and weights are cached under different revisions; re-download both"
+        )
+    return str(Path(config).parent)

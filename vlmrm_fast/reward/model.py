@@ -1,0 +1,211 @@
+"""VLMRewardModel: frames in, CLIP rewards out.
+
+frames (N, H, W, 3) uint8 -> fused preprocess (bit-identical to open_clip's
+transform) -> image tower through an encoder backend -> fused reward kernel for
+K tasks -> rewards (N,) or (N, K), on the model's device.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from vlmrm_fast.device import resolve_device
+from vlmrm_fast.encoders import make_image_encoder
+from vlmrm_fast.preprocess import FrameLayout, FramePreprocessor, PreprocessSpec, as_frame_tensor
+from vlmrm_fast.reward.clip_loading import LoadedClip, load_clip
+from vlmrm_fast.reward.head import RewardHead
+from vlmrm_fast.reward.math import normalize
+from vlmrm_fast.reward.tasks import GoalBaselineTask, Task, as_tasks, normalize_prompts, unique_prompts
+
+DEFAULT_CHUNK = 256
+
+
+class VLMRewardModel:
+    """A CLIP model scoring frames against one or several reward tasks."""
+
+    def __init__(
+        self,
+        clip: LoadedClip,
+        tasks: Sequence[Task],
+        *,
+        device: torch.device,
+        multi_task: bool = False,
+        backend: str = "auto",
+        precision: str = "auto",
+        batch_size: int | None = None,
+        **encoder_options: Any,
+    ):
+        self.clip = clip
+        self.device = torch.device(device)
+        self.multi_task = multi_task
+        self._text_cache: dict[str, torch.Tensor] = {}
+        tasks = as_tasks(tasks)
+        self._warm_text_cache(unique_prompts(tasks))  # fp32 text tower, before the encoder casts the visual one
+        self.encoder = make_image_encoder(
+            clip, backend, device=self.device, precision=precision, batch_size=batch_size, **encoder_options
+        )
+        self.chunk_size = self.encoder.batch_size or batch_size or DEFAULT_CHUNK
+        self.preprocessor = FramePreprocessor(clip.preprocess, self.device, self.encoder.input_dtype)
+        self.head = RewardHead(tasks, self._text_cache.__getitem__, clip.logit_scale, self.device)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def tasks(self) -> tuple[Task, ...]:
+        return self.head.tasks
+
+    @property
+    def embed_dim(self) -> int:
+        return self.clip.embed_dim
+
+    @property
+    def image_size(self) -> int:
+        return self.clip.preprocess.size
+
+    @property
+    def preprocess_spec(self) -> PreprocessSpec:
+        return self.clip.preprocess
+
+    @property
+    def logit_scale(self) -> float:
+        return self.clip.logit_scale
+
+    def __repr__(self) -> str:
+        names = ", ".join(repr(t.name) for t in self.tasks)
+        return (
+            f"VLMRewardModel({self.clip.model_id}, weights={self.clip.weights}, encoder={self.encoder.describe()}, "
+            f"tasks=[{names}])"
+        )
+
+    # ------------------------------------------------------------------- text side
+    @torch.inference_mode()
+    def embed_text(self, prompts: str | Iterable[str]) -> torch.Tensor:
+        """Normalized text embeddings (K, D) float32 on the model's device."""
+        prompts = normalize_prompts(prompts, "prompts")
+        self._warm_text_cache(prompts)
+        return torch.stack([self._text_cache[p] for p in prompts])
+
+    def _warm_text_cache(self, prompts: Sequence[str]) -> None:
+        missing = [p for p in prompts if p not in self._text_cache]
+        if not missing:
+            return
+        with torch.inference_mode():
+            tokens = self.clip.tokenizer(missing).to(self.device)
+            text = self.clip.model.encode_text(tokens).float()
+            for p, e in zip(missing, normalize(text)):
+                self._text_cache[p] = e
+
+    def set_tasks(self, tasks: Iterable[Any], *, multi_task: bool = True) -> None:
+        """Replaces the reward tasks; on a bad task nothing changes."""
+        tasks = as_tasks(tasks)
+        self._warm_text_cache(unique_prompts(tasks))
+        self.head = RewardHead(tasks, self._text_cache.__getitem__, self.logit_scale, self.device)
+        self.multi_task = multi_task
+
+    # ------------------------------------------------------------------ image side
+    @torch.inference_mode()
+    def encode_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Raw image embeddings (N, D) of preprocessed pixels, in encoder-sized chunks."""
+        n = pixels.shape[0]
+        fixed = self.encoder.batch_size
+        outs = []
+        for start in range(0, n, self.chunk_size):
+            chunk = pixels[start : start + self.chunk_size]
+            if fixed is not None and chunk.shape[0] < fixed:
+                padded = chunk.new_zeros((fixed,) + tuple(chunk.shape[1:]))
+                padded[: chunk.shape[0]] = chunk
+                outs.append(self.encoder(padded)[: chunk.shape[0]])
+            else:
+                outs.append(self.encoder(chunk))
+        return torch.cat(outs) if len(outs) > 1 else outs[0]
+
+    @torch.inference_mode()
+    def embed_images(self, frames: Any) -> torch.Tensor:
+        """uint8 frames (N, H, W, 3), numpy or torch, any size -> normalized (N, D) float32."""
+        frames = as_frame_tensor(frames)
+        return normalize(self._raw_image_embeddings(frames))
+
+    def _raw_image_embeddings(self, frames: torch.Tensor) -> torch.Tensor:
+        outs = []
+        for start in range(0, frames.shape[0], self.chunk_size):
+            chunk = frames[start : start + self.chunk_size]
+            pixels = self.preprocessor.run(chunk, FrameLayout.stacked(chunk))
+            outs.append(self.encode_pixels(pixels))
+        return torch.cat(outs) if len(outs) > 1 else outs[0]
+
+    # ---------------------------------------------------------------------- reward
+    def _shape(self, rewards: torch.Tensor) -> torch.Tensor:
+        return rewards if self.multi_task else rewards[:, 0]
+
+    @torch.inference_mode()
+    def reward_from_embeddings(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """Image embeddings (N, D) (normalized or not) -> rewards (N,), or (N, K) with several tasks."""
+        if not isinstance(embeddings, torch.Tensor):
+            embeddings = torch.as_tensor(embeddings)
+        return self._shape(self.head(embeddings))
+
+    @torch.inference_mode()
+    def rewards(self, frames: Any) -> torch.Tensor:
+        """uint8 frames (N, H, W, 3) -> rewards (N, K) float32 for all K tasks."""
+        frames = as_frame_tensor(frames)
+        return self.head(self._raw_image_embeddings(frames))
+
+    def __call__(self, frames: Any) -> torch.Tensor:
+        """uint8 frames (N, H, W, 3) -> rewards (N,) (or (N, K) when built with ``tasks=``)."""
+        return self._shape(self.rewards(frames))
+
+    def close(self) -> None:
+        self.encoder.close()
+
+
+def load_reward_model(
+    model: str,
+    pretrained: str | None = None,
+    *,
+    target_prompts: str | Sequence[str] | None = None,
+    baseline_prompts: str | Sequence[str] = (),
+    alpha: float = 0.0,
+    tasks: Sequence[Any] | None = None,
+    device: str | torch.device = "auto",
+    checkpoint: str | None = None,
+    backend: str = "auto",
+    precision: str = "auto",
+    batch_size: int | None = None,
+    cache_dir: str | None = None,
+    seed: int = 0,
+    **options: Any,
+) -> VLMRewardModel:
+    """Loads a CLIP reward model.
+
+    ``model`` is an open_clip name (``"ViT-bigG-14"``), ``"name/tag"``
+    (``"ViT-L-14/laion2b_s32b_b82k"``), ``"hf-hub:org/repo"`` or ``"vlmrm-tiny"``;
+    ``checkpoint`` a local weights file. Give ``target_prompts`` (with optional
+    ``baseline_prompts`` and ``alpha``) for one task, or ``tasks=[...]``
+    (:class:`GoalBaselineTask`, :class:`BinaryTask` or dicts) for several; the
+    model then returns (N, K) rewards.
+    """
+    if tasks is not None:
+        if target_prompts is not None or baseline_prompts or alpha:
+            raise ValueError("give either target_prompts/baseline_prompts/alpha or tasks=, not both")
+        task_list = as_tasks(tasks)
+        multi = True
+    else:
+        if target_prompts is None:
+            raise ValueError("target_prompts is required (e.g. 'a humanoid robot kneeling'), or pass tasks=[...]")
+        task_list = (GoalBaselineTask(target_prompts, baseline_prompts, alpha),)
+        multi = False
+    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    resolved = resolve_device(device)
+    clip = load_clip(model, pretrained, checkpoint=checkpoint, device=resolved, cache_dir=cache_dir, seed=seed)
+    return VLMRewardModel(
+        clip,
+        task_list,
+        device=resolved,
+        multi_task=multi,
+        backend=backend,
+        precision=precision,
+        batch_size=batch_size,
+        **options,
+    )
