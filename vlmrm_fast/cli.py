@@ -1,0 +1,56 @@
+"""``vlmrm-fast`` command line: one subcommand per job.
+
+    vlmrm-fast info                       what the build and the machine offer
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable, Sequence
+
+
+def _info(args: argparse.Namespace) -> int:
+    import vlmrm_fast
+
+    info = vlmrm_fast.build_info()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    cuda = f"compiled ({info['cuda_version']})" if info["cuda_compiled"] else "not compiled"
+    usable = info["cuda_device_name"] if info["cuda_available"] else f"no device ({info['cuda_error']})"
+    egl = f"{info['egl_vendor']} EGL {info['egl_version']}" if info["egl_available"] else f"unavailable ({info['egl_error']})"
+    print(f"vlmrm-fast {vlmrm_fast.__version__}")
+    print(f"  MuJoCo   {info['mujoco_version']}")
+    print(f"  CUDA     {cuda}; {usable}")
+    print(f"  EGL      {egl}; devices: {info['egl_devices']}")
+    return 0
+
+
+def _add_info(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("info", help="print what the native core was built with and what this machine offers")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_info)
+
+
+# Each entry adds one subcommand; the job's code lives in its own module.
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_info]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vlmrm-fast", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in SUBCOMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
