@@ -29,7 +29,7 @@ import torch
 from vlmrm_fast.preprocess import PreprocessSpec
 
 TINY_MODEL = "vlmrm-tiny"
-_CONFIG_DIR = Path(__file__).parent / "model_configs"
+MODEL_CONFIG_DIR = Path(__file__).parent / "model_configs"
 _HF_WEIGHT_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
 _NETWORK_TIMEOUT_S = 3.0
 _registered = False
@@ -49,7 +49,7 @@ def register_builtin_configs() -> None:
     if not _registered:
         import open_clip
 
-        open_clip.add_model_config(_CONFIG_DIR)
+        open_clip.add_model_config(MODEL_CONFIG_DIR)
         _registered = True
 
 
