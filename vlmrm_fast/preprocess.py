@@ -166,6 +166,9 @@ class FramePreprocessor:
 
     def __call__(self, frames: Any, out: torch.Tensor | None = None) -> torch.Tensor:
         frames = as_frame_tensor(frames)
+        if self._use_cuda_kernel and frames.device.type == "cpu":
+            # One upload of the uint8 frames; the kernel does the rest on the GPU.
+            frames = frames.to(self.device, non_blocking=frames.is_pinned())
         return self.run(frames, FrameLayout.stacked(frames), out)
 
     def run(self, buffer: torch.Tensor, layout: FrameLayout, out: torch.Tensor | None = None) -> torch.Tensor:

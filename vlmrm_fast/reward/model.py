@@ -13,7 +13,7 @@ import torch
 
 from vlmrm_fast.device import resolve_device
 from vlmrm_fast.encoders import make_image_encoder
-from vlmrm_fast.preprocess import FrameLayout, FramePreprocessor, PreprocessSpec, as_frame_tensor
+from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec, as_frame_tensor
 from vlmrm_fast.reward.clip_loading import LoadedClip, load_clip
 from vlmrm_fast.reward.head import RewardHead
 from vlmrm_fast.reward.math import normalize
@@ -130,7 +130,7 @@ class VLMRewardModel:
         outs = []
         for start in range(0, frames.shape[0], self.chunk_size):
             chunk = frames[start : start + self.chunk_size]
-            pixels = self.preprocessor.run(chunk, FrameLayout.stacked(chunk))
+            pixels = self.preprocessor(chunk)
             outs.append(self.encode_pixels(pixels))
         return torch.cat(outs) if len(outs) > 1 else outs[0]
 

@@ -1,0 +1,248 @@
+"""FastVLMRewardVecEnv: a Stable-Baselines3 VecEnv whose reward is a CLIP reward model's.
+
+One ``step_wait``: the simulations advance (MuJoCo tasks: the batch engine in
+the native core; others: gymnasium envs), the frames of the states they reached
+are scored by the reward model (before finished envs are reset, so a terminal
+step is scored on its own frame), then finished envs are reset. The env's own
+reward is kept in ``info["gt_reward"]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Sequence
+
+import gymnasium
+import numpy as np
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
+
+from vlmrm_fast.envs import TaskSpec, get_task
+from vlmrm_fast.reward import load_reward_model
+from vlmrm_fast.reward.tasks import normalize_prompts
+from vlmrm_fast.wrappers import FrameBatch, RecordFrame, pop_frames
+
+DEFAULT_MODEL = "ViT-bigG-14/laion2b_s39b_b160k"  # the paper's largest model
+ENGINES = ("auto", "mujoco", "gym")
+
+
+def check_actions(actions: Any, action_space: gymnasium.Space, num_envs: int) -> np.ndarray:
+    """Validates a batch of actions before any simulation state is touched."""
+    actions = np.asarray(actions)
+    if isinstance(action_space, gymnasium.spaces.Discrete):
+        if actions.shape not in ((num_envs,), (num_envs, 1)):
+            raise ValueError(f"actions must have shape ({num_envs},) for {num_envs} envs, got {actions.shape}")
+        if not np.issubdtype(actions.dtype, np.integer):
+            if not np.all(np.isfinite(actions)) or np.any(actions != np.round(actions)):
+                raise ValueError("discrete actions must be integers")
+        flat = actions.reshape(num_envs).astype(np.int64)
+        if np.any(flat < action_space.start) or np.any(flat >= action_space.start + action_space.n):
+            raise ValueError(f"discrete actions must be in [{action_space.start}, {action_space.start + action_space.n})")
+        return flat
+    expected = (num_envs,) + tuple(action_space.shape)
+    if actions.shape != expected:
+        raise ValueError(f"actions must have shape {expected} (num_envs x action dims), got {actions.shape}")
+    if np.issubdtype(actions.dtype, np.floating) and not np.all(np.isfinite(actions)):
+        bad = np.unique(np.nonzero(~np.isfinite(actions))[0])
+        raise ValueError(f"actions contain NaN or inf (envs {bad.tolist()}); the environments were not stepped")
+    return actions
+
+
+def _render_shape(render_size: Any) -> tuple[int, int] | None:
+    if render_size is None:
+        return None
+    if isinstance(render_size, (int, np.integer)) and not isinstance(render_size, bool):
+        size = (int(render_size), int(render_size))
+    elif isinstance(render_size, Sequence) and len(render_size) == 2 and all(isinstance(v, (int, np.integer)) for v in render_size):
+        size = (int(render_size[0]), int(render_size[1]))
+    else:
+        raise ValueError(f"render_size must be an int or (height, width), got {render_size!r}")
+    if min(size) < 8 or max(size) > 4096:
+        raise ValueError(f"render_size {size} is outside [8, 4096] pixels; CLIP takes e.g. 224 or the paper's 480")
+    return size
+
+
+class GymSimulation:
+    """The generic path: gymnasium envs stepped by SB3's DummyVecEnv, frames recorded in step infos."""
+
+    def __init__(self, env_fns: Sequence[Callable[[], gymnasium.Env]]):
+        self.venv = DummyVecEnv([lambda fn=fn: RecordFrame(fn()) for fn in env_fns])
+        self._frames = FrameBatch()
+
+    def step(self, actions: np.ndarray):
+        obs, env_rewards, dones, infos = self.venv.step(actions)
+        return obs, env_rewards, dones, infos, self._frames.stack(pop_frames(infos))
+
+    def reset(self) -> Any:
+        return self.venv.reset()
+
+    def seed(self, seed: int | None) -> Sequence[int | None]:
+        return self.venv.seed(seed)
+
+    def set_options(self, options: list[dict] | dict | None) -> None:
+        self.venv.set_options(options)
+
+    def get_images(self):
+        return self.venv.get_images()
+
+    def close(self) -> None:
+        self.venv.close()
+
+
+class FastVLMRewardVecEnv(VecEnv):
+    """A VecEnv of ``num_envs`` copies of ``task`` rewarded by a CLIP model.
+
+    ``task`` names a built-in task (``vlmrm_fast.envs.TASKS``: the paper's humanoid
+    poses, ``cartpole``, ``mountain-car``, ``mountain-car-textured``) or any
+    gymnasium id. Prompts default to the task's; ``model`` is an open_clip name as
+    in :func:`~vlmrm_fast.load_reward_model` (or pass a loaded ``reward_model`` to
+    share one between envs). ``engine="mujoco"`` runs MuJoCo tasks in the batch
+    engine, ``"gym"`` through gymnasium envs, ``"auto"`` picks the former when it can.
+    """
+
+    def __init__(
+        self,
+        task: str,
+        num_envs: int = 1,
+        *,
+        target_prompts: str | Sequence[str] | None = None,
+        baseline_prompts: str | Sequence[str] | None = None,
+        alpha: float = 0.0,
+        model: str = DEFAULT_MODEL,
+        pretrained: str | None = None,
+        checkpoint: str | None = None,
+        reward_model: Any = None,
+        episode_length: int | None = None,
+        render_size: int | tuple[int, int] | None = None,
+        device: str = "auto",
+        backend: str = "auto",
+        precision: str = "auto",
+        seed: int | None = None,
+        engine: str = "auto",
+        env_kwargs: dict[str, Any] | None = None,
+        **reward_options: Any,
+    ):
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
+        if engine not in ENGINES:
+            raise ValueError(f"engine {engine!r} is unknown; use one of {ENGINES}")
+        if episode_length is not None and (isinstance(episode_length, bool) or not isinstance(episode_length, (int, np.integer)) or episode_length < 1):
+            raise ValueError(f"episode_length must be a positive integer or None, got {episode_length!r}")
+        spec = get_task(task)
+        self.task = spec
+        self.render_size = _render_shape(render_size) or spec.render_size
+        self.episode_length = episode_length or spec.episode_length
+        self.reward_model = reward_model or self._load_model(
+            spec, target_prompts, baseline_prompts, alpha, model, pretrained, checkpoint, device, backend, precision, reward_options
+        )
+        if getattr(self.reward_model, "multi_task", False):
+            raise ValueError("FastVLMRewardVecEnv needs a single-task reward model (rewards (N,))")
+        self.engine = engine if engine != "auto" else "gym"
+        env_kwargs = dict(env_kwargs or {})
+        if self.render_size is not None and spec.engine == "mujoco":
+            env_kwargs.setdefault("height", self.render_size[0])
+            env_kwargs.setdefault("width", self.render_size[1])
+        make = spec.make_env
+        limit = self.episode_length
+
+        def make_one() -> gymnasium.Env:
+            env = make(render_mode="rgb_array", **env_kwargs)
+            return gymnasium.wrappers.TimeLimit(env, limit) if limit else env
+
+        self._sim = GymSimulation([make_one] * int(num_envs))
+        venv = self._sim.venv
+        super().__init__(int(num_envs), venv.observation_space, venv.action_space)
+        self.render_mode = "rgb_array"
+        self._actions: np.ndarray | None = None
+        if seed is not None:
+            self.seed(seed)
+
+    @classmethod
+    def from_env_fns(
+        cls,
+        env_fns: Iterable[Callable[[], gymnasium.Env]],
+        *,
+        reward_model: Any = None,
+        target_prompts: str | Sequence[str] | None = None,
+        baseline_prompts: str | Sequence[str] = (),
+        alpha: float = 0.0,
+        model: str = DEFAULT_MODEL,
+        **kwargs: Any,
+    ) -> "FastVLMRewardVecEnv":
+        """The generic path over any env factories (each env made with ``render_mode='rgb_array'``)."""
+        env_fns = list(env_fns)
+        if not env_fns:
+            raise ValueError("env_fns is empty")
+        self = cls.__new__(cls)
+        self.task = TaskSpec(name="custom", description="user environments", make_env=env_fns[0])
+        self.render_size = None
+        self.episode_length = None
+        self.engine = "gym"
+        self.reward_model = reward_model or load_reward_model(
+            model, target_prompts=normalize_prompts(target_prompts, "target_prompts"), baseline_prompts=baseline_prompts, alpha=alpha, **kwargs
+        )
+        self._sim = GymSimulation(env_fns)
+        venv = self._sim.venv
+        VecEnv.__init__(self, len(env_fns), venv.observation_space, venv.action_space)
+        self.render_mode = "rgb_array"
+        self._actions = None
+        return self
+
+    @staticmethod
+    def _load_model(spec, target_prompts, baseline_prompts, alpha, model, pretrained, checkpoint, device, backend, precision, options):
+        targets = target_prompts if target_prompts is not None else spec.target_prompts
+        if not targets:
+            raise ValueError(f"task {spec.name!r} has no default prompts; pass target_prompts='...'")
+        baselines = baseline_prompts if baseline_prompts is not None else spec.baseline_prompts
+        return load_reward_model(
+            model,
+            pretrained,
+            target_prompts=targets,
+            baseline_prompts=baselines,
+            alpha=alpha,
+            checkpoint=checkpoint,
+            device=device,
+            backend=backend,
+            precision=precision,
+            **options,
+        )
+
+    # ------------------------------------------------------------------ VecEnv API
+    def reset(self):
+        return self._sim.reset()
+
+    def seed(self, seed: int | None = None) -> Sequence[int | None]:
+        """Seeds the next reset: env i gets ``seed + i`` (see base class)."""
+        return self._sim.seed(seed)
+
+    def set_options(self, options: list[dict] | dict | None = None) -> None:
+        self._sim.set_options(options)
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self._actions = check_actions(actions, self.action_space, self.num_envs)
+
+    def step_wait(self):
+        if self._actions is None:
+            raise RuntimeError("step_wait() called without step_async()")
+        actions, self._actions = self._actions, None
+        obs, env_rewards, dones, infos, frames = self._sim.step(actions)
+        rewards = self.reward_model(frames).float().cpu().numpy()
+        for info, gt in zip(infos, env_rewards):
+            info["gt_reward"] = float(gt)
+        return obs, rewards, dones, infos
+
+    def close(self) -> None:
+        self._sim.close()
+
+    def get_images(self):
+        return self._sim.get_images()
+
+    def get_attr(self, attr_name: str, indices=None) -> list[Any]:
+        return self._sim.venv.get_attr(attr_name, indices)
+
+    def set_attr(self, attr_name: str, value: Any, indices=None) -> None:
+        self._sim.venv.set_attr(attr_name, value, indices)
+
+    def env_method(self, method_name: str, *method_args, indices=None, **method_kwargs) -> list[Any]:
+        return self._sim.venv.env_method(method_name, *method_args, indices=indices, **method_kwargs)
+
+    def env_is_wrapped(self, wrapper_class: type[gymnasium.Wrapper], indices=None) -> list[bool]:
+        return self._sim.venv.env_is_wrapped(wrapper_class, indices)
