@@ -1,0 +1,253 @@
+"""FastVLMRewardVecEnv against the SB3 VecEnv contract, side by side with DummyVecEnv."""
+
+from __future__ import annotations
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor, VecNormalize
+
+from vlmrm_fast import load_reward_model
+from vlmrm_fast.envs import get_task
+from vlmrm_fast.vec_env import FastVLMRewardVecEnv
+from vlmrm_fast.wrappers import RecordFrame, VLMRewardVecEnvWrapper
+
+N = 3
+TASK = "cartpole"
+
+
+@pytest.fixture(scope="module")
+def tiny_rm():
+    spec = get_task(TASK)
+    return load_reward_model("vlmrm-tiny", target_prompts=spec.target_prompts, baseline_prompts=spec.baseline_prompts, alpha=0.5, device="cpu")
+
+
+def make_dummy() -> VecEnv:
+    spec = get_task(TASK)
+    return DummyVecEnv([lambda: gymnasium.wrappers.TimeLimit(spec.make_env(), spec.episode_length)] * N)
+
+
+def make_fast(rm) -> VecEnv:
+    return FastVLMRewardVecEnv(TASK, N, reward_model=rm)
+
+
+@pytest.fixture(params=["dummy", "fast"])
+def venv(request, tiny_rm):
+    env = make_dummy() if request.param == "dummy" else make_fast(tiny_rm)
+    yield env
+    env.close()
+
+
+def random_actions(env: VecEnv, rng: np.random.Generator) -> np.ndarray:
+    return rng.integers(0, env.action_space.n, size=env.num_envs)
+
+
+def test_reset_returns_observations_only(venv):
+    obs = venv.reset()
+    assert isinstance(obs, np.ndarray) and obs.shape == (N,) + venv.observation_space.shape
+
+
+def test_step_types_and_auto_reset(venv):
+    rng = np.random.default_rng(0)
+    venv.seed(0)
+    obs = venv.reset()
+    saw_done = False
+    for _ in range(80):
+        obs, rewards, dones, infos = venv.step(random_actions(venv, rng))
+        assert obs.shape == (N,) + venv.observation_space.shape
+        assert rewards.shape == (N,) and rewards.dtype == np.float32
+        assert dones.shape == (N,) and dones.dtype == bool
+        assert isinstance(infos, list) and len(infos) == N and all(isinstance(i, dict) for i in infos)
+        for i in np.nonzero(dones)[0]:
+            saw_done = True
+            terminal = infos[i]["terminal_observation"]
+            assert terminal.shape == venv.observation_space.shape
+            assert not np.array_equal(terminal, obs[i]), "the returned obs of a finished env is its reset obs"
+            assert "TimeLimit.truncated" in infos[i]
+    assert saw_done
+
+
+def test_outputs_are_copies(venv):
+    obs = venv.reset()
+    obs[:] = 1234.0
+    obs2, _, _, _ = venv.step(np.zeros(N, dtype=np.int64))
+    assert not np.any(obs2 == 1234.0)
+
+
+def test_seeding_repeats_trajectories(venv):
+    def rollout():
+        venv.seed(7)
+        out = [venv.reset()]
+        for t in range(20):
+            out.append(venv.step(np.full(N, t % 2))[0])
+        return np.stack(out)
+
+    np.testing.assert_array_equal(rollout(), rollout())
+
+
+def test_attr_and_method_access(venv):
+    assert venv.get_attr("render_mode") == ["rgb_array"] * N
+    venv.set_attr("vlmrm_test_value", 5, indices=[1])
+    assert venv.get_attr("vlmrm_test_value", indices=[1]) == [5]
+    spaces = venv.env_method("get_wrapper_attr", "action_space")
+    assert len(spaces) == N and spaces[0] == venv.action_space
+    assert venv.env_is_wrapped(gymnasium.wrappers.TimeLimit) == [True] * N
+
+
+def test_get_images(venv):
+    venv.reset()
+    images = venv.get_images()
+    assert len(images) == N
+    assert images[0].dtype == np.uint8 and images[0].shape == (400, 600, 3)
+
+
+@pytest.mark.parametrize("wrapper", [VecMonitor, VecNormalize])
+def test_sb3_wrappers_over_env(venv, wrapper):
+    wrapped = wrapper(venv)
+    wrapped.reset()
+    rng = np.random.default_rng(1)
+    for _ in range(30):
+        obs, rewards, dones, infos = wrapped.step(random_actions(venv, rng))
+    assert np.all(np.isfinite(obs)) and np.all(np.isfinite(rewards))
+
+
+def test_env_reward_kept_as_gt_reward(tiny_rm):
+    fast, dummy = make_fast(tiny_rm), make_dummy()
+    fast.seed(3)
+    dummy.seed(3)
+    np.testing.assert_array_equal(fast.reset(), dummy.reset())
+    for t in range(40):
+        actions = np.full(N, t % 2)
+        obs_f, rew_f, done_f, info_f = fast.step(actions)
+        obs_d, rew_d, done_d, info_d = dummy.step(actions)
+        np.testing.assert_array_equal(obs_f, obs_d)
+        np.testing.assert_array_equal(done_f, done_d)
+        assert [i["gt_reward"] for i in info_f] == list(rew_d)
+    fast.close()
+    dummy.close()
+
+
+class CounterEnv(gymnasium.Env):
+    """Renders its step count as a grey level: the frame identifies the state."""
+
+    metadata = {"render_modes": ["rgb_array"]}
+    observation_space = gymnasium.spaces.Box(0, 100, (1,), np.float32)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def __init__(self, render_mode="rgb_array"):
+        self.render_mode = render_mode
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.array([self.t], np.float32), 0.0, self.t >= 3, False, {}
+
+    def render(self):
+        frame = np.zeros((64, 64, 3), np.uint8)
+        frame[:, :, :] = 40 + 60 * self.t
+        frame[:32, :32, 0] = 255 - 50 * self.t
+        return frame
+
+
+def test_terminal_step_is_scored_on_its_own_frame(tiny_rm):
+    env = FastVLMRewardVecEnv.from_env_fns([CounterEnv, CounterEnv], reward_model=tiny_rm)
+    env.reset()
+    probe = CounterEnv()
+    expected = []
+    for t in (1, 2, 3):
+        probe.t = t
+        expected.append(tiny_rm(probe.render()[None]).item())
+    probe.t = 0
+    reset_frame_reward = tiny_rm(probe.render()[None]).item()
+    rewards = [env.step(np.zeros(2, np.int64))[1] for _ in range(3)]
+    for t in range(3):
+        np.testing.assert_allclose(rewards[t], expected[t], rtol=0, atol=1e-6)
+    assert abs(expected[2] - reset_frame_reward) > 1e-4, "the test needs distinct terminal and reset frames"
+
+
+def test_wrapper_adds_vlm_reward_to_any_vec_env(tiny_rm):
+    venv = DummyVecEnv([lambda: RecordFrame(CounterEnv())] * 2)
+    wrapped = VLMRewardVecEnvWrapper(venv, tiny_rm)
+    wrapped.reset()
+    _, rewards, _, infos = wrapped.step(np.zeros(2, np.int64))
+    probe = CounterEnv()
+    probe.t = 1
+    np.testing.assert_allclose(rewards, tiny_rm(probe.render()[None]).item(), atol=1e-6, rtol=0)
+    assert infos[0]["gt_reward"] == 0.0 and "vlmrm_frame" not in infos[0]
+
+
+def test_wrapper_without_recorded_frames_says_how_to_fix(tiny_rm):
+    wrapped = VLMRewardVecEnvWrapper(DummyVecEnv([CounterEnv]), tiny_rm)
+    wrapped.reset()
+    with pytest.raises(RuntimeError, match="RecordFrame"):
+        wrapped.step(np.zeros(1, np.int64))
+
+
+# ------------------------------------------------------------------------------ bad input
+
+
+def test_unknown_task(tiny_rm):
+    with pytest.raises(ValueError, match="unknown task .*cartpole"):
+        FastVLMRewardVecEnv("cartpol", 2, reward_model=tiny_rm)
+
+
+@pytest.mark.parametrize("num_envs", [0, -1, 1.5, True])
+def test_bad_num_envs(tiny_rm, num_envs):
+    with pytest.raises(ValueError, match="num_envs"):
+        FastVLMRewardVecEnv(TASK, num_envs, reward_model=tiny_rm)
+
+
+@pytest.mark.parametrize("render_size", [0, 3, 10000, (224,), "224", (224.0, 224.0)])
+def test_bad_render_size(tiny_rm, render_size):
+    with pytest.raises(ValueError, match="render_size"):
+        FastVLMRewardVecEnv(TASK, 2, reward_model=tiny_rm, render_size=render_size)
+
+
+def test_bad_actions_leave_env_usable(tiny_rm):
+    env = make_fast(tiny_rm)
+    env.seed(0)
+    env.reset()
+    with pytest.raises(ValueError, match="shape"):
+        env.step(np.zeros(N + 1, np.int64))
+    with pytest.raises(ValueError, match=r"\[0, 2\)"):
+        env.step(np.full(N, 5))
+    with pytest.raises(ValueError, match="integers"):
+        env.step(np.full(N, np.nan))
+    obs, rewards, dones, infos = env.step(np.zeros(N, np.int64))
+    assert obs.shape == (N, 4) and np.all(np.isfinite(rewards))
+    env.close()
+
+
+def test_nan_continuous_actions_rejected(tiny_rm):
+    env = FastVLMRewardVecEnv("mountain-car", 2, reward_model=tiny_rm)
+    env.reset()
+    before = np.array(env.get_attr("state"))
+    bad = np.zeros((2, 1), np.float32)
+    bad[1, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        env.step(bad)
+    np.testing.assert_array_equal(np.array(env.get_attr("state")), before)
+    with pytest.raises(ValueError, match=r"\(2, 1\)"):
+        env.step(np.zeros((2, 2), np.float32))
+    env.step(np.zeros((2, 1), np.float32))
+    env.close()
+
+
+def test_task_without_prompts_needs_them():
+    with pytest.raises(ValueError, match="target_prompts"):
+        FastVLMRewardVecEnv("Acrobot-v1", 1, model="vlmrm-tiny", device="cpu")
+
+
+def test_gymnasium_id_with_own_prompts():
+    env = FastVLMRewardVecEnv("Acrobot-v1", 2, model="vlmrm-tiny", device="cpu", target_prompts="the arm swung up high")
+    env.reset()
+    _, rewards, _, _ = env.step(np.zeros(2, np.int64))
+    assert rewards.shape == (2,)
+    assert isinstance(env.reward_model(np.zeros((1, 64, 64, 3), np.uint8)), torch.Tensor)
+    env.close()
