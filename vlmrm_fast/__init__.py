@@ -7,10 +7,17 @@
     rewards = rm(frames)   # uint8 (N, H, W, 3) -> (N,)
 """
 
-import mujoco as _mujoco  # noqa: F401  (loads libmujoco before the native core links to it)
+import os as _os
+
+# Headless rendering everywhere (gymnasium's MuJoCo renderer too) unless the user chose a backend.
+_os.environ.setdefault("MUJOCO_GL", "egl")
+if _os.environ["MUJOCO_GL"] == "egl":
+    _os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
+
+import mujoco as _mujoco  # noqa: E402,F401  (loads libmujoco before the native core links to it)
 
 try:
-    from vlmrm_fast import _core
+    from vlmrm_fast import _core  # noqa: E402
 except ImportError as _exc:  # pragma: no cover - only on a broken install
     raise ImportError(
         f"vlmrm_fast's native core could not be imported ({_exc}). Reinstall with `pip install .` "

@@ -1,6 +1,7 @@
 """``vlmrm-fast`` command line: one subcommand per job.
 
     vlmrm-fast info                       what the build and the machine offer
+    vlmrm-fast train CONFIG.yaml          train an agent with a VLM reward
 """
 
 from __future__ import annotations
@@ -34,8 +35,14 @@ def _add_info(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_info)
 
 
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    from vlmrm_fast.training.train import add_subcommand
+
+    add_subcommand(sub)
+
+
 # Each entry adds one subcommand; the job's code lives in its own module.
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_info]
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_info, _add_train]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -118,6 +118,7 @@ class FastVLMRewardVecEnv(VecEnv):
         seed: int | None = None,
         engine: str = "auto",
         env_kwargs: dict[str, Any] | None = None,
+        defer_rewards: bool = False,
         **reward_options: Any,
     ):
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
@@ -151,7 +152,9 @@ class FastVLMRewardVecEnv(VecEnv):
         venv = self._sim.venv
         super().__init__(int(num_envs), venv.observation_space, venv.action_space)
         self.render_mode = "rgb_array"
+        self.defer_rewards = bool(defer_rewards)
         self._actions: np.ndarray | None = None
+        self._last_frames = None
         if seed is not None:
             self.seed(seed)
 
@@ -183,7 +186,9 @@ class FastVLMRewardVecEnv(VecEnv):
         venv = self._sim.venv
         VecEnv.__init__(self, len(env_fns), venv.observation_space, venv.action_space)
         self.render_mode = "rgb_array"
+        self.defer_rewards = False
         self._actions = None
+        self._last_frames = None
         return self
 
     @staticmethod
@@ -224,10 +229,24 @@ class FastVLMRewardVecEnv(VecEnv):
             raise RuntimeError("step_wait() called without step_async()")
         actions, self._actions = self._actions, None
         obs, env_rewards, dones, infos, frames = self._sim.step(actions)
-        rewards = self.reward_model(frames).float().cpu().numpy()
+        self._last_frames = frames
+        if self.defer_rewards:
+            rewards = np.zeros(self.num_envs, dtype=np.float32)
+        else:
+            rewards = self.reward_model(frames).float().cpu().numpy()
         for info, gt in zip(infos, env_rewards):
             info["gt_reward"] = float(gt)
         return obs, rewards, dones, infos
+
+    def last_frames(self):
+        """The frames the last step reached (uint8 (N, H, W, 3); reused by the next step: copy to keep).
+
+        With ``defer_rewards=True`` the step's rewards are zero and the caller scores
+        these frames later (see ``training.callbacks.EpisodeBatchRewards``).
+        """
+        if self._last_frames is None:
+            raise RuntimeError("no step has been taken yet")
+        return self._last_frames
 
     def close(self) -> None:
         self._sim.close()

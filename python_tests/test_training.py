@@ -1,0 +1,162 @@
+"""Training with SB3 on VLM rewards (tiny CLIP, CPU) and the train CLI."""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+
+import numpy as np
+import pytest
+import yaml
+from stable_baselines3 import DQN, PPO, SAC
+from stable_baselines3.common.callbacks import BaseCallback
+
+from vlmrm_fast import load_reward_model
+from vlmrm_fast.cli import main as cli_main
+from vlmrm_fast.envs import get_task
+from vlmrm_fast.training.config import ConfigError, load_config
+from vlmrm_fast.training.train import latest_checkpoint, train
+from vlmrm_fast.vec_env import FastVLMRewardVecEnv
+
+CONFIG = {
+    "task": "humanoid-kneeling",
+    "seed": 1,
+    "reward": {"model": "vlmrm-tiny", "alpha": 0.5, "device": "cpu"},
+    "env": {"n_envs": 2, "episode_length": 20, "render_size": 64},
+    "rl": {"algorithm": "SAC", "total_timesteps": 120, "device": "cpu", "kwargs": {"learning_starts": 40, "batch_size": 16, "buffer_size": 1000}},
+    "logging": {"checkpoint_every": 60, "video_every": 120},
+}
+
+
+@pytest.fixture(scope="module")
+def humanoid_rm():
+    spec = get_task("humanoid-kneeling")
+    return load_reward_model("vlmrm-tiny", target_prompts=spec.target_prompts, baseline_prompts=spec.baseline_prompts, alpha=0.5, device="cpu")
+
+
+@pytest.mark.parametrize("algo, kwargs", [(SAC, {"learning_starts": 50, "batch_size": 16, "buffer_size": 1000}), (PPO, {"n_steps": 32, "batch_size": 16, "n_epochs": 1})])
+def test_sb3_trains_on_humanoid(humanoid_rm, algo, kwargs):
+    env = FastVLMRewardVecEnv("humanoid-kneeling", 2, reward_model=humanoid_rm, render_size=64, episode_length=25, seed=0)
+    model = algo("MlpPolicy", env, seed=0, device="cpu", **kwargs)
+    model.learn(200)
+    assert model.num_timesteps >= 200
+    env.close()
+
+
+def test_dqn_trains_on_cartpole():
+    spec = get_task("cartpole")
+    rm = load_reward_model("vlmrm-tiny", target_prompts=spec.target_prompts, device="cpu")
+    env = FastVLMRewardVecEnv("cartpole", 2, reward_model=rm, seed=0)
+    model = DQN("MlpPolicy", env, learning_starts=50, batch_size=16, buffer_size=1000, seed=0, device="cpu")
+    model.learn(200)
+    assert model.num_timesteps >= 200
+    env.close()
+
+
+def _write(tmp_path: pathlib.Path, cfg: dict) -> pathlib.Path:
+    cfg = copy.deepcopy(cfg)
+    cfg["output_dir"] = str(tmp_path / "run")
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_train_cli_writes_logs_video_checkpoints_and_resumes(tmp_path):
+    path = _write(tmp_path, CONFIG)
+    assert cli_main(["train", str(path)]) == 0
+    run = tmp_path / "run"
+    assert (run / "final_model.zip").is_file()
+    assert list((run / "videos").glob("*.mp4"))
+    assert list((run / "tensorboard").rglob("events.out.tfevents.*"))
+    assert latest_checkpoint(run).name == "model_120_steps.zip"
+    assert [p.name for p in (run / "checkpoints").glob("*.pkl")] == ["model_replay_buffer_120_steps.pkl"]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(next((run / "tensorboard").rglob("events.out.tfevents.*"))))
+    events.Reload()
+    assert {"rollout/ep_vlm_reward_mean", "rollout/ep_gt_reward_mean"} <= set(events.Tags()["scalars"])
+    # resume to a larger budget: continues from 120 steps
+    assert cli_main(["train", str(path), "--resume", "--total-timesteps", "180"]) == 0
+    assert SAC.load(run / "final_model.zip").num_timesteps >= 180
+
+
+class _Interrupt(BaseCallback):
+    def _on_step(self) -> bool:
+        if self.num_timesteps >= 50:
+            raise KeyboardInterrupt
+        return True
+
+
+def test_ctrl_c_saves_a_checkpoint(tmp_path, monkeypatch):
+    cfg = load_config(_write(tmp_path, CONFIG))
+    cfg.logging.video_every = 0
+    from stable_baselines3.common import callbacks
+
+    original = callbacks.CallbackList.__init__
+
+    def with_interrupt(self, cbs):
+        original(self, list(cbs) + [_Interrupt()])
+
+    monkeypatch.setattr(callbacks.CallbackList, "__init__", with_interrupt)
+    assert train(cfg) == 130
+    checkpoint = latest_checkpoint(cfg.run_dir)
+    assert checkpoint is not None and "interrupted" in checkpoint.name
+
+
+def test_episode_batch_rewards_fill_the_replay_buffer(tmp_path, humanoid_rm):
+    cfg = copy.deepcopy(CONFIG)
+    cfg["reward"]["episode_batch"] = True
+    cfg["logging"]["video_every"] = 0
+    cfg["rl"]["kwargs"] = {"learning_starts": 40, "batch_size": 16, "train_freq": 20, "buffer_size": 1000}
+    config = load_config(_write(tmp_path, cfg))
+    assert train(config) == 0
+    model = SAC.load(config.run_dir / "final_model.zip")
+    model.load_replay_buffer(config.run_dir / "checkpoints" / "model_replay_buffer_120_steps.pkl")
+    buffer = model.replay_buffer
+    stored = buffer.rewards[: buffer.pos]
+    assert np.all(stored != 0.0), "every stored transition got its VLM reward"
+    # the stored rewards are the reward model's scores of the reached states' frames
+    assert np.all((stored > -1.5) & (stored < 1.0))
+
+
+@pytest.mark.parametrize(
+    "patch, message",
+    [
+        ({"rl": {"algorithm": "SACC"}}, r"rl.algorithm: 'SACC' is not one of SAC, PPO, DQN"),
+        ({"reward": {"alpha": 2}}, r"reward.alpha: expected a number in \[0, 1\]"),
+        ({"env": {"n_envs": 0}}, "env.n_envs: expected a positive integer"),
+        ({"rl": {"total_timsteps": 5}}, "rl.total_timsteps.*did you mean 'total_timesteps'|rl.total_timsteps: unknown"),
+        ({"task": "humanoid-kneel"}, "task: unknown task"),
+        ({"reward": {"target_prompts": [""]}}, "reward.target_prompts"),
+        ({"reward": {"episode_batch": True}, "rl": {"algorithm": "PPO"}}, "episode_batch: only for off-policy"),
+    ],
+)
+def test_config_errors_name_the_field(tmp_path, patch, message):
+    cfg = copy.deepcopy(CONFIG)
+    for key, value in patch.items():
+        if isinstance(value, dict):
+            cfg[key].update(value)
+        else:
+            cfg[key] = value
+    with pytest.raises(ConfigError, match=message):
+        load_config(_write(tmp_path, cfg))
+
+
+def test_config_error_exit_code(tmp_path, capsys):
+    cfg = copy.deepcopy(CONFIG)
+    cfg["rl"]["algorithm"] = "A2C"
+    assert cli_main(["train", str(_write(tmp_path, cfg))]) == 2
+    assert "rl.algorithm" in capsys.readouterr().err
+
+
+def test_dqn_on_continuous_task_is_a_config_error(tmp_path):
+    cfg = copy.deepcopy(CONFIG)
+    cfg["rl"]["algorithm"] = "DQN"
+    cfg["rl"]["kwargs"] = {}
+    with pytest.raises(ConfigError, match="DQN cannot train"):
+        train(load_config(_write(tmp_path, cfg)))
+
+
+def test_quickstart_config_is_valid():
+    cfg = load_config(pathlib.Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
+    assert cfg.reward.model == "vlmrm-tiny"
