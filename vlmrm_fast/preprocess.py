@@ -176,6 +176,8 @@ class FramePreprocessor:
         n, s = layout.num_frames, self.spec.size
         out = self._output(n, out)
         plan = self.plan(layout.height, layout.width)
+        if self._use_cuda_kernel and buffer.device.type == "cpu" and buffer.is_contiguous():
+            buffer = buffer.to(out.device, non_blocking=buffer.is_pinned())  # same bytes, same layout
         if buffer.device.type == "cuda" and self._use_cuda_kernel:
             self._run_cuda(buffer, layout, plan, out)
         elif out.device.type == "cpu" and buffer.device.type == "cpu":

@@ -13,9 +13,12 @@ from typing import Any, Callable, Iterable, Sequence
 
 import gymnasium
 import numpy as np
+import torch
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from vlmrm_fast.envs import TaskSpec, get_task
+from vlmrm_fast.preprocess import FrameLayout
+from vlmrm_fast.profiling import NULL_TIMER, StageTimer
 from vlmrm_fast.reward import load_reward_model
 from vlmrm_fast.reward.tasks import normalize_prompts
 from vlmrm_fast.wrappers import FrameBatch, RecordFrame, pop_frames
@@ -153,6 +156,7 @@ class FastVLMRewardVecEnv(VecEnv):
         super().__init__(int(num_envs), venv.observation_space, venv.action_space)
         self.render_mode = "rgb_array"
         self.defer_rewards = bool(defer_rewards)
+        self.timer = NULL_TIMER
         self._actions: np.ndarray | None = None
         self._last_frames = None
         if seed is not None:
@@ -187,6 +191,7 @@ class FastVLMRewardVecEnv(VecEnv):
         VecEnv.__init__(self, len(env_fns), venv.observation_space, venv.action_space)
         self.render_mode = "rgb_array"
         self.defer_rewards = False
+        self.timer = NULL_TIMER
         self._actions = None
         self._last_frames = None
         return self
@@ -228,15 +233,31 @@ class FastVLMRewardVecEnv(VecEnv):
         if self._actions is None:
             raise RuntimeError("step_wait() called without step_async()")
         actions, self._actions = self._actions, None
-        obs, env_rewards, dones, infos, frames = self._sim.step(actions)
+        with self.timer.stage("physics_render"):
+            obs, env_rewards, dones, infos, frames = self._sim.step(actions)
         self._last_frames = frames
         if self.defer_rewards:
             rewards = np.zeros(self.num_envs, dtype=np.float32)
         else:
-            rewards = self.reward_model(frames).float().cpu().numpy()
+            rewards = self._score(frames)
         for info, gt in zip(infos, env_rewards):
             info["gt_reward"] = float(gt)
         return obs, rewards, dones, infos
+
+    def _score(self, frames: torch.Tensor) -> np.ndarray:
+        """VLM rewards of the reached states' frames: one upload, then preprocess, encode, reward."""
+        device = self.reward_model.device
+        if frames.device != device:
+            with self.timer.stage("transfer"):
+                frames = frames.to(device, non_blocking=frames.is_pinned())
+        rewards = self.reward_model.score_frames(frames, FrameLayout.stacked(frames), self.timer)
+        with self.timer.stage("transfer"):
+            return rewards.float().cpu().numpy()
+
+    def profile(self, enabled: bool = True) -> StageTimer:
+        """Starts timing each stage of ``step_wait`` (see :mod:`vlmrm_fast.profiling`)."""
+        self.timer = StageTimer(enabled, self.reward_model.device)
+        return self.timer
 
     def last_frames(self):
         """The frames the last step reached (uint8 (N, H, W, 3); reused by the next step: copy to keep).

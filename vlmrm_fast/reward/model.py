@@ -13,7 +13,8 @@ import torch
 
 from vlmrm_fast.device import resolve_device
 from vlmrm_fast.encoders import make_image_encoder
-from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec, as_frame_tensor
+from vlmrm_fast.preprocess import FrameLayout, FramePreprocessor, PreprocessSpec, as_frame_tensor
+from vlmrm_fast.profiling import NULL_TIMER, StageTimer
 from vlmrm_fast.reward.clip_loading import LoadedClip, load_clip
 from vlmrm_fast.reward.head import RewardHead
 from vlmrm_fast.reward.math import normalize
@@ -150,6 +151,17 @@ class VLMRewardModel:
         """uint8 frames (N, H, W, 3) -> rewards (N, K) float32 for all K tasks."""
         frames = as_frame_tensor(frames)
         return self.head(self._raw_image_embeddings(frames))
+
+    @torch.inference_mode()
+    def score_frames(self, buffer: torch.Tensor, layout: FrameLayout, timer: StageTimer = NULL_TIMER) -> torch.Tensor:
+        """Rewards (N,) or (N, K) of frames laid out in ``buffer`` (a stack or the renderer's
+        tile atlas, host or device), stage by stage: preprocess, encode, reward."""
+        with timer.stage("preprocess"):
+            pixels = self.preprocessor.run(buffer, layout)
+        with timer.stage("encode"):
+            embeddings = self.encode_pixels(pixels)
+        with timer.stage("reward"):
+            return self._shape(self.head(embeddings))
 
     def __call__(self, frames: Any) -> torch.Tensor:
         """uint8 frames (N, H, W, 3) -> rewards (N,) (or (N, K) when built with ``tasks=``)."""
