@@ -1,0 +1,244 @@
+"""The throughput case: the same VLM-reward work done two ways, side by side, in one run.
+
+(a) reference: what a user would write from the paper's code — gymnasium MuJoCo
+    envs in a vector env, ``render()`` to numpy every step, open_clip's PIL
+    preprocess per frame, the image tower under fp16 autocast (GPU), the
+    goal-baseline reward in torch;
+(b) fast: ``FastVLMRewardVecEnv`` end to end.
+
+Same task, model (random weights: the compute is the same), number of envs,
+resolution and steps. Reports frames scored per second for each and their ratio,
+per-stage milliseconds of (b), the encoder alone, FLOP utilisation on GPU, and
+the machine. Writes JSON (``--out``), a markdown table and a PNG plot.
+
+    python bench/run.py --quick --out bench/out/quick.json     # 2-core CPU, tiny model, minutes
+    python bench/run.py --models ViT-B-32 ViT-L-14 ViT-bigG-14 --num-envs 1 8 64 256 --resolutions 224 480
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+import vlmrm_fast  # noqa: E402
+from vlmrm_fast.envs import get_task  # noqa: E402
+from vlmrm_fast.reward.clip_loading import RandomWeightsWarning, load_clip  # noqa: E402
+from vlmrm_fast.vec_env import FastVLMRewardVecEnv  # noqa: E402
+
+warnings.filterwarnings("ignore", category=RandomWeightsWarning)
+ALPHA = 0.5
+
+
+class ReferencePipeline:
+    """The straightforward pipeline, written as the paper's code does it."""
+
+    def __init__(self, task: str, num_envs: int, model: str, resolution: int, episode_length: int, device: torch.device):
+        import gymnasium
+        from PIL import Image
+        from stable_baselines3.common.vec_env import DummyVecEnv
+
+        spec = get_task(task)
+        kwargs = {"width": resolution, "height": resolution} if spec.engine == "mujoco" else {}
+
+        def make():
+            return gymnasium.wrappers.TimeLimit(spec.make_env(render_mode="rgb_array", **kwargs), episode_length)
+
+        self.venv = DummyVecEnv([make] * num_envs)
+        self.device = device
+        clip = load_clip(model, device=device)
+        self.model = clip.model
+        self.transform = clip.preprocess.open_clip_transform()
+        self.to_pil = Image.fromarray
+        with torch.inference_mode():
+            text = F.normalize(self.model.encode_text(clip.tokenizer(list(spec.target_prompts + spec.baseline_prompts)).to(device)).float(), dim=-1)
+        self.g = text[: len(spec.target_prompts)].mean(0)
+        d = self.g - text[len(spec.target_prompts) :].mean(0)
+        u = d / d.norm()
+        eye = torch.eye(u.shape[0], device=device)
+        self.projection = ALPHA * torch.outer(u, u) + (1 - ALPHA) * eye
+
+    def reset(self, seed: int) -> None:
+        self.venv.seed(seed)
+        self.venv.reset()
+
+    @torch.inference_mode()
+    def step(self, actions: np.ndarray) -> np.ndarray:
+        self.venv.step(actions)
+        frames = self.venv.get_images()
+        pixels = torch.stack([self.transform(self.to_pil(f)) for f in frames]).to(self.device)
+        with torch.autocast("cuda", dtype=torch.float16, enabled=self.device.type == "cuda"):
+            x = self.model.encode_image(pixels)
+        x = F.normalize(x.float(), dim=-1)
+        rewards = 1 - 0.5 * ((x - self.g) @ self.projection.T).norm(dim=-1) ** 2
+        return rewards.cpu().numpy()
+
+    def close(self) -> None:
+        self.venv.close()
+
+
+def run_steps(step, action_space, num_envs: int, steps: int, rng: np.random.Generator, sync) -> float:
+    """Seconds per step over ``steps`` steps."""
+    actions = [np.stack([action_space.sample() for _ in range(num_envs)]) for _ in range(steps)]
+    sync()
+    start = time.perf_counter()
+    for a in actions:
+        step(a)
+    sync()
+    return (time.perf_counter() - start) / steps
+
+
+def measure(args: argparse.Namespace, model: str, resolution: int, num_envs: int, device: torch.device) -> dict[str, Any]:
+    rng = np.random.default_rng(0)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    result: dict[str, Any] = {"model": model, "num_envs": num_envs, "resolution": resolution, "task": args.task, "steps": args.steps}
+
+    fast = FastVLMRewardVecEnv(
+        args.task, num_envs, model=model, alpha=ALPHA, render_size=resolution, episode_length=args.episode_length,
+        device=str(device), backend=args.backend, engine=args.engine, seed=0,
+    )
+    result["engine"] = fast.engine
+    result["encoder"] = fast.reward_model.encoder.describe()
+    space = fast.action_space
+    fast.reset()
+    run_steps(fast.step, space, num_envs, args.warmup, rng, sync)
+    seconds = run_steps(fast.step, space, num_envs, args.steps, rng, sync)
+    result["fast_fps"] = num_envs / seconds
+    timer = fast.profile(True)
+    run_steps(fast.step, space, num_envs, args.profile_steps, rng, sync)
+    result["stages_ms"] = {k: round(v, 3) for k, v in timer.mean_ms(per=args.profile_steps).items()}
+    fast.profile(False)
+
+    rm = fast.reward_model
+    pixels = rm.preprocessor(np.zeros((num_envs, resolution, resolution, 3), np.uint8))
+    rm.encode_pixels(pixels)
+    reps = max(3, args.steps // 2)
+    sync()
+    start = time.perf_counter()
+    for _ in range(reps):
+        rm.encode_pixels(pixels)
+    sync()
+    result["encoder_only_fps"] = num_envs * reps / (time.perf_counter() - start)
+    flops = common.image_tower_flops(rm.clip.model.visual, rm.image_size, device, rm.encoder.input_dtype)
+    result["encoder_gflops_per_image"] = round(flops / 1e9, 3)
+    if args.ceiling_tflops:
+        result["encoder_flop_utilisation"] = flops * result["fast_fps"] / (args.ceiling_tflops * 1e12)
+        result["encoder_only_flop_utilisation"] = flops * result["encoder_only_fps"] / (args.ceiling_tflops * 1e12)
+    fast.close()
+
+    if not args.skip_reference:
+        ref = ReferencePipeline(args.task, num_envs, model, resolution, args.episode_length, device)
+        ref.reset(0)
+        run_steps(ref.step, space, num_envs, args.warmup, rng, sync)
+        result["reference_fps"] = num_envs / run_steps(ref.step, space, num_envs, args.steps, rng, sync)
+        result["ratio"] = result["fast_fps"] / result["reference_fps"]
+        ref.close()
+    return result
+
+
+def markdown(results: list[dict[str, Any]], mach: dict[str, Any]) -> str:
+    where = f"{mach['date']}, {mach['gpu'] or mach['cpu']} ({mach['cores']} cores), torch {mach['versions']['torch']}"
+    lines = [
+        f"Machine: {where}. Command: `{mach['command']}`",
+        "",
+        "| model | envs | px | engine | fast frames/s | reference frames/s | ratio | encoder-only img/s | stages ms/step |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stages_ms"].items())
+        ref = f"{r['reference_fps']:.1f}" if "reference_fps" in r else "-"
+        ratio = f"{r['ratio']:.2f}x" if "ratio" in r else "-"
+        lines.append(
+            f"| {r['model']} | {r['num_envs']} | {r['resolution']} | {r['engine']} | {r['fast_fps']:.1f} | {ref} | {ratio} | {r['encoder_only_fps']:.1f} | {stages} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: list[dict[str, Any]], path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    keys = sorted({(r["model"], r["resolution"]) for r in results})
+    for i, (model, res) in enumerate(keys):
+        rows = sorted((r for r in results if (r["model"], r["resolution"]) == (model, res)), key=lambda r: r["num_envs"])
+        n = [r["num_envs"] for r in rows]
+        colour = f"C{i}"
+        ax.plot(n, [r["fast_fps"] for r in rows], "o-", color=colour, label=f"{model} {res}px fast")
+        if all("reference_fps" in r for r in rows):
+            ax.plot(n, [r["reference_fps"] for r in rows], "s--", color=colour, alpha=0.6, label=f"{model} {res}px reference")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("number of envs")
+    ax.set_ylabel("frames scored per second")
+    ax.set_title("VLM-reward throughput: FastVLMRewardVecEnv vs straightforward pipeline")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="tiny model, 4 envs, 64 px, few steps: minutes on a 2-core CPU")
+    p.add_argument("--task", default="humanoid-kneeling")
+    p.add_argument("--models", nargs="+", default=["ViT-B-32", "ViT-L-14", "ViT-bigG-14"])
+    p.add_argument("--num-envs", nargs="+", type=int, default=[1, 8, 64, 256])
+    p.add_argument("--resolutions", nargs="+", type=int, default=[224, 480])
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--profile-steps", type=int, default=5)
+    p.add_argument("--episode-length", type=int, default=100)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--backend", default="auto")
+    p.add_argument("--engine", default="auto")
+    p.add_argument("--skip-reference", action="store_true")
+    p.add_argument("--out", default="bench/out/run.json")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.models, args.num_envs, args.resolutions = ["vlmrm-tiny"], [4], [64]
+        args.steps, args.warmup, args.profile_steps = 8, 5, 3
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tqdm import tqdm
+
+    args = parse_args(argv)
+    device = vlmrm_fast.device.resolve_device(args.device)
+    mach = common.machine()
+    args.ceiling_tflops = common.matmul_ceiling_tflops(device)
+    mach["bf16_matmul_tflops"] = args.ceiling_tflops
+    configs = [(m, r, n) for m in args.models for r in args.resolutions for n in args.num_envs]
+    results = []
+    for model, res, n in tqdm(configs, desc="bench", unit="config"):
+        results.append(measure(args, model, res, n, device))
+        tqdm.write(markdown(results[-1:], mach).splitlines()[-1])
+    out = pathlib.Path(args.out)
+    summary = dict(results[0])
+    summary.update(machine=mach, results=results)
+    common.write_json(out, summary)
+    table = markdown(results, mach)
+    out.with_suffix(".md").write_text(table)
+    plot(results, out.with_suffix(".png"))
+    print(table)
+    print(f"wrote {out}, {out.with_suffix('.md')}, {out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
