@@ -128,10 +128,17 @@ class VLMRewardModel:
 
     def _raw_image_embeddings(self, frames: torch.Tensor) -> torch.Tensor:
         outs = []
+        buffer = self.encoder.input_buffer()
         for start in range(0, frames.shape[0], self.chunk_size):
             chunk = frames[start : start + self.chunk_size]
-            pixels = self.preprocessor.run(chunk, FrameLayout.stacked(chunk))
-            outs.append(self.encode_pixels(pixels))
+            if buffer is not None:
+                # Straight into the encoder's static input; the rows past the chunk are ignored.
+                n = chunk.shape[0]
+                self.preprocessor.run(chunk, FrameLayout.stacked(chunk), out=buffer[:n])
+                outs.append(self.encoder(buffer)[:n])
+            else:
+                pixels = self.preprocessor.run(chunk, FrameLayout.stacked(chunk))
+                outs.append(self.encode_pixels(pixels))
         return torch.cat(outs) if len(outs) > 1 else outs[0]
 
     # ---------------------------------------------------------------------- reward
