@@ -1,0 +1,100 @@
+"""Shared by the benchmarks: the machine description, FLOP counts, the bf16 ceiling."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import time
+from typing import Any
+
+import torch
+
+
+def cpu_model() -> str:
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_driver() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+
+
+def machine() -> dict[str, Any]:
+    import mujoco
+    import open_clip
+
+    import vlmrm_fast
+
+    info = vlmrm_fast.build_info()
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    versions = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "open_clip": open_clip.__version__,
+        "mujoco": mujoco.__version__,
+        "vlmrm_fast": vlmrm_fast.__version__,
+    }
+    try:
+        import tensorrt
+
+        versions["tensorrt"] = tensorrt.__version__
+    except ImportError:
+        pass
+    return {
+        "date": datetime.date.today().isoformat(),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "gpu": gpu,
+        "driver": gpu_driver() if gpu else None,
+        "egl": f"{info['egl_vendor']} {info['egl_version']}" if info["egl_available"] else None,
+        "cuda_compiled": info["cuda_compiled"],
+        "versions": versions,
+        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+    }
+
+
+def image_tower_flops(visual: torch.nn.Module, image_size: int, device: torch.device, dtype: torch.dtype) -> float:
+    """FLOPs of one image through the image tower (a multiply-add counts 2), counted by torch."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    x = torch.zeros((1, 3, image_size, image_size), device=device, dtype=dtype)
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        visual(x)
+    return float(counter.get_total_flops())
+
+
+def matmul_ceiling_tflops(device: torch.device, dtype: torch.dtype = torch.bfloat16, n: int = 8192, repeats: int = 10) -> float | None:
+    """Measured dense matrix-product rate on ``device`` (None on the CPU)."""
+    if device.type != "cuda":
+        return None
+    a = torch.randn((n, n), device=device, dtype=dtype)
+    b = torch.randn((n, n), device=device, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    torch.cuda.synchronize(device)
+    seconds = (time.perf_counter() - start) / repeats
+    return 2 * n**3 / seconds / 1e12
+
+
+def write_json(path: str | os.PathLike, data: Any) -> None:
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, default=str))
