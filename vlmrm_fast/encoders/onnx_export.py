@@ -67,7 +67,10 @@ def export_module(visual: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Modul
 
     ``visual`` itself is left as it is.
     """
-    module = copy.deepcopy(visual).to("cpu").eval()
+    # Tensors are copied straight to the CPU, so a tower on a GPU is not duplicated there.
+    memo = {id(p): torch.nn.Parameter(p.detach().to("cpu", copy=True), requires_grad=False) for p in visual.parameters()}
+    memo.update({id(b): b.detach().to("cpu", copy=True) for b in visual.buffers()})
+    module = copy.deepcopy(visual, memo).eval()
     if dtype != torch.float32:
         kinds = (torch.nn.LayerNorm, torch.nn.Conv2d) if dtype == torch.bfloat16 else (torch.nn.LayerNorm,)
         # Wrappers made before the cast keep the weights at full precision.
