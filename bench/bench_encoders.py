@@ -41,7 +41,9 @@ DEFAULT_MODELS = ("ViT-B-32", "ViT-L-14", "ViT-bigG-14")
 DEFAULT_BATCHES = {"ViT-B-32": (64, 256, 1024), "ViT-L-14": (64, 256, 512), "ViT-bigG-14": (32, 128, 256)}
 FALLBACK_BATCHES = (64, 256)
 #: open_clip docs/model_profile.csv image GMACs x 2, for comparison with our own count.
-PUBLISHED_GFLOPS = {"ViT-B-32": 8.8, "ViT-B-16": 35.0, "ViT-L-14": 162.0, "ViT-H-14": 335.0, "ViT-g-14": 534.0, "ViT-bigG-14": 968.0}
+PUBLISHED_GFLOPS = {
+    "ViT-B-32": 8.8, "ViT-B-16": 35.0, "ViT-L-14": 162.0, "ViT-H-14": 335.0, "ViT-g-14": 534.0, "ViT-bigG-14": 968.0,
+}
 ANCHOR_TFLOPS = 800.0
 RUN_ORDER = ("tensorrt", "torch", "compile")  # TensorRT exports from the fp32 tower before the others cast it
 
@@ -104,7 +106,8 @@ def bench_one(clip, backend: str, batch: int, args, device: torch.device, gflops
         row["setup_s"] = round(time.perf_counter() - start, 1)
         row["precision"] = str(encoder.input_dtype).replace("torch.", "")
         buffer = encoder.input_buffer()
-        pixels = buffer if buffer is not None else torch.empty((batch, 3, encoder.image_size, encoder.image_size), dtype=encoder.input_dtype, device=device)
+        shape = (batch, 3, encoder.image_size, encoder.image_size)
+        pixels = buffer if buffer is not None else torch.empty(shape, dtype=encoder.input_dtype, device=device)
         pixels.copy_(torch.randn(pixels.shape, device=device).clamp_(-2, 2))
         seconds, calls = time_encoder(encoder, pixels, min_seconds=args.seconds, warmup=args.warmup)
     except Exception as exc:  # one configuration failing (memory, a missing package) should not end the run
@@ -153,7 +156,9 @@ def print_table(machine: dict[str, Any], header: dict[str, Any], rows: list[dict
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS))
-    parser.add_argument("--backends", nargs="+", default=["torch", "compile", "tensorrt"], choices=[b for b in BACKENDS if b != "auto"])
+    parser.add_argument(
+        "--backends", nargs="+", default=["torch", "compile", "tensorrt"], choices=[b for b in BACKENDS if b != "auto"]
+    )
     parser.add_argument("--batch-sizes", nargs="+", type=int, help="for every model (default: per model)")
     parser.add_argument("--precision", default="auto", help="auto (bf16 on GPUs that have it), bf16, fp16, fp32")
     parser.add_argument("--device", default="auto")
@@ -189,7 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for model in args.models:
         gflops, size = count_gflops(model)
-        header["models"][model] = {"gflops_per_image": round(gflops, 3), "published_gflops": PUBLISHED_GFLOPS.get(model), "image_size": size}
+        header["models"][model] = {
+            "gflops_per_image": round(gflops, 3), "published_gflops": PUBLISHED_GFLOPS.get(model), "image_size": size
+        }
         clip = load_clip(model, device=torch.device("cpu"))  # each encoder moves the tower to the device
         batches = args.batch_sizes or DEFAULT_BATCHES.get(model, FALLBACK_BATCHES)
         results = {}

@@ -134,7 +134,9 @@ def test_auto_backend_choice(monkeypatch):
     monkeypatch.setattr(tensorrt_engine, "tensorrt_available", lambda: True)
     assert choose_backend(cuda, 8) == "tensorrt"
     # auto on the CPU is eager torch, and takes (then drops) the other backends' options.
-    encoder = make_image_encoder(tiny_clip(), "auto", device=CPU, batch_size=4, engine_cache_dir="/nonexistent", compile_mode="default")
+    encoder = make_image_encoder(
+        tiny_clip(), "auto", device=CPU, batch_size=4, engine_cache_dir="/nonexistent", compile_mode="default"
+    )
     assert encoder.backend == "torch"
     assert set(BACKEND_OPTIONS) == {"torch", "compile", "tensorrt"}
 
@@ -319,7 +321,8 @@ def test_engine_key_from_loaded_clip(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
     clip = tiny_clip()
-    key = tensorrt_engine.engine_key(clip, batch_size=8, dtype=torch.bfloat16, device=torch.device("cuda", 0), tensorrt_version="10.13.0")
+    cuda = torch.device("cuda", 0)
+    key = tensorrt_engine.engine_key(clip, batch_size=8, dtype=torch.bfloat16, device=cuda, tensorrt_version="10.13.0")
     assert (key.architecture, key.image_size, key.batch_size, key.precision) == (TINY, TINY_SIZE, 8, "bf16")
     assert (key.gpu, key.compute_capability, key.tensorrt) == ("NVIDIA H100 80GB HBM3", "9.0", "10.13.0")
     assert key.weights == f"random-0@torch-{torch.__version__}"  # random weights depend on torch's generator
@@ -398,7 +401,10 @@ def _valid_hash_but_not_an_engine(engine, sidecar):
 
 @pytest.mark.parametrize(
     "damage",
-    [_flip_a_byte, _truncate, _garbage_sidecar, _sidecar_of_another_gpu, _sidecar_missing, _engine_missing, _valid_hash_but_not_an_engine],
+    [
+        _flip_a_byte, _truncate, _garbage_sidecar, _sidecar_of_another_gpu, _sidecar_missing, _engine_missing,
+        _valid_hash_but_not_an_engine,
+    ],
 )
 def test_damaged_cache_entry_is_rebuilt_never_trusted(tmp_path, caplog, damage):
     cache, fake, key = EngineCache(tmp_path), FakeTensorRT(), _key()

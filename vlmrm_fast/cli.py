@@ -78,7 +78,9 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--precision", choices=("auto", "bf16", "fp16", "fp32"), default="auto",
                    help="engine precision (auto: bf16 where the GPU has it, else fp16; fp32 with --onnx-only)")
     p.add_argument("--onnx-only", metavar="OUT.onnx", help="write the ONNX export here and stop (no GPU needed)")
-    p.add_argument("--cache-dir", metavar="DIR", help="engine cache (default $VLMRM_FAST_ENGINE_CACHE or ~/.cache/vlmrm_fast/engines)")
+    p.add_argument(
+        "--cache-dir", metavar="DIR", help="engine cache (default $VLMRM_FAST_ENGINE_CACHE or ~/.cache/vlmrm_fast/engines)"
+    )
     p.add_argument("--device", default="auto", help="CUDA device to build for (default: auto)")
     p.add_argument("--workspace-gib", type=float, default=8.0, help="TensorRT builder workspace limit (GiB)")
     p.add_argument("--rebuild", action="store_true", help="build even when a valid engine is cached")

@@ -70,13 +70,18 @@ def make_image_encoder(
         try:
             return _make(clip, "tensorrt", device, dtype, batch_size, options)
         except Exception as exc:  # auto means the best that works here; say why TensorRT did not
-            warnings.warn(f"backend='auto': TensorRT failed ({type(exc).__name__}: {exc}); using backend='compile'", stacklevel=2)
+            warnings.warn(
+                f"backend='auto': TensorRT failed ({type(exc).__name__}: {exc}); using backend='compile'", stacklevel=2
+            )
             chosen = "compile"
     return _make(clip, chosen, device, dtype, batch_size, options)
 
 
 def _check_options(backend: str, options: dict[str, Any]) -> None:
-    allowed = sorted({o for opts in BACKEND_OPTIONS.values() for o in opts}) if backend == "auto" else BACKEND_OPTIONS[backend]
+    if backend == "auto":
+        allowed = tuple(sorted({o for opts in BACKEND_OPTIONS.values() for o in opts}))
+    else:
+        allowed = BACKEND_OPTIONS[backend]
     unknown = sorted(set(options) - set(allowed))
     if not unknown:
         return
@@ -85,10 +90,14 @@ def _check_options(backend: str, options: dict[str, Any]) -> None:
         f"{name!r} belongs to backend {' / '.join(map(repr, owners[name]))}" if owners[name] else f"{name!r} is no encoder option"
         for name in unknown
     )
-    raise TypeError(f"unexpected encoder option(s) for backend={backend!r}: {hints}. Options of {backend!r}: {list(allowed) or 'none'}")
+    raise TypeError(
+        f"unexpected encoder option(s) for backend={backend!r}: {hints}. Options of {backend!r}: {list(allowed) or 'none'}"
+    )
 
 
-def _make(clip: Any, backend: str, device: torch.device, dtype: torch.dtype, batch_size: int | None, options: dict[str, Any]) -> ImageEncoder:
+def _make(
+    clip: Any, backend: str, device: torch.device, dtype: torch.dtype, batch_size: int | None, options: dict[str, Any]
+) -> ImageEncoder:
     options = {k: v for k, v in options.items() if k in BACKEND_OPTIONS[backend]}
     if backend in FIXED_BATCH_BACKENDS and batch_size is None:
         raise ValueError(
@@ -109,7 +118,9 @@ def _make(clip: Any, backend: str, device: torch.device, dtype: torch.dtype, bat
     from vlmrm_fast.encoders.tensorrt_engine import make_tensorrt_encoder
 
     if device.type != "cuda":
-        raise ValueError(f"backend='tensorrt' runs on CUDA devices only, got device={device}; use 'torch' or 'compile' on the CPU")
+        raise ValueError(
+            f"backend='tensorrt' runs on CUDA devices only, got device={device}; use 'torch' or 'compile' on the CPU"
+        )
     return make_tensorrt_encoder(clip, device=device, dtype=dtype, batch_size=batch_size, **options)
 
 

@@ -157,6 +157,8 @@ class EngineCache:
             raise StaleEngineError("the engine file does not match the sha256 its sidecar records (corrupt or truncated)")
         try:
             engine = deserialize(data)
+        except StaleEngineError:
+            raise
         except Exception as exc:
             raise StaleEngineError(f"TensorRT could not deserialize it: {exc}") from exc
         if engine is None:

@@ -14,6 +14,7 @@ is used: ``pip install .[tensorrt]``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 import tempfile
@@ -33,6 +34,7 @@ logger = logging.getLogger(__name__)
 PRECISION_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 DEFAULT_WORKSPACE_GIB = 8.0
 _MIN_TENSORRT_MAJOR = 10
+_ADDRESS_ALIGNMENT = 256  # bytes, what TensorRT asks of I/O tensor addresses
 
 
 def require_tensorrt():
@@ -161,20 +163,18 @@ def build_engine(
         config.progress_monitor = monitor
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
-        raise RuntimeError("TensorRT could not build the engine; its errors are logged under 'vlmrm_fast.encoders.tensorrt_engine'")
+        raise RuntimeError(f"TensorRT could not build the engine; its errors are logged under {__name__!r}")
     return bytes(serialized)
 
 
+@dataclasses.dataclass
 class LoadedEngine:
-    """A deserialized engine with its runtime (which must outlive it) and I/O description."""
+    """A deserialized engine, its runtime (which must outlive it) and its I/O types."""
 
-    def __init__(self, runtime: Any, engine: Any, *, input_name: str, output_name: str, input_dtype: torch.dtype, output_dtype: torch.dtype):
-        self.runtime = runtime
-        self.engine = engine
-        self.input_name = input_name
-        self.output_name = output_name
-        self.input_dtype = input_dtype
-        self.output_dtype = output_dtype
+    runtime: Any
+    engine: Any
+    input_dtype: torch.dtype
+    output_dtype: torch.dtype
 
 
 def deserialize_engine(data: bytes, *, device: torch.device, batch_size: int, image_size: int, embed_dim: int) -> LoadedEngine:
@@ -201,7 +201,7 @@ def deserialize_engine(data: bytes, *, device: torch.device, batch_size: int, im
     out_dtype = dtypes.get(engine.get_tensor_dtype(OUTPUT_NAME))
     if in_dtype is None or out_dtype is None:
         raise StaleEngineError("engine I/O types are not fp32/fp16/bf16")
-    return LoadedEngine(runtime, engine, input_name=INPUT_NAME, output_name=OUTPUT_NAME, input_dtype=in_dtype, output_dtype=out_dtype)
+    return LoadedEngine(runtime, engine, input_dtype=in_dtype, output_dtype=out_dtype)
 
 
 # --------------------------------------------------------------------------- the encoder
@@ -210,7 +210,17 @@ def deserialize_engine(data: bytes, *, device: torch.device, batch_size: int, im
 class TensorRTImageEncoder(ImageEncoder):
     backend = "tensorrt"
 
-    def __init__(self, loaded: LoadedEngine, *, device: torch.device, batch_size: int, image_size: int, embed_dim: int, engine_path: Path | None = None, built: bool = False):
+    def __init__(
+        self,
+        loaded: LoadedEngine,
+        *,
+        device: torch.device,
+        batch_size: int,
+        image_size: int,
+        embed_dim: int,
+        engine_path: Path | None = None,
+        built: bool = False,
+    ):
         self.device = torch.device(device)
         self.input_dtype = loaded.input_dtype
         self.output_dtype = loaded.output_dtype
@@ -224,18 +234,20 @@ class TensorRTImageEncoder(ImageEncoder):
             self._context = loaded.engine.create_execution_context()
         if self._context is None:
             raise RuntimeError("TensorRT could not create an execution context (out of GPU memory?)")
-        if not self._context.set_input_shape(loaded.input_name, (batch_size, 3, image_size, image_size)):
+        if not self._context.set_input_shape(INPUT_NAME, (batch_size, 3, image_size, image_size)):
             raise RuntimeError(f"the engine does not accept input shape {(batch_size, 3, image_size, image_size)}")
 
     @torch.inference_mode()
     def encode(self, pixels: torch.Tensor) -> torch.Tensor:
-        pixels = pixels.contiguous()
+        if not pixels.is_contiguous() or pixels.data_ptr() % _ADDRESS_ALIGNMENT:
+            pixels = pixels.clone(memory_format=torch.contiguous_format)  # torch's allocations are aligned
         with torch.cuda.device(self.device):
             out = torch.empty((self.batch_size, self.embed_dim), dtype=self.output_dtype, device=self.device)
-            self._context.set_tensor_address(self._loaded.input_name, pixels.data_ptr())
-            self._context.set_tensor_address(self._loaded.output_name, out.data_ptr())
+            for name, tensor in ((INPUT_NAME, pixels), (OUTPUT_NAME, out)):
+                if not self._context.set_tensor_address(name, tensor.data_ptr()):
+                    raise RuntimeError(f"TensorRT refused the address of {name!r}")
             if not self._context.execute_async_v3(torch.cuda.current_stream().cuda_stream):
-                raise RuntimeError("TensorRT execution failed; its errors are logged under 'vlmrm_fast.encoders.tensorrt_engine'")
+                raise RuntimeError(f"TensorRT execution failed; its errors are logged under {__name__!r}")
         return out
 
     def close(self) -> None:
@@ -299,7 +311,9 @@ def make_tensorrt_encoder(
             with stage(f"exporting the image tower to ONNX ({key.precision})", progress):
                 export_image_tower(clip.model.visual, onnx_path, image_size=size, precision=key.precision)
             with stage("building the TensorRT engine", progress):
-                return build_engine(onnx_path, batch_size=batch_size, image_size=size, workspace_gib=workspace_gib, progress=progress)
+                return build_engine(
+                    onnx_path, batch_size=batch_size, image_size=size, workspace_gib=workspace_gib, progress=progress
+                )
 
     def deserialize(data: bytes) -> LoadedEngine:
         return deserialize_engine(data, device=device, batch_size=batch_size, image_size=size, embed_dim=clip.embed_dim)
