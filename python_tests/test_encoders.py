@@ -464,12 +464,13 @@ CUDA = torch.device("cuda", 0)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("precision", ["bf16", "fp16"])
-def test_compiled_cuda_graph_matches_reference(precision):
+@pytest.mark.parametrize("precision, compile_mode", [("bf16", None), ("fp16", "default")])  # None: max-autotune
+def test_compiled_cuda_graph_matches_reference(precision, compile_mode):
     x = pixels(6, seed=7)
     ref = reference_embeddings(x)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-    encoder = make_image_encoder(tiny_clip(CUDA), "compile", device=CUDA, precision=precision, batch_size=6, progress=False)
+    mode = {"compile_mode": compile_mode} if compile_mode else {}
+    encoder = make_image_encoder(tiny_clip(CUDA), "compile", device=CUDA, precision=precision, batch_size=6, progress=False, **mode)
     assert encoder.input_dtype == dtype and encoder._graph is not None
     tol = dict(max_rel=3e-2, min_cos=0.999) if precision == "bf16" else dict(max_rel=4e-3, min_cos=0.9999)
     out = encoder(x.to(CUDA, dtype))
@@ -492,7 +493,7 @@ def test_reward_model_compiled_on_cuda_matches_cpu():
     frames = np.random.default_rng(1).integers(0, 256, size=(10, 60, 90, 3), dtype=np.uint8)
     kwargs = dict(target_prompts="a red square", baseline_prompts="a square", alpha=0.5)
     cpu = load_reward_model(TINY, device="cpu", backend="torch", **kwargs)
-    gpu = load_reward_model(TINY, device="cuda", backend="compile", batch_size=4, progress=False, **kwargs)
+    gpu = load_reward_model(TINY, device="cuda", backend="compile", batch_size=4, compile_mode="default", progress=False, **kwargs)
     assert_low_precision_close(gpu.embed_images(frames), cpu.embed_images(frames), max_rel=3e-2, min_cos=0.999)
 
 
