@@ -1,7 +1,18 @@
-"""CLIP image-tower backends behind one option: ``backend="torch" | "compile" | "tensorrt" | "auto"``."""
+"""CLIP image-tower backends behind one option: ``backend="torch" | "compile" | "tensorrt" | "auto"``.
+
+- ``"torch"``: eager PyTorch, any batch size (bf16/fp16 weights on the GPU, fp32 on the CPU).
+- ``"compile"``: torch.compile for one fixed ``batch_size``, replayed as a CUDA graph on the GPU.
+- ``"tensorrt"``: a TensorRT engine for one fixed ``batch_size``, built from an ONNX export and
+  cached on disk (``pip install .[tensorrt]``).
+- ``"auto"``: on CUDA, TensorRT when it is installed and a batch size is fixed, else compile when a
+  batch size is fixed, else torch; on the CPU, torch.
+
+All return raw (unnormalized) embeddings of the same model within the precision's tolerance.
+"""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -9,7 +20,24 @@ import torch
 from vlmrm_fast.encoders.base import ImageEncoder, resolve_precision
 from vlmrm_fast.encoders.torch_eager import TorchImageEncoder
 
-BACKENDS = ("auto", "torch")
+BACKENDS = ("auto", "torch", "compile", "tensorrt")
+FIXED_BATCH_BACKENDS = ("compile", "tensorrt")
+#: Options each backend takes beside device, precision and batch_size; "auto" takes them all
+#: and passes each to the backend it picks when that backend takes it.
+BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
+    "torch": (),
+    "compile": ("compile_mode", "progress"),
+    "tensorrt": ("engine_cache_dir", "workspace_gib", "rebuild_engine", "progress"),
+}
+
+
+def choose_backend(device: torch.device, batch_size: int | None) -> str:
+    """What ``backend="auto"`` picks on ``device``."""
+    from vlmrm_fast.encoders.tensorrt_engine import tensorrt_available
+
+    if torch.device(device).type != "cuda" or batch_size is None:
+        return "torch"
+    return "tensorrt" if tensorrt_available() else "compile"
 
 
 def make_image_encoder(
@@ -21,19 +49,79 @@ def make_image_encoder(
     batch_size: int | None = None,
     **options: Any,
 ) -> ImageEncoder:
-    """An encoder for ``clip`` (a :class:`~vlmrm_fast.reward.clip_loading.LoadedClip`)."""
+    """An encoder for ``clip`` (a :class:`~vlmrm_fast.reward.clip_loading.LoadedClip`).
+
+    ``batch_size`` is required by the fixed-batch backends ("compile", "tensorrt"); "torch"
+    runs any batch. Options: ``compile_mode`` ("compile"); ``engine_cache_dir``,
+    ``workspace_gib``, ``rebuild_engine`` ("tensorrt"); ``progress`` (both).
+    """
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is unknown; use one of {BACKENDS}")
-    if options:
-        raise TypeError(f"unexpected encoder option(s) {sorted(options)} for backend {backend!r}")
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
+    device = torch.device(device)
+    _check_options(backend, options)
     dtype = resolve_precision(precision, device)
-    return TorchImageEncoder(
-        clip.model.visual,
-        device=device,
-        dtype=dtype,
-        image_size=clip.preprocess.size,
-        embed_dim=clip.embed_dim,
+    if backend != "auto":
+        return _make(clip, backend, device, dtype, batch_size, options)
+
+    chosen = choose_backend(device, batch_size)
+    if chosen == "tensorrt":
+        try:
+            return _make(clip, "tensorrt", device, dtype, batch_size, options)
+        except Exception as exc:  # auto means the best that works here; say why TensorRT did not
+            warnings.warn(
+                f"backend='auto': TensorRT failed ({type(exc).__name__}: {exc}); using backend='compile'", stacklevel=2
+            )
+            chosen = "compile"
+    return _make(clip, chosen, device, dtype, batch_size, options)
+
+
+def _check_options(backend: str, options: dict[str, Any]) -> None:
+    if backend == "auto":
+        allowed = tuple(sorted({o for opts in BACKEND_OPTIONS.values() for o in opts}))
+    else:
+        allowed = BACKEND_OPTIONS[backend]
+    unknown = sorted(set(options) - set(allowed))
+    if not unknown:
+        return
+    owners = {name: [b for b, opts in BACKEND_OPTIONS.items() if name in opts] for name in unknown}
+    hints = "; ".join(
+        f"{name!r} belongs to backend {' / '.join(map(repr, owners[name]))}" if owners[name] else f"{name!r} is no encoder option"
+        for name in unknown
+    )
+    raise TypeError(
+        f"unexpected encoder option(s) for backend={backend!r}: {hints}. Options of {backend!r}: {list(allowed) or 'none'}"
     )
 
 
-__all__ = ["BACKENDS", "ImageEncoder", "make_image_encoder"]
+def _make(
+    clip: Any, backend: str, device: torch.device, dtype: torch.dtype, batch_size: int | None, options: dict[str, Any]
+) -> ImageEncoder:
+    options = {k: v for k, v in options.items() if k in BACKEND_OPTIONS[backend]}
+    if backend in FIXED_BATCH_BACKENDS and batch_size is None:
+        raise ValueError(
+            f"backend={backend!r} runs one fixed batch size: pass batch_size=N (e.g. the number of environments); "
+            "smaller batches are padded"
+        )
+    visual = clip.model.visual
+    size, dim = clip.preprocess.size, clip.embed_dim
+    if backend == "torch":
+        return TorchImageEncoder(visual, device=device, dtype=dtype, image_size=size, embed_dim=dim)
+    if backend == "compile":
+        from vlmrm_fast.encoders.compiled import CompiledImageEncoder
+
+        return CompiledImageEncoder(
+            visual, device=device, dtype=dtype, image_size=size, embed_dim=dim, batch_size=batch_size,
+            name=f"{clip.architecture} image tower", **options,
+        )
+    from vlmrm_fast.encoders.tensorrt_engine import make_tensorrt_encoder
+
+    if device.type != "cuda":
+        raise ValueError(
+            f"backend='tensorrt' runs on CUDA devices only, got device={device}; use 'torch' or 'compile' on the CPU"
+        )
+    return make_tensorrt_encoder(clip, device=device, dtype=dtype, batch_size=batch_size, **options)
+
+
+__all__ = ["BACKENDS", "BACKEND_OPTIONS", "ImageEncoder", "choose_backend", "make_image_encoder"]

@@ -53,6 +53,17 @@ class ImageEncoder(abc.ABC):
         if self.batch_size is not None and pixels.shape[0] != self.batch_size:
             raise ValueError(f"the {self.backend} encoder runs batches of {self.batch_size}, got {pixels.shape[0]}")
 
+    def input_buffer(self) -> torch.Tensor | None:
+        """The static (batch_size, 3, S, S) tensor the backend reads from, or None.
+
+        Writing preprocessed pixels straight into it and passing it to the
+        encoder saves one device copy; when fewer frames than ``batch_size`` are
+        written, the rows past them hold stale pixels whose outputs are to be
+        ignored (the rows of a batch are independent). None: the backend reads
+        any tensor in place.
+        """
+        return None
+
     def close(self) -> None:
         """Releases what the backend holds (graphs, engines, buffers)."""
 

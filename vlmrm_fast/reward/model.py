@@ -131,9 +131,25 @@ class VLMRewardModel:
         outs = []
         for start in range(0, frames.shape[0], self.chunk_size):
             chunk = frames[start : start + self.chunk_size]
-            pixels = self.preprocessor(chunk)
-            outs.append(self.encode_pixels(pixels))
+            if self.device.type == "cuda" and not chunk.is_contiguous():
+                chunk = chunk.contiguous()  # uploads keep the byte layout only for dense chunks
+            outs.append(self._embed_layout(chunk, FrameLayout.stacked(chunk), NULL_TIMER))
         return torch.cat(outs) if len(outs) > 1 else outs[0]
+
+    def _embed_layout(self, buffer: torch.Tensor, layout: FrameLayout, timer: StageTimer) -> torch.Tensor:
+        """Raw embeddings of the frames in ``buffer``; fixed-batch encoders get the pixels
+        written straight into their static input (rows past the frames are ignored)."""
+        static = self.encoder.input_buffer()
+        n = layout.num_frames
+        if static is not None and n <= static.shape[0]:
+            with timer.stage("preprocess"):
+                self.preprocessor.run(buffer, layout, out=static[:n])
+            with timer.stage("encode"):
+                return self.encoder(static)[:n]
+        with timer.stage("preprocess"):
+            pixels = self.preprocessor.run(buffer, layout)
+        with timer.stage("encode"):
+            return self.encode_pixels(pixels)
 
     # ---------------------------------------------------------------------- reward
     def _shape(self, rewards: torch.Tensor) -> torch.Tensor:
@@ -156,10 +172,7 @@ class VLMRewardModel:
     def score_frames(self, buffer: torch.Tensor, layout: FrameLayout, timer: StageTimer = NULL_TIMER) -> torch.Tensor:
         """Rewards (N,) or (N, K) of frames laid out in ``buffer`` (a stack or the renderer's
         tile atlas, host or device), stage by stage: preprocess, encode, reward."""
-        with timer.stage("preprocess"):
-            pixels = self.preprocessor.run(buffer, layout)
-        with timer.stage("encode"):
-            embeddings = self.encode_pixels(pixels)
+        embeddings = self._embed_layout(buffer, layout, timer)
         with timer.stage("reward"):
             return self._shape(self.head(embeddings))
 
