@@ -280,6 +280,8 @@ void EglContext::release_current() {
   }
 }
 
+bool EglContext::is_current() const { return egl_api().GetCurrentContext() == context_; }
+
 void* EglContext::gl_proc(const char* name) const {
   return reinterpret_cast<void*>(egl_api().GetProcAddress(name));
 }

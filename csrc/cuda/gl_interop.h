@@ -1,0 +1,41 @@
+// CUDA-GL interop for the renderer's pixel buffer: the GL buffer object is
+// registered with CUDA once and mapped on a stream each step, so frames go from
+// the GL framebuffer to CUDA memory without a host copy. A build without CUDA
+// has these entry points, and they throw saying so.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cpu/preprocess.h"
+
+namespace vlmrm::cuda {
+
+class GlBufferInterop {
+ public:
+  // The GL context owning `gl_buffer` must be current and run on CUDA device
+  // `device` (the EGL device matching it).
+  GlBufferInterop(unsigned int gl_buffer, int device);
+  ~GlBufferInterop();  // the GL context must be current
+  GlBufferInterop(const GlBufferInterop&) = delete;
+  GlBufferInterop& operator=(const GlBufferInterop&) = delete;
+
+  // Maps the buffer on `stream` (a cudaStream_t; null: the default stream): GL
+  // work issued before completes before CUDA work on the stream. Returns its
+  // device address and writes its size.
+  const uint8_t* map(void* stream, size_t* size);
+  // CUDA work on `stream` issued before completes before later GL work.
+  void unmap(void* stream);
+  int device() const { return device_; }
+
+ private:
+  void* resource_ = nullptr;  // cudaGraphicsResource_t
+  int device_ = -1;
+  bool mapped_ = false;
+};
+
+// Writes frames (device memory described by `frames`) to `out` as
+// num_frames x height x width x 3 uint8, upright, on `stream`.
+void copy_frames_rgb(const FrameLayout& frames, uint8_t* out, void* stream);
+
+}  // namespace vlmrm::cuda
