@@ -88,6 +88,7 @@ BatchRenderer::BatchRenderer(const mjModel* model, const RendererConfig& config)
     model_->vis.global.offheight = config_.height;
 
     egl_ = EglContext::create(config_.gpu);
+    egl_->release_current();  // create() leaves it current; the scope below owns that now
     ContextScope scope(*egl_);
     gl_ = GlFunctions::load(*egl_);
     GLint viewport_dims[2] = {0, 0};
