@@ -138,6 +138,21 @@ def test_render_sim_equals_render_of_the_same_state(humanoid, persistent):
     assert_frames_equal(from_sim, reference_frames(humanoid, sim.qpos.copy(), 48, 48))
 
 
+def test_render_sim_leaves_the_physics_alone(humanoid):
+    """Scene updates compute kinematics in the simulations' own mjData (persistent batch)."""
+    n, rng = 2, np.random.default_rng(7)
+    ctrls = rng.uniform(-0.4, 0.4, (4, n, humanoid.nu))
+    outputs = ["qpos", "cinert", "cvel", "cfrc_ext"]
+    plain = BatchSimulator(humanoid, n, 5, outputs, rne_post_constraint=True)
+    drawn = BatchSimulator(humanoid, n, 5, outputs, rne_post_constraint=True)
+    with BatchRenderer(humanoid, n, 16, 16) as renderer:
+        for ctrl in ctrls:
+            plain.step(ctrl)
+            drawn.step(ctrl)
+            renderer.render_sim(drawn)
+            np.testing.assert_array_equal(drawn.output_array, plain.output_array)
+
+
 def test_calls_from_another_thread(scene):
     qpos = random_qpos(scene, 2, seed=4)
     with BatchRenderer(scene, 2, 24, 24) as renderer:
