@@ -258,8 +258,9 @@ def test_bad_configuration_is_a_clear_error(scene):
         BatchSimulator(SCENE_XML, 1)
 
 
-def test_instability_warns_and_matches_mj_step(scene):
+def test_instability_warns_and_matches_mj_step(scene, tmp_path, monkeypatch):
     """A huge control makes MuJoCo reset that simulation (mjWARN_BADQACC), in both."""
+    monkeypatch.chdir(tmp_path)  # MuJoCo's default log handler writes MUJOCO_LOG.TXT here
     sim = BatchSimulator(scene, 2, frame_skip=2, outputs=["qpos"])
     ctrl = np.zeros((2, scene.nu))
     ctrl[1, 1] = 9e9  # the unlimited filtered actuator: its force blows up at substep 2
@@ -278,8 +279,9 @@ def test_instability_warns_and_matches_mj_step(scene):
         sim.step(np.zeros((2, scene.nu)))  # no new warnings: nothing raised
 
 
-def test_mujoco_error_in_one_simulation_is_reported():
+def test_mujoco_error_in_one_simulation_is_reported(tmp_path, monkeypatch):
     """A contact overflows a tiny arena: MuJoCo raises in that simulation only."""
+    monkeypatch.chdir(tmp_path)  # MuJoCo's default log handler writes MUJOCO_LOG.TXT here
     model = mujoco.MjModel.from_xml_string(
         '<mujoco><size memory="8K"/><worldbody><geom type="plane" size="5 5 .1"/>'
         '<body pos="0 0 5"><freejoint/><geom type="box" size=".1 .1 .1"/></body></worldbody></mujoco>'

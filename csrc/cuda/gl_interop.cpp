@@ -47,38 +47,27 @@ GlBufferInterop::~GlBufferInterop() {
   int previous = 0;
   cudaGetDevice(&previous);
   cudaSetDevice(device_);
-  auto resource = static_cast<cudaGraphicsResource_t>(resource_);
-  if (mapped_) cudaGraphicsUnmapResources(1, &resource, nullptr);
-  cudaGraphicsUnregisterResource(resource);
+  cudaGraphicsUnregisterResource(static_cast<cudaGraphicsResource_t>(resource_));
   cudaSetDevice(previous);
 }
 
-const uint8_t* GlBufferInterop::map(void* stream, size_t* size) {
-  if (mapped_) throw std::logic_error("GL buffer is already mapped for CUDA");
+void GlBufferInterop::with_mapped(void* stream,
+                                  const std::function<void(const uint8_t*, size_t)>& fn) {
   DeviceScope scope(device_);
   auto resource = static_cast<cudaGraphicsResource_t>(resource_);
-  check(cudaGraphicsMapResources(1, &resource, static_cast<cudaStream_t>(stream)),
-        "cudaGraphicsMapResources");
-  mapped_ = true;
-  void* ptr = nullptr;
-  size_t bytes = 0;
-  cudaError_t status = cudaGraphicsResourceGetMappedPointer(&ptr, &bytes, resource);
-  if (status != cudaSuccess) {
-    cudaGraphicsUnmapResources(1, &resource, static_cast<cudaStream_t>(stream));
-    mapped_ = false;
-    check(status, "cudaGraphicsResourceGetMappedPointer");
+  auto cuda_stream = static_cast<cudaStream_t>(stream);
+  check(cudaGraphicsMapResources(1, &resource, cuda_stream), "cudaGraphicsMapResources");
+  try {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+    check(cudaGraphicsResourceGetMappedPointer(&ptr, &bytes, resource),
+          "cudaGraphicsResourceGetMappedPointer");
+    fn(static_cast<const uint8_t*>(ptr), bytes);
+  } catch (...) {
+    cudaGraphicsUnmapResources(1, &resource, cuda_stream);
+    throw;
   }
-  if (size) *size = bytes;
-  return static_cast<const uint8_t*>(ptr);
-}
-
-void GlBufferInterop::unmap(void* stream) {
-  if (!mapped_) return;
-  DeviceScope scope(device_);
-  auto resource = static_cast<cudaGraphicsResource_t>(resource_);
-  mapped_ = false;
-  check(cudaGraphicsUnmapResources(1, &resource, static_cast<cudaStream_t>(stream)),
-        "cudaGraphicsUnmapResources");
+  check(cudaGraphicsUnmapResources(1, &resource, cuda_stream), "cudaGraphicsUnmapResources");
 }
 
 #else
@@ -93,8 +82,9 @@ namespace {
 
 GlBufferInterop::GlBufferInterop(unsigned int, int) { no_cuda(); }
 GlBufferInterop::~GlBufferInterop() = default;
-const uint8_t* GlBufferInterop::map(void*, size_t*) { no_cuda(); }
-void GlBufferInterop::unmap(void*) { no_cuda(); }
+void GlBufferInterop::with_mapped(void*, const std::function<void(const uint8_t*, size_t)>&) {
+  no_cuda();
+}
 void copy_frames_rgb(const FrameLayout&, uint8_t*, void*) { no_cuda(); }
 
 #endif

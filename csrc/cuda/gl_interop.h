@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "cpu/preprocess.h"
 
@@ -20,18 +21,16 @@ class GlBufferInterop {
   GlBufferInterop(const GlBufferInterop&) = delete;
   GlBufferInterop& operator=(const GlBufferInterop&) = delete;
 
-  // Maps the buffer on `stream` (a cudaStream_t; null: the default stream): GL
-  // work issued before completes before CUDA work on the stream. Returns its
-  // device address and writes its size.
-  const uint8_t* map(void* stream, size_t* size);
-  // CUDA work on `stream` issued before completes before later GL work.
-  void unmap(void* stream);
+  // Maps the buffer on `stream` (a cudaStream_t; null: the default stream) and
+  // runs fn(device address, size) with this buffer's CUDA device current: GL
+  // work issued before completes before CUDA work fn enqueues on `stream`, and
+  // that work completes before later GL work touches the buffer.
+  void with_mapped(void* stream, const std::function<void(const uint8_t*, size_t)>& fn);
   int device() const { return device_; }
 
  private:
   void* resource_ = nullptr;  // cudaGraphicsResource_t
   int device_ = -1;
-  bool mapped_ = false;
 };
 
 // Writes frames (device memory described by `frames`) to `out` as

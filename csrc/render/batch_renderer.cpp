@@ -356,18 +356,13 @@ void BatchRenderer::with_device_frames(const FramesFn& fn, void* stream) {
   }
   ContextScope scope(*egl_);
   if (!interop_) interop_ = std::make_unique<cuda::GlBufferInterop>(pbo_, egl_->device().cuda_device);
-  size_t size = 0;
-  const uint8_t* pixels = interop_->map(stream, &size);
-  try {
-    if (static_cast<int64_t>(size) < frame_bytes_ * config_.num_envs) {
+  const int64_t bytes = frame_bytes_ * config_.num_envs;
+  interop_->with_mapped(stream, [&](const uint8_t* pixels, size_t size) {
+    if (static_cast<int64_t>(size) < bytes) {
       throw std::runtime_error("the mapped pixel buffer is smaller than the frames");
     }
     fn(pixels, layout(pixels));
-  } catch (...) {
-    interop_->unmap(stream);
-    throw;
-  }
-  interop_->unmap(stream);
+  });
 }
 
 void BatchRenderer::copy_frames(uint8_t* out) {
