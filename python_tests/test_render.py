@@ -165,7 +165,8 @@ def test_calls_from_another_thread(scene):
         np.testing.assert_array_equal(renderer.render(qpos), expected)
 
 
-def test_errors_are_clear(scene, humanoid):
+def test_errors_are_clear(scene, humanoid, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the max_geom case logs a MuJoCo warning to MUJOCO_LOG.TXT
     with pytest.raises(ValueError, match=r"camera 'nope' is not in the model; its cameras: 'side'"):
         BatchRenderer(scene, 1, 16, 16, camera="nope")
     with pytest.raises(ValueError, match=r"camera id 3 is outside \[-1, 1\)"):
