@@ -93,8 +93,9 @@ BatchRenderer::BatchRenderer(const mjModel* model, const RendererConfig& config)
     gl_ = GlFunctions::load(*egl_);
     GLint viewport_dims[2] = {0, 0};
     gl_.GetIntegerv(GL_MAX_VIEWPORT_DIMS, viewport_dims);
-    int limit = std::min({egl_->gl_max_renderbuffer_size(), static_cast<int>(viewport_dims[0]),
-                          static_cast<int>(viewport_dims[1])});
+    const int limit = std::min({egl_->gl_max_renderbuffer_size(), static_cast<int>(viewport_dims[0]),
+                                static_cast<int>(viewport_dims[1])});
+    max_size_ = limit;
     if (config_.width > limit || config_.height > limit) {
       throw std::invalid_argument("frame size " + std::to_string(config_.width) + "x" +
                                   std::to_string(config_.height) + " exceeds this OpenGL's limit of " +
@@ -215,7 +216,7 @@ bool BatchRenderer::software() const {
 }
 int BatchRenderer::max_size() const {
   check_open();
-  return egl_->gl_max_renderbuffer_size();
+  return max_size_;
 }
 int BatchRenderer::offscreen_samples() const {
   check_open();

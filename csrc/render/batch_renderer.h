@@ -83,7 +83,9 @@ class BatchRenderer {
   // on `stream` completes before the buffer is drawn into again.
   void with_device_frames(const FramesFn& fn, void* stream);
 
-  // Frame i's top row starts at pixels + layout.data offset; see FrameLayout.
+  // The frames in a pixel buffer that starts at `pixels`: num_envs RGBA frames
+  // of width x height, one after another, rows bottom-up (layout.data points at
+  // frame 0's top row, row_stride < 0, frames_per_row = 1).
   FrameLayout layout(const uint8_t* pixels) const;
 
   int num_envs() const { return config_.num_envs; }
@@ -94,7 +96,7 @@ class BatchRenderer {
   int egl_device() const;    // index of the EGL device in use
   int cuda_device() const;   // its CUDA index, -1 for a software device
   bool software() const;     // Mesa llvmpipe
-  int max_size() const;      // largest width/height the context accepts
+  int max_size() const;      // largest width/height this OpenGL accepts
   int offscreen_samples() const;
 
  private:
@@ -117,6 +119,7 @@ class BatchRenderer {
   mjvCamera camera_;
   unsigned int pbo_ = 0;
   int64_t frame_bytes_ = 0;
+  int max_size_ = 0;
   bool has_frames_ = false;
   std::unique_ptr<sim::BatchSim> positions_;  // scene updates for render(qpos)
   std::unique_ptr<cuda::GlBufferInterop> interop_;
