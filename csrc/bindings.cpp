@@ -3,18 +3,24 @@
 // addresses (numpy's ctypes.data, torch's data_ptr()) so one entry point serves
 // host and CUDA memory; the Python wrappers in vlmrm_fast/ own the checks of
 // dtype, shape and device that need the array objects themselves.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "build_info.h"
 #include "cpu/preprocess.h"
 #include "cpu/reward.h"
 #include "cuda/runtime.h"
+#include "render/batch_renderer.h"
+#include "render/egl_context.h"
+#include "sim/batch_sim.h"
 
 namespace py = pybind11;
 using namespace vlmrm;
@@ -81,6 +87,30 @@ FrameLayout make_layout(uintptr_t data, int num_frames, int height, int width, i
   layout.frame_col_stride = frame_col_stride;
   layout.frame_row_stride = frame_row_stride;
   return layout;
+}
+
+// ------------------------------------------- batch physics and rendering helpers
+// Models cross as mujoco.MjModel._address: an mjModel* of the libmujoco that
+// this module links (the mujoco package imports it first).
+const mjModel* model_at(uintptr_t ptr) { return address<const mjModel>(ptr, "model"); }
+
+using DoubleRows = py::array_t<double, py::array::c_style | py::array::forcecast>;
+
+void check_rows(const py::array& a, int64_t rows, int64_t cols, const char* what) {
+  if (a.ndim() != 2 || a.shape(0) != rows || a.shape(1) != cols) {
+    std::string got = "(";
+    for (py::ssize_t k = 0; k < a.ndim(); ++k) got += (k ? ", " : "") + std::to_string(a.shape(k));
+    got += a.ndim() == 1 ? ",)" : ")";
+    throw py::value_error(std::string(what) + " must have shape (" + std::to_string(rows) + ", " +
+                          std::to_string(cols) + "), got " + got);
+  }
+}
+
+// A live view of memory the native object owns; the view keeps `owner` alive.
+template <typename T>
+py::array view_of(T* data, std::vector<py::ssize_t> shape, std::vector<py::ssize_t> strides,
+                  py::handle owner) {
+  return py::array(py::dtype::of<T>(), std::move(shape), std::move(strides), data, owner);
 }
 
 }  // namespace
@@ -181,4 +211,169 @@ PYBIND11_MODULE(_core, m) {
       py::arg("embeddings"), py::arg("dtype"), py::arg("n"), py::arg("d"), py::arg("row_stride"),
       py::arg("text"), py::arg("m"), py::arg("tasks"), py::arg("out"), py::arg("max_threads") = 0,
       "C++ twin of the fused reward kernel on host memory (addresses as integers).");
+
+  // -------------------------------------------------- batch physics (sim/)
+  py::register_exception<sim::SimulationError>(m, "SimulationError", PyExc_RuntimeError);
+  m.def("output_field_names", &sim::output_field_names,
+        "mjData fields of type mjtNum that BatchSim can copy out after each step.");
+
+  py::class_<sim::BatchSim>(m, "BatchSim",
+                            "N simulations of one model on MuJoCo's batch thread pool.")
+      .def(py::init([](uintptr_t model, int num_envs, int frame_skip,
+                       const std::vector<std::tuple<std::string, int64_t, int64_t>>& outputs,
+                       bool rne_post_constraint, int nthread, bool persistent) {
+             sim::SimConfig config;
+             config.num_envs = num_envs;
+             config.frame_skip = frame_skip;
+             config.rne_post_constraint = rne_post_constraint;
+             config.nthread = nthread;
+             config.persistent = persistent;
+             for (const auto& [name, start, count] : outputs) config.outputs.push_back({name, start, count});
+             const mjModel* m = model_at(model);
+             py::gil_scoped_release release;
+             return std::make_unique<sim::BatchSim>(m, config);
+           }),
+           py::arg("model"), py::arg("num_envs"), py::arg("frame_skip") = 1,
+           py::arg("outputs") = std::vector<std::tuple<std::string, int64_t, int64_t>>{},
+           py::arg("rne_post_constraint") = false, py::arg("nthread") = 0, py::arg("persistent") = true)
+      .def(
+          "step",
+          [](sim::BatchSim& s, const DoubleRows& ctrl) {
+            check_rows(ctrl, s.num_envs(), s.model()->nu, "ctrl");
+            const double* data = ctrl.data();
+            py::gil_scoped_release release;
+            s.step(data);
+          },
+          py::arg("ctrl"), "ctrl (num_envs, nu) -> frame_skip x mj_step on every simulation.")
+      .def(
+          "reset",
+          [](sim::BatchSim& s, const py::array_t<int, py::array::c_style | py::array::forcecast>& ids,
+             const std::optional<DoubleRows>& qpos, const std::optional<DoubleRows>& qvel) {
+            if (ids.ndim() != 1) throw py::value_error("ids must be one-dimensional");
+            const int n = static_cast<int>(ids.shape(0));
+            if (qpos) check_rows(*qpos, n, s.model()->nq, "qpos");
+            if (qvel) check_rows(*qvel, n, s.model()->nv, "qvel");
+            const int* id = ids.data();
+            const double* qp = qpos ? qpos->data() : nullptr;
+            const double* qv = qvel ? qvel->data() : nullptr;
+            py::gil_scoped_release release;
+            s.reset(id, n, qp, qv);
+          },
+          py::arg("ids"), py::arg("qpos") = py::none(), py::arg("qvel") = py::none(),
+          "Reset simulations ids to the model's defaults with qpos/qvel rows, then mj_forward.")
+      .def(
+          "state_view",
+          [](py::object self, int component) {
+            auto& s = self.cast<sim::BatchSim&>();
+            int size = 0;
+            double* first = s.state_component(component, &size);
+            const py::ssize_t row = static_cast<py::ssize_t>(s.nstate()) * sizeof(double);
+            return view_of(first, {s.num_envs(), size}, {row, sizeof(double)}, self);
+          },
+          py::arg("component"), "Live (num_envs, size) view of one mjtState component of the state rows.")
+      .def("outputs_view",
+           [](py::object self) {
+             auto& s = self.cast<sim::BatchSim&>();
+             const py::ssize_t width = s.output_width();
+             return view_of(s.outputs(), {s.num_envs(), width},
+                            {width * static_cast<py::ssize_t>(sizeof(double)), sizeof(double)}, self);
+           })
+      .def("last_warnings_view",
+           [](py::object self) {
+             auto& s = self.cast<sim::BatchSim&>();
+             return view_of(const_cast<int32_t*>(s.last_warnings()), {s.num_envs()}, {sizeof(int32_t)}, self);
+           })
+      .def_property_readonly("output_slots",
+                             [](const sim::BatchSim& s) {
+                               py::list slots;
+                               for (const auto& slot : s.output_slots()) {
+                                 slots.append(py::make_tuple(slot.name, slot.column, slot.count,
+                                                             slot.start, slot.field_size));
+                               }
+                               return slots;
+                             })
+      .def_property_readonly("num_envs", &sim::BatchSim::num_envs)
+      .def_property_readonly("frame_skip", &sim::BatchSim::frame_skip)
+      .def_property_readonly("rne_post_constraint", &sim::BatchSim::rne_post_constraint)
+      .def_property_readonly("persistent", &sim::BatchSim::persistent)
+      .def_property_readonly("nthread", &sim::BatchSim::nthread)
+      .def_property_readonly("nstate", &sim::BatchSim::nstate);
+
+  // ------------------------------------------------------ rendering (render/)
+  m.def("live_egl_contexts", &render::live_egl_contexts,
+        "EGL contexts alive in this process (for leak checks).");
+
+  py::class_<render::BatchRenderer>(m, "BatchRenderer",
+                                    "N frames of one model per call in one headless EGL context.")
+      .def(py::init([](uintptr_t model, int num_envs, int width, int height, const py::object& camera,
+                       int gpu, int max_geom, int nthread) {
+             const mjModel* m = model_at(model);
+             render::RendererConfig config;
+             config.num_envs = num_envs;
+             config.width = width;
+             config.height = height;
+             if (py::isinstance<py::str>(camera)) {
+               config.camera = render::camera_id(m, camera.cast<std::string>());
+             } else if (py::isinstance<py::int_>(camera) && !py::isinstance<py::bool_>(camera)) {
+               config.camera = camera.cast<int>();
+             } else {
+               throw py::type_error("camera must be -1 (free camera), a camera id or a camera name");
+             }
+             config.gpu = gpu;
+             config.max_geom = max_geom;
+             config.nthread = nthread;
+             py::gil_scoped_release release;
+             return std::make_unique<render::BatchRenderer>(m, config);
+           }),
+           py::arg("model"), py::arg("num_envs"), py::arg("width"), py::arg("height"),
+           py::arg("camera") = -1, py::arg("gpu") = -1, py::arg("max_geom") = 10000,
+           py::arg("nthread") = 0)
+      .def(
+          "render",
+          [](render::BatchRenderer& r, const DoubleRows& qpos) {
+            check_rows(qpos, r.num_envs(), r.nq(), "qpos");
+            const double* data = qpos.data();
+            py::gil_scoped_release release;
+            r.render(data);
+          },
+          py::arg("qpos"), "Draw the frames of qpos (num_envs, nq).")
+      .def(
+          "render_sim",
+          [](render::BatchRenderer& r, sim::BatchSim& s) {
+            py::gil_scoped_release release;
+            r.render(s);
+          },
+          py::arg("sim"), "Draw the current state of each of the simulator's simulations.")
+      .def(
+          "copy_frames",
+          [](render::BatchRenderer& r, uintptr_t out) {
+            uint8_t* dst = address<uint8_t>(out, "out");
+            py::gil_scoped_release release;
+            r.copy_frames(dst);
+          },
+          py::arg("out"), "Last frames -> host uint8 (num_envs, height, width, 3) at address out.")
+      .def(
+          "copy_frames_cuda",
+          [](render::BatchRenderer& r, uintptr_t out, uintptr_t stream) {
+            uint8_t* dst = address<uint8_t>(out, "out");
+            py::gil_scoped_release release;
+            r.copy_frames_cuda(dst, reinterpret_cast<void*>(stream));
+          },
+          py::arg("out"), py::arg("stream"),
+          "Last frames -> CUDA uint8 (num_envs, height, width, 3) at address out, on stream.")
+      .def("close", [](render::BatchRenderer& r) {
+        py::gil_scoped_release release;
+        r.close();
+      })
+      .def_property_readonly("closed", &render::BatchRenderer::closed)
+      .def_property_readonly("num_envs", &render::BatchRenderer::num_envs)
+      .def_property_readonly("nq", &render::BatchRenderer::nq)
+      .def_property_readonly("width", &render::BatchRenderer::width)
+      .def_property_readonly("height", &render::BatchRenderer::height)
+      .def_property_readonly("camera", &render::BatchRenderer::camera)
+      .def_property_readonly("egl_device", &render::BatchRenderer::egl_device)
+      .def_property_readonly("cuda_device", &render::BatchRenderer::cuda_device)
+      .def_property_readonly("software", &render::BatchRenderer::software)
+      .def_property_readonly("max_size", &render::BatchRenderer::max_size)
+      .def_property_readonly("offscreen_samples", &render::BatchRenderer::offscreen_samples);
 }

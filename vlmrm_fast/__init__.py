@@ -25,6 +25,7 @@ except ImportError as _exc:  # pragma: no cover - only on a broken install
     ) from _exc
 
 from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
+from vlmrm_fast.rendering import BatchRenderer
 from vlmrm_fast.reward import (
     TINY_MODEL,
     BinaryTask,
@@ -34,6 +35,7 @@ from vlmrm_fast.reward import (
     WeightsUnavailableError,
     load_reward_model,
 )
+from vlmrm_fast.sim import BatchSimulator
 
 __version__ = "0.1.0"
 
@@ -45,6 +47,8 @@ def build_info() -> dict:
 
 __all__ = [
     "TINY_MODEL",
+    "BatchRenderer",
+    "BatchSimulator",
     "BinaryTask",
     "FramePreprocessor",
     "GoalBaselineTask",

@@ -35,6 +35,11 @@ struct EglApi {
   PFNEGLGETPLATFORMDISPLAYEXTPROC GetPlatformDisplayEXT = nullptr;
 };
 
+// What to install, in every "no EGL" message.
+constexpr const char* kInstallEgl =
+    "Install EGL: apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri (CPU, Mesa's software "
+    "rasterizer) or the NVIDIA driver's EGL library (GPU).";
+
 template <typename Fn>
 bool load_symbol(void* lib, const char* name, Fn* out) {
   *out = reinterpret_cast<Fn>(dlsym(lib, name));
@@ -53,9 +58,7 @@ const EglApi& egl_api() {
     // RTLD_GLOBAL: MuJoCo's GL loader finds eglGetProcAddress by global lookup.
     void* lib = dlopen("libEGL.so.1", RTLD_NOW | RTLD_GLOBAL);
     if (!lib) {
-      a.error = std::string("libEGL.so.1 could not be loaded (") + dlerror() +
-                "). Install EGL: apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri "
-                "(CPU, Mesa) or the NVIDIA driver's EGL library (GPU).";
+      a.error = std::string("libEGL.so.1 could not be loaded (") + dlerror() + "). " + kInstallEgl;
       return a;
     }
     bool ok = load_symbol(lib, "eglGetProcAddress", &a.GetProcAddress) &&
@@ -77,9 +80,8 @@ const EglApi& egl_api() {
          load_extension(a, "eglQueryDeviceAttribEXT", &a.QueryDeviceAttribEXT) &&
          load_extension(a, "eglGetPlatformDisplayEXT", &a.GetPlatformDisplayEXT);
     if (!ok) {
-      a.error = "EGL lacks EGL_EXT_device_enumeration / EGL_EXT_platform_device: no "
-                "headless rendering. Install a vendor EGL library (Mesa's libegl-mesa0 "
-                "or the NVIDIA driver).";
+      a.error = std::string("EGL lacks EGL_EXT_device_enumeration / EGL_EXT_platform_device (no "
+                            "vendor EGL library found?): no headless rendering. ") + kInstallEgl;
     }
     // A dlopen'ed libEGL stays loaded for the life of the process, like libGL.
     return a;
@@ -164,8 +166,7 @@ EglProbe probe_egl() {
     probe.devices.push_back(describe(api, devices[i], static_cast<int>(i)));
   }
   if (devices.empty()) {
-    probe.error = "EGL reports no devices (eglQueryDevicesEXT). On a CPU machine install "
-                  "libegl-mesa0 and libgl1-mesa-dri; on a GPU machine the NVIDIA driver's EGL.";
+    probe.error = std::string("EGL reports no devices (eglQueryDevicesEXT). ") + kInstallEgl;
     return probe;
   }
   try {
@@ -186,8 +187,7 @@ std::unique_ptr<EglContext> EglContext::create(int gpu) {
   if (!api.error.empty()) throw std::runtime_error(api.error);
   auto devices = query_devices(api);
   if (devices.empty()) {
-    throw std::runtime_error("EGL reports no devices: install libegl-mesa0 and "
-                             "libgl1-mesa-dri (CPU) or the NVIDIA driver (GPU)");
+    throw std::runtime_error(std::string("EGL reports no devices (eglQueryDevicesEXT). ") + kInstallEgl);
   }
   std::vector<EglDeviceInfo> infos;
   for (size_t i = 0; i < devices.size(); ++i) {
@@ -279,6 +279,8 @@ void EglContext::release_current() {
     api.MakeCurrent(display_, EGL_NO_SURFACE, EGL_NO_SURFACE, EGL_NO_CONTEXT);
   }
 }
+
+bool EglContext::is_current() const { return egl_api().GetCurrentContext() == context_; }
 
 void* EglContext::gl_proc(const char* name) const {
   return reinterpret_cast<void*>(egl_api().GetProcAddress(name));

@@ -42,6 +42,7 @@ class EglContext {
 
   void make_current();        // on the calling thread; throws on failure
   void release_current();     // if current on the calling thread
+  bool is_current() const;    // current on the calling thread
   const EglDeviceInfo& device() const { return device_; }
   int gl_max_renderbuffer_size() const { return max_renderbuffer_size_; }
 

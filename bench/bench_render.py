@@ -1,0 +1,166 @@
+"""Frames/s of vlmrm_fast.BatchRenderer against a loop of mujoco.Renderer, one per env.
+
+    python bench/bench_render.py --quick                 # short CPU run (llvmpipe)
+    python bench/bench_render.py --device cuda --out bench/out/render_h100.json
+
+Every method renders the same humanoid states (Humanoid-v5's model, free camera) and
+computes the kinematics of each state first (mj_fwdPosition), as a renderer fed from
+stepped simulations must:
+  loop        per env: qpos -> MjData, mj_fwdPosition, Renderer.update_scene, render()
+              (host frames; one mujoco.Renderer per env, round-robin over at most
+              --baseline-renderers of them to bound memory)
+  batch       BatchRenderer.render(qpos): host uint8 (N, H, W, 3)
+  batch_sim   BatchRenderer.render_sim(BatchSimulator): no Python per env
+  batch_cuda  BatchRenderer.render(qpos, device="cuda") through CUDA-GL interop
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import gymnasium  # noqa: E402
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+
+import vlmrm_fast  # noqa: E402
+from vlmrm_fast import BatchRenderer, BatchSimulator  # noqa: E402
+
+HUMANOID_XML = os.path.join(os.path.dirname(gymnasium.__file__), "envs/mujoco/assets/humanoid.xml")
+
+
+def states(model: mujoco.MjModel, n: int) -> np.ndarray:
+    """Humanoid poses: the free joint kept upright, the other joints perturbed."""
+    rng = np.random.default_rng(0)
+    qpos = np.tile(model.qpos0, (n, 1))
+    qpos[:, 7:] += rng.uniform(-0.4, 0.4, (n, model.nq - 7))
+    return qpos
+
+
+def timed(fn, frames_per_call: int, min_time: float) -> dict:
+    fn()  # warm-up: shader compiles, first allocations
+    calls, start = 0, time.perf_counter()
+    while True:
+        fn()
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_time:
+            break
+    return {"fps": frames_per_call * calls / elapsed, "calls": calls, "seconds": elapsed}
+
+
+def bench_loop(model, qpos, size, min_time, max_renderers) -> dict:
+    n = len(qpos)
+    m = mujoco.MjModel.from_xml_path(HUMANOID_XML)
+    m.vis.global_.offwidth = max(size, m.vis.global_.offwidth)
+    m.vis.global_.offheight = max(size, m.vis.global_.offheight)
+    renderers = [mujoco.Renderer(m, height=size, width=size) for _ in range(min(n, max_renderers))]
+    data = mujoco.MjData(m)
+
+    def run():
+        for i in range(n):
+            data.qpos[:] = qpos[i]
+            mujoco.mj_fwdPosition(m, data)
+            renderer = renderers[i % len(renderers)]
+            renderer.update_scene(data, -1)
+            renderer.render()
+
+    try:
+        result = timed(run, n, min_time)
+    finally:
+        for r in renderers:
+            r.close()
+    result["renderers"] = len(renderers)
+    return result
+
+
+def bench_batch(model, qpos, size, min_time, methods) -> dict:
+    n = len(qpos)
+    out = {}
+    with BatchRenderer(model, n, size, size) as renderer:
+        out["egl"] = "software (llvmpipe)" if renderer.software else f"cuda:{renderer.cuda_device}"
+        if "batch" in methods:
+            out["batch"] = timed(lambda: renderer.render(qpos), n, min_time)
+        if "batch_sim" in methods:
+            sim = BatchSimulator(model, n)
+            sim.reset(qpos=qpos)
+            out["batch_sim"] = timed(lambda: renderer.render_sim(sim), n, min_time)
+            sim.close()
+        if "batch_cuda" in methods:
+            import torch
+
+            def run():
+                renderer.render(qpos, device="cuda")
+                torch.cuda.synchronize()
+
+            out["batch_cuda"] = timed(run, n, min_time)
+    return out
+
+
+def machine_info() -> dict:
+    info = vlmrm_fast.build_info()
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {
+        "cpu": cpu,
+        "usable_cpus": len(os.sched_getaffinity(0)),
+        "load_average": os.getloadavg(),
+        "mujoco": mujoco.__version__,
+        "cuda_device": info["cuda_device_name"],
+        "egl_vendor": info["egl_vendor"],
+        "egl_devices": info["egl_devices"],
+        "python": platform.python_version(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="N in 1, 16, 64 and 1 s per measurement")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="cuda: also time frames delivered as CUDA tensors")
+    parser.add_argument("--envs", type=int, nargs="+", help="N values (default 1 16 64 256)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[224, 480])
+    parser.add_argument("--min-time", type=float, help="seconds per measurement (default 1, quick; 5)")
+    parser.add_argument("--baseline-renderers", type=int, default=16,
+                        help="at most this many mujoco.Renderer in the loop (each holds its own GL context)")
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args()
+
+    envs = args.envs or ([1, 16, 64] if args.quick else [1, 16, 64, 256])
+    min_time = args.min_time or (1.0 if args.quick else 5.0)
+    methods = ["batch", "batch_sim"] + (["batch_cuda"] if args.device == "cuda" else [])
+    model = mujoco.MjModel.from_xml_path(HUMANOID_XML)
+    machine = machine_info()
+    print(f"# {machine['cpu']} ({machine['usable_cpus']} CPUs, load {machine['load_average'][0]:.1f}); "
+          f"EGL {machine['egl_vendor']}; GPU {machine['cuda_device']}; MuJoCo {machine['mujoco']}")
+    header = f"{'N':>5} {'px':>5} {'loop':>9} " + " ".join(f"{m:>11}" for m in methods) + "  speedup(batch/loop)"
+    print(header + "\n" + "-" * len(header))
+    rows = []
+    for size in args.sizes:
+        for n in envs:
+            qpos = states(model, n)
+            row = {"num_envs": n, "size": size}
+            row["loop"] = bench_loop(model, qpos, size, min_time, args.baseline_renderers)
+            row.update(bench_batch(model, qpos, size, min_time, methods))
+            rows.append(row)
+            cells = " ".join(f"{row[m]['fps']:>11.1f}" for m in methods)
+            print(f"{n:>5} {size:>5} {row['loop']['fps']:>9.1f} {cells}  {row['batch']['fps'] / row['loop']['fps']:>6.2f}x",
+                  flush=True)
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump({"machine": machine, "min_time": min_time, "unit": "frames/s", "results": rows}, f, indent=2)
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

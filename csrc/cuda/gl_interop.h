@@ -1,0 +1,40 @@
+// CUDA-GL interop for the renderer's pixel buffer: the GL buffer object is
+// registered with CUDA once and mapped on a stream each step, so frames go from
+// the GL framebuffer to CUDA memory without a host copy. A build without CUDA
+// has these entry points, and they throw saying so.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "cpu/preprocess.h"
+
+namespace vlmrm::cuda {
+
+class GlBufferInterop {
+ public:
+  // The GL context owning `gl_buffer` must be current and run on CUDA device
+  // `device` (the EGL device matching it).
+  GlBufferInterop(unsigned int gl_buffer, int device);
+  ~GlBufferInterop();  // the GL context must be current
+  GlBufferInterop(const GlBufferInterop&) = delete;
+  GlBufferInterop& operator=(const GlBufferInterop&) = delete;
+
+  // Maps the buffer on `stream` (a cudaStream_t; null: the default stream) and
+  // runs fn(device address, size) with this buffer's CUDA device current: GL
+  // work issued before completes before CUDA work fn enqueues on `stream`, and
+  // that work completes before later GL work touches the buffer.
+  void with_mapped(void* stream, const std::function<void(const uint8_t*, size_t)>& fn);
+  int device() const { return device_; }
+
+ private:
+  void* resource_ = nullptr;  // cudaGraphicsResource_t
+  int device_ = -1;
+};
+
+// Writes frames (device memory described by `frames`) to `out` as
+// num_frames x height x width x 3 uint8, upright, on `stream`.
+void copy_frames_rgb(const FrameLayout& frames, uint8_t* out, void* stream);
+
+}  // namespace vlmrm::cuda

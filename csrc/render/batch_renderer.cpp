@@ -1,0 +1,394 @@
+#include "render/batch_renderer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+#include "cpu/parallel.h"
+#include "cuda/gl_interop.h"
+#include "render/egl_context.h"
+#include "sim/batch_sim.h"
+#include "sim/mj_guard.h"
+
+namespace vlmrm::render {
+namespace {
+
+// Per-simulation scene update, run by mjb_apply: kinematics of the current
+// state (all mj_forward computes from positions), then the scene as
+// mujoco.Renderer.update_scene builds it. Plain pointers only: MuJoCo may
+// unwind this function with longjmp.
+struct SceneArgs {
+  mjvScene* scenes;
+  const mjvOption* option;
+  const mjvCamera* camera;
+  int32_t* overflow;
+};
+
+void update_scene_one(const mjModel* m, mjData* d, int sim, void* arg) {
+  const SceneArgs* a = static_cast<const SceneArgs*>(arg);
+  mj_fwdPosition(m, d);
+  mj_sensorPos(m, d);
+  mjvCamera camera = *a->camera;
+  mjvScene* scene = a->scenes + sim;
+  mjv_updateScene(m, d, a->option, nullptr, &camera, mjCAT_ALL, scene);
+  a->overflow[sim] = scene->ngeom >= scene->maxgeom ? 1 : 0;
+}
+
+bool same_layout(const mjModel* a, const mjModel* b) {
+  return a->nq == b->nq && a->nv == b->nv && a->nu == b->nu && a->nbody == b->nbody &&
+         a->ngeom == b->ngeom && a->nsite == b->nsite && a->ncam == b->ncam &&
+         a->nlight == b->nlight && a->ntendon == b->ntendon && a->nskin == b->nskin &&
+         a->nflex == b->nflex && a->nmocap == b->nmocap && a->nmesh == b->nmesh;
+}
+
+}  // namespace
+
+int camera_id(const mjModel* m, const std::string& name) {
+  int id = mj_name2id(m, mjOBJ_CAMERA, name.c_str());
+  if (id >= 0) return id;
+  std::string names;
+  for (int i = 0; i < m->ncam; ++i) {
+    const char* n = mj_id2name(m, mjOBJ_CAMERA, i);
+    names += (i ? ", " : "") + ((n && *n) ? "'" + std::string(n) + "'" : "#" + std::to_string(i) + " (unnamed)");
+  }
+  throw std::invalid_argument("camera '" + name + "' is not in the model; its cameras: " +
+                              (names.empty() ? std::string("none (use camera=-1, the free camera)") : names));
+}
+
+// Makes the renderer's context current for one call; releases it afterwards
+// unless it was current before, so any thread may make the next call.
+struct BatchRenderer::ContextScope {
+  explicit ContextScope(EglContext& context) : context_(context), was_current_(context.is_current()) {
+    context_.make_current();
+  }
+  ~ContextScope() {
+    if (!was_current_) context_.release_current();
+  }
+  EglContext& context_;
+  bool was_current_;
+};
+
+BatchRenderer::BatchRenderer(const mjModel* model, const RendererConfig& config) : config_(config) {
+  if (!model) throw std::invalid_argument("model is null");
+  if (config_.num_envs < 1) throw std::invalid_argument("num_envs must be >= 1");
+  if (config_.width < 1 || config_.height < 1) throw std::invalid_argument("width and height must be >= 1");
+  if (config_.max_geom < 1) throw std::invalid_argument("max_geom must be >= 1");
+  if (config_.camera < -1 || config_.camera >= model->ncam) {
+    throw std::invalid_argument("camera id " + std::to_string(config_.camera) + " is outside [-1, " +
+                                std::to_string(model->ncam) + ") (-1: the free camera)");
+  }
+  mjr_defaultContext(&con_);
+  try {
+    mjModel* copy = nullptr;
+    mj::guarded("mj_copyModel", [&] { copy = mj_copyModel(nullptr, model); });
+    model_ = copy;
+    // The offscreen buffer is one frame: every frame is drawn at the origin.
+    model_->vis.global.offwidth = config_.width;
+    model_->vis.global.offheight = config_.height;
+
+    egl_ = EglContext::create(config_.gpu);
+    egl_->release_current();  // create() leaves it current; the scope below owns that now
+    ContextScope scope(*egl_);
+    gl_ = GlFunctions::load(*egl_);
+    GLint viewport_dims[2] = {0, 0};
+    gl_.GetIntegerv(GL_MAX_VIEWPORT_DIMS, viewport_dims);
+    const int limit = std::min({egl_->gl_max_renderbuffer_size(), static_cast<int>(viewport_dims[0]),
+                                static_cast<int>(viewport_dims[1])});
+    max_size_ = limit;
+    if (config_.width > limit || config_.height > limit) {
+      throw std::invalid_argument("frame size " + std::to_string(config_.width) + "x" +
+                                  std::to_string(config_.height) + " exceeds this OpenGL's limit of " +
+                                  std::to_string(limit) + " pixels per side");
+    }
+
+    mjrContext* con = &con_;
+    const mjModel* m = model_;
+    mj::guarded("mjr_makeContext", [&] {
+      mjr_makeContext(m, con, mjFONTSCALE_150);
+      mjr_setBuffer(mjFB_OFFSCREEN, con);
+    });
+    con_made_ = true;
+    if (con_.offWidth != config_.width || con_.offHeight != config_.height || !con_.offFBO) {
+      throw std::runtime_error("MuJoCo could not make a " + std::to_string(config_.width) + "x" +
+                               std::to_string(config_.height) + " offscreen framebuffer");
+    }
+
+    frame_bytes_ = static_cast<int64_t>(config_.width) * config_.height * 4;
+    gl_.GenBuffers(1, &pbo_);
+    gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, pbo_);
+    gl_.BufferData(GL_PIXEL_PACK_BUFFER, static_cast<GLsizeiptr>(frame_bytes_ * config_.num_envs),
+                   nullptr, GL_STREAM_READ);
+    gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, 0);
+    check_gl("allocating the pixel buffer");
+
+    scenes_.resize(config_.num_envs);
+    for (auto& scene : scenes_) {
+      mjvScene* scn = &scene;
+      int max_geom = config_.max_geom;
+      mjv_defaultScene(scn);
+      mj::guarded("mjv_makeScene", [&] { mjv_makeScene(m, scn, max_geom); });
+      ++scenes_made_;
+    }
+    mjv_defaultOption(&option_);
+    mjv_defaultCamera(&camera_);
+    if (config_.camera < 0) {
+      camera_.type = mjCAMERA_FREE;
+      mjv_defaultFreeCamera(model_, &camera_);
+    } else {
+      camera_.type = mjCAMERA_FIXED;
+      camera_.fixedcamid = config_.camera;
+    }
+    overflow_.assign(config_.num_envs, 0);
+
+    sim::SimConfig positions;
+    positions.num_envs = config_.num_envs;
+    positions.nthread = config_.nthread;
+    positions.persistent = false;
+    positions_ = std::make_unique<sim::BatchSim>(model_, positions);
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+BatchRenderer::~BatchRenderer() { release(); }
+
+void BatchRenderer::close() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  release();
+}
+
+void BatchRenderer::release() {
+  if (egl_) {
+    try {
+      egl_->make_current();
+      interop_.reset();
+      if (pbo_) gl_.DeleteBuffers(1, &pbo_);
+      if (con_made_) mjr_freeContext(&con_);
+    } catch (...) {
+      // A context that cannot be made current frees its objects with it.
+    }
+    pbo_ = 0;
+    con_made_ = false;
+    egl_->release_current();
+    egl_.reset();
+  }
+  for (int i = 0; i < scenes_made_; ++i) mjv_freeScene(&scenes_[i]);
+  scenes_made_ = 0;
+  scenes_.clear();
+  positions_.reset();
+  if (model_) mj_deleteModel(model_);
+  model_ = nullptr;
+  has_frames_ = false;
+}
+
+void BatchRenderer::check_open() const {
+  if (!egl_) throw std::runtime_error("the renderer is closed");
+}
+
+void BatchRenderer::check_gl(const char* what) {
+  GLenum error = gl_.GetError();
+  if (error != GL_NO_ERROR) {
+    while (gl_.GetError() != GL_NO_ERROR) {
+    }
+    char code[16];
+    std::snprintf(code, sizeof(code), "0x%04x", error);
+    throw std::runtime_error(std::string("OpenGL error ") + code + " while " + what);
+  }
+}
+
+int BatchRenderer::nq() const {
+  check_open();
+  return static_cast<int>(model_->nq);
+}
+int BatchRenderer::egl_device() const {
+  check_open();
+  return egl_->device().index;
+}
+int BatchRenderer::cuda_device() const {
+  check_open();
+  return egl_->device().cuda_device;
+}
+bool BatchRenderer::software() const {
+  check_open();
+  return egl_->device().software;
+}
+int BatchRenderer::max_size() const {
+  check_open();
+  return max_size_;
+}
+int BatchRenderer::offscreen_samples() const {
+  check_open();
+  return con_.offSamples;
+}
+
+void BatchRenderer::render(const double* qpos) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  check_open();
+  const int64_t nq = model_->nq;
+  const int64_t n = nq * config_.num_envs;
+  if (n && !qpos) throw std::invalid_argument("qpos is null");
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(qpos[i])) throw std::invalid_argument("qpos has non-finite values (NaN or inf)");
+  }
+  int size = 0;
+  double* rows = positions_->state_component(mjSTATE_QPOS, &size);
+  const int64_t stride = positions_->nstate();
+  for (int i = 0; i < config_.num_envs; ++i) {
+    std::copy(qpos + i * nq, qpos + (i + 1) * nq, rows + i * stride);
+  }
+  update_scenes(*positions_);
+  draw_and_read();
+}
+
+void BatchRenderer::render(sim::BatchSim& sim) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  check_open();
+  if (sim.num_envs() != config_.num_envs) {
+    throw std::invalid_argument("the simulator has " + std::to_string(sim.num_envs()) +
+                                " simulations, the renderer " + std::to_string(config_.num_envs));
+  }
+  if (!same_layout(sim.model(), model_)) {
+    throw std::invalid_argument("the simulator's model is not the renderer's (sizes differ)");
+  }
+  update_scenes(sim);
+  draw_and_read();
+}
+
+void BatchRenderer::update_scenes(sim::BatchSim& sim) {
+  SceneArgs args{scenes_.data(), &option_, &camera_, overflow_.data()};
+  has_frames_ = false;
+  sim.apply(update_scene_one, &args, false);
+  for (int i = 0; i < config_.num_envs; ++i) {
+    if (overflow_[i]) {
+      throw std::runtime_error("the scene of simulation " + std::to_string(i) + " filled max_geom=" +
+                               std::to_string(config_.max_geom) + " geoms; pass a larger max_geom");
+    }
+  }
+}
+
+void BatchRenderer::draw_and_read() {
+  ContextScope scope(*egl_);
+  while (gl_.GetError() != GL_NO_ERROR) {
+  }
+  const GlFunctions gl = gl_;
+  mjrContext* con = &con_;
+  mjvScene* scenes = scenes_.data();
+  const int n = config_.num_envs, w = config_.width, h = config_.height;
+  const int64_t frame_bytes = frame_bytes_;
+  const unsigned int pbo = pbo_;
+  mj::guarded("mjr_render", [&] {
+    const mjrRect viewport = {0, 0, w, h};
+    mjr_setBuffer(mjFB_OFFSCREEN, con);
+    gl.BindBuffer(GL_PIXEL_PACK_BUFFER, pbo);
+    for (int i = 0; i < n; ++i) {
+      mjr_render(viewport, scenes + i, con);
+      // Resolve the multisampled frame as mjr_readPixels does, then read it
+      // into its slot of the pixel buffer (asynchronous on a GPU).
+      if (con->offFBO_r) {
+        gl.BindFramebuffer(GL_READ_FRAMEBUFFER, con->offFBO);
+        gl.BindFramebuffer(GL_DRAW_FRAMEBUFFER, con->offFBO_r);
+        gl.BlitFramebuffer(0, 0, w, h, 0, 0, w, h, GL_COLOR_BUFFER_BIT, GL_NEAREST);
+        gl.BindFramebuffer(GL_READ_FRAMEBUFFER, con->offFBO_r);
+      } else {
+        gl.BindFramebuffer(GL_READ_FRAMEBUFFER, con->offFBO);
+      }
+      gl.ReadBuffer(GL_COLOR_ATTACHMENT0);
+      gl.ReadPixels(0, 0, w, h, GL_RGBA, GL_UNSIGNED_BYTE,
+                    reinterpret_cast<void*>(static_cast<uintptr_t>(frame_bytes * i)));
+      gl.BindFramebuffer(GL_FRAMEBUFFER, con->offFBO);
+    }
+    gl.BindBuffer(GL_PIXEL_PACK_BUFFER, 0);
+  });
+  check_gl("drawing the frames");
+  has_frames_ = true;
+}
+
+FrameLayout BatchRenderer::layout(const uint8_t* pixels) const {
+  const int64_t row_bytes = static_cast<int64_t>(config_.width) * 4;
+  FrameLayout l;
+  l.data = pixels + (config_.height - 1) * row_bytes;  // top row of frame 0
+  l.num_frames = config_.num_envs;
+  l.height = config_.height;
+  l.width = config_.width;
+  l.pixel_stride = 4;
+  l.row_stride = -row_bytes;
+  l.frames_per_row = 1;
+  l.frame_col_stride = 0;
+  l.frame_row_stride = frame_bytes_;
+  return l;
+}
+
+void BatchRenderer::with_host_frames(const FramesFn& fn) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  check_open();
+  if (!has_frames_) throw std::runtime_error("no frames yet: render first");
+  ContextScope scope(*egl_);
+  gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, pbo_);
+  auto* pixels = static_cast<const uint8_t*>(gl_.MapBufferRange(
+      GL_PIXEL_PACK_BUFFER, 0, static_cast<GLsizeiptr>(frame_bytes_ * config_.num_envs), GL_MAP_READ_BIT));
+  if (!pixels) {
+    gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, 0);
+    check_gl("mapping the pixel buffer");
+    throw std::runtime_error("glMapBufferRange returned no memory for the pixel buffer");
+  }
+  try {
+    fn(pixels, layout(pixels));
+  } catch (...) {
+    gl_.UnmapBuffer(GL_PIXEL_PACK_BUFFER);
+    gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, 0);
+    throw;
+  }
+  gl_.UnmapBuffer(GL_PIXEL_PACK_BUFFER);
+  gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, 0);
+  check_gl("reading the pixel buffer");
+}
+
+void BatchRenderer::with_device_frames(const FramesFn& fn, void* stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  check_open();
+  if (!has_frames_) throw std::runtime_error("no frames yet: render first");
+  if (egl_->device().cuda_device < 0) {
+    throw std::runtime_error(
+        "CUDA output needs an EGL device that is a CUDA device (the NVIDIA driver's EGL); this "
+        "renderer runs on " + std::string(egl_->device().software ? "software (Mesa llvmpipe)" : "a non-CUDA") +
+        " EGL device");
+  }
+  ContextScope scope(*egl_);
+  if (!interop_) interop_ = std::make_unique<cuda::GlBufferInterop>(pbo_, egl_->device().cuda_device);
+  const int64_t bytes = frame_bytes_ * config_.num_envs;
+  interop_->with_mapped(stream, [&](const uint8_t* pixels, size_t size) {
+    if (static_cast<int64_t>(size) < bytes) {
+      throw std::runtime_error("the mapped pixel buffer is smaller than the frames");
+    }
+    fn(pixels, layout(pixels));
+  });
+}
+
+void BatchRenderer::copy_frames(uint8_t* out) {
+  if (!out) throw std::invalid_argument("out is null");
+  with_host_frames([&](const uint8_t*, const FrameLayout& l) {
+    const int64_t rows = static_cast<int64_t>(l.num_frames) * l.height;
+    const int64_t pixels = rows * l.width;
+    int threads = static_cast<int>(std::min<int64_t>(sim::usable_cpus(), 1 + pixels / (1 << 18)));
+    cpu::parallel_for(rows, threads, [&](int64_t k) {
+      const int64_t i = k / l.height, r = k % l.height;
+      const uint8_t* src = l.data + i * l.frame_row_stride + r * l.row_stride;
+      uint8_t* dst = out + k * l.width * 3;
+      for (int c = 0; c < l.width; ++c) {
+        dst[3 * c] = src[4 * c];
+        dst[3 * c + 1] = src[4 * c + 1];
+        dst[3 * c + 2] = src[4 * c + 2];
+      }
+    });
+  });
+}
+
+void BatchRenderer::copy_frames_cuda(uint8_t* out, void* stream) {
+  if (!out) throw std::invalid_argument("out is null");
+  with_device_frames([&](const uint8_t*, const FrameLayout& l) { cuda::copy_frames_rgb(l, out, stream); },
+                     stream);
+}
+
+}  // namespace vlmrm::render

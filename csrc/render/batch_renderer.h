@@ -1,0 +1,130 @@
+// Renders N simulations of one model per step in one headless EGL context.
+//
+// Each frame is drawn exactly as mujoco.Renderer draws it (mjv_updateScene with
+// default options, mjr_render at viewport (0, 0, W, H) of a W x H offscreen
+// buffer with the model's multisampling, resolved by a blit), so the pixels are
+// the same. Drawing every frame at the origin is what makes them the same: a
+// tile drawn at another viewport offset of a larger framebuffer differs in
+// interpolated colours and shadow-map tests (measured on llvmpipe: up to 148
+// levels at shadow edges). Each resolved frame is read into its slot of one
+// pixel buffer object (no CPU wait on a GPU); the host path maps that buffer
+// once per step, the CUDA path maps it into CUDA through GL interop.
+//
+// Scene updates (kinematics for the current state, then mjv_updateScene) run in
+// parallel on a MuJoCo batch thread pool: the simulator's own when rendering
+// from a BatchSim, an internal one when rendering given qpos.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <mujoco/mujoco.h>
+
+#include "cpu/preprocess.h"
+#include "render/gl_functions.h"
+
+namespace vlmrm::sim {
+class BatchSim;
+}
+namespace vlmrm::cuda {
+class GlBufferInterop;
+}
+
+namespace vlmrm::render {
+
+class EglContext;
+
+struct RendererConfig {
+  int num_envs = 1;
+  int width = 0;
+  int height = 0;
+  int camera = -1;      // -1: free camera (mjv_defaultFreeCamera); else a fixed camera id
+  int gpu = -1;         // CUDA index of the EGL device; -1: automatic (EglContext::create)
+  int max_geom = 10000; // per-frame scene capacity, as mujoco.Renderer's default
+  int nthread = 0;      // scene-update threads for render(qpos); <= 0: the CPUs we may use
+};
+
+// The camera id of `name` in m; throws std::invalid_argument listing the cameras.
+int camera_id(const mjModel* m, const std::string& name);
+
+class BatchRenderer {
+ public:
+  // Copies `model`. Throws std::invalid_argument for bad sizes or camera, and
+  // std::runtime_error when EGL or OpenGL cannot be set up.
+  BatchRenderer(const mjModel* model, const RendererConfig& config);
+  ~BatchRenderer();
+  BatchRenderer(const BatchRenderer&) = delete;
+  BatchRenderer& operator=(const BatchRenderer&) = delete;
+
+  // Frees GL objects, the context and the threads now; later calls throw.
+  void close();
+  bool closed() const { return !egl_; }
+
+  // Draws num_envs frames for positions qpos (num_envs x nq, row-major); every
+  // other state component has the model's default value.
+  void render(const double* qpos);
+  // Draws the current state of each of the simulator's simulations, on its threads.
+  void render(sim::BatchSim& sim);
+
+  // The last frames, upright, as num_envs x height x width x 3 uint8 in host memory.
+  void copy_frames(uint8_t* out);
+  // The same into CUDA memory on `stream` through CUDA-GL interop (no host copy).
+  void copy_frames_cuda(uint8_t* out, void* stream);
+
+  // Runs fn on the last frames without copying them: `pixels` is the start of
+  // the pixel buffer, `layout` describes the frames in it (RGBA, rows bottom-up).
+  using FramesFn = std::function<void(const uint8_t* pixels, const FrameLayout& layout)>;
+  void with_host_frames(const FramesFn& fn);
+  // Same with the pixel buffer mapped into CUDA on `stream`; work fn enqueues
+  // on `stream` completes before the buffer is drawn into again.
+  void with_device_frames(const FramesFn& fn, void* stream);
+
+  // The frames in a pixel buffer that starts at `pixels`: num_envs RGBA frames
+  // of width x height, one after another, rows bottom-up (layout.data points at
+  // frame 0's top row, row_stride < 0, frames_per_row = 1).
+  FrameLayout layout(const uint8_t* pixels) const;
+
+  int num_envs() const { return config_.num_envs; }
+  int nq() const;
+  int width() const { return config_.width; }
+  int height() const { return config_.height; }
+  int camera() const { return config_.camera; }
+  int egl_device() const;    // index of the EGL device in use
+  int cuda_device() const;   // its CUDA index, -1 for a software device
+  bool software() const;     // Mesa llvmpipe
+  int max_size() const;      // largest width/height this OpenGL accepts
+  int offscreen_samples() const;
+
+ private:
+  struct ContextScope;
+  void check_open() const;
+  void update_scenes(sim::BatchSim& sim);
+  void draw_and_read();
+  void check_gl(const char* what);
+  void release();
+
+  RendererConfig config_;
+  std::unique_ptr<EglContext> egl_;
+  GlFunctions gl_;
+  mjModel* model_ = nullptr;
+  mjrContext con_;
+  bool con_made_ = false;
+  std::vector<mjvScene> scenes_;
+  int scenes_made_ = 0;
+  mjvOption option_;
+  mjvCamera camera_;
+  unsigned int pbo_ = 0;
+  int64_t frame_bytes_ = 0;
+  int max_size_ = 0;
+  bool has_frames_ = false;
+  std::unique_ptr<sim::BatchSim> positions_;  // scene updates for render(qpos)
+  std::unique_ptr<cuda::GlBufferInterop> interop_;
+  std::vector<int32_t> overflow_;  // per frame: the scene ran out of geoms
+  std::mutex mutex_;
+};
+
+}  // namespace vlmrm::render
