@@ -12,7 +12,7 @@ namespace {
 
 [[noreturn]] void not_compiled(const char* what, const char* cpu_alternative) {
   throw std::runtime_error(std::string(what) +
-                           ": vlmrm_fast was built without CUDA (nvcc was not found at build time); use " +
+                           ": vlmrm_fast was built without CUDA (no nvcc at build time, or VLMRM_WITH_CUDA=OFF); use " +
                            cpu_alternative + " or reinstall on a machine with the CUDA toolkit");
 }
 
