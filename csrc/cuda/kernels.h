@@ -37,7 +37,7 @@ class DevicePreprocessPlan {
 
   int device_ = -1;
   PreprocessPlan plan_;             // host copy: sizes, taps, mean/std
-  int32_t* tables_ = nullptr;       // device: start, count, coeffs (horizontal, then vertical)
+  int32_t* tables_ = nullptr;       // device: start, count, coeffs [tap][output] (horizontal, then vertical)
   int multiprocessors_ = 0;
   int max_shared_bytes_ = 0;        // per block, opt-in limit of the device
   int col_first_ = 0, col_end_ = 0; // source columns any output column reads

@@ -50,10 +50,9 @@ struct PreprocessArgs {
   int span_bytes;  // bytes of a source row the horizontal taps read
   int col_first;   // first source column read
   int cols;        // source columns read, from col_first
-  int h_taps, v_taps;
   const int32_t* h_start;
   const int32_t* h_count;
-  const int32_t* h_coeffs;
+  const int32_t* h_coeffs;  // tap-major: coefficient j of output o at [j * S + o]
   const int32_t* v_start;
   const int32_t* v_count;
   const int32_t* v_coeffs;
@@ -130,11 +129,11 @@ __device__ __forceinline__ void horizontal_then_vertical(const PreprocessArgs& a
       const uintptr_t seg = reinterpret_cast<uintptr_t>(origin + (r0 + rr) * a.row_stride);
       const uint8_t* src = reinterpret_cast<const uint8_t*>(stage + rr * a.stage_words) + (seg & 3) +
                            (__ldg(a.h_start + x) - a.col_first) * ps;
-      const int32_t* k = a.h_coeffs + x * a.h_taps;
+      const int32_t* k = a.h_coeffs + x;
       const int count = __ldg(a.h_count + x);
       int32_t acc0 = kHalfUnit, acc1 = kHalfUnit, acc2 = kHalfUnit;
       for (int j = 0; j < count; ++j) {
-        const int32_t w = __ldg(k + j);
+        const int32_t w = __ldg(k + j * S);
         acc0 += src[0] * w;
         acc1 += src[1] * w;
         acc2 += src[2] * w;
@@ -153,12 +152,12 @@ __device__ __forceinline__ void horizontal_then_vertical(const PreprocessArgs& a
     const int yl = i / S;
     const int x = i - yl * S;
     const int y = y0 + yl;
-    const int32_t* k = a.v_coeffs + y * a.v_taps;
+    const int32_t* k = a.v_coeffs + y;
     const int count = __ldg(a.v_count + y);
     const uint8_t* src = mid + (__ldg(a.v_start + y) - row_first) * 3 * S + x;
     int32_t acc0 = kHalfUnit, acc1 = kHalfUnit, acc2 = kHalfUnit;
     for (int j = 0; j < count; ++j) {
-      const int32_t w = __ldg(k + j);
+      const int32_t w = __ldg(k + j * S);
       acc0 += src[0] * w;
       acc1 += src[S] * w;
       acc2 += src[2 * S] * w;
@@ -187,11 +186,11 @@ __device__ __forceinline__ void vertical_then_horizontal(const PreprocessArgs& a
     const int col = b / 3;
     const int c = b - col * 3;
     const int y = y0 + yl;
-    const int32_t* k = a.v_coeffs + y * a.v_taps;
+    const int32_t* k = a.v_coeffs + y;
     const int count = __ldg(a.v_count + y);
     const uint8_t* src = origin + __ldg(a.v_start + y) * a.row_stride + col * a.pixel_stride + c;
     int32_t acc = kHalfUnit;
-    for (int j = 0; j < count; ++j) acc += __ldg(src + j * a.row_stride) * __ldg(k + j);
+    for (int j = 0; j < count; ++j) acc += __ldg(src + j * a.row_stride) * __ldg(k + j * S);
     mid[(yl * 3 + c) * cols + col] = static_cast<uint8_t>(clip8(acc));
   }
   __syncthreads();
@@ -200,12 +199,12 @@ __device__ __forceinline__ void vertical_then_horizontal(const PreprocessArgs& a
   for (int i = tid; i < rows_out * S; i += kThreads) {
     const int yl = i / S;
     const int x = i - yl * S;
-    const int32_t* k = a.h_coeffs + x * a.h_taps;
+    const int32_t* k = a.h_coeffs + x;
     const int count = __ldg(a.h_count + x);
     const uint8_t* src = mid + yl * 3 * cols + (__ldg(a.h_start + x) - a.col_first);
     int32_t acc0 = kHalfUnit, acc1 = kHalfUnit, acc2 = kHalfUnit;
     for (int j = 0; j < count; ++j) {
-      const int32_t w = __ldg(k + j);
+      const int32_t w = __ldg(k + j * S);
       acc0 += src[j] * w;
       acc1 += src[cols + j] * w;
       acc2 += src[2 * cols + j] * w;
@@ -297,12 +296,16 @@ DevicePreprocessPlan::DevicePreprocessPlan(const PreprocessPlan& plan, int devic
     rows_spanned_[t] = widest;
   }
 
+  // Coefficients go tap-major, so the threads of a warp (neighbouring
+  // outputs) read one tap's coefficients from consecutive addresses.
   std::vector<int32_t> host;
   host.reserve(2 * S + h.coeffs.size() + 2 * S + v.coeffs.size());
   for (const AxisPlan* axis : {&h, &v}) {
     host.insert(host.end(), axis->start.begin(), axis->start.end());
     host.insert(host.end(), axis->count.begin(), axis->count.end());
-    host.insert(host.end(), axis->coeffs.begin(), axis->coeffs.end());
+    for (int j = 0; j < axis->taps; ++j) {
+      for (int o = 0; o < S; ++o) host.push_back(axis->coeffs[static_cast<size_t>(o) * axis->taps + j]);
+    }
   }
 
   cuda::DeviceGuard guard(device);
@@ -385,8 +388,6 @@ void preprocess_cuda(const FrameLayout& frames, const DevicePreprocessPlan& devi
   const int64_t blocks = static_cast<int64_t>(frames.num_frames) * tiles;
   if (blocks > INT_MAX) throw std::invalid_argument("preprocess_cuda: too many frames for one launch");
 
-  const AxisPlan& h = plan.horizontal;
-  const AxisPlan& v = plan.vertical;
   PreprocessArgs a{};
   a.frames = frames.data;
   a.row_stride = frames.row_stride;
@@ -402,12 +403,10 @@ void preprocess_cuda(const FrameLayout& frames, const DevicePreprocessPlan& devi
   a.span_bytes = static_cast<int>(span_bytes);
   a.col_first = device_plan.col_first_;
   a.cols = cols;
-  a.h_taps = h.taps;
-  a.v_taps = v.taps;
   a.h_start = device_plan.tables_;
   a.h_count = a.h_start + S;
   a.h_coeffs = a.h_count + S;
-  a.v_start = a.h_coeffs + static_cast<size_t>(S) * h.taps;
+  a.v_start = a.h_coeffs + static_cast<size_t>(S) * plan.horizontal.taps;
   a.v_count = a.v_start + S;
   a.v_coeffs = a.v_count + S;
   for (int c = 0; c < 3; ++c) {
