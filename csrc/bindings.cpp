@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -17,6 +18,7 @@
 #include "build_info.h"
 #include "cpu/preprocess.h"
 #include "cpu/reward.h"
+#include "cuda/kernels.h"
 #include "cuda/runtime.h"
 #include "render/batch_renderer.h"
 #include "render/egl_context.h"
@@ -113,6 +115,20 @@ py::array view_of(T* data, std::vector<py::ssize_t> shape, std::vector<py::ssize
   return py::array(py::dtype::of<T>(), std::move(shape), std::move(strides), data, owner);
 }
 
+void check_reward_args(int64_t n, int64_t d, int64_t row_stride, int64_t m_rows,
+                       const std::vector<RewardTask>& tasks) {
+  check_positive(n, "n");
+  check_positive(d, "d");
+  check_positive(m_rows, "text rows");
+  if (row_stride < d) throw std::invalid_argument("row_stride must be >= d");
+  if (tasks.empty()) throw std::invalid_argument("at least one reward task is needed");
+  validate_reward_tasks(tasks.data(), static_cast<int64_t>(tasks.size()), m_rows);
+}
+
+void check_device_index(int device) {
+  if (device < 0) throw std::invalid_argument("device must be a CUDA device index >= 0");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -129,18 +145,23 @@ PYBIND11_MODULE(_core, m) {
       .value("shortest", ResizeMode::kShortest)
       .value("squash", ResizeMode::kSquash);
 
+  py::enum_<PassOrder>(m, "PassOrder", "Which axis Pillow resamples first (Pillow >= 13: pillow13).")
+      .value("horizontal_first", PassOrder::kHorizontalFirst)
+      .value("pillow13", PassOrder::kPillow13);
+
   py::class_<PreprocessPlan>(m, "PreprocessPlan",
                              "Resample taps for one input size -> (3, S, S) encoder input.")
       .def(py::init([](int in_height, int in_width, int out_size, ResizeMode mode, Filter filter,
-                       std::vector<float> mean, std::vector<float> std) {
+                       std::vector<float> mean, std::vector<float> std, PassOrder order) {
              if (mean.size() != 3 || std.size() != 3) {
                throw std::invalid_argument("mean and std need 3 values (RGB)");
              }
              return make_preprocess_plan(in_height, in_width, out_size, mode, filter, mean.data(),
-                                         std.data());
+                                         std.data(), order);
            }),
            py::arg("in_height"), py::arg("in_width"), py::arg("out_size"), py::arg("mode"),
-           py::arg("filter"), py::arg("mean"), py::arg("std"))
+           py::arg("filter"), py::arg("mean"), py::arg("std"),
+           py::arg("pass_order") = PassOrder::kHorizontalFirst)
       .def_readonly("in_height", &PreprocessPlan::in_height)
       .def_readonly("in_width", &PreprocessPlan::in_width)
       .def_readonly("out_size", &PreprocessPlan::out_size)
@@ -148,6 +169,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readonly("resized_width", &PreprocessPlan::resized_width)
       .def_readonly("crop_top", &PreprocessPlan::crop_top)
       .def_readonly("crop_left", &PreprocessPlan::crop_left)
+      .def_readonly("vertical_first", &PreprocessPlan::vertical_first)
       .def_property_readonly("horizontal_taps", [](const PreprocessPlan& p) { return p.horizontal.taps; })
       .def_property_readonly("vertical_taps", [](const PreprocessPlan& p) { return p.vertical.taps; });
 
@@ -194,12 +216,7 @@ PYBIND11_MODULE(_core, m) {
       "reward_cpu",
       [](uintptr_t embeddings, int dtype, int64_t n, int64_t d, int64_t row_stride, uintptr_t text,
          int64_t m_rows, const std::vector<RewardTask>& tasks, uintptr_t out, int max_threads) {
-        check_positive(n, "n");
-        check_positive(d, "d");
-        check_positive(m_rows, "text rows");
-        if (row_stride < d) throw std::invalid_argument("row_stride must be >= d");
-        if (tasks.empty()) throw std::invalid_argument("at least one reward task is needed");
-        validate_reward_tasks(tasks.data(), static_cast<int64_t>(tasks.size()), m_rows);
+        check_reward_args(n, d, row_stride, m_rows, tasks);
         const void* emb = address<const void>(embeddings, "embeddings");
         const float* txt = address<const float>(text, "text");
         float* dst = address<float>(out, "out");
@@ -376,4 +393,59 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("software", &render::BatchRenderer::software)
       .def_property_readonly("max_size", &render::BatchRenderer::max_size)
       .def_property_readonly("offscreen_samples", &render::BatchRenderer::offscreen_samples);
+
+  // ---------------------------------------------------------------- CUDA kernels
+  // The same computations on device memory, ordered on a CUDA stream (given as
+  // the integer handle, torch's Stream.cuda_stream). Without CUDA compiled in
+  // (or without a usable device) every entry point raises RuntimeError.
+  py::class_<DevicePreprocessPlan>(m, "DevicePreprocessPlan",
+                                   "A PreprocessPlan's tap tables uploaded to one CUDA device.")
+      .def(py::init([](const PreprocessPlan& plan, int device) {
+             check_device_index(device);
+             return std::make_unique<DevicePreprocessPlan>(plan, device);
+           }),
+           py::arg("plan"), py::arg("device"))
+      .def_property_readonly("device", &DevicePreprocessPlan::device)
+      .def_property_readonly("in_height", [](const DevicePreprocessPlan& p) { return p.plan().in_height; })
+      .def_property_readonly("in_width", [](const DevicePreprocessPlan& p) { return p.plan().in_width; })
+      .def_property_readonly("out_size", [](const DevicePreprocessPlan& p) { return p.plan().out_size; });
+
+  m.def(
+      "preprocess_cuda",
+      [](const DevicePreprocessPlan& plan, uintptr_t frames, int num_frames, int height, int width,
+         int64_t pixel_stride, int64_t row_stride, int frames_per_row, int64_t frame_col_stride,
+         int64_t frame_row_stride, uintptr_t out, int dtype, uintptr_t stream) {
+        FrameLayout layout = make_layout(frames, num_frames, height, width, pixel_stride, row_stride,
+                                         frames_per_row, frame_col_stride, frame_row_stride);
+        void* dst = address<void>(out, "out");
+        DType dt = to_dtype(dtype);
+        py::gil_scoped_release release;
+        preprocess_cuda(layout, plan, dst, dt, reinterpret_cast<void*>(stream));
+      },
+      py::arg("device_plan"), py::arg("frames"), py::arg("num_frames"), py::arg("height"), py::arg("width"),
+      py::arg("pixel_stride"), py::arg("row_stride"), py::arg("frames_per_row"), py::arg("frame_col_stride"),
+      py::arg("frame_row_stride"), py::arg("out"), py::arg("dtype"), py::arg("stream"),
+      "Fused preprocess kernel on the plan's device (addresses and stream as integers).");
+
+  m.def(
+      "reward_cuda",
+      [](uintptr_t embeddings, int dtype, int64_t n, int64_t d, int64_t row_stride, uintptr_t text,
+         int64_t m_rows, const std::vector<RewardTask>& tasks, uintptr_t out, int device, uintptr_t stream) {
+        check_reward_args(n, d, row_stride, m_rows, tasks);
+        if (tasks.size() > static_cast<size_t>(kMaxRewardTasks)) {
+          throw std::invalid_argument(std::to_string(tasks.size()) + " reward tasks given; the CUDA kernel takes at most " +
+                                      std::to_string(kMaxRewardTasks) + " per call (split them over several calls)");
+        }
+        check_device_index(device);
+        const void* emb = address<const void>(embeddings, "embeddings");
+        const float* txt = address<const float>(text, "text");
+        float* dst = address<float>(out, "out");
+        DType dt = to_dtype(dtype);
+        py::gil_scoped_release release;
+        reward_cuda(emb, dt, n, d, row_stride, txt, m_rows, tasks.data(), static_cast<int64_t>(tasks.size()), dst,
+                    device, reinterpret_cast<void*>(stream));
+      },
+      py::arg("embeddings"), py::arg("dtype"), py::arg("n"), py::arg("d"), py::arg("row_stride"), py::arg("text"),
+      py::arg("m"), py::arg("tasks"), py::arg("out"), py::arg("device"), py::arg("stream"),
+      "Fused reward kernel on a CUDA device (addresses and stream as integers).");
 }

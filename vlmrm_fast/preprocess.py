@@ -23,6 +23,14 @@ _FILTERS = {"bicubic": _core.Filter.bicubic, "bilinear": _core.Filter.bilinear}
 _RESIZE_MODES = {"shortest": _core.ResizeMode.shortest, "squash": _core.ResizeMode.squash}
 
 
+def pillow_pass_order():
+    """The resample pass order of the installed Pillow (13 may go vertical first)."""
+    import PIL
+
+    major = int(PIL.__version__.split(".")[0])
+    return _core.PassOrder.pillow13 if major >= 13 else _core.PassOrder.horizontal_first
+
+
 @dataclasses.dataclass(frozen=True)
 class PreprocessSpec:
     """What open_clip's eval transform does for one model."""
@@ -161,6 +169,7 @@ class FramePreprocessor:
                 _FILTERS[self.spec.interpolation],
                 [float(np.float32(v)) for v in self.spec.mean],
                 [float(np.float32(v)) for v in self.spec.std],
+                pillow_pass_order(),
             )
         return self._plans[key]
 

@@ -100,53 +100,88 @@ inline const uint8_t* frame_origin(const FrameLayout& f, int i) {
          static_cast<int64_t>(i / f.frames_per_row) * f.frame_row_stride;
 }
 
-void preprocess_frame(const FrameLayout& frames, const PreprocessPlan& plan, int i, void* out,
-                      DType dtype) {
+// One output sample of a pass: count taps over src[0], src[step], ..., with
+// Pillow's rounding offset and uint8 clipping.
+inline uint8_t tap_sum(const uint8_t* src, int64_t step, const int32_t* k, int count) {
+  int32_t acc = 1 << (kResamplePrecisionBits - 1);
+  for (int j = 0; j < count; ++j) acc += src[j * step] * k[j];
+  return clip8(acc);
+}
+
+// Both passes in Pillow's order for this plan; `resized` gets S x S x 3 uint8.
+void resample_frame(const FrameLayout& frames, const PreprocessPlan& plan, int i, std::vector<uint8_t>& resized) {
   const AxisPlan& h = plan.horizontal;
   const AxisPlan& v = plan.vertical;
   const int S = plan.out_size;
-  int row_first = v.start[0], row_end = v.start[0] + v.count[0];
-  for (int o = 1; o < S; ++o) {
-    row_first = std::min(row_first, v.start[o]);
-    row_end = std::max(row_end, v.start[o] + v.count[o]);
-  }
+  const int64_t ps = frames.pixel_stride;
   const uint8_t* origin = frame_origin(frames, i);
-  // Horizontal pass over the source rows the vertical pass reads.
-  std::vector<uint8_t> rows(static_cast<size_t>(row_end - row_first) * S * 3);
-  for (int r = row_first; r < row_end; ++r) {
-    const uint8_t* src = origin + static_cast<int64_t>(r) * frames.row_stride;
-    uint8_t* dst = rows.data() + static_cast<size_t>(r - row_first) * S * 3;
-    for (int x = 0; x < S; ++x) {
-      const int32_t* k = h.coeffs.data() + static_cast<size_t>(x) * h.taps;
-      int32_t acc[3] = {1 << (kResamplePrecisionBits - 1), 1 << (kResamplePrecisionBits - 1),
-                        1 << (kResamplePrecisionBits - 1)};
-      for (int j = 0; j < h.count[x]; ++j) {
-        const uint8_t* px = src + static_cast<int64_t>(h.start[x] + j) * frames.pixel_stride;
-        acc[0] += px[0] * k[j];
-        acc[1] += px[1] * k[j];
-        acc[2] += px[2] * k[j];
+  std::vector<uint8_t> mid;
+  if (!plan.vertical_first) {
+    // Horizontal pass over the source rows the vertical pass reads.
+    int row_first = v.start[0], row_end = v.start[0] + v.count[0];
+    for (int o = 1; o < S; ++o) {
+      row_first = std::min(row_first, v.start[o]);
+      row_end = std::max(row_end, v.start[o] + v.count[o]);
+    }
+    mid.resize(static_cast<size_t>(row_end - row_first) * S * 3);
+    for (int r = row_first; r < row_end; ++r) {
+      const uint8_t* src = origin + static_cast<int64_t>(r) * frames.row_stride;
+      uint8_t* dst = mid.data() + static_cast<size_t>(r - row_first) * S * 3;
+      for (int x = 0; x < S; ++x) {
+        const int32_t* k = h.coeffs.data() + static_cast<size_t>(x) * h.taps;
+        for (int c = 0; c < 3; ++c) dst[x * 3 + c] = tap_sum(src + h.start[x] * ps + c, ps, k, h.count[x]);
       }
-      for (int c = 0; c < 3; ++c) dst[x * 3 + c] = clip8(acc[c]);
+    }
+    for (int y = 0; y < S; ++y) {
+      const int32_t* k = v.coeffs.data() + static_cast<size_t>(y) * v.taps;
+      const uint8_t* src = mid.data() + static_cast<size_t>(v.start[y] - row_first) * S * 3;
+      for (int x = 0; x < S * 3; ++x) resized[static_cast<size_t>(y) * S * 3 + x] = tap_sum(src + x, S * 3, k, v.count[y]);
+    }
+  } else {
+    // Vertical pass over the source columns the horizontal pass reads.
+    int col_first = h.start[0], col_end = h.start[0] + h.count[0];
+    for (int o = 1; o < S; ++o) {
+      col_first = std::min(col_first, h.start[o]);
+      col_end = std::max(col_end, h.start[o] + h.count[o]);
+    }
+    const int cols = col_end - col_first;
+    mid.resize(static_cast<size_t>(S) * cols * 3);
+    for (int y = 0; y < S; ++y) {
+      const int32_t* k = v.coeffs.data() + static_cast<size_t>(y) * v.taps;
+      const uint8_t* src = origin + static_cast<int64_t>(v.start[y]) * frames.row_stride;
+      uint8_t* dst = mid.data() + static_cast<size_t>(y) * cols * 3;
+      for (int x = 0; x < cols; ++x) {
+        for (int c = 0; c < 3; ++c) {
+          dst[x * 3 + c] = tap_sum(src + (col_first + x) * ps + c, frames.row_stride, k, v.count[y]);
+        }
+      }
+    }
+    for (int y = 0; y < S; ++y) {
+      const uint8_t* src = mid.data() + static_cast<size_t>(y) * cols * 3;
+      uint8_t* dst = resized.data() + static_cast<size_t>(y) * S * 3;
+      for (int x = 0; x < S; ++x) {
+        const int32_t* k = h.coeffs.data() + static_cast<size_t>(x) * h.taps;
+        for (int c = 0; c < 3; ++c) dst[x * 3 + c] = tap_sum(src + (h.start[x] - col_first) * 3 + c, 3, k, h.count[x]);
+      }
     }
   }
-  // Vertical pass, then (x / 255 - mean) / std in float32, planar output.
+}
+
+// Resample, then (x / 255 - mean) / std in float32, planar output.
+void preprocess_frame(const FrameLayout& frames, const PreprocessPlan& plan, int i, void* out, DType dtype) {
+  const int S = plan.out_size;
+  std::vector<uint8_t> resized(static_cast<size_t>(S) * S * 3);
+  resample_frame(frames, plan, i, resized);
   const size_t plane = static_cast<size_t>(S) * S;
   const size_t base = static_cast<size_t>(i) * 3 * plane;
-  for (int y = 0; y < S; ++y) {
-    const int32_t* k = v.coeffs.data() + static_cast<size_t>(y) * v.taps;
-    for (int x = 0; x < S; ++x) {
-      for (int c = 0; c < 3; ++c) {
-        int32_t acc = 1 << (kResamplePrecisionBits - 1);
-        for (int j = 0; j < v.count[y]; ++j) {
-          acc += rows[(static_cast<size_t>(v.start[y] + j - row_first) * S + x) * 3 + c] * k[j];
-        }
-        float value = (static_cast<float>(clip8(acc)) / 255.0f - plan.mean[c]) / plan.std[c];
-        size_t idx = base + c * plane + static_cast<size_t>(y) * S + x;
-        switch (dtype) {
-          case DType::kFloat32: static_cast<float*>(out)[idx] = value; break;
-          case DType::kFloat16: static_cast<uint16_t*>(out)[idx] = cpu::float_to_half(value); break;
-          case DType::kBFloat16: static_cast<uint16_t*>(out)[idx] = cpu::float_to_bfloat16(value); break;
-        }
+  for (size_t p = 0; p < plane; ++p) {
+    for (int c = 0; c < 3; ++c) {
+      float value = (static_cast<float>(resized[p * 3 + c]) / 255.0f - plan.mean[c]) / plan.std[c];
+      size_t idx = base + c * plane + p;
+      switch (dtype) {
+        case DType::kFloat32: static_cast<float*>(out)[idx] = value; break;
+        case DType::kFloat16: static_cast<uint16_t*>(out)[idx] = cpu::float_to_half(value); break;
+        case DType::kBFloat16: static_cast<uint16_t*>(out)[idx] = cpu::float_to_bfloat16(value); break;
       }
     }
   }
@@ -155,7 +190,7 @@ void preprocess_frame(const FrameLayout& frames, const PreprocessPlan& plan, int
 }  // namespace
 
 PreprocessPlan make_preprocess_plan(int in_height, int in_width, int out_size, ResizeMode mode,
-                                    Filter filter, const float mean[3], const float std[3]) {
+                                    Filter filter, const float mean[3], const float std[3], PassOrder order) {
   if (in_height <= 0 || in_width <= 0 || out_size <= 0) {
     throw std::invalid_argument("preprocess: frame size and output size must be positive");
   }
@@ -179,6 +214,8 @@ PreprocessPlan make_preprocess_plan(int in_height, int in_width, int out_size, R
   plan.crop_left = python_round_half(plan.resized_width - out_size);
   plan.horizontal = resample_axis(in_width, plan.resized_width, plan.crop_left, out_size, filter);
   plan.vertical = resample_axis(in_height, plan.resized_height, plan.crop_top, out_size, filter);
+  const int shrink_h = in_height - plan.resized_height, shrink_w = in_width - plan.resized_width;
+  plan.vertical_first = order == PassOrder::kPillow13 && shrink_h > 0 && shrink_h > 2 * shrink_w;
   for (int c = 0; c < 3; ++c) {
     if (!(std[c] > 0.0f)) throw std::invalid_argument("preprocess: std must be positive");
     plan.mean[c] = mean[c];

@@ -14,6 +14,12 @@ enum class Filter : int { kBilinear = 0, kBicubic = 1 };
 enum class ResizeMode : int { kShortest = 0, kSquash = 1 };
 enum class DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
+// Which axis Pillow resamples first; the uint8 rounding between the passes
+// makes the order visible. Pillow < 13 always goes horizontal first. Pillow 13
+// goes vertical first when the height shrinks by more than twice as many
+// pixels as the width (in_h - out_h > 0 and in_h - out_h > 2 (in_w - out_w)).
+enum class PassOrder : int { kHorizontalFirst = 0, kPillow13 = 1 };
+
 // Pillow's fixed-point precision for 8-bit images (Resample.c: 32 - 8 - 2).
 constexpr int kResamplePrecisionBits = 22;
 
@@ -55,12 +61,14 @@ struct PreprocessPlan {
   int out_size = 0;                           // S: output is (3, S, S)
   AxisPlan horizontal;                        // over output columns
   AxisPlan vertical;                          // over output rows
+  bool vertical_first = false;                // pass order (see PassOrder)
   float mean[3] = {0, 0, 0};
   float std[3] = {1, 1, 1};
 };
 
 PreprocessPlan make_preprocess_plan(int in_height, int in_width, int out_size, ResizeMode mode,
-                                    Filter filter, const float mean[3], const float std[3]);
+                                    Filter filter, const float mean[3], const float std[3],
+                                    PassOrder order = PassOrder::kHorizontalFirst);
 
 // Writes num_frames x 3 x S x S values of `dtype` to `out` (contiguous).
 void preprocess_cpu(const FrameLayout& frames, const PreprocessPlan& plan, void* out, DType dtype,

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 import torch
 
 from vlmrm_fast import _core
-from vlmrm_fast.device import dtype_code, native_cuda_usable
+from vlmrm_fast.device import dtype_code, native_cuda_usable, resolve_device
 from vlmrm_fast.reward import math as rmath
 from vlmrm_fast.reward.tasks import BinaryTask, GoalBaselineTask, Task
 
@@ -30,7 +30,7 @@ class RewardHead:
     ):
         """``text_embedding(prompt)`` returns the normalized (D,) float32 embedding."""
         self.tasks = tuple(tasks)
-        self.device = torch.device(device)
+        self.device = resolve_device(device)  # "cuda" -> "cuda:N": the kernel needs the index
         rows: list[torch.Tensor] = []
         table: list = []
         self._reference: list[tuple] = []  # per task, torch inputs of the fallback
