@@ -1,7 +1,10 @@
 """``vlmrm-fast`` command line: one subcommand per job.
 
-    vlmrm-fast info                       what the build and the machine offer
-    vlmrm-fast train CONFIG.yaml          train an agent with a VLM reward
+    vlmrm-fast info                         what the build and the machine offer
+    vlmrm-fast train CONFIG.yaml            train an agent with a VLM reward
+    vlmrm-fast dataset sample|label|render  labelled-state datasets
+    vlmrm-fast evaluate DATASET.npz         EPIC distance of reward models to labels
+    vlmrm-fast landscape TASK               reward along one state variable
 """
 
 from __future__ import annotations
@@ -41,8 +44,16 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     add_subcommand(sub)
 
 
-# Each entry adds one subcommand; the job's code lives in its own module.
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_info, _add_train]
+def _add_evaluation(sub: argparse._SubParsersAction) -> None:
+    from vlmrm_fast.evaluation import cli
+
+    cli.add_dataset(sub)
+    cli.add_evaluate(sub)
+    cli.add_landscape(sub)
+
+
+# Each entry adds one subcommand (or a family); the job's code lives in its own module.
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_info, _add_train, _add_evaluation]
 
 
 def build_parser() -> argparse.ArgumentParser:
