@@ -1,9 +1,11 @@
 """``vlmrm-fast`` command line: one subcommand per job.
 
-    vlmrm-fast info                       what the build and the machine offer
-    vlmrm-fast train CONFIG.yaml          train an agent with a VLM reward
-    vlmrm-fast export MODEL --batch-size N   build a TensorRT engine for MODEL's image tower
-                                          ahead of time (or --onnx-only OUT.onnx)
+    vlmrm-fast info                         what the build and the machine offer
+    vlmrm-fast train CONFIG.yaml            train an agent with a VLM reward
+    vlmrm-fast export MODEL --batch-size N  build a TensorRT engine of MODEL's image tower ahead of time
+    vlmrm-fast dataset sample|label|render  labelled-state datasets
+    vlmrm-fast evaluate DATASET.npz         EPIC distance of reward models to labels
+    vlmrm-fast landscape TASK               reward along one state variable
 """
 
 from __future__ import annotations
@@ -43,60 +45,22 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     add_subcommand(sub)
 
 
-def _export(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from vlmrm_fast.encoders.export import export_encoder
-
-    try:
-        path = export_encoder(
-            args.model,
-            args.pretrained,
-            checkpoint=args.checkpoint,
-            batch_size=args.batch_size,
-            precision=args.precision,
-            onnx_only=args.onnx_only,
-            engine_cache_dir=args.cache_dir,
-            device=args.device,
-            workspace_gib=args.workspace_gib,
-            rebuild=args.rebuild,
-            seed=args.seed,
-        )
-    except (ValueError, RuntimeError, ImportError, OSError) as exc:
-        print(f"vlmrm-fast export: error: {exc}", file=sys.stderr)
-        return 2
-    size = sum(p.stat().st_size for p in (path, Path(f"{path}.data")) if p.exists())
-    print(f"{'ONNX' if args.onnx_only else 'engine'}: {path} ({size / 2**20:.1f} MiB)")
-    return 0
-
-
 def _add_export(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "export",
-        help="build the TensorRT engine of a CLIP image tower into the engine cache (or write its ONNX file)",
-        description="Builds the TensorRT engine the reward model would build on first use, so training starts at once. "
-        "With --onnx-only, writes the ONNX export instead (works on the CPU).",
-    )
-    p.add_argument("model", help="open_clip model name, 'name/tag', 'hf-hub:org/repo' or 'vlmrm-tiny'")
-    weights = p.add_mutually_exclusive_group()
-    weights.add_argument("--pretrained", metavar="TAG", help="open_clip pretrained tag (e.g. laion2b_s32b_b82k)")
-    weights.add_argument("--checkpoint", metavar="FILE", help="local weights file")
-    p.add_argument("--batch-size", type=int, metavar="N", help="the fixed batch the engine runs (required for engines)")
-    p.add_argument("--precision", choices=("auto", "bf16", "fp16", "fp32"), default="auto",
-                   help="engine precision (auto: bf16 where the GPU has it, else fp16; fp32 with --onnx-only)")
-    p.add_argument("--onnx-only", metavar="OUT.onnx", help="write the ONNX export here and stop (no GPU needed)")
-    p.add_argument(
-        "--cache-dir", metavar="DIR", help="engine cache (default $VLMRM_FAST_ENGINE_CACHE or ~/.cache/vlmrm_fast/engines)"
-    )
-    p.add_argument("--device", default="auto", help="CUDA device to build for (default: auto)")
-    p.add_argument("--workspace-gib", type=float, default=8.0, help="TensorRT builder workspace limit (GiB)")
-    p.add_argument("--rebuild", action="store_true", help="build even when a valid engine is cached")
-    p.add_argument("--seed", type=int, default=0, help="seed of random weights (models without pretrained weights)")
-    p.set_defaults(func=_export)
+    from vlmrm_fast.encoders.export import add_subcommand
+
+    add_subcommand(sub)
 
 
-# Each entry adds one subcommand; the job's code lives in its own module.
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_info, _add_train, _add_export]
+def _add_evaluation(sub: argparse._SubParsersAction) -> None:
+    from vlmrm_fast.evaluation import cli
+
+    cli.add_dataset(sub)
+    cli.add_evaluate(sub)
+    cli.add_landscape(sub)
+
+
+# Each entry adds one subcommand (or a family); the job's code lives in its own module.
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_info, _add_train, _add_export, _add_evaluation]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -77,3 +79,51 @@ def export_encoder(
         return encoder.engine_path
     finally:
         encoder.close()
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    try:
+        path = export_encoder(
+            args.model,
+            args.pretrained,
+            checkpoint=args.checkpoint,
+            batch_size=args.batch_size,
+            precision=args.precision,
+            onnx_only=args.onnx_only,
+            engine_cache_dir=args.cache_dir,
+            device=args.device,
+            workspace_gib=args.workspace_gib,
+            rebuild=args.rebuild,
+            seed=args.seed,
+        )
+    except (ValueError, RuntimeError, ImportError, OSError) as exc:
+        print(f"vlmrm-fast export: error: {exc}", file=sys.stderr)
+        return 2
+    size = sum(p.stat().st_size for p in (path, Path(f"{path}.data")) if p.exists())
+    print(f"{'ONNX' if args.onnx_only else 'engine'}: {path} ({size / 2**20:.1f} MiB)")
+    return 0
+
+
+def add_subcommand(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export",
+        help="build the TensorRT engine of a CLIP image tower into the engine cache (or write its ONNX file)",
+        description="Builds the TensorRT engine the reward model would build on first use, so training starts at once. "
+        "With --onnx-only, writes the ONNX export instead (works on the CPU).",
+    )
+    p.add_argument("model", help="open_clip model name, 'name/tag', 'hf-hub:org/repo' or 'vlmrm-tiny'")
+    weights = p.add_mutually_exclusive_group()
+    weights.add_argument("--pretrained", metavar="TAG", help="open_clip pretrained tag (e.g. laion2b_s32b_b82k)")
+    weights.add_argument("--checkpoint", metavar="FILE", help="local weights file")
+    p.add_argument("--batch-size", type=int, metavar="N", help="the fixed batch the engine runs (required for engines)")
+    p.add_argument("--precision", choices=("auto", "bf16", "fp16", "fp32"), default="auto",
+                   help="engine precision (auto: bf16 where the GPU has it, else fp16; fp32 with --onnx-only)")
+    p.add_argument("--onnx-only", metavar="OUT.onnx", help="write the ONNX export here and stop (no GPU needed)")
+    p.add_argument(
+        "--cache-dir", metavar="DIR", help="engine cache (default $VLMRM_FAST_ENGINE_CACHE or ~/.cache/vlmrm_fast/engines)"
+    )
+    p.add_argument("--device", default="auto", help="CUDA device to build for (default: auto)")
+    p.add_argument("--workspace-gib", type=float, default=8.0, help="TensorRT builder workspace limit (GiB)")
+    p.add_argument("--rebuild", action="store_true", help="build even when a valid engine is cached")
+    p.add_argument("--seed", type=int, default=0, help="seed of random weights (models without pretrained weights)")
+    p.set_defaults(func=_run_export)

@@ -1,0 +1,196 @@
+"""Scoring reward models against a labelled-state dataset: EPIC per (model, alpha), precision-recall.
+
+Each model encodes the dataset's frames once; all alphas (and the binary task)
+are scored from those embeddings. The state-only EPIC distance to the labels is
+the Pearson distance over the labelled states (:func:`state_epic_distance`).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import pathlib
+from typing import Any, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from vlmrm_fast.evaluation.dataset import StateDataset
+from vlmrm_fast.evaluation.epic import state_epic_distance
+from vlmrm_fast.evaluation.plotting import new_figure, palette, save_figure
+from vlmrm_fast.evaluation.precision_recall import PrecisionRecall, plot_precision_recall, precision_recall
+from vlmrm_fast.evaluation.scoring import alpha_tasks, binary_task, check_alphas, parameter_count, score_frames
+from vlmrm_fast.evaluation.states import as_task
+from vlmrm_fast.reward import VLMRewardModel, load_reward_model
+
+
+@dataclasses.dataclass
+class ModelEvaluation:
+    """One model's scores on a dataset."""
+
+    model: str
+    parameters: int
+    alphas: tuple[float, ...]
+    epic: np.ndarray                         # (K,) state-only EPIC distance to the labels, per alpha
+    rewards: np.ndarray                      # (N, K) rewards of every state, per alpha
+    binary: PrecisionRecall | None = None    # the binary reward against boolean labels
+    threshold: float = 0.5
+
+
+@dataclasses.dataclass
+class Evaluation:
+    """The scores of several models on one dataset."""
+
+    task: str
+    n_labelled: int
+    models: list[ModelEvaluation]
+
+    def rows(self) -> list[dict[str, Any]]:
+        out = []
+        for m in self.models:
+            for alpha, d in zip(m.alphas, m.epic):
+                row = {"model": m.model, "parameters": m.parameters, "alpha": alpha, "epic_distance": float(d)}
+                if m.binary is not None:
+                    row["binary_average_precision"] = m.binary.average_precision
+                out.append(row)
+        return out
+
+    def save_csv(self, path: str | pathlib.Path) -> pathlib.Path:
+        path = pathlib.Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows = self.rows()
+        fields = list(dict.fromkeys(k for row in rows for k in row))
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields + ["n_labelled"])
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({**{k: _csv_value(v) for k, v in row.items()}, "n_labelled": self.n_labelled})
+        return path
+
+    def table(self) -> Any:
+        """A rich Table: one row per model, one column per alpha (EPIC distance; lower is better)."""
+        from rich.table import Table
+
+        alphas = list(dict.fromkeys(a for m in self.models for a in m.alphas))
+        table = Table(title=f"EPIC distance to human labels: {self.task} ({self.n_labelled} labelled states; lower is better)")
+        table.add_column("model", overflow="fold")
+        table.add_column("params", justify="right", no_wrap=True)
+        for a in alphas:
+            table.add_column(f"α={a:g}", justify="right", no_wrap=True)
+        has_binary = any(m.binary is not None for m in self.models)
+        if has_binary:
+            table.add_column("binary AP", justify="right")
+        for m in self.models:
+            by_alpha = dict(zip(m.alphas, m.epic))
+            best = min(m.epic)
+            cells = []
+            for a in alphas:
+                text = f"{by_alpha[a]:.4f}" if a in by_alpha else ""
+                cells.append(f"[bold]{text}[/bold]" if a in by_alpha and by_alpha[a] == best else text)
+            if has_binary:
+                cells.append(f"{m.binary.average_precision:.4f}" if m.binary is not None else "")
+            table.add_row(m.model, _human_count(m.parameters), *cells)
+        return table
+
+    def plot(self, path: str | pathlib.Path) -> pathlib.Path:
+        """Left: EPIC against model size, one line per alpha (the paper's model-size figure). Right: against alpha."""
+        fig, (by_size, by_alpha) = new_figure((11.0, 4.6), 1, 2)
+        models = sorted(self.models, key=lambda m: m.parameters)
+        alphas = list(dict.fromkeys(a for m in models for a in m.alphas))
+        sizes = [m.parameters for m in models]
+        for alpha, color in zip(alphas, palette(len(alphas))):
+            points = [(m.parameters, dict(zip(m.alphas, m.epic))[alpha]) for m in models if alpha in m.alphas]
+            xs, ys = zip(*points)
+            by_size.plot(xs, ys, "o-", color=color, lw=2, ms=6, label=f"α = {alpha:g}")
+        by_size.set_xscale("log")
+        by_size.set_xticks(sizes)
+        by_size.set_xticklabels([f"{m.model}\n{_human_count(m.parameters)}" for m in models], fontsize=7, rotation=0)
+        by_size.minorticks_off()
+        if len(set(sizes)) == 1:
+            by_size.set_xlim(sizes[0] / 2, sizes[0] * 2)
+        by_size.set_xlabel("model (parameters)")
+        by_size.set_ylabel("EPIC distance to labels (lower is better)")
+        by_size.set_title("EPIC distance vs. model size", fontsize=10)
+        by_size.legend(fontsize=8, framealpha=0.9)
+        for m, color in zip(models, palette(len(models), "tab10")):
+            by_alpha.plot(m.alphas, m.epic, "o-", color=color, lw=2, ms=5, label=m.model)
+        by_alpha.set_xlabel("α (goal-baseline projection strength)")
+        by_alpha.set_ylabel("EPIC distance to labels")
+        by_alpha.set_title("EPIC distance vs. α", fontsize=10)
+        by_alpha.legend(fontsize=8, framealpha=0.9)
+        fig.suptitle(f"{self.task}: reward models against {self.n_labelled} labelled states", fontsize=11)
+        return save_figure(fig, path)
+
+    def plot_precision_recall(self, path: str | pathlib.Path) -> pathlib.Path | None:
+        curves = {m.model: m.binary for m in self.models if m.binary is not None}
+        if not curves:
+            return None
+        threshold = next(m.threshold for m in self.models if m.binary is not None)
+        return plot_precision_recall(curves, path, threshold=threshold, title=f"{self.task}: binary reward vs. labels")
+
+
+def evaluate_models(
+    dataset: StateDataset,
+    models: Sequence[str | VLMRewardModel],
+    alphas: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
+    *,
+    target_prompts: Any = None,
+    baseline_prompts: Any = None,
+    negative_prompts: Any = None,
+    threshold: float = 0.5,
+    device: str = "auto",
+    batch_size: int | None = None,
+    progress: bool = False,
+) -> Evaluation:
+    """EPIC distance of each model's reward to the labels for each alpha, and the binary reward's precision-recall.
+
+    ``models`` are names for :func:`load_reward_model` (loaded one at a time) or
+    loaded models. Prompts default to the dataset task's. Precision-recall is
+    computed when the labels are boolean: the first target prompt against
+    ``negative_prompts`` (default: the baseline prompts).
+    """
+    if not models:
+        raise ValueError("models is empty; give at least one, e.g. ['ViT-L-14/laion2b_s32b_b82k']")
+    alphas = check_alphas(alphas)
+    n_labelled = int(dataset.labelled.sum())
+    if n_labelled < 2:
+        raise ValueError(
+            f"the dataset has {n_labelled} labelled states; label at least 2 (import a CSV with `vlmrm-fast dataset label`)"
+        )
+    spec = as_task(dataset.task)
+    targets = target_prompts if target_prompts is not None else spec.target_prompts
+    baselines = baseline_prompts if baseline_prompts is not None else spec.baseline_prompts
+    if not targets:
+        raise ValueError(f"task {spec.name!r} has no prompts: give target_prompts")
+    tasks: list[Any] = alpha_tasks(targets, baselines, alphas)
+    negatives = negative_prompts if negative_prompts is not None else baselines
+    labels = dataset.labels
+    boolean = np.isin(labels[dataset.labelled], (0.0, 1.0)).all() and 0 < np.nansum(labels) < n_labelled
+    if boolean and negatives:
+        tasks.append(binary_task(targets, negatives, threshold))
+    results = []
+    for entry in tqdm(models, desc="models", unit="model", disable=not progress or len(models) < 2):
+        model = load_reward_model(entry, target_prompts=targets, device=device, batch_size=batch_size) if isinstance(entry, str) else entry
+        try:
+            rewards = score_frames(model, dataset.frames, tasks, progress=progress)
+            epic = state_epic_distance(rewards[:, : len(alphas)], labels)
+            binary = precision_recall(rewards[:, len(alphas)], labels) if len(tasks) > len(alphas) else None
+            results.append(
+                ModelEvaluation(model.clip.model_id, parameter_count(model), alphas, epic, rewards[:, : len(alphas)], binary, threshold)
+            )
+        finally:
+            if isinstance(entry, str):
+                model.close()
+    return Evaluation(spec.name, n_labelled, results)
+
+
+def _human_count(n: int) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)
+
+
+def _csv_value(v: Any) -> Any:
+    return f"{v:.6g}" if isinstance(v, float) and not math.isnan(v) else v

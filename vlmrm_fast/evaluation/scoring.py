@@ -1,0 +1,63 @@
+"""Scoring frames for many reward tasks with one image-encoder pass."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from vlmrm_fast.reward import BinaryTask, GoalBaselineTask, VLMRewardModel
+from vlmrm_fast.reward.tasks import normalize_prompts
+
+
+def score_frames(model: VLMRewardModel, frames: Any, tasks: Sequence[Any], *, progress: bool = False) -> np.ndarray:
+    """Rewards (N, K) float64 of frames (N, H, W, 3) for K tasks; the frames are encoded once.
+
+    The model's own tasks are restored afterwards.
+    """
+    frames = np.asarray(frames)
+    if frames.ndim != 4 or frames.shape[0] == 0:
+        raise ValueError(f"frames must be (N, H, W, 3) with N >= 1, got shape {frames.shape}")
+    chunk = model.chunk_size
+    embeddings = []
+    for start in tqdm(range(0, frames.shape[0], chunk), desc="encode", unit="batch", disable=not progress, leave=False):
+        embeddings.append(model.embed_images(frames[start : start + chunk]))
+    embeddings = torch.cat(embeddings)
+    previous, previous_multi = model.tasks, model.multi_task
+    model.set_tasks(tasks, multi_task=True)
+    try:
+        return model.reward_from_embeddings(embeddings).double().cpu().numpy()
+    finally:
+        model.set_tasks(previous, multi_task=previous_multi)
+
+
+def alpha_tasks(target_prompts: Any, baseline_prompts: Any, alphas: Sequence[float]) -> list[GoalBaselineTask]:
+    """One goal-baseline task per alpha, with the same prompts."""
+    alphas = check_alphas(alphas)
+    return [GoalBaselineTask(target_prompts, baseline_prompts, a, name=f"alpha={a:g}") for a in alphas]
+
+
+def binary_task(target_prompts: Any, negative_prompts: Any, threshold: float = 0.5) -> BinaryTask:
+    """The binary task scoring the first target prompt against negatives, returning the probability."""
+    goal = normalize_prompts(target_prompts, "target_prompts")[0]
+    negatives = tuple(p for p in normalize_prompts(negative_prompts, "negative_prompts") if p != goal)
+    return BinaryTask(goal, negatives, threshold=threshold, probability=True)
+
+
+def check_alphas(alphas: Sequence[float]) -> tuple[float, ...]:
+    try:
+        out = tuple(float(a) for a in alphas)
+    except (TypeError, ValueError):
+        raise TypeError(f"alphas must be a list of numbers in [0, 1], got {alphas!r}") from None
+    if not out:
+        raise ValueError("alphas is empty; give at least one, e.g. [0, 0.5, 1]")
+    if len(set(out)) != len(out):
+        raise ValueError(f"alphas contain duplicates: {list(out)}")
+    return out
+
+
+def parameter_count(model: VLMRewardModel) -> int:
+    """Parameters of the whole CLIP model (image and text towers)."""
+    return int(sum(p.numel() for p in model.clip.model.parameters()))
