@@ -125,6 +125,14 @@ void check_reward_args(int64_t n, int64_t d, int64_t row_stride, int64_t m_rows,
   validate_reward_tasks(tasks.data(), static_cast<int64_t>(tasks.size()), m_rows);
 }
 
+void check_plan_fits(const PreprocessPlan& plan, int height, int width) {
+  if (plan.in_height != height || plan.in_width != width) {
+    throw std::invalid_argument("the preprocess plan is for " + std::to_string(plan.in_height) + "x" +
+                                std::to_string(plan.in_width) + " frames, the renderer draws " +
+                                std::to_string(height) + "x" + std::to_string(width));
+  }
+}
+
 void check_device_index(int device) {
   if (device < 0) throw std::invalid_argument("device must be a CUDA device index >= 0");
 }
@@ -378,6 +386,31 @@ PYBIND11_MODULE(_core, m) {
           },
           py::arg("out"), py::arg("stream"),
           "Last frames -> CUDA uint8 (num_envs, height, width, 3) at address out, on stream.")
+      // The hand-off: the fused preprocess reads the renderer's pixel buffer in place.
+      .def(
+          "preprocess_cpu",
+          [](render::BatchRenderer& r, const PreprocessPlan& plan, uintptr_t out, int dtype) {
+            check_plan_fits(plan, r.height(), r.width());
+            void* dst = address<void>(out, "out");
+            DType dt = to_dtype(dtype);
+            py::gil_scoped_release release;
+            r.with_host_frames([&](const uint8_t*, const FrameLayout& frames) { preprocess_cpu(frames, plan, dst, dt); });
+          },
+          py::arg("plan"), py::arg("out"), py::arg("dtype"),
+          "Last frames -> encoder input (num_envs, 3, S, S) in host memory, read from the mapped pixel buffer.")
+      .def(
+          "preprocess_cuda",
+          [](render::BatchRenderer& r, const DevicePreprocessPlan& plan, uintptr_t out, int dtype, uintptr_t stream) {
+            check_plan_fits(plan.plan(), r.height(), r.width());
+            void* dst = address<void>(out, "out");
+            DType dt = to_dtype(dtype);
+            void* s = reinterpret_cast<void*>(stream);
+            py::gil_scoped_release release;
+            r.with_device_frames([&](const uint8_t*, const FrameLayout& frames) { preprocess_cuda(frames, plan, dst, dt, s); },
+                                 s);
+          },
+          py::arg("device_plan"), py::arg("out"), py::arg("dtype"), py::arg("stream"),
+          "Last frames -> encoder input on the GPU, the kernel reading the interop-mapped pixel buffer (no copy).")
       .def("close", [](render::BatchRenderer& r) {
         py::gil_scoped_release release;
         r.close();

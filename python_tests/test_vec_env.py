@@ -15,32 +15,53 @@ from vlmrm_fast.wrappers import RecordFrame, VLMRewardVecEnvWrapper
 
 N = 3
 TASK = "cartpole"
+HUMANOID = "humanoid-kneeling"
+SMALL = {"render_size": 48, "episode_length": 12}  # humanoid: small frames, short episodes
 
 
 @pytest.fixture(scope="module")
-def tiny_rm():
-    spec = get_task(TASK)
-    return load_reward_model("vlmrm-tiny", target_prompts=spec.target_prompts, baseline_prompts=spec.baseline_prompts, alpha=0.5, device="cpu")
+def rms():
+    def load(task):
+        spec = get_task(task)
+        return load_reward_model(
+            "vlmrm-tiny", target_prompts=spec.target_prompts, baseline_prompts=spec.baseline_prompts, alpha=0.5,
+            device="cpu", resize_mode=spec.resize_mode,
+        )
+
+    return {TASK: load(TASK), HUMANOID: load(HUMANOID)}
 
 
-def make_dummy() -> VecEnv:
-    spec = get_task(TASK)
-    return DummyVecEnv([lambda: gymnasium.wrappers.TimeLimit(spec.make_env(), spec.episode_length)] * N)
+@pytest.fixture(scope="module")
+def tiny_rm(rms):
+    return rms[TASK]
 
 
-def make_fast(rm) -> VecEnv:
-    return FastVLMRewardVecEnv(TASK, N, reward_model=rm)
+def make_dummy(task: str = TASK) -> VecEnv:
+    spec = get_task(task)
+    kwargs = {"width": SMALL["render_size"], "height": SMALL["render_size"]} if task == HUMANOID else {}
+    limit = SMALL["episode_length"] if task == HUMANOID else spec.episode_length
+    return DummyVecEnv([lambda: gymnasium.wrappers.TimeLimit(spec.make_env(**kwargs), limit)] * N)
 
 
-@pytest.fixture(params=["dummy", "fast"])
-def venv(request, tiny_rm):
-    env = make_dummy() if request.param == "dummy" else make_fast(tiny_rm)
+def make_fast(rm, task: str = TASK, **kwargs) -> VecEnv:
+    if task == HUMANOID:
+        kwargs = {**SMALL, **kwargs}
+    return FastVLMRewardVecEnv(task, N, reward_model=rm, **kwargs)
+
+
+@pytest.fixture(params=[(TASK, "dummy"), (TASK, "fast"), (HUMANOID, "dummy"), (HUMANOID, "fast")], ids=lambda p: "-".join(p))
+def venv(request, rms):
+    task, kind = request.param
+    env = make_dummy(task) if kind == "dummy" else make_fast(rms[task], task)
     yield env
     env.close()
 
 
 def random_actions(env: VecEnv, rng: np.random.Generator) -> np.ndarray:
-    return rng.integers(0, env.action_space.n, size=env.num_envs)
+    space = env.action_space
+    if isinstance(space, gymnasium.spaces.Discrete):
+        return rng.integers(0, space.n, size=env.num_envs)
+    return rng.uniform(space.low, space.high, size=(env.num_envs,) + space.shape).astype(space.dtype)
 
 
 def test_reset_returns_observations_only(venv):
@@ -53,7 +74,7 @@ def test_step_types_and_auto_reset(venv):
     venv.seed(0)
     obs = venv.reset()
     saw_done = False
-    for _ in range(80):
+    for _ in range(40):
         obs, rewards, dones, infos = venv.step(random_actions(venv, rng))
         assert obs.shape == (N,) + venv.observation_space.shape
         assert rewards.shape == (N,) and rewards.dtype == np.float32
@@ -69,18 +90,23 @@ def test_step_types_and_auto_reset(venv):
 
 
 def test_outputs_are_copies(venv):
+    rng = np.random.default_rng(2)
     obs = venv.reset()
     obs[:] = 1234.0
-    obs2, _, _, _ = venv.step(np.zeros(N, dtype=np.int64))
+    obs2, _, _, _ = venv.step(random_actions(venv, rng))
     assert not np.any(obs2 == 1234.0)
+    obs2[:] = -1234.0
+    obs3, _, _, _ = venv.step(random_actions(venv, rng))
+    assert not np.any(obs3 == -1234.0)
 
 
 def test_seeding_repeats_trajectories(venv):
     def rollout():
+        rng = np.random.default_rng(11)
         venv.seed(7)
         out = [venv.reset()]
-        for t in range(20):
-            out.append(venv.step(np.full(N, t % 2))[0])
+        for _ in range(15):
+            out.append(venv.step(random_actions(venv, rng))[0])
         return np.stack(out)
 
     np.testing.assert_array_equal(rollout(), rollout())
@@ -92,14 +118,16 @@ def test_attr_and_method_access(venv):
     assert venv.get_attr("vlmrm_test_value", indices=[1]) == [5]
     spaces = venv.env_method("get_wrapper_attr", "action_space")
     assert len(spaces) == N and spaces[0] == venv.action_space
-    assert venv.env_is_wrapped(gymnasium.wrappers.TimeLimit) == [True] * N
+    wrapped = venv.env_is_wrapped(gymnasium.wrappers.TimeLimit)
+    assert len(wrapped) == N and all(isinstance(w, bool) for w in wrapped)
 
 
 def test_get_images(venv):
     venv.reset()
     images = venv.get_images()
     assert len(images) == N
-    assert images[0].dtype == np.uint8 and images[0].shape == (400, 600, 3)
+    expected = (48, 48, 3) if venv.observation_space.shape == (348,) else (400, 600, 3)
+    assert images[0].dtype == np.uint8 and images[0].shape == expected
 
 
 @pytest.mark.parametrize("wrapper", [VecMonitor, VecNormalize])
@@ -107,9 +135,48 @@ def test_sb3_wrappers_over_env(venv, wrapper):
     wrapped = wrapper(venv)
     wrapped.reset()
     rng = np.random.default_rng(1)
-    for _ in range(30):
+    for _ in range(20):
         obs, rewards, dones, infos = wrapped.step(random_actions(venv, rng))
     assert np.all(np.isfinite(obs)) and np.all(np.isfinite(rewards))
+
+
+def test_humanoid_batch_engine_matches_gymnasium(rms):
+    """The batch engine reproduces Humanoid-v5 envs in a DummyVecEnv bit for bit, resets included."""
+    fast, dummy = make_fast(rms[HUMANOID], HUMANOID, engine="mujoco"), make_dummy(HUMANOID)
+    assert fast.engine == "mujoco"
+    fast.seed(5)
+    dummy.seed(5)
+    np.testing.assert_array_equal(fast.reset(), dummy.reset())
+    rng = np.random.default_rng(0)
+    for _ in range(2 * SMALL["episode_length"] + 3):
+        actions = random_actions(fast, rng)
+        obs_f, _, done_f, info_f = fast.step(actions)
+        obs_d, rew_d, done_d, info_d = dummy.step(actions)
+        np.testing.assert_array_equal(obs_f, obs_d)
+        np.testing.assert_array_equal(done_f, done_d)
+        np.testing.assert_allclose([i["gt_reward"] for i in info_f], rew_d, rtol=1e-12, atol=1e-12)
+        for i in np.flatnonzero(done_d):
+            np.testing.assert_array_equal(info_f[i]["terminal_observation"], info_d[i]["terminal_observation"])
+            assert info_f[i]["TimeLimit.truncated"] == info_d[i]["TimeLimit.truncated"]
+    fast.close()
+    dummy.close()
+
+
+def test_batch_engine_scores_the_reached_frames(rms):
+    """The reward of each step is the reward model's score of the frame of the state it reached."""
+    rm = rms[HUMANOID]
+    fast = make_fast(rm, HUMANOID, engine="mujoco", episode_length=3)
+    fast.seed(1)
+    fast.reset()
+    rng = np.random.default_rng(3)
+    ended = 0
+    for _ in range(4):
+        _, rewards, dones, _ = fast.step(random_actions(fast, rng))
+        frames = fast.last_frames()
+        np.testing.assert_allclose(rewards, rm(frames).numpy(), rtol=0, atol=1e-6)
+        ended += int(dones.sum())
+    assert ended == N, "the third step ended every episode and was scored on its own frames"
+    fast.close()
 
 
 def test_env_reward_kept_as_gt_reward(tiny_rm):
@@ -207,6 +274,30 @@ def test_bad_num_envs(tiny_rm, num_envs):
 def test_bad_render_size(tiny_rm, render_size):
     with pytest.raises(ValueError, match="render_size"):
         FastVLMRewardVecEnv(TASK, 2, reward_model=tiny_rm, render_size=render_size)
+
+
+def test_bad_humanoid_actions_leave_batch_engine_untouched(rms):
+    env = make_fast(rms[HUMANOID], HUMANOID, engine="mujoco")
+    env.seed(0)
+    obs = env.reset()
+    bad = np.zeros((N, 17), np.float32)
+    bad[2, 4] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        env.step(bad)
+    with pytest.raises(ValueError, match=r"\(3, 17\)"):
+        env.step(np.zeros((N, 16), np.float32))
+    np.testing.assert_array_equal(env.get_attr("qpos")[0][2:], obs[0][:22])
+    obs, rewards, _, _ = env.step(np.zeros((N, 17), np.float32))
+    assert np.all(np.isfinite(obs)) and np.all(np.isfinite(rewards))
+    env.close()
+
+
+def test_engine_choice(rms):
+    with pytest.raises(ValueError, match="no batch-engine version"):
+        FastVLMRewardVecEnv(TASK, 1, reward_model=rms[TASK], engine="mujoco")
+    env = FastVLMRewardVecEnv(HUMANOID, 1, reward_model=rms[HUMANOID], engine="gym", **SMALL)
+    assert env.engine == "gym"
+    env.close()
 
 
 def test_bad_actions_leave_env_usable(tiny_rm):

@@ -223,10 +223,32 @@ class FramePreprocessor:
     def _run_cpu(self, buffer: torch.Tensor, layout: FrameLayout, plan, out: torch.Tensor) -> None:
         _core.preprocess_cpu(plan, *self._layout_args(buffer, layout), out.data_ptr(), dtype_code(self.dtype))
 
+    def run_renderer(self, renderer: Any, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Preprocesses a native ``BatchRenderer``'s last frames where they lie: on the GPU
+        the kernel reads the interop-mapped pixel buffer, on the CPU the twin reads the
+        mapped host buffer; no frame copy either way."""
+        out = self._output(renderer.num_envs, out)
+        plan = self.plan(renderer.height, renderer.width)
+        code = dtype_code(self.dtype)
+        if out.device.type == "cuda" and self._use_cuda_kernel and renderer.cuda_device == out.device.index:
+            stream = torch.cuda.current_stream(out.device).cuda_stream
+            renderer.preprocess_cuda(self._device_plan(plan, out.device), out.data_ptr(), code, stream)
+        elif out.device.type == "cpu":
+            renderer.preprocess_cpu(plan, out.data_ptr(), code)
+        else:  # software EGL feeding a GPU encoder: host twin, then one upload
+            host = torch.empty(tuple(out.shape), dtype=self.dtype, pin_memory=True)
+            renderer.preprocess_cpu(plan, host.data_ptr(), code)
+            out.copy_(host, non_blocking=True)
+        return out
+
+    def _device_plan(self, plan, device: torch.device):
+        key = (plan.in_height, plan.in_width)
+        if key not in self._device_plans:
+            self._device_plans[key] = _core.DevicePreprocessPlan(plan, device.index)
+        return self._device_plans[key]
+
     def _run_cuda(self, buffer: torch.Tensor, layout: FrameLayout, plan, out: torch.Tensor) -> None:
-        key = (layout.height, layout.width)
-        device_plan = self._device_plans.get(key)
-        if device_plan is None:
-            device_plan = self._device_plans[key] = _core.DevicePreprocessPlan(plan, out.device.index)
         stream = torch.cuda.current_stream(out.device).cuda_stream
-        _core.preprocess_cuda(device_plan, *self._layout_args(buffer, layout), out.data_ptr(), dtype_code(self.dtype), stream)
+        _core.preprocess_cuda(
+            self._device_plan(plan, out.device), *self._layout_args(buffer, layout), out.data_ptr(), dtype_code(self.dtype), stream
+        )

@@ -121,16 +121,30 @@ class BatchRenderer:
         native.render(qpos)
         return self._fetch(target)
 
-    def render_sim(self, sim: BatchSimulator, device: str | torch.device | None = None):
+    def render_sim(self, sim: BatchSimulator, device: str | torch.device | None = None, *, fetch: bool = True):
         """Frames of the current state of each of ``sim``'s simulations (same model and
         num_envs), updated on the simulator's threads with no Python per env. Returns as
-        ``render``."""
+        ``render``; with ``fetch=False`` the frames stay in the renderer (see ``frames``,
+        ``preprocess_cpu``, ``preprocess_cuda``) and None is returned."""
         native = self._live()
         if not isinstance(sim, BatchSimulator):
             raise TypeError(f"sim must be a BatchSimulator, got {type(sim).__name__}")
-        target = self._target(device)
+        target = self._target(device) if fetch else None
         native.render_sim(sim._live())
-        return self._fetch(target)
+        return self._fetch(target) if fetch else None
+
+    def frames(self, device: str | torch.device | None = None):
+        """The last drawn frames, as ``render`` returns them."""
+        return self._fetch(self._target(device))
+
+    def preprocess_cpu(self, plan, out: int, dtype: int) -> None:
+        """The fused preprocess of the last frames, read from the mapped pixel buffer into host
+        memory at address ``out`` (see ``FramePreprocessor.run_renderer``)."""
+        self._live().preprocess_cpu(plan, out, dtype)
+
+    def preprocess_cuda(self, device_plan, out: int, dtype: int, stream: int) -> None:
+        """The fused preprocess kernel reading the last frames through CUDA-GL interop, in place."""
+        self._live().preprocess_cuda(device_plan, out, dtype, stream)
 
     def close(self) -> None:
         """Free the GL context, buffers and threads now (idempotent)."""
@@ -183,7 +197,7 @@ class BatchRenderer:
         return torch.device("cuda", own)
 
     def _fetch(self, target):
-        native = self._native
+        native = self._live()
         shape = (native.num_envs, native.height, native.width, 3)
         if target is None:
             frames = np.empty(shape, dtype=np.uint8)

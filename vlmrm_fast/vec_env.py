@@ -1,10 +1,10 @@
 """FastVLMRewardVecEnv: a Stable-Baselines3 VecEnv whose reward is a CLIP reward model's.
 
-One ``step_wait``: the simulations advance (MuJoCo tasks: the batch engine in
-the native core; others: gymnasium envs), the frames of the states they reached
-are scored by the reward model (before finished envs are reset, so a terminal
-step is scored on its own frame), then finished envs are reset. The env's own
-reward is kept in ``info["gt_reward"]``.
+One ``step_wait``: the simulations advance (MuJoCo tasks: the batch engine in the
+native core, ``envs/mujoco_engine.py``; others: gymnasium envs), the frames of the
+states they reached are scored by the reward model (before finished envs are
+reset, so a terminal step is scored on its own frame), then finished envs are
+reset. The env's own reward is kept in ``info["gt_reward"]``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
+from vlmrm_fast import _core
 from vlmrm_fast.envs import TaskSpec, get_task
 from vlmrm_fast.preprocess import FrameLayout
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
@@ -68,11 +69,25 @@ class GymSimulation:
 
     def __init__(self, env_fns: Sequence[Callable[[], gymnasium.Env]]):
         self.venv = DummyVecEnv([lambda fn=fn: RecordFrame(fn()) for fn in env_fns])
-        self._frames = FrameBatch()
+        self.observation_space, self.action_space = self.venv.observation_space, self.venv.action_space
+        self._batch = FrameBatch()
+        self._frames: torch.Tensor | None = None
 
-    def step(self, actions: np.ndarray):
-        obs, env_rewards, dones, infos = self.venv.step(actions)
-        return obs, env_rewards, dones, infos, self._frames.stack(pop_frames(infos))
+    def step(self, actions: np.ndarray, timer: StageTimer = NULL_TIMER):
+        with timer.stage("physics_render"):
+            obs, env_rewards, dones, infos = self.venv.step(actions)
+            self._frames = self._batch.stack(pop_frames(infos))
+        return obs, env_rewards, dones, infos
+
+    def score(self, reward_model: Any, timer: StageTimer) -> torch.Tensor:
+        frames = self._frames
+        if frames.device != reward_model.device:
+            with timer.stage("transfer"):
+                frames = frames.to(reward_model.device, non_blocking=frames.is_pinned())
+        return reward_model.score_frames(frames, FrameLayout.stacked(frames), timer)
+
+    def last_frames(self, device: Any = None) -> torch.Tensor:
+        return self._frames
 
     def reset(self) -> Any:
         return self.venv.reset()
@@ -86,8 +101,42 @@ class GymSimulation:
     def get_images(self):
         return self.venv.get_images()
 
+    def get_attr(self, name: str, indices=None) -> list[Any]:
+        return self.venv.get_attr(name, indices)
+
+    def set_attr(self, name: str, value: Any, indices=None) -> None:
+        self.venv.set_attr(name, value, indices)
+
+    def env_method(self, name: str, *args, indices=None, **kwargs) -> list[Any]:
+        return self.venv.env_method(name, *args, indices=indices, **kwargs)
+
+    def env_is_wrapped(self, wrapper_class: type, indices=None) -> list[bool]:
+        return self.venv.env_is_wrapped(wrapper_class, indices)
+
     def close(self) -> None:
         self.venv.close()
+
+
+def _mujoco_simulation(spec: TaskSpec, num_envs: int, render_size: tuple[int, int], episode_length: int | None, reward_model: Any):
+    from vlmrm_fast.envs.mujoco_engine import MujocoBatchSimulation
+
+    device = reward_model.device
+    gpu = device.index if device.type == "cuda" else None  # draw on the reward model's GPU
+    return MujocoBatchSimulation(spec.batch, num_envs, render_size=render_size, episode_length=episode_length, gpu=gpu)
+
+
+def _choose_engine(engine: str, spec: TaskSpec) -> str:
+    if engine == "gym":
+        return "gym"
+    if spec.batch is None:
+        if engine == "mujoco":
+            raise ValueError(f"task {spec.name!r} has no batch-engine version; use engine='gym' (or 'auto')")
+        return "gym"
+    if not _core.build_info()["egl_available"]:
+        if engine == "mujoco":
+            raise RuntimeError(f"engine='mujoco' needs headless EGL: {_core.build_info()['egl_error']}")
+        return "gym"
+    return "mujoco"
 
 
 class FastVLMRewardVecEnv(VecEnv):
@@ -134,33 +183,42 @@ class FastVLMRewardVecEnv(VecEnv):
         self.task = spec
         self.render_size = _render_shape(render_size) or spec.render_size
         self.episode_length = episode_length or spec.episode_length
+        self.engine = _choose_engine(engine, spec)
+        if self.engine == "mujoco" and env_kwargs:
+            raise ValueError("env_kwargs apply to gymnasium envs; use engine='gym' to pass them")
         self.reward_model = reward_model or self._load_model(
             spec, target_prompts, baseline_prompts, alpha, model, pretrained, checkpoint, device, backend, precision, reward_options
         )
         if getattr(self.reward_model, "multi_task", False):
             raise ValueError("FastVLMRewardVecEnv needs a single-task reward model (rewards (N,))")
-        self.engine = engine if engine != "auto" else "gym"
-        env_kwargs = dict(env_kwargs or {})
+        if self.engine == "mujoco":
+            self._sim = _mujoco_simulation(spec, int(num_envs), self.render_size, self.episode_length, self.reward_model)
+        else:
+            self._sim = GymSimulation([self._env_factory(spec, env_kwargs)] * int(num_envs))
+        self._finish_init(int(num_envs), defer_rewards)
+        if seed is not None:
+            self.seed(seed)
+
+    def _env_factory(self, spec: TaskSpec, env_kwargs: dict[str, Any] | None) -> Callable[[], gymnasium.Env]:
+        kwargs = dict(env_kwargs or {})
         if self.render_size is not None and spec.engine == "mujoco":
-            env_kwargs.setdefault("height", self.render_size[0])
-            env_kwargs.setdefault("width", self.render_size[1])
-        make = spec.make_env
-        limit = self.episode_length
+            kwargs.setdefault("height", self.render_size[0])
+            kwargs.setdefault("width", self.render_size[1])
+        make, limit = spec.make_env, self.episode_length
 
         def make_one() -> gymnasium.Env:
-            env = make(render_mode="rgb_array", **env_kwargs)
+            env = make(render_mode="rgb_array", **kwargs)
             return gymnasium.wrappers.TimeLimit(env, limit) if limit else env
 
-        self._sim = GymSimulation([make_one] * int(num_envs))
-        venv = self._sim.venv
-        super().__init__(int(num_envs), venv.observation_space, venv.action_space)
+        return make_one
+
+    def _finish_init(self, num_envs: int, defer_rewards: bool) -> None:
+        super().__init__(num_envs, self._sim.observation_space, self._sim.action_space)
         self.render_mode = "rgb_array"
         self.defer_rewards = bool(defer_rewards)
         self.timer = NULL_TIMER
         self._actions: np.ndarray | None = None
-        self._last_frames = None
-        if seed is not None:
-            self.seed(seed)
+        self._stepped = False
 
     @classmethod
     def from_env_fns(
@@ -187,13 +245,7 @@ class FastVLMRewardVecEnv(VecEnv):
             model, target_prompts=normalize_prompts(target_prompts, "target_prompts"), baseline_prompts=baseline_prompts, alpha=alpha, **kwargs
         )
         self._sim = GymSimulation(env_fns)
-        venv = self._sim.venv
-        VecEnv.__init__(self, len(env_fns), venv.observation_space, venv.action_space)
-        self.render_mode = "rgb_array"
-        self.defer_rewards = False
-        self.timer = NULL_TIMER
-        self._actions = None
-        self._last_frames = None
+        self._finish_init(len(env_fns), False)
         return self
 
     @staticmethod
@@ -202,6 +254,7 @@ class FastVLMRewardVecEnv(VecEnv):
         if not targets:
             raise ValueError(f"task {spec.name!r} has no default prompts; pass target_prompts='...'")
         baselines = baseline_prompts if baseline_prompts is not None else spec.baseline_prompts
+        options.setdefault("resize_mode", spec.resize_mode)
         return load_reward_model(
             model,
             pretrained,
@@ -233,41 +286,33 @@ class FastVLMRewardVecEnv(VecEnv):
         if self._actions is None:
             raise RuntimeError("step_wait() called without step_async()")
         actions, self._actions = self._actions, None
-        with self.timer.stage("physics_render"):
-            obs, env_rewards, dones, infos, frames = self._sim.step(actions)
-        self._last_frames = frames
+        obs, env_rewards, dones, infos = self._sim.step(actions, self.timer)
+        self._stepped = True
         if self.defer_rewards:
             rewards = np.zeros(self.num_envs, dtype=np.float32)
         else:
-            rewards = self._score(frames)
+            scores = self._sim.score(self.reward_model, self.timer)
+            with self.timer.stage("transfer"):
+                rewards = scores.float().cpu().numpy()
         for info, gt in zip(infos, env_rewards):
             info["gt_reward"] = float(gt)
         return obs, rewards, dones, infos
-
-    def _score(self, frames: torch.Tensor) -> np.ndarray:
-        """VLM rewards of the reached states' frames: one upload, then preprocess, encode, reward."""
-        device = self.reward_model.device
-        if frames.device != device:
-            with self.timer.stage("transfer"):
-                frames = frames.to(device, non_blocking=frames.is_pinned())
-        rewards = self.reward_model.score_frames(frames, FrameLayout.stacked(frames), self.timer)
-        with self.timer.stage("transfer"):
-            return rewards.float().cpu().numpy()
 
     def profile(self, enabled: bool = True) -> StageTimer:
         """Starts timing each stage of ``step_wait`` (see :mod:`vlmrm_fast.profiling`)."""
         self.timer = StageTimer(enabled, self.reward_model.device)
         return self.timer
 
-    def last_frames(self):
-        """The frames the last step reached (uint8 (N, H, W, 3); reused by the next step: copy to keep).
+    def last_frames(self) -> torch.Tensor:
+        """The frames the last step reached (uint8 (N, H, W, 3); may be reused by the next step: copy to keep).
 
         With ``defer_rewards=True`` the step's rewards are zero and the caller scores
         these frames later (see ``training.callbacks.EpisodeBatchRewards``).
         """
-        if self._last_frames is None:
+        if not self._stepped:
             raise RuntimeError("no step has been taken yet")
-        return self._last_frames
+        frames = self._sim.last_frames(self.reward_model.device if self.engine == "mujoco" and self.reward_model.device.type == "cuda" else None)
+        return frames if isinstance(frames, torch.Tensor) else torch.from_numpy(frames)
 
     def close(self) -> None:
         self._sim.close()
@@ -276,13 +321,13 @@ class FastVLMRewardVecEnv(VecEnv):
         return self._sim.get_images()
 
     def get_attr(self, attr_name: str, indices=None) -> list[Any]:
-        return self._sim.venv.get_attr(attr_name, indices)
+        return self._sim.get_attr(attr_name, indices)
 
     def set_attr(self, attr_name: str, value: Any, indices=None) -> None:
-        self._sim.venv.set_attr(attr_name, value, indices)
+        self._sim.set_attr(attr_name, value, indices)
 
     def env_method(self, method_name: str, *method_args, indices=None, **method_kwargs) -> list[Any]:
-        return self._sim.venv.env_method(method_name, *method_args, indices=indices, **method_kwargs)
+        return self._sim.env_method(method_name, *method_args, indices=indices, **method_kwargs)
 
     def env_is_wrapped(self, wrapper_class: type[gymnasium.Wrapper], indices=None) -> list[bool]:
-        return self._sim.venv.env_is_wrapped(wrapper_class, indices)
+        return self._sim.env_is_wrapped(wrapper_class, indices)

@@ -1,5 +1,9 @@
 """Named tasks: the paper's humanoid poses, CartPole and MountainCar, with their prompts.
 
+The 600x400 classic-control frames are squashed to the encoder's square input, as
+the paper's pipeline does; open_clip's centre crop would cut the flag and the
+track's ends out of view.
+
 ``get_task(name)`` returns a :class:`TaskSpec`. MuJoCo tasks (``engine="mujoco"``)
 run entirely in the compiled engine; the others go through gymnasium environments
 (``env.render()`` frames) on the generic path. Any gymnasium id works as a task
@@ -30,6 +34,8 @@ class TaskSpec:
     episode_length: int | None = None         # None: the env's own time limit
     render_size: tuple[int, int] | None = None  # (height, width) the paper renders at
     engine: str = "gym"                        # "mujoco": batched physics and rendering in the core
+    batch: Any = None                          # the batch engine's task glue (envs.humanoid.HumanoidBatch)
+    resize_mode: str | None = None             # preprocess override; "squash" keeps a wide frame whole
     hard: bool = False                         # the paper found CLIP could not teach it
 
 
@@ -70,6 +76,7 @@ TASKS: dict[str, TaskSpec] = {
         episode_length=humanoid.DEFAULT_EPISODE_LENGTH,
         render_size=(humanoid.DEFAULT_RENDER_SIZE, humanoid.DEFAULT_RENDER_SIZE),
         engine="mujoco",
+        batch=humanoid.HumanoidBatch(),
         hard=hard,
     )
     for pose, prompt, hard in _HUMANOID_POSES
@@ -82,6 +89,7 @@ TASKS["cartpole"] = TaskSpec(
     baseline_prompts=("pole and cart",),
     episode_length=200,
     render_size=(400, 600),
+    resize_mode="squash",
 )
 TASKS["mountain-car"] = TaskSpec(
     name="mountain-car",
@@ -90,6 +98,7 @@ TASKS["mountain-car"] = TaskSpec(
     target_prompts=("a car at the peak of the mountain, next to the yellow flag",),
     baseline_prompts=("a car in the mountain",),
     render_size=(400, 600),
+    resize_mode="squash",
 )
 TASKS["mountain-car-textured"] = dataclasses.replace(
     TASKS["mountain-car"],

@@ -64,6 +64,9 @@ def humanoid_spec(textured: bool = True) -> mujoco.MjSpec:
         for geom in spec.geoms:
             if geom.name != "floor":
                 geom.rgba = [1, 1, 1, 1]
+    # Half the default shadow map: the same picture at CLIP's resolutions, 40% less
+    # software-rasterizer time per frame.
+    spec.visual.quality.shadowsize = 2048
     # Follows the centre of mass at a fixed offset, looking at the body from the front-left.
     position, target = np.array(CAMERA_POSITION), np.array(CAMERA_TARGET)
     spec.worldbody.add_camera(
@@ -115,45 +118,62 @@ class HumanoidPoseEnv(HumanoidEnv):
 
 # ------------------------------------------------------------------ batched quantities
 # The batch engine computes observations and the environment's reward for all
-# envs at once from the fields the simulator copies out after each step.
-
-OBS_FIELDS = ("qpos", "qvel", "cinert", "cvel", "qfrc_actuator", "cfrc_ext", "xipos")
-
-
-def batch_observation(fields: dict[str, np.ndarray]) -> np.ndarray:
-    """Humanoid-v5's observation from (N, ...) field arrays, in its order."""
-    n = fields["qpos"].shape[0]
-    return np.concatenate(
-        [
-            fields["qpos"][:, 2:],
-            fields["qvel"],
-            fields["cinert"].reshape(n, -1, 10)[:, 1:].reshape(n, -1),
-            fields["cvel"].reshape(n, -1, 6)[:, 1:].reshape(n, -1),
-            fields["qfrc_actuator"][:, 6:],
-            fields["cfrc_ext"].reshape(n, -1, 6)[:, 1:].reshape(n, -1),
-        ],
-        axis=1,
-    )
+# envs at once from the fields the simulator copies out after each step (the
+# same mjData fields, at the same moment, that Humanoid-v5 reads).
 
 
-def mass_center_xy(body_mass: np.ndarray, xipos: np.ndarray) -> np.ndarray:
-    """(N, nbody*3) body inertial positions -> (N, 2) mass-weighted centre, as gymnasium computes it."""
-    n = xipos.shape[0]
-    centre = np.einsum("b,nbj->nj", body_mass, xipos.reshape(n, -1, 3)) / body_mass.sum()
-    return centre[:, :2]
+class HumanoidBatch:
+    """Humanoid-v5's observation, reward and info for the batch engine (terminate_when_unhealthy=False)."""
 
+    frame_skip = FRAME_SKIP
+    reset_noise_scale = RESET_NOISE_SCALE
+    camera = CAMERA_NAME
+    outputs = ("qpos", "qvel", "cinert", "cvel", "qfrc_actuator", "cfrc_ext", "xipos")
 
-def batch_env_reward(
-    body_mass: np.ndarray, dt: float, xy_before: np.ndarray, fields: dict[str, np.ndarray], ctrl: np.ndarray
-) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Humanoid-v5's reward terms for all envs (terminate_when_unhealthy=False)."""
-    xy_after = mass_center_xy(body_mass, fields["xipos"])
-    x_velocity = (xy_after - xy_before)[:, 0] / dt
-    z = fields["qpos"][:, 2]
-    healthy = ((HEALTHY_Z_RANGE[0] < z) & (z < HEALTHY_Z_RANGE[1])) * HEALTHY_REWARD
-    forward = FORWARD_REWARD_WEIGHT * x_velocity
-    ctrl_cost = CTRL_COST_WEIGHT * np.sum(np.square(ctrl), axis=1)
-    contact = np.clip(CONTACT_COST_WEIGHT * np.sum(np.square(fields["cfrc_ext"]), axis=1), -np.inf, CONTACT_COST_MAX)
-    reward = forward + healthy - (ctrl_cost + contact)
-    terms = {"reward_survive": healthy, "reward_forward": forward, "reward_ctrl": -ctrl_cost, "reward_contact": -contact}
-    return reward, terms
+    def __init__(self, textured: bool = True):
+        self.textured = textured
+
+    def build_model(self, render_size: int) -> mujoco.MjModel:
+        return humanoid_model(self.textured, render_size)
+
+    def observation(self, fields: dict[str, np.ndarray]) -> np.ndarray:
+        n = fields["qpos"].shape[0]
+        return np.concatenate(
+            [
+                fields["qpos"][:, 2:],
+                fields["qvel"],
+                fields["cinert"].reshape(n, -1, 10)[:, 1:].reshape(n, -1),
+                fields["cvel"].reshape(n, -1, 6)[:, 1:].reshape(n, -1),
+                fields["qfrc_actuator"][:, 6:],
+                fields["cfrc_ext"].reshape(n, -1, 6)[:, 1:].reshape(n, -1),
+            ],
+            axis=1,
+        )
+
+    @staticmethod
+    def mass_center_xy(model: mujoco.MjModel, fields: dict[str, np.ndarray]) -> np.ndarray:
+        """(N, 2) mass-weighted centre of the bodies, as gymnasium's ``mass_center``."""
+        xipos = fields["xipos"].reshape(fields["xipos"].shape[0], -1, 3)
+        return (np.einsum("b,nbj->nj", model.body_mass, xipos) / model.body_mass.sum())[:, :2]
+
+    def reward(self, model: mujoco.MjModel, dt: float, xy_before: np.ndarray, fields: dict[str, np.ndarray], ctrl: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        xy_after = self.mass_center_xy(model, fields)
+        velocity = (xy_after - xy_before) / dt
+        z = fields["qpos"][:, 2]
+        healthy = ((HEALTHY_Z_RANGE[0] < z) & (z < HEALTHY_Z_RANGE[1])) * HEALTHY_REWARD
+        forward = FORWARD_REWARD_WEIGHT * velocity[:, 0]
+        ctrl_cost = CTRL_COST_WEIGHT * np.sum(np.square(ctrl), axis=1)
+        contact = np.clip(CONTACT_COST_WEIGHT * np.sum(np.square(fields["cfrc_ext"]), axis=1), -np.inf, CONTACT_COST_MAX)
+        reward = forward + healthy - (ctrl_cost + contact)
+        info = {
+            "x_position": fields["qpos"][:, 0],
+            "y_position": fields["qpos"][:, 1],
+            "distance_from_origin": np.linalg.norm(fields["qpos"][:, 0:2], ord=2, axis=1),
+            "x_velocity": velocity[:, 0],
+            "y_velocity": velocity[:, 1],
+            "reward_survive": healthy,
+            "reward_forward": forward,
+            "reward_ctrl": -ctrl_cost,
+            "reward_contact": -contact,
+        }
+        return reward, info

@@ -7,7 +7,9 @@ K tasks -> rewards (N,) or (N, K), on the model's device.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+import dataclasses
+
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
@@ -137,17 +139,19 @@ class VLMRewardModel:
         return torch.cat(outs) if len(outs) > 1 else outs[0]
 
     def _embed_layout(self, buffer: torch.Tensor, layout: FrameLayout, timer: StageTimer) -> torch.Tensor:
-        """Raw embeddings of the frames in ``buffer``; fixed-batch encoders get the pixels
-        written straight into their static input (rows past the frames are ignored)."""
+        return self._embed(layout.num_frames, lambda out: self.preprocessor.run(buffer, layout, out=out), timer)
+
+    def _embed(self, n: int, preprocess: Callable[[torch.Tensor | None], torch.Tensor], timer: StageTimer) -> torch.Tensor:
+        """Raw embeddings of ``n`` frames that ``preprocess(out)`` writes as encoder input;
+        fixed-batch encoders get them straight in their static input (rows past ``n`` ignored)."""
         static = self.encoder.input_buffer()
-        n = layout.num_frames
         if static is not None and n <= static.shape[0]:
             with timer.stage("preprocess"):
-                self.preprocessor.run(buffer, layout, out=static[:n])
+                preprocess(static[:n])
             with timer.stage("encode"):
                 return self.encoder(static)[:n]
         with timer.stage("preprocess"):
-            pixels = self.preprocessor.run(buffer, layout)
+            pixels = preprocess(None)
         with timer.stage("encode"):
             return self.encode_pixels(pixels)
 
@@ -176,6 +180,14 @@ class VLMRewardModel:
         with timer.stage("reward"):
             return self._shape(self.head(embeddings))
 
+    @torch.inference_mode()
+    def score_renderer(self, renderer: Any, timer: StageTimer = NULL_TIMER) -> torch.Tensor:
+        """Rewards of a native ``BatchRenderer``'s last frames, read in place (see
+        :meth:`FramePreprocessor.run_renderer`)."""
+        embeddings = self._embed(renderer.num_envs, lambda out: self.preprocessor.run_renderer(renderer, out=out), timer)
+        with timer.stage("reward"):
+            return self._shape(self.head(embeddings))
+
     def __call__(self, frames: Any) -> torch.Tensor:
         """uint8 frames (N, H, W, 3) -> rewards (N,) (or (N, K) when built with ``tasks=``)."""
         return self._shape(self.rewards(frames))
@@ -199,6 +211,7 @@ def load_reward_model(
     batch_size: int | None = None,
     cache_dir: str | None = None,
     seed: int = 0,
+    resize_mode: str | None = None,
     **options: Any,
 ) -> VLMRewardModel:
     """Loads a CLIP reward model.
@@ -208,7 +221,9 @@ def load_reward_model(
     ``checkpoint`` a local weights file. Give ``target_prompts`` (with optional
     ``baseline_prompts`` and ``alpha``) for one task, or ``tasks=[...]``
     (:class:`GoalBaselineTask`, :class:`BinaryTask` or dicts) for several; the
-    model then returns (N, K) rewards.
+    model then returns (N, K) rewards. ``resize_mode="squash"`` resizes frames to the
+    encoder's square input instead of open_clip's shortest-side resize and centre crop
+    (the paper's pipeline squashes; keeps wide frames whole).
     """
     if tasks is not None:
         if target_prompts is not None or baseline_prompts or alpha:
@@ -224,6 +239,8 @@ def load_reward_model(
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     resolved = resolve_device(device)
     clip = load_clip(model, pretrained, checkpoint=checkpoint, device=resolved, cache_dir=cache_dir, seed=seed)
+    if resize_mode is not None:
+        clip.preprocess = dataclasses.replace(clip.preprocess, resize_mode=resize_mode)
     return VLMRewardModel(
         clip,
         task_list,

@@ -1,0 +1,168 @@
+"""The batch engine for MuJoCo tasks: all envs stepped and rendered in the native core.
+
+One ``step``: controls for all envs -> ``BatchSimulator.step`` (frame_skip x
+mj_step + rnePostConstraint on the simulator's threads) -> observations and the
+env's reward from the copied-out fields (numpy, all envs at once) ->
+``BatchRenderer.render_sim`` draws the reached states (scene updates on the
+simulator's threads, one GL pass) -> finished envs are reset. The frames stay in
+the renderer's pixel buffer, where the reward model's preprocess reads them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import gymnasium
+import numpy as np
+
+from vlmrm_fast.profiling import NULL_TIMER, StageTimer
+from vlmrm_fast.rendering import BatchRenderer
+from vlmrm_fast.sim import BatchSimulator
+
+
+class BatchEnvView:
+    """What ``get_attr``/``set_attr``/``env_method`` see of env ``index`` (no gymnasium object exists)."""
+
+    def __init__(self, engine: "MujocoBatchSimulation", index: int):
+        self._engine = engine
+        self.index = index
+        self.render_mode = "rgb_array"
+
+    @property
+    def unwrapped(self) -> "BatchEnvView":
+        return self
+
+    @property
+    def observation_space(self) -> gymnasium.Space:
+        return self._engine.observation_space
+
+    @property
+    def action_space(self) -> gymnasium.Space:
+        return self._engine.action_space
+
+    @property
+    def dt(self) -> float:
+        return self._engine.sim.dt
+
+    @property
+    def episode_length(self) -> int | None:
+        return self._engine.episode_length
+
+    @property
+    def qpos(self) -> np.ndarray:
+        return self._engine.sim.qpos[self.index].copy()
+
+    @property
+    def qvel(self) -> np.ndarray:
+        return self._engine.sim.qvel[self.index].copy()
+
+    def get_wrapper_attr(self, name: str) -> Any:
+        return getattr(self, name)
+
+    def set_wrapper_attr(self, name: str, value: Any) -> None:
+        setattr(self, name, value)
+
+    def render(self) -> np.ndarray:
+        return self._engine.get_images()[self.index]
+
+
+class MujocoBatchSimulation:
+    """``num_envs`` envs of a MuJoCo ``batch`` task (e.g. :class:`~vlmrm_fast.envs.humanoid.HumanoidBatch`)."""
+
+    def __init__(self, batch: Any, num_envs: int, *, render_size: tuple[int, int], episode_length: int | None, gpu: int | None = None, nthread: int = 0):
+        height, width = render_size
+        self.batch = batch
+        self.episode_length = episode_length
+        self.model = batch.build_model(max(height, width))
+        self.sim = BatchSimulator(
+            self.model, num_envs, frame_skip=batch.frame_skip, outputs=batch.outputs, rne_post_constraint=True, nthread=nthread
+        )
+        self.renderer = BatchRenderer(self.model, num_envs, width, height, camera=batch.camera, gpu=gpu)
+        obs_dim = batch.observation(self.sim.outputs).shape[1]
+        self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float64)
+        low, high = self.model.actuator_ctrlrange.copy().astype(np.float32).T
+        self.action_space = gymnasium.spaces.Box(low=low, high=high, dtype=np.float32)
+        self.num_envs = num_envs
+        self.views = [BatchEnvView(self, i) for i in range(num_envs)]
+        self._steps = np.zeros(num_envs, dtype=np.int64)
+        self._seeds: list[int | None] | None = None
+
+    # ----------------------------------------------------------------- seeding
+    def seed(self, seed: int | None) -> Sequence[int | None]:
+        """Env ``i`` is seeded with ``seed + i`` at the next reset (as SB3's vector envs)."""
+        self._seeds = None if seed is None else [seed + i for i in range(self.num_envs)]
+        return self._seeds or [None] * self.num_envs
+
+    def set_options(self, options: Any) -> None:
+        if options:
+            raise ValueError("the MuJoCo batch engine takes no reset options")
+
+    # ------------------------------------------------------------------ stepping
+    def reset(self) -> np.ndarray:
+        self.sim.reset(seed=self._seeds, noise_scale=self.batch.reset_noise_scale)
+        self._seeds = None
+        self._steps[:] = 0
+        return self.batch.observation(self.sim.outputs)
+
+    def step(self, actions: np.ndarray, timer: StageTimer = NULL_TIMER):
+        """Steps all envs; the frames of the reached states are left in the renderer."""
+        with timer.stage("physics"):
+            xy_before = self.batch.mass_center_xy(self.model, self.sim.outputs)
+            self.sim.step(actions)
+            fields = self.sim.outputs
+            obs = self.batch.observation(fields)
+            env_rewards, terms = self.batch.reward(self.model, self.sim.dt, xy_before, fields, np.asarray(actions, np.float64))
+            self._steps += 1
+            truncated = self._steps >= self.episode_length if self.episode_length else np.zeros(self.num_envs, bool)
+        with timer.stage("render"):
+            self.renderer.render_sim(self.sim, fetch=False)
+        dones = truncated.copy()
+        infos = [{key: value[i] for key, value in terms.items()} for i in range(self.num_envs)]
+        for i, info in enumerate(infos):
+            info["TimeLimit.truncated"] = bool(truncated[i])
+        if dones.any():
+            with timer.stage("physics"):
+                ids = np.flatnonzero(dones)
+                for i in ids:
+                    infos[i]["terminal_observation"] = obs[i].copy()
+                self.sim.reset(ids, noise_scale=self.batch.reset_noise_scale)
+                self._steps[ids] = 0
+                obs[ids] = self.batch.observation(self.sim.outputs)[ids]
+        return obs, env_rewards.astype(np.float32), dones, infos
+
+    def score(self, reward_model: Any, timer: StageTimer = NULL_TIMER):
+        """The reward model's scores of the frames the last step drew, read where they lie."""
+        return reward_model.score_renderer(self.renderer, timer)
+
+    def last_frames(self, device: Any = None):
+        """The frames the last step drew, upright uint8 (N, H, W, 3), on the host or ``device``."""
+        return self.renderer.frames(device)
+
+    def get_images(self) -> list[np.ndarray]:
+        frames = self.renderer.render_sim(self.sim)
+        return list(frames)
+
+    # ------------------------------------------------------- SB3 env access
+    def _targets(self, indices) -> list[BatchEnvView]:
+        if indices is None:
+            return self.views
+        if isinstance(indices, (int, np.integer)):
+            return [self.views[int(indices)]]
+        return [self.views[int(i)] for i in indices]
+
+    def get_attr(self, name: str, indices=None) -> list[Any]:
+        return [view.get_wrapper_attr(name) for view in self._targets(indices)]
+
+    def set_attr(self, name: str, value: Any, indices=None) -> None:
+        for view in self._targets(indices):
+            view.set_wrapper_attr(name, value)
+
+    def env_method(self, name: str, *args, indices=None, **kwargs) -> list[Any]:
+        return [getattr(view, name)(*args, **kwargs) for view in self._targets(indices)]
+
+    def env_is_wrapped(self, wrapper_class: type, indices=None) -> list[bool]:
+        return [False for _ in self._targets(indices)]
+
+    def close(self) -> None:
+        self.renderer.close()
+        self.sim.close()
