@@ -192,7 +192,9 @@ def _landscape(args: argparse.Namespace) -> int:
     if not targets:
         raise ValueError(f"task {args.task!r} has no prompts: give --target (and --baseline for alpha > 0)")
     goal = {"goal": None} if args.no_goal else {"goal": args.goal} if args.goal is not None else {}
-    model = load_reward_model(args.model, target_prompts=targets, device=args.device, batch_size=args.batch_size)
+    model = load_reward_model(
+        args.model, target_prompts=targets, device=args.device, batch_size=args.batch_size, resize_mode=get_task(args.task).resize_mode
+    )
     try:
         land = reward_landscape(
             model,

@@ -171,7 +171,11 @@ def evaluate_models(
         tasks.append(binary_task(targets, negatives, threshold))
     results = []
     for entry in tqdm(models, desc="models", unit="model", disable=not progress or len(models) < 2):
-        model = load_reward_model(entry, target_prompts=targets, device=device, batch_size=batch_size) if isinstance(entry, str) else entry
+        model = (
+            load_reward_model(entry, target_prompts=targets, device=device, batch_size=batch_size, resize_mode=spec.resize_mode)
+            if isinstance(entry, str)
+            else entry
+        )
         try:
             rewards = score_frames(model, dataset.frames, tasks, progress=progress)
             epic = state_epic_distance(rewards[:, : len(alphas)], labels)
