@@ -157,6 +157,16 @@ def test_dqn_on_continuous_task_is_a_config_error(tmp_path):
         train(load_config(_write(tmp_path, cfg)))
 
 
-def test_quickstart_config_is_valid():
+CONFIGS = sorted((pathlib.Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_shipped_configs_are_valid(path):
+    cfg = load_config(path)
+    assert cfg.rl.total_timesteps > 0 and cfg.reward.model
+
+
+def test_quickstart_uses_the_tiny_model_offline():
     cfg = load_config(pathlib.Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
     assert cfg.reward.model == "vlmrm-tiny"
+    assert len(CONFIGS) >= 8

@@ -8,9 +8,8 @@ import pytest
 import torch
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor, VecNormalize
 
-from vlmrm_fast import load_reward_model
+from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model
 from vlmrm_fast.envs import get_task
-from vlmrm_fast.vec_env import FastVLMRewardVecEnv
 from vlmrm_fast.wrappers import RecordFrame, VLMRewardVecEnvWrapper
 
 N = 3

@@ -45,16 +45,35 @@ def build_info() -> dict:
     return _core.build_info()
 
 
+# The RL-facing names pull in Stable-Baselines3: loaded on first use.
+_LAZY = {
+    "FastVLMRewardVecEnv": "vlmrm_fast.vec_env",
+    "RecordFrame": "vlmrm_fast.wrappers",
+    "VLMRewardVecEnvWrapper": "vlmrm_fast.wrappers",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'vlmrm_fast' has no attribute {name!r}")
+
+
 __all__ = [
     "TINY_MODEL",
     "BatchRenderer",
     "BatchSimulator",
     "BinaryTask",
+    "FastVLMRewardVecEnv",
     "FramePreprocessor",
     "GoalBaselineTask",
     "PreprocessSpec",
     "RandomWeightsWarning",
+    "RecordFrame",
     "VLMRewardModel",
+    "VLMRewardVecEnvWrapper",
     "WeightsUnavailableError",
     "build_info",
     "load_reward_model",
