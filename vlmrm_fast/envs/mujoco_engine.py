@@ -135,8 +135,10 @@ class MujocoBatchSimulation:
         return reward_model.score_renderer(self.renderer, timer)
 
     def last_frames(self, device: Any = None):
-        """The frames the last step drew, upright uint8 (N, H, W, 3), on the host or ``device``."""
-        return self.renderer.frames(device)
+        """The frames the last step drew, upright uint8 (N, H, W, 3): on ``device`` when the
+        renderer draws on that GPU (interop copy), else on the host."""
+        on_gpu = device is not None and self.renderer.cuda_device is not None
+        return self.renderer.frames(device if on_gpu else None)
 
     def get_images(self) -> list[np.ndarray]:
         frames = self.renderer.render_sim(self.sim)
