@@ -186,6 +186,8 @@ class FastVLMRewardVecEnv(VecEnv):
         self.engine = _choose_engine(engine, spec)
         if self.engine == "mujoco" and env_kwargs:
             raise ValueError("env_kwargs apply to gymnasium envs; use engine='gym' to pass them")
+        # One encoder batch per step: fixed-batch backends (compile, TensorRT) fit the envs exactly.
+        reward_options.setdefault("batch_size", int(num_envs))
         self.reward_model = reward_model or self._load_model(
             spec, target_prompts, baseline_prompts, alpha, model, pretrained, checkpoint, device, backend, precision, reward_options
         )
