@@ -226,6 +226,25 @@ def test_missing_download_fails_fast_offline(tmp_path, monkeypatch, offline_env)
     assert "vlmrm-fast download" in str(info.value)
 
 
+def test_download_command_finds_cached_weights_and_fails_fast_offline(tmp_path, monkeypatch, capsys):
+    from vlmrm_fast.cli import main
+
+    cache = tmp_path / "hub"
+    _write_hf_cache(cache, "vlmrm/tiny-tagged", {"open_clip_pytorch_model.bin": b"weights"})
+    tags = dict(open_clip.pretrained._PRETRAINED.get(TINY, {}))
+    tags["testtag"] = {"hf_hub": "vlmrm/tiny-tagged/"}
+    monkeypatch.setitem(open_clip.pretrained._PRETRAINED, TINY, tags)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    assert main(["download", f"{TINY}/testtag", "--cache-dir", str(cache)]) == 0
+    assert "open_clip_pytorch_model.bin" in capsys.readouterr().out
+    start = time.monotonic()
+    assert main(["download", "ViT-B-32/laion2b_s34b_b79k", "--cache-dir", str(tmp_path / "empty")]) == 2
+    assert time.monotonic() - start < 10
+    assert "unreachable" in capsys.readouterr().err
+    assert main(["download", "ViT-B-32", "--cache-dir", str(tmp_path)]) == 2
+    assert "needs a pretrained tag" in capsys.readouterr().err
+
+
 def test_random_weights_of_a_real_architecture_warn():
     with pytest.warns(vlmrm_fast.RandomWeightsWarning, match="random initialization"):
         load_clip("RN50")

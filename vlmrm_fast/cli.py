@@ -1,6 +1,7 @@
 """``vlmrm-fast`` command line: one subcommand per job.
 
     vlmrm-fast info                         what the build and the machine offer
+    vlmrm-fast download MODEL               fetch pretrained weights into the local cache
     vlmrm-fast train CONFIG.yaml            train an agent with a VLM reward
     vlmrm-fast export MODEL --batch-size N  build a TensorRT engine of MODEL's image tower ahead of time
     vlmrm-fast dataset sample|label|render  labelled-state datasets
@@ -39,6 +40,26 @@ def _add_info(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_info)
 
 
+def _download(args: argparse.Namespace) -> int:
+    from vlmrm_fast.reward.clip_loading import download_weights
+
+    try:
+        path = download_weights(args.model, args.pretrained, cache_dir=args.cache_dir)
+    except (ValueError, RuntimeError, OSError) as exc:
+        print(f"vlmrm-fast download: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"weights: {path}")
+    return 0
+
+
+def _add_download(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("download", help="fetch a CLIP model's pretrained weights into the local cache (needs network)")
+    p.add_argument("model", help="'name/tag' (e.g. ViT-L-14/laion2b_s32b_b82k) or 'hf-hub:org/repo'")
+    p.add_argument("--pretrained", metavar="TAG", help="the tag, if not given as name/tag")
+    p.add_argument("--cache-dir", metavar="DIR", help="cache folder (default: the Hugging Face cache, HF_HUB_CACHE)")
+    p.set_defaults(func=_download)
+
+
 def _add_train(sub: argparse._SubParsersAction) -> None:
     from vlmrm_fast.training.train import add_subcommand
 
@@ -60,7 +81,7 @@ def _add_evaluation(sub: argparse._SubParsersAction) -> None:
 
 
 # Each entry adds one subcommand (or a family); the job's code lives in its own module.
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_info, _add_train, _add_export, _add_evaluation]
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_info, _add_download, _add_train, _add_export, _add_evaluation]
 
 
 def build_parser() -> argparse.ArgumentParser:

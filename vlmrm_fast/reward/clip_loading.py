@@ -175,6 +175,28 @@ def load_clip(
     )
 
 
+def download_weights(model: str, pretrained: str | None = None, *, cache_dir: str | None = None) -> Path:
+    """Fetches a model's pretrained weights into the local cache (or finds them there); returns the path.
+
+    Run once on a machine with network; copy the cache (HF_HUB_CACHE, or ``cache_dir``)
+    to machines without it.
+    """
+    import open_clip
+
+    name, tag = parse_model_name(model, pretrained)
+    if name.startswith("hf-hub:"):
+        return Path(_hub_folder(name[len("hf-hub:"):], cache_dir))
+    if name.startswith("local-dir:"):
+        raise ValueError(f"{model!r} is a local folder: nothing to download")
+    if not tag:
+        tags = open_clip.list_pretrained_tags_by_model(name)
+        raise ValueError(f"{name} needs a pretrained tag to download, e.g. {name}/{tags[0]}" if tags else f"{name} has no pretrained weights")
+    pcfg = open_clip.get_pretrained_cfg(name, tag)
+    if not pcfg:
+        raise ValueError(f"pretrained tag {tag!r} is unknown for {name}; known tags: {open_clip.list_pretrained_tags_by_model(name) or 'none'}")
+    return _pretrained_file(name, tag, pcfg, cache_dir)
+
+
 def _create(name: str, *, device: torch.device, seed: int, quick_gelu: bool = False):
     import open_clip
 
