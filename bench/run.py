@@ -165,27 +165,45 @@ def markdown(results: list[dict[str, Any]], mach: dict[str, Any]) -> str:
 
 
 def plot(results: list[dict[str, Any]], path: pathlib.Path) -> None:
+    """Throughput against num_envs (fast solid, reference dashed) beside the fast path's stage times."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import ScalarFormatter
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, (ax, bars) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
     keys = sorted({(r["model"], r["resolution"]) for r in results})
     for i, (model, res) in enumerate(keys):
         rows = sorted((r for r in results if (r["model"], r["resolution"]) == (model, res)), key=lambda r: r["num_envs"])
         n = [r["num_envs"] for r in rows]
-        colour = f"C{i}"
-        ax.plot(n, [r["fast_fps"] for r in rows], "o-", color=colour, label=f"{model} {res}px fast")
+        ax.plot(n, [r["fast_fps"] for r in rows], "o-", color=f"C{i}", label=f"{model} {res}px: fast")
         if all("reference_fps" in r for r in rows):
-            ax.plot(n, [r["reference_fps"] for r in rows], "s--", color=colour, alpha=0.6, label=f"{model} {res}px reference")
+            ax.plot(n, [r["reference_fps"] for r in rows], "s--", color=f"C{i}", alpha=0.6, label=f"{model} {res}px: reference")
+    values = [r[k] for r in results for k in ("fast_fps", "reference_fps") if k in r]
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    if max(values) / min(values) > 20:
+        ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_major_formatter(ScalarFormatter())
     ax.set_xlabel("number of envs")
     ax.set_ylabel("frames scored per second")
-    ax.set_title("VLM-reward throughput: FastVLMRewardVecEnv vs straightforward pipeline")
+    ax.set_title("throughput, side by side", fontsize=11)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
+
+    stages = list(dict.fromkeys(k for r in results for k in r["stages_ms"]))
+    labels = [f"{r['model']}\n{r['resolution']}px x{r['num_envs']}" for r in results]
+    bottom = np.zeros(len(results))
+    for j, stage in enumerate(stages):
+        ms = np.array([r["stages_ms"].get(stage, 0.0) for r in results])
+        bars.bar(labels, ms, bottom=bottom, label=stage, color=f"C{j}")
+        bottom += ms
+    bars.set_ylabel("ms per step (profiled run)")
+    bars.set_title("fast path, stage by stage", fontsize=11)
+    bars.tick_params(axis="x", labelsize=7)
+    bars.legend(fontsize=7)
+    fig.suptitle("VLM-reward step: FastVLMRewardVecEnv vs the straightforward pipeline", fontsize=12)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
