@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
-import subprocess
-import sys
 import textwrap
 import threading
 
@@ -15,7 +12,7 @@ import mujoco
 import numpy as np
 import pytest
 
-import vlmrm_fast
+from child_process import run_python
 from vlmrm_fast import BatchRenderer, BatchSimulator, _core
 
 pytestmark = pytest.mark.egl
@@ -204,14 +201,7 @@ def test_errors_are_clear(scene, humanoid, tmp_path, monkeypatch):
 
 
 def _run_child(code: str, env: dict | None = None) -> dict:
-    # The child imports the vlmrm_fast this process tested (installed or built in place),
-    # never a source tree that happens to be the working directory (-P).
-    package_root = str(pathlib.Path(vlmrm_fast.__file__).resolve().parents[1])
-    path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
-    result = subprocess.run(
-        [sys.executable, "-P", "-c", textwrap.dedent(code)],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": path, **(env or {})},
-    )
+    result = run_python(["-c", textwrap.dedent(code)], env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
