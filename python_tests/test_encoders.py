@@ -160,6 +160,19 @@ def test_compiled_encoder_on_cpu_matches_eager():
     encoder.close()
 
 
+def test_compiled_encoders_are_not_capped_by_dynamos_recompile_limit(monkeypatch):
+    """Every encoder compiles the same forward code: dynamo's per-code limit (8) must not end the ninth."""
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    monkeypatch.setattr(config, name, 1)
+    clip, x = tiny_clip(), pixels(2, seed=3)
+    first = make_image_encoder(clip, "compile", device=CPU, batch_size=1, progress=False)
+    second = make_image_encoder(clip, "compile", device=CPU, batch_size=2, progress=False)
+    assert getattr(config, name) == 1, "the limit is lifted only while an encoder compiles"
+    assert_fp32_close(second(x), reference_embeddings(x))
+    assert_fp32_close(first(x[:1]), reference_embeddings(x[:1]))
+
+
 def test_reward_model_with_compiled_backend_matches_torch_backend():
     from vlmrm_fast import load_reward_model
 

@@ -28,6 +28,24 @@ COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 _WARMUP_CALLS = 2  # the first compiles (and autotunes); the second checks that nothing recompiles
 
 
+def _lifted_recompile_limits():
+    """Dynamo's recompile limits lifted while an encoder compiles.
+
+    Every encoder compiles the same ``forward`` code with a backend of its own, and dynamo
+    counts all of them against one per-code limit (8 by default): with ``fullgraph=True`` the
+    ninth encoder in a process would raise FailOnRecompileLimitHit (a ninth VecEnv on a GPU,
+    where ``backend="auto"`` compiles). Each encoder compiles once, so the limits stay in force
+    for everything else.
+    """
+    config = torch._dynamo.config
+    lifted = {}
+    for names in (("recompile_limit", "cache_size_limit"), ("accumulated_recompile_limit", "accumulated_cache_size_limit")):
+        name = next((n for n in names if hasattr(config, n)), None)
+        if name is not None:
+            lifted[name] = max(getattr(config, name), 1 << 20)
+    return config.patch(**lifted)
+
+
 class CompiledImageEncoder(ImageEncoder):
     backend = "compile"
 
@@ -63,7 +81,7 @@ class CompiledImageEncoder(ImageEncoder):
         self._graph: torch.cuda.CUDAGraph | None = None
         self._output: torch.Tensor | None = None
         what = f"compiling the {name} for batch {batch_size} ({str(dtype).replace('torch.', '')}, {compile_mode}, {self.device})"
-        with stage(what, progress), torch.inference_mode():
+        with stage(what, progress), torch.inference_mode(), _lifted_recompile_limits():
             if self.device.type == "cuda":
                 self._capture()
             else:
