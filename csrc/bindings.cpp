@@ -460,6 +460,7 @@ PYBIND11_MODULE(_core, m) {
       py::arg("frame_row_stride"), py::arg("out"), py::arg("dtype"), py::arg("stream"),
       "Fused preprocess kernel on the plan's device (addresses and stream as integers).");
 
+  m.attr("MAX_CUDA_REWARD_TASKS") = kMaxRewardTasks;
   m.def(
       "reward_cuda",
       [](uintptr_t embeddings, int dtype, int64_t n, int64_t d, int64_t row_stride, uintptr_t text,

@@ -237,6 +237,21 @@ def test_reward_head_on_cuda(dtype):
 
 
 @pytest.mark.gpu
+def test_reward_head_splits_more_tasks_than_one_launch_takes():
+    d, k = 48, _core.MAX_CUDA_REWARD_TASKS + 9
+    gen = torch.Generator().manual_seed(1)
+    prompts = [f"prompt {i}" for i in range(k + 1)]
+    table = {p: normalized(torch.randn(d, generator=gen)) for p in prompts}
+    tasks = [GoalBaselineTask(target_prompts=[prompts[i]], baseline_prompts=[prompts[-1]], alpha=(i % 5) / 4) for i in range(k)]
+    head_cpu = RewardHead(tasks, table.__getitem__, logit_scale=100.0, device="cpu")
+    head_cuda = RewardHead(tasks, table.__getitem__, logit_scale=100.0, device="cuda")
+    x = torch.randn(20, d, generator=gen)
+    got = head_cuda(x.cuda()).cpu()
+    assert got.shape == (20, k)
+    torch.testing.assert_close(got, head_cpu(x), atol=GOAL_BASELINE_ATOL, rtol=0)
+
+
+@pytest.mark.gpu
 def test_reward_cuda_rejects_host_memory_and_too_many_tasks():
     table, _ = reward_table(32, seed=0)
     x = torch.randn(4, 32)

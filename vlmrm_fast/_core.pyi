@@ -178,6 +178,9 @@ def preprocess_cuda(
 ) -> None:
     """Fused preprocess kernel on the plan's device (addresses and stream as integers)."""
 
+MAX_CUDA_REWARD_TASKS: int
+"""Tasks one reward_cuda call takes at most (RewardHead splits larger tables)."""
+
 def reward_cuda(
     embeddings: int,
     dtype: int,

@@ -87,13 +87,21 @@ class RewardHead:
         if self.device.type == "cpu":
             _core.reward_cpu(*args, self.text.data_ptr(), self.text.shape[0], self.table, out.data_ptr())
         elif self._use_cuda_kernel:
-            stream = torch.cuda.current_stream(self.device).cuda_stream
-            _core.reward_cuda(
-                *args, self.text.data_ptr(), self.text.shape[0], self.table, out.data_ptr(), self.device.index, stream
-            )
+            self._reward_cuda(args, out)
         else:
             out.copy_(self.reference(embeddings))
         return out
+
+    def _reward_cuda(self, args: tuple, out: torch.Tensor) -> None:
+        """One kernel launch per MAX_CUDA_REWARD_TASKS tasks (the task table rides in the launch parameters)."""
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        limit = _core.MAX_CUDA_REWARD_TASKS
+        for first in range(0, self.num_tasks, limit):
+            tasks = self.table[first : first + limit]
+            part = out if len(tasks) == self.num_tasks else torch.empty((out.shape[0], len(tasks)), dtype=torch.float32, device=self.device)
+            _core.reward_cuda(*args, self.text.data_ptr(), self.text.shape[0], tasks, part.data_ptr(), self.device.index, stream)
+            if part is not out:
+                out[:, first : first + len(tasks)] = part
 
     def reference(self, embeddings: torch.Tensor) -> torch.Tensor:
         """The same rewards through plain torch (fallback and cross-check)."""
