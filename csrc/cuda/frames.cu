@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "cuda/device_util.h"
 #include "cuda/gl_interop.h"
 #include "cuda/runtime.h"
 
@@ -36,6 +37,11 @@ void copy_frames_rgb(const FrameLayout& frames, uint8_t* out, void* stream) {
   if (!frames.data || !out) throw std::invalid_argument("copy_frames_rgb: null pointer");
   int64_t total = static_cast<int64_t>(frames.num_frames) * frames.height * frames.width;
   if (total <= 0) return;
+  // Runs with the frames' device current (GlBufferInterop::with_mapped); a host
+  // or foreign-device `out` would fault the context that torch shares.
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  require_device_pointer(out, device, "out");
   const int threads = 256;
   int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65535LL * 32);
   frames_to_rgb<<<static_cast<unsigned>(blocks), threads, 0, static_cast<cudaStream_t>(stream)>>>(
