@@ -129,7 +129,9 @@ def measure(args: argparse.Namespace, model: str, resolution: int, num_envs: int
         rm.encode_pixels(pixels)
     sync()
     result["encoder_only_fps"] = num_envs * reps / (time.perf_counter() - start)
-    flops = common.image_tower_flops(rm.clip.model.visual, rm.image_size, device, rm.encoder.input_dtype)
+    # Counted on the tower as it is: the TensorRT backend leaves it in fp32 (its engine holds the bf16 copy).
+    weight = next(rm.clip.model.visual.parameters())
+    flops = common.image_tower_flops(rm.clip.model.visual, rm.image_size, weight.device, weight.dtype)
     result["encoder_gflops_per_image"] = round(flops / 1e9, 3)
     if args.ceiling_tflops:
         result["encoder_flop_utilisation"] = flops * result["fast_fps"] / (args.ceiling_tflops * 1e12)
