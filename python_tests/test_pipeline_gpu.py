@@ -1,0 +1,163 @@
+"""The GPU hand-offs end to end: renderer pixel buffer -> CUDA preprocess through GL interop,
+the reward model reading it in place, and FastVLMRewardVecEnv on CUDA against the same env on
+the CPU. Each GPU result is held to a host twin reading the same frames.
+"""
+
+from __future__ import annotations
+
+import os
+
+import gymnasium
+import mujoco
+import numpy as np
+import pytest
+import torch
+
+from kernel_references import MEAN, STD
+from vlmrm_fast import BatchRenderer, FastVLMRewardVecEnv, _core, load_reward_model
+from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
+
+pytestmark = pytest.mark.gpu
+
+HUMANOID_XML = os.path.join(os.path.dirname(gymnasium.__file__), "envs/mujoco/assets/humanoid.xml")
+TINY = "vlmrm-tiny"
+BITS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+# bf16 encoder on the GPU against fp32 on the CPU: 1e-3 measured (tiny model, humanoid frames).
+CROSS_DEVICE_ATOL = 4e-3
+
+
+@pytest.fixture(scope="module")
+def humanoid() -> mujoco.MjModel:
+    return mujoco.MjModel.from_xml_path(HUMANOID_XML)
+
+
+def poses(model: mujoco.MjModel, n: int, seed: int) -> np.ndarray:
+    qpos = np.tile(model.qpos0, (n, 1))
+    qpos[:, 7:] += np.random.default_rng(seed).uniform(-0.5, 0.5, (n, model.nq - 7))
+    return qpos
+
+
+def gpu_renderer(model: mujoco.MjModel, n: int, width: int, height: int) -> BatchRenderer:
+    renderer = BatchRenderer(model, n, width, height, camera="track")
+    if renderer.cuda_device is None:
+        renderer.close()
+        pytest.fail(f"the renderer is not on a CUDA GPU's EGL device: {_core.build_info()['egl_devices']}")
+    return renderer
+
+
+def assert_same_bits(got: torch.Tensor, expected: torch.Tensor) -> None:
+    got, expected = got.cpu(), expected.cpu()
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    same = got.view(BITS[got.dtype]) == expected.view(BITS[expected.dtype])
+    assert same.all(), f"{(~same).sum().item()} of {same.numel()} elements differ"
+
+
+@pytest.mark.egl
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_run_renderer_on_cuda_equals_the_host_twin(humanoid, dtype):
+    spec = PreprocessSpec(size=32, mean=MEAN, std=STD)
+    with gpu_renderer(humanoid, 3, 64, 48) as renderer:  # not square: a swapped height and width shows
+        renderer.render(poses(humanoid, 3, seed=0))
+        host = FramePreprocessor(spec, "cpu", dtype).run_renderer(renderer)
+        device = torch.device("cuda", renderer.cuda_device)
+        got = FramePreprocessor(spec, device, dtype).run_renderer(renderer)
+        assert got.device == device
+        assert_same_bits(got, host)
+        assert_same_bits(got, FramePreprocessor(spec, "cpu", dtype)(renderer.frames()))
+
+
+@pytest.mark.egl
+def test_preprocess_reads_the_frames_before_the_next_render_overwrites_them(humanoid):
+    """cudaGraphicsUnmapResources on the stream must hold back GL's next write into the pixel buffer."""
+    spec = PreprocessSpec(size=64, mean=MEAN, std=STD)
+    host = FramePreprocessor(spec, "cpu")
+    first, second = poses(humanoid, 4, seed=1), poses(humanoid, 4, seed=2)
+    with gpu_renderer(humanoid, 4, 96, 96) as renderer:
+        pre = FramePreprocessor(spec, torch.device("cuda", renderer.cuda_device))
+        renderer.render(first)
+        expected_first = host.run_renderer(renderer)
+        renderer.render(second)
+        expected_second = host.run_renderer(renderer)
+        assert not torch.equal(expected_first, expected_second)
+        renderer.render(first)
+        torch.cuda.synchronize()
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time ahead of the kernel on this stream
+        got_first = pre.run_renderer(renderer)
+        renderer.render(second)  # GL must wait for the kernel above before it writes
+        got_second = pre.run_renderer(renderer)
+        torch.cuda.synchronize()
+    assert_same_bits(got_first, expected_first)
+    assert_same_bits(got_second, expected_second)
+
+
+@pytest.mark.egl
+def test_copy_frames_cuda_refuses_host_memory(humanoid):
+    with gpu_renderer(humanoid, 1, 16, 16) as renderer:
+        renderer.render(poses(humanoid, 1, seed=3))
+        host = np.zeros((1, 16, 16, 3), np.uint8)
+        with pytest.raises(ValueError, match="out is ordinary host memory"):
+            renderer._live().copy_frames_cuda(host.ctypes.data, 0)
+        np.testing.assert_array_equal(renderer.frames("cuda").cpu().numpy(), renderer.frames())
+
+
+def _encoder_options(backend: str) -> dict:
+    return {"compile_mode": "default", "progress": False} if backend == "compile" else {}
+
+
+@pytest.mark.egl
+@pytest.mark.parametrize("backend", ["torch", "compile"])
+def test_score_renderer_on_cuda_equals_scoring_the_host_frames(humanoid, backend):
+    n = 5
+    rm = load_reward_model(
+        TINY, target_prompts="a humanoid robot kneeling", baseline_prompts="a humanoid robot", alpha=0.5,
+        device="cuda", backend=backend, batch_size=n, **_encoder_options(backend),
+    )
+    assert rm.encoder.backend == backend
+    with gpu_renderer(humanoid, n, 64, 48) as renderer:
+        for seed in (4, 5):
+            renderer.render(poses(humanoid, n, seed=seed))
+            got = rm.score_renderer(renderer)
+            assert got.shape == (n,) and got.device.type == "cuda"
+            # The same frames read back to the host, uploaded and preprocessed as a stack: same encoder input.
+            torch.testing.assert_close(got.cpu(), rm(renderer.frames()).cpu(), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "task, backend",
+    [
+        pytest.param("humanoid-kneeling", "compile", marks=pytest.mark.egl),
+        pytest.param("humanoid-kneeling", "torch", marks=pytest.mark.egl),
+        ("cartpole", "compile"),
+    ],
+)
+def test_vec_env_on_cuda_matches_the_same_env_on_cpu(task, backend):
+    n = 3
+    common = dict(model=TINY, alpha=0.5, seed=0, episode_length=5)
+    if task.startswith("humanoid"):
+        common["render_size"] = (48, 64)
+    gpu = FastVLMRewardVecEnv(task, n, device="cuda", backend=backend, **_encoder_options(backend), **common)
+    cpu = FastVLMRewardVecEnv(task, n, device="cpu", **common)
+    assert gpu.reward_model.encoder.backend == backend and gpu.engine == cpu.engine
+    if gpu.engine == "mujoco":
+        assert gpu._sim.renderer.cuda_device == gpu.reward_model.device.index
+    np.testing.assert_array_equal(gpu.reset(), cpu.reset())
+    rng = np.random.default_rng(0)
+    for _ in range(8):  # episodes of 5 steps: the auto-resets are crossed
+        space = gpu.action_space
+        if isinstance(space, gymnasium.spaces.Discrete):
+            actions = rng.integers(0, space.n, size=n)
+        else:
+            actions = rng.uniform(space.low, space.high, (n,) + space.shape).astype(space.dtype)
+        obs_g, rew_g, done_g, info_g = gpu.step(actions)
+        obs_c, rew_c, done_c, info_c = cpu.step(actions)
+        np.testing.assert_array_equal(obs_g, obs_c)
+        np.testing.assert_array_equal(done_g, done_c)
+        assert [i["gt_reward"] for i in info_g] == [i["gt_reward"] for i in info_c]
+        frames = cpu.last_frames()
+        np.testing.assert_array_equal(gpu.last_frames().cpu().numpy(), frames.numpy())
+        assert rew_g.dtype == np.float32 and rew_g.shape == (n,)
+        # Exactly what the GPU model gives for these frames, and the CPU model's rewards up to bf16.
+        np.testing.assert_allclose(rew_g, gpu.reward_model(frames).cpu().numpy(), rtol=0, atol=1e-6)
+        np.testing.assert_allclose(rew_g, rew_c, rtol=0, atol=CROSS_DEVICE_ATOL)
+    gpu.close()
+    cpu.close()
