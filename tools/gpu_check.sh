@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# The GPU checks, one step per device call (each well inside the 10-minute limit of a call;
+# the machine stays warm only ~30 s between calls, so every step sets up and builds itself,
+# reusing the build when the machine is still warm and the sources are unchanged).
+#
+# Once, on the development machine, from the checkout that the device tool sends:
+#   bash ../shared/hooks/device/prepare.sh scikit-build-core pybind11   # fills .device/ (ignored)
+# Then each device call: carry [".device"], command
+#   tools/gpu_check.sh STEP [ARGS]
+#
+# Steps (results under $OUT when set, else /tmp/gpu_check):
+#   build                 install the package (pip, CUDA on, sm_90 unless CUDA_ARCHS=...), print what it sees
+#   tests                 the gpu/egl/tensorrt-marked tests, skips turned into failures   (~3-6 min)
+#   suite                 the whole test suite on the GPU machine                          (~5-8 min)
+#   kernels               bench/bench_kernels.py, full grid                                (~1 min)
+#   render                bench/bench_render.py --device cuda, plus the interop probe      (~4 min)
+#   encoders MODEL [B..]  bench/bench_encoders.py, torch and compile, batch B (default 64)  (~2-8 min)
+#   e2e MODEL [N..]       bench/run.py at 224 px, N envs (default 64)                      (~3-8 min)
+# MODEL: B32, B16, L14, H14, bigG (or an open_clip name). Compile warm-up with max-autotune
+# dominates the encoder and e2e steps: give one batch size / one N per call for ViT-L-14 and up.
+#
+# TensorRT is not checked on the device machine: its wheels exceed the 64 MiB that a call can
+# carry, so the tests marked tensorrt skip there and backend="auto" picks "compile".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+step=${1:-}
+[ $# -gt 0 ] && shift
+out=${OUT:-/tmp/gpu_check}
+mkdir -p "$out"
+site=/tmp/vlmrm  # the built package; `python3 -P` keeps the source tree off sys.path
+
+setup() {
+  [ -f .device/setup.sh ] || { echo "no .device/: run prepare.sh here first and carry .device (see the header)"; exit 2; }
+  set +u
+  source .device/setup.sh
+  set -u
+  export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+}
+
+build() {
+  local stamp
+  stamp=$(find CMakeLists.txt pyproject.toml csrc vlmrm_fast -type f ! -name '*.so' ! -path '*__pycache__*' -print0 \
+          | sort -z | xargs -0 sha1sum | sha1sum | cut -c1-16)
+  if [ "$(cat $site/.stamp 2>/dev/null)" != "$stamp" ]; then
+    echo "building (log: $out/build.log) ..."
+    rm -rf "$site"
+    local start=$SECONDS
+    if ! python3 -m pip install -v --no-build-isolation --no-deps --target "$site" \
+         --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}" . >"$out/build.log" 2>&1; then
+      tail -40 "$out/build.log"
+      exit 1
+    fi
+    echo "$stamp" >"$site/.stamp"
+    echo "built in $((SECONDS - start)) s"
+  fi
+  python3 -P - <<'EOF'
+import json, torch, vlmrm_fast
+info = vlmrm_fast.build_info()
+print("vlmrm_fast", vlmrm_fast.__file__, "| torch", torch.__version__, "| GPU", torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
+print(json.dumps(info, indent=1))
+if not (info["cuda_compiled"] and info["cuda_available"]):
+    raise SystemExit("the native core has no usable CUDA device: every CUDA path would be skipped")
+if not any(d["cuda_device"] >= 0 for d in info["egl_devices"]):
+    print("WARNING: no EGL device reports a CUDA index: rendering runs on software EGL and the interop paths fail")
+EOF
+}
+
+model_name() {
+  case "$1" in
+    B32) echo ViT-B-32 ;; B16) echo ViT-B-16 ;; L14) echo ViT-L-14 ;; H14) echo ViT-H-14 ;; bigG) echo ViT-bigG-14 ;;
+    *) echo "$1" ;;
+  esac
+}
+
+run_tests() {
+  echo "note: TensorRT is not installed here (too large to carry): tests marked tensorrt skip"
+  VLMRM_REQUIRE_GPU=1 VLMRM_REQUIRE_EGL=1 python3 -P -m pytest python_tests -q -p no:cacheprovider \
+    --junitxml="$out/$1.xml" "${@:2}" 2>&1 | tee "$out/$1.log"
+}
+
+# Whether the interop hand-off blocks the host, and whether kernels read the pixel buffer
+# at device-memory speed (GL_STREAM_READ may place it in host memory).
+probe() {
+  python3 -P - "$out/interop_probe.json" <<'EOF'
+import json, os, sys, time
+import gymnasium, mujoco, numpy as np, torch
+from vlmrm_fast import BatchRenderer
+from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
+
+model = mujoco.MjModel.from_xml_path(os.path.join(os.path.dirname(gymnasium.__file__), "envs/mujoco/assets/humanoid.xml"))
+n, px = 64, 224
+qpos = np.tile(model.qpos0, (n, 1))
+spec = PreprocessSpec(size=224, mean=(0.48145466, 0.4578275, 0.40821073), std=(0.26862954, 0.26130258, 0.27577711))
+renderer = BatchRenderer(model, n, px, px)
+device = torch.device("cuda", renderer.cuda_device)
+pre = FramePreprocessor(spec, device, torch.bfloat16)
+
+def gpu_ms(fn, reps=20):
+    fn(); torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record(); end.synchronize()
+    return start.elapsed_time(end) / reps
+
+def host_ms(fn, reps=20):
+    fn(); torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - t) * 1e3 / reps
+
+renderer.render(qpos)
+pre.run_renderer(renderer)  # first call: device plan upload and interop registration
+result = {"num_envs": n, "px": px}
+result["sleep_gpu_ms"] = gpu_ms(lambda: torch.cuda._sleep(100_000_000), reps=3)
+torch.cuda.synchronize()
+torch.cuda._sleep(100_000_000)
+t = time.perf_counter()
+pre.run_renderer(renderer)
+result["run_renderer_host_ms_behind_busy_stream"] = (time.perf_counter() - t) * 1e3
+torch.cuda.synchronize()
+result["run_renderer_host_ms_idle"] = host_ms(lambda: pre.run_renderer(renderer))
+result["render_host_ms"] = host_ms(lambda: renderer.render(qpos), reps=5)
+result["preprocess_from_pixel_buffer_gpu_ms"] = gpu_ms(lambda: pre.run_renderer(renderer))
+frames = renderer.frames(device)
+result["preprocess_from_device_copy_gpu_ms"] = gpu_ms(lambda: pre(frames))
+result["frames_to_device_gpu_ms"] = gpu_ms(lambda: renderer.frames(device))
+blocking = result["run_renderer_host_ms_behind_busy_stream"] > 0.5 * result["sleep_gpu_ms"]
+result["hand_off_blocks_host"] = blocking
+slow = result["preprocess_from_pixel_buffer_gpu_ms"] > 3 * result["preprocess_from_device_copy_gpu_ms"]
+result["pixel_buffer_reads_slow"] = slow
+print(json.dumps(result, indent=1))
+print("hand-off:", "BLOCKS the host until the stream drains (map/unmap sync)" if blocking else "asynchronous")
+print("pixel buffer:", "reads >3x slower than device memory: try GL_DYNAMIC_COPY for pbo_ (batch_renderer.cpp)" if slow else "device-memory speed")
+json.dump(result, open(sys.argv[1], "w"), indent=1)
+renderer.close()
+EOF
+}
+
+case "$step" in
+  build) setup; build ;;
+  tests) setup; build; run_tests tests -m "gpu or egl or tensorrt" ;;
+  suite) setup; build; run_tests suite ;;
+  kernels) setup; build; python3 -P bench/bench_kernels.py --device cuda --out "$out/kernels.json" 2>&1 | tee "$out/kernels.log" ;;
+  render)
+    setup; build; probe
+    python3 -P bench/bench_render.py --device cuda --min-time 2 --out "$out/render.json" 2>&1 | tee "$out/render.log" ;;
+  encoders)
+    [ $# -ge 1 ] || { echo "usage: $0 encoders MODEL [BATCH ...]"; exit 2; }
+    model=$(model_name "$1"); shift
+    setup; build
+    echo "note: TensorRT is not installed here (too large to carry): torch and compile only"
+    python3 -P bench/bench_encoders.py --models "$model" --backends torch compile --batch-sizes "${@:-64}" \
+      --out "$out/encoders_$model.json" 2>&1 | tee "$out/encoders_$model.log" ;;
+  e2e)
+    [ $# -ge 1 ] || { echo "usage: $0 e2e MODEL [NUM_ENVS ...]"; exit 2; }
+    model=$(model_name "$1"); shift
+    setup; build
+    python3 -P bench/run.py --models "$model" --num-envs "${@:-64}" --resolutions "${RES:-224}" \
+      --out "$out/e2e_$model.json" 2>&1 | tee "$out/e2e_$model.log" ;;
+  *) sed -n '2,22p' "$0"; exit 2 ;;
+esac
