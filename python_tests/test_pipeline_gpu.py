@@ -158,6 +158,8 @@ def test_vec_env_on_cuda_matches_the_same_env_on_cpu(task, backend):
         assert rew_g.dtype == np.float32 and rew_g.shape == (n,)
         # Exactly what the GPU model gives for these frames, and the CPU model's rewards up to bf16.
         np.testing.assert_allclose(rew_g, gpu.reward_model(frames).cpu().numpy(), rtol=0, atol=1e-6)
+        # last_frames() as episode-batch scoring takes them (a CUDA tensor on the batch engine).
+        np.testing.assert_allclose(rew_g, gpu.reward_model(gpu.last_frames()).cpu().numpy(), rtol=0, atol=1e-6)
         np.testing.assert_allclose(rew_g, rew_c, rtol=0, atol=CROSS_DEVICE_ATOL)
     gpu.close()
     cpu.close()
