@@ -66,3 +66,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if os.environ.get(env) == "1":
             pytest.fail(f"{env}=1 but {reason}")
         pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def humanoid():
+    """gymnasium's humanoid model, unedited."""
+    import mujoco
+
+    from vlmrm_fast.envs.humanoid import gymnasium_humanoid_xml
+
+    return mujoco.MjModel.from_xml_path(gymnasium_humanoid_xml())

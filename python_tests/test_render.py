@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 import threading
 
-import gymnasium
 import mujoco
 import numpy as np
 import pytest
@@ -17,7 +15,6 @@ from vlmrm_fast import BatchRenderer, BatchSimulator, _core
 
 pytestmark = pytest.mark.egl
 
-HUMANOID_XML = os.path.join(os.path.dirname(gymnasium.__file__), "envs/mujoco/assets/humanoid.xml")
 
 # Textures (2D checker, skybox), a reflective floor, shadows from a spot light, a mesh, a
 # transparent geom, a tendon and sites: the renderer's features beyond the humanoid's.
@@ -50,11 +47,6 @@ SCENE_XML = """
   <tendon><spatial width=".01"><site site="mark"/><site site="tip"/></spatial></tendon>
 </mujoco>
 """
-
-
-@pytest.fixture(scope="module")
-def humanoid() -> mujoco.MjModel:
-    return mujoco.MjModel.from_xml_path(HUMANOID_XML)
 
 
 @pytest.fixture(scope="module")

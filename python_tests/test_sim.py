@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import gymnasium
@@ -13,7 +12,6 @@ import pytest
 from vlmrm_fast import BatchSimulator
 from vlmrm_fast.sim import SimulationError, SimulationWarning
 
-HUMANOID_XML = os.path.join(os.path.dirname(gymnasium.__file__), "envs/mujoco/assets/humanoid.xml")
 
 # Humanoid-v5's observation, field by field (gymnasium's humanoid_v5._get_obs).
 HUMANOID_OBS = [("qpos", 2), "qvel", ("cinert", 10), ("cvel", 6), ("qfrc_actuator", 6), ("cfrc_ext", 6)]
@@ -46,11 +44,6 @@ SCENE_XML = """
   <sensor><framepos objtype="site" objname="tip"/><jointpos joint="hinge"/><tendonpos tendon="rope"/></sensor>
 </mujoco>
 """
-
-
-@pytest.fixture(scope="module")
-def humanoid() -> mujoco.MjModel:
-    return mujoco.MjModel.from_xml_path(HUMANOID_XML)
 
 
 @pytest.fixture(scope="module")
