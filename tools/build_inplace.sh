@@ -12,5 +12,5 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -Dpybind11_DIR="$("$python" -m pybind11 --cmakedir)" \
   -DVLMRM_WITH_CUDA="${VLMRM_WITH_CUDA:-ON}" >/dev/null
 cmake --build "$build" -j "${JOBS:-2}"
-cp "$build"/_core*.so "$root/vlmrm_fast/"
-echo "built $(ls "$root"/vlmrm_fast/_core*.so)"
+cp "$build"/_core*.so "$build"/_cuda_emulation*.so "$root/vlmrm_fast/"
+echo "built $(ls "$root"/vlmrm_fast/_core*.so "$root"/vlmrm_fast/_cuda_emulation*.so)"

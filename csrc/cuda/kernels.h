@@ -6,20 +6,13 @@
 // up to float summation order.
 #pragma once
 
-#include <array>
 #include <cstdint>
 
 #include "cpu/preprocess.h"
 #include "cpu/reward.h"
+#include "cuda/launch_config.h"
 
 namespace vlmrm {
-
-// The reward kernel takes its task table by value as a launch parameter.
-constexpr int kMaxRewardTasks = 32;
-
-// Output rows one preprocess block produces at most (the launcher picks fewer
-// for small batches so that every multiprocessor has work).
-constexpr int kMaxPreprocessTileRows = 16;
 
 // A PreprocessPlan's tap tables, uploaded once to one CUDA device.
 class DevicePreprocessPlan {
@@ -36,13 +29,11 @@ class DevicePreprocessPlan {
   friend void preprocess_cuda(const FrameLayout&, const DevicePreprocessPlan&, void*, DType, void*);
 
   int device_ = -1;
-  PreprocessPlan plan_;             // host copy: sizes, taps, mean/std
-  int32_t* tables_ = nullptr;       // device: start, count, coeffs [tap][output] (horizontal, then vertical)
+  PreprocessPlan plan_;          // host copy: sizes, taps, mean/std
+  PreprocessGeometry geometry_;  // column span, tile heights, the tables uploaded
+  int32_t* tables_ = nullptr;    // device copy of geometry_.tables
   int multiprocessors_ = 0;
-  int max_shared_bytes_ = 0;        // per block, opt-in limit of the device
-  int col_first_ = 0, col_end_ = 0; // source columns any output column reads
-  // rows_spanned_[t]: source rows the widest tile of t output rows reads.
-  std::array<int, kMaxPreprocessTileRows + 1> rows_spanned_{};
+  int max_shared_bytes_ = 0;     // per block, opt-in limit of the device
 };
 
 // Fused preprocess on the plan's device: one launch reads the uint8 frames

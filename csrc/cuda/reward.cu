@@ -1,181 +1,57 @@
-// Fused reward kernel: the same computation as reward_cpu (cpu/reward.cpp).
-// One block per image embedding: load and L2-normalize the row into shared
-// memory, take its dot products with every text row the tasks read (one warp
-// per text row, round robin), then one thread per task applies the O(D)
-// goal-baseline formula or the binary softmax. The task table travels by
-// value in the launch parameters.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
-#include <climits>
-#include <cmath>
+// Host side of the fused reward kernel (reward_kernel.cuh): plan, check the
+// pointers and launch one kernel on the caller's stream.
 #include <stdexcept>
 #include <string>
 
 #include "cuda/device_util.h"
 #include "cuda/kernels.h"
+#include "cuda/reward_kernel.cuh"
 
 namespace vlmrm {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / 32;
-constexpr float kNormEps = 1e-12f;  // torch.nn.functional.normalize's eps
-constexpr int kDefaultSharedBytes = 48 * 1024;
+using reward_device::reward_kernel;
 
-struct RewardArgs {
-  RewardTask tasks[kMaxRewardTasks];
-  int32_t first_dot[kMaxRewardTasks];  // where each task's dot products start in shared memory
-  int k;
-  int num_dots;
-  int d;
-  int64_t row_stride;
-};
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// Sum over the block; every thread gets the total. Also a barrier.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
-  v = warp_sum(v);
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float total = 0.f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) total += scratch[w];
-  __syncthreads();
-  return total;
-}
+constexpr size_t kDefaultSharedBytes = 48 * 1024;
 
 template <typename InT>
-__global__ void __launch_bounds__(kThreads)
-    reward_kernel(const InT* __restrict__ embeddings, const float* __restrict__ text, const RewardArgs a,
-                  float* __restrict__ out) {
-  extern __shared__ float smem[];
-  float* x = smem;
-  float* dots = smem + a.d;
-  float* scratch = dots + a.num_dots;
-  const int tid = threadIdx.x;
-  const int lane = tid & 31;
-  const int warp = tid >> 5;
-  const int64_t i = blockIdx.x;
-  const InT* row = embeddings + i * a.row_stride;
-
-  float part = 0.f;
-  for (int j = tid; j < a.d; j += kThreads) {
-    const float v = to_float(row[j]);
-    x[j] = v;
-    part += v * v;
-  }
-  const float norm2 = block_sum(part, scratch);
-  const float inv = __fdiv_rn(1.f, fmaxf(sqrtf(norm2), kNormEps));
-  part = 0.f;
-  for (int j = tid; j < a.d; j += kThreads) {
-    const float v = x[j] * inv;
-    x[j] = v;
-    part += v * v;
-  }
-  const float xx = block_sum(part, scratch);  // |x|^2 after normalization, as the twin takes it
-
-  int q = 0;
-  for (int t = 0; t < a.k; ++t) {
-    const int first = a.tasks[t].first_row;
-    const int rows = a.tasks[t].num_rows;
-    for (int r = 0; r < rows; ++r, ++q) {
-      if (q % kWarps != warp) continue;
-      const float* text_row = text + static_cast<int64_t>(first + r) * a.d;
-      float s = 0.f;
-      for (int j = lane; j < a.d; j += 32) s += x[j] * __ldg(text_row + j);
-      s = warp_sum(s);
-      if (lane == 0) dots[q] = s;
-    }
-  }
-  __syncthreads();
-
-  if (tid < a.k) {
-    const RewardTask task = a.tasks[tid];
-    const float* dot = dots + a.first_dot[tid];
-    float result;
-    if (task.kind == static_cast<int32_t>(RewardKind::kGoalBaseline)) {
-      const float vv = xx - 2.f * dot[0] + task.g_norm2;
-      const float vu = dot[1] - task.g_dot_u;
-      const float al = task.alpha;
-      result = 1.f - 0.5f * ((1.f - al) * (1.f - al) * vv + (2.f * al - al * al) * vu * vu);
-    } else {
-      float top = -INFINITY;
-      for (int r = 0; r < task.num_rows; ++r) top = fmaxf(top, task.scale * dot[r]);
-      float total = 0.f;
-      for (int r = 0; r < task.num_rows; ++r) total += expf(task.scale * dot[r] - top);
-      const float p = expf(task.scale * dot[0] - top) / total;
-      result = task.probability ? p : (p > task.threshold ? 1.f : 0.f);
-    }
-    out[i * a.k + tid] = result;
-  }
-}
-
-template <typename InT>
-void launch(const void* embeddings, const float* text, const RewardArgs& a, float* out, int64_t n, size_t shared,
-            int device, cudaStream_t stream) {
-  if (shared > kDefaultSharedBytes) {
+void launch(const void* embeddings, const float* text, const RewardLaunch& l, float* out, int device,
+            cudaStream_t stream) {
+  if (l.shared_bytes > kDefaultSharedBytes) {
     int limit = 0;
     cuda::check(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
                 "cudaDeviceGetAttribute(shared memory opt-in)");
-    if (shared > static_cast<size_t>(limit)) {
-      throw std::invalid_argument("reward_cuda: embedding dimension " + std::to_string(a.d) +
+    if (l.shared_bytes > static_cast<size_t>(limit)) {
+      throw std::invalid_argument("reward_cuda: embedding dimension " + std::to_string(l.args.d) +
                                   " is too large for one block's shared memory");
     }
     cuda::check(cudaFuncSetAttribute(reward_kernel<InT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(shared)),
+                                     static_cast<int>(l.shared_bytes)),
                 "cudaFuncSetAttribute(reward)");
   }
-  reward_kernel<InT><<<dim3(static_cast<unsigned>(n)), kThreads, shared, stream>>>(
-      static_cast<const InT*>(embeddings), text, a, out);
+  reward_kernel<InT><<<l.blocks, kRewardThreads, l.shared_bytes, stream>>>(static_cast<const InT*>(embeddings), text,
+                                                                           l.args, out);
 }
 
 }  // namespace
 
 void reward_cuda(const void* embeddings, DType dtype, int64_t n, int64_t d, int64_t row_stride, const float* text,
                  int64_t m, const RewardTask* tasks, int64_t k, float* out, int device, void* stream) {
-  if (k < 1 || k > kMaxRewardTasks) {
-    throw std::invalid_argument("reward_cuda: " + std::to_string(k) + " tasks given; one launch takes 1 to " +
-                                std::to_string(kMaxRewardTasks) + " (split the tasks over several calls)");
-  }
-  if (n <= 0 || n > INT_MAX) throw std::invalid_argument("reward_cuda: n must be in [1, 2^31)");
-  if (d <= 0 || d > INT_MAX || m <= 0) throw std::invalid_argument("reward_cuda: d and m must be positive");
-  if (row_stride < d) throw std::invalid_argument("reward_cuda: row_stride must be >= d");
-  if (embeddings == nullptr || text == nullptr || out == nullptr || tasks == nullptr) {
+  const RewardLaunch l = plan_reward_launch(n, d, row_stride, m, tasks, k);
+  if (embeddings == nullptr || text == nullptr || out == nullptr) {
     throw std::invalid_argument("reward_cuda: null pointer");
   }
-  validate_reward_tasks(tasks, k, m);
   cuda::require_device(device);
   cuda::DeviceGuard guard(device);
   cuda::require_device_pointer(embeddings, device, "embeddings");
   cuda::require_device_pointer(text, device, "text");
   cuda::require_device_pointer(out, device, "out");
 
-  RewardArgs a{};
-  a.k = static_cast<int>(k);
-  a.d = static_cast<int>(d);
-  a.row_stride = row_stride;
-  for (int t = 0; t < a.k; ++t) {
-    a.tasks[t] = tasks[t];
-    a.first_dot[t] = a.num_dots;
-    a.num_dots += tasks[t].num_rows;
-  }
-  const size_t shared = (static_cast<size_t>(d) + a.num_dots + kWarps) * sizeof(float);
-
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (dtype) {
-    case DType::kFloat32: launch<float>(embeddings, text, a, out, n, shared, device, s); break;
-    case DType::kFloat16: launch<__half>(embeddings, text, a, out, n, shared, device, s); break;
-    case DType::kBFloat16: launch<__nv_bfloat16>(embeddings, text, a, out, n, shared, device, s); break;
+    case DType::kFloat32: launch<float>(embeddings, text, l, out, device, s); break;
+    case DType::kFloat16: launch<__half>(embeddings, text, l, out, device, s); break;
+    case DType::kBFloat16: launch<__nv_bfloat16>(embeddings, text, l, out, device, s); break;
     default: throw std::invalid_argument("reward_cuda: unknown dtype");
   }
   cuda::check_launch("reward_cuda launch");
