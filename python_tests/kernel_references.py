@@ -1,4 +1,5 @@
-"""References and inputs shared by the kernel tests (test_kernels_cpu.py, test_kernels_gpu.py)."""
+"""References, inputs and comparisons shared by the kernel tests (test_kernels_cpu.py,
+test_kernels_emulated.py, test_kernels_gpu.py, test_pipeline_gpu.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,22 @@ from vlmrm_fast.preprocess import PreprocessSpec
 
 MEAN = tuple(open_clip.OPENAI_DATASET_MEAN)
 STD = tuple(open_clip.OPENAI_DATASET_STD)
+
+DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+BITS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+
+# A kernel and the twin read the same rounded embeddings and differ only in
+# float32 summation order: 2e-5 on goal-baseline rewards (in [-1, 1]) for every
+# embedding precision, 2e-4 on probabilities at logit scale 100.
+GOAL_BASELINE_ATOL = 2e-5
+PROBABILITY_ATOL = 2e-4
+
+
+def assert_same_bits(got: torch.Tensor, expected: torch.Tensor) -> None:
+    got, expected = got.cpu(), expected.cpu()
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    same = got.view(BITS[got.dtype]) == expected.view(BITS[expected.dtype])
+    assert same.all(), f"{(~same).sum().item()} of {same.numel()} elements differ"
 
 
 def random_frames(n: int, height: int, width: int, seed: int) -> np.ndarray:
@@ -94,3 +111,26 @@ def strided_embeddings(n: int, d: int, dtype: torch.dtype, seed: int, pad: int =
     gen = torch.Generator().manual_seed(seed)
     wide = torch.randn(n, d + pad, generator=gen).to(dtype)
     return wide[:, :d]
+
+
+def reward_table(d: int, seed: int) -> tuple[TaskTable, torch.Tensor]:
+    """Three goal-baseline tasks (alpha 0, 0.5, 1), then binary ones: probability and
+    thresholded at logit scale 100, probability at 10. Returns the table and the goal."""
+    gen = torch.Generator().manual_seed(seed)
+    table = TaskTable()
+    for alpha in (0.0, 0.5, 1.0):
+        table.goal_baseline(normalized(torch.randn(3, d, generator=gen)), normalized(torch.randn(2, d, generator=gen)), alpha)
+    goal, negatives = normalized(torch.randn(d, generator=gen)), normalized(torch.randn(4, d, generator=gen))
+    table.binary(goal, negatives, 100.0, probability=True)
+    table.binary(goal, negatives, 100.0, threshold=0.5)
+    table.binary(goal, negatives, 10.0, probability=True)
+    return table, goal
+
+
+def assert_rewards_match_twin(got: torch.Tensor, expected: torch.Tensor) -> None:
+    """Rewards of reward_table's tasks from a kernel against the twin's."""
+    torch.testing.assert_close(got[:, :3], expected[:, :3], atol=GOAL_BASELINE_ATOL, rtol=0)
+    torch.testing.assert_close(got[:, 3], expected[:, 3], atol=PROBABILITY_ATOL, rtol=0)
+    torch.testing.assert_close(got[:, 5], expected[:, 5], atol=PROBABILITY_ATOL, rtol=0)
+    clear = (expected[:, 3] - 0.5).abs() > 1e-3  # thresholds of probabilities near 0.5 may flip
+    assert torch.equal(got[clear, 4], expected[clear, 4])

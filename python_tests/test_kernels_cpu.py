@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from kernel_references import (
+    DTYPE_CODES,
     MEAN,
     STD,
     TaskTable,
@@ -24,8 +25,6 @@ from kernel_references import (
 )
 from vlmrm_fast import _core
 from vlmrm_fast.preprocess import FrameLayout, FramePreprocessor, PreprocessSpec, pillow_pass_order
-
-DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
 
 # ----------------------------------------------------------------- preprocess

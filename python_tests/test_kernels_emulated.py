@@ -19,12 +19,22 @@ import numpy as np
 import pytest
 import torch
 
-from kernel_references import MEAN, STD, TaskTable, gl_atlas, normalized, random_frames, strided_embeddings
+from kernel_references import (
+    DTYPE_CODES,
+    GOAL_BASELINE_ATOL,
+    MEAN,
+    STD,
+    TaskTable,
+    assert_rewards_match_twin,
+    assert_same_bits,
+    gl_atlas,
+    normalized,
+    random_frames,
+    reward_table,
+    strided_embeddings,
+)
 from vlmrm_fast import _core, _cuda_emulation
 from vlmrm_fast.preprocess import FrameLayout, FramePreprocessor
-
-DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
-BITS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
 
 # (multiprocessors, shared memory per block with opt-in)
 H100 = (132, 227 * 1024)
@@ -58,7 +68,7 @@ def frame_buffer(frames: np.ndarray, layout: str) -> tuple[torch.Tensor, FrameLa
 
 def twin(plan, buffer, layout, dtype):
     out = torch.empty((layout.num_frames, 3, plan.out_size, plan.out_size), dtype=dtype)
-    _core.preprocess_cpu(plan, *FramePreprocessor._layout_args(buffer, layout), out.data_ptr(), DTYPES[dtype])
+    _core.preprocess_cpu(plan, *FramePreprocessor._layout_args(buffer, layout), out.data_ptr(), DTYPE_CODES[dtype])
     return out
 
 
@@ -70,18 +80,12 @@ def emulated(plan, buffer, layout, dtype, device=H100, order="forward", seed=0, 
         buffer.data_ptr(),
         buffer.numel() if buffer_bytes is None else buffer_bytes,
         out.data_ptr(),
-        DTYPES[dtype],
+        DTYPE_CODES[dtype],
         *device,
         order=order,
         seed=seed,
     )
     return out, launch
-
-
-def assert_same_bits(got: torch.Tensor, expected: torch.Tensor) -> None:
-    assert got.dtype == expected.dtype and got.shape == expected.shape
-    same = got.view(BITS[got.dtype]) == expected.view(BITS[expected.dtype])
-    assert same.all(), f"{(~same).sum().item()} of {same.numel()} elements differ"
 
 
 # (frames, height, width, size, resize mode, interpolation, Pillow pass order, device)
@@ -106,7 +110,7 @@ def test_emulated_preprocess_matches_twin(case, layout):
     n, h, w, size, mode, interpolation, order, device = case
     plan = make_plan(h, w, size, mode, interpolation, order)
     buffer, frame_layout = frame_buffer(random_frames(n, h, w, seed=n + h + w), layout)
-    for dtype in DTYPES:
+    for dtype in DTYPE_CODES:
         got, launch = emulated(plan, buffer, frame_layout, dtype, device)
         assert_same_bits(got, twin(plan, buffer, frame_layout, dtype))
     assert launch["vertical_first"] == plan.vertical_first
@@ -190,27 +194,11 @@ def test_emulated_frame_copy_turns_the_atlas_upright(channels):
 
 # -------------------------------------------------------------------- reward
 
-GOAL_BASELINE_ATOL = 2e-5
-PROBABILITY_ATOL = 2e-4
-
-
-def reward_table(d: int, seed: int) -> tuple[TaskTable, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    table = TaskTable()
-    for alpha in (0.0, 0.5, 1.0):
-        table.goal_baseline(normalized(torch.randn(3, d, generator=gen)), normalized(torch.randn(2, d, generator=gen)), alpha)
-    goal, negatives = normalized(torch.randn(d, generator=gen)), normalized(torch.randn(4, d, generator=gen))
-    table.binary(goal, negatives, 100.0, probability=True)
-    table.binary(goal, negatives, 100.0, threshold=0.5)
-    table.binary(goal, negatives, 10.0, probability=True)
-    return table, goal
-
-
 def run_reward(x: torch.Tensor, table: TaskTable, emulate: bool, order: str = "forward") -> torch.Tensor:
     n, d = x.shape
     text = table.text
     out = torch.full((n, len(table.tasks)), float("nan"))
-    args = (x.data_ptr(), DTYPES[x.dtype], n, d, x.stride(0))
+    args = (x.data_ptr(), DTYPE_CODES[x.dtype], n, d, x.stride(0))
     if emulate:
         storage_bytes = x.untyped_storage().nbytes() - x.storage_offset() * x.element_size()
         _cuda_emulation.reward(*args, storage_bytes, text.data_ptr(), text.shape[0], table.tasks, out.data_ptr(), order)
@@ -219,19 +207,14 @@ def run_reward(x: torch.Tensor, table: TaskTable, emulate: bool, order: str = "f
     return out
 
 
-@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("dtype", list(DTYPE_CODES))
 @pytest.mark.parametrize("n,d", [(1, 512), (7, 768), (2, 1280), (5, 16)])
 def test_emulated_reward_matches_twin(dtype, n, d):
     table, goal = reward_table(d, seed=n + d)
     x = strided_embeddings(n, d, dtype, seed=n * d)
     x[: (n + 1) // 2] += (3.0 * goal).to(dtype)
     expected = run_reward(x, table, emulate=False)
-    got = run_reward(x, table, emulate=True, order="shuffled")
-    torch.testing.assert_close(got[:, :3], expected[:, :3], atol=GOAL_BASELINE_ATOL, rtol=0)
-    torch.testing.assert_close(got[:, 3], expected[:, 3], atol=PROBABILITY_ATOL, rtol=0)
-    torch.testing.assert_close(got[:, 5], expected[:, 5], atol=PROBABILITY_ATOL, rtol=0)
-    clear = (expected[:, 3] - 0.5).abs() > 1e-3
-    assert torch.equal(got[clear, 4], expected[clear, 4])
+    assert_rewards_match_twin(run_reward(x, table, emulate=True, order="shuffled"), expected)
 
 
 def test_emulated_reward_takes_a_full_task_table():

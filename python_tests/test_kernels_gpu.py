@@ -14,22 +14,27 @@ import numpy as np
 import pytest
 import torch
 
-from kernel_references import MEAN, STD, TaskTable, gl_atlas, normalized, random_frames, strided_embeddings
+from kernel_references import (
+    DTYPE_CODES,
+    GOAL_BASELINE_ATOL,
+    MEAN,
+    PROBABILITY_ATOL,
+    STD,
+    TaskTable,
+    assert_rewards_match_twin,
+    assert_same_bits,
+    gl_atlas,
+    normalized,
+    random_frames,
+    reward_table,
+    strided_embeddings,
+)
 from vlmrm_fast import _core
 from vlmrm_fast.preprocess import FrameLayout, FramePreprocessor, PreprocessSpec
 from vlmrm_fast.reward.head import RewardHead
 from vlmrm_fast.reward.tasks import BinaryTask, GoalBaselineTask
 
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-BITS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
-DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
-
-
-def assert_same_bits(got: torch.Tensor, expected: torch.Tensor) -> None:
-    got, expected = got.cpu(), expected.cpu()
-    assert got.dtype == expected.dtype and got.shape == expected.shape
-    same = got.view(BITS[got.dtype]) == expected.view(BITS[expected.dtype])
-    assert same.all(), f"{(~same).sum().item()} of {same.numel()} elements differ"
+DTYPES = list(DTYPE_CODES)
 
 
 def twin(spec: PreprocessSpec, frames: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
@@ -159,18 +164,6 @@ def test_kernels_run_on_the_plans_device_and_restore_the_current_one():
 # --------------------------------------------------------------------- reward
 
 
-def reward_table(d: int, seed: int) -> tuple[TaskTable, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    table = TaskTable()
-    for alpha in (0.0, 0.5, 1.0):
-        table.goal_baseline(normalized(torch.randn(3, d, generator=gen)), normalized(torch.randn(2, d, generator=gen)), alpha)
-    goal, negatives = normalized(torch.randn(d, generator=gen)), normalized(torch.randn(4, d, generator=gen))
-    table.binary(goal, negatives, 100.0, probability=True)
-    table.binary(goal, negatives, 100.0, threshold=0.5)
-    table.binary(goal, negatives, 10.0, probability=True)
-    return table, goal
-
-
 def cuda_keeping_strides(x: torch.Tensor) -> torch.Tensor:
     """x on the GPU with the same (padded) strides; .cuda() would compact it."""
     return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cuda").copy_(x)
@@ -189,13 +182,6 @@ def run_reward(embeddings: torch.Tensor, table: TaskTable) -> torch.Tensor:
     return out.cpu()
 
 
-# Kernel and twin read the same rounded embeddings and differ only in float32
-# summation order: 2e-5 on goal-baseline rewards (in [-1, 1]) for every
-# embedding precision, 2e-4 on probabilities at logit scale 100.
-GOAL_BASELINE_ATOL = 2e-5
-PROBABILITY_ATOL = 2e-4
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n,d", [(1, 512), (37, 768), (1024, 1280), (5, 16)])
@@ -206,12 +192,7 @@ def test_reward_cuda_matches_twin(dtype, n, d):
     expected = run_reward(x, table)
     x_cuda = cuda_keeping_strides(x)
     assert x_cuda.stride(0) == d + 5
-    got = run_reward(x_cuda, table)
-    torch.testing.assert_close(got[:, :3], expected[:, :3], atol=GOAL_BASELINE_ATOL, rtol=0)
-    torch.testing.assert_close(got[:, 3], expected[:, 3], atol=PROBABILITY_ATOL, rtol=0)
-    torch.testing.assert_close(got[:, 5], expected[:, 5], atol=PROBABILITY_ATOL, rtol=0)
-    clear = (expected[:, 3] - 0.5).abs() > 1e-3
-    assert torch.equal(got[clear, 4], expected[clear, 4])
+    assert_rewards_match_twin(run_reward(x_cuda, table), expected)
 
 
 @pytest.mark.gpu

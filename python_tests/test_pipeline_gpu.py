@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from kernel_references import MEAN, STD
+from kernel_references import MEAN, STD, assert_same_bits
 from vlmrm_fast import BatchRenderer, FastVLMRewardVecEnv, _core, load_reward_model
 from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
 
@@ -21,7 +21,6 @@ pytestmark = pytest.mark.gpu
 
 HUMANOID_XML = os.path.join(os.path.dirname(gymnasium.__file__), "envs/mujoco/assets/humanoid.xml")
 TINY = "vlmrm-tiny"
-BITS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
 # bf16 encoder on the GPU against fp32 on the CPU: 1e-3 measured (tiny model, humanoid frames).
 CROSS_DEVICE_ATOL = 4e-3
 
@@ -43,13 +42,6 @@ def gpu_renderer(model: mujoco.MjModel, n: int, width: int, height: int) -> Batc
         renderer.close()
         pytest.fail(f"the renderer is not on a CUDA GPU's EGL device: {_core.build_info()['egl_devices']}")
     return renderer
-
-
-def assert_same_bits(got: torch.Tensor, expected: torch.Tensor) -> None:
-    got, expected = got.cpu(), expected.cpu()
-    assert got.dtype == expected.dtype and got.shape == expected.shape
-    same = got.view(BITS[got.dtype]) == expected.view(BITS[expected.dtype])
-    assert same.all(), f"{(~same).sum().item()} of {same.numel()} elements differ"
 
 
 @pytest.mark.egl
