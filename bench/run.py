@@ -172,7 +172,7 @@ def plot(results: list[dict[str, Any]], path: pathlib.Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import ScalarFormatter
+    from matplotlib.ticker import FuncFormatter, NullFormatter, ScalarFormatter
 
     fig, (ax, bars) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
     keys = sorted({(r["model"], r["resolution"]) for r in results})
@@ -186,7 +186,9 @@ def plot(results: list[dict[str, Any]], path: pathlib.Path) -> None:
     ax.set_xscale("log", base=2)
     if max(values) / min(values) > 20:
         ax.set_yscale("log")
-    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.set_xticks(sorted({r["num_envs"] for r in results}))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.yaxis.set_major_formatter(ScalarFormatter())
     ax.set_xlabel("number of envs")
     ax.set_ylabel("frames scored per second")

@@ -9,33 +9,17 @@
 #include <GL/gl.h>
 #include <cuda_gl_interop.h>
 #include <cuda_runtime_api.h>
+
+#include "cuda/device_util.h"
 #endif
 
 namespace vlmrm::cuda {
 
 #ifdef VLMRM_WITH_CUDA
 
-namespace {
-
-// Makes `device` current for this thread's runtime calls, restoring the
-// previous device afterwards.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceScope() { cudaSetDevice(previous_); }
-
- private:
-  int previous_ = 0;
-};
-
-}  // namespace
-
 GlBufferInterop::GlBufferInterop(unsigned int gl_buffer, int device) : device_(device) {
   require_device(device);
-  DeviceScope scope(device);
+  DeviceGuard guard(device);
   cudaGraphicsResource_t resource = nullptr;
   check(cudaGraphicsGLRegisterBuffer(&resource, gl_buffer, cudaGraphicsRegisterFlagsReadOnly),
         "cudaGraphicsGLRegisterBuffer (is the EGL device the CUDA device?)");
@@ -53,7 +37,7 @@ GlBufferInterop::~GlBufferInterop() {
 
 void GlBufferInterop::with_mapped(void* stream,
                                   const std::function<void(const uint8_t*, size_t)>& fn) {
-  DeviceScope scope(device_);
+  DeviceGuard guard(device_);
   auto resource = static_cast<cudaGraphicsResource_t>(resource_);
   auto cuda_stream = static_cast<cudaStream_t>(stream);
   check(cudaGraphicsMapResources(1, &resource, cuda_stream), "cudaGraphicsMapResources");
