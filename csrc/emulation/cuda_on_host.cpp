@@ -7,6 +7,7 @@
 #include <csetjmp>
 #include <csignal>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -78,7 +79,7 @@ struct Launch {
   const std::function<void()>* body = nullptr;
   ucontext_t scheduler;
   std::vector<Fiber> fibers;
-  std::vector<std::vector<char>> stacks;
+  std::vector<std::unique_ptr<char[]>> stacks;  // uninitialized: only what a thread uses is touched
   std::vector<float> warp_slots;
   SharedMemory* shared = nullptr;
   int current = -1;
@@ -177,7 +178,7 @@ void launch(const LaunchConfig& config, const std::function<void()>& thread_body
   l.config = &config;
   l.body = &thread_body;
   l.fibers.resize(config.threads);
-  l.stacks.assign(config.threads, std::vector<char>(kStackBytes));
+  for (unsigned t = 0; t < config.threads; ++t) l.stacks.emplace_back(new char[kStackBytes]);
   l.warp_slots.assign((config.threads + 31) / 32 * 32, 0.f);
   SharedMemory shared(config.shared_bytes);
   l.shared = &shared;
@@ -217,7 +218,7 @@ void launch(const LaunchConfig& config, const std::function<void()>& thread_body
     for (unsigned t = 0; t < config.threads; ++t) {
       Fiber& f = l.fibers[t];
       getcontext(&f.context);
-      f.context.uc_stack.ss_sp = l.stacks[t].data();
+      f.context.uc_stack.ss_sp = l.stacks[t].get();
       f.context.uc_stack.ss_size = kStackBytes;
       f.context.uc_link = &l.scheduler;
       makecontext(&f.context, run_current_thread, 0);
