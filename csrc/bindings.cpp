@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "address_args.h"
 #include "build_info.h"
 #include "cpu/preprocess.h"
 #include "cpu/reward.h"
@@ -26,23 +27,11 @@
 
 namespace py = pybind11;
 using namespace vlmrm;
+using args::address;
+using args::check_positive;
+using args::to_dtype;
 
 namespace {
-
-template <typename T>
-T* address(uintptr_t ptr, const char* what) {
-  if (ptr == 0) throw std::invalid_argument(std::string(what) + " is a null pointer");
-  return reinterpret_cast<T*>(ptr);
-}
-
-void check_positive(int64_t value, const char* what) {
-  if (value <= 0) throw std::invalid_argument(std::string(what) + " must be positive");
-}
-
-DType to_dtype(int code) {
-  if (code < 0 || code > 2) throw std::invalid_argument("dtype code must be 0 (fp32), 1 (fp16) or 2 (bf16)");
-  return static_cast<DType>(code);
-}
 
 py::dict build_info_dict() {
   BuildInfo info = build_info();
@@ -68,27 +57,6 @@ py::dict build_info_dict() {
   }
   d["egl_devices"] = devices;
   return d;
-}
-
-FrameLayout make_layout(uintptr_t data, int num_frames, int height, int width, int64_t pixel_stride,
-                        int64_t row_stride, int frames_per_row, int64_t frame_col_stride,
-                        int64_t frame_row_stride) {
-  check_positive(num_frames, "num_frames");
-  check_positive(height, "height");
-  check_positive(width, "width");
-  check_positive(frames_per_row, "frames_per_row");
-  if (pixel_stride < 3) throw std::invalid_argument("pixel_stride must be >= 3 (RGB or RGBA)");
-  FrameLayout layout;
-  layout.data = address<const uint8_t>(data, "frames");
-  layout.num_frames = num_frames;
-  layout.height = height;
-  layout.width = width;
-  layout.pixel_stride = pixel_stride;
-  layout.row_stride = row_stride;
-  layout.frames_per_row = frames_per_row;
-  layout.frame_col_stride = frame_col_stride;
-  layout.frame_row_stride = frame_row_stride;
-  return layout;
 }
 
 // ------------------------------------------- batch physics and rendering helpers
@@ -186,7 +154,7 @@ PYBIND11_MODULE(_core, m) {
       [](const PreprocessPlan& plan, uintptr_t frames, int num_frames, int height, int width,
          int64_t pixel_stride, int64_t row_stride, int frames_per_row, int64_t frame_col_stride,
          int64_t frame_row_stride, uintptr_t out, int dtype, int max_threads) {
-        FrameLayout layout = make_layout(frames, num_frames, height, width, pixel_stride, row_stride,
+        FrameLayout layout = args::frame_layout(frames, num_frames, height, width, pixel_stride, row_stride,
                                          frames_per_row, frame_col_stride, frame_row_stride);
         void* dst = address<void>(out, "out");
         DType dt = to_dtype(dtype);
@@ -448,7 +416,7 @@ PYBIND11_MODULE(_core, m) {
       [](const DevicePreprocessPlan& plan, uintptr_t frames, int num_frames, int height, int width,
          int64_t pixel_stride, int64_t row_stride, int frames_per_row, int64_t frame_col_stride,
          int64_t frame_row_stride, uintptr_t out, int dtype, uintptr_t stream) {
-        FrameLayout layout = make_layout(frames, num_frames, height, width, pixel_stride, row_stride,
+        FrameLayout layout = args::frame_layout(frames, num_frames, height, width, pixel_stride, row_stride,
                                          frames_per_row, frame_col_stride, frame_row_stride);
         void* dst = address<void>(out, "out");
         DType dt = to_dtype(dtype);

@@ -45,8 +45,6 @@ class SharedMemory {
     uint8_t* guard = region_ + mapped_bytes_ - page;
     mprotect(guard, page, PROT_NONE);
     data_ = guard - aligned;
-    front_ = region_;
-    front_bytes_ = static_cast<size_t>(data_ - region_);
     bytes_ = aligned;
   }
   ~SharedMemory() { munmap(region_, mapped_bytes_); }
@@ -54,22 +52,17 @@ class SharedMemory {
   SharedMemory& operator=(const SharedMemory&) = delete;
 
   void reset() {
-    std::memset(front_, kCanary, front_bytes_);
+    std::memset(region_, kCanary, static_cast<size_t>(data_ - region_));
     std::memset(data_, kSharedFill, bytes_);
   }
   bool front_intact() const {
-    for (size_t i = 0; i < front_bytes_; ++i) {
-      if (front_[i] != kCanary) return false;
-    }
-    return true;
+    return std::all_of(region_, data_, [](uint8_t b) { return b == kCanary; });
   }
   uint8_t* data() { return data_; }
 
  private:
   uint8_t* region_ = nullptr;
   size_t mapped_bytes_ = 0;
-  uint8_t* front_ = nullptr;
-  size_t front_bytes_ = 0;
   uint8_t* data_ = nullptr;
   size_t bytes_ = 0;
 };
@@ -82,7 +75,6 @@ struct Launch {
   std::vector<std::unique_ptr<char[]>> stacks;  // uninitialized: only what a thread uses is touched
   std::vector<float> warp_slots;
   SharedMemory* shared = nullptr;
-  int current = -1;
   std::string error;
 };
 
@@ -100,12 +92,12 @@ void on_fault(int, siginfo_t* info, void*) {
 
 void run_current_thread() {
   (*g_launch->body)();
-  g_launch->fibers[g_launch->current].state = State::kDone;
+  g_launch->fibers[thread_idx.x].state = State::kDone;
   // Returning resumes the scheduler through uc_link.
 }
 
 void wait_at(State state) {
-  Fiber& fiber = g_launch->fibers[g_launch->current];
+  Fiber& fiber = g_launch->fibers[thread_idx.x];
   fiber.state = state;
   swapcontext(&fiber.context, &g_launch->scheduler);
 }
@@ -212,8 +204,11 @@ void launch(const LaunchConfig& config, const std::function<void()>& thread_body
   block_dim = {config.threads, 1, 1};
   for (unsigned b = 0; b < config.blocks && l.error.empty(); ++b) {
     block_idx = {b, 0, 0};
-    const unsigned laggard = config.order == Order::kShuffled ? static_cast<unsigned>(rng() % ((config.threads + 31) / 32))
-                                                              : config.threads;  // none
+    // Shuffled: a random order each round, and one warp that runs only when
+    // no other thread can, so the other warps reach the next barrier (and
+    // write what comes after it) before the laggard reads what came before.
+    const bool shuffled = config.order == Order::kShuffled;
+    const unsigned laggard = shuffled ? static_cast<unsigned>(rng() % ((config.threads + 31) / 32)) : config.threads;
     shared.reset();
     for (unsigned t = 0; t < config.threads; ++t) {
       Fiber& f = l.fibers[t];
@@ -226,16 +221,11 @@ void launch(const LaunchConfig& config, const std::function<void()>& thread_body
     }
     bool progress = true;
     while (progress && l.error.empty()) {
-      // Shuffled: a random order, and one warp that runs only when no other
-      // thread can, so the other warps reach the next barrier (and write what
-      // comes after it) before the laggard reads what came before.
-      const bool shuffled = config.order == Order::kShuffled;
       if (shuffled) std::shuffle(order.begin(), order.end(), rng);
       bool ran = false;
       for (int pass = 0; pass < 2 && !ran; ++pass) {
         for (unsigned t : order) {
           if (l.fibers[t].state != State::kRunnable || (pass == 0) == (t / 32 == laggard)) continue;
-          l.current = static_cast<int>(t);
           thread_idx = {t, 0, 0};
           swapcontext(&l.scheduler, &l.fibers[t].context);
           ran = true;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "address_args.h"
 #include "cuda/frames_kernel.cuh"
 #include "cuda/launch_config.h"
 #include "cuda/preprocess_kernel.cuh"
@@ -21,6 +22,7 @@
 
 namespace py = pybind11;
 using namespace vlmrm;
+using args::address;
 
 namespace {
 
@@ -29,27 +31,6 @@ emulation::Order to_order(const std::string& order) {
   if (order == "reverse") return emulation::Order::kReverse;
   if (order == "shuffled") return emulation::Order::kShuffled;
   throw std::invalid_argument("order must be 'forward', 'reverse' or 'shuffled', got '" + order + "'");
-}
-
-template <typename T>
-T* address(uintptr_t ptr, const char* what) {
-  if (ptr == 0) throw std::invalid_argument(std::string(what) + " is a null pointer");
-  return reinterpret_cast<T*>(ptr);
-}
-
-FrameLayout make_layout(uintptr_t data, int num_frames, int height, int width, int64_t pixel_stride,
-                        int64_t row_stride, int frames_per_row, int64_t frame_col_stride, int64_t frame_row_stride) {
-  FrameLayout layout;
-  layout.data = address<const uint8_t>(data, "frames");
-  layout.num_frames = num_frames;
-  layout.height = height;
-  layout.width = width;
-  layout.pixel_stride = pixel_stride;
-  layout.row_stride = row_stride;
-  layout.frames_per_row = frames_per_row;
-  layout.frame_col_stride = frame_col_stride;
-  layout.frame_row_stride = frame_row_stride;
-  return layout;
 }
 
 template <typename OutT>
@@ -66,7 +47,7 @@ py::dict preprocess(const PreprocessPlan& plan, uintptr_t frames, int num_frames
                     int64_t pixel_stride, int64_t row_stride, int frames_per_row, int64_t frame_col_stride,
                     int64_t frame_row_stride, uintptr_t buffer, size_t buffer_bytes, uintptr_t out, int dtype,
                     int multiprocessors, int max_shared_bytes, const std::string& order, uint64_t seed) {
-  const FrameLayout layout = make_layout(frames, num_frames, height, width, pixel_stride, row_stride, frames_per_row,
+  const FrameLayout layout = args::frame_layout(frames, num_frames, height, width, pixel_stride, row_stride, frames_per_row,
                                          frame_col_stride, frame_row_stride);
   void* dst = address<void>(out, "out");
   const PreprocessGeometry geometry = make_preprocess_geometry(plan);
@@ -80,11 +61,10 @@ py::dict preprocess(const PreprocessPlan& plan, uintptr_t frames, int num_frames
   config.seed = seed;
   config.readable = {{address<const void>(buffer, "buffer"), buffer_bytes},
                      {geometry.tables.data(), geometry.tables.size() * sizeof(int32_t)}};
-  switch (dtype) {
-    case 0: run_preprocess<float>(l, config, dst); break;
-    case 1: run_preprocess<__half>(l, config, dst); break;
-    case 2: run_preprocess<__nv_bfloat16>(l, config, dst); break;
-    default: throw std::invalid_argument("dtype code must be 0 (fp32), 1 (fp16) or 2 (bf16)");
+  switch (args::to_dtype(dtype)) {
+    case DType::kFloat32: run_preprocess<float>(l, config, dst); break;
+    case DType::kFloat16: run_preprocess<__half>(l, config, dst); break;
+    case DType::kBFloat16: run_preprocess<__nv_bfloat16>(l, config, dst); break;
   }
   py::dict launch;
   launch["blocks"] = l.blocks;
@@ -116,11 +96,10 @@ py::dict reward(uintptr_t embeddings, int dtype, int64_t n, int64_t d, int64_t r
   config.order = to_order(order);
   config.seed = seed;
   config.readable = {{emb, embeddings_bytes}, {txt, static_cast<size_t>(m * d) * sizeof(float)}};
-  switch (dtype) {
-    case 0: run_reward<float>(l, config, emb, txt, dst); break;
-    case 1: run_reward<__half>(l, config, emb, txt, dst); break;
-    case 2: run_reward<__nv_bfloat16>(l, config, emb, txt, dst); break;
-    default: throw std::invalid_argument("dtype code must be 0 (fp32), 1 (fp16) or 2 (bf16)");
+  switch (args::to_dtype(dtype)) {
+    case DType::kFloat32: run_reward<float>(l, config, emb, txt, dst); break;
+    case DType::kFloat16: run_reward<__half>(l, config, emb, txt, dst); break;
+    case DType::kBFloat16: run_reward<__nv_bfloat16>(l, config, emb, txt, dst); break;
   }
   py::dict launch;
   launch["blocks"] = l.blocks;
@@ -131,11 +110,10 @@ py::dict reward(uintptr_t embeddings, int dtype, int64_t n, int64_t d, int64_t r
 void copy_frames_rgb(uintptr_t frames, int num_frames, int height, int width, int64_t pixel_stride,
                      int64_t row_stride, int frames_per_row, int64_t frame_col_stride, int64_t frame_row_stride,
                      uintptr_t buffer, size_t buffer_bytes, uintptr_t out, const std::string& order) {
-  const FrameLayout f = make_layout(frames, num_frames, height, width, pixel_stride, row_stride, frames_per_row,
+  const FrameLayout f = args::frame_layout(frames, num_frames, height, width, pixel_stride, row_stride, frames_per_row,
                                     frame_col_stride, frame_row_stride);
   uint8_t* dst = address<uint8_t>(out, "out");
-  const int64_t total = static_cast<int64_t>(num_frames) * height * width;
-  if (total <= 0) throw std::invalid_argument("copy_frames_rgb: no pixels");
+  const int64_t total = static_cast<int64_t>(num_frames) * height * width;  // positive: checked above
   emulation::LaunchConfig config;
   config.blocks = frame_copy_blocks(f);
   config.threads = kFrameCopyThreads;
