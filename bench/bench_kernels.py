@@ -26,7 +26,8 @@ import torch
 
 from vlmrm_fast import _core
 from vlmrm_fast.device import dtype_code
-from vlmrm_fast.preprocess import FrameLayout, FramePreprocessor, PreprocessSpec
+from vlmrm_fast.frames import FrameLayout
+from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
 
 MEAN = (0.48145466, 0.4578275, 0.40821073)
 STD = (0.26862954, 0.26130258, 0.27577711)
@@ -58,7 +59,7 @@ def bench_preprocess(n: int, in_px: int, dtype: torch.dtype, on_gpu: bool, reps:
     pre = FramePreprocessor(spec, device, dtype)
     frames = torch.randint(0, 256, (n, in_px, in_px, 3), dtype=torch.uint8, device=device)
     out = torch.empty((n, 3, OUT_SIZE, OUT_SIZE), dtype=dtype, device=device)
-    layout_args = FramePreprocessor._layout_args(frames, FrameLayout.stacked(frames))
+    layout_args = FramePreprocessor._layout_args(frames.data_ptr(), FrameLayout.stacked(frames))
     plan = pre.plan(in_px, in_px)
     code = dtype_code(dtype)
     if on_gpu:

@@ -1,17 +1,20 @@
-"""Frames/s of vlmrm_fast.BatchRenderer against a loop of mujoco.Renderer, one per env.
+"""Frames/s of the batch renderers (EGL and MuJoCo Warp) against a loop of mujoco.Renderer.
 
-    python bench/bench_render.py --quick                 # short CPU run (llvmpipe)
+    python bench/bench_render.py --quick                 # short CPU run (llvmpipe, Warp's CPU backend)
     python bench/bench_render.py --device cuda --out bench/out/render_h100.json
 
-Every method renders the same humanoid states (Humanoid-v5's model, free camera) and
-computes the kinematics of each state first (mj_fwdPosition), as a renderer fed from
-stepped simulations must:
+Every method renders the same humanoid states of the humanoid tasks' scene (textures,
+skybox, shadows, the tracking camera) and computes the kinematics of each state first,
+as a renderer fed from stepped simulations must:
   loop        per env: qpos -> MjData, mj_fwdPosition, Renderer.update_scene, render()
               (host frames; one mujoco.Renderer per env, round-robin over at most
               --baseline-renderers of them to bound memory)
   batch       BatchRenderer.render(qpos): host uint8 (N, H, W, 3)
   batch_sim   BatchRenderer.render_sim(BatchSimulator): no Python per env
   batch_cuda  BatchRenderer.render(qpos, device="cuda") through CUDA-GL interop
+  warp        WarpBatchRenderer.draw(sim): qpos to the device, kinematics, BVH refit, render,
+              RGB bytes, all on the device (--device cuda: the GPU, else Warp's CPU backend)
+  warp_noshadow  the same without shadows
 """
 
 from __future__ import annotations
@@ -24,14 +27,14 @@ import time
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-import gymnasium  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
 import vlmrm_fast  # noqa: E402
 from vlmrm_fast import BatchRenderer, BatchSimulator  # noqa: E402
+from vlmrm_fast.envs import humanoid  # noqa: E402
 
-HUMANOID_XML = os.path.join(os.path.dirname(gymnasium.__file__), "envs/mujoco/assets/humanoid.xml")
+CAMERA = humanoid.CAMERA_NAME
 
 
 def states(model: mujoco.MjModel, n: int) -> np.ndarray:
@@ -56,18 +59,17 @@ def timed(fn, frames_per_call: int, min_time: float) -> dict:
 
 def bench_loop(model, qpos, size, min_time, max_renderers) -> dict:
     n = len(qpos)
-    m = mujoco.MjModel.from_xml_path(HUMANOID_XML)
-    m.vis.global_.offwidth = max(size, m.vis.global_.offwidth)
-    m.vis.global_.offheight = max(size, m.vis.global_.offheight)
-    renderers = [mujoco.Renderer(m, height=size, width=size) for _ in range(min(n, max_renderers))]
-    data = mujoco.MjData(m)
+    renderers = [mujoco.Renderer(model, height=size, width=size) for _ in range(min(n, max_renderers))]
+    data = mujoco.MjData(model)
 
     def run():
         for i in range(n):
             data.qpos[:] = qpos[i]
-            mujoco.mj_fwdPosition(m, data)
+            mujoco.mj_fwdPosition(model, data)
+            mujoco.mj_comPos(model, data)  # the tracking camera follows the centre of mass
+            mujoco.mj_camlight(model, data)
             renderer = renderers[i % len(renderers)]
-            renderer.update_scene(data, -1)
+            renderer.update_scene(data, CAMERA)
             renderer.render()
 
     try:
@@ -82,7 +84,7 @@ def bench_loop(model, qpos, size, min_time, max_renderers) -> dict:
 def bench_batch(model, qpos, size, min_time, methods) -> dict:
     n = len(qpos)
     out = {}
-    with BatchRenderer(model, n, size, size) as renderer:
+    with BatchRenderer(model, n, size, size, camera=CAMERA) as renderer:
         out["egl"] = "software (llvmpipe)" if renderer.software else f"cuda:{renderer.cuda_device}"
         if "batch" in methods:
             out["batch"] = timed(lambda: renderer.render(qpos), n, min_time)
@@ -99,6 +101,31 @@ def bench_batch(model, qpos, size, min_time, methods) -> dict:
                 torch.cuda.synchronize()
 
             out["batch_cuda"] = timed(run, n, min_time)
+    return out
+
+
+def bench_warp(model, qpos, size, min_time, methods, device: str) -> dict:
+    """MuJoCo Warp drawing the simulator's states into device frames (what the VecEnv does each step)."""
+    import torch
+
+    from vlmrm_fast.warp_rendering import WarpBatchRenderer
+
+    n = len(qpos)
+    out = {}
+    sim = BatchSimulator(model, n)
+    sim.reset(qpos=qpos)
+    for method, shadows in (("warp", None), ("warp_noshadow", False)):
+        if method not in methods:
+            continue
+        with WarpBatchRenderer(model, n, size, size, camera=CAMERA, device=device, shadows=shadows) as renderer:
+
+            def run():
+                renderer.draw(sim)
+                if renderer.device.type == "cuda":
+                    torch.cuda.synchronize(renderer.device)
+
+            out[method] = timed(run, n, min_time)
+    sim.close()
     return out
 
 
@@ -132,27 +159,32 @@ def main() -> None:
     parser.add_argument("--min-time", type=float, help="seconds per measurement (default 1, quick; 5)")
     parser.add_argument("--baseline-renderers", type=int, default=16,
                         help="at most this many mujoco.Renderer in the loop (each holds its own GL context)")
+    parser.add_argument("--no-warp", action="store_true", help="skip the MuJoCo Warp renderer")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
 
     envs = args.envs or ([1, 16, 64] if args.quick else [1, 16, 64, 256])
     min_time = args.min_time or (1.0 if args.quick else 5.0)
     methods = ["batch", "batch_sim"] + (["batch_cuda"] if args.device == "cuda" else [])
-    model = mujoco.MjModel.from_xml_path(HUMANOID_XML)
+    if not args.no_warp:
+        methods += ["warp", "warp_noshadow"]
     machine = machine_info()
     print(f"# {machine['cpu']} ({machine['usable_cpus']} CPUs, load {machine['load_average'][0]:.1f}); "
-          f"EGL {machine['egl_vendor']}; GPU {machine['cuda_device']}; MuJoCo {machine['mujoco']}")
-    header = f"{'N':>5} {'px':>5} {'loop':>9} " + " ".join(f"{m:>11}" for m in methods) + "  speedup(batch/loop)"
+          f"EGL {machine['egl_vendor']}; GPU {machine['cuda_device']}; MuJoCo {machine['mujoco']}; scene: humanoid tasks, camera {CAMERA}")
+    header = f"{'N':>5} {'px':>5} {'loop':>9} " + " ".join(f"{m:>13}" for m in methods) + "  speedup(batch/loop)"
     print(header + "\n" + "-" * len(header))
     rows = []
     for size in args.sizes:
+        model = humanoid.humanoid_model(True, size)
         for n in envs:
             qpos = states(model, n)
             row = {"num_envs": n, "size": size}
             row["loop"] = bench_loop(model, qpos, size, min_time, args.baseline_renderers)
             row.update(bench_batch(model, qpos, size, min_time, methods))
+            if not args.no_warp:
+                row.update(bench_warp(model, qpos, size, min_time, methods, args.device))
             rows.append(row)
-            cells = " ".join(f"{row[m]['fps']:>11.1f}" for m in methods)
+            cells = " ".join(f"{row[m]['fps']:>13.1f}" for m in methods)
             print(f"{n:>5} {size:>5} {row['loop']['fps']:>9.1f} {cells}  {row['batch']['fps'] / row['loop']['fps']:>6.2f}x",
                   flush=True)
     if args.out:

@@ -77,6 +77,35 @@ def image_tower_flops(visual: torch.nn.Module, image_size: int, device: torch.de
     return float(counter.get_total_flops())
 
 
+def model_gflops(model: str) -> float:
+    """GFLOPs of one image through ``model``'s image tower, the one count every bench reports.
+
+    Counted on the meta device in fp32 (no memory, no compute), so the count does not depend
+    on the device, dtype or attention kernel a run uses (on a GPU in bf16, torch's fused
+    attention path escapes the counter and a count there comes out a third low). Agrees with
+    open_clip's published profile (ViT-B-32 8.8, ViT-L-14 162, ViT-bigG-14 968).
+    """
+    import logging
+
+    import open_clip
+
+    from vlmrm_fast.reward.clip_loading import register_builtin_configs
+
+    register_builtin_configs()
+    name = model.split("/")[0]
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # open_clip logs that no pretrained weights were loaded: none are wanted
+    try:
+        with torch.device("meta"):
+            clip = open_clip.create_model(name, pretrained=None, device="meta")
+    finally:
+        root.setLevel(level)
+    visual = clip.visual.eval()
+    size = visual.image_size[0] if isinstance(visual.image_size, (tuple, list)) else int(visual.image_size)
+    return image_tower_flops(visual, size, torch.device("meta"), torch.float32) / 1e9
+
+
 def matmul_ceiling_tflops(device: torch.device, dtype: torch.dtype = torch.bfloat16, n: int = 8192, repeats: int = 10) -> float | None:
     """Measured dense matrix-product rate on ``device`` (None on the CPU)."""
     if device.type != "cuda":

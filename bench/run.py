@@ -1,18 +1,22 @@
-"""The throughput case: the same VLM-reward work done two ways, side by side, in one run.
+"""The throughput case: the same VLM-reward work done three ways, side by side, in one run.
 
-(a) reference: what a user would write from the paper's code — gymnasium MuJoCo
-    envs in a vector env, ``render()`` to numpy every step, open_clip's PIL
-    preprocess per frame, the image tower under fp16 autocast (GPU), the
-    goal-baseline reward in torch;
-(b) fast: ``FastVLMRewardVecEnv`` end to end.
+(a) reference: what a user would write from the paper's code in one process —
+    gymnasium MuJoCo envs in a DummyVecEnv, ``render()`` to numpy every step,
+    open_clip's PIL preprocess per frame, the image tower under fp16 autocast
+    (GPU), the goal-baseline reward in torch;
+(b) paper-style: the paper's own pattern — the same, but SB3's SubprocVecEnv with
+    one process per env rendering to numpy (frames cross process pipes);
+(c) fast: ``FastVLMRewardVecEnv`` end to end, per renderer (``--renderers egl warp``).
 
 Same task, model (random weights: the compute is the same), number of envs,
-resolution and steps. Reports frames scored per second for each and their ratio,
-per-stage milliseconds of (b), the encoder alone, FLOP utilisation on GPU, and
-the machine. Writes JSON (``--out``), a markdown table and a PNG plot.
+resolution and steps. Reports frames scored per second for each and the fast
+path's ratios to (a) and (b), per-stage milliseconds of (c), the encoder alone at
+the same batch, the non-encoder share of a step (1 - fast / encoder-alone), FLOP
+utilisation on a GPU (one FLOP count per model, ``common.model_gflops``), and the
+machine. Writes JSON (``--out``), a markdown table and a PNG plot.
 
     python bench/run.py --quick --out bench/out/quick.json     # 2-core CPU, tiny model, minutes
-    python bench/run.py --models ViT-B-32 ViT-L-14 ViT-bigG-14 --num-envs 1 8 64 256 --resolutions 224 480
+    python bench/run.py --models ViT-B-32 ViT-L-14 ViT-bigG-14 --num-envs 64 256 --resolutions 224 --renderers egl warp
 """
 
 from __future__ import annotations
@@ -35,15 +39,17 @@ import vlmrm_fast  # noqa: E402
 from vlmrm_fast.envs import get_task  # noqa: E402
 from vlmrm_fast.reward.clip_loading import RandomWeightsWarning, load_clip  # noqa: E402
 from vlmrm_fast.vec_env import FastVLMRewardVecEnv  # noqa: E402
+from stable_baselines3.common.vec_env import SubprocVecEnv  # noqa: E402
 
 warnings.filterwarnings("ignore", category=RandomWeightsWarning)
 ALPHA = 0.5
 
 
 class ReferencePipeline:
-    """The straightforward pipeline, written as the paper's code does it."""
+    """The straightforward pipeline, written as the paper's code does it (``vec_env_cls``:
+    DummyVecEnv in one process, or SubprocVecEnv with one process per env as the paper runs)."""
 
-    def __init__(self, task: str, num_envs: int, model: str, resolution: int, episode_length: int, device: torch.device):
+    def __init__(self, task: str, num_envs: int, model: str, resolution: int, episode_length: int, device: torch.device, vec_env_cls=None):
         import gymnasium
         from PIL import Image
         from stable_baselines3.common.vec_env import DummyVecEnv
@@ -54,7 +60,7 @@ class ReferencePipeline:
         def make():
             return gymnasium.wrappers.TimeLimit(spec.make_env(render_mode="rgb_array", **kwargs), episode_length)
 
-        self.venv = DummyVecEnv([make] * num_envs)
+        self.venv = (vec_env_cls or DummyVecEnv)([make] * num_envs)
         self.device = device
         clip = load_clip(model, device=device)
         self.model = clip.model
@@ -98,16 +104,20 @@ def run_steps(step, action_space, num_envs: int, steps: int, rng: np.random.Gene
     return (time.perf_counter() - start) / steps
 
 
-def measure(args: argparse.Namespace, model: str, resolution: int, num_envs: int, device: torch.device) -> dict[str, Any]:
+def measure(args: argparse.Namespace, model: str, resolution: int, num_envs: int, renderer: str, chunks: str, device: torch.device, baselines: dict) -> dict[str, Any]:
+    """The fast path with ``renderer``; the baselines (reference, paper-style) once per configuration, cached in ``baselines``."""
     rng = np.random.default_rng(0)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     result: dict[str, Any] = {"model": model, "num_envs": num_envs, "resolution": resolution, "task": args.task, "steps": args.steps}
 
     fast = FastVLMRewardVecEnv(
         args.task, num_envs, model=model, alpha=ALPHA, render_size=resolution, episode_length=args.episode_length,
-        device=str(device), backend=args.backend, engine=args.engine, seed=0,
+        device=str(device), backend=args.backend, engine=args.engine, renderer=renderer, seed=0,
+        pipeline_chunks=chunks if chunks == "auto" else int(chunks),
     )
     result["engine"] = fast.engine
+    result["renderer"] = fast.renderer or "gym"
+    result["chunks"] = len(fast._scorer.chunks)
     result["encoder"] = fast.reward_model.encoder.describe()
     space = fast.action_space
     fast.reset()
@@ -129,22 +139,30 @@ def measure(args: argparse.Namespace, model: str, resolution: int, num_envs: int
         rm.encode_pixels(pixels)
     sync()
     result["encoder_only_fps"] = num_envs * reps / (time.perf_counter() - start)
-    # Counted on the tower as it is: the TensorRT backend leaves it in fp32 (its engine holds the bf16 copy).
-    weight = next(rm.clip.model.visual.parameters())
-    flops = common.image_tower_flops(rm.clip.model.visual, rm.image_size, weight.device, weight.dtype)
+    result["non_encoder_share"] = 1.0 - result["fast_fps"] / result["encoder_only_fps"]
+    flops = common.model_gflops(model) * 1e9
     result["encoder_gflops_per_image"] = round(flops / 1e9, 3)
     if args.ceiling_tflops:
         result["encoder_flop_utilisation"] = flops * result["fast_fps"] / (args.ceiling_tflops * 1e12)
         result["encoder_only_flop_utilisation"] = flops * result["encoder_only_fps"] / (args.ceiling_tflops * 1e12)
     fast.close()
 
-    if not args.skip_reference:
-        ref = ReferencePipeline(args.task, num_envs, model, resolution, args.episode_length, device)
-        ref.reset(0)
-        run_steps(ref.step, space, num_envs, args.warmup, rng, sync)
-        result["reference_fps"] = num_envs / run_steps(ref.step, space, num_envs, args.steps, rng, sync)
-        result["ratio"] = result["fast_fps"] / result["reference_fps"]
-        ref.close()
+    key = (model, resolution, num_envs)
+    if key not in baselines:
+        baselines[key] = {}
+        pipelines = {"reference": None, "paper": SubprocVecEnv}
+        for name, vec_env_cls in pipelines.items():
+            if getattr(args, f"skip_{name}"):
+                continue
+            ref = ReferencePipeline(args.task, num_envs, model, resolution, args.episode_length, device, vec_env_cls)
+            ref.reset(0)
+            run_steps(ref.step, space, num_envs, args.warmup, rng, sync)
+            baselines[key][f"{name}_fps"] = num_envs / run_steps(ref.step, space, num_envs, args.steps, rng, sync)
+            ref.close()
+    for name in ("reference", "paper"):
+        if f"{name}_fps" in baselines[key]:
+            result[f"{name}_fps"] = baselines[key][f"{name}_fps"]
+            result[f"ratio_{name}"] = result["fast_fps"] / result[f"{name}_fps"]
     return result
 
 
@@ -153,15 +171,20 @@ def markdown(results: list[dict[str, Any]], mach: dict[str, Any]) -> str:
     lines = [
         f"Machine: {where}. Command: `{mach['command']}`",
         "",
-        "| model | envs | px | engine | fast frames/s | reference frames/s | ratio | encoder-only img/s | stages ms/step |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | envs | px | renderer | chunks | fast frames/s | reference | paper-style | fast / reference | fast / paper-style "
+        "| encoder-only img/s | non-encoder share | stages ms/step |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def cell(r: dict, key: str, fmt: str) -> str:
+        return format(r[key], fmt) if key in r else "-"
+
     for r in results:
         stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stages_ms"].items())
-        ref = f"{r['reference_fps']:.1f}" if "reference_fps" in r else "-"
-        ratio = f"{r['ratio']:.2f}x" if "ratio" in r else "-"
         lines.append(
-            f"| {r['model']} | {r['num_envs']} | {r['resolution']} | {r['engine']} | {r['fast_fps']:.1f} | {ref} | {ratio} | {r['encoder_only_fps']:.1f} | {stages} |"
+            f"| {r['model']} | {r['num_envs']} | {r['resolution']} | {r['renderer']} | {r['chunks']} | {r['fast_fps']:.1f} "
+            f"| {cell(r, 'reference_fps', '.1f')} | {cell(r, 'paper_fps', '.1f')} | {cell(r, 'ratio_reference', '.2f')}x "
+            f"| {cell(r, 'ratio_paper', '.2f')}x | {r['encoder_only_fps']:.1f} | {r['non_encoder_share']:.0%} | {stages} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -176,16 +199,28 @@ def plot(results: list[dict[str, Any]], path: pathlib.Path) -> None:
 
     fig, (ax, bars) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
     keys = sorted({(r["model"], r["resolution"]) for r in results})
+    def variant(r: dict) -> str:
+        return f"{r['renderer']}, {r['chunks']} chunk{'s' if r['chunks'] > 1 else ''}"
+
+    variants = sorted({variant(r) for r in results})
     for i, (model, res) in enumerate(keys):
-        rows = sorted((r for r in results if (r["model"], r["resolution"]) == (model, res)), key=lambda r: r["num_envs"])
+        group = [r for r in results if (r["model"], r["resolution"]) == (model, res)]
+        for j, name in enumerate(variants):
+            rows = sorted((r for r in group if variant(r) == name), key=lambda r: r["num_envs"])
+            if rows:
+                ax.plot([r["num_envs"] for r in rows], [r["fast_fps"] for r in rows], "o^vD"[j % 4] + "-", color=f"C{i}",
+                        label=f"{model} {res}px: fast ({name})")
+        rows = sorted({r["num_envs"]: r for r in group}.values(), key=lambda r: r["num_envs"])
         n = [r["num_envs"] for r in rows]
-        ax.plot(n, [r["fast_fps"] for r in rows], "o-", color=f"C{i}", label=f"{model} {res}px: fast")
-        if all("reference_fps" in r for r in rows):
-            ax.plot(n, [r["reference_fps"] for r in rows], "s--", color=f"C{i}", alpha=0.6, label=f"{model} {res}px: reference")
-    values = [r[k] for r in results for k in ("fast_fps", "reference_fps") if k in r]
+        for key, style, name in (("reference_fps", "s--", "reference"), ("paper_fps", "d:", "paper-style")):
+            if all(key in r for r in rows):
+                ax.plot(n, [r[key] for r in rows], style, color=f"C{i}", alpha=0.6, label=f"{model} {res}px: {name}")
+    values = [r[k] for r in results for k in ("fast_fps", "reference_fps", "paper_fps") if k in r]
     ax.set_xscale("log", base=2)
     if max(values) / min(values) > 20:
         ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)  # a linear axis from zero: small gaps look small
     ax.set_xticks(sorted({r["num_envs"] for r in results}))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())
@@ -197,7 +232,7 @@ def plot(results: list[dict[str, Any]], path: pathlib.Path) -> None:
     ax.legend(fontsize=7)
 
     stages = list(dict.fromkeys(k for r in results for k in r["stages_ms"]))
-    labels = [f"{r['model']}\n{r['resolution']}px x{r['num_envs']}" for r in results]
+    labels = [f"{r['model']}\n{r['resolution']}px x{r['num_envs']}\n{variant(r)}" for r in results]
     bottom = np.zeros(len(results))
     for j, stage in enumerate(stages):
         ms = np.array([r["stages_ms"].get(stage, 0.0) for r in results])
@@ -207,7 +242,7 @@ def plot(results: list[dict[str, Any]], path: pathlib.Path) -> None:
     bars.set_title("fast path, stage by stage", fontsize=11)
     bars.tick_params(axis="x", labelsize=7)
     bars.legend(fontsize=7)
-    fig.suptitle("VLM-reward step: FastVLMRewardVecEnv vs the straightforward pipeline", fontsize=12)
+    fig.suptitle("VLM-reward step: FastVLMRewardVecEnv vs the straightforward and the paper-style pipelines", fontsize=12)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
@@ -228,11 +263,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="auto")
     p.add_argument("--backend", default="auto")
     p.add_argument("--engine", default="auto")
+    p.add_argument("--renderers", nargs="+", default=["egl"], choices=["egl", "warp"], help="the batch engine's renderers to run")
+    p.add_argument("--pipeline-chunks", nargs="+", default=["auto"],
+                   help="ranges a step is split into (integers or auto); several values measure the pipelining's gain")
     p.add_argument("--skip-reference", action="store_true")
+    p.add_argument("--skip-paper", action="store_true", help="skip the paper-style SubprocVecEnv pipeline")
     p.add_argument("--out", default="bench/out/run.json")
     args = p.parse_args(argv)
     if args.quick:
         args.models, args.num_envs, args.resolutions = ["vlmrm-tiny"], [4], [64]
+        args.renderers = ["egl", "warp"]
         args.steps, args.warmup, args.profile_steps = 8, 5, 3
     return args
 
@@ -245,10 +285,13 @@ def main(argv: list[str] | None = None) -> int:
     mach = common.machine()
     args.ceiling_tflops = common.matmul_ceiling_tflops(device)
     mach["bf16_matmul_tflops"] = args.ceiling_tflops
-    configs = [(m, r, n) for m in args.models for r in args.resolutions for n in args.num_envs]
-    results = []
-    for model, res, n in tqdm(configs, desc="bench", unit="config"):
-        results.append(measure(args, model, res, n, device))
+    configs = [
+        (m, r, n, k, c) for m in args.models for r in args.resolutions for n in args.num_envs for k in args.renderers
+        for c in args.pipeline_chunks
+    ]
+    results, baselines = [], {}
+    for model, res, n, renderer, chunks in tqdm(configs, desc="bench", unit="config"):
+        results.append(measure(args, model, res, n, renderer, chunks, device, baselines))
         tqdm.write(markdown(results[-1:], mach).splitlines()[-1])
     out = pathlib.Path(args.out)
     summary = dict(results[0])

@@ -93,14 +93,6 @@ void check_reward_args(int64_t n, int64_t d, int64_t row_stride, int64_t m_rows,
   validate_reward_tasks(tasks.data(), static_cast<int64_t>(tasks.size()), m_rows);
 }
 
-void check_plan_fits(const PreprocessPlan& plan, int height, int width) {
-  if (plan.in_height != height || plan.in_width != width) {
-    throw std::invalid_argument("the preprocess plan is for " + std::to_string(plan.in_height) + "x" +
-                                std::to_string(plan.in_width) + " frames, the renderer draws " +
-                                std::to_string(height) + "x" + std::to_string(width));
-  }
-}
-
 void check_device_index(int device) {
   if (device < 0) throw std::invalid_argument("device must be a CUDA device index >= 0");
 }
@@ -231,13 +223,14 @@ PYBIND11_MODULE(_core, m) {
            py::arg("rne_post_constraint") = false, py::arg("nthread") = 0, py::arg("persistent") = true)
       .def(
           "step",
-          [](sim::BatchSim& s, const DoubleRows& ctrl) {
+          [](sim::BatchSim& s, const DoubleRows& ctrl, int start, int count) {
             check_rows(ctrl, s.num_envs(), s.model()->nu, "ctrl");
             const double* data = ctrl.data();
             py::gil_scoped_release release;
-            s.step(data);
+            s.step(data, start, count);
           },
-          py::arg("ctrl"), "ctrl (num_envs, nu) -> frame_skip x mj_step on every simulation.")
+          py::arg("ctrl"), py::arg("start") = 0, py::arg("count") = -1,
+          "ctrl (num_envs, nu) -> frame_skip x mj_step on simulations [start, start + count) (count -1: to the end).")
       .def(
           "reset",
           [](sim::BatchSim& s, const py::array_t<int, py::array::c_style | py::array::forcecast>& ids,
@@ -332,11 +325,12 @@ PYBIND11_MODULE(_core, m) {
           py::arg("qpos"), "Draw the frames of qpos (num_envs, nq).")
       .def(
           "render_sim",
-          [](render::BatchRenderer& r, sim::BatchSim& s) {
+          [](render::BatchRenderer& r, sim::BatchSim& s, int start, int count) {
             py::gil_scoped_release release;
-            r.render(s);
+            r.render(s, start, count);
           },
-          py::arg("sim"), "Draw the current state of each of the simulator's simulations.")
+          py::arg("sim"), py::arg("start") = 0, py::arg("count") = -1,
+          "Draw the current state of the simulator's simulations [start, start + count) (count -1: to the end).")
       .def(
           "copy_frames",
           [](render::BatchRenderer& r, uintptr_t out) {
@@ -354,31 +348,31 @@ PYBIND11_MODULE(_core, m) {
           },
           py::arg("out"), py::arg("stream"),
           "Last frames -> CUDA uint8 (num_envs, height, width, 3) at address out, on stream.")
-      // The hand-off: the fused preprocess reads the renderer's pixel buffer in place.
+      // The hand-off: the pixel buffer is lent in place, as an address (frames
+      // one after another, RGBA, rows bottom-up; see BatchRenderer::layout).
       .def(
-          "preprocess_cpu",
-          [](render::BatchRenderer& r, const PreprocessPlan& plan, uintptr_t out, int dtype) {
-            check_plan_fits(plan, r.height(), r.width());
-            void* dst = address<void>(out, "out");
-            DType dt = to_dtype(dtype);
+          "lend_host",
+          [](render::BatchRenderer& r) {
             py::gil_scoped_release release;
-            r.with_host_frames([&](const uint8_t*, const FrameLayout& frames) { preprocess_cpu(frames, plan, dst, dt); });
+            return reinterpret_cast<uintptr_t>(r.lend_host());
           },
-          py::arg("plan"), py::arg("out"), py::arg("dtype"),
-          "Last frames -> encoder input (num_envs, 3, S, S) in host memory, read from the mapped pixel buffer.")
+          "Map the pixel buffer into host memory; its address. Call release_frames() when done.")
       .def(
-          "preprocess_cuda",
-          [](render::BatchRenderer& r, const DevicePreprocessPlan& plan, uintptr_t out, int dtype, uintptr_t stream) {
-            check_plan_fits(plan.plan(), r.height(), r.width());
-            void* dst = address<void>(out, "out");
-            DType dt = to_dtype(dtype);
-            void* s = reinterpret_cast<void*>(stream);
+          "lend_device",
+          [](render::BatchRenderer& r, uintptr_t stream) {
             py::gil_scoped_release release;
-            r.with_device_frames([&](const uint8_t*, const FrameLayout& frames) { preprocess_cuda(frames, plan, dst, dt, s); },
-                                 s);
+            return reinterpret_cast<uintptr_t>(r.lend_device(reinterpret_cast<void*>(stream)));
           },
-          py::arg("device_plan"), py::arg("out"), py::arg("dtype"), py::arg("stream"),
-          "Last frames -> encoder input on the GPU, the kernel reading the interop-mapped pixel buffer (no copy).")
+          py::arg("stream"),
+          "Map the pixel buffer into CUDA on stream (GL work first); its device address. release_frames() unmaps "
+          "on the same stream.")
+      .def(
+          "release_frames",
+          [](render::BatchRenderer& r) {
+            py::gil_scoped_release release;
+            r.release_frames();
+          },
+          "End a lend (no-op when nothing is lent).")
       .def("close", [](render::BatchRenderer& r) {
         py::gil_scoped_release release;
         r.close();

@@ -49,10 +49,17 @@ def _tensorrt_missing() -> str | None:
     return None
 
 
+def _warp_missing() -> str | None:
+    from vlmrm_fast.warp_rendering import warp_available
+
+    return warp_available()
+
+
 _PROBES = {
     "gpu": (_gpu_missing, "VLMRM_REQUIRE_GPU"),
     "egl": (_egl_missing, "VLMRM_REQUIRE_EGL"),
     "tensorrt": (_tensorrt_missing, "VLMRM_REQUIRE_TENSORRT"),
+    "warp": (_warp_missing, "VLMRM_REQUIRE_WARP"),
 }
 
 

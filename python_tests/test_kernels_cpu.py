@@ -24,7 +24,8 @@ from kernel_references import (
     strided_embeddings,
 )
 from vlmrm_fast import _core
-from vlmrm_fast.preprocess import FrameLayout, FramePreprocessor, PreprocessSpec, pillow_pass_order
+from vlmrm_fast.frames import FrameLayout, FrameView
+from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec, pillow_pass_order
 
 
 # ----------------------------------------------------------------- preprocess
@@ -82,7 +83,7 @@ def test_gl_tile_atlas_equals_stacked(size, resize_mode, tiles_per_row, channels
     atlas = gl_atlas(frames, tiles_per_row, channels)
     pre = FramePreprocessor(spec, "cpu")
     layout = FrameLayout.gl_tiles(n, size[0], size[1], tiles_per_row, channels)
-    assert torch.equal(pre.run(torch.from_numpy(atlas), layout), pre(frames))
+    assert torch.equal(pre.run(FrameView.of(torch.from_numpy(atlas), layout)), pre(frames))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -106,7 +107,7 @@ def test_every_output_element_written(dtype, layout):
     if layout == "stacked":
         pre(frames, out=out)
     else:
-        pre.run(torch.from_numpy(gl_atlas(frames, 2)), FrameLayout.gl_tiles(5, 45, 37, 2), out=out)
+        pre.run(FrameView.of(torch.from_numpy(gl_atlas(frames, 2)), FrameLayout.gl_tiles(5, 45, 37, 2)), out=out)
     assert torch.isfinite(out).all()
 
 

@@ -34,7 +34,8 @@ from kernel_references import (
     strided_embeddings,
 )
 from vlmrm_fast import _core, _cuda_emulation
-from vlmrm_fast.preprocess import FrameLayout, FramePreprocessor
+from vlmrm_fast.frames import FrameLayout
+from vlmrm_fast.preprocess import FramePreprocessor
 
 # (multiprocessors, shared memory per block with opt-in)
 H100 = (132, 227 * 1024)
@@ -68,7 +69,7 @@ def frame_buffer(frames: np.ndarray, layout: str) -> tuple[torch.Tensor, FrameLa
 
 def twin(plan, buffer, layout, dtype):
     out = torch.empty((layout.num_frames, 3, plan.out_size, plan.out_size), dtype=dtype)
-    _core.preprocess_cpu(plan, *FramePreprocessor._layout_args(buffer, layout), out.data_ptr(), DTYPE_CODES[dtype])
+    _core.preprocess_cpu(plan, *FramePreprocessor._layout_args(buffer.data_ptr(), layout), out.data_ptr(), DTYPE_CODES[dtype])
     return out
 
 
@@ -76,7 +77,7 @@ def emulated(plan, buffer, layout, dtype, device=H100, order="forward", seed=0, 
     out = torch.full((layout.num_frames, 3, plan.out_size, plan.out_size), float("nan"), dtype=dtype)
     launch = _cuda_emulation.preprocess(
         plan,
-        *FramePreprocessor._layout_args(buffer, layout),
+        *FramePreprocessor._layout_args(buffer.data_ptr(), layout),
         buffer.data_ptr(),
         buffer.numel() if buffer_bytes is None else buffer_bytes,
         out.data_ptr(),
@@ -187,7 +188,7 @@ def test_emulated_frame_copy_turns_the_atlas_upright(channels):
     buffer, layout = frame_buffer(frames, "gl_rgb" if channels == 3 else "gl_rgba")
     out = np.zeros_like(frames)
     _cuda_emulation.copy_frames_rgb(
-        *FramePreprocessor._layout_args(buffer, layout), buffer.data_ptr(), buffer.numel(), out.ctypes.data, "reverse"
+        *FramePreprocessor._layout_args(buffer.data_ptr(), layout), buffer.data_ptr(), buffer.numel(), out.ctypes.data, "reverse"
     )
     np.testing.assert_array_equal(out, frames)
 

@@ -30,7 +30,8 @@ from kernel_references import (
     strided_embeddings,
 )
 from vlmrm_fast import _core
-from vlmrm_fast.preprocess import FrameLayout, FramePreprocessor, PreprocessSpec
+from vlmrm_fast.frames import FrameLayout, FrameView
+from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
 from vlmrm_fast.reward.head import RewardHead
 from vlmrm_fast.reward.tasks import BinaryTask, GoalBaselineTask
 
@@ -79,7 +80,7 @@ def test_preprocess_cuda_matches_twin(case, layout):
         out = torch.full((n, 3, size, size), float("nan"), dtype=dtype, device="cuda")
         _core.preprocess_cuda(
             device_plan,
-            *FramePreprocessor._layout_args(buffer, frame_layout),
+            *FramePreprocessor._layout_args(buffer.data_ptr(), frame_layout),
             out.data_ptr(),
             DTYPE_CODES[dtype],
             torch.cuda.current_stream().cuda_stream,
@@ -111,7 +112,7 @@ def test_frame_preprocessor_on_cuda(dtype):
     assert pre._use_cuda_kernel
     assert_same_bits(pre(torch.from_numpy(frames).cuda()), twin(spec, frames, dtype))
     atlas = torch.from_numpy(gl_atlas(frames, 3, 4)).cuda()
-    assert_same_bits(pre.run(atlas, FrameLayout.gl_tiles(6, 480, 480, 3, 4)), twin(spec, frames, dtype))
+    assert_same_bits(pre.run(FrameView.of(atlas, FrameLayout.gl_tiles(6, 480, 480, 3, 4))), twin(spec, frames, dtype))
 
 
 @pytest.mark.gpu

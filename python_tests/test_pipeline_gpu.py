@@ -1,5 +1,5 @@
-"""The GPU hand-offs end to end: renderer pixel buffer -> CUDA preprocess through GL interop,
-the reward model reading it in place, and FastVLMRewardVecEnv on CUDA against the same env on
+"""The GPU hand-offs end to end: the renderer's pixel buffer lent to the CUDA preprocess through
+GL interop (whole and range by range), the reward model scoring it in place, and FastVLMRewardVecEnv on CUDA against the same env on
 the CPU. Each GPU result is held to a host twin reading the same frames.
 """
 
@@ -16,6 +16,7 @@ import torch
 from kernel_references import MEAN, STD, assert_same_bits
 from vlmrm_fast import BatchRenderer, FastVLMRewardVecEnv, _core, load_reward_model
 from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
+from vlmrm_fast.sim import BatchSimulator
 
 pytestmark = pytest.mark.gpu
 
@@ -44,15 +45,24 @@ def gpu_renderer(model: mujoco.MjModel, n: int, width: int, height: int) -> Batc
     return renderer
 
 
+def preprocess_lent(pre: FramePreprocessor, renderer: BatchRenderer) -> torch.Tensor:
+    """The preprocess of the renderer's frames lent in place: mapped into CUDA on the current
+    stream for a GPU preprocessor, into host memory for a CPU one."""
+    stream = torch.cuda.current_stream() if pre.device.type == "cuda" else None
+    with renderer.lend(stream=stream) as view:
+        assert view.device.type == pre.device.type
+        return pre.run(view)
+
+
 @pytest.mark.egl
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_run_renderer_on_cuda_equals_the_host_twin(humanoid, dtype):
+def test_lent_frames_on_cuda_preprocess_as_the_host_twin(humanoid, dtype):
     spec = PreprocessSpec(size=32, mean=MEAN, std=STD)
     with gpu_renderer(humanoid, 3, 64, 48) as renderer:  # not square: a swapped height and width shows
         renderer.render(poses(humanoid, 3, seed=0))
-        host = FramePreprocessor(spec, "cpu", dtype).run_renderer(renderer)
+        host = preprocess_lent(FramePreprocessor(spec, "cpu", dtype), renderer)
         device = torch.device("cuda", renderer.cuda_device)
-        got = FramePreprocessor(spec, device, dtype).run_renderer(renderer)
+        got = preprocess_lent(FramePreprocessor(spec, device, dtype), renderer)
         assert got.device == device
         assert_same_bits(got, host)
         assert_same_bits(got, FramePreprocessor(spec, "cpu", dtype)(renderer.frames()))
@@ -67,19 +77,40 @@ def test_preprocess_reads_the_frames_before_the_next_render_overwrites_them(huma
     with gpu_renderer(humanoid, 4, 96, 96) as renderer:
         pre = FramePreprocessor(spec, torch.device("cuda", renderer.cuda_device))
         renderer.render(first)
-        expected_first = host.run_renderer(renderer)
+        expected_first = preprocess_lent(host, renderer)
         renderer.render(second)
-        expected_second = host.run_renderer(renderer)
+        expected_second = preprocess_lent(host, renderer)
         assert not torch.equal(expected_first, expected_second)
         renderer.render(first)
         torch.cuda.synchronize()
         torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time ahead of the kernel on this stream
-        got_first = pre.run_renderer(renderer)
+        got_first = preprocess_lent(pre, renderer)
         renderer.render(second)  # GL must wait for the kernel above before it writes
-        got_second = pre.run_renderer(renderer)
+        got_second = preprocess_lent(pre, renderer)
         torch.cuda.synchronize()
     assert_same_bits(got_first, expected_first)
     assert_same_bits(got_second, expected_second)
+
+
+@pytest.mark.egl
+def test_lent_ranges_on_cuda_preprocess_as_the_host_twin(humanoid):
+    """Frames drawn and lent range by range (the pipelined step) read the right slots."""
+    spec = PreprocessSpec(size=32, mean=MEAN, std=STD)
+    sim = BatchSimulator(humanoid, 5)
+    sim.qpos[:] = poses(humanoid, 5, seed=7)
+    with gpu_renderer(humanoid, 5, 48, 48) as renderer:
+        pre = FramePreprocessor(spec, torch.device("cuda", renderer.cuda_device))
+        stream = torch.cuda.Stream(renderer.cuda_device)
+        parts = []
+        for rows in (slice(0, 2), slice(2, 5)):
+            renderer.draw(sim, rows, stream)
+            with torch.cuda.stream(stream), renderer.lend(rows, stream) as view:
+                assert view.num_frames == rows.stop - rows.start
+                parts.append(pre.run(view))
+        stream.synchronize()
+        renderer.draw(sim)
+        expected = FramePreprocessor(spec, "cpu")(renderer.frames())
+    assert_same_bits(torch.cat(parts), expected)
 
 
 @pytest.mark.egl
@@ -98,7 +129,7 @@ def _encoder_options(backend: str) -> dict:
 
 @pytest.mark.egl
 @pytest.mark.parametrize("backend", ["torch", "compile"])
-def test_score_renderer_on_cuda_equals_scoring_the_host_frames(humanoid, backend):
+def test_scoring_lent_frames_on_cuda_equals_scoring_the_host_frames(humanoid, backend):
     n = 5
     rm = load_reward_model(
         TINY, target_prompts="a humanoid robot kneeling", baseline_prompts="a humanoid robot", alpha=0.5,
@@ -108,7 +139,8 @@ def test_score_renderer_on_cuda_equals_scoring_the_host_frames(humanoid, backend
     with gpu_renderer(humanoid, n, 64, 48) as renderer:
         for seed in (4, 5):
             renderer.render(poses(humanoid, n, seed=seed))
-            got = rm.score_renderer(renderer)
+            with renderer.lend(stream=torch.cuda.current_stream()) as view:
+                got = rm.score_pixels(rm.preprocess(view))
             assert got.shape == (n,) and got.device.type == "cuda"
             # The same frames read back to the host, uploaded and preprocessed as a stack: same encoder input.
             torch.testing.assert_close(got.cpu(), rm(renderer.frames()).cpu(), rtol=0, atol=1e-6)

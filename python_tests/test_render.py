@@ -129,6 +129,38 @@ def test_render_sim_equals_render_of_the_same_state(humanoid, persistent):
     assert_frames_equal(from_sim, reference_frames(humanoid, sim.qpos.copy(), 48, 48))
 
 
+def test_ranges_drawn_and_lent_in_place(humanoid):
+    """The pipelined step's hand-off: frames drawn range by range, then lent where they lie."""
+    import torch
+
+    from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
+
+    n = 5
+    sim = BatchSimulator(humanoid, n)
+    sim.qpos[:] = random_qpos(humanoid, n, seed=8)
+    spec = PreprocessSpec(size=32, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
+    pre = FramePreprocessor(spec, "cpu")
+    with BatchRenderer(humanoid, n, 40, 32, camera="track") as renderer:
+        whole = renderer.render_sim(sim)
+        renderer.render(np.tile(humanoid.qpos0, (n, 1)))  # other frames in the buffer first
+        renderer.draw(sim, slice(0, 3))
+        renderer.draw(sim, slice(3, 5))
+        assert_frames_equal(renderer.frames(), whole)
+        with renderer.lend(slice(3, 5)) as view:
+            assert view.num_frames == 2 and view.device == torch.device("cpu")
+            lent = pre.run(view)
+            with pytest.raises(RuntimeError, match="the frames are lent"):
+                renderer.draw(sim)
+            with pytest.raises(RuntimeError, match="the frames are lent"):
+                with renderer.lend():
+                    pass
+        assert torch.equal(lent, pre(whole[3:5]))
+        renderer.draw(sim)  # released: drawing works again
+        with pytest.raises(ValueError, match="non-empty slice of consecutive"):
+            renderer.draw(sim, slice(4, 2))
+    sim.close()
+
+
 def test_render_sim_leaves_the_physics_alone(humanoid):
     """Scene updates compute kinematics in the simulations' own mjData (persistent batch)."""
     n, rng = 2, np.random.default_rng(7)

@@ -48,10 +48,24 @@ def make_fast(rm, task: str = TASK, **kwargs) -> VecEnv:
     return FastVLMRewardVecEnv(task, N, reward_model=rm, **kwargs)
 
 
-@pytest.fixture(params=[(TASK, "dummy"), (TASK, "fast"), (HUMANOID, "dummy"), (HUMANOID, "fast")], ids=lambda p: "-".join(p))
+VENVS = [
+    (TASK, "dummy"),
+    (TASK, "fast"),
+    (HUMANOID, "dummy"),
+    (HUMANOID, "fast"),
+    pytest.param((HUMANOID, "fast-warp"), marks=pytest.mark.warp),  # MuJoCo Warp frames, a step in two ranges
+]
+
+
+@pytest.fixture(params=VENVS, ids=lambda p: "-".join(p))
 def venv(request, rms):
     task, kind = request.param
-    env = make_dummy(task) if kind == "dummy" else make_fast(rms[task], task)
+    if kind == "dummy":
+        env = make_dummy(task)
+    elif kind == "fast-warp":
+        env = make_fast(rms[task], task, renderer="warp", pipeline_chunks=2)
+    else:
+        env = make_fast(rms[task], task)
     yield env
     env.close()
 
@@ -139,9 +153,11 @@ def test_sb3_wrappers_over_env(venv, wrapper):
     assert np.all(np.isfinite(obs)) and np.all(np.isfinite(rewards))
 
 
-def test_humanoid_batch_engine_matches_gymnasium(rms):
-    """The batch engine reproduces Humanoid-v5 envs in a DummyVecEnv bit for bit, resets included."""
-    fast, dummy = make_fast(rms[HUMANOID], HUMANOID, engine="mujoco"), make_dummy(HUMANOID)
+@pytest.mark.parametrize("chunks", [1, 2])
+def test_humanoid_batch_engine_matches_gymnasium(rms, chunks):
+    """The batch engine reproduces Humanoid-v5 envs in a DummyVecEnv bit for bit, resets included,
+    also when a step advances the envs in two ranges (the pipelined step)."""
+    fast, dummy = make_fast(rms[HUMANOID], HUMANOID, engine="mujoco", pipeline_chunks=chunks), make_dummy(HUMANOID)
     assert fast.engine == "mujoco"
     fast.seed(5)
     dummy.seed(5)
@@ -161,10 +177,12 @@ def test_humanoid_batch_engine_matches_gymnasium(rms):
     dummy.close()
 
 
-def test_batch_engine_scores_the_reached_frames(rms):
+@pytest.mark.parametrize("renderer", ["egl", pytest.param("warp", marks=pytest.mark.warp)])
+def test_batch_engine_scores_the_reached_frames(rms, renderer):
     """The reward of each step is the reward model's score of the frame of the state it reached."""
     rm = rms[HUMANOID]
-    fast = make_fast(rm, HUMANOID, engine="mujoco", episode_length=3)
+    fast = make_fast(rm, HUMANOID, engine="mujoco", episode_length=3, renderer=renderer, pipeline_chunks=2)
+    assert fast.renderer == renderer
     fast.seed(1)
     fast.reset()
     rng = np.random.default_rng(3)
@@ -176,6 +194,43 @@ def test_batch_engine_scores_the_reached_frames(rms):
         ended += int(dones.sum())
     assert ended == N, "the third step ended every episode and was scored on its own frames"
     fast.close()
+
+
+@pytest.mark.parametrize(
+    "task, renderer",
+    [(HUMANOID, "egl"), pytest.param(HUMANOID, "warp", marks=pytest.mark.warp), (TASK, None)],
+    ids=["humanoid-egl", "humanoid-warp", "cartpole-gym"],
+)
+def test_pipelined_step_gives_the_unpipelined_rewards(rms, task, renderer):
+    """A step in three uneven ranges (5 envs: 2, 2, 1) equals the step in one range."""
+    n = 5
+    common = dict(reward_model=rms[task], **(SMALL if task == HUMANOID else {}), **({"renderer": renderer} if renderer else {}))
+    whole = FastVLMRewardVecEnv(task, n, pipeline_chunks=1, **common)
+    piped = FastVLMRewardVecEnv(task, n, pipeline_chunks=3, **common)
+    assert [r.stop - r.start for r in piped._scorer.chunks] == [2, 2, 1]
+    for env in (whole, piped):
+        env.seed(4)
+    np.testing.assert_array_equal(whole.reset(), piped.reset())
+    rng = np.random.default_rng(6)
+    for _ in range(15):
+        actions = random_actions(whole, rng)
+        obs_w, rew_w, done_w, info_w = whole.step(actions)
+        obs_p, rew_p, done_p, info_p = piped.step(actions)
+        np.testing.assert_array_equal(obs_w, obs_p)
+        np.testing.assert_array_equal(done_w, done_p)
+        np.testing.assert_allclose(rew_p, rew_w, rtol=0, atol=1e-6)
+        assert [i["gt_reward"] for i in info_w] == [i["gt_reward"] for i in info_p]
+    whole.close()
+    piped.close()
+
+
+def test_renderer_choice_is_checked(rms):
+    with pytest.raises(ValueError, match="renderer 'vulkan' is unknown"):
+        FastVLMRewardVecEnv(HUMANOID, 1, reward_model=rms[HUMANOID], renderer="vulkan", **SMALL)
+    with pytest.raises(ValueError, match="renderer='warp' draws the MuJoCo batch engine's tasks"):
+        FastVLMRewardVecEnv(TASK, 1, reward_model=rms[TASK], renderer="warp")
+    with pytest.raises(ValueError, match="pipeline_chunks must be 'auto' or an integer in \\[1, num_envs=2\\]"):
+        FastVLMRewardVecEnv(HUMANOID, 2, reward_model=rms[HUMANOID], pipeline_chunks=3, **SMALL)
 
 
 def test_env_reward_kept_as_gt_reward(tiny_rm):

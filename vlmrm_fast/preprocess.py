@@ -18,6 +18,7 @@ import torch
 
 from vlmrm_fast import _core
 from vlmrm_fast.device import dtype_code, native_cuda_usable
+from vlmrm_fast.frames import FrameLayout, FrameView
 
 _FILTERS = {"bicubic": _core.Filter.bicubic, "bilinear": _core.Filter.bilinear}
 _RESIZE_MODES = {"shortest": _core.ResizeMode.shortest, "squash": _core.ResizeMode.squash}
@@ -82,47 +83,6 @@ class PreprocessSpec:
         )
 
 
-@dataclasses.dataclass(frozen=True)
-class FrameLayout:
-    """Where frame ``i``'s pixel (row ``r`` from the top, column ``c``) lives, in bytes:
-
-    ``(i % frames_per_row) * frame_col_stride + (i // frames_per_row) * frame_row_stride
-    + r * row_stride + c * pixel_stride`` from the buffer's start (plus ``offset``).
-    """
-
-    num_frames: int
-    height: int
-    width: int
-    pixel_stride: int
-    row_stride: int
-    frames_per_row: int = 1
-    frame_col_stride: int = 0
-    frame_row_stride: int = 0
-    offset: int = 0
-
-    @classmethod
-    def stacked(cls, frames: torch.Tensor) -> "FrameLayout":
-        n, h, w, _ = frames.shape
-        s = frames.stride()
-        return cls(n, h, w, pixel_stride=s[2], row_stride=s[1], frame_row_stride=s[0])
-
-    @classmethod
-    def gl_tiles(cls, num_frames: int, height: int, width: int, tiles_per_row: int, channels: int = 3) -> "FrameLayout":
-        """An OpenGL framebuffer (rows bottom-up) holding tiles left to right, bottom to top."""
-        fb_row = tiles_per_row * width * channels
-        return cls(
-            num_frames,
-            height,
-            width,
-            pixel_stride=channels,
-            row_stride=-fb_row,
-            frames_per_row=tiles_per_row,
-            frame_col_stride=width * channels,
-            frame_row_stride=height * fb_row,
-            offset=(height - 1) * fb_row,
-        )
-
-
 def as_frame_tensor(frames: Any) -> torch.Tensor:
     """Checks and wraps uint8 (N, H, W, 3) frames (numpy or torch) without copying when possible."""
     if isinstance(frames, np.ndarray):
@@ -174,28 +134,37 @@ class FramePreprocessor:
         return self._plans[key]
 
     def __call__(self, frames: Any, out: torch.Tensor | None = None) -> torch.Tensor:
+        """uint8 frames (N, H, W, 3), numpy or torch -> encoder input (N, 3, S, S)."""
         frames = as_frame_tensor(frames)
-        if self._use_cuda_kernel and frames.device.type == "cpu":
-            # One upload of the uint8 frames; the kernel does the rest on the GPU.
-            frames = frames.to(self.device, non_blocking=frames.is_pinned())
-        return self.run(frames, FrameLayout.stacked(frames), out)
+        if self.device.type == "cuda" and frames.device.type == "cpu" and not frames.is_contiguous():
+            frames = frames.contiguous()  # dense, so the kernel gets one upload of the uint8 frames
+        return self.run(FrameView.of(frames), out)
 
-    def run(self, buffer: torch.Tensor, layout: FrameLayout, out: torch.Tensor | None = None) -> torch.Tensor:
-        """Preprocesses frames laid out in ``buffer`` (uint8, any device) as ``layout`` says."""
-        n, s = layout.num_frames, self.spec.size
-        out = self._output(n, out)
+    def run(self, view: FrameView, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Preprocesses the frames of ``view`` (host or device) into ``out``, on the current stream.
+
+        Device frames are read in place by the CUDA kernel, host frames by the C++ twin
+        (for a CPU output) or uploaded once (for a GPU output); a device view that is not
+        ready yet is waited for on the stream, not on the host.
+        """
+        layout = view.layout
+        out = self._output(layout.num_frames, out)
         plan = self.plan(layout.height, layout.width)
-        if self._use_cuda_kernel and buffer.device.type == "cpu" and buffer.is_contiguous():
-            buffer = buffer.to(out.device, non_blocking=buffer.is_pinned())  # same bytes, same layout
-        if buffer.device.type == "cuda" and self._use_cuda_kernel:
-            self._run_cuda(buffer, layout, plan, out)
-        elif out.device.type == "cpu" and buffer.device.type == "cpu":
-            self._run_cpu(buffer, layout, plan, out)
+        on_gpu = out.device.type == "cuda"
+        if view.device.type == "cuda":
+            view.wait()
+            if on_gpu and self._use_cuda_kernel and view.device == out.device:
+                self._run_cuda(view.address, layout, plan, out)
+            else:  # a core without CUDA (or another GPU): the twin on a host copy of the frames
+                host = self._host_copy(view)
+                self._run_cpu(host.data_ptr(), FrameLayout.stacked(host), plan, out)
+        elif not on_gpu:
+            self._run_cpu(view.address, layout, plan, out)
+        elif self._use_cuda_kernel and _dense_tensor(view):
+            frames = view.owner.to(out.device, non_blocking=view.owner.is_pinned())  # one upload of the uint8 frames
+            self._run_cuda(frames.data_ptr(), FrameLayout.stacked(frames), plan, out)
         else:
-            # CUDA tensors but a core without CUDA: host twin, then one upload.
-            host = torch.empty((n, 3, s, s), dtype=self.dtype)
-            self._run_cpu(buffer.cpu(), layout, plan, host)
-            out.copy_(host, non_blocking=False)
+            self._run_cpu(view.address, layout, plan, out)
         return out
 
     def _output(self, n: int, out: torch.Tensor | None) -> torch.Tensor:
@@ -207,9 +176,18 @@ class FramePreprocessor:
         return out
 
     @staticmethod
-    def _layout_args(buffer: torch.Tensor, layout: FrameLayout) -> tuple:
+    def _host_copy(view: FrameView) -> torch.Tensor:
+        if not isinstance(view.owner, torch.Tensor):
+            raise RuntimeError(
+                "frames on a CUDA device can only be preprocessed by the CUDA kernel, which this build lacks "
+                "(vlmrm_fast was built without CUDA or sees no device); reinstall with the CUDA toolkit"
+            )
+        return view.owner.cpu()
+
+    @staticmethod
+    def _layout_args(address: int, layout: FrameLayout) -> tuple:
         return (
-            buffer.data_ptr() + layout.offset,
+            address + layout.offset,
             layout.num_frames,
             layout.height,
             layout.width,
@@ -220,26 +198,12 @@ class FramePreprocessor:
             layout.frame_row_stride,
         )
 
-    def _run_cpu(self, buffer: torch.Tensor, layout: FrameLayout, plan, out: torch.Tensor) -> None:
-        _core.preprocess_cpu(plan, *self._layout_args(buffer, layout), out.data_ptr(), dtype_code(self.dtype))
-
-    def run_renderer(self, renderer: Any, out: torch.Tensor | None = None) -> torch.Tensor:
-        """Preprocesses a native ``BatchRenderer``'s last frames where they lie: on the GPU
-        the kernel reads the interop-mapped pixel buffer, on the CPU the twin reads the
-        mapped host buffer; no frame copy either way."""
-        out = self._output(renderer.num_envs, out)
-        plan = self.plan(renderer.height, renderer.width)
-        code = dtype_code(self.dtype)
-        if out.device.type == "cuda" and self._use_cuda_kernel and renderer.cuda_device == out.device.index:
-            stream = torch.cuda.current_stream(out.device).cuda_stream
-            renderer.preprocess_cuda(self._device_plan(plan, out.device), out.data_ptr(), code, stream)
-        elif out.device.type == "cpu":
-            renderer.preprocess_cpu(plan, out.data_ptr(), code)
-        else:  # software EGL feeding a GPU encoder: host twin, then one upload
-            host = torch.empty(tuple(out.shape), dtype=self.dtype, pin_memory=True)
-            renderer.preprocess_cpu(plan, host.data_ptr(), code)
-            out.copy_(host, non_blocking=True)
-        return out
+    def _run_cpu(self, address: int, layout: FrameLayout, plan, out: torch.Tensor) -> None:
+        """The C++ twin into ``out``; a GPU ``out`` gets the result by one upload."""
+        target = out if out.device.type == "cpu" else torch.empty(tuple(out.shape), dtype=self.dtype, pin_memory=True)
+        _core.preprocess_cpu(plan, *self._layout_args(address, layout), target.data_ptr(), dtype_code(self.dtype))
+        if target is not out:
+            out.copy_(target, non_blocking=True)
 
     def _device_plan(self, plan, device: torch.device):
         key = (plan.in_height, plan.in_width)
@@ -247,8 +211,14 @@ class FramePreprocessor:
             self._device_plans[key] = _core.DevicePreprocessPlan(plan, device.index)
         return self._device_plans[key]
 
-    def _run_cuda(self, buffer: torch.Tensor, layout: FrameLayout, plan, out: torch.Tensor) -> None:
+    def _run_cuda(self, address: int, layout: FrameLayout, plan, out: torch.Tensor) -> None:
         stream = torch.cuda.current_stream(out.device).cuda_stream
         _core.preprocess_cuda(
-            self._device_plan(plan, out.device), *self._layout_args(buffer, layout), out.data_ptr(), dtype_code(self.dtype), stream
+            self._device_plan(plan, out.device), *self._layout_args(address, layout), out.data_ptr(), dtype_code(self.dtype), stream
         )
+
+
+def _dense_tensor(view: FrameView) -> bool:
+    """The view is a whole, dense uint8 (N, H, W, 3) tensor (so an upload keeps its layout)."""
+    owner = view.owner
+    return isinstance(owner, torch.Tensor) and owner.is_contiguous() and view.layout == FrameLayout.stacked(owner)

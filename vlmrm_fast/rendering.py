@@ -3,6 +3,9 @@
     renderer = BatchRenderer(model, num_envs=64, width=224, height=224, camera=-1)
     frames = renderer.render(qpos)                  # uint8 (64, 224, 224, 3), upright
     frames = renderer.render_sim(sim, device="cuda")  # torch CUDA tensor, no host copy
+    renderer.draw(sim, slice(0, 32))                # frames 0..31 of the sim's states, kept in place
+    with renderer.lend(slice(0, 32), stream) as view:   # a FrameView of them (vlmrm_fast.frames)
+        ...
 
 Pixels equal ``mujoco.Renderer``'s for the same model, camera, size and state. One EGL
 context per renderer: on NVIDIA the EGL device of CUDA device ``gpu``; on a CPU-only
@@ -11,12 +14,14 @@ machine Mesa's software EGL.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import contextlib
+from typing import TYPE_CHECKING, Iterator
 
 import mujoco
 import numpy as np
 
 from vlmrm_fast import _core
+from vlmrm_fast.frames import FrameLayout, FrameView
 from vlmrm_fast.sim import BatchSimulator
 
 if TYPE_CHECKING:
@@ -124,27 +129,46 @@ class BatchRenderer:
     def render_sim(self, sim: BatchSimulator, device: str | torch.device | None = None, *, fetch: bool = True):
         """Frames of the current state of each of ``sim``'s simulations (same model and
         num_envs), updated on the simulator's threads with no Python per env. Returns as
-        ``render``; with ``fetch=False`` the frames stay in the renderer (see ``frames``,
-        ``preprocess_cpu``, ``preprocess_cuda``) and None is returned."""
+        ``render``; with ``fetch=False`` the frames stay in the renderer (see ``frames``
+        and ``lend``) and None is returned."""
+        target = self._target(device) if fetch else None
+        self.draw(sim)
+        return self._fetch(target) if fetch else None
+
+    def draw(self, sim: BatchSimulator, rows: slice | None = None, stream: torch.cuda.Stream | None = None) -> None:
+        """Draws frames ``rows`` (default all) of the current states of ``sim``'s simulations
+        ``rows``; the other frames keep what they hold. GL orders its own work, so ``stream``
+        is not needed (it is part of the frame-source interface)."""
         native = self._live()
         if not isinstance(sim, BatchSimulator):
             raise TypeError(f"sim must be a BatchSimulator, got {type(sim).__name__}")
-        target = self._target(device) if fetch else None
-        native.render_sim(sim._live())
-        return self._fetch(target) if fetch else None
+        start, count = sim._range(rows)
+        native.render_sim(sim._live(), start, count)
+
+    @contextlib.contextmanager
+    def lend(self, rows: slice | None = None, stream: torch.cuda.Stream | None = None) -> Iterator[FrameView]:
+        """Lends frames ``rows`` of the pixel buffer in place as a :class:`FrameView`: mapped into
+        CUDA on ``stream`` (a renderer on a CUDA device's EGL; GL's drawing completes before
+        work on ``stream`` reads them), else into host memory. No drawing until the block ends."""
+        import torch
+
+        native = self._live()
+        layout = FrameLayout.bottom_up(native.num_envs, native.height, native.width)
+        offset, layout = layout.rows(rows if rows is not None else slice(None))
+        if stream is not None and native.cuda_device >= 0:
+            address = native.lend_device(stream.cuda_stream)
+            device = torch.device("cuda", native.cuda_device)
+        else:
+            address = native.lend_host()
+            device = torch.device("cpu")
+        try:
+            yield FrameView(address + offset, layout, device, owner=self)
+        finally:
+            native.release_frames()
 
     def frames(self, device: str | torch.device | None = None):
         """The last drawn frames, as ``render`` returns them."""
         return self._fetch(self._target(device))
-
-    def preprocess_cpu(self, plan, out: int, dtype: int) -> None:
-        """The fused preprocess of the last frames, read from the mapped pixel buffer into host
-        memory at address ``out`` (see ``FramePreprocessor.run_renderer``)."""
-        self._live().preprocess_cpu(plan, out, dtype)
-
-    def preprocess_cuda(self, device_plan, out: int, dtype: int, stream: int) -> None:
-        """The fused preprocess kernel reading the last frames through CUDA-GL interop, in place."""
-        self._live().preprocess_cuda(device_plan, out, dtype, stream)
 
     def close(self) -> None:
         """Free the GL context, buffers and threads now (idempotent)."""

@@ -189,15 +189,26 @@ class BatchSimulator:
         return self._rngs[env]
 
     # --------------------------------------------------------------------- calls
-    def step(self, ctrl: np.ndarray) -> None:
-        """Apply controls (num_envs, nu) and advance every simulation by ``frame_skip`` steps.
+    def step(self, ctrl: np.ndarray, rows: slice | None = None) -> None:
+        """Apply controls (num_envs, nu) and advance every simulation by ``frame_skip`` steps;
+        with ``rows`` (a slice of env indices, step 1) only those, reading their rows of ``ctrl``.
 
         Raises ValueError for a wrong shape or non-finite controls (no simulation is
         stepped), SimulationError if MuJoCo raised in some simulations (those keep their
         state). Warns with SimulationWarning when MuJoCo raised warnings.
         """
-        self._live().step(ctrl)
-        self._warn("step")
+        start, count = self._range(rows)
+        self._live().step(ctrl, start, count)
+        self._warn("step", start, count)
+
+    def _range(self, rows: slice | None) -> tuple[int, int]:
+        """(start, count) of a slice of env indices; the whole batch for None."""
+        if rows is None:
+            return 0, self.num_envs
+        start, stop, stride = rows.indices(self.num_envs)
+        if stride != 1 or stop <= start:
+            raise ValueError(f"rows must be a non-empty slice of consecutive env indices, got {rows!r}")
+        return start, stop - start
 
     def reset(
         self,
@@ -283,8 +294,10 @@ class BatchSimulator:
             raise ValueError(f"{what} has non-finite values")
         return rows
 
-    def _warn(self, call: str) -> None:
-        flagged = np.flatnonzero(self.last_warnings)
+    def _warn(self, call: str, start: int = 0, count: int | None = None) -> None:
+        """Warns of the MuJoCo warnings raised in simulations [start, start + count) by the last call."""
+        stop = self.num_envs if count is None else start + count
+        flagged = start + np.flatnonzero(self.last_warnings[start:stop])
         if flagged.size == 0:
             return
         bits = int(np.bitwise_or.reduce(self.last_warnings[flagged]))

@@ -1,10 +1,14 @@
 """FastVLMRewardVecEnv: a Stable-Baselines3 VecEnv whose reward is a CLIP reward model's.
 
-One ``step_wait``: the simulations advance (MuJoCo tasks: the batch engine in the
-native core, ``envs/mujoco_engine.py``; others: gymnasium envs), the frames of the
-states they reached are scored by the reward model (before finished envs are
-reset, so a terminal step is scored on its own frame), then finished envs are
-reset. The env's own reward is kept in ``info["gt_reward"]``.
+One ``step_wait``, range of envs by range of envs (``pipeline_chunks``): the
+simulations advance and their reached states are drawn (MuJoCo tasks: the batch
+engine, ``envs/mujoco_engine.py``, with the EGL or the MuJoCo Warp renderer;
+others: gymnasium envs, all stepped with the first range), the renderer lends
+the frames in place and the reward model scores them (``pipeline.py``: on a GPU
+the next range is simulated and drawn while this one is encoded). Then the
+rewards come to the host, and observations are made and finished envs reset (a
+terminal step is scored on its own frame). The env's own reward is kept in
+``info["gt_reward"]``.
 """
 
 from __future__ import annotations
@@ -17,12 +21,15 @@ import torch
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from vlmrm_fast import _core
+from vlmrm_fast.device import resolve_device
 from vlmrm_fast.envs import TaskSpec, get_task
-from vlmrm_fast.preprocess import FrameLayout
+from vlmrm_fast.envs.mujoco_engine import RENDERERS
+from vlmrm_fast.frames import HostFrames
+from vlmrm_fast.pipeline import ChunkedScorer, plan_chunks
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
 from vlmrm_fast.reward import load_reward_model
 from vlmrm_fast.reward.tasks import normalize_prompts
-from vlmrm_fast.wrappers import FrameBatch, RecordFrame, pop_frames
+from vlmrm_fast.wrappers import RecordFrame, pop_frames
 
 DEFAULT_MODEL = "ViT-bigG-14/laion2b_s39b_b160k"  # the paper's largest model
 ENGINES = ("auto", "mujoco", "gym")
@@ -70,24 +77,25 @@ class GymSimulation:
     def __init__(self, env_fns: Sequence[Callable[[], gymnasium.Env]]):
         self.venv = DummyVecEnv([lambda fn=fn: RecordFrame(fn()) for fn in env_fns])
         self.observation_space, self.action_space = self.venv.observation_space, self.venv.action_space
-        self._batch = FrameBatch()
-        self._frames: torch.Tensor | None = None
+        self.frames = HostFrames()
+        self._result: tuple | None = None
 
-    def step(self, actions: np.ndarray, timer: StageTimer = NULL_TIMER):
-        with timer.stage("physics_render"):
-            obs, env_rewards, dones, infos = self.venv.step(actions)
-            self._frames = self._batch.stack(pop_frames(infos))
-        return obs, env_rewards, dones, infos
+    def advance(self, actions: np.ndarray, rows: slice, stream=None, timer: StageTimer = NULL_TIMER) -> None:
+        """Gymnasium envs step one after another in Python, so all of them step with the first range."""
+        if rows.start == 0:
+            with timer.stage("physics_render"):
+                self._result = self.venv.step(actions)
+                self.frames.stack(pop_frames(self._result[3]))
 
-    def score(self, reward_model: Any, timer: StageTimer) -> torch.Tensor:
-        frames = self._frames
-        if frames.device != reward_model.device:
-            with timer.stage("transfer"):
-                frames = frames.to(reward_model.device, non_blocking=frames.is_pinned())
-        return reward_model.score_frames(frames, FrameLayout.stacked(frames), timer)
+    def lend(self, rows: slice, stream=None):
+        return self.frames.lend(rows, stream)
+
+    def finish(self, timer: StageTimer = NULL_TIMER):
+        result, self._result = self._result, None
+        return result
 
     def last_frames(self, device: Any = None) -> torch.Tensor:
-        return self._frames
+        return self.frames.tensor
 
     def reset(self) -> Any:
         return self.venv.reset()
@@ -117,24 +125,24 @@ class GymSimulation:
         self.venv.close()
 
 
-def _mujoco_simulation(spec: TaskSpec, num_envs: int, render_size: tuple[int, int], episode_length: int | None, reward_model: Any):
+def _mujoco_simulation(spec: TaskSpec, num_envs: int, render_size: tuple[int, int], episode_length: int | None, device: torch.device, renderer: str):
     from vlmrm_fast.envs.mujoco_engine import MujocoBatchSimulation
 
-    device = reward_model.device
     gpu = device.index if device.type == "cuda" else None  # draw on the reward model's GPU
-    return MujocoBatchSimulation(spec.batch, num_envs, render_size=render_size, episode_length=episode_length, gpu=gpu)
+    return MujocoBatchSimulation(spec.batch, num_envs, render_size=render_size, episode_length=episode_length, gpu=gpu, renderer=renderer)
 
 
-def _choose_engine(engine: str, spec: TaskSpec) -> str:
+def _choose_engine(engine: str, spec: TaskSpec, renderer: str) -> str:
     if engine == "gym":
         return "gym"
     if spec.batch is None:
         if engine == "mujoco":
             raise ValueError(f"task {spec.name!r} has no batch-engine version; use engine='gym' (or 'auto')")
         return "gym"
-    if not _core.build_info()["egl_available"]:
+    if renderer == "egl" and not _core.build_info()["egl_available"]:
         if engine == "mujoco":
-            raise RuntimeError(f"engine='mujoco' needs headless EGL: {_core.build_info()['egl_error']}")
+            raise RuntimeError(f"engine='mujoco' with renderer='egl' needs headless EGL: {_core.build_info()['egl_error']}; "
+                               "or use renderer='warp'")
         return "gym"
     return "mujoco"
 
@@ -148,6 +156,11 @@ class FastVLMRewardVecEnv(VecEnv):
     in :func:`~vlmrm_fast.load_reward_model` (or pass a loaded ``reward_model`` to
     share one between envs). ``engine="mujoco"`` runs MuJoCo tasks in the batch
     engine, ``"gym"`` through gymnasium envs, ``"auto"`` picks the former when it can.
+    ``renderer`` draws the batch engine's frames: ``"egl"`` (OpenGL, the same pixels as
+    ``mujoco.Renderer``) or ``"warp"`` (MuJoCo Warp's ray tracer, all envs in one GPU
+    launch; ``pip install 'vlmrm-fast[warp]'``). ``pipeline_chunks`` splits a step's envs
+    into ranges scored while the next is simulated and drawn (``"auto"``: up to 4 on a
+    GPU, 1 on the CPU); fixed-batch encoders are built for the largest range.
     """
 
     def __init__(
@@ -169,6 +182,8 @@ class FastVLMRewardVecEnv(VecEnv):
         precision: str = "auto",
         seed: int | None = None,
         engine: str = "auto",
+        renderer: str = "egl",
+        pipeline_chunks: int | str = "auto",
         env_kwargs: dict[str, Any] | None = None,
         defer_rewards: bool = False,
         **reward_options: Any,
@@ -177,27 +192,35 @@ class FastVLMRewardVecEnv(VecEnv):
             raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
         if engine not in ENGINES:
             raise ValueError(f"engine {engine!r} is unknown; use one of {ENGINES}")
+        if renderer not in RENDERERS:
+            raise ValueError(f"renderer {renderer!r} is unknown; use one of {RENDERERS}")
         if episode_length is not None and (isinstance(episode_length, bool) or not isinstance(episode_length, (int, np.integer)) or episode_length < 1):
             raise ValueError(f"episode_length must be a positive integer or None, got {episode_length!r}")
+        num_envs = int(num_envs)
         spec = get_task(task)
         self.task = spec
         self.render_size = _render_shape(render_size) or spec.render_size
         self.episode_length = episode_length or spec.episode_length
-        self.engine = _choose_engine(engine, spec)
+        self.engine = _choose_engine(engine, spec, renderer)
+        if renderer == "warp" and self.engine != "mujoco":
+            raise ValueError(f"renderer='warp' draws the MuJoCo batch engine's tasks; task {spec.name!r} runs on gymnasium envs "
+                             "(engine='gym'), which draw their own frames")
+        self.renderer = renderer if self.engine == "mujoco" else None
         if self.engine == "mujoco" and env_kwargs:
             raise ValueError("env_kwargs apply to gymnasium envs; use engine='gym' to pass them")
-        # One encoder batch per step: fixed-batch backends (compile, TensorRT) fit the envs exactly.
-        reward_options.setdefault("batch_size", int(num_envs))
+        chunks = plan_chunks(num_envs, pipeline_chunks, reward_model.device if reward_model is not None else resolve_device(device))
+        # Fixed-batch backends (compile, TensorRT) are built for one range of envs.
+        reward_options.setdefault("batch_size", max(rows.stop - rows.start for rows in chunks))
         self.reward_model = reward_model or self._load_model(
             spec, target_prompts, baseline_prompts, alpha, model, pretrained, checkpoint, device, backend, precision, reward_options
         )
         if getattr(self.reward_model, "multi_task", False):
             raise ValueError("FastVLMRewardVecEnv needs a single-task reward model (rewards (N,))")
         if self.engine == "mujoco":
-            self._sim = _mujoco_simulation(spec, int(num_envs), self.render_size, self.episode_length, self.reward_model)
+            self._sim = _mujoco_simulation(spec, num_envs, self.render_size, self.episode_length, self.reward_model.device, renderer)
         else:
-            self._sim = GymSimulation([self._env_factory(spec, env_kwargs)] * int(num_envs))
-        self._finish_init(int(num_envs), defer_rewards)
+            self._sim = GymSimulation([self._env_factory(spec, env_kwargs)] * num_envs)
+        self._finish_init(num_envs, defer_rewards, chunks)
         if seed is not None:
             self.seed(seed)
 
@@ -214,11 +237,12 @@ class FastVLMRewardVecEnv(VecEnv):
 
         return make_one
 
-    def _finish_init(self, num_envs: int, defer_rewards: bool) -> None:
+    def _finish_init(self, num_envs: int, defer_rewards: bool, chunks: list[slice]) -> None:
         super().__init__(num_envs, self._sim.observation_space, self._sim.action_space)
         self.render_mode = "rgb_array"
         self.defer_rewards = bool(defer_rewards)
         self.timer = NULL_TIMER
+        self._scorer = ChunkedScorer(self.reward_model, chunks)
         self._actions: np.ndarray | None = None
         self._stepped = False
 
@@ -243,11 +267,12 @@ class FastVLMRewardVecEnv(VecEnv):
         self.render_size = None
         self.episode_length = None
         self.engine = "gym"
+        self.renderer = None
         self.reward_model = reward_model or load_reward_model(
             model, target_prompts=normalize_prompts(target_prompts, "target_prompts"), baseline_prompts=baseline_prompts, alpha=alpha, **kwargs
         )
         self._sim = GymSimulation(env_fns)
-        self._finish_init(len(env_fns), False)
+        self._finish_init(len(env_fns), False, plan_chunks(len(env_fns), "auto", self.reward_model.device))
         return self
 
     @staticmethod
@@ -288,14 +313,16 @@ class FastVLMRewardVecEnv(VecEnv):
         if self._actions is None:
             raise RuntimeError("step_wait() called without step_async()")
         actions, self._actions = self._actions, None
-        obs, env_rewards, dones, infos = self._sim.step(actions, self.timer)
+        scorer, timer = self._scorer, self.timer
+        scorer.begin()
+        for rows in scorer.chunks:
+            self._sim.advance(actions, rows, scorer.render_stream, timer)  # physics, then render
+            if not self.defer_rewards:
+                with self._sim.lend(rows, scorer.render_stream) as frames:
+                    scorer.submit(frames, rows, timer)  # preprocess, encode, reward: not waited for
+        rewards = np.zeros(self.num_envs, dtype=np.float32) if self.defer_rewards else scorer.finish(timer)
+        obs, env_rewards, dones, infos = self._sim.finish(timer)  # observations; finished envs reset
         self._stepped = True
-        if self.defer_rewards:
-            rewards = np.zeros(self.num_envs, dtype=np.float32)
-        else:
-            scores = self._sim.score(self.reward_model, self.timer)
-            with self.timer.stage("transfer"):
-                rewards = scores.float().cpu().numpy()
         for info, gt in zip(infos, env_rewards):
             info["gt_reward"] = float(gt)
         return obs, rewards, dones, infos

@@ -35,23 +35,45 @@ GlBufferInterop::~GlBufferInterop() {
   cudaSetDevice(previous);
 }
 
-void GlBufferInterop::with_mapped(void* stream,
-                                  const std::function<void(const uint8_t*, size_t)>& fn) {
+const uint8_t* GlBufferInterop::map(void* stream, size_t* bytes) {
   DeviceGuard guard(device_);
   auto resource = static_cast<cudaGraphicsResource_t>(resource_);
   auto cuda_stream = static_cast<cudaStream_t>(stream);
   check(cudaGraphicsMapResources(1, &resource, cuda_stream), "cudaGraphicsMapResources");
-  try {
-    void* ptr = nullptr;
-    size_t bytes = 0;
-    check(cudaGraphicsResourceGetMappedPointer(&ptr, &bytes, resource),
-          "cudaGraphicsResourceGetMappedPointer");
-    fn(static_cast<const uint8_t*>(ptr), bytes);
-  } catch (...) {
+  void* ptr = nullptr;
+  size_t size = 0;
+  cudaError_t status = cudaGraphicsResourceGetMappedPointer(&ptr, &size, resource);
+  if (status != cudaSuccess) {
     cudaGraphicsUnmapResources(1, &resource, cuda_stream);
+    check(status, "cudaGraphicsResourceGetMappedPointer");
+  }
+  *bytes = size;
+  return static_cast<const uint8_t*>(ptr);
+}
+
+void GlBufferInterop::unmap(void* stream) {
+  DeviceGuard guard(device_);
+  auto resource = static_cast<cudaGraphicsResource_t>(resource_);
+  check(cudaGraphicsUnmapResources(1, &resource, static_cast<cudaStream_t>(stream)),
+        "cudaGraphicsUnmapResources");
+}
+
+void GlBufferInterop::with_mapped(void* stream,
+                                  const std::function<void(const uint8_t*, size_t)>& fn) {
+  size_t bytes = 0;
+  const uint8_t* pixels = map(stream, &bytes);
+  try {
+    DeviceGuard guard(device_);
+    fn(pixels, bytes);
+  } catch (...) {
+    try {
+      unmap(stream);
+    } catch (...) {
+      // The first error is the one to report.
+    }
     throw;
   }
-  check(cudaGraphicsUnmapResources(1, &resource, cuda_stream), "cudaGraphicsUnmapResources");
+  unmap(stream);
 }
 
 #else
@@ -69,6 +91,8 @@ GlBufferInterop::~GlBufferInterop() = default;
 void GlBufferInterop::with_mapped(void*, const std::function<void(const uint8_t*, size_t)>&) {
   no_cuda();
 }
+const uint8_t* GlBufferInterop::map(void*, size_t*) { no_cuda(); }
+void GlBufferInterop::unmap(void*) { no_cuda(); }
 void copy_frames_rgb(const FrameLayout&, uint8_t*, void*) { no_cuda(); }
 
 #endif

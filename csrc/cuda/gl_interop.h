@@ -26,6 +26,11 @@ class GlBufferInterop {
   // work issued before completes before CUDA work fn enqueues on `stream`, and
   // that work completes before later GL work touches the buffer.
   void with_mapped(void* stream, const std::function<void(const uint8_t*, size_t)>& fn);
+  // The two halves of with_mapped, for a mapping that outlives one call: map
+  // returns the device address and writes the size; unmap must follow on the
+  // same stream before GL draws into the buffer again.
+  const uint8_t* map(void* stream, size_t* bytes);
+  void unmap(void* stream);
   int device() const { return device_; }
 
  private:

@@ -115,10 +115,14 @@ BatchRenderer::BatchRenderer(const mjModel* model, const RendererConfig& config)
     }
 
     frame_bytes_ = static_cast<int64_t>(config_.width) * config_.height * 4;
+    // On a CUDA device the frames are read by kernels through interop, so ask
+    // for video memory (a COPY buffer: GL writes, GL/CUDA read); GL_STREAM_READ
+    // (for host reads) puts it in system memory, which kernels read 7.8x slower.
+    const GLenum usage = egl_->device().cuda_device >= 0 ? GL_DYNAMIC_COPY : GL_STREAM_READ;
     gl_.GenBuffers(1, &pbo_);
     gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, pbo_);
     gl_.BufferData(GL_PIXEL_PACK_BUFFER, static_cast<GLsizeiptr>(frame_bytes_ * config_.num_envs),
-                   nullptr, GL_STREAM_READ);
+                   nullptr, usage);
     gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, 0);
     check_gl("allocating the pixel buffer");
 
@@ -163,6 +167,14 @@ void BatchRenderer::release() {
   if (egl_) {
     try {
       egl_->make_current();
+      if (lent_ == Lent::kHost) {
+        gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, pbo_);
+        gl_.UnmapBuffer(GL_PIXEL_PACK_BUFFER);
+        gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, 0);
+      } else if (lent_ == Lent::kDevice && interop_) {
+        interop_->unmap(lent_stream_);
+      }
+      lent_ = Lent::kNone;
       interop_.reset();
       if (pbo_) gl_.DeleteBuffers(1, &pbo_);
       if (con_made_) mjr_freeContext(&con_);
@@ -185,6 +197,12 @@ void BatchRenderer::release() {
 
 void BatchRenderer::check_open() const {
   if (!egl_) throw std::runtime_error("the renderer is closed");
+}
+
+void BatchRenderer::check_not_lent() const {
+  if (lent_ != Lent::kNone) {
+    throw std::runtime_error("the frames are lent (lend_host/lend_device): release them before drawing or lending again");
+  }
 }
 
 void BatchRenderer::check_gl(const char* what) {
@@ -238,13 +256,15 @@ void BatchRenderer::render(const double* qpos) {
   for (int i = 0; i < config_.num_envs; ++i) {
     std::copy(qpos + i * nq, qpos + (i + 1) * nq, rows + i * stride);
   }
-  update_scenes(*positions_);
-  draw_and_read();
+  check_not_lent();
+  update_scenes(*positions_, 0, config_.num_envs);
+  draw_and_read(0, config_.num_envs);
 }
 
-void BatchRenderer::render(sim::BatchSim& sim) {
+void BatchRenderer::render(sim::BatchSim& sim, int start, int count) {
   std::lock_guard<std::mutex> lock(mutex_);
   check_open();
+  check_not_lent();
   if (sim.num_envs() != config_.num_envs) {
     throw std::invalid_argument("the simulator has " + std::to_string(sim.num_envs()) +
                                 " simulations, the renderer " + std::to_string(config_.num_envs));
@@ -252,15 +272,26 @@ void BatchRenderer::render(sim::BatchSim& sim) {
   if (!same_layout(sim.model(), model_)) {
     throw std::invalid_argument("the simulator's model is not the renderer's (sizes differ)");
   }
-  update_scenes(sim);
-  draw_and_read();
+  if (count < 0) count = config_.num_envs - start;
+  if (start < 0 || count < 1 || start + count > config_.num_envs) {
+    throw std::invalid_argument("render: frames [" + std::to_string(start) + ", " + std::to_string(start + count) +
+                                ") are not a range of [0, " + std::to_string(config_.num_envs) + ")");
+  }
+  update_scenes(sim, start, count);
+  draw_and_read(start, count);
 }
 
-void BatchRenderer::update_scenes(sim::BatchSim& sim) {
+void BatchRenderer::update_scenes(sim::BatchSim& sim, int start, int count) {
   SceneArgs args{scenes_.data(), &option_, &camera_, overflow_.data()};
   has_frames_ = false;
-  sim.apply(update_scene_one, &args, false);
-  for (int i = 0; i < config_.num_envs; ++i) {
+  if (count == config_.num_envs) {
+    sim.apply(update_scene_one, &args, false);
+  } else {
+    std::vector<int> ids(count);
+    for (int k = 0; k < count; ++k) ids[k] = start + k;
+    sim.apply(update_scene_one, &args, false, ids.data(), count);
+  }
+  for (int i = start; i < start + count; ++i) {
     if (overflow_[i]) {
       throw std::runtime_error("the scene of simulation " + std::to_string(i) + " filled max_geom=" +
                                std::to_string(config_.max_geom) + " geoms; pass a larger max_geom");
@@ -268,21 +299,21 @@ void BatchRenderer::update_scenes(sim::BatchSim& sim) {
   }
 }
 
-void BatchRenderer::draw_and_read() {
+void BatchRenderer::draw_and_read(int start, int count) {
   ContextScope scope(*egl_);
   while (gl_.GetError() != GL_NO_ERROR) {
   }
   const GlFunctions gl = gl_;
   mjrContext* con = &con_;
   mjvScene* scenes = scenes_.data();
-  const int n = config_.num_envs, w = config_.width, h = config_.height;
+  const int first = start, last = start + count, w = config_.width, h = config_.height;
   const int64_t frame_bytes = frame_bytes_;
   const unsigned int pbo = pbo_;
   mj::guarded("mjr_render", [&] {
     const mjrRect viewport = {0, 0, w, h};
     mjr_setBuffer(mjFB_OFFSCREEN, con);
     gl.BindBuffer(GL_PIXEL_PACK_BUFFER, pbo);
-    for (int i = 0; i < n; ++i) {
+    for (int i = first; i < last; ++i) {
       mjr_render(viewport, scenes + i, con);
       // Resolve the multisampled frame as mjr_readPixels does, then read it
       // into its slot of the pixel buffer (asynchronous on a GPU).
@@ -320,34 +351,35 @@ FrameLayout BatchRenderer::layout(const uint8_t* pixels) const {
   return l;
 }
 
-void BatchRenderer::with_host_frames(const FramesFn& fn) {
-  std::lock_guard<std::mutex> lock(mutex_);
+const uint8_t* BatchRenderer::map_host_locked() {
   check_open();
+  check_not_lent();
   if (!has_frames_) throw std::runtime_error("no frames yet: render first");
   ContextScope scope(*egl_);
   gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, pbo_);
   auto* pixels = static_cast<const uint8_t*>(gl_.MapBufferRange(
       GL_PIXEL_PACK_BUFFER, 0, static_cast<GLsizeiptr>(frame_bytes_ * config_.num_envs), GL_MAP_READ_BIT));
+  gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, 0);
   if (!pixels) {
-    gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, 0);
     check_gl("mapping the pixel buffer");
     throw std::runtime_error("glMapBufferRange returned no memory for the pixel buffer");
   }
-  try {
-    fn(pixels, layout(pixels));
-  } catch (...) {
-    gl_.UnmapBuffer(GL_PIXEL_PACK_BUFFER);
-    gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, 0);
-    throw;
-  }
+  lent_ = Lent::kHost;
+  return pixels;
+}
+
+void BatchRenderer::unmap_host_locked() {
+  ContextScope scope(*egl_);
+  lent_ = Lent::kNone;
+  gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, pbo_);
   gl_.UnmapBuffer(GL_PIXEL_PACK_BUFFER);
   gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, 0);
   check_gl("reading the pixel buffer");
 }
 
-void BatchRenderer::with_device_frames(const FramesFn& fn, void* stream) {
-  std::lock_guard<std::mutex> lock(mutex_);
+cuda::GlBufferInterop& BatchRenderer::interop_locked() {
   check_open();
+  check_not_lent();
   if (!has_frames_) throw std::runtime_error("no frames yet: render first");
   if (egl_->device().cuda_device < 0) {
     throw std::runtime_error(
@@ -355,10 +387,64 @@ void BatchRenderer::with_device_frames(const FramesFn& fn, void* stream) {
         "renderer runs on " + std::string(egl_->device().software ? "software (Mesa llvmpipe)" : "a non-CUDA") +
         " EGL device");
   }
-  ContextScope scope(*egl_);
+  // The caller holds a ContextScope: registering, mapping and unmapping happen
+  // with the GL context current, as the interop needs.
   if (!interop_) interop_ = std::make_unique<cuda::GlBufferInterop>(pbo_, egl_->device().cuda_device);
+  return *interop_;
+}
+
+const uint8_t* BatchRenderer::lend_host() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return map_host_locked();
+}
+
+const uint8_t* BatchRenderer::lend_device(void* stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  check_open();
+  ContextScope scope(*egl_);
+  cuda::GlBufferInterop& interop = interop_locked();
+  size_t bytes = 0;
+  const uint8_t* pixels = interop.map(stream, &bytes);
+  if (static_cast<int64_t>(bytes) < frame_bytes_ * config_.num_envs) {
+    interop.unmap(stream);
+    throw std::runtime_error("the mapped pixel buffer is smaller than the frames");
+  }
+  lent_ = Lent::kDevice;
+  lent_stream_ = stream;
+  return pixels;
+}
+
+void BatchRenderer::release_frames() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  check_open();
+  if (lent_ == Lent::kHost) {
+    unmap_host_locked();
+  } else if (lent_ == Lent::kDevice) {
+    ContextScope scope(*egl_);
+    lent_ = Lent::kNone;
+    interop_->unmap(lent_stream_);
+  }
+}
+
+void BatchRenderer::with_host_frames(const FramesFn& fn) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const uint8_t* pixels = map_host_locked();
+  try {
+    fn(pixels, layout(pixels));
+  } catch (...) {
+    unmap_host_locked();
+    throw;
+  }
+  unmap_host_locked();
+}
+
+void BatchRenderer::with_device_frames(const FramesFn& fn, void* stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  check_open();
+  ContextScope scope(*egl_);
+  cuda::GlBufferInterop& interop = interop_locked();
   const int64_t bytes = frame_bytes_ * config_.num_envs;
-  interop_->with_mapped(stream, [&](const uint8_t* pixels, size_t size) {
+  interop.with_mapped(stream, [&](const uint8_t* pixels, size_t size) {
     if (static_cast<int64_t>(size) < bytes) {
       throw std::runtime_error("the mapped pixel buffer is smaller than the frames");
     }

@@ -67,13 +67,24 @@ class BatchRenderer {
   // Draws num_envs frames for positions qpos (num_envs x nq, row-major); every
   // other state component has the model's default value.
   void render(const double* qpos);
-  // Draws the current state of each of the simulator's simulations, on its threads.
-  void render(sim::BatchSim& sim);
+  // Draws the current state of the simulator's simulations [start, start +
+  // count) (count < 0: to the end) into their frames, on its threads; the other
+  // frames keep what they hold.
+  void render(sim::BatchSim& sim, int start = 0, int count = -1);
 
   // The last frames, upright, as num_envs x height x width x 3 uint8 in host memory.
   void copy_frames(uint8_t* out);
   // The same into CUDA memory on `stream` through CUDA-GL interop (no host copy).
   void copy_frames_cuda(uint8_t* out, void* stream);
+
+  // Lending the pixel buffer in place (see layout() for where the frames are).
+  // lend_host maps it into host memory; lend_device maps it into CUDA on
+  // `stream`: GL work issued before completes before CUDA work on `stream`
+  // reads it. Until release_frames (on the same stream, which orders the unmap
+  // after the work enqueued there), drawing throws. One lend at a time.
+  const uint8_t* lend_host();
+  const uint8_t* lend_device(void* stream);
+  void release_frames();
 
   // Runs fn on the last frames without copying them: `pixels` is the start of
   // the pixel buffer, `layout` describes the frames in it (RGBA, rows bottom-up).
@@ -102,8 +113,12 @@ class BatchRenderer {
  private:
   struct ContextScope;
   void check_open() const;
-  void update_scenes(sim::BatchSim& sim);
-  void draw_and_read();
+  void check_not_lent() const;
+  void update_scenes(sim::BatchSim& sim, int start, int count);
+  void draw_and_read(int start, int count);
+  const uint8_t* map_host_locked();
+  void unmap_host_locked();
+  cuda::GlBufferInterop& interop_locked();
   void check_gl(const char* what);
   void release();
 
@@ -121,6 +136,8 @@ class BatchRenderer {
   int64_t frame_bytes_ = 0;
   int max_size_ = 0;
   bool has_frames_ = false;
+  enum class Lent { kNone, kHost, kDevice } lent_ = Lent::kNone;
+  void* lent_stream_ = nullptr;
   std::unique_ptr<sim::BatchSim> positions_;  // scene updates for render(qpos)
   std::unique_ptr<cuda::GlBufferInterop> interop_;
   std::vector<int32_t> overflow_;  // per frame: the scene ran out of geoms

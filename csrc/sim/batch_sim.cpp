@@ -207,17 +207,29 @@ double* BatchSim::state_component(int component, int* size) {
   return ptr;
 }
 
-void BatchSim::step(const double* ctrl) {
+void BatchSim::step(const double* ctrl, int start, int count) {
   const mjModel* m = model();
-  int64_t n = static_cast<int64_t>(config_.num_envs) * m->nu;
+  if (count < 0) count = config_.num_envs - start;
+  if (start < 0 || count < 1 || start + count > config_.num_envs) {
+    throw std::invalid_argument("step: simulations [" + std::to_string(start) + ", " +
+                                std::to_string(start + count) + ") are not a range of [0, " +
+                                std::to_string(config_.num_envs) + ")");
+  }
+  const int64_t first = static_cast<int64_t>(start) * m->nu;
+  const int64_t n = static_cast<int64_t>(count) * m->nu;
   if (n && !ctrl) throw std::invalid_argument("ctrl is null");
-  if (!all_finite(ctrl, n)) {
+  if (!all_finite(ctrl + first, n)) {
     throw std::invalid_argument("ctrl has non-finite values (NaN or inf); no simulation was stepped");
   }
   StepArgs args{{slots_.data(), slots_.size(), output_width_, outputs_.data(), warnings_.data()},
                 ctrl, config_.frame_skip, config_.rne_post_constraint};
+  std::vector<int> ids;
+  if (count < config_.num_envs) {
+    ids.resize(count);
+    for (int k = 0; k < count; ++k) ids[k] = start + k;
+  }
   std::lock_guard<std::mutex> lock(mutex_);
-  apply_locked(step_one, &args, true, nullptr, 0, "step");
+  apply_locked(step_one, &args, true, ids.empty() ? nullptr : ids.data(), static_cast<int>(ids.size()), "step");
 }
 
 void BatchSim::reset(const int* ids, int n, const double* qpos, const double* qvel) {

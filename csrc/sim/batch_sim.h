@@ -67,10 +67,11 @@ class BatchSim {
   BatchSim(const BatchSim&) = delete;
   BatchSim& operator=(const BatchSim&) = delete;
 
-  // Every simulation: ctrl (num_envs x nu, row-major), frame_skip steps, outputs.
-  // Throws std::invalid_argument on non-finite controls before touching any
-  // state, SimulationError if MuJoCo raised in some simulations.
-  void step(const double* ctrl);
+  // Simulations [start, start + count) (count < 0: to the end): ctrl rows of
+  // those simulations (ctrl is num_envs x nu, row-major), frame_skip steps,
+  // outputs. Throws std::invalid_argument on a bad range or non-finite controls
+  // before touching any state, SimulationError if MuJoCo raised in some.
+  void step(const double* ctrl, int start = 0, int count = -1);
 
   // Simulations ids[0..n) (distinct, any order) to the model's defaults
   // (mj_resetData) with qpos/qvel rows k = 0..n-1, then mj_forward and outputs,

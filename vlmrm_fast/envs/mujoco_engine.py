@@ -1,11 +1,13 @@
-"""The batch engine for MuJoCo tasks: all envs stepped and rendered in the native core.
+"""The batch engine for MuJoCo tasks: all envs stepped in the native core, drawn by a batch renderer.
 
-One ``step``: controls for all envs -> ``BatchSimulator.step`` (frame_skip x
-mj_step + rnePostConstraint on the simulator's threads) -> observations and the
-env's reward from the copied-out fields (numpy, all envs at once) ->
-``BatchRenderer.render_sim`` draws the reached states (scene updates on the
-simulator's threads, one GL pass) -> finished envs are reset. The frames stay in
-the renderer's pixel buffer, where the reward model's preprocess reads them.
+A step comes in two parts, so that the VecEnv can score one range of envs while
+it simulates the next: ``advance(actions, rows)`` steps envs ``rows``
+(frame_skip x mj_step + rnePostConstraint on the simulator's threads) and draws
+their reached states (``renderer="egl"``: scene updates on the simulator's
+threads, one GL pass; ``"warp"``: qpos to the GPU, one MuJoCo Warp launch); the
+frames stay with the renderer, which lends them in place (``lend``). Then
+``finish()`` computes observations and the env's reward from the copied-out
+fields (numpy, all envs at once) and resets finished envs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,20 @@ import numpy as np
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
 from vlmrm_fast.rendering import BatchRenderer
 from vlmrm_fast.sim import BatchSimulator
+
+RENDERERS = ("egl", "warp")
+
+
+def make_renderer(kind: str, model, num_envs: int, render_size: tuple[int, int], camera, gpu: int | None):
+    """A batch renderer of ``kind`` drawing ``num_envs`` frames of ``render_size`` (height, width)."""
+    height, width = render_size
+    if kind == "egl":
+        return BatchRenderer(model, num_envs, width, height, camera=camera, gpu=gpu)
+    if kind == "warp":
+        from vlmrm_fast.warp_rendering import WarpBatchRenderer
+
+        return WarpBatchRenderer(model, num_envs, width, height, camera=camera, device="cpu" if gpu is None else f"cuda:{gpu}")
+    raise ValueError(f"renderer {kind!r} is unknown; use one of {RENDERERS}")
 
 
 class BatchEnvView:
@@ -69,7 +85,17 @@ class BatchEnvView:
 class MujocoBatchSimulation:
     """``num_envs`` envs of a MuJoCo ``batch`` task (e.g. :class:`~vlmrm_fast.envs.humanoid.HumanoidBatch`)."""
 
-    def __init__(self, batch: Any, num_envs: int, *, render_size: tuple[int, int], episode_length: int | None, gpu: int | None = None, nthread: int = 0):
+    def __init__(
+        self,
+        batch: Any,
+        num_envs: int,
+        *,
+        render_size: tuple[int, int],
+        episode_length: int | None,
+        gpu: int | None = None,
+        renderer: str = "egl",
+        nthread: int = 0,
+    ):
         height, width = render_size
         self.batch = batch
         self.episode_length = episode_length
@@ -77,7 +103,7 @@ class MujocoBatchSimulation:
         self.sim = BatchSimulator(
             self.model, num_envs, frame_skip=batch.frame_skip, outputs=batch.outputs, rne_post_constraint=True, nthread=nthread
         )
-        self.renderer = BatchRenderer(self.model, num_envs, width, height, camera=batch.camera, gpu=gpu)
+        self.renderer = make_renderer(renderer, self.model, num_envs, render_size, batch.camera, gpu)
         obs_dim = batch.observation(self.sim.outputs).shape[1]
         self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float64)
         low, high = self.model.actuator_ctrlrange.copy().astype(np.float32).T
@@ -86,6 +112,8 @@ class MujocoBatchSimulation:
         self.views = [BatchEnvView(self, i) for i in range(num_envs)]
         self._steps = np.zeros(num_envs, dtype=np.int64)
         self._seeds: list[int | None] | None = None
+        self._xy_before = np.zeros((num_envs, 2))
+        self._actions: np.ndarray | None = None
 
     # ----------------------------------------------------------------- seeding
     def seed(self, seed: int | None) -> Sequence[int | None]:
@@ -104,24 +132,34 @@ class MujocoBatchSimulation:
         self._steps[:] = 0
         return self.batch.observation(self.sim.outputs)
 
-    def step(self, actions: np.ndarray, timer: StageTimer = NULL_TIMER):
-        """Steps all envs; the frames of the reached states are left in the renderer."""
+    def advance(self, actions: np.ndarray, rows: slice, stream=None, timer: StageTimer = NULL_TIMER) -> None:
+        """Steps envs ``rows`` with their rows of ``actions`` and draws the states they reach."""
         with timer.stage("physics"):
-            xy_before = self.batch.mass_center_xy(self.model, self.sim.outputs)
-            self.sim.step(actions)
+            fields = self.sim.outputs
+            self._xy_before[rows] = self.batch.mass_center_xy(self.model, {"xipos": fields["xipos"][rows]})
+            self.sim.step(actions, rows)
+            self._actions = actions
+        with timer.stage("render"):
+            self.renderer.draw(self.sim, rows, stream)
+
+    def lend(self, rows: slice, stream=None):
+        """The frames ``advance`` drew for envs ``rows``, in place (see ``BatchRenderer.lend``)."""
+        return self.renderer.lend(rows, stream)
+
+    def finish(self, timer: StageTimer = NULL_TIMER):
+        """Observations, env rewards, dones and infos of the step; finished envs are reset."""
+        with timer.stage("physics"):
+            actions, self._actions = self._actions, None
             fields = self.sim.outputs
             obs = self.batch.observation(fields)
-            env_rewards, terms = self.batch.reward(self.model, self.sim.dt, xy_before, fields, np.asarray(actions, np.float64))
+            env_rewards, terms = self.batch.reward(self.model, self.sim.dt, self._xy_before, fields, np.asarray(actions, np.float64))
             self._steps += 1
             truncated = self._steps >= self.episode_length if self.episode_length else np.zeros(self.num_envs, bool)
-        with timer.stage("render"):
-            self.renderer.render_sim(self.sim, fetch=False)
-        dones = truncated.copy()
-        infos = [{key: value[i] for key, value in terms.items()} for i in range(self.num_envs)]
-        for i, info in enumerate(infos):
-            info["TimeLimit.truncated"] = bool(truncated[i])
-        if dones.any():
-            with timer.stage("physics"):
+            dones = truncated.copy()
+            infos = [{key: value[i] for key, value in terms.items()} for i in range(self.num_envs)]
+            for i, info in enumerate(infos):
+                info["TimeLimit.truncated"] = bool(truncated[i])
+            if dones.any():
                 ids = np.flatnonzero(dones)
                 for i in ids:
                     infos[i]["terminal_observation"] = obs[i].copy()
@@ -130,13 +168,9 @@ class MujocoBatchSimulation:
                 obs[ids] = self.batch.observation(self.sim.outputs)[ids]
         return obs, env_rewards.astype(np.float32), dones, infos
 
-    def score(self, reward_model: Any, timer: StageTimer = NULL_TIMER):
-        """The reward model's scores of the frames the last step drew, read where they lie."""
-        return reward_model.score_renderer(self.renderer, timer)
-
     def last_frames(self, device: Any = None):
         """The frames the last step drew, upright uint8 (N, H, W, 3): on ``device`` when the
-        renderer draws on that GPU (interop copy), else on the host."""
+        renderer draws on that GPU, else on the host."""
         on_gpu = device is not None and self.renderer.cuda_device is not None
         return self.renderer.frames(device if on_gpu else None)
 

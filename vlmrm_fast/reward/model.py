@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 
 from vlmrm_fast.device import resolve_device
 from vlmrm_fast.encoders import make_image_encoder
-from vlmrm_fast.preprocess import FrameLayout, FramePreprocessor, PreprocessSpec, as_frame_tensor
+from vlmrm_fast.frames import FrameView
+from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec, as_frame_tensor
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
 from vlmrm_fast.reward.clip_loading import LoadedClip, load_clip
 from vlmrm_fast.reward.head import RewardHead
@@ -135,25 +136,8 @@ class VLMRewardModel:
             chunk = frames[start : start + self.chunk_size]
             if self.device.type == "cuda" and not chunk.is_contiguous():
                 chunk = chunk.contiguous()  # uploads keep the byte layout only for dense chunks
-            outs.append(self._embed_layout(chunk, FrameLayout.stacked(chunk), NULL_TIMER))
+            outs.append(self.encode_pixels(self.preprocessor.run(FrameView.of(chunk))))
         return torch.cat(outs) if len(outs) > 1 else outs[0]
-
-    def _embed_layout(self, buffer: torch.Tensor, layout: FrameLayout, timer: StageTimer) -> torch.Tensor:
-        return self._embed(layout.num_frames, lambda out: self.preprocessor.run(buffer, layout, out=out), timer)
-
-    def _embed(self, n: int, preprocess: Callable[[torch.Tensor | None], torch.Tensor], timer: StageTimer) -> torch.Tensor:
-        """Raw embeddings of ``n`` frames that ``preprocess(out)`` writes as encoder input;
-        fixed-batch encoders get them straight in their static input (rows past ``n`` ignored)."""
-        static = self.encoder.input_buffer()
-        if static is not None and n <= static.shape[0]:
-            with timer.stage("preprocess"):
-                preprocess(static[:n])
-            with timer.stage("encode"):
-                return self.encoder(static)[:n]
-        with timer.stage("preprocess"):
-            pixels = preprocess(None)
-        with timer.stage("encode"):
-            return self.encode_pixels(pixels)
 
     # ---------------------------------------------------------------------- reward
     def _shape(self, rewards: torch.Tensor) -> torch.Tensor:
@@ -173,20 +157,22 @@ class VLMRewardModel:
         return self.head(self._raw_image_embeddings(frames))
 
     @torch.inference_mode()
-    def score_frames(self, buffer: torch.Tensor, layout: FrameLayout, timer: StageTimer = NULL_TIMER) -> torch.Tensor:
-        """Rewards (N,) or (N, K) of frames laid out in ``buffer`` (a stack or the renderer's
-        tile atlas, host or device), stage by stage: preprocess, encode, reward."""
-        embeddings = self._embed_layout(buffer, layout, timer)
-        with timer.stage("reward"):
-            return self._shape(self.head(embeddings))
+    def preprocess(self, view: FrameView, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER) -> torch.Tensor:
+        """The frames of a :class:`~vlmrm_fast.frames.FrameView` -> encoder input (N, 3, S, S)."""
+        with timer.stage("preprocess"):
+            return self.preprocessor.run(view, out)
 
     @torch.inference_mode()
-    def score_renderer(self, renderer: Any, timer: StageTimer = NULL_TIMER) -> torch.Tensor:
-        """Rewards of a native ``BatchRenderer``'s last frames, read in place (see
-        :meth:`FramePreprocessor.run_renderer`)."""
-        embeddings = self._embed(renderer.num_envs, lambda out: self.preprocessor.run_renderer(renderer, out=out), timer)
+    def score_pixels(self, pixels: torch.Tensor, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER) -> torch.Tensor:
+        """Encoder input (N, 3, S, S) -> rewards (N,), or (N, K) with several tasks (into ``out``)."""
+        with timer.stage("encode"):
+            embeddings = self.encode_pixels(pixels)
         with timer.stage("reward"):
-            return self._shape(self.head(embeddings))
+            rewards = self._shape(self.head(embeddings))
+            if out is None:
+                return rewards
+            out.copy_(rewards)
+            return out
 
     def __call__(self, frames: Any) -> torch.Tensor:
         """uint8 frames (N, H, W, 3) -> rewards (N,) (or (N, K) when built with ``tasks=``)."""

@@ -1,0 +1,162 @@
+"""How frames reach the encoder: a source draws them and lends a view of where they lie.
+
+Every frame source (the EGL renderer's pixel buffer, the MuJoCo Warp renderer's
+frames on the GPU, the host frames of gymnasium envs) hands its frames to the
+preprocessor the same way, as a :class:`FrameView`: an address, a byte layout,
+the device the memory is on, and (for GPU sources drawing on their own stream)
+the event after which the frames may be read. ``FramePreprocessor.run(view)`` is
+the one entry point that reads them.
+
+    with source.lend(rows, stream) as view:   # frames rows.start .. rows.stop - 1
+        preprocessor.run(view, out=pixels[rows])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Iterator, Protocol
+
+import numpy as np
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class FrameLayout:
+    """Where frame ``i``'s pixel (row ``r`` from the top, column ``c``) lives, in bytes:
+
+    ``(i % frames_per_row) * frame_col_stride + (i // frames_per_row) * frame_row_stride
+    + r * row_stride + c * pixel_stride`` from the buffer's start (plus ``offset``).
+    Channels are R, G, B at the pixel's first three bytes (a fourth, alpha, is skipped
+    when ``pixel_stride`` is 4).
+    """
+
+    num_frames: int
+    height: int
+    width: int
+    pixel_stride: int
+    row_stride: int
+    frames_per_row: int = 1
+    frame_col_stride: int = 0
+    frame_row_stride: int = 0
+    offset: int = 0
+
+    @classmethod
+    def stacked(cls, frames: torch.Tensor) -> "FrameLayout":
+        """A (N, H, W, 3) uint8 tensor (any strides with contiguous channels)."""
+        n, h, w, _ = frames.shape
+        s = frames.stride()
+        return cls(n, h, w, pixel_stride=s[2], row_stride=s[1], frame_row_stride=s[0])
+
+    @classmethod
+    def bottom_up(cls, num_frames: int, height: int, width: int, channels: int = 4) -> "FrameLayout":
+        """Frames one after another as OpenGL reads them: rows bottom-up, ``channels`` bytes a pixel."""
+        row = width * channels
+        return cls(num_frames, height, width, pixel_stride=channels, row_stride=-row,
+                   frame_row_stride=height * row, offset=(height - 1) * row)
+
+    @classmethod
+    def gl_tiles(cls, num_frames: int, height: int, width: int, tiles_per_row: int, channels: int = 3) -> "FrameLayout":
+        """An OpenGL framebuffer (rows bottom-up) holding tiles left to right, bottom to top."""
+        fb_row = tiles_per_row * width * channels
+        return cls(
+            num_frames,
+            height,
+            width,
+            pixel_stride=channels,
+            row_stride=-fb_row,
+            frames_per_row=tiles_per_row,
+            frame_col_stride=width * channels,
+            frame_row_stride=height * fb_row,
+            offset=(height - 1) * fb_row,
+        )
+
+    def rows(self, rows: slice) -> tuple[int, "FrameLayout"]:
+        """(byte offset of frame ``rows.start``, the layout of frames ``rows``) for one frame per row."""
+        if self.frames_per_row != 1:
+            raise ValueError("rows() needs frames stored one after another (frames_per_row == 1)")
+        start, stop, _ = rows.indices(self.num_frames)
+        return start * self.frame_row_stride, dataclasses.replace(self, num_frames=stop - start)
+
+
+@dataclasses.dataclass(frozen=True)
+class FrameView:
+    """Frames lent by a source: ``layout`` from ``address`` on ``device``.
+
+    ``ready``: a CUDA event after which the frames may be read (a GPU source that
+    draws on its own stream records it); None: readable on the current stream now.
+    ``owner`` keeps the memory alive while the view is in use.
+    """
+
+    address: int
+    layout: FrameLayout
+    device: torch.device
+    ready: Any = None
+    owner: Any = None
+
+    @classmethod
+    def of(cls, buffer: torch.Tensor, layout: FrameLayout | None = None) -> "FrameView":
+        """A view of a uint8 tensor's frames (default layout: a (N, H, W, 3) stack)."""
+        layout = FrameLayout.stacked(buffer) if layout is None else layout
+        return cls(buffer.data_ptr(), layout, buffer.device, owner=buffer)
+
+    @property
+    def num_frames(self) -> int:
+        return self.layout.num_frames
+
+    def wait(self) -> None:
+        """Makes the current CUDA stream wait until the frames are drawn (no host wait)."""
+        if self.ready is not None:
+            torch.cuda.current_stream(self.device).wait_event(self.ready)
+
+
+class FrameSource(Protocol):
+    """What the VecEnv needs of a renderer: draw frames ``rows`` of the reached states, lend them.
+
+    ``stream`` is the CUDA stream (torch) the source should draw and map on, or None on
+    the CPU. A lent view stays valid until the ``lend`` context exits.
+    """
+
+    num_envs: int
+    height: int
+    width: int
+
+    def draw(self, state: Any, rows: slice, stream: torch.cuda.Stream | None = None) -> None: ...
+
+    def lend(self, rows: slice, stream: torch.cuda.Stream | None = None) -> contextlib.AbstractContextManager[FrameView]: ...
+
+    def frames(self, device: Any = None) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class HostFrames:
+    """Frames the generic path collected on the host: one reusable (pinned when CUDA is present) buffer."""
+
+    def __init__(self) -> None:
+        self._buffer: torch.Tensor | None = None
+
+    def stack(self, frames: list[np.ndarray]) -> torch.Tensor:
+        """Copies per-env uint8 (H, W, 3) frames into the buffer; returns it (N, H, W, 3)."""
+        first = np.asarray(frames[0])
+        shape = (len(frames),) + first.shape
+        if first.dtype != np.uint8 or first.ndim != 3 or first.shape[2] != 3:
+            raise ValueError(f"env frames must be uint8 (H, W, 3), got {first.dtype} {first.shape}")
+        if self._buffer is None or tuple(self._buffer.shape) != shape:
+            self._buffer = torch.empty(shape, dtype=torch.uint8, pin_memory=torch.cuda.is_available())
+        host = self._buffer.numpy()
+        for i, frame in enumerate(frames):
+            if np.shape(frame) != first.shape:
+                raise ValueError(f"env {i} rendered {np.shape(frame)}, env 0 rendered {first.shape}: sizes must match")
+            host[i] = frame
+        return self._buffer
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        if self._buffer is None:
+            raise RuntimeError("no frames yet: step the environments first")
+        return self._buffer
+
+    @contextlib.contextmanager
+    def lend(self, rows: slice, stream: torch.cuda.Stream | None = None) -> Iterator[FrameView]:
+        yield FrameView.of(self.tensor[rows])

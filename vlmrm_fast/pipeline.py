@@ -1,0 +1,88 @@
+"""The scoring half of a step, in chunks that overlap on the GPU.
+
+    scorer = ChunkedScorer(reward_model, plan_chunks(256, 4, reward_model.device))
+    scorer.begin()
+    for rows in scorer.chunks:
+        ...simulate and draw envs rows on scorer.render_stream...
+        with source.lend(rows, scorer.render_stream) as view:
+            scorer.submit(view, rows)
+    rewards = scorer.finish()        # numpy (256,): the step's one host synchronization
+
+On a GPU, a chunk's frames are drawn and preprocessed on the render stream and
+encoded and scored on the encoder stream (torch's current stream), which waits
+for the chunk's event; neither the host nor the render stream waits for the
+encoder. So while the encoder runs chunk k, the host simulates chunk k + 1 and
+the render stream draws and preprocesses it. On the CPU the same calls run one
+after another. Rewards do not depend on the chunking: every frame is
+preprocessed, encoded and scored on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from vlmrm_fast.frames import FrameView
+from vlmrm_fast.profiling import NULL_TIMER, StageTimer
+
+
+def plan_chunks(num_envs: int, chunks: int | str, device: torch.device) -> list[slice]:
+    """``num_envs`` split into ``chunks`` nearly equal ranges (the first ones one larger).
+
+    "auto": one chunk on the CPU (nothing runs alongside); on a GPU, up to 4 chunks of
+    at least 32 envs, enough to hide the simulation and drawing of all chunks but the first.
+    """
+    if chunks == "auto":
+        chunks = 1 if device.type != "cuda" else max(1, min(4, num_envs // 32))
+    if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or not 1 <= chunks <= num_envs:
+        raise ValueError(f"pipeline_chunks must be 'auto' or an integer in [1, num_envs={num_envs}], got {chunks!r}")
+    base, extra = divmod(num_envs, int(chunks))
+    bounds = np.cumsum([0] + [base + (i < extra) for i in range(int(chunks))])
+    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+class ChunkedScorer:
+    """Scores a step's frames chunk by chunk (see the module docstring)."""
+
+    def __init__(self, reward_model: Any, chunks: list[slice]):
+        self.reward_model = reward_model
+        self.device = torch.device(reward_model.device)
+        self.chunks = list(chunks)
+        num_envs = self.chunks[-1].stop
+        on_gpu = self.device.type == "cuda"
+        self.render_stream = torch.cuda.Stream(self.device) if on_gpu else None
+        size = reward_model.image_size
+        dtype = reward_model.preprocessor.dtype
+        self._pixels = torch.empty((num_envs, 3, size, size), dtype=dtype, device=self.device)
+        shape = (num_envs, len(reward_model.tasks)) if reward_model.multi_task else (num_envs,)
+        self._rewards = torch.empty(shape, dtype=torch.float32, device=self.device)
+        self._host = torch.empty(shape, dtype=torch.float32, pin_memory=on_gpu)
+
+    def begin(self) -> None:
+        """Starts a step: the render stream must not run ahead of the last step's reads."""
+        if self.render_stream is not None:
+            self.render_stream.wait_stream(torch.cuda.current_stream(self.device))
+
+    @torch.inference_mode()
+    def submit(self, view: FrameView, rows: slice, timer: StageTimer = NULL_TIMER) -> None:
+        """Preprocesses the frames of envs ``rows`` (on the render stream), then encodes and
+        scores them (on the current stream, after them); returns without waiting."""
+        pixels = self._pixels[rows]
+        if self.render_stream is None:
+            self.reward_model.preprocess(view, out=pixels, timer=timer)
+        else:
+            with torch.cuda.stream(self.render_stream):
+                self.reward_model.preprocess(view, out=pixels, timer=timer)
+            torch.cuda.current_stream(self.device).wait_stream(self.render_stream)
+        self.reward_model.score_pixels(pixels, out=self._rewards[rows], timer=timer)
+
+    def finish(self, timer: StageTimer = NULL_TIMER) -> np.ndarray:
+        """The step's rewards on the host (waits for the encoder)."""
+        with timer.stage("transfer"):
+            if self.render_stream is None:
+                return self._rewards.numpy().copy()
+            self._host.copy_(self._rewards, non_blocking=True)
+            torch.cuda.current_stream(self.device).synchronize()
+            return self._host.numpy().copy()

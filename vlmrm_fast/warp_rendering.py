@@ -1,0 +1,352 @@
+"""Batch rendering on MuJoCo Warp: all envs' frames in one launch of its ray tracer, on the GPU.
+
+    renderer = WarpBatchRenderer(model, num_envs=1024, width=224, height=224, camera="vlmrm_front")
+    frames = renderer.render(qpos)                  # uint8 (1024, 224, 224, 3) numpy, upright RGB
+    frames = renderer.render(qpos, device="cuda")   # a torch CUDA tensor, no host copy
+
+Per call only ``qpos`` travels to the device; kinematics (bodies, centres of mass,
+cameras, lights), the refit of the scene's BVH, the render and the unpacking of
+MuJoCo Warp's packed pixels into RGB bytes all run there, captured once into a
+CUDA graph per range of envs. Warp's CPU backend runs the same code (slowly) on
+a machine without a GPU.
+
+The picture is a ray tracer's: the geometry is ``mujoco.Renderer``'s, the shading,
+shadows and edges differ in detail (the README gives the difference per scene).
+Physics stays elsewhere (the ``mjb_*`` engine); this module only draws states.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+from typing import Any, Iterator
+
+import mujoco
+import numpy as np
+import torch
+
+from vlmrm_fast.frames import FrameLayout, FrameView
+from vlmrm_fast.sim import BatchSimulator
+
+INSTALL_HINT = "the Warp renderer needs MuJoCo Warp: pip install 'vlmrm-fast[warp]' (mujoco-warp, warp-lang)"
+
+
+def _import_warp():
+    try:
+        import mujoco_warp
+        import warp
+    except ImportError as exc:
+        raise ImportError(f"{INSTALL_HINT} ({exc})") from None
+    if warp.config.log_level == warp.LOG_INFO:  # Warp's default: quiet its banner and per-module notices
+        warp.config.log_level = warp.LOG_WARNING if torch.cuda.is_available() else warp.LOG_ERROR
+    return warp, mujoco_warp
+
+
+def warp_available() -> str | None:
+    """None when the Warp renderer can be used, else why not."""
+    try:
+        _import_warp()
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
+_UNPACK_KERNEL = None
+
+
+def _unpack_kernel():
+    """uint32 pixels packed as MuJoCo Warp stores them (0xAARRGGBB) -> RGB bytes (N, H, W, 3)."""
+    global _UNPACK_KERNEL
+    if _UNPACK_KERNEL is None:
+        wp, _ = _import_warp()
+
+        @wp.kernel(module="unique")
+        def unpack_rgb(packed: wp.array2d(dtype=wp.uint32), first: int, width: int, out: wp.array4d(dtype=wp.uint8)):
+            world, pixel = wp.tid()
+            value = packed[world, first + pixel]
+            row = pixel // width
+            col = pixel - row * width
+            out[world, row, col, 0] = wp.uint8((value >> wp.uint32(16)) & wp.uint32(255))
+            out[world, row, col, 1] = wp.uint8((value >> wp.uint32(8)) & wp.uint32(255))
+            out[world, row, col, 2] = wp.uint8(value & wp.uint32(255))
+
+        _UNPACK_KERNEL = unpack_rgb
+    return _UNPACK_KERNEL
+
+
+@dataclasses.dataclass
+class _Slot:
+    """The device state for one range of envs: their data, render context and captured graph."""
+
+    rows: slice
+    data: Any          # mujoco_warp.Data with one world per env of the range
+    context: Any       # mujoco_warp RenderContext
+    qpos: torch.Tensor  # the data's qpos as a torch view (float32, on the device)
+    frames: Any        # warp view of the renderer's frames for the range
+    first_pixel: int   # where the camera's pixels start in the context's packed rows
+    uploaded: Any = None  # CUDA event after the last qpos upload (the staging rows may be rewritten after it)
+    graph: Any = None
+
+
+class WarpBatchRenderer:
+    """Renders ``num_envs`` frames of ``model`` per call with MuJoCo Warp.
+
+    Args:
+        model: the ``mujoco.MjModel`` (copied; its solver is irrelevant here and set to
+            one MuJoCo Warp loads).
+        num_envs: frames per call.
+        width, height: frame size in pixels.
+        camera: a camera id or name of the model (MuJoCo Warp renders model cameras only).
+        device: "cuda", "cuda:N", "cpu" or None (the first GPU when there is one).
+        shadows: cast shadows; None: when a light of the model casts them.
+        cuda_graph: replay each range's launches as one CUDA graph (GPU only).
+    """
+
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        num_envs: int,
+        width: int,
+        height: int,
+        camera: int | str,
+        device: str | torch.device | None = None,
+        *,
+        shadows: bool | None = None,
+        cuda_graph: bool = True,
+    ) -> None:
+        self._slots: dict[tuple[int, int], _Slot] = {}
+        wp, mjw = _import_warp()
+        if not isinstance(model, mujoco.MjModel):
+            raise TypeError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
+        for name, value in (("width", width), ("height", height)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= 8192:
+                raise ValueError(f"{name} must be an integer in [1, 8192], got {value!r}")
+        self._wp, self._mjw = wp, mjw
+        self.num_envs, self.width, self.height = int(num_envs), int(width), int(height)
+        self.camera_id = _camera_id(model, camera)
+        self.device = _torch_device(device)
+        self._wp_device = wp.get_device(str(self.device))
+        self.shadows = bool(model.light_castshadow.any()) if shadows is None else bool(shadows)
+        self.cuda_graph = bool(cuda_graph) and self.device.type == "cuda"
+        self.model = model
+        self._render_model = _loadable_copy(model)
+        with wp.ScopedDevice(self._wp_device):
+            self._model = mjw.put_model(self._render_model)
+        self._frames = torch.zeros((self.num_envs, self.height, self.width, 3), dtype=torch.uint8, device=self.device)
+        self._qpos = torch.zeros((self.num_envs, model.nq), dtype=torch.float32, pin_memory=self.device.type == "cuda")
+        self._ready = None
+        self._streams: dict[int, Any] = {}
+        self._closed = False
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def cuda_device(self) -> int | None:
+        """CUDA index of the GPU the frames are drawn on; None on the CPU backend."""
+        return self.device.index if self.device.type == "cuda" else None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # --------------------------------------------------------------------- calls
+    def render(self, qpos: np.ndarray, device: str | torch.device | None = None):
+        """Frames for positions ``qpos`` (num_envs, nq); velocities and the rest at model defaults.
+
+        Returns uint8 (num_envs, height, width, 3), row 0 at the top, RGB: a numpy array
+        (``device`` None or "cpu") or a torch tensor on this renderer's GPU (``device="cuda"``).
+        """
+        qpos = np.asarray(qpos, dtype=np.float64)
+        expected = (self.num_envs, self.model.nq)
+        if qpos.shape != expected:
+            raise ValueError(f"qpos must have shape {expected}, got {qpos.shape}")
+        if not np.isfinite(qpos).all():
+            raise ValueError("qpos has non-finite values (NaN or inf)")
+        target = self._target(device)
+        self._draw(qpos, slice(0, self.num_envs), self._current_stream())
+        return self._fetch(target)
+
+    def render_sim(self, sim: BatchSimulator, device: str | torch.device | None = None):
+        """Frames of the current state of each of ``sim``'s simulations (as ``render``)."""
+        target = self._target(device)
+        self.draw(sim)
+        return self._fetch(target)
+
+    def draw(self, sim: BatchSimulator, rows: slice | None = None, stream: torch.cuda.Stream | None = None) -> None:
+        """Draws frames ``rows`` (default all) of the current states of ``sim``'s simulations
+        ``rows``, on ``stream`` (default: torch's current stream); the host does not wait."""
+        self._live()
+        if not isinstance(sim, BatchSimulator):
+            raise TypeError(f"sim must be a BatchSimulator, got {type(sim).__name__}")
+        if sim.num_envs != self.num_envs or sim.model.nq != self.model.nq:
+            raise ValueError(f"the simulator has {sim.num_envs} envs with nq={sim.model.nq}, the renderer {self.num_envs} with nq={self.model.nq}")
+        start, count = sim._range(rows)
+        self._draw(sim.qpos, slice(start, start + count), stream if stream is not None else self._current_stream())
+
+    @contextlib.contextmanager
+    def lend(self, rows: slice | None = None, stream: torch.cuda.Stream | None = None) -> Iterator[FrameView]:
+        """Lends frames ``rows`` in place (upright RGB on the device), ready after the last draw."""
+        self._live()
+        frames = self._frames[rows if rows is not None else slice(None)]
+        yield FrameView(frames.data_ptr(), FrameLayout.stacked(frames), frames.device, ready=self._ready, owner=frames)
+
+    def frames(self, device: str | torch.device | None = None):
+        """The last drawn frames, as ``render`` returns them."""
+        return self._fetch(self._target(device))
+
+    def close(self) -> None:
+        """Drops the device buffers (idempotent)."""
+        self._slots.clear()
+        self._closed = True
+
+    def __enter__(self) -> "WarpBatchRenderer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------- drawing
+    def _draw(self, qpos: np.ndarray, rows: slice, stream: torch.cuda.Stream | None) -> None:
+        wp = self._wp
+        slot = self._slot(rows)
+        if slot.uploaded is not None:
+            slot.uploaded.synchronize()  # the previous upload has left the staging rows
+        staging = self._qpos[rows]
+        staging.numpy()[:] = qpos[rows]
+        with contextlib.ExitStack() as scope:
+            scope.enter_context(wp.ScopedDevice(self._wp_device))
+            if stream is not None:
+                scope.enter_context(torch.cuda.stream(stream))
+                scope.enter_context(wp.ScopedStream(self._warp_stream(stream)))
+            slot.qpos.copy_(staging, non_blocking=self.device.type == "cuda")
+            if stream is not None:
+                slot.uploaded = torch.cuda.Event()
+                slot.uploaded.record(stream)
+            if slot.graph is not None:
+                wp.capture_launch(slot.graph)
+            else:
+                self._launch(slot)
+                if self.cuda_graph:  # the first, eager run loaded the modules; now capture
+                    with wp.ScopedCapture(device=self._wp_device, stream=self._warp_stream(stream)) as capture:
+                        self._launch(slot)
+                    slot.graph = capture.graph
+            if stream is not None:
+                self._ready = torch.cuda.Event()
+                self._ready.record(stream)
+
+    def _launch(self, slot: _Slot) -> None:
+        wp, mjw, m, d = self._wp, self._mjw, self._model, slot.data
+        mjw.kinematics(m, d)
+        mjw.com_pos(m, d)   # subtree centres of mass: cameras and lights that track them
+        mjw.camlight(m, d)
+        mjw.refit_bvh(m, d, slot.context)
+        mjw.render(m, d, slot.context)
+        wp.launch(
+            _unpack_kernel(),
+            dim=(slot.rows.stop - slot.rows.start, self.height * self.width),
+            inputs=[slot.context.rgb_data, slot.first_pixel, self.width, slot.frames],
+        )
+
+    def _slot(self, rows: slice) -> _Slot:
+        """The device state of the envs ``rows``, made on first use (one per range the caller draws)."""
+        key = (rows.start, rows.stop)
+        slot = self._slots.get(key)
+        if slot is None:
+            wp, mjw = self._wp, self._mjw
+            n = rows.stop - rows.start
+            with wp.ScopedDevice(self._wp_device):
+                data = mjw.make_data(self._render_model, nworld=n)
+                context = mjw.create_render_context(
+                    self._render_model,
+                    nworld=n,
+                    cam_res=(self.width, self.height),
+                    render_rgb=True,
+                    render_depth=False,
+                    use_textures=True,
+                    use_shadows=self.shadows,
+                    render_skybox=_has_skybox(self.model),
+                    cam_active=[self.camera_id],
+                )
+                first_pixel = int(context.rgb_adr.numpy()[0])
+                slot = _Slot(rows, data, context, wp.to_torch(data.qpos), wp.from_torch(self._frames[rows]), first_pixel)
+            self._slots[key] = slot
+        return slot
+
+    # ------------------------------------------------------------------- helpers
+    def _live(self) -> None:
+        if self._closed:
+            raise RuntimeError("the renderer is closed")
+
+    def _current_stream(self) -> torch.cuda.Stream | None:
+        return torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+
+    def _warp_stream(self, stream: torch.cuda.Stream):
+        handle = stream.cuda_stream
+        if handle not in self._streams:
+            self._streams[handle] = self._wp.stream_from_torch(stream)
+        return self._streams[handle]
+
+    def _target(self, device) -> torch.device | None:
+        """None for host output, else this renderer's CUDA device; checked before drawing."""
+        if device is None or (isinstance(device, str) and device == "cpu"):
+            return None
+        requested = torch.device(device)
+        if requested.type == "cpu":
+            return None
+        if self.device.type != "cuda" or requested.type != "cuda" or requested.index not in (None, self.device.index):
+            raise ValueError(f"device={device!r}: this renderer draws on {self.device}; frames go to the host (None) or to it")
+        return self.device
+
+    def _fetch(self, target: torch.device | None):
+        self._live()
+        if target is None:
+            return self._frames.cpu().numpy() if self.device.type == "cuda" else self._frames.numpy().copy()
+        return self._frames.clone()
+
+
+def _torch_device(device: str | torch.device | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device={device!r} is not a device; use None, 'cpu', 'cuda' or 'cuda:N'") from exc
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"device={device!r} requested but torch sees no CUDA device; use device='cpu'")
+        return torch.device("cuda", resolved.index if resolved.index is not None else torch.cuda.current_device())
+    if resolved.type != "cpu":
+        raise ValueError(f"device={device!r}: the Warp renderer runs on 'cpu' or 'cuda[:N]'")
+    return resolved
+
+
+def _camera_id(model: mujoco.MjModel, camera: int | str) -> int:
+    if isinstance(camera, str):
+        cam = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+        if cam < 0:
+            names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, i) or f"#{i}" for i in range(model.ncam)]
+            raise ValueError(f"camera {camera!r} is not in the model; its cameras: {', '.join(names) or 'none'}")
+        return cam
+    if isinstance(camera, bool) or not isinstance(camera, (int, np.integer)):
+        raise TypeError(f"camera must be a camera id or name, got {camera!r}")
+    if camera == -1:
+        raise ValueError("MuJoCo Warp renders model cameras only; camera=-1 (the free camera) needs renderer='egl' "
+                         "or a camera added to the model")
+    if not 0 <= camera < model.ncam:
+        raise ValueError(f"camera id {camera} is outside [0, {model.ncam})")
+    return int(camera)
+
+
+def _loadable_copy(model: mujoco.MjModel) -> mujoco.MjModel:
+    """A copy MuJoCo Warp accepts: only positions are drawn, so the constraint solver is free to
+    change (MuJoCo Warp has no PGS, gymnasium's humanoid uses it)."""
+    render_model = copy.deepcopy(model)
+    if render_model.opt.solver == mujoco.mjtSolver.mjSOL_PGS:
+        render_model.opt.solver = mujoco.mjtSolver.mjSOL_NEWTON
+    return render_model
+
+
+def _has_skybox(model: mujoco.MjModel) -> bool:
+    return bool(np.any(model.tex_type == mujoco.mjtTexture.mjTEXTURE_SKYBOX))
