@@ -12,6 +12,8 @@ as a renderer fed from stepped simulations must:
   batch       BatchRenderer.render(qpos): host uint8 (N, H, W, 3)
   batch_sim   BatchRenderer.render_sim(BatchSimulator): no Python per env
   batch_cuda  BatchRenderer.render(qpos, device="cuda") through CUDA-GL interop
+  batch_tK    K BatchRenderers (K EGL contexts) of N/K envs each, drawing from K threads at once
+              (--threads K ...): does the GPU take GL work from several contexts faster than from one?
   warp        WarpBatchRenderer.draw(sim): qpos to the device, kinematics, BVH refit, render,
               RGB bytes, all on the device (--device cuda: the GPU, else Warp's CPU backend)
   warp_noshadow  the same without shadows
@@ -104,6 +106,35 @@ def bench_batch(model, qpos, size, min_time, methods) -> dict:
     return out
 
 
+def bench_threads(model, qpos, size, min_time, threads: int) -> dict:
+    """K renderers, each drawing its share of the envs' states from its own thread (GIL released)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = len(qpos)
+    shares = [part for part in np.array_split(np.arange(n), threads) if len(part)]
+    sims, renderers = [], []
+    for part in shares:
+        sim = BatchSimulator(model, len(part), nthread=max(1, len(os.sched_getaffinity(0)) // len(shares)))
+        sim.reset(qpos=qpos[part])
+        sims.append(sim)
+        renderers.append(BatchRenderer(model, len(part), size, size, camera=CAMERA, nthread=1))
+    pool = ThreadPoolExecutor(len(shares))
+
+    def run():
+        list(pool.map(lambda k: renderers[k].draw(sims[k]), range(len(shares))))
+
+    try:
+        result = timed(run, n, min_time)
+    finally:
+        pool.shutdown()
+        for r in renderers:
+            r.close()
+        for sim in sims:
+            sim.close()
+    result["contexts"] = len(shares)
+    return result
+
+
 def bench_warp(model, qpos, size, min_time, methods, device: str) -> dict:
     """MuJoCo Warp drawing the simulator's states into device frames (what the VecEnv does each step)."""
     import torch
@@ -160,12 +191,14 @@ def main() -> None:
     parser.add_argument("--baseline-renderers", type=int, default=16,
                         help="at most this many mujoco.Renderer in the loop (each holds its own GL context)")
     parser.add_argument("--no-warp", action="store_true", help="skip the MuJoCo Warp renderer")
+    parser.add_argument("--threads", type=int, nargs="*", default=[], help="also time K EGL contexts on K threads (batch_tK)")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
 
     envs = args.envs or ([1, 16, 64] if args.quick else [1, 16, 64, 256])
     min_time = args.min_time or (1.0 if args.quick else 5.0)
     methods = ["batch", "batch_sim"] + (["batch_cuda"] if args.device == "cuda" else [])
+    methods += [f"batch_t{k}" for k in args.threads]
     if not args.no_warp:
         methods += ["warp", "warp_noshadow"]
     machine = machine_info()
@@ -181,6 +214,8 @@ def main() -> None:
             row = {"num_envs": n, "size": size}
             row["loop"] = bench_loop(model, qpos, size, min_time, args.baseline_renderers)
             row.update(bench_batch(model, qpos, size, min_time, methods))
+            for k in args.threads:
+                row[f"batch_t{k}"] = bench_threads(model, qpos, size, min_time, k)
             if not args.no_warp:
                 row.update(bench_warp(model, qpos, size, min_time, methods, args.device))
             rows.append(row)

@@ -15,10 +15,14 @@ def test_quick_bench_writes_json_markdown_and_plot(tmp_path):
     result = run_python([str(ROOT / "bench" / "run.py"), "--quick", "--out", str(out)], timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
-    for key in ("machine", "model", "num_envs", "resolution", "fast_fps", "reference_fps", "stages_ms"):
+    for key in ("machine", "model", "num_envs", "resolution", "fast_fps", "reference_fps", "paper_fps", "stages_ms"):
         assert key in report, key
     assert report["model"] == "vlmrm-tiny" and report["fast_fps"] > 0 and report["reference_fps"] > 0
     assert {"physics", "render", "preprocess", "encode", "reward"} <= set(report["stages_ms"])
     assert report["machine"]["cores"] >= 1 and report["machine"]["versions"]["mujoco"] == "4.0.0"
-    assert out.with_suffix(".md").read_text().count("| vlmrm-tiny |") == 1
+    assert [r["renderer"] for r in report["results"]] == ["egl", "warp"]  # both renderers, side by side
+    for r in report["results"]:
+        assert r["ratio_paper"] == r["fast_fps"] / r["paper_fps"] and r["non_encoder_share"] < 1
+        assert r["encoder_gflops_per_image"] > 0
+    assert out.with_suffix(".md").read_text().count("| vlmrm-tiny |") == 2
     assert out.with_suffix(".png").stat().st_size > 10_000

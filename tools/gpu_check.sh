@@ -4,18 +4,23 @@
 # reusing the build when the machine is still warm and the sources are unchanged).
 #
 # Once, on the development machine, from the checkout that the device tool sends:
-#   bash ../shared/hooks/device/prepare.sh scikit-build-core pybind11   # fills .device/ (ignored)
-# Then each device call: carry [".device"], command
+#   bash ../shared/hooks/device/prepare.sh --warp scikit-build-core pybind11   # fills .device/ (ignored)
+# With --warp (MuJoCo Warp) the payload comes in parts: first, in consecutive calls, carry
+# [".device/parts/i"] with command `bash .device/parts/i/receive.sh` for each part but the last;
+# then each device call: carry [".device/parts/K"] (K the last part), command
 #   tools/gpu_check.sh STEP [ARGS]
+# (setup sources .device/setup.sh, which finds the unpacked payload while the machine is warm).
 #
 # Steps (results under $OUT when set, else /tmp/gpu_check):
 #   build                 install the package (pip, CUDA on, sm_90 unless CUDA_ARCHS=...), print what it sees
 #   tests                 the gpu/egl/tensorrt-marked tests, skips turned into failures   (~3-6 min)
 #   suite                 the whole test suite on the GPU machine                          (~5-8 min)
 #   kernels               bench/bench_kernels.py, full grid                                (~1 min)
-#   render                bench/bench_render.py --device cuda, plus the interop probe      (~4 min)
+#   render                bench/bench_render.py --device cuda (EGL, EGL on 2/4/8 threads, Warp), the
+#                         interop probe and the renderers' pictures compared                 (~5 min)
 #   encoders MODEL [B..]  bench/bench_encoders.py, torch and compile, batch B (default 64)  (~2-8 min)
-#   e2e MODEL [N..]       bench/run.py at 224 px, N envs (default 64)                      (~3-8 min)
+#   e2e MODEL [N..]       bench/run.py at 224 px, N envs (default 64), renderers egl and warp,
+#                         one range and the pipelined step side by side                      (~3-8 min)
 # MODEL: B32, B16, L14, H14, bigG (or an open_clip name). Compile warm-up with max-autotune
 # dominates the encoder and e2e steps: give one batch size / one N per call for ViT-L-14 and up.
 #
@@ -30,9 +35,11 @@ mkdir -p "$out"
 site=/tmp/vlmrm  # the built package; `python3 -P` keeps the source tree off sys.path
 
 setup() {
-  [ -f .device/setup.sh ] || { echo "no .device/: run prepare.sh here first and carry .device (see the header)"; exit 2; }
+  local script
+  script=$(ls .device/setup.sh .device/parts/*/setup.sh 2>/dev/null | head -1)
+  [ -n "$script" ] || { echo "no .device/: run prepare.sh here first and carry .device (see the header)"; exit 2; }
   set +u
-  source .device/setup.sh
+  source "$script"
   set -u
   export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
@@ -75,7 +82,7 @@ model_name() {
 
 run_tests() {
   echo "note: TensorRT is not installed here (too large to carry): tests marked tensorrt skip"
-  VLMRM_REQUIRE_GPU=1 VLMRM_REQUIRE_EGL=1 python3 -P -m pytest python_tests -q -p no:cacheprovider \
+  VLMRM_REQUIRE_GPU=1 VLMRM_REQUIRE_EGL=1 VLMRM_REQUIRE_WARP=1 python3 -P -m pytest python_tests -q -p no:cacheprovider \
     --junitxml="$out/$1.xml" "${@:2}" 2>&1 | tee "$out/$1.log"
 }
 
@@ -112,29 +119,35 @@ def host_ms(fn, reps=20):
         fn()
     return (time.perf_counter() - t) * 1e3 / reps
 
+stream = torch.cuda.current_stream(device)
+
+def preprocess_lent():
+    with renderer.lend(stream=stream) as view:
+        pre.run(view)
+
 renderer.render(qpos)
-pre.run_renderer(renderer)  # first call: device plan upload and interop registration
+preprocess_lent()  # first call: device plan upload and interop registration
 result = {"num_envs": n, "px": px}
 result["sleep_gpu_ms"] = gpu_ms(lambda: torch.cuda._sleep(100_000_000), reps=3)
 torch.cuda.synchronize()
 torch.cuda._sleep(100_000_000)
 t = time.perf_counter()
-pre.run_renderer(renderer)
-result["run_renderer_host_ms_behind_busy_stream"] = (time.perf_counter() - t) * 1e3
+preprocess_lent()
+result["lend_preprocess_host_ms_behind_busy_stream"] = (time.perf_counter() - t) * 1e3
 torch.cuda.synchronize()
-result["run_renderer_host_ms_idle"] = host_ms(lambda: pre.run_renderer(renderer))
+result["lend_preprocess_host_ms_idle"] = host_ms(preprocess_lent)
 result["render_host_ms"] = host_ms(lambda: renderer.render(qpos), reps=5)
-result["preprocess_from_pixel_buffer_gpu_ms"] = gpu_ms(lambda: pre.run_renderer(renderer))
+result["preprocess_from_pixel_buffer_gpu_ms"] = gpu_ms(preprocess_lent)
 frames = renderer.frames(device)
 result["preprocess_from_device_copy_gpu_ms"] = gpu_ms(lambda: pre(frames))
 result["frames_to_device_gpu_ms"] = gpu_ms(lambda: renderer.frames(device))
-blocking = result["run_renderer_host_ms_behind_busy_stream"] > 0.5 * result["sleep_gpu_ms"]
+blocking = result["lend_preprocess_host_ms_behind_busy_stream"] > 0.5 * result["sleep_gpu_ms"]
 result["hand_off_blocks_host"] = blocking
-slow = result["preprocess_from_pixel_buffer_gpu_ms"] > 3 * result["preprocess_from_device_copy_gpu_ms"]
-result["pixel_buffer_reads_slow"] = slow
+ratio = result["preprocess_from_pixel_buffer_gpu_ms"] / result["preprocess_from_device_copy_gpu_ms"]
+result["pixel_buffer_read_vs_device_memory"] = ratio
 print(json.dumps(result, indent=1))
 print("hand-off:", "BLOCKS the host until the stream drains (map/unmap sync)" if blocking else "asynchronous")
-print("pixel buffer:", "reads >3x slower than device memory: try GL_DYNAMIC_COPY for pbo_ (batch_renderer.cpp)" if slow else "device-memory speed")
+print(f"pixel buffer (GL_DYNAMIC_COPY): kernels read it {ratio:.1f}x slower than device memory (was 7.8x with GL_STREAM_READ)")
 json.dump(result, open(sys.argv[1], "w"), indent=1)
 renderer.close()
 EOF
@@ -142,12 +155,14 @@ EOF
 
 case "$step" in
   build) setup; build ;;
-  tests) setup; build; run_tests tests -m "gpu or egl or tensorrt" ;;
+  tests) setup; build; run_tests tests -m "gpu or egl or tensorrt or warp" ;;
   suite) setup; build; run_tests suite ;;
   kernels) setup; build; python3 -P bench/bench_kernels.py --device cuda --out "$out/kernels.json" 2>&1 | tee "$out/kernels.log" ;;
   render)
     setup; build; probe || echo "interop probe failed (see above); running the render bench anyway"
-    python3 -P bench/bench_render.py --device cuda --min-time 2 --out "$out/render.json" 2>&1 | tee "$out/render.log" ;;
+    python3 -P bench/bench_render.py --device cuda --min-time 2 --envs 64 256 1024 --sizes 224 --threads 2 4 8 \
+      --out "$out/render.json" 2>&1 | tee "$out/render.log"
+    python3 -P bench/compare_renderers.py --device cuda --out "$out/renderers.json" 2>&1 | tee "$out/renderers.log" ;;
   encoders)
     [ $# -ge 1 ] || { echo "usage: $0 encoders MODEL [BATCH ...]"; exit 2; }
     model=$(model_name "$1"); shift
@@ -160,6 +175,6 @@ case "$step" in
     model=$(model_name "$1"); shift
     setup; build
     python3 -P bench/run.py --models "$model" --num-envs "${@:-64}" --resolutions "${RES:-224}" \
-      --out "$out/e2e_$model.json" 2>&1 | tee "$out/e2e_$model.log" ;;
-  *) sed -n '2,22p' "$0"; exit 2 ;;
+      --renderers egl warp --pipeline-chunks 1 auto --out "$out/e2e_$model.json" 2>&1 | tee "$out/e2e_$model.log" ;;
+  *) sed -n '2,28p' "$0"; exit 2 ;;
 esac

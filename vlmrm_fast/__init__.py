@@ -36,6 +36,7 @@ from vlmrm_fast.reward import (
     load_reward_model,
 )
 from vlmrm_fast.sim import BatchSimulator
+from vlmrm_fast.warp_rendering import WarpBatchRenderer  # imports MuJoCo Warp only when one is made
 
 __version__ = "0.1.0"
 
@@ -74,6 +75,7 @@ __all__ = [
     "RecordFrame",
     "VLMRewardModel",
     "VLMRewardVecEnvWrapper",
+    "WarpBatchRenderer",
     "WeightsUnavailableError",
     "build_info",
     "load_reward_model",

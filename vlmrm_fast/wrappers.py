@@ -17,8 +17,9 @@ from typing import Any
 
 import gymnasium
 import numpy as np
-import torch
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
+
+from vlmrm_fast.frames import HostFrames
 
 FRAME_KEY = "vlmrm_frame"
 
@@ -36,27 +37,6 @@ class RecordFrame(gymnasium.Wrapper):
         info = dict(info)
         info[FRAME_KEY] = self.env.render()
         return obs, reward, terminated, truncated, info
-
-
-class FrameBatch:
-    """Stacks per-env frames into one reusable (pinned, when CUDA is present) host buffer."""
-
-    def __init__(self) -> None:
-        self._buffer: torch.Tensor | None = None
-
-    def stack(self, frames: list[np.ndarray]) -> torch.Tensor:
-        first = np.asarray(frames[0])
-        shape = (len(frames),) + first.shape
-        if first.dtype != np.uint8 or first.ndim != 3 or first.shape[2] != 3:
-            raise ValueError(f"env frames must be uint8 (H, W, 3), got {first.dtype} {first.shape}")
-        if self._buffer is None or tuple(self._buffer.shape) != shape:
-            self._buffer = torch.empty(shape, dtype=torch.uint8, pin_memory=torch.cuda.is_available())
-        host = self._buffer.numpy()
-        for i, frame in enumerate(frames):
-            if np.shape(frame) != first.shape:
-                raise ValueError(f"env {i} rendered {np.shape(frame)}, env 0 rendered {first.shape}: sizes must match")
-            host[i] = frame
-        return self._buffer
 
 
 def pop_frames(infos: list[dict[str, Any]]) -> list[np.ndarray]:
@@ -82,7 +62,7 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
             raise ValueError("VLMRewardVecEnvWrapper needs a single-task reward model (rewards (N,))")
         super().__init__(venv)
         self.reward_model = reward_model
-        self._frames = FrameBatch()
+        self._frames = HostFrames()
 
     def reset(self):
         return self.venv.reset()
