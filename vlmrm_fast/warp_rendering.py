@@ -26,6 +26,7 @@ import mujoco
 import numpy as np
 import torch
 
+from vlmrm_fast.device import resolve_device
 from vlmrm_fast.frames import FrameLayout, FrameView
 from vlmrm_fast.sim import BatchSimulator
 
@@ -98,7 +99,7 @@ class WarpBatchRenderer:
         num_envs: frames per call.
         width, height: frame size in pixels.
         camera: a camera id or name of the model (MuJoCo Warp renders model cameras only).
-        device: "cuda", "cuda:N", "cpu" or None (the first GPU when there is one).
+        device: "cuda", "cuda:N", "cpu", or None / "auto" (the first GPU when there is one).
         shadows: cast shadows; None: when a light of the model casts them.
         cuda_graph: replay each range's launches as one CUDA graph (GPU only).
     """
@@ -127,7 +128,7 @@ class WarpBatchRenderer:
         self._wp, self._mjw = wp, mjw
         self.num_envs, self.width, self.height = int(num_envs), int(width), int(height)
         self.camera_id = _camera_id(model, camera)
-        self.device = _torch_device(device)
+        self.device = resolve_device(device)
         self._wp_device = wp.get_device(str(self.device))
         self.shadows = bool(model.light_castshadow.any()) if shadows is None else bool(shadows)
         self.cuda_graph = bool(cuda_graph) and self.device.type == "cuda"
@@ -304,22 +305,6 @@ class WarpBatchRenderer:
         if target is None:
             return self._frames.cpu().numpy() if self.device.type == "cuda" else self._frames.numpy().copy()
         return self._frames.clone()
-
-
-def _torch_device(device: str | torch.device | None) -> torch.device:
-    if device is None:
-        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"device={device!r} is not a device; use None, 'cpu', 'cuda' or 'cuda:N'") from exc
-    if resolved.type == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError(f"device={device!r} requested but torch sees no CUDA device; use device='cpu'")
-        return torch.device("cuda", resolved.index if resolved.index is not None else torch.cuda.current_device())
-    if resolved.type != "cpu":
-        raise ValueError(f"device={device!r}: the Warp renderer runs on 'cpu' or 'cuda[:N]'")
-    return resolved
 
 
 def _camera_id(model: mujoco.MjModel, camera: int | str) -> int:
