@@ -302,6 +302,8 @@ class WarpBatchRenderer:
 
     def _fetch(self, target: torch.device | None):
         self._live()
+        if self._ready is not None:  # drawn on another stream: read after it, on the current one
+            torch.cuda.current_stream(self.device).wait_event(self._ready)
         if target is None:
             return self._frames.cpu().numpy() if self.device.type == "cuda" else self._frames.numpy().copy()
         return self._frames.clone()
