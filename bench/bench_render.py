@@ -36,7 +36,7 @@ import vlmrm_fast  # noqa: E402
 from vlmrm_fast import BatchRenderer, BatchSimulator  # noqa: E402
 from vlmrm_fast.envs import humanoid  # noqa: E402
 
-CAMERA = humanoid.CAMERA_NAME
+CAMERA = humanoid.SCENES[humanoid.DEFAULT_SCENE].camera
 
 
 def states(model: mujoco.MjModel, n: int) -> np.ndarray:
@@ -208,7 +208,7 @@ def main() -> None:
     print(header + "\n" + "-" * len(header))
     rows = []
     for size in args.sizes:
-        model = humanoid.humanoid_model(True, size)
+        model = humanoid.humanoid_model(humanoid.DEFAULT_SCENE, size)
         for n in envs:
             qpos = states(model, n)
             row = {"num_envs": n, "size": size}

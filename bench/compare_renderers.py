@@ -43,7 +43,7 @@ BOXES = """
 
 def scenes(size: int) -> dict[str, tuple[mujoco.MjModel, str]]:
     return {
-        "humanoid task scene (textures, skybox, shadows)": (humanoid.humanoid_model(True, size), humanoid.CAMERA_NAME),
+        "humanoid tasks, paper scene (textures, skybox, shadows)": (humanoid.humanoid_model(humanoid.DEFAULT_SCENE, size), humanoid.SCENES[humanoid.DEFAULT_SCENE].camera),
         "boxes (checker floor, shadows)": (mujoco.MjModel.from_xml_string(BOXES), "front"),
     }
 

@@ -1,5 +1,16 @@
 """Named tasks: the paper's humanoid poses, CartPole and MountainCar, with their prompts.
 
+The built-in tasks are the paper's (Rocamonde et al., 2024):
+
+* ``humanoid-<pose>``: Humanoid-v5 in the paper's scene (``envs.humanoid``); another
+  scene is named after an ``@``: ``humanoid-kneeling@builtin``, ``@gymnasium``,
+  ``@paper-textures`` (see ``envs.humanoid.SCENES``).
+* ``cartpole``, ``mountain-car``, ``mountain-car-textured``: the paper's semantics
+  (no early termination, a fixed episode length, ``info["success"]`` on every step;
+  ``envs.classic_control``). Stock gymnasium semantics stay under gymnasium's ids
+  (``CartPole-v1``, ``MountainCarContinuous-v0``; the textured stock variant is
+  ``vlmrm_fast/MountainCarContinuousTextured-v0``), which take the same prompts.
+
 The 600x400 classic-control frames are squashed to the encoder's square input, as
 the paper's pipeline does; open_clip's centre crop would cut the flag and the
 track's ends out of view.
@@ -19,7 +30,8 @@ from typing import Any, Callable
 import gymnasium
 
 from vlmrm_fast.envs import humanoid
-from vlmrm_fast.envs.mountain_car import MountainCarContinuousTexturedEnv
+from vlmrm_fast.envs.classic_control import PAPER_EPISODE_LENGTH, PaperCartPoleEnv, PaperMountainCarContinuousEnv
+from vlmrm_fast.envs.mountain_car import MountainCarContinuousTexturedEnv, PaperMountainCarContinuousTexturedEnv
 
 HUMANOID_BASELINE = ("a humanoid robot",)
 
@@ -37,10 +49,18 @@ class TaskSpec:
     batch: Any = None                          # the batch engine's task glue (envs.humanoid.HumanoidBatch)
     resize_mode: str | None = None             # preprocess override; "squash" keeps a wide frame whole
     hard: bool = False                         # the paper found CLIP could not teach it
+    scene: str | None = None                   # humanoid tasks: the scene frames are drawn in (envs.humanoid.SCENES)
 
 
 def _humanoid_env(render_mode: str | None = "rgb_array", width: int = humanoid.DEFAULT_RENDER_SIZE, height: int = humanoid.DEFAULT_RENDER_SIZE, **kwargs: Any) -> gymnasium.Env:
     return humanoid.HumanoidPoseEnv(render_mode=render_mode, width=width, height=height, **kwargs)
+
+
+def _humanoid_scene_env(scene: str) -> Callable[..., gymnasium.Env]:
+    def make(render_mode: str | None = "rgb_array", **kwargs: Any) -> gymnasium.Env:
+        return _humanoid_env(render_mode, scene=scene, **kwargs)
+
+    return make
 
 
 def _gym_env(env_id: str) -> Callable[..., gymnasium.Env]:
@@ -50,8 +70,13 @@ def _gym_env(env_id: str) -> Callable[..., gymnasium.Env]:
     return make
 
 
-def _textured_mountain_car(render_mode: str | None = "rgb_array", **kwargs: Any) -> gymnasium.Env:
-    return gymnasium.wrappers.TimeLimit(MountainCarContinuousTexturedEnv(render_mode=render_mode, **kwargs), 999)
+def _paper_env(cls: type) -> Callable[..., gymnasium.Env]:
+    """One env of the paper's classic-control semantics; the VecEnv adds the time limit."""
+
+    def make(render_mode: str | None = "rgb_array", **kwargs: Any) -> gymnasium.Env:
+        return cls(render_mode=render_mode, **kwargs)
+
+    return make
 
 
 # The paper's humanoid tasks (Rocamonde et al., Table 1): name, prompt, and whether it failed there.
@@ -70,45 +95,77 @@ TASKS: dict[str, TaskSpec] = {
     f"humanoid-{pose}": TaskSpec(
         name=f"humanoid-{pose}",
         description=f"Humanoid, {pose.replace('-', ' ')}",
-        make_env=_humanoid_env,
+        make_env=_humanoid_scene_env(humanoid.DEFAULT_SCENE),
         target_prompts=(prompt,),
         baseline_prompts=HUMANOID_BASELINE,
         episode_length=humanoid.DEFAULT_EPISODE_LENGTH,
         render_size=(humanoid.DEFAULT_RENDER_SIZE, humanoid.DEFAULT_RENDER_SIZE),
         engine="mujoco",
-        batch=humanoid.HumanoidBatch(),
+        batch=humanoid.HumanoidBatch(humanoid.DEFAULT_SCENE),
         hard=hard,
+        scene=humanoid.DEFAULT_SCENE,
     )
     for pose, prompt, hard in _HUMANOID_POSES
 }
+# The paper's prompts (Appendix C, Table 3); episode length 200 (Appendix C.1).
 TASKS["cartpole"] = TaskSpec(
     name="cartpole",
-    description="CartPole-v1, pole balanced upright",
-    make_env=_gym_env("CartPole-v1"),
+    description="CartPole as the paper ran it: no early termination, info['success'] = pole upright",
+    make_env=_paper_env(PaperCartPoleEnv),
     target_prompts=("pole vertically upright on top of the cart",),
     baseline_prompts=("pole and cart",),
-    episode_length=200,
+    episode_length=PAPER_EPISODE_LENGTH,
     render_size=(400, 600),
     resize_mode="squash",
 )
 TASKS["mountain-car"] = TaskSpec(
     name="mountain-car",
-    description="MountainCarContinuous-v0, car at the flag",
-    make_env=_gym_env("MountainCarContinuous-v0"),
+    description="MountainCarContinuous as the paper ran it: no early termination, sticky info['success'] = car at the flag",
+    make_env=_paper_env(PaperMountainCarContinuousEnv),
     target_prompts=("a car at the peak of the mountain, next to the yellow flag",),
     baseline_prompts=("a car in the mountain",),
+    episode_length=PAPER_EPISODE_LENGTH,
     render_size=(400, 600),
     resize_mode="squash",
 )
 TASKS["mountain-car-textured"] = dataclasses.replace(
     TASKS["mountain-car"],
     name="mountain-car-textured",
-    description="MountainCarContinuous-v0 drawn with realistic textures",
-    make_env=_textured_mountain_car,
+    description="MountainCarContinuous as the paper ran it, drawn with realistic textures",
+    make_env=_paper_env(PaperMountainCarContinuousTexturedEnv),
 )
 
 gymnasium.register(id="vlmrm_fast/HumanoidPose-v0", entry_point=_humanoid_env, max_episode_steps=humanoid.DEFAULT_EPISODE_LENGTH)
 gymnasium.register(id="vlmrm_fast/MountainCarContinuousTextured-v0", entry_point=MountainCarContinuousTexturedEnv, max_episode_steps=999)
+gymnasium.register(id="vlmrm_fast/PaperCartPole-v0", entry_point=PaperCartPoleEnv, max_episode_steps=PAPER_EPISODE_LENGTH)
+gymnasium.register(id="vlmrm_fast/PaperMountainCarContinuous-v0", entry_point=PaperMountainCarContinuousEnv, max_episode_steps=PAPER_EPISODE_LENGTH)
+gymnasium.register(
+    id="vlmrm_fast/PaperMountainCarContinuousTextured-v0", entry_point=PaperMountainCarContinuousTexturedEnv, max_episode_steps=PAPER_EPISODE_LENGTH
+)
+
+# Stock gymnasium ids of the built-in tasks: stock semantics, the task's prompts and frame handling.
+_STOCK_IDS = {
+    "CartPole-v1": "cartpole",
+    "MountainCarContinuous-v0": "mountain-car",
+    "vlmrm_fast/MountainCarContinuousTextured-v0": "mountain-car-textured",
+}
+
+
+def _humanoid_scene_task(name: str) -> TaskSpec:
+    task, scene = name.split("@", 1)
+    if task not in TASKS or TASKS[task].scene is None:
+        humanoids = [t for t, spec in TASKS.items() if spec.scene is not None]
+        raise ValueError(f"task {name!r}: only humanoid tasks take a scene (humanoid-kneeling@builtin); they are: {', '.join(humanoids)}")
+    if scene not in humanoid.SCENES:
+        raise ValueError(f"task {name!r}: unknown scene {scene!r}; scenes are: {', '.join(humanoid.SCENES)}")
+    return dataclasses.replace(
+        TASKS[task],
+        name=name,
+        description=f"{TASKS[task].description}, {scene} scene",
+        make_env=_humanoid_scene_env(scene),
+        batch=humanoid.HumanoidBatch(scene),
+        scene=scene,
+    )
 
 
 def get_task(name: str) -> TaskSpec:
@@ -117,9 +174,18 @@ def get_task(name: str) -> TaskSpec:
         raise TypeError(f"task must be a task name or a gymnasium id, got {name!r}")
     if name in TASKS:
         return TASKS[name]
+    if "@" in name:
+        return _humanoid_scene_task(name)
     if name in gymnasium.registry:
         spec = gymnasium.registry[name]
-        return TaskSpec(name=name, description=f"gymnasium {name}", make_env=_gym_env(name), episode_length=spec.max_episode_steps)
+        task = TaskSpec(name=name, description=f"gymnasium {name}", make_env=_gym_env(name), episode_length=spec.max_episode_steps)
+        if name in _STOCK_IDS:
+            borrowed = TASKS[_STOCK_IDS[name]]
+            task = dataclasses.replace(
+                task, target_prompts=borrowed.target_prompts, baseline_prompts=borrowed.baseline_prompts,
+                render_size=borrowed.render_size, resize_mode=borrowed.resize_mode,
+            )
+        return task
     close = difflib.get_close_matches(name, list(TASKS) + list(gymnasium.registry), n=4, cutoff=0.5)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
     raise ValueError(f"unknown task {name!r}.{hint} Built-in tasks: {', '.join(TASKS)}; or any gymnasium id.")

@@ -1,13 +1,31 @@
-"""The paper's humanoid scene, built by editing gymnasium's humanoid model with MjSpec.
+"""The humanoid's scenes, built by editing gymnasium's humanoid model with MjSpec.
 
-Edits (visual only; the physics is gymnasium's Humanoid-v5 to the bit): a blue
-gradient sky, a tiled floor without reflections, a light robot texture, and a
-camera that follows the centre of mass at a fixed offset, framing the whole body.
+Every scene is gymnasium's Humanoid-v5 to the bit in its physics: only textures,
+materials, the light and cameras change. A scene fixes what the frames look like
+(:data:`SCENES`):
+
+* ``"paper"`` (the default): the scene of Rocamonde et al. (2024), Section 4.3,
+  Table 1 and Fig. 3c. Textures of the same kind as theirs, drawn by
+  :mod:`vlmrm_fast.envs.textures` (a cloudy sky, dark stone floor tiles, a light
+  brushed-metal robot), their materials and light, and their camera: gymnasium's
+  free camera with kube/job.yaml's ``camera_config`` (distance 3.5, elevation -10,
+  azimuth 180, lookat (0, 0, 1), ``trackbodyid`` 1). gymnasium renders a free
+  camera, on which ``trackbodyid`` has no effect: the view is fixed in the world,
+  in front of the robot and slightly above it ("a fixed position pointing at the
+  agent slightly angled down", Section 4.3). It is the model camera ``vlmrm_paper``.
+* ``"paper-textures"``: the same textures with the model's own ``track`` camera,
+  which follows the centre of mass from the side (Fig. 3b).
+* ``"gymnasium"``: gymnasium's scene as shipped, seen from ``track`` (Fig. 3a).
+* ``"builtin"``: this project's earlier scene: MuJoCo's built-in gradient sky,
+  checker floor and flat light robot, seen from ``vlmrm_front``, a camera that
+  follows the centre of mass from the front left.
+
 There is no early termination; episodes have a fixed length (a truncation).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import gymnasium
@@ -15,13 +33,41 @@ import mujoco
 import numpy as np
 from gymnasium.envs.mujoco.humanoid_v5 import HumanoidEnv
 
-CAMERA_NAME = "vlmrm_front"
+from vlmrm_fast.envs import textures
+
 FRAME_SKIP = 5
 RESET_NOISE_SCALE = 1e-2
 DEFAULT_EPISODE_LENGTH = 100
 DEFAULT_RENDER_SIZE = 480
-CAMERA_POSITION = (1.35, -2.15, 1.35)   # world frame at the initial pose; tracks the centre of mass
-CAMERA_TARGET = (0.0, 0.0, 0.85)
+
+# The paper's camera, as kube/job.yaml gives it to gymnasium (reward.camera_config): a free camera.
+PAPER_CAMERA = "vlmrm_paper"
+PAPER_CAMERA_CONFIG = {"trackbodyid": 1, "distance": 3.5, "lookat": (0.0, 0.0, 1.0), "elevation": -10.0, "azimuth": 180.0}
+# This project's earlier camera: follows the centre of mass at a fixed offset, from the front left.
+FRONT_CAMERA = "vlmrm_front"
+FRONT_CAMERA_POSITION = (1.35, -2.15, 1.35)   # world frame at the initial pose
+FRONT_CAMERA_TARGET = (0.0, 0.0, 0.85)
+GYMNASIUM_CAMERA = "track"                     # in gymnasium's humanoid.xml: side view, follows the centre of mass
+
+
+@dataclasses.dataclass(frozen=True)
+class Scene:
+    name: str
+    description: str
+    look: str     # "paper", "builtin" or "gymnasium": sky, floor, robot, light
+    camera: str   # the model camera frames are drawn from
+
+
+SCENES: dict[str, Scene] = {
+    scene.name: scene
+    for scene in (
+        Scene("paper", "Rocamonde et al.'s scene: generated sky, stone tiles and robot textures; their fixed front camera", "paper", PAPER_CAMERA),
+        Scene("paper-textures", "the paper's textures seen from gymnasium's side camera (their Fig. 3b)", "paper", GYMNASIUM_CAMERA),
+        Scene("gymnasium", "gymnasium's humanoid scene as shipped, seen from its side camera (their Fig. 3a)", "gymnasium", GYMNASIUM_CAMERA),
+        Scene("builtin", "MuJoCo built-in gradient sky, checker floor and flat robot; a front-left camera following the body", "builtin", FRONT_CAMERA),
+    )
+}
+DEFAULT_SCENE = "paper"
 
 # gymnasium Humanoid-v5 reward defaults (terminate_when_unhealthy=False here)
 FORWARD_REWARD_WEIGHT = 1.25
@@ -36,40 +82,21 @@ def gymnasium_humanoid_xml() -> str:
     return os.path.join(os.path.dirname(gymnasium.__file__), "envs", "mujoco", "assets", "humanoid.xml")
 
 
-def humanoid_spec(textured: bool = True) -> mujoco.MjSpec:
-    """gymnasium's humanoid.xml with the paper's scene edits applied."""
-    spec = mujoco.MjSpec.from_file(gymnasium_humanoid_xml())
-    if textured:
-        for texture in spec.textures:
-            if texture.type == mujoco.mjtTexture.mjTEXTURE_SKYBOX:
-                texture.builtin = mujoco.mjtBuiltin.mjBUILTIN_GRADIENT
-                texture.rgb1 = [0.55, 0.75, 0.95]   # zenith
-                texture.rgb2 = [0.95, 0.97, 1.0]    # horizon haze
-            elif texture.name == "texplane":
-                texture.builtin = mujoco.mjtBuiltin.mjBUILTIN_CHECKER
-                texture.rgb1 = [0.62, 0.60, 0.56]
-                texture.rgb2 = [0.78, 0.76, 0.72]
-            elif texture.name == "texgeom":
-                texture.builtin = mujoco.mjtBuiltin.mjBUILTIN_FLAT
-                texture.rgb1 = [0.85, 0.85, 0.88]
-                texture.rgb2 = [0.85, 0.85, 0.88]
-                texture.random = 0.0
-        for material in spec.materials:
-            if material.name == "MatPlane":
-                material.reflectance = 0.0  # mirror images of the robot confuse CLIP
-                material.texrepeat = [30, 30]
-        spec.visual.map.shadowclip = 0.3  # a tighter shadow frustum: no shadow acne on the far floor
-        floor = spec.geom("floor")
-        floor.rgba = [1, 1, 1, 1]
-        for geom in spec.geoms:
-            if geom.name != "floor":
-                geom.rgba = [1, 1, 1, 1]
-    # Follows the centre of mass at a fixed offset, looking at the body from the front-left.
-    position, target = np.array(CAMERA_POSITION), np.array(CAMERA_TARGET)
-    spec.worldbody.add_camera(
-        name=CAMERA_NAME, mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM, pos=position, xyaxes=look_at_xyaxes(position, target)
-    )
-    return spec
+def get_scene(scene: str | Scene) -> Scene:
+    if isinstance(scene, Scene):
+        return scene
+    if scene not in SCENES:
+        raise ValueError(f"unknown humanoid scene {scene!r}; scenes are: {', '.join(SCENES)}")
+    return SCENES[scene]
+
+
+def free_camera_pose(lookat, distance: float, elevation: float, azimuth: float) -> tuple[np.ndarray, list[float]]:
+    """Position and ``xyaxes`` of a model camera that sees what MuJoCo's free camera with
+    these parameters sees (mjv_updateCamera's geometry; angles in degrees)."""
+    el, az = np.radians(elevation), np.radians(azimuth)
+    forward = np.array([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)])
+    up = np.array([-np.sin(el) * np.cos(az), -np.sin(el) * np.sin(az), np.cos(el)])
+    return np.asarray(lookat, float) - distance * forward, [*np.cross(forward, up), *up]
 
 
 def look_at_xyaxes(position: np.ndarray, target: np.ndarray) -> list[float]:
@@ -81,6 +108,80 @@ def look_at_xyaxes(position: np.ndarray, target: np.ndarray) -> list[float]:
     return [*right, *up]
 
 
+def _set_texture_data(texture: mujoco.MjsTexture, image: np.ndarray) -> None:
+    """Replaces a texture's picture by ``image`` (uint8 (H, W, 3); cube maps: 6 faces stacked)."""
+    texture.builtin = mujoco.mjtBuiltin.mjBUILTIN_NONE
+    texture.mark = mujoco.mjtMark.mjMARK_NONE
+    texture.random = 0.0
+    texture.height, texture.width = image.shape[:2]
+    texture.nchannel = 3
+    texture.data = image.tobytes()
+
+
+def _paper_look(spec: mujoco.MjSpec) -> None:
+    """The paper's textures, materials and light (its humanoid_textured.xml), with our own pictures."""
+    for texture in spec.textures:
+        if texture.type == mujoco.mjtTexture.mjTEXTURE_SKYBOX:
+            _set_texture_data(texture, textures.sky_cube())
+        elif texture.name == "texplane":
+            _set_texture_data(texture, textures.stone_tiles())
+        elif texture.name == "texgeom":
+            _set_texture_data(texture, textures.brushed_metal())
+    for material in spec.materials:
+        if material.name == "MatPlane":
+            material.reflectance, material.shininess, material.specular = 0.0, 0.0, 0.0
+            material.texrepeat = [60, 60]
+        elif material.name == "geom":
+            material.specular, material.shininess = 1.0, 1.0
+    for light in spec.lights:
+        light.pos, light.dir = [0.0, 0.0, 1.0], [0.0, 0.0, -1.5]
+        light.specular = [0.5, 0.5, 0.5]
+    for geom in spec.geoms:
+        geom.rgba = [1, 1, 1, 1]  # the textures alone colour the scene
+
+
+def _builtin_look(spec: mujoco.MjSpec) -> None:
+    for texture in spec.textures:
+        if texture.type == mujoco.mjtTexture.mjTEXTURE_SKYBOX:
+            texture.builtin = mujoco.mjtBuiltin.mjBUILTIN_GRADIENT
+            texture.rgb1 = [0.55, 0.75, 0.95]   # zenith
+            texture.rgb2 = [0.95, 0.97, 1.0]    # horizon haze
+        elif texture.name == "texplane":
+            texture.builtin = mujoco.mjtBuiltin.mjBUILTIN_CHECKER
+            texture.rgb1 = [0.62, 0.60, 0.56]
+            texture.rgb2 = [0.78, 0.76, 0.72]
+        elif texture.name == "texgeom":
+            texture.builtin = mujoco.mjtBuiltin.mjBUILTIN_FLAT
+            texture.rgb1 = [0.85, 0.85, 0.88]
+            texture.rgb2 = [0.85, 0.85, 0.88]
+            texture.random = 0.0
+    for material in spec.materials:
+        if material.name == "MatPlane":
+            material.reflectance = 0.0  # mirror images of the robot confuse CLIP
+            material.texrepeat = [30, 30]
+    spec.visual.map.shadowclip = 0.3  # a tighter shadow frustum: no shadow acne on the far floor
+    for geom in spec.geoms:
+        geom.rgba = [1, 1, 1, 1]
+
+
+def humanoid_spec(scene: str | Scene = DEFAULT_SCENE) -> mujoco.MjSpec:
+    """gymnasium's humanoid.xml with ``scene``'s look; every scene's model holds all the cameras
+    (``track``, ``vlmrm_paper``, ``vlmrm_front``), so any of them can draw any scene."""
+    scene = get_scene(scene)
+    spec = mujoco.MjSpec.from_file(gymnasium_humanoid_xml())
+    if scene.look == "paper":
+        _paper_look(spec)
+    elif scene.look == "builtin":
+        _builtin_look(spec)
+    position, xyaxes = free_camera_pose(**{k: v for k, v in PAPER_CAMERA_CONFIG.items() if k != "trackbodyid"})
+    spec.worldbody.add_camera(name=PAPER_CAMERA, mode=mujoco.mjtCamLight.mjCAMLIGHT_FIXED, pos=position, xyaxes=xyaxes)
+    position, target = np.array(FRONT_CAMERA_POSITION), np.array(FRONT_CAMERA_TARGET)
+    spec.worldbody.add_camera(
+        name=FRONT_CAMERA, mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM, pos=position, xyaxes=look_at_xyaxes(position, target)
+    )
+    return spec
+
+
 def shadow_map_size(render_size: int) -> int:
     """Four shadow-map texels per frame pixel, a power of two in [512, 2048]: the same picture
     as MuJoCo's default 4096 at CLIP's resolutions, and much less rasterizer time per frame."""
@@ -90,9 +191,9 @@ def shadow_map_size(render_size: int) -> int:
     return size
 
 
-def humanoid_model(textured: bool = True, render_size: int | None = None) -> mujoco.MjModel:
+def humanoid_model(scene: str | Scene = DEFAULT_SCENE, render_size: int | None = None) -> mujoco.MjModel:
     """The compiled scene; the offscreen buffer and shadow map are sized for ``render_size``."""
-    model = humanoid_spec(textured).compile()
+    model = humanoid_spec(scene).compile()
     if render_size is not None:
         model.vis.quality.shadowsize = shadow_map_size(render_size)
         model.vis.global_.offwidth = max(model.vis.global_.offwidth, render_size)
@@ -101,25 +202,25 @@ def humanoid_model(textured: bool = True, render_size: int | None = None) -> muj
 
 
 class HumanoidPoseEnv(HumanoidEnv):
-    """gymnasium's Humanoid-v5 on the paper's scene: no early termination, rendered by our camera.
+    """gymnasium's Humanoid-v5 on one of :data:`SCENES`: no early termination, rendered by the scene's camera.
 
-    Use with a time limit (``episode_length``); the VecEnv and ``make_single_env`` add it.
+    Use with a time limit (``episode_length``); the VecEnv adds it.
     """
 
-    def __init__(self, textured: bool = True, render_mode: str | None = "rgb_array", width: int = DEFAULT_RENDER_SIZE, height: int = DEFAULT_RENDER_SIZE, **kwargs):
-        self._textured = textured
+    def __init__(self, scene: str | Scene = DEFAULT_SCENE, render_mode: str | None = "rgb_array", width: int = DEFAULT_RENDER_SIZE, height: int = DEFAULT_RENDER_SIZE, **kwargs):
+        self.scene = get_scene(scene)
         kwargs.setdefault("terminate_when_unhealthy", False)
         super().__init__(
             xml_file=gymnasium_humanoid_xml(),
             render_mode=render_mode,
             width=width,
             height=height,
-            camera_name=CAMERA_NAME,
+            camera_name=self.scene.camera,
             **kwargs,
         )
 
     def _initialize_simulation(self):
-        model = humanoid_model(self._textured, max(self.width, self.height))
+        model = humanoid_model(self.scene, max(self.width, self.height))
         return model, mujoco.MjData(model)
 
 
@@ -130,18 +231,22 @@ class HumanoidPoseEnv(HumanoidEnv):
 
 
 class HumanoidBatch:
-    """Humanoid-v5's observation, reward and info for the batch engine (terminate_when_unhealthy=False)."""
+    """Humanoid-v5's observation, reward and info for the batch engine (terminate_when_unhealthy=False),
+    drawn in ``scene``."""
 
     frame_skip = FRAME_SKIP
     reset_noise_scale = RESET_NOISE_SCALE
-    camera = CAMERA_NAME
     outputs = ("qpos", "qvel", "cinert", "cvel", "qfrc_actuator", "cfrc_ext", "xipos")
 
-    def __init__(self, textured: bool = True):
-        self.textured = textured
+    def __init__(self, scene: str | Scene = DEFAULT_SCENE):
+        self.scene = get_scene(scene)
+
+    @property
+    def camera(self) -> str:
+        return self.scene.camera
 
     def build_model(self, render_size: int) -> mujoco.MjModel:
-        return humanoid_model(self.textured, render_size)
+        return humanoid_model(self.scene, render_size)
 
     def observation(self, fields: dict[str, np.ndarray]) -> np.ndarray:
         n = fields["qpos"].shape[0]

@@ -1,9 +1,14 @@
 """MountainCarContinuous drawn with more realistic textures.
 
 The paper found CLIP shapes the MountainCar reward better when the scene looks
-like a photograph rather than gymnasium's line drawing. This variant keeps the
-dynamics and draws: a sky gradient, distant ridges, a grassy hill with soil
+like a photograph rather than gymnasium's line drawing. These variants keep the
+dynamics and draw: a sky gradient, distant ridges, a grassy hill with soil
 texture, a red car with wheels tilted along the slope, and the goal flag.
+
+* :class:`MountainCarContinuousTexturedEnv`: MountainCarContinuous-v0's semantics
+  (the episode ends at the flag).
+* :class:`PaperMountainCarContinuousTexturedEnv`: the paper's semantics (no early
+  termination, sticky ``info["success"]``; see :mod:`vlmrm_fast.envs.classic_control`).
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import numpy as np
 from gymnasium.envs.classic_control.continuous_mountain_car import Continuous_MountainCarEnv
 from PIL import Image, ImageDraw, ImageFilter
 
+from vlmrm_fast.envs.classic_control import PaperMountainCarContinuousEnv
+
 WIDTH, HEIGHT = 600, 400
 
 
@@ -21,17 +28,17 @@ def hill_height(x: np.ndarray | float) -> np.ndarray | float:
     return np.sin(3 * np.asarray(x)) * 0.45 + 0.55
 
 
-class MountainCarContinuousTexturedEnv(Continuous_MountainCarEnv):
-    """Same dynamics and rewards as MountainCarContinuous-v0; ``render()`` draws a textured scene."""
+class TexturedRendering:
+    """``render()`` draws the textured scene; mixed into a ``Continuous_MountainCarEnv``."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+    width, height = WIDTH, HEIGHT
+    _background: Image.Image | None = None
 
-    def __init__(self, render_mode: str | None = "rgb_array", goal_velocity: float = 0.0, width: int = WIDTH, height: int = HEIGHT):
+    @staticmethod
+    def _check_render_mode(render_mode: str | None) -> None:
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode {render_mode!r} is not supported; use 'rgb_array'")
-        super().__init__(render_mode=render_mode, goal_velocity=goal_velocity)
-        self.width, self.height = width, height
-        self._background: Image.Image | None = None
 
     # world x in [min_position, max_position] -> pixel column; height in [0, 1.1] -> pixel row
     def _scales(self) -> tuple[float, float]:
@@ -100,3 +107,22 @@ class MountainCarContinuousTexturedEnv(Continuous_MountainCarEnv):
         image = self._background.copy()
         self._draw_car(image, float(self.state[0]))
         return np.asarray(image.convert("RGB"))
+
+
+class MountainCarContinuousTexturedEnv(TexturedRendering, Continuous_MountainCarEnv):
+    """Same dynamics, rewards and termination as MountainCarContinuous-v0; ``render()`` draws a textured scene."""
+
+    def __init__(self, render_mode: str | None = "rgb_array", goal_velocity: float = 0.0, width: int = WIDTH, height: int = HEIGHT):
+        self._check_render_mode(render_mode)
+        super().__init__(render_mode=render_mode, goal_velocity=goal_velocity)
+        self.width, self.height = width, height
+
+
+class PaperMountainCarContinuousTexturedEnv(TexturedRendering, PaperMountainCarContinuousEnv):
+    """The paper's MountainCar semantics (:class:`~vlmrm_fast.envs.classic_control.PaperMountainCarContinuousEnv`)
+    drawn with textures."""
+
+    def __init__(self, render_mode: str | None = "rgb_array", goal_velocity: float = 0.0, absorbing: bool = False, width: int = WIDTH, height: int = HEIGHT):
+        self._check_render_mode(render_mode)
+        super().__init__(render_mode=render_mode, goal_velocity=goal_velocity, absorbing=absorbing)
+        self.width, self.height = width, height
