@@ -224,6 +224,32 @@ def test_pipelined_step_gives_the_unpipelined_rewards(rms, task, renderer):
     piped.close()
 
 
+def test_several_prompt_sets_scored_in_one_pass():
+    """tasks=[...]: the first prompt set is the reward, all are in info["vlm_rewards"] by name."""
+    from vlmrm_fast import BinaryTask, GoalBaselineTask
+
+    tasks = [
+        GoalBaselineTask("a humanoid robot kneeling", "a humanoid robot", alpha=0.5, name="kneeling"),
+        GoalBaselineTask("a humanoid robot standing up", name="standing"),
+        BinaryTask("a humanoid robot kneeling", ["a humanoid robot standing up"], probability=True, name="p-kneeling"),
+    ]
+    env = FastVLMRewardVecEnv(HUMANOID, N, model="vlmrm-tiny", device="cpu", tasks=tasks, seed=0, **SMALL)
+    assert env.reward_tasks == ("kneeling", "standing", "p-kneeling")
+    env.reset()
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        _, rewards, _, infos = env.step(random_actions(env, rng))
+        every = env.reward_model.rewards(env.last_frames()).numpy()
+        np.testing.assert_allclose(rewards, every[:, 0], rtol=0, atol=1e-6)
+        got = np.array([[info["vlm_rewards"][name] for name in env.reward_tasks] for info in infos])
+        np.testing.assert_allclose(got, every, rtol=0, atol=1e-6)
+    env.close()
+    with pytest.raises(ValueError, match="not both"):
+        FastVLMRewardVecEnv(HUMANOID, 1, model="vlmrm-tiny", device="cpu", tasks=tasks, alpha=0.5, **SMALL)
+    with pytest.raises(ValueError, match="unique"):
+        FastVLMRewardVecEnv(HUMANOID, 1, model="vlmrm-tiny", device="cpu", tasks=tasks[:1] * 2, **SMALL)
+
+
 def test_renderer_choice_is_checked(rms):
     with pytest.raises(ValueError, match="renderer 'vulkan' is unknown"):
         FastVLMRewardVecEnv(HUMANOID, 1, reward_model=rms[HUMANOID], renderer="vulkan", **SMALL)

@@ -132,6 +132,14 @@ def _mujoco_simulation(spec: TaskSpec, num_envs: int, render_size: tuple[int, in
     return MujocoBatchSimulation(spec.batch, num_envs, render_size=render_size, episode_length=episode_length, gpu=gpu, renderer=renderer)
 
 
+def _task_names(reward_model: Any) -> tuple[str, ...]:
+    """The reward model's task names, unique (each is logged under its name)."""
+    names = tuple(task.name for task in reward_model.tasks)
+    if len(set(names)) != len(names):
+        raise ValueError(f"reward task names must be unique to be logged apart, got {list(names)}; give each task a name=")
+    return names
+
+
 def _choose_engine(engine: str, spec: TaskSpec, renderer: str) -> str:
     if engine == "gym":
         return "gym"
@@ -154,7 +162,10 @@ class FastVLMRewardVecEnv(VecEnv):
     poses, ``cartpole``, ``mountain-car``, ``mountain-car-textured``) or any
     gymnasium id. Prompts default to the task's; ``model`` is an open_clip name as
     in :func:`~vlmrm_fast.load_reward_model` (or pass a loaded ``reward_model`` to
-    share one between envs). ``engine="mujoco"`` runs MuJoCo tasks in the batch
+    share one between envs). ``tasks=[...]`` (:class:`~vlmrm_fast.GoalBaselineTask`,
+    :class:`~vlmrm_fast.BinaryTask` or dicts) scores several prompt sets from one encoder
+    pass: the first drives the reward, and every step's ``info["vlm_rewards"]`` holds all of
+    them by task name (training logs each per episode). ``engine="mujoco"`` runs MuJoCo tasks in the batch
     engine, ``"gym"`` through gymnasium envs, ``"auto"`` picks the former when it can.
     ``renderer`` draws the batch engine's frames: ``"egl"`` (OpenGL, the same pixels as
     ``mujoco.Renderer``) or ``"warp"`` (MuJoCo Warp's ray tracer, all envs in one GPU
@@ -171,6 +182,7 @@ class FastVLMRewardVecEnv(VecEnv):
         target_prompts: str | Sequence[str] | None = None,
         baseline_prompts: str | Sequence[str] | None = None,
         alpha: float = 0.0,
+        tasks: Sequence[Any] | None = None,
         model: str = DEFAULT_MODEL,
         pretrained: str | None = None,
         checkpoint: str | None = None,
@@ -211,11 +223,14 @@ class FastVLMRewardVecEnv(VecEnv):
         chunks = plan_chunks(num_envs, pipeline_chunks, reward_model.device if reward_model is not None else resolve_device(device))
         # Fixed-batch backends (compile, TensorRT) are built for one range of envs.
         reward_options.setdefault("batch_size", max(rows.stop - rows.start for rows in chunks))
+        if tasks is not None:
+            if target_prompts is not None or baseline_prompts is not None or alpha:
+                raise ValueError("give either target_prompts/baseline_prompts/alpha or tasks=[...], not both")
+            reward_options["tasks"] = tasks
         self.reward_model = reward_model or self._load_model(
             spec, target_prompts, baseline_prompts, alpha, model, pretrained, checkpoint, device, backend, precision, reward_options
         )
-        if getattr(self.reward_model, "multi_task", False):
-            raise ValueError("FastVLMRewardVecEnv needs a single-task reward model (rewards (N,))")
+        self.reward_tasks = _task_names(self.reward_model)
         if self.engine == "mujoco":
             self._sim = _mujoco_simulation(spec, num_envs, self.render_size, self.episode_length, self.reward_model.device, renderer)
         else:
@@ -271,23 +286,26 @@ class FastVLMRewardVecEnv(VecEnv):
         self.reward_model = reward_model or load_reward_model(
             model, target_prompts=normalize_prompts(target_prompts, "target_prompts"), baseline_prompts=baseline_prompts, alpha=alpha, **kwargs
         )
+        self.reward_tasks = _task_names(self.reward_model)
         self._sim = GymSimulation(env_fns)
         self._finish_init(len(env_fns), False, plan_chunks(len(env_fns), "auto", self.reward_model.device))
         return self
 
     @staticmethod
     def _load_model(spec, target_prompts, baseline_prompts, alpha, model, pretrained, checkpoint, device, backend, precision, options):
-        targets = target_prompts if target_prompts is not None else spec.target_prompts
-        if not targets:
-            raise ValueError(f"task {spec.name!r} has no default prompts; pass target_prompts='...'")
-        baselines = baseline_prompts if baseline_prompts is not None else spec.baseline_prompts
         options.setdefault("resize_mode", spec.resize_mode)
+        if "tasks" in options:
+            prompts = {}
+        else:
+            targets = target_prompts if target_prompts is not None else spec.target_prompts
+            if not targets:
+                raise ValueError(f"task {spec.name!r} has no default prompts; pass target_prompts='...'")
+            baselines = baseline_prompts if baseline_prompts is not None else spec.baseline_prompts
+            prompts = {"target_prompts": targets, "baseline_prompts": baselines, "alpha": alpha}
         return load_reward_model(
             model,
             pretrained,
-            target_prompts=targets,
-            baseline_prompts=baselines,
-            alpha=alpha,
+            **prompts,
             checkpoint=checkpoint,
             device=device,
             backend=backend,
@@ -320,12 +338,18 @@ class FastVLMRewardVecEnv(VecEnv):
             if not self.defer_rewards:
                 with self._sim.lend(rows, scorer.render_stream) as frames:
                     scorer.submit(frames, rows, timer)  # preprocess, encode, reward: not waited for
-        rewards = np.zeros(self.num_envs, dtype=np.float32) if self.defer_rewards else scorer.finish(timer)
+        scores = None if self.defer_rewards else scorer.finish(timer)
         obs, env_rewards, dones, infos = self._sim.finish(timer)  # observations; finished envs reset
         self._stepped = True
         for info, gt in zip(infos, env_rewards):
             info["gt_reward"] = float(gt)
-        return obs, rewards, dones, infos
+        if scores is None:
+            return obs, np.zeros(self.num_envs, dtype=np.float32), dones, infos
+        if scores.ndim == 1:
+            return obs, scores, dones, infos
+        for info, row in zip(infos, scores.tolist()):  # several prompt sets: all in the info, the first is the reward
+            info["vlm_rewards"] = dict(zip(self.reward_tasks, row))
+        return obs, np.ascontiguousarray(scores[:, 0]), dones, infos
 
     def profile(self, enabled: bool = True) -> StageTimer:
         """Starts timing each stage of ``step_wait`` (see :mod:`vlmrm_fast.profiling`)."""
