@@ -32,6 +32,7 @@ On the CPU the same compiled function runs directly (inductor's C++ backend), wi
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 
@@ -129,7 +130,9 @@ class CompiledImageEncoder(ImageEncoder):
         title = f"compiling the {name} for batch {batch_size} ({self.precision}, {compile_mode}, {compile_scope}, {self.device})"
         steps = ["compile", "check for recompiles"] + (["capture the CUDA graph"] if self.device.type == "cuda" else [])
         with Phases(title, steps, progress) as phases, torch.inference_mode(), _lifted_recompile_limits(), \
-                inductor_caches_in(cache_dir) as report:
+                inductor_caches_in(cache_dir) as report, warnings.catch_warnings():
+            # torchao's FP8 tensors lack a stable hash for AOTAutograd's cache; inductor's cache still serves them.
+            warnings.filterwarnings("ignore", message=".*_stable_hash_for_caching.*")
             if self.device.type == "cuda":
                 self._capture(phases)
             else:
