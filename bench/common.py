@@ -94,6 +94,29 @@ def matmul_ceiling_tflops(device: torch.device, dtype: torch.dtype = torch.bfloa
     return 2 * n**3 / seconds / 1e12
 
 
+def fp8_matmul_ceiling_tflops(device: torch.device, n: int = 8192, repeats: int = 10) -> float | None:
+    """Measured dense FP8 (e4m3, per-tensor scales, bf16 out) matrix-product rate; None where FP8 cannot run."""
+    from vlmrm_fast.encoders.fp8 import fp8_unsupported_reason
+
+    if device.type != "cuda" or fp8_unsupported_reason(device):
+        return None
+    a = torch.randn((n, n), device=device).to(torch.float8_e4m3fn)
+    b = torch.randn((n, n), device=device).to(torch.float8_e4m3fn).t()
+    one = torch.ones((), device=device)
+
+    def product():
+        torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=True)
+
+    for _ in range(3):
+        product()
+    torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        product()
+    torch.cuda.synchronize(device)
+    return 2 * n**3 / ((time.perf_counter() - start) / repeats) / 1e12
+
+
 def write_json(path: str | os.PathLike, data: Any) -> None:
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
