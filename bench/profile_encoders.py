@@ -54,7 +54,11 @@ CATEGORIES: list[tuple[str, re.Pattern]] = [
 
 
 def categorize(name: str) -> str:
-    return next((category for category, pattern in CATEGORIES if pattern.search(name)), "other elementwise")
+    # Inductor's pointwise/reduction kernels name the aten ops they fused ("triton_poi_fused_addmm_gelu"
+    # is the bias + GELU after a cuBLAS product); only its templates ("triton_tem_") are matrix products.
+    fused = name.startswith(("triton_poi", "triton_per", "triton_red"))
+    return next((category for category, pattern in CATEGORIES
+                 if not (fused and category == "matmul") and pattern.search(name)), "other elementwise")
 
 
 def summarize_trace(trace: dict[str, Any], wall_s: float) -> dict[str, Any]:

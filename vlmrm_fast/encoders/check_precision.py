@@ -5,7 +5,8 @@ For every precision the image tower runs on the same frames (the task's, rendere
 rollouts, or ``--frames DIR``), preprocessed as the reward model does. Against the bf16 embeddings
 it reports the cosine similarity per frame (mean and minimum) and, for goal-baseline rewards with
 the task's prompts at each ``--alphas`` value, the Spearman rank correlation of the rewards over
-the frames (what an RL agent sees is the ordering of states) and the largest reward difference.
+the frames (what an RL agent sees is the ordering of states), the largest reward difference, and
+that difference's RMS over the spread (std) of the bf16 rewards across the frames.
 
 On a GPU each precision runs through the encoder backend of ``--backend``. On a CPU bf16 and fp16
 run through eager torch (slow; the numbers are the same arithmetic) and FP8, which needs an sm_89+
@@ -13,7 +14,9 @@ GPU, is reported as not run unless ``--emulate-fp8`` asks for its numerics throu
 kernel for FP8 matrix products (see :mod:`vlmrm_fast.encoders.fp8`).
 
 Run it on the model's real weights: random weights (``vlmrm-tiny``, an architecture without a
-tag) only show that the check runs.
+tag) only show that the check runs: their embeddings of different frames are nearly equal, the
+rewards' spread across frames is tiny, and even fp32 against bf16 ranks the frames differently
+(the noise-to-spread column says so).
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ class PrecisionResult:
     cosine_min: float | None = None
     spearman: dict[str, float] = dataclasses.field(default_factory=dict)   # alpha -> rho
     max_reward_diff: float | None = None
+    #: RMS reward difference over the reference rewards' spread across frames (std), worst alpha:
+    #: near or above 1, the precision's error is as large as what tells frames apart, and the
+    #: Spearman correlation is noise (random weights give frames nearly equal rewards).
+    noise_to_spread: float | None = None
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -193,7 +200,7 @@ def check_precision(
     results = []
     reference, how = embed(clip, frames, REFERENCE, device=resolved, backend=backend, batch_size=batch_size)
     reference_rewards = {a: rewards(reference, target, baseline, a) for a in alphas}
-    results.append(PrecisionResult(REFERENCE, True, how, 1.0, 1.0, {f"{a:g}": 1.0 for a in alphas}, 0.0))
+    results.append(PrecisionResult(REFERENCE, True, how, 1.0, 1.0, {f"{a:g}": 1.0 for a in alphas}, 0.0, 0.0))
     log(f"  {REFERENCE}: reference ({how})")
     for precision in precisions:
         if precision == "fp8":
@@ -212,12 +219,14 @@ def check_precision(
             continue
         cos = torch.nn.functional.cosine_similarity(emb, reference, dim=1)
         result = PrecisionResult(precision, True, how, float(cos.mean()), float(cos.min()))
-        diffs = []
+        diffs, noise = [], []
         for a in alphas:
-            r = rewards(emb, target, baseline, a)
-            result.spearman[f"{a:g}"] = spearman(r, reference_rewards[a])
-            diffs.append(float(np.abs(r - reference_rewards[a]).max()))
+            r, ref = rewards(emb, target, baseline, a), reference_rewards[a]
+            result.spearman[f"{a:g}"] = spearman(r, ref)
+            diffs.append(float(np.abs(r - ref).max()))
+            noise.append(float(np.sqrt(np.mean((r - ref) ** 2)) / max(ref.std(), 1e-12)))
         result.max_reward_diff = max(diffs)
+        result.noise_to_spread = max(noise)
         results.append(result)
         log(f"  {precision}: done ({how})")
     return results
@@ -225,14 +234,14 @@ def check_precision(
 
 def format_table(results: list[PrecisionResult]) -> str:
     alphas = list(results[0].spearman)
-    head = f"{'precision':<10}{'cos mean':>10}{'cos min':>10}" + "".join(f"{'rho a=' + a:>11}" for a in alphas) + f"{'max |dr|':>11}  how"
+    head = f"{'precision':<10}{'cos mean':>10}{'cos min':>10}" + "".join(f"{'rho a=' + a:>11}" for a in alphas) + f"{'max |dr|':>11}{'noise/spread':>14}  how"
     lines = [head, "-" * len(head)]
     for r in results:
         if not r.ran:
             lines.append(f"{r.precision:<10}{'not run: ' + r.how}")
             continue
         rho = "".join(f"{r.spearman[a]:>11.4f}" for a in alphas)
-        lines.append(f"{r.precision:<10}{r.cosine_mean:>10.5f}{r.cosine_min:>10.5f}{rho}{r.max_reward_diff:>11.2e}  {r.how}")
+        lines.append(f"{r.precision:<10}{r.cosine_mean:>10.5f}{r.cosine_min:>10.5f}{rho}{r.max_reward_diff:>11.2e}{r.noise_to_spread:>14.3f}  {r.how}")
     return "\n".join(lines)
 
 
