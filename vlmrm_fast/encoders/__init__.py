@@ -73,7 +73,8 @@ def make_image_encoder(
     if backend == "tensorrt" and precision == "fp8":
         raise ValueError("precision='fp8' runs through backend='torch' or 'compile' (torchao); the TensorRT backend "
                          "builds bf16, fp16 or fp32 engines")
-    resolved = resolve(precision, device, visual=clip.model.visual, batch_size=batch_size)
+    # TensorRT builds no FP8 engines: "auto" need not time FP8 for it.
+    resolved = resolve(precision, device, visual=clip.model.visual if backend != "tensorrt" else None, batch_size=batch_size)
     if backend != "auto":
         return _make(clip, backend, device, resolved, batch_size, options)
 

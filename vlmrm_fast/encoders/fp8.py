@@ -165,8 +165,19 @@ def quantize_rowwise(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def linear_shapes(visual: nn.Module, tokens: int, batch_size: int) -> list[tuple[int, int, int]]:
-    """(M, K, N) of every transformer linear layer for one batch: M rows, K inputs, N outputs."""
-    return [(batch_size * tokens, m.in_features, m.out_features) for _, m in transformer_linears(visual)]
+    """(M, K, N) of every transformer linear layer for one batch: M rows, K inputs, N outputs.
+
+    Counts the QKV projection of an unfused ``nn.MultiheadAttention`` (a bare parameter there) too.
+    """
+    rows = batch_size * tokens
+    blocks = getattr(getattr(visual, "transformer", None), "resblocks", None)
+    shapes = []
+    for module in blocks.modules() if blocks is not None else ():
+        if isinstance(module, nn.MultiheadAttention) and module.in_proj_weight is not None:
+            shapes.append((rows, module.embed_dim, 3 * module.embed_dim))
+        elif isinstance(module, nn.Linear):
+            shapes.append((rows, module.in_features, module.out_features))
+    return shapes
 
 
 def fp8_matmul_speedup(
