@@ -131,10 +131,13 @@ class FrameBatchScorer:
             self._staging = torch.empty((self.batch_size,) + tuple(frames.shape[1:]), dtype=torch.uint8, device=self.device)
         elif tuple(frames.shape[1:]) != tuple(self._staging.shape[1:]):
             raise ValueError(f"frames of shape {tuple(frames.shape[1:])} after frames of shape {tuple(self._staging.shape[1:])}")
+        # Same device: ordered on the stream, no wait. From the host: a blocking copy, since the
+        # caller may refill its (pinned, reused) buffer as soon as this returns.
+        asynchronous = frames.device == self._staging.device
         start = 0
         while start < frames.shape[0]:
             take = min(self.batch_size - self._filled, frames.shape[0] - start)
-            self._staging[self._filled : self._filled + take].copy_(frames[start : start + take], non_blocking=True)
+            self._staging[self._filled : self._filled + take].copy_(frames[start : start + take], non_blocking=asynchronous)
             self._filled += take
             start += take
             if self._filled == self.batch_size:
