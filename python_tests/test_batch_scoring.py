@@ -143,3 +143,23 @@ def test_config_score_batch_size():
     wrong["reward"].update(score_batch_size=8, episode_batch=False)
     with pytest.raises(ConfigError, match="applies with reward.episode_batch"):
         load_config(wrong)
+
+
+@pytest.mark.gpu
+@pytest.mark.egl
+def test_cuda_frames_wait_on_the_gpu_and_give_the_per_step_rewards():
+    spec = get_task("humanoid-kneeling")
+    gpu_rm = load_reward_model("vlmrm-tiny", target_prompts=spec.target_prompts, baseline_prompts=spec.baseline_prompts,
+                               alpha=0.5, device="cuda", backend="torch", precision="bf16")
+    env = FastVLMRewardVecEnv("humanoid-kneeling", NUM_ENVS, reward_model=gpu_rm, render_size=64, episode_length=4, seed=3)
+    env.reset()
+    scorer = FrameBatchScorer(gpu_rm, 5)
+    rng = np.random.default_rng(0)
+    per_step = []
+    for _ in range(STEPS):
+        _, r, _, _ = env.step(rng.uniform(-0.4, 0.4, size=(NUM_ENVS,) + env.action_space.shape).astype(np.float32))
+        per_step.append(r)
+        scorer.add(env.last_frames())
+    assert scorer._staging.device.type == "cuda"
+    np.testing.assert_allclose(scorer.finish().reshape(STEPS, NUM_ENVS), np.stack(per_step), rtol=0, atol=2e-3)
+    env.close()

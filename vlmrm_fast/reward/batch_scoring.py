@@ -33,15 +33,9 @@ _ACTIVATION_COPIES = 6  # activations of one image alive at once, in units of to
 
 def tower_shape(model: str) -> dict[str, int] | None:
     """width, layers, mlp width, tokens and image size of an open_clip ViT image tower, from its config
-    (no weights loaded); None for towers this cannot read (ResNets, hub models)."""
+    (no weights loaded, no network); None for towers this cannot read (ResNets, uncached hub models)."""
     try:
-        import open_clip
-
-        from vlmrm_fast.reward.clip_loading import parse_model_name, register_builtin_configs
-
-        register_builtin_configs()
-        name, _ = parse_model_name(model, None)
-        config = open_clip.get_model_config(name)
+        config = _model_config(model)
     except Exception:  # noqa: BLE001 - an unreadable name falls back to the default batch
         return None
     vision = (config or {}).get("vision_cfg") or {}
@@ -57,6 +51,26 @@ def tower_shape(model: str) -> dict[str, int] | None:
         "tokens": (size // vision["patch_size"]) ** 2 + 1,
         "image_size": int(size),
     }
+
+
+def _model_config(model: str) -> dict | None:
+    import json
+    import pathlib
+
+    import open_clip
+
+    from vlmrm_fast.reward.clip_loading import _cached_hf_file, parse_model_name, register_builtin_configs
+
+    if model.startswith(("hf-hub:", "local-dir:")):  # open_clip would ask the hub; read what is on disk
+        if model.startswith("local-dir:"):
+            path = pathlib.Path(model[len("local-dir:"):]) / "open_clip_config.json"
+        else:
+            cached = _cached_hf_file(model[len("hf-hub:"):], ("open_clip_config.json",), None)
+            path = pathlib.Path(cached) if cached else None
+        return json.loads(path.read_text()).get("model_cfg") if path is not None and path.is_file() else None
+    register_builtin_configs()
+    name, _ = parse_model_name(model, None)
+    return open_clip.get_model_config(name)
 
 
 def tower_gflops(shape: dict[str, int]) -> float:
