@@ -4,6 +4,7 @@ against eager, the on-disk compile cache across processes (tiny model, CPU) and 
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 
 import pytest
@@ -89,6 +90,20 @@ def test_compile_cache_folder(monkeypatch, tmp_path):
     assert resolve_compile_cache(True) == tmp_path / "mine"
     assert resolve_compile_cache(False) is None
     assert resolve_compile_cache(str(tmp_path / "x")) == tmp_path / "x"
+
+
+def test_a_folder_the_user_chose_for_inductor_is_respected(monkeypatch, tmp_path):
+    from vlmrm_fast.encoders.compile_cache import inductor_caches_in
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "users"))
+    with inductor_caches_in(tmp_path / "ours") as report:
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "users")
+    assert report.directory == tmp_path / "users" and not (tmp_path / "ours").exists()
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    with inductor_caches_in(tmp_path / "ours") as report:
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str((tmp_path / "ours").resolve())
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ, "restored after the compile"
+    assert report.directory == tmp_path / "ours" and "not consulted" in report.describe()
 
 
 _CHILD = textwrap.dedent(
