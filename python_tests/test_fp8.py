@@ -138,6 +138,7 @@ def resolve_fp8():
     return precision_mod.Precision("fp8", torch.bfloat16)
 
 
+@pytest.mark.filterwarnings("ignore:.*_stable_hash_for_caching")  # torchao's tensors and AOTAutograd's cache
 def test_fp8_tower_compiles_on_the_cpu():
     """Inductor lowers torchao's FP8 tensors (here to the CPU _scaled_mm): the compiled tower agrees with eager FP8."""
     clip, _ = tiny_tower()

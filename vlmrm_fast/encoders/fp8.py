@@ -4,7 +4,7 @@ Each ``nn.Linear`` of the transformer blocks (QKV and output projections after
 :func:`~vlmrm_fast.encoders.attention.fuse_attention`, the two MLP layers) gets its weight
 quantized once to float8_e4m3fn with one scale per output channel; at every call its input is
 quantized with one scale per row (token), and the product runs in ``torch._scaled_mm`` with bf16
-output. Scales are amax / 448 (e4m3's largest finite value), as torchao computes them. Attention
+output. Scales are amax / 448 (e4m3's largest finite value), computed in bf16 as torchao does. Attention
 itself (scaled_dot_product_attention), layer norms, the patch embedding and the final projection
 stay bf16.
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import time
 from typing import Callable, Iterator
 
 import torch
@@ -227,12 +226,3 @@ def _cuda_seconds(fn: Callable[[], None], device: torch.device, repeats: int = 1
         end.record()
         end.synchronize()
         return start.elapsed_time(end) / 1e3 / repeats
-
-
-def wall_seconds(fn: Callable[[], None], repeats: int = 3) -> float:
-    """Wall-clock seconds per call (for CPUs and tests)."""
-    fn()
-    begin = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    return (time.perf_counter() - begin) / repeats
