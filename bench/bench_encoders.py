@@ -1,4 +1,5 @@
-"""Image-encoder throughput (images/s) and FLOP utilisation per backend and batch size.
+"""Image-encoder throughput (images/s) and FLOP utilisation per backend, precision and batch size;
+compile time cold and warm.
 
 Random weights (the compute is the same as with trained ones). FLOPs per image are
 counted by torch (``FlopCounterMode`` on a meta-device copy of the tower; a
@@ -6,11 +7,18 @@ multiply-add counts 2) and printed beside open_clip's published profile. Timing:
 CUDA events around back-to-back calls after warm-up (wall clock on the CPU), on
 one fixed input, in the backend's own precision; the compiled backend is fed its
 static input buffer, as the reward model does. Utilisation is against the
-measured dense matrix-product rate in the same precision (``--ceiling-tflops``
-overrides it; the design anchor is ~800 TFLOP/s bf16 on an H100).
+measured dense matrix-product rate in the row's precision (bf16's for bf16/fp16, the FP8
+product's for fp8; ``--ceiling-tflops`` overrides the bf16 one; the design anchor is ~800 TFLOP/s
+bf16 on an H100). ``setup s`` is the encoder's construction: for "compile" the compilation and
+CUDA-graph capture, from the on-disk compile cache when it was there (``cache`` column).
+
+``--compile-timing`` measures what a user waits for: each configuration is compiled in a fresh
+process with an empty compile cache (cold), then again in another fresh process (warm: the cache
+from the first). ``bench/profile_encoders.py`` shows where the GPU time of a tower goes.
 
     python bench/bench_encoders.py --out bench/out/encoders_h100.json      # GPU: B-32, L-14, bigG-14
-    python bench/bench_encoders.py --models ViT-L-14 --backends compile tensorrt --batch-sizes 128 256
+    python bench/bench_encoders.py --models ViT-L-14 --backends torch compile --precision bf16 fp8 --batch-sizes 256
+    python bench/bench_encoders.py --models ViT-L-14 --compile-timing --batch-sizes 64 --compile-mode default max-autotune-no-cudagraphs
     python bench/bench_encoders.py --quick                                 # CPU, tiny model, ~1 minute
 """
 
@@ -18,9 +26,12 @@ from __future__ import annotations
 
 import argparse
 import gc
-import logging
+import json
+import os
 import pathlib
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from typing import Any
@@ -32,8 +43,10 @@ import common  # noqa: E402
 
 from vlmrm_fast.encoders import BACKENDS, make_image_encoder  # noqa: E402
 from vlmrm_fast.encoders.base import resolve_precision  # noqa: E402
+from vlmrm_fast.encoders.compiled import COMPILE_MODES, COMPILE_SCOPES  # noqa: E402
+from vlmrm_fast.encoders.precision import PRECISION_NAMES  # noqa: E402
 from vlmrm_fast.encoders.tensorrt_engine import tensorrt_available  # noqa: E402
-from vlmrm_fast.reward.clip_loading import RandomWeightsWarning, load_clip, register_builtin_configs  # noqa: E402
+from vlmrm_fast.reward.clip_loading import RandomWeightsWarning, load_clip  # noqa: E402
 
 warnings.filterwarnings("ignore", category=RandomWeightsWarning)
 
@@ -46,24 +59,6 @@ PUBLISHED_GFLOPS = {
 }
 ANCHOR_TFLOPS = 800.0
 RUN_ORDER = ("tensorrt", "torch", "compile")  # TensorRT exports from the fp32 tower before the others cast it
-
-
-def count_gflops(model: str) -> tuple[float, int]:
-    """GFLOPs of one image through ``model``'s image tower, and its input size (meta device: no memory, no compute)."""
-    import open_clip
-
-    register_builtin_configs()
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # open_clip logs that no pretrained weights were loaded: none are wanted
-    try:
-        with torch.device("meta"):
-            clip = open_clip.create_model(model, pretrained=None, device="meta")
-    finally:
-        root.setLevel(level)
-    visual = clip.visual.eval()
-    size = visual.image_size[0] if isinstance(visual.image_size, (tuple, list)) else int(visual.image_size)
-    return common.image_tower_flops(visual, size, torch.device("meta"), torch.float32) / 1e9, size
 
 
 def time_encoder(encoder, pixels: torch.Tensor, *, min_seconds: float, warmup: int) -> tuple[float, int]:
@@ -90,21 +85,33 @@ def time_encoder(encoder, pixels: torch.Tensor, *, min_seconds: float, warmup: i
     return run(calls) / calls, calls
 
 
-def bench_one(clip, backend: str, batch: int, args, device: torch.device, gflops: float, ceiling: float | None) -> dict[str, Any]:
+def bench_one(clip, backend: str, batch: int, precision: str, args, device: torch.device, gflops: float,
+              ceilings: dict[str, float | None], compile_mode: str | None = None) -> dict[str, Any]:
     row: dict[str, Any] = {"model": clip.architecture, "backend": backend, "batch_size": batch}
     options: dict[str, Any] = {}
     if backend == "compile":
-        options = {"compile_mode": args.compile_mode} if args.compile_mode else {}
+        options = {"compile_mode": compile_mode, "compile_scope": args.compile_scope, "progress": not args.quiet}
+        if args.compile_cache:
+            options["compile_cache"] = False if args.compile_cache == "off" else args.compile_cache
+        if args.attention:
+            options["attention"] = args.attention
+    elif backend == "torch" and args.attention:
+        options = {"attention": args.attention}
     elif backend == "tensorrt" and args.engine_cache_dir:
         options = {"engine_cache_dir": args.engine_cache_dir}
     fixed = backend != "torch"
     start = time.perf_counter()
+    encoder = pixels = buffer = None
     try:
+        # Every encoder casts (and for FP8 converts) its tower in place: each gets a private copy.
         encoder = make_image_encoder(
-            clip, backend, device=device, precision=args.precision, batch_size=batch if fixed else None, **options
+            _private_tower(clip), backend, device=device, precision=precision, batch_size=batch if fixed else None, **options
         )
-        row["setup_s"] = round(time.perf_counter() - start, 1)
-        row["precision"] = str(encoder.input_dtype).replace("torch.", "")
+        row["setup_s"] = round(time.perf_counter() - start, 2)
+        row["precision"] = getattr(encoder, "precision", str(encoder.input_dtype).replace("torch.", ""))
+        if backend == "compile":
+            row.update(compile_mode=encoder.compile_mode, compile_scope=encoder.compile_scope,
+                       cache_found=encoder.cache_report.found)
         buffer = encoder.input_buffer()
         shape = (batch, 3, encoder.image_size, encoder.image_size)
         pixels = buffer if buffer is not None else torch.empty(shape, dtype=encoder.input_dtype, device=device)
@@ -114,6 +121,8 @@ def bench_one(clip, backend: str, batch: int, args, device: torch.device, gflops
         row["error"] = f"{type(exc).__name__}: {exc}"[:500]
         return row
     finally:
+        if encoder is not None:
+            encoder.close()
         encoder = pixels = buffer = None  # noqa: F841
         gc.collect()
         if backend == "compile":
@@ -122,6 +131,7 @@ def bench_one(clip, backend: str, batch: int, args, device: torch.device, gflops
             torch.cuda.empty_cache()
     images_per_s = batch / seconds
     tflops = gflops * images_per_s / 1e3
+    ceiling = ceilings.get("fp8" if row["precision"] == "fp8" else "bf16")
     row.update(
         ms_per_batch=round(seconds * 1e3, 3),
         images_per_s=round(images_per_s, 1),
@@ -132,25 +142,79 @@ def bench_one(clip, backend: str, batch: int, args, device: torch.device, gflops
     return row
 
 
+def _private_tower(clip):
+    import copy
+    import types
+
+    twin = copy.copy(clip)
+    twin.model = types.SimpleNamespace(visual=copy.deepcopy(clip.model.visual))
+    return twin
+
+
+def compile_timing(model: str, batch: int, precision: str, compile_mode: str, args) -> dict[str, Any]:
+    """Compile ``model`` twice, each in a fresh process, the second finding the first's cache."""
+    row: dict[str, Any] = {"model": model, "batch_size": batch, "precision": precision, "compile_mode": compile_mode,
+                           "compile_scope": args.compile_scope}
+    with tempfile.TemporaryDirectory(prefix="compile-cache-") as cache:
+        env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+        for run in ("cold", "warm"):
+            with tempfile.TemporaryDirectory() as tmp:
+                out = pathlib.Path(tmp) / "row.json"
+                command = [sys.executable, __file__, "--models", model, "--backends", "compile", "--batch-sizes", str(batch),
+                           "--precision", precision, "--compile-mode", compile_mode, "--compile-scope", args.compile_scope,
+                           "--compile-cache", cache, "--seconds", "0.5", "--warmup", "2", "--device", args.device,
+                           "--ceiling-tflops", "1", "--out", str(out)]
+                start = time.perf_counter()
+                done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=args.compile_timeout)
+                row[f"{run}_process_s"] = round(time.perf_counter() - start, 1)
+                if done.returncode != 0 or not out.exists():
+                    row[f"{run}_error"] = (done.stderr or done.stdout)[-500:]
+                    break
+                child = json.loads(out.read_text())["results"][0]
+                if "error" in child:
+                    row[f"{run}_error"] = child["error"]
+                    break
+                row[f"{run}_compile_s"] = child["setup_s"]
+                row[f"{run}_cache_found"] = child.get("cache_found")
+                row["images_per_s"] = child["images_per_s"]
+    return row
+
+
 def print_table(machine: dict[str, Any], header: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     print(f"\n{machine['gpu'] or machine['cpu']} | driver {machine['driver']} | torch {machine['versions']['torch']}"
           f" | TensorRT {machine['versions'].get('tensorrt', 'not installed')}")
-    ceiling, source = header["ceiling_tflops"], header["ceiling_source"]
-    described = f"{ceiling:.0f} TFLOP/s ({source})" if ceiling else "none (CPU)"
-    print(f"ceiling: {described}; anchor {ANCHOR_TFLOPS:.0f} TFLOP/s")
+    ceilings = header["ceilings_tflops"]
+    described = ", ".join(f"{k} {v:.0f} TFLOP/s" for k, v in ceilings.items() if v) or "none (CPU)"
+    print(f"ceilings (measured 8192^3 products unless given): {described}; anchor {ANCHOR_TFLOPS:.0f} TFLOP/s bf16")
     for model, info in header["models"].items():
         published = info["published_gflops"]
         print(f"  {model}: {info['gflops_per_image']:.4g} GFLOP/image counted"
               + (f" (open_clip profile {published} G)" if published else "") + f", {info['image_size']} px")
-    cols = f"{'model':<14}{'backend':<10}{'batch':>6}{'img/s':>11}{'ms/batch':>10}{'TFLOP/s':>9}{'util':>7}{'setup s':>9}"
+    cols = (f"{'model':<14}{'backend':<10}{'prec':<6}{'batch':>6}{'img/s':>11}{'ms/batch':>10}{'TFLOP/s':>9}{'util':>7}"
+            f"{'setup s':>9}  cache")
     print(cols + "\n" + "-" * len(cols))
     for r in rows:
+        prec = r.get("precision", "?")
         if "error" in r:
-            print(f"{r['model']:<14}{r['backend']:<10}{r['batch_size']:>6}  failed: {r['error'][:90]}")
+            print(f"{r['model']:<14}{r['backend']:<10}{prec:<6}{r['batch_size']:>6}  failed: {r['error'][:90]}")
             continue
         util = f"{r['utilisation']:.0%}" if r["utilisation"] is not None else "-"
-        print(f"{r['model']:<14}{r['backend']:<10}{r['batch_size']:>6}{r['images_per_s']:>11,.1f}{r['ms_per_batch']:>10.2f}"
-              f"{r['tflops']:>9.3g}{util:>7}{r['setup_s']:>9.1f}")
+        cache = {True: "hit", False: "miss"}.get(r.get("cache_found"), "")
+        print(f"{r['model']:<14}{r['backend']:<10}{prec:<6}{r['batch_size']:>6}{r['images_per_s']:>11,.1f}{r['ms_per_batch']:>10.2f}"
+              f"{r['tflops']:>9.3g}{util:>7}{r['setup_s']:>9.1f}  {cache}")
+
+
+def print_compile_timing(rows: list[dict[str, Any]]) -> None:
+    cols = f"{'model':<14}{'prec':<6}{'batch':>6}  {'mode':<27}{'scope':<7}{'cold s':>8}{'warm s':>8}  warm found cache  img/s"
+    print("\ncompile time (fresh processes; compile + CUDA graph capture, without Python start-up and model creation)")
+    print(cols + "\n" + "-" * len(cols))
+    for r in rows:
+        if "cold_error" in r or "warm_error" in r:
+            print(f"{r['model']:<14}{r['precision']:<6}{r['batch_size']:>6}  {r['compile_mode']:<27}{r['compile_scope']:<7}"
+                  f"  failed: {(r.get('cold_error') or r.get('warm_error'))[-120:]}")
+            continue
+        print(f"{r['model']:<14}{r['precision']:<6}{r['batch_size']:>6}  {r['compile_mode']:<27}{r['compile_scope']:<7}"
+              f"{r['cold_compile_s']:>8.1f}{r['warm_compile_s']:>8.1f}  {str(r['warm_cache_found']):<17}{r['images_per_s']:>7,.0f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,52 +224,87 @@ def main(argv: list[str] | None = None) -> int:
         "--backends", nargs="+", default=["torch", "compile", "tensorrt"], choices=[b for b in BACKENDS if b != "auto"]
     )
     parser.add_argument("--batch-sizes", nargs="+", type=int, help="for every model (default: per model)")
-    parser.add_argument("--precision", default="auto", help="auto (bf16 on GPUs that have it), bf16, fp16, fp32")
+    parser.add_argument("--precision", nargs="+", default=["auto"], choices=list(PRECISION_NAMES),
+                        help="one or more: auto (bf16 on GPUs that have it, or FP8 where faster), bf16, fp16, fp32, fp8")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--seconds", type=float, default=2.0, help="timed seconds per configuration")
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--compile-mode", help="torch.compile mode for the compile backend (default: the backend's)")
+    parser.add_argument("--compile-mode", nargs="+", choices=list(COMPILE_MODES),
+                        help="torch.compile mode(s) for the compile backend (default: the backend's)")
+    parser.add_argument("--compile-scope", choices=list(COMPILE_SCOPES), help="default: the backend's (blocks)")
+    parser.add_argument("--compile-cache", metavar="DIR", help="compile cache folder, or 'off' (default: the library's)")
+    parser.add_argument("--attention", choices=["fused", "open_clip"], help="attention path (default: the backend's)")
+    parser.add_argument("--compile-timing", action="store_true",
+                        help="compile each configuration cold and warm in fresh processes (compile backend only)")
+    parser.add_argument("--compile-timeout", type=float, default=580, help="seconds per compile-timing process")
     parser.add_argument("--engine-cache-dir", help="TensorRT engine cache (default: the library's)")
-    parser.add_argument("--ceiling-tflops", type=float, help="utilisation reference (default: measured matrix-product rate)")
+    parser.add_argument("--ceiling-tflops", type=float, help="bf16 utilisation reference (default: measured matrix-product rate)")
     parser.add_argument("--quick", action="store_true", help="CPU, the tiny model, torch and compile, small batches (~1 minute)")
+    parser.add_argument("--quiet", action="store_true", help="no compile progress")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
 
     from vlmrm_fast.device import resolve_device
 
     if args.quick:
-        args.models, args.backends, args.device, args.precision = ["vlmrm-tiny"], ["torch", "compile"], "cpu", "fp32"
+        args.models, args.backends, args.device, args.precision = ["vlmrm-tiny"], ["torch", "compile"], "cpu", ["fp32"]
         args.batch_sizes = args.batch_sizes or [8, 32]
         args.seconds, args.warmup = min(args.seconds, 1.0), 3
     device = resolve_device(args.device)
+    machine = common.machine()
+    modes = args.compile_mode or [None]
+    if args.compile_timing:
+        args.compile_scope = args.compile_scope or COMPILE_SCOPES[0]
+        rows = [
+            compile_timing(model, batch, precision, mode or COMPILE_MODES[0], args)
+            for model in args.models
+            for batch in (args.batch_sizes or DEFAULT_BATCHES.get(model, FALLBACK_BATCHES))
+            for precision in args.precision
+            for mode in modes
+        ]
+        print(f"\n{machine['gpu'] or machine['cpu']} | torch {machine['versions']['torch']}")
+        print_compile_timing(rows)
+        if args.out:
+            common.write_json(args.out, {"machine": machine, "compile_timing": rows})
+            print(f"\nwrote {args.out}")
+        return 0
+
     backends = list(args.backends)
     if "tensorrt" in backends and (device.type != "cuda" or not tensorrt_available()):
         print(f"skipping tensorrt: {'needs a CUDA device' if device.type != 'cuda' else 'not installed (pip install .[tensorrt])'}")
         backends.remove("tensorrt")
 
-    dtype = resolve_precision(args.precision, device)
+    plain = next((p for p in args.precision if p in ("bf16", "fp16", "fp32")), "auto")
+    dtype = resolve_precision(plain, device)
     if args.ceiling_tflops:
-        ceiling, source = args.ceiling_tflops, "given"
+        ceilings, source = {"bf16": args.ceiling_tflops}, "given"
     else:
-        ceiling = common.matmul_ceiling_tflops(device, dtype)
-        source = f"measured, 8192^3 {str(dtype).replace('torch.', '')} matrix product" if ceiling else None
-    machine = common.machine()
-    header: dict[str, Any] = {"ceiling_tflops": ceiling, "ceiling_source": source, "anchor_tflops": ANCHOR_TFLOPS, "models": {}}
+        ceilings = {"bf16": common.matmul_ceiling_tflops(device, dtype)}
+        source = f"measured, 8192^3 {str(dtype).replace('torch.', '')} matrix product" if ceilings["bf16"] else None
+    if "fp8" in args.precision or "auto" in args.precision:
+        ceilings["fp8"] = common.fp8_matmul_ceiling_tflops(device)
+    header: dict[str, Any] = {
+        "ceiling_tflops": ceilings["bf16"], "ceiling_source": source, "ceilings_tflops": ceilings,
+        "anchor_tflops": ANCHOR_TFLOPS, "models": {},
+    }
     rows = []
     for model in args.models:
-        gflops, size = count_gflops(model)
+        gflops, size = common.model_gflops(model)
         header["models"][model] = {
             "gflops_per_image": round(gflops, 3), "published_gflops": PUBLISHED_GFLOPS.get(model), "image_size": size
         }
-        clip = load_clip(model, device=torch.device("cpu"))  # each encoder moves the tower to the device
+        clip = load_clip(model, device=torch.device("cpu"))  # each encoder moves a copy of the tower to the device
         batches = args.batch_sizes or DEFAULT_BATCHES.get(model, FALLBACK_BATCHES)
-        results = {}
         for backend in sorted(backends, key=RUN_ORDER.index):
-            for batch in batches:
-                row = bench_one(clip, backend, batch, args, device, gflops, ceiling)
-                results[backend, batch] = row
-                print(f"  {model} {backend} b{batch}: " + (row.get("error") or f"{row['images_per_s']:,.1f} img/s"), flush=True)
-        rows += [results[b, n] for b in backends for n in batches]
+            for precision in args.precision:
+                if backend == "tensorrt" and precision == "fp8":
+                    continue
+                for mode in modes if backend == "compile" else [None]:
+                    for batch in batches:
+                        row = bench_one(clip, backend, batch, precision, args, device, gflops, ceilings, mode)
+                        rows.append(row)
+                        label = f"{model} {backend} {precision} b{batch}" + (f" {mode}" if mode else "")
+                        print(f"  {label}: " + (row.get("error") or f"{row['images_per_s']:,.1f} img/s"), flush=True)
         del clip
         gc.collect()
     print_table(machine, header, rows)

@@ -77,8 +77,8 @@ def image_tower_flops(visual: torch.nn.Module, image_size: int, device: torch.de
     return float(counter.get_total_flops())
 
 
-def model_gflops(model: str) -> float:
-    """GFLOPs of one image through ``model``'s image tower, the one count every bench reports.
+def model_gflops(model: str) -> tuple[float, int]:
+    """GFLOPs of one image through ``model``'s image tower (the one count every bench reports), and its input size.
 
     Counted on the meta device in fp32 (no memory, no compute), so the count does not depend
     on the device, dtype or attention kernel a run uses (on a GPU in bf16, torch's fused
@@ -103,7 +103,7 @@ def model_gflops(model: str) -> float:
         root.setLevel(level)
     visual = clip.visual.eval()
     size = visual.image_size[0] if isinstance(visual.image_size, (tuple, list)) else int(visual.image_size)
-    return image_tower_flops(visual, size, torch.device("meta"), torch.float32) / 1e9
+    return image_tower_flops(visual, size, torch.device("meta"), torch.float32) / 1e9, size
 
 
 def matmul_ceiling_tflops(device: torch.device, dtype: torch.dtype = torch.bfloat16, n: int = 8192, repeats: int = 10) -> float | None:
@@ -121,6 +121,29 @@ def matmul_ceiling_tflops(device: torch.device, dtype: torch.dtype = torch.bfloa
     torch.cuda.synchronize(device)
     seconds = (time.perf_counter() - start) / repeats
     return 2 * n**3 / seconds / 1e12
+
+
+def fp8_matmul_ceiling_tflops(device: torch.device, n: int = 8192, repeats: int = 10) -> float | None:
+    """Measured dense FP8 (e4m3, per-tensor scales, bf16 out) matrix-product rate; None where FP8 cannot run."""
+    from vlmrm_fast.encoders.fp8 import fp8_unsupported_reason
+
+    if device.type != "cuda" or fp8_unsupported_reason(device):
+        return None
+    a = torch.randn((n, n), device=device).to(torch.float8_e4m3fn)
+    b = torch.randn((n, n), device=device).to(torch.float8_e4m3fn).t()
+    one = torch.ones((), device=device)
+
+    def product():
+        torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=True)
+
+    for _ in range(3):
+        product()
+    torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        product()
+    torch.cuda.synchronize(device)
+    return 2 * n**3 / ((time.perf_counter() - start) / repeats) / 1e12
 
 
 def write_json(path: str | os.PathLike, data: Any) -> None:

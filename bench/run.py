@@ -140,7 +140,7 @@ def measure(args: argparse.Namespace, model: str, resolution: int, num_envs: int
     sync()
     result["encoder_only_fps"] = num_envs * reps / (time.perf_counter() - start)
     result["non_encoder_share"] = 1.0 - result["fast_fps"] / result["encoder_only_fps"]
-    flops = common.model_gflops(model) * 1e9
+    flops = common.model_gflops(model)[0] * 1e9
     result["encoder_gflops_per_image"] = round(flops / 1e9, 3)
     if args.ceiling_tflops:
         result["encoder_flop_utilisation"] = flops * result["fast_fps"] / (args.ceiling_tflops * 1e12)

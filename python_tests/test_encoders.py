@@ -133,6 +133,7 @@ def test_auto_backend_choice(monkeypatch):
     assert choose_backend(cuda, 8) == "compile"
     monkeypatch.setattr(tensorrt_engine, "tensorrt_available", lambda: True)
     assert choose_backend(cuda, 8) == "tensorrt"
+    assert choose_backend(cuda, 8, "fp8") == "compile"  # TensorRT builds no FP8 engines here
     # auto on the CPU is eager torch, and takes (then drops) the other backends' options.
     encoder = make_image_encoder(
         tiny_clip(), "auto", device=CPU, batch_size=4, engine_cache_dir="/nonexistent", compile_mode="default"
@@ -477,7 +478,7 @@ CUDA = torch.device("cuda", 0)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("precision, compile_mode", [("bf16", None), ("fp16", "default")])  # None: max-autotune
+@pytest.mark.parametrize("precision, compile_mode", [("bf16", None), ("fp16", "max-autotune-no-cudagraphs")])  # None: default
 def test_compiled_cuda_graph_matches_reference(precision, compile_mode):
     x = pixels(6, seed=7)
     ref = reference_embeddings(x)

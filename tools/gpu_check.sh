@@ -4,7 +4,7 @@
 # reusing the build when the machine is still warm and the sources are unchanged).
 #
 # Once, on the development machine, from the checkout that the device tool sends:
-#   bash ../shared/hooks/device/prepare.sh --warp scikit-build-core pybind11   # fills .device/ (ignored)
+#   bash ../shared/hooks/device/prepare.sh --warp scikit-build-core pybind11 torchao==0.18.0   # fills .device/ (ignored)
 # With --warp (MuJoCo Warp) the payload comes in parts: first, in consecutive calls, carry
 # [".device/parts/i"] with command `bash .device/parts/i/receive.sh` for each part but the last;
 # then each device call: carry [".device/parts/K"] (K the last part), command
@@ -19,10 +19,17 @@
 #   render                bench/bench_render.py --device cuda (EGL, EGL on 2/4/8 threads, Warp), the
 #                         interop probe and the renderers' pictures compared                 (~5 min)
 #   encoders MODEL [B..]  bench/bench_encoders.py, torch and compile, batch B (default 64)  (~2-8 min)
+#   fp8 MODEL [B..]       bench_encoders: torch and compile, bf16 against fp8, batch B (default 256)  (~3-8 min)
+#   compile-time MODEL B [MODE]  compile cold then warm, each in a fresh process (MODE default:
+#                         default; max-autotune-no-cudagraphs to state its cost)          (~1-10 min)
+#   profile [MODEL..]     bench/profile_encoders.py at batch 256, bf16 and fp8 (default L14 bigG)  (~3-6 min)
+#   precision MODEL [N]   vlmrm-fast check-precision on N rendered humanoid frames (default 256),
+#                         random weights: FP8 and fp16 against bf16                        (~2-5 min)
 #   e2e MODEL [N..]       bench/run.py at 224 px, N envs (default 64), renderers egl and warp,
 #                         one range and the pipelined step side by side                      (~3-8 min)
-# MODEL: B32, B16, L14, H14, bigG (or an open_clip name). Compile warm-up with max-autotune
-# dominates the encoder and e2e steps: give one batch size / one N per call for ViT-L-14 and up.
+# MODEL: B32, B16, L14, H14, bigG (or an open_clip name). Give one batch size / one N per call for
+# ViT-L-14 and up. compile-time and profile take PRECISION="bf16 fp8" (the default) from the environment.
+# FP8 needs torchao on the machine: it is in the prepare.sh line above (an sm_89+ GPU: H100, H200).
 #
 # TensorRT is not checked on the device machine: its wheels exceed the 64 MiB that a call can
 # carry, so the tests marked tensorrt skip there and backend="auto" picks "compile".
@@ -170,11 +177,34 @@ case "$step" in
     echo "note: TensorRT is not installed here (too large to carry): torch and compile only"
     python3 -P bench/bench_encoders.py --models "$model" --backends torch compile --batch-sizes "${@:-64}" \
       --out "$out/encoders_$model.json" 2>&1 | tee "$out/encoders_$model.log" ;;
+  fp8)
+    [ $# -ge 1 ] || { echo "usage: $0 fp8 MODEL [BATCH ...]"; exit 2; }
+    model=$(model_name "$1"); shift
+    setup; build
+    python3 -P bench/bench_encoders.py --models "$model" --backends torch compile --precision bf16 fp8 \
+      --batch-sizes "${@:-256}" --out "$out/fp8_$model.json" 2>&1 | tee "$out/fp8_$model.log" ;;
+  compile-time)
+    [ $# -ge 2 ] || { echo "usage: $0 compile-time MODEL BATCH [MODE]"; exit 2; }
+    model=$(model_name "$1"); batch=$2; mode=${3:-default}
+    setup; build
+    python3 -P bench/bench_encoders.py --models "$model" --compile-timing --batch-sizes "$batch" --precision ${PRECISION:-bf16 fp8} \
+      --compile-mode "$mode" --out "$out/compile_${model}_b${batch}_$mode.json" 2>&1 | tee "$out/compile_${model}_b${batch}_$mode.log" ;;
+  profile)
+    models=(); for m in "${@:-L14 bigG}"; do for w in $m; do models+=("$(model_name "$w")"); done; done
+    setup; build
+    python3 -P bench/profile_encoders.py --models "${models[@]}" --batch-size "${BATCH:-256}" --precision ${PRECISION:-bf16 fp8} \
+      --trace-dir "$out/traces" --out "$out/profile.json" 2>&1 | tee "$out/profile.log" ;;
+  precision)
+    [ $# -ge 1 ] || { echo "usage: $0 precision MODEL [NUM_FRAMES]"; exit 2; }
+    model=$(model_name "$1")
+    setup; build
+    python3 -P -m vlmrm_fast.cli check-precision "$model" -n "${2:-256}" --render-size 224 \
+      --json "$out/precision_$model.json" 2>&1 | tee "$out/precision_$model.log" ;;
   e2e)
     [ $# -ge 1 ] || { echo "usage: $0 e2e MODEL [NUM_ENVS ...]"; exit 2; }
     model=$(model_name "$1"); shift
     setup; build
     python3 -P bench/run.py --models "$model" --num-envs "${@:-64}" --resolutions "${RES:-224}" \
       --renderers egl warp --pipeline-chunks 1 auto --out "$out/e2e_$model.json" 2>&1 | tee "$out/e2e_$model.log" ;;
-  *) sed -n '2,28p' "$0"; exit 2 ;;
+  *) sed -n '2,34p' "$0"; exit 2 ;;
 esac

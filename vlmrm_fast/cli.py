@@ -4,6 +4,7 @@
     vlmrm-fast download MODEL               fetch pretrained weights into the local cache
     vlmrm-fast train CONFIG.yaml            train an agent with a VLM reward
     vlmrm-fast export MODEL --batch-size N  build a TensorRT engine of MODEL's image tower ahead of time
+    vlmrm-fast check-precision MODEL        embedding cosine and reward Spearman of FP8/fp16 against bf16
     vlmrm-fast dataset sample|label|render  labelled-state datasets
     vlmrm-fast evaluate DATASET.npz         EPIC distance of reward models to labels
     vlmrm-fast landscape TASK               reward along one state variable
@@ -72,6 +73,12 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
     add_subcommand(sub)
 
 
+def _add_check_precision(sub: argparse._SubParsersAction) -> None:
+    from vlmrm_fast.encoders.check_precision import add_subcommand
+
+    add_subcommand(sub)
+
+
 def _add_evaluation(sub: argparse._SubParsersAction) -> None:
     from vlmrm_fast.evaluation import cli
 
@@ -81,7 +88,9 @@ def _add_evaluation(sub: argparse._SubParsersAction) -> None:
 
 
 # Each entry adds one subcommand (or a family); the job's code lives in its own module.
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_info, _add_download, _add_train, _add_export, _add_evaluation]
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _add_info, _add_download, _add_train, _add_export, _add_check_precision, _add_evaluation,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,13 +1,16 @@
 """CLIP image-tower backends behind one option: ``backend="torch" | "compile" | "tensorrt" | "auto"``.
 
-- ``"torch"``: eager PyTorch, any batch size (bf16/fp16 weights on the GPU, fp32 on the CPU).
-- ``"compile"``: torch.compile for one fixed ``batch_size``, replayed as a CUDA graph on the GPU.
+- ``"torch"``: eager PyTorch, any batch size (bf16/fp16/FP8 on the GPU, fp32 on the CPU).
+- ``"compile"``: torch.compile for one fixed ``batch_size``, replayed as a CUDA graph on the GPU;
+  compiled code is cached on disk for later processes (:mod:`.compiled`, :mod:`.compile_cache`).
 - ``"tensorrt"``: a TensorRT engine for one fixed ``batch_size``, built from an ONNX export and
-  cached on disk (``pip install .[tensorrt]``).
-- ``"auto"``: on CUDA, TensorRT when it is installed and a batch size is fixed, else compile when a
-  batch size is fixed, else torch; on the CPU, torch.
+  cached on disk (``pip install .[tensorrt]``). bf16/fp16/fp32 only.
+- ``"auto"``: on CUDA, TensorRT when it is installed and a batch size is fixed (and FP8 is not
+  chosen), else compile when a batch size is fixed, else torch; on the CPU, torch.
 
-All return raw (unnormalized) embeddings of the same model within the precision's tolerance.
+Precisions (:mod:`.precision`): ``"auto"``, ``"fp32"``, ``"fp16"``, ``"bf16"`` and ``"fp8"`` (the
+transformer's linear layers in FP8 on sm_89+ GPUs, :mod:`.fp8`). All backends return raw
+(unnormalized) embeddings of the same model within the precision's tolerance.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from typing import Any
 
 import torch
 
-from vlmrm_fast.encoders.base import ImageEncoder, resolve_precision
+from vlmrm_fast.encoders.base import ImageEncoder
+from vlmrm_fast.encoders.precision import PRECISION_NAMES, Precision, check_precision_name, resolve
 from vlmrm_fast.encoders.torch_eager import TorchImageEncoder
 
 BACKENDS = ("auto", "torch", "compile", "tensorrt")
@@ -25,19 +29,22 @@ FIXED_BATCH_BACKENDS = ("compile", "tensorrt")
 #: Options each backend takes beside device, precision and batch_size; "auto" takes them all
 #: and passes each to the backend it picks when that backend takes it.
 BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
-    "torch": (),
-    "compile": ("compile_mode", "progress"),
+    "torch": ("attention",),
+    "compile": ("compile_mode", "compile_scope", "compile_cache", "attention", "progress"),
     "tensorrt": ("engine_cache_dir", "workspace_gib", "rebuild_engine", "progress"),
 }
+#: The attention path each backend takes unless told (see encoders/attention.py): eager keeps
+#: open_clip's own module (torch's fused fast path), compile gets the fused QKV + SDPA rewrite.
+DEFAULT_ATTENTION = {"torch": "open_clip", "compile": "fused"}
 
 
-def choose_backend(device: torch.device, batch_size: int | None) -> str:
-    """What ``backend="auto"`` picks on ``device``."""
+def choose_backend(device: torch.device, batch_size: int | None, precision: str = "auto") -> str:
+    """What ``backend="auto"`` picks on ``device`` (``precision``: the resolved name, e.g. "fp8")."""
     from vlmrm_fast.encoders.tensorrt_engine import tensorrt_available
 
     if torch.device(device).type != "cuda" or batch_size is None:
         return "torch"
-    return "tensorrt" if tensorrt_available() else "compile"
+    return "tensorrt" if precision != "fp8" and tensorrt_available() else "compile"
 
 
 def make_image_encoder(
@@ -52,8 +59,9 @@ def make_image_encoder(
     """An encoder for ``clip`` (a :class:`~vlmrm_fast.reward.clip_loading.LoadedClip`).
 
     ``batch_size`` is required by the fixed-batch backends ("compile", "tensorrt"); "torch"
-    runs any batch. Options: ``compile_mode`` ("compile"); ``engine_cache_dir``,
-    ``workspace_gib``, ``rebuild_engine`` ("tensorrt"); ``progress`` (both).
+    runs any batch. Options: ``compile_mode``, ``compile_scope``, ``compile_cache`` ("compile");
+    ``attention`` ("torch", "compile": "fused" or "open_clip"); ``engine_cache_dir``,
+    ``workspace_gib``, ``rebuild_engine`` ("tensorrt"); ``progress`` (compile, tensorrt).
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is unknown; use one of {BACKENDS}")
@@ -61,20 +69,25 @@ def make_image_encoder(
         raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
     device = torch.device(device)
     _check_options(backend, options)
-    dtype = resolve_precision(precision, device)
+    check_precision_name(precision)
+    if backend == "tensorrt" and precision == "fp8":
+        raise ValueError("precision='fp8' runs through backend='torch' or 'compile' (torchao); the TensorRT backend "
+                         "builds bf16, fp16 or fp32 engines")
+    # TensorRT builds no FP8 engines: "auto" need not time FP8 for it.
+    resolved = resolve(precision, device, visual=clip.model.visual if backend != "tensorrt" else None, batch_size=batch_size)
     if backend != "auto":
-        return _make(clip, backend, device, dtype, batch_size, options)
+        return _make(clip, backend, device, resolved, batch_size, options)
 
-    chosen = choose_backend(device, batch_size)
+    chosen = choose_backend(device, batch_size, resolved.name)
     if chosen == "tensorrt":
         try:
-            return _make(clip, "tensorrt", device, dtype, batch_size, options)
+            return _make(clip, "tensorrt", device, resolved, batch_size, options)
         except Exception as exc:  # auto means the best that works here; say why TensorRT did not
             warnings.warn(
                 f"backend='auto': TensorRT failed ({type(exc).__name__}: {exc}); using backend='compile'", stacklevel=2
             )
             chosen = "compile"
-    return _make(clip, chosen, device, dtype, batch_size, options)
+    return _make(clip, chosen, device, resolved, batch_size, options)
 
 
 def _check_options(backend: str, options: dict[str, Any]) -> None:
@@ -96,7 +109,7 @@ def _check_options(backend: str, options: dict[str, Any]) -> None:
 
 
 def _make(
-    clip: Any, backend: str, device: torch.device, dtype: torch.dtype, batch_size: int | None, options: dict[str, Any]
+    clip: Any, backend: str, device: torch.device, precision: Precision, batch_size: int | None, options: dict[str, Any]
 ) -> ImageEncoder:
     options = {k: v for k, v in options.items() if k in BACKEND_OPTIONS[backend]}
     if backend in FIXED_BATCH_BACKENDS and batch_size is None:
@@ -104,24 +117,26 @@ def _make(
             f"backend={backend!r} runs one fixed batch size: pass batch_size=N (e.g. the number of environments); "
             "smaller batches are padded"
         )
-    visual = clip.model.visual
     size, dim = clip.preprocess.size, clip.embed_dim
+    if backend == "tensorrt":
+        from vlmrm_fast.encoders.tensorrt_engine import make_tensorrt_encoder
+
+        if device.type != "cuda":
+            raise ValueError(
+                f"backend='tensorrt' runs on CUDA devices only, got device={device}; use 'torch' or 'compile' on the CPU"
+            )
+        return make_tensorrt_encoder(clip, device=device, dtype=precision.dtype, batch_size=batch_size, **options)
+
+    from vlmrm_fast.encoders.tower import prepare_image_tower
+
+    attention = options.pop("attention", DEFAULT_ATTENTION[backend])
+    visual = prepare_image_tower(clip.model.visual, device=device, precision=precision, attention=attention)
+    common = dict(device=device, dtype=precision.dtype, precision=precision.name, image_size=size, embed_dim=dim)
     if backend == "torch":
-        return TorchImageEncoder(visual, device=device, dtype=dtype, image_size=size, embed_dim=dim)
-    if backend == "compile":
-        from vlmrm_fast.encoders.compiled import CompiledImageEncoder
+        return TorchImageEncoder(visual, **common)
+    from vlmrm_fast.encoders.compiled import CompiledImageEncoder
 
-        return CompiledImageEncoder(
-            visual, device=device, dtype=dtype, image_size=size, embed_dim=dim, batch_size=batch_size,
-            name=f"{clip.architecture} image tower", **options,
-        )
-    from vlmrm_fast.encoders.tensorrt_engine import make_tensorrt_encoder
-
-    if device.type != "cuda":
-        raise ValueError(
-            f"backend='tensorrt' runs on CUDA devices only, got device={device}; use 'torch' or 'compile' on the CPU"
-        )
-    return make_tensorrt_encoder(clip, device=device, dtype=dtype, batch_size=batch_size, **options)
+    return CompiledImageEncoder(visual, batch_size=batch_size, name=f"{clip.architecture} image tower", **common, **options)
 
 
-__all__ = ["BACKENDS", "BACKEND_OPTIONS", "ImageEncoder", "choose_backend", "make_image_encoder"]
+__all__ = ["BACKENDS", "BACKEND_OPTIONS", "PRECISION_NAMES", "ImageEncoder", "choose_backend", "make_image_encoder"]

@@ -10,13 +10,16 @@ PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat
 
 
 def resolve_precision(precision: str, device: torch.device) -> torch.dtype:
-    """"auto": bf16 on GPUs that have it (fp16 otherwise), fp32 on the CPU."""
+    """The dtype of a plain precision; "auto": bf16 on GPUs that have it (fp16 otherwise), fp32 on the CPU.
+
+    (FP8 and "auto"'s FP8 choice: :mod:`vlmrm_fast.encoders.precision`.)"""
     if precision == "auto":
         if device.type != "cuda":
             return torch.float32
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     if precision not in PRECISIONS:
-        raise ValueError(f"precision {precision!r} is unknown; use 'auto', {', '.join(map(repr, PRECISIONS))}")
+        hint = "; FP8 runs through the torch and compile backends" if precision == "fp8" else ""
+        raise ValueError(f"precision {precision!r} is unknown here; use 'auto', {', '.join(map(repr, PRECISIONS))}{hint}")
     if device.type == "cpu" and precision != "fp32":
         raise ValueError(f"precision={precision!r} on the CPU is not supported; use 'fp32' (or 'auto')")
     return PRECISIONS[precision]
@@ -69,4 +72,5 @@ class ImageEncoder(abc.ABC):
 
     def describe(self) -> str:
         batch = "any batch" if self.batch_size is None else f"batch {self.batch_size}"
-        return f"{self.backend} ({str(self.input_dtype).replace('torch.', '')}, {batch}, {self.device})"
+        precision = getattr(self, "precision", None) or str(self.input_dtype).replace("torch.", "")
+        return f"{self.backend} ({precision}, {batch}, {self.device})"

@@ -1,30 +1,50 @@
 """The CLIP image tower through torch.compile for one fixed batch size, replayed as a CUDA graph.
 
-On CUDA the tower is compiled with ``mode="max-autotune-no-cudagraphs"`` (inductor
-picks the faster of its Triton templates and cuBLAS per matrix product) and then
-captured once, by hand, into a ``torch.cuda.CUDAGraph`` over a static input and
-output buffer. A call is then one graph replay, with no Python per layer.
+Compilation (inductor):
 
-Why not ``mode="reduce-overhead"``: its CUDA-graph trees copy every input into
-buffers of their own (so the preprocess could not write into the graph's input),
-overwrite earlier outputs on the next replay, and fall back to running without a
-graph, with only a log line, when a condition is not met. Capturing by hand makes
-the graph explicit: the input buffer is ours (:meth:`input_buffer`), the replay
-either happens or capture fails loudly at construction.
+- ``compile_scope="blocks"`` (default): each transformer block is compiled, and since all blocks
+  run the same code on the same shapes, dynamo traces one and every block reuses its graph
+  ("regional compilation"). The few ops around the blocks (patch embedding, pooling, projection)
+  stay eager; inside the CUDA graph they cost no launch overhead. Cold compiles take a fraction
+  of the whole-tower time, and a cached compile traces one block instead of all of them.
+- ``compile_scope="tower"``: the whole tower as one graph (fusions across block boundaries too).
+- ``compile_mode="default"`` (default): cuBLAS for the matrix products, Triton kernels for the
+  fused rest (layer norm + residual, bias + GELU, FP8 input quantization).
+  ``"max-autotune-no-cudagraphs"`` also times Triton matrix-product templates against cuBLAS
+  for every shape: minutes more per new model and batch size (see bench/RESULTS.md), cached.
 
-On the CPU the same compiled function runs directly (inductor's C++ backend),
-without a graph.
+Compiled code goes to the on-disk cache of :mod:`vlmrm_fast.encoders.compile_cache`; a later
+process with the same model, batch size, precision and GPU loads it instead of compiling.
+Progress shows on stderr (``progress=False`` silences it).
+
+On CUDA the compiled tower is then captured once, by hand, into a ``torch.cuda.CUDAGraph`` over
+a static input and output buffer; a call is one graph replay, with no Python per layer.
+
+Why not ``mode="reduce-overhead"``: its CUDA-graph trees copy every input into buffers of their
+own (so the preprocess could not write into the graph's input), overwrite earlier outputs on the
+next replay, and fall back to running without a graph, with only a log line, when a condition is
+not met. Capturing by hand makes the graph explicit: the input buffer is ours
+(:meth:`input_buffer`), the replay either happens or capture fails loudly at construction.
+
+On the CPU the same compiled function runs directly (inductor's C++ backend), without a graph.
 """
 
 from __future__ import annotations
 
+import os
+import warnings
+
 import torch
 
 from vlmrm_fast.encoders.base import ImageEncoder
-from vlmrm_fast.encoders.progress import stage
+from vlmrm_fast.encoders.compile_cache import CacheReport, inductor_caches_in, resolve_compile_cache
+from vlmrm_fast.encoders.progress import Phases, note
 
 #: torch.compile modes this backend accepts; the cudagraph modes would capture twice.
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+COMPILE_SCOPES = ("blocks", "tower")
+DEFAULT_COMPILE_MODE = "default"
+DEFAULT_COMPILE_SCOPE = "blocks"
 _WARMUP_CALLS = 2  # the first compiles (and autotunes); the second checks that nothing recompiles
 
 
@@ -46,6 +66,25 @@ def _lifted_recompile_limits():
     return config.patch(**lifted)
 
 
+def transformer_blocks(visual: torch.nn.Module) -> list[torch.nn.Module]:
+    blocks = getattr(getattr(visual, "transformer", None), "resblocks", None)
+    return list(blocks) if blocks is not None else []
+
+
+def compile_tower(visual: torch.nn.Module, mode: str, scope: str):
+    """The callable that runs ``visual`` compiled in ``scope`` (compilation itself happens at the first call)."""
+    options = dict(mode=mode, fullgraph=True, dynamic=False)
+    if scope == "tower":
+        return torch.compile(visual, **options)
+    blocks = transformer_blocks(visual)
+    if not blocks:
+        raise ValueError(f"compile_scope='blocks' needs a transformer tower; this {type(visual).__name__} has no "
+                         "transformer blocks: use compile_scope='tower'")
+    for block in blocks:
+        block.compile(**options)
+    return visual
+
+
 class CompiledImageEncoder(ImageEncoder):
     backend = "compile"
 
@@ -58,50 +97,72 @@ class CompiledImageEncoder(ImageEncoder):
         image_size: int,
         embed_dim: int,
         batch_size: int,
+        precision: str | None = None,
         compile_mode: str | None = None,
+        compile_scope: str | None = None,
+        compile_cache: bool | str | os.PathLike = True,
         progress: bool = True,
         name: str = "image tower",
     ):
+        """``visual`` is prepared already (:func:`~vlmrm_fast.encoders.tower.prepare_image_tower`)."""
         self.device = torch.device(device)
         self.input_dtype = dtype
+        self.precision = precision or str(dtype).replace("torch.", "")
         self.image_size = image_size
         self.embed_dim = embed_dim
         self.batch_size = batch_size
-        if compile_mode is None:
-            compile_mode = "max-autotune-no-cudagraphs" if self.device.type == "cuda" else "default"
+        compile_mode = compile_mode or DEFAULT_COMPILE_MODE
+        compile_scope = compile_scope or DEFAULT_COMPILE_SCOPE
         if compile_mode not in COMPILE_MODES:
             raise ValueError(
                 f"compile_mode={compile_mode!r} is not supported; use one of {COMPILE_MODES} "
                 "(this backend captures the CUDA graph itself)"
             )
-        self.compile_mode = compile_mode
-        self.visual = visual.to(device=self.device, dtype=dtype).eval().requires_grad_(False)
-        self._compiled = torch.compile(self.visual, mode=compile_mode, fullgraph=True, dynamic=False)
+        if compile_scope not in COMPILE_SCOPES:
+            raise ValueError(f"compile_scope={compile_scope!r} is unknown; use one of {COMPILE_SCOPES}")
+        cache_dir = resolve_compile_cache(compile_cache)
+        self.compile_mode, self.compile_scope = compile_mode, compile_scope
+        self.visual = visual
+        self._compiled = compile_tower(visual, compile_mode, compile_scope)
         self._input = torch.zeros((batch_size, 3, image_size, image_size), dtype=dtype, device=self.device)
         self._graph: torch.cuda.CUDAGraph | None = None
         self._output: torch.Tensor | None = None
-        what = f"compiling the {name} for batch {batch_size} ({str(dtype).replace('torch.', '')}, {compile_mode}, {self.device})"
-        with stage(what, progress), torch.inference_mode(), _lifted_recompile_limits():
+        title = f"compiling the {name} for batch {batch_size} ({self.precision}, {compile_mode}, {compile_scope}, {self.device})"
+        steps = ["compile", "check for recompiles"] + (["capture the CUDA graph"] if self.device.type == "cuda" else [])
+        with Phases(title, steps, progress) as phases, torch.inference_mode(), _lifted_recompile_limits(), \
+                inductor_caches_in(cache_dir) as report, warnings.catch_warnings():
+            # torchao's FP8 tensors lack a stable hash for AOTAutograd's cache; inductor's cache still serves them.
+            warnings.filterwarnings("ignore", message=".*_stable_hash_for_caching.*")
             if self.device.type == "cuda":
-                self._capture()
+                self._capture(phases)
             else:
-                for _ in range(_WARMUP_CALLS):
+                with phases.step("compile"):
                     self._compiled(self._input)
+                with phases.step("check for recompiles"):
+                    self._compiled(self._input)
+        self.cache_report: CacheReport = report
+        self.compile_seconds = phases.elapsed
+        note(f"{name}: {report.describe()}", progress)
 
-    def _capture(self) -> None:
+    def _capture(self, phases: Phases) -> None:
         with torch.cuda.device(self.device):
             current = torch.cuda.current_stream()
             # Warm-up (compilation, autotuning, cuBLAS handles) on a side stream, as capture requires.
             side = torch.cuda.Stream()
             side.wait_stream(current)
             with torch.cuda.stream(side):
-                for _ in range(_WARMUP_CALLS):
+                with phases.step("compile"):
                     self._compiled(self._input)
+                    torch.cuda.synchronize()
+                with phases.step("check for recompiles"):
+                    self._compiled(self._input)
+                    torch.cuda.synchronize()
             current.wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                output = self._compiled(self._input)
-            torch.cuda.synchronize()
+            with phases.step("capture the CUDA graph"):
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    output = self._compiled(self._input)
+                torch.cuda.synchronize()
         self._graph, self._output = graph, output
 
     def input_buffer(self) -> torch.Tensor:
@@ -118,6 +179,9 @@ class CompiledImageEncoder(ImageEncoder):
             self._graph.replay()
             # The next replay overwrites the static output; callers keep what they are given.
             return self._output.clone()
+
+    def describe(self) -> str:
+        return f"compile ({self.precision}, batch {self.batch_size}, {self.compile_mode}, {self.compile_scope} scope, {self.device})"
 
     def close(self) -> None:
         self._graph = self._output = self._compiled = self.visual = None

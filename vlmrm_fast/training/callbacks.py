@@ -57,26 +57,28 @@ class RewardLogger(BaseCallback):
 
 
 class EpisodeBatchRewards(BaseCallback):
-    """Off-policy: the env returns no reward while collecting; at the end of each
-    rollout (before any gradient step) all its frames are scored in large encoder
-    batches and the rewards written into the replay buffer.
+    """Off-policy: the env returns no reward while collecting; each step's frames go to a
+    :class:`~vlmrm_fast.reward.batch_scoring.FrameBatchScorer`, which keeps them on the reward
+    model's device and scores them in batches of its own size (independent of the number of
+    envs) as they fill up. At the end of each rollout (before any gradient step) the last,
+    partial batch is scored and all rewards are written into the replay buffer.
 
     SB3 calls ``on_step`` before storing a transition, so the replay buffer's
     position at that moment is where the step lands. Frames are those of the
     reached states (recorded before auto-reset), as in the per-step mode.
     """
 
-    def __init__(self, stats: EpisodeStats, score: Callable[[list[torch.Tensor]], np.ndarray]):
+    def __init__(self, stats: EpisodeStats, scorer: Any):
         super().__init__()
         self.stats = stats
-        self.score = score
-        self._pending: list[tuple[int, torch.Tensor, np.ndarray, np.ndarray]] = []
+        self.scorer = scorer
+        self._pending: list[tuple[int, int, np.ndarray, np.ndarray]] = []
 
     def _on_step(self) -> bool:
-        env = self.training_env.unwrapped
-        frames = env.last_frames()
+        frames = self.training_env.unwrapped.last_frames()
         position = self.model.replay_buffer.pos
-        self._pending.append((position, frames.clone(), _gt_rewards(self.locals["infos"]), np.asarray(self.locals["dones"]).copy()))
+        self.scorer.add(frames)  # copied into the scorer's buffer: the env may reuse its frames
+        self._pending.append((position, frames.shape[0], _gt_rewards(self.locals["infos"]), np.asarray(self.locals["dones"]).copy()))
         return True
 
     def _on_rollout_end(self) -> None:
@@ -87,9 +89,11 @@ class EpisodeBatchRewards(BaseCallback):
         if not self._pending:
             return
         buffer = self.model.replay_buffer
-        rewards = self.score([frames for _, frames, _, _ in self._pending])
-        n_envs = rewards.shape[1]
-        for (position, _, gt, dones), step_rewards in zip(self._pending, rewards):
+        rewards = self.scorer.finish()
+        offset = 0
+        for position, n_envs, gt, dones in self._pending:
+            step_rewards = rewards[offset : offset + n_envs]
+            offset += n_envs
             buffer.rewards[position % buffer.buffer_size, :n_envs] = step_rewards
             self.stats.add(step_rewards.astype(np.float64), gt, dones)
         self._pending.clear()

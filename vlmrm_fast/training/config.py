@@ -33,6 +33,7 @@ class RewardConfig:
     device: str = "auto"
     cache_dir: str | None = None
     episode_batch: bool = False  # off-policy: score each rollout's frames in one batch, then fill the replay buffer
+    score_batch_size: int | None = None  # episode_batch: frames per encoder batch; default: what fills the GPU
 
 
 @dataclasses.dataclass
@@ -142,6 +143,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     r.alpha = float(r.alpha)
     if not isinstance(r.episode_batch, bool):
         raise ConfigError(f"reward.episode_batch: expected true or false, got {r.episode_batch!r}")
+    _positive_int(r.score_batch_size, "reward.score_batch_size", allow_none=True)
+    if r.score_batch_size is not None and not r.episode_batch:
+        raise ConfigError("reward.score_batch_size: applies with reward.episode_batch: true (per-step scoring encodes one batch of n_envs)")
     e = cfg.env
     _positive_int(e.n_envs, "env.n_envs")
     _positive_int(e.episode_length, "env.episode_length", allow_none=True)

@@ -34,6 +34,8 @@ def make_env(cfg: TrainConfig):
     from vlmrm_fast.vec_env import FastVLMRewardVecEnv
 
     r, e = cfg.reward, cfg.env
+    # Episode-batch scoring never encodes per step: the encoder's batch is the scoring batch.
+    options = {"batch_size": score_batch_size(cfg)} if r.episode_batch else {}
     return FastVLMRewardVecEnv(
         cfg.task,
         e.n_envs,
@@ -52,7 +54,26 @@ def make_env(cfg: TrainConfig):
         seed=cfg.seed,
         engine=e.engine,
         defer_rewards=r.episode_batch,
+        **options,
     )
+
+
+def score_batch_size(cfg: TrainConfig) -> int:
+    """reward.score_batch_size, else what fills the GPU, evened out over a rollout's frames."""
+    if cfg.reward.score_batch_size:
+        return cfg.reward.score_batch_size
+    from vlmrm_fast.device import resolve_device
+    from vlmrm_fast.envs import get_task
+    from vlmrm_fast.reward.batch_scoring import episode_batch_size
+
+    train_freq = cfg.rl.kwargs.get("train_freq", 1)
+    if isinstance(train_freq, (list, tuple)) and len(train_freq) == 2 and train_freq[1] == "step":
+        train_freq = train_freq[0]
+    steps = train_freq if isinstance(train_freq, int) and not isinstance(train_freq, bool) else None
+    size = cfg.env.render_size or get_task(cfg.task).render_size
+    frame_shape = (size, size) if isinstance(size, int) else size
+    return episode_batch_size(cfg.reward.model, resolve_device(cfg.reward.device),
+                              frames_per_rollout=steps * cfg.env.n_envs if steps else None, frame_shape=frame_shape)
 
 
 def latest_checkpoint(run_dir: pathlib.Path) -> pathlib.Path | None:
@@ -80,14 +101,6 @@ def _save_checkpoint(model, run_dir: pathlib.Path, tag: str) -> pathlib.Path:
             if old != buffer:
                 old.unlink()
     return path
-
-
-def _score_frames(reward_model) -> Any:
-    def score(steps: list[torch.Tensor]) -> np.ndarray:
-        frames = torch.cat(steps)
-        return reward_model(frames).float().cpu().numpy().reshape(len(steps), -1)
-
-    return score
 
 
 def build_model(cfg: TrainConfig, venv, run_dir: pathlib.Path):
@@ -121,7 +134,12 @@ def train(cfg: TrainConfig, *, resume: bool = False) -> int:
         model = build_model(cfg, monitored, run_dir)
 
     stats = EpisodeStats(venv.num_envs)
-    rewards = EpisodeBatchRewards(stats, _score_frames(venv.reward_model)) if cfg.reward.episode_batch else RewardLogger(stats)
+    if cfg.reward.episode_batch:
+        from vlmrm_fast.reward.batch_scoring import FrameBatchScorer
+
+        rewards = EpisodeBatchRewards(stats, FrameBatchScorer(venv.reward_model, venv.reward_model.chunk_size))
+    else:
+        rewards = RewardLogger(stats)
     callbacks = [rewards, RolloutCheckpoints(lambda tag: _save_checkpoint(model, run_dir, tag), cfg.logging.checkpoint_every)]
     if cfg.logging.video_every:
         task, episode_length, render_size = venv.task, venv.episode_length, venv.render_size

@@ -1,0 +1,238 @@
+"""FP8 precision: refusal where it cannot run, the FP8 linear layers against a plain matmul of
+FP8-rounded operands (torch's CPU kernel for _scaled_mm, emulate=True), the whole tower against
+bf16, and how precision="auto" decides.
+
+Reference for one linear layer (torchao's float8 inference, per-row scales): each row r of the
+weight and of the input is scaled by s_r = amax_r / 448 (computed in bf16, kept as fp32), cast
+to float8_e4m3fn, and y = (q(x) s_x) (q(W) s_W)^T + b. The layer's bf16 output must sit within
+bf16 rounding of that (|d| <= 1e-2 max|y|), ten times closer than the plain bf16 product is.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vlmrm_fast.encoders import make_image_encoder, precision as precision_mod
+from vlmrm_fast.encoders.attention import fuse_attention
+from vlmrm_fast.encoders.fp8 import (
+    FP8UnavailableError,
+    convert_linears_to_fp8,
+    count_fp8_linears,
+    fp8_matmul_speedup,
+    fp8_unsupported_reason,
+    require_fp8,
+    transformer_linears,
+)
+from vlmrm_fast.encoders.precision import AUTO_FP8_MIN_SPEEDUP, resolve
+from vlmrm_fast.encoders.tower import prepare_image_tower
+from vlmrm_fast.reward.clip_loading import load_clip
+
+pytest.importorskip("torchao", reason="FP8 runs through torchao (pip install .[fp8]; part of .[dev])")
+
+CPU = torch.device("cpu")
+E4M3_MAX = 448.0
+
+
+def tiny_tower(dtype=torch.bfloat16):
+    clip = load_clip("vlmrm-tiny")
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():  # open_clip initializes norms to identity and biases to zero: perturb them
+        for name, p in clip.model.visual.named_parameters():
+            if p.ndim == 1:
+                p.add_(0.1 * torch.randn(p.shape, generator=g))
+    return clip, clip.model.visual.eval().requires_grad_(False).to(dtype)
+
+
+def fp8_round_rows(t: torch.Tensor) -> torch.Tensor:
+    """Plain reference of torchao's per-row e4m3 quantization, dequantized to fp32."""
+    scale = (t.bfloat16().abs().amax(dim=-1, keepdim=True) / E4M3_MAX).float()
+    return (t.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).float() * scale
+
+
+# ----------------------------------------------------------------------------- refusal
+
+
+def test_fp8_refused_on_the_cpu_with_the_way_out():
+    reason = fp8_unsupported_reason(CPU)
+    assert "compute capability 8.9" in reason and "CPU" in reason
+    with pytest.raises(FP8UnavailableError, match=r"sm_89\+.*precision='bf16'"):
+        require_fp8(CPU)
+    clip, _ = tiny_tower()
+    with pytest.raises(FP8UnavailableError, match="compute capability 8.9"):
+        make_image_encoder(clip, "torch", device=CPU, precision="fp8")
+    with pytest.raises(FP8UnavailableError, match="compute capability 8.9"):
+        convert_linears_to_fp8(clip.model.visual)  # no emulate: the CPU is refused
+
+
+def test_fp8_refused_before_sm89(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100-SXM4-80GB")
+    reason = fp8_unsupported_reason(torch.device("cuda", 0))
+    assert "NVIDIA A100-SXM4-80GB is sm_80" in reason and "8.9" in reason
+    with pytest.raises(FP8UnavailableError, match="sm_80"):
+        require_fp8(torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert fp8_unsupported_reason(torch.device("cuda", 0)) is None
+
+
+def test_fp8_refused_by_tensorrt_and_unknown_precisions():
+    clip, _ = tiny_tower()
+    with pytest.raises(ValueError, match="backend='torch' or 'compile'"):
+        make_image_encoder(clip, "tensorrt", device=CPU, precision="fp8", batch_size=2)
+    with pytest.raises(ValueError, match="'fp8'"):
+        make_image_encoder(clip, "torch", device=CPU, precision="int4")
+
+
+# ----------------------------------------------------------------------------- the FP8 linear layer
+
+
+def test_fp8_linear_matches_a_matmul_of_fp8_rounded_operands():
+    _, visual = tiny_tower()
+    fuse_attention(visual)
+    layers = dict(transformer_linears(visual))
+    originals = {name: (m.weight.detach().float().clone(), m.bias.detach().float().clone()) for name, m in layers.items()}
+    assert convert_linears_to_fp8(visual, emulate=True) == len(layers) == 8  # qkv, out_proj, c_fc, c_proj x 2 blocks
+    assert count_fp8_linears(visual) == 8
+    g = torch.Generator().manual_seed(0)
+    for name, layer in layers.items():
+        weight, bias = originals[name]
+        assert layer.weight.qdata.dtype == torch.float8_e4m3fn
+        x = torch.randn(3, 17, weight.shape[1], generator=g).bfloat16()
+        reference = fp8_round_rows(x) @ fp8_round_rows(weight).T + bias
+        plain = x.float() @ weight.T + bias
+        with torch.inference_mode():
+            out = layer(x)
+        assert out.dtype == torch.bfloat16 and out.shape == reference.shape
+        err = (out.float() - reference).abs().max().item()
+        assert err <= 1e-2 * reference.abs().max().item(), name
+        assert err * 10 <= (plain - reference).abs().max().item(), f"{name}: the output is not FP8's"
+
+
+def test_fp8_needs_a_bf16_tower():
+    _, visual = tiny_tower(torch.float32)
+    with pytest.raises(TypeError, match="bf16 tower"):
+        convert_linears_to_fp8(visual, emulate=True)
+
+
+def test_fp8_tower_is_close_to_bf16_and_keeps_norms_and_attention_bf16():
+    clip, bf16_visual = tiny_tower()
+    x = torch.randn(6, 3, 64, 64, generator=torch.Generator().manual_seed(1)).bfloat16()
+    with torch.inference_mode():
+        ref = bf16_visual(x).float()
+    fp8_clip, _ = tiny_tower()
+    visual = prepare_image_tower(fp8_clip.model.visual, device=CPU, precision=resolve_fp8(), emulate_fp8=True)
+    assert visual.transformer.resblocks[0].ln_1.weight.dtype == torch.bfloat16
+    assert type(visual.transformer.resblocks[0].attn).__name__ == "FusedSelfAttention"
+    with torch.inference_mode():
+        out = visual(x).float()
+    cos = torch.nn.functional.cosine_similarity(out, ref, dim=1)
+    assert cos.min().item() >= 0.99, cos
+    # A converted tower cannot be cast back: a second encoder in another precision is refused.
+    with pytest.raises(ValueError, match="converted to FP8"):
+        prepare_image_tower(visual, device=CPU, precision=precision_mod.Precision("bf16", torch.bfloat16))
+
+
+def resolve_fp8():
+    return precision_mod.Precision("fp8", torch.bfloat16)
+
+
+@pytest.mark.filterwarnings("ignore:.*_stable_hash_for_caching")  # torchao's tensors and AOTAutograd's cache
+def test_fp8_tower_compiles_on_the_cpu():
+    """Inductor lowers torchao's FP8 tensors (here to the CPU _scaled_mm): the compiled tower agrees with eager FP8."""
+    clip, _ = tiny_tower()
+    visual = prepare_image_tower(clip.model.visual, device=CPU, precision=resolve_fp8(), emulate_fp8=True)
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(2)).bfloat16()
+    with torch.inference_mode():
+        eager = visual(x).float()
+        compiled = torch.compile(visual, fullgraph=True, dynamic=False)(x).float()
+    cos = torch.nn.functional.cosine_similarity(compiled, eager, dim=1)
+    assert cos.min().item() >= 0.999
+
+
+# ----------------------------------------------------------------------------- precision="auto"
+
+
+def test_auto_precision_on_the_cpu_is_fp32():
+    _, visual = tiny_tower(torch.float32)
+    assert resolve("auto", CPU, visual=visual, batch_size=64).name == "fp32"
+    assert resolve("fp32", CPU).dtype == torch.float32
+    with pytest.raises(ValueError, match="on the CPU is not supported"):
+        resolve("bf16", CPU)
+
+
+def _pretend_h100(monkeypatch, speedup: float) -> list:
+    calls = []
+    import vlmrm_fast.encoders.fp8 as fp8
+
+    monkeypatch.setattr(fp8, "fp8_unsupported_reason", lambda device: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    precision_mod._measured_speedup.cache_clear()
+
+    def measured(shapes, device, **kwargs):
+        calls.append(shapes)
+        return speedup
+
+    monkeypatch.setattr(fp8, "fp8_matmul_speedup", measured)
+    return calls
+
+
+@pytest.mark.parametrize("speedup, chosen, fused", [(1.6, True, True), (AUTO_FP8_MIN_SPEEDUP, True, False),
+                                                     (1.05, False, True), (0.82, False, False)])
+def test_auto_takes_fp8_only_where_its_products_are_faster(monkeypatch, speedup, chosen, fused):
+    _, visual = tiny_tower()
+    if fused:  # the shapes are the same whether the QKV projection is open_clip's bare parameter or a Linear
+        fuse_attention(visual)
+    calls = _pretend_h100(monkeypatch, speedup)
+    cuda = torch.device("cuda", 0)
+    assert precision_mod.auto_prefers_fp8(visual, cuda, 32) is chosen
+    # The tower's own shapes at that batch: 17 tokens x 32 images rows; (K, N) of qkv, out_proj, c_fc, c_proj.
+    assert sorted(set(calls[0])) == sorted({(32 * 17, 64, 192), (32 * 17, 64, 64), (32 * 17, 64, 256), (32 * 17, 256, 64)})
+    precision_mod.auto_prefers_fp8(visual, cuda, 32)
+    assert len(calls) == 1, "measured once per GPU, shapes and batch in a process"
+    precision_mod._measured_speedup.cache_clear()
+
+
+def test_auto_never_takes_fp8_without_a_fixed_batch_or_where_it_cannot_run(monkeypatch):
+    _, visual = tiny_tower()
+    calls = _pretend_h100(monkeypatch, 2.0)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    assert resolve("auto", torch.device("cuda", 0), visual=visual, batch_size=None).name == "bf16"
+    import vlmrm_fast.encoders.fp8 as fp8
+
+    monkeypatch.setattr(fp8, "fp8_unsupported_reason", lambda device: "no FP8 here")
+    assert not precision_mod.auto_prefers_fp8(visual, torch.device("cuda", 0), 32)
+    assert not calls
+    precision_mod._measured_speedup.cache_clear()
+
+
+def test_speed_probe_weighs_shapes_by_count():
+    """fp8_matmul_speedup sums per-shape times weighted by how often each shape occurs (CPU timer injected)."""
+    seen = []
+
+    def timer(fn):
+        name = fn.__name__
+        seen.append(name)
+        return {"bf16": 2.0, "fp8": 1.0}[name]
+
+    shapes = [(32, 64, 64), (32, 64, 64), (32, 64, 128)]
+    assert fp8_matmul_speedup(shapes, CPU, timer=timer) == pytest.approx(2.0)
+    assert seen.count("bf16") == 2 and seen.count("fp8") == 2  # one timing per distinct shape
+
+
+@pytest.mark.gpu
+def test_fp8_encoder_on_gpu_matches_bf16():
+    cuda = torch.device("cuda", 0)
+    if fp8_unsupported_reason(cuda):
+        pytest.skip(fp8_unsupported_reason(cuda))
+    x = torch.randn(8, 3, 64, 64, generator=torch.Generator().manual_seed(3))
+    bf16 = make_image_encoder(tiny_tower()[0], "torch", device=cuda, precision="bf16")
+    ref = bf16(x.to(cuda, torch.bfloat16)).float()
+    for backend in ("torch", "compile"):
+        opts = dict(batch_size=8, progress=False) if backend == "compile" else {}
+        enc = make_image_encoder(tiny_tower()[0], backend, device=cuda, precision="fp8", **opts)
+        assert enc.precision == "fp8" and enc.input_dtype == torch.bfloat16
+        out = enc(x.to(cuda, torch.bfloat16)).float()
+        cos = torch.nn.functional.cosine_similarity(out, ref, dim=1)
+        assert cos.min().item() >= 0.99, (backend, cos)

@@ -1,0 +1,53 @@
+"""Getting an open_clip image tower ready for a backend: device, dtype, attention path, FP8.
+
+The tower is changed in place (the encoders own it from then on, as they always have: a reward
+model embeds its prompts with the text tower before it builds the encoder).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from vlmrm_fast.encoders.attention import fuse_attention
+from vlmrm_fast.encoders.fp8 import convert_linears_to_fp8, count_fp8_linears
+from vlmrm_fast.encoders.precision import Precision
+
+#: "fused": one QKV linear layer + scaled_dot_product_attention (encoders/attention.py);
+#: "open_clip": the model's own nn.MultiheadAttention.
+ATTENTION_PATHS = ("fused", "open_clip")
+
+
+def prepare_image_tower(
+    visual: nn.Module,
+    *,
+    device: torch.device,
+    precision: Precision,
+    attention: str = "open_clip",
+    emulate_fp8: bool = False,
+) -> nn.Module:
+    """``visual`` on ``device`` in ``precision``, in eval mode without gradients.
+
+    FP8 needs the fused attention (so that the QKV projection is a linear layer it converts) and
+    sets it whatever ``attention`` says. ``emulate_fp8`` allows FP8 on the CPU (numerics only).
+    """
+    if attention not in ATTENTION_PATHS:
+        raise ValueError(f"attention={attention!r} is unknown; use one of {ATTENTION_PATHS}")
+    if count_fp8_linears(visual):
+        # An earlier encoder converted this tower; weights are FP8 now and cannot be cast back.
+        if not precision.fp8:
+            raise ValueError(
+                f"this image tower was converted to FP8 by an earlier encoder and cannot run in {precision.name}; "
+                "load the model again for another precision"
+            )
+        return visual.to(device=device)
+    visual = visual.to(device=device, dtype=precision.dtype).eval().requires_grad_(False)
+    if attention == "fused" or precision.fp8:
+        fuse_attention(visual)
+    if precision.fp8:
+        if convert_linears_to_fp8(visual, emulate=emulate_fp8) == 0:
+            raise ValueError(
+                f"precision='fp8': the {type(visual).__name__} image tower has no transformer linear layers that FP8 can "
+                "run (a ViT's, with dimensions divisible by 16); use precision='bf16'"
+            )
+    return visual
