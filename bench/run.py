@@ -186,6 +186,8 @@ def plot(results: list[dict[str, Any]], path: pathlib.Path) -> None:
     ax.set_xscale("log", base=2)
     if max(values) / min(values) > 20:
         ax.set_yscale("log")
+    else:
+        ax.set_ylim(0, max(values) * 1.08)  # from zero: a small gap should look small
     ax.set_xticks(sorted({r["num_envs"] for r in results}))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())

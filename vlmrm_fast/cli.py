@@ -18,14 +18,17 @@ import sys
 from typing import Callable, Sequence
 
 
-def expected_failure(exc: BaseException) -> bool:
+def expected_failure(exc: BaseException, *, setup: bool = False) -> bool:
     """Failures that come from the input or the machine, not from a bug: a command reports them
-    in one line and exits with 2 (``VLMRM_TRACEBACK=1`` shows the traceback instead)."""
+    in one line and exits with 2 (``VLMRM_TRACEBACK=1`` shows the traceback instead). ``setup``:
+    raised while a job gets ready (loading models, opening devices), where a RuntimeError is the
+    machine's answer (no EGL, no CUDA device) rather than a bug."""
     from vlmrm_fast.reward.clip_loading import WeightsUnavailableError
 
     if os.environ.get("VLMRM_TRACEBACK") == "1":
         return False
-    return isinstance(exc, (ValueError, TypeError, OSError, WeightsUnavailableError))
+    kinds = (ValueError, TypeError, OSError, WeightsUnavailableError) + ((RuntimeError,) if setup else ())
+    return isinstance(exc, kinds)
 
 
 def nvidia_driver_present() -> bool:

@@ -43,8 +43,8 @@ class StopRequest:
             message = f"\n{name}: stopping at the next rollout boundary to save a checkpoint\n"
         else:
             message = (
-                f"\n{name} again: the checkpoint is being saved and will finish first "
-                f"(kill -9 {os.getpid()} abandons it; the previous checkpoint stays whole)\n"
+                f"\n{name} again: already stopping; the checkpoint is saved first "
+                f"(kill -9 {os.getpid()} abandons it; the checkpoints on disk stay whole)\n"
             )
         # os.write, not print: the handler may run while the main thread is inside a print to stderr.
         os.write(2, message.encode())

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import signal
 import sys
+import threading
 from typing import Any
 
 import gymnasium
@@ -108,11 +110,13 @@ class _TensorBoard(TensorBoardOutputFormat):
         self._is_closed = False
 
 
-def _logger(cfg: TrainConfig, run_dir: pathlib.Path, start_steps: int, resumed: bool) -> Logger:
+def _logger(cfg: TrainConfig, run_dir: pathlib.Path, start_steps: int) -> Logger:
     if not cfg.logging.tensorboard:
         return Logger(None, [])
     folder = run_dir / "tensorboard" / f"{cfg.rl.algorithm}_1"
-    return Logger(str(folder), [_TensorBoard(str(folder), start_steps if resumed else None)])
+    # Logs of an earlier process of this run past the resume step describe work the resume discards.
+    purge_step = start_steps + 1 if folder.exists() else None
+    return Logger(str(folder), [_TensorBoard(str(folder), purge_step)])
 
 
 def _write_pending_logs(model: BaseAlgorithm) -> None:
@@ -172,78 +176,88 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, al
     venv = make_env(cfg)
     monitored = VecMonitor(venv)
     try:
-        stats = EpisodeStats(venv.num_envs)
-        loaded = _resume_model(cfg, candidates, monitored) if candidates else None
-        if loaded is not None:
-            model, checkpoint = loaded
-            _prepare_resumed(model, cfg)
-            stats.restore(checkpoint.manifest.get("episode_stats"))
-            buffer_note = "" if not off_policy else " with its replay buffer" if checkpoint.replay_buffer else " with an EMPTY replay buffer (--allow-empty-replay-buffer)"
-            print(f"resuming from {checkpoint.name} at {model.num_timesteps} steps{buffer_note}", file=sys.stderr)
-        else:
-            if resume:
-                why = "every checkpoint failed to load" if candidates else f"no complete checkpoint in {folder.checkpoint_dir}"
-                print(f"--resume: {why}; starting from scratch", file=sys.stderr)
-            model = build_model(cfg, monitored)
+        model, stats, resumed = _setup_model(cfg, monitored, candidates, off_policy, resume)
         if replaced:
             folder.clear()
             print(f"--overwrite: deleted the previous run's {', '.join(replaced)} in {folder.path}", file=sys.stderr)
-        return _run(cfg, model, venv, stats, folder, identity, resumed=loaded is not None)
-    finally:
+    except BaseException:
         monitored.close()
-
-
-def _run(cfg: TrainConfig, model: BaseAlgorithm, venv, stats: EpisodeStats, folder: RunFolder, identity: dict, *, resumed: bool) -> int:
-    run_dir = folder.path
+        raise
     stop = StopRequest()
-    with stop.installed():
-        run_dir.mkdir(parents=True, exist_ok=True)
-        checkpoints.write_text_atomically(run_dir / CONFIG_FILE, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-        start_steps = int(model.num_timesteps)
-        model.set_logger(_logger(cfg, run_dir, start_steps, resumed))
-        extra = {"identity": identity, "config_hash": identity_hash(identity)}
-
-        def save(tag: str, reason: str) -> checkpoints.Checkpoint:
-            return checkpoints.save_checkpoint(model, folder.checkpoint_dir, tag=tag, reason=reason, extra={**extra, "episode_stats": stats.state()})
-
-        episode_batch = cfg.reward.episode_batch
-        rewards = EpisodeBatchRewards(stats, _score_frames(venv.reward_model)) if episode_batch else RewardLogger(stats)
-        periodic = RolloutCheckpoints(lambda tag: save(tag, "periodic"), cfg.logging.checkpoint_every)
-        progress = TrainingProgress(cfg.rl.total_timesteps)
-        callbacks = [rewards] + ([EpisodeBatchLogs(stats)] if episode_batch else []) + [periodic, progress]
-        if cfg.logging.video_every:
-            callbacks.append(PolicyVideo(_video_env_factory(venv), venv.reward_model, run_dir / "videos", cfg.logging.video_every, cfg.logging.video_episodes))
-        control = TrainingControl(callbacks, stop, on_policy=not isinstance(model, OffPolicyAlgorithm))
-
-        remaining = cfg.rl.total_timesteps - start_steps
+    with stop.installed():  # until the envs are closed: a second signal never cuts the wind-down short
         try:
-            if remaining > 0:
-                learn_kwargs = {"log_interval": None} if episode_batch else {}
-                model.learn(total_timesteps=remaining, callback=control, reset_num_timesteps=not resumed, **learn_kwargs)
-        except BaseException as exc:
-            # The state mid-step may be inconsistent: no checkpoint of it; the ones on disk are whole.
-            progress.close()
-            newest = checkpoints.scan(folder.checkpoint_dir).newest()
-            where = f"the newest checkpoint is {newest.name} ({newest.steps} steps)" if newest else "no checkpoint was saved yet"
-            exc.add_note(f"training stopped at {model.num_timesteps} steps with this error; {where}. Fix the cause, then continue with --resume.")
-            exc.during_training = True  # type: ignore[attr-defined]  (for the CLI: a crash, not a refusal)
-            raise
-        if control.stopped:
-            model.num_timesteps = control.resume_steps
-        progress.close(model.num_timesteps)
-        _write_pending_logs(model)
-        checkpoint = checkpoints.scan(folder.checkpoint_dir).newest()
-        if checkpoint is None or checkpoint.steps != model.num_timesteps:
-            checkpoint = save("interrupted_", f"stopped by {stop.name}") if control.stopped else save("", "final")
-        if remaining <= 0:
-            print(f"nothing to train: the run is at {model.num_timesteps} of {cfg.rl.total_timesteps} steps", file=sys.stderr)
-        if control.stopped:
-            print(f"{stop.name}: saved {checkpoint.model} at {model.num_timesteps} steps; continue with --resume", file=sys.stderr)
-            return stop.exit_code
-        checkpoints.write_atomically(run_dir / FINAL_MODEL, model.save)
-        note = f" ({stop.name} came after the last step)" if stop.requested else ""
-        print(f"done: {model.num_timesteps} steps{note}; model, logs and videos in {run_dir}")
-        return EXIT_DONE
+            return _run(cfg, model, venv, stats, folder, identity, stop, resumed=resumed)
+        finally:
+            monitored.close()
+
+
+def _setup_model(cfg: TrainConfig, env, candidates: list[checkpoints.Checkpoint], off_policy: bool, resume: bool) -> tuple[BaseAlgorithm, EpisodeStats, bool]:
+    stats = EpisodeStats(env.num_envs)
+    loaded = _resume_model(cfg, candidates, env) if candidates else None
+    if loaded is None:
+        if resume:
+            why = "every checkpoint failed to load" if candidates else "no complete checkpoint in the run folder"
+            print(f"--resume: {why}; starting from scratch", file=sys.stderr)
+        return build_model(cfg, env), stats, False
+    model, checkpoint = loaded
+    _prepare_resumed(model, cfg)
+    stats.restore(checkpoint.manifest.get("episode_stats"))
+    buffer_note = ""
+    if off_policy:
+        buffer_note = " with its replay buffer" if checkpoint.replay_buffer else " with an EMPTY replay buffer (--allow-empty-replay-buffer)"
+    print(f"resuming from {checkpoint.name} at {model.num_timesteps} steps{buffer_note}", file=sys.stderr)
+    return model, stats, True
+
+
+def _run(cfg: TrainConfig, model: BaseAlgorithm, venv, stats: EpisodeStats, folder: RunFolder, identity: dict, stop: StopRequest, *, resumed: bool) -> int:
+    run_dir = folder.path
+    run_dir.mkdir(parents=True, exist_ok=True)
+    checkpoints.write_text_atomically(run_dir / CONFIG_FILE, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    start_steps = int(model.num_timesteps)
+    model.set_logger(_logger(cfg, run_dir, start_steps))
+    extra = {"identity": identity, "config_hash": identity_hash(identity)}
+
+    def save(tag: str, reason: str) -> checkpoints.Checkpoint:
+        return checkpoints.save_checkpoint(model, folder.checkpoint_dir, tag=tag, reason=reason, extra={**extra, "episode_stats": stats.state()})
+
+    episode_batch = cfg.reward.episode_batch
+    rewards = EpisodeBatchRewards(stats, _score_frames(venv.reward_model)) if episode_batch else RewardLogger(stats)
+    periodic = RolloutCheckpoints(lambda tag: save(tag, "periodic"), cfg.logging.checkpoint_every)
+    progress = TrainingProgress(cfg.rl.total_timesteps)
+    callbacks = [rewards] + ([EpisodeBatchLogs(stats)] if episode_batch else []) + [periodic, progress]
+    if cfg.logging.video_every:
+        callbacks.append(PolicyVideo(_video_env_factory(venv), venv.reward_model, run_dir / "videos", cfg.logging.video_every, cfg.logging.video_episodes))
+    control = TrainingControl(callbacks, stop, on_policy=not isinstance(model, OffPolicyAlgorithm))
+
+    remaining = cfg.rl.total_timesteps - start_steps
+    try:
+        if remaining > 0:
+            learn_kwargs = {"log_interval": None} if episode_batch else {}
+            model.learn(total_timesteps=remaining, callback=control, reset_num_timesteps=not resumed, **learn_kwargs)
+    except BaseException as exc:
+        # The state mid-step may be inconsistent: no checkpoint of it; the ones on disk are whole.
+        progress.close()
+        newest = checkpoints.scan(folder.checkpoint_dir).newest()
+        where = f"the newest checkpoint is {newest.name} ({newest.steps} steps)" if newest else "no checkpoint was saved yet"
+        exc.add_note(f"training stopped at {model.num_timesteps} steps with this error; {where}. Fix the cause, then continue with --resume.")
+        exc.during_training = True  # type: ignore[attr-defined]  (for the CLI: a crash, not a refusal)
+        raise
+    if control.stopped:
+        model.num_timesteps = control.resume_steps
+    progress.close(model.num_timesteps)
+    _write_pending_logs(model)
+    checkpoint = checkpoints.scan(folder.checkpoint_dir).newest()
+    if checkpoint is None or checkpoint.steps != model.num_timesteps:
+        checkpoint = save("interrupted_", f"stopped by {stop.name}") if control.stopped else save("", "final")
+    if remaining <= 0:
+        print(f"nothing to train: the run is at {model.num_timesteps} of {cfg.rl.total_timesteps} steps", file=sys.stderr)
+    if control.stopped:
+        print(f"{stop.name}: saved {checkpoint.model} at {model.num_timesteps} steps; continue with --resume", file=sys.stderr)
+        return stop.exit_code
+    checkpoints.write_atomically(run_dir / FINAL_MODEL, model.save)
+    note = f" ({stop.name} came after the last step)" if stop.requested else ""
+    print(f"done: {model.num_timesteps} steps{note}; model, logs and videos in {run_dir}")
+    return EXIT_DONE
 
 
 def _video_env_factory(venv) -> Any:
@@ -288,7 +302,13 @@ def _main(args: argparse.Namespace) -> int:
         print(f"config error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     try:
-        return train(cfg, resume=args.resume, overwrite=args.overwrite, allow_empty_replay_buffer=args.allow_empty_replay_buffer)
+        code = train(cfg, resume=args.resume, overwrite=args.overwrite, allow_empty_replay_buffer=args.allow_empty_replay_buffer)
+        if code in (128 + signal.SIGINT, 128 + signal.SIGTERM) and threading.current_thread() is threading.main_thread():
+            # Stopped by a signal, checkpoint saved, the process exits now: a late repeat of the signal must not
+            # turn that clean exit into a kill.
+            for s in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(s, signal.SIG_IGN)
+        return code
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
@@ -301,7 +321,7 @@ def _main(args: argparse.Namespace) -> int:
         print("\ninterrupted before training started; nothing was written", file=sys.stderr)
         return 130
     except Exception as exc:
-        if getattr(exc, "during_training", False) or not expected_failure(exc):
+        if getattr(exc, "during_training", False) or not expected_failure(exc, setup=True):
             raise
         print(f"vlmrm-fast train: error: {exc}", file=sys.stderr)
         return EXIT_REFUSED

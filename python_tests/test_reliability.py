@@ -1,0 +1,411 @@
+"""Training that survives kills and signals, resumes exactly, and logs what happened when it happened.
+
+The fault-injection test kills a short run (tiny CLIP, tiny networks) with SIGKILL at
+chosen and at random moments, several of them while checkpoint files are being
+written, and resumes after each kill; the other tests run in this process.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import yaml
+from stable_baselines3 import PPO, SAC
+from stable_baselines3.common.callbacks import BaseCallback
+
+from vlmrm_fast.cli import main as cli_main
+from vlmrm_fast.training import callbacks as training_callbacks
+from vlmrm_fast.training import checkpoints
+from vlmrm_fast.training.config import load_config
+from vlmrm_fast.training.train import train
+
+CHILD = pathlib.Path(__file__).with_name("training_child.py")
+
+# Small enough to run in seconds on a 2-core CPU: 2 envs, 32 px frames, 32-unit networks.
+BASE = {
+    "task": "humanoid-kneeling",
+    "seed": 3,
+    "reward": {"model": "vlmrm-tiny", "alpha": 0.5, "device": "cpu"},
+    "env": {"n_envs": 2, "episode_length": 10, "render_size": 32},
+    "rl": {
+        "algorithm": "SAC",
+        "total_timesteps": 120,
+        "device": "cpu",
+        "kwargs": {"learning_starts": 20, "batch_size": 16, "buffer_size": 1000, "policy_kwargs": {"net_arch": [32, 32]}},
+    },
+    "logging": {"checkpoint_every": 40, "video_every": 0},
+}
+
+
+def _config(tmp_path: pathlib.Path, name: str = "run", **patch) -> pathlib.Path:
+    cfg = copy.deepcopy(BASE)
+    for section, values in patch.items():
+        if isinstance(values, dict):
+            cfg[section].update(values)
+        else:
+            cfg[section] = values
+    cfg["output_dir"] = str(tmp_path / name)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _complete_steps(run: pathlib.Path) -> list[int]:
+    return [c.steps for c in checkpoints.scan(run / "checkpoints").complete]
+
+
+def _scalars(run: pathlib.Path, tag: str) -> list[tuple[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    folder = next((run / "tensorboard").iterdir())
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    events.Reload()
+    return [(e.step, e.value) for e in events.Scalars(tag)] if tag in events.Tags()["scalars"] else []
+
+
+# --------------------------------------------------------------------- kill -9
+def _child(config: pathlib.Path, progress: pathlib.Path, *args: str, kill: str | None = None) -> subprocess.Popen:
+    import vlmrm_fast
+
+    package_root = str(pathlib.Path(vlmrm_fast.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
+    env["VLMRM_TEST_PROGRESS"] = str(progress)
+    env.pop("VLMRM_TEST_KILL", None)
+    if kill:
+        env["VLMRM_TEST_KILL"] = kill
+    return subprocess.Popen(
+        [sys.executable, "-P", str(CHILD), "train", str(config), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+
+
+def _last_progress(progress: pathlib.Path) -> int:
+    lines = progress.read_text().split() if progress.exists() else []
+    return int(lines[-1]) if lines else 0
+
+
+def _wait_for_step(child: subprocess.Popen, progress: pathlib.Path, step: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while _last_progress(progress) < step:
+        assert child.poll() is None, f"the run ended before step {step}: {child.communicate()}"
+        assert time.monotonic() < deadline, f"step {step} not reached in {timeout} s"
+        time.sleep(0.005)
+
+
+def _resumed_from(stderr: str) -> int:
+    line = next(line for line in stderr.splitlines() if line.startswith("resuming from"))
+    return int(line.split(" at ")[1].split()[0])
+
+
+def test_kill_minus_9_at_any_moment_then_resume(tmp_path):
+    """Kills landing inside checkpoint writes (chosen) and at random moments (seeded); every
+    resume starts from the newest complete checkpoint, losing at most one checkpoint interval."""
+    config = _config(tmp_path, rl={"total_timesteps": 200})
+    run = tmp_path / "run"
+    progress = tmp_path / "progress.txt"
+    interval = BASE["logging"]["checkpoint_every"]
+    rng = random.Random(16)
+
+    def killed_run(*args: str, kill: str | None = None, at_step: int | None = None) -> tuple[str, int]:
+        child = _child(config, progress, *args, kill=kill)
+        if at_step is not None:
+            _wait_for_step(child, progress, at_step)
+            child.send_signal(signal.SIGKILL)
+        _, err = child.communicate(timeout=300)
+        assert child.returncode == -signal.SIGKILL, err
+        return err, _last_progress(progress)
+
+    def resume(previous_step: int, **how) -> tuple[str, int]:
+        err, reached = killed_run("--resume", **how)
+        start = _resumed_from(err)
+        assert previous_step - interval <= start <= previous_step, err  # lost at most one interval
+        return err, reached
+
+    # 1. killed while writing the model of the second checkpoint (80 steps): a half temporary file
+    _, reached = killed_run(kill="model-mid-write:2")
+    assert _complete_steps(run) == [40] and (run / "checkpoints" / ".model_80_steps.zip.tmp").exists()
+    # 2. resumes from 40 (removing the half file); killed with the model of 120 in place, its buffer not
+    err, reached = resume(reached, kill="buffer-before-rename:2")
+    assert _resumed_from(err) == 40 and ".model_80_steps.zip.tmp" in err
+    assert (run / "checkpoints" / "model_120_steps.zip").exists() and 120 not in _complete_steps(run)
+    # 3. the model without its buffer is skipped: resumes from 80; killed before the manifest of 120
+    err, reached = resume(reached, kill="manifest-before-rename:1")
+    assert _resumed_from(err) == 80 and "model_120_steps.zip" in err
+    # 4. two kills at random moments, wherever they land (inside a checkpoint write or not)
+    for _ in range(2):
+        start = _complete_steps(run)[-1]
+        child_err, reached = resume(reached, at_step=rng.randrange(start + 10, 190, 2))
+    # 5. the last run finishes: exactly the steps asked for, a model that loads, logs without repeats
+    child = _child(config, progress, "--resume")
+    _, err = child.communicate(timeout=300)
+    assert child.returncode == 0, err
+    assert reached - interval <= _resumed_from(err) <= reached
+    assert SAC.load(run / "final_model.zip").num_timesteps == 200
+    assert not checkpoints.scan(run / "checkpoints").incomplete
+    steps = [s for s, _ in _scalars(run, "rollout/ep_vlm_reward_mean")]
+    assert steps and steps == sorted(set(steps)), f"TensorBoard shows steps twice after the resumes: {steps}"
+
+
+def test_sigterm_then_a_second_one_during_the_save(tmp_path):
+    """SIGTERM (a preempted job): a checkpoint, exit code 143; a second SIGTERM 50 ms later does not cut the save."""
+    config = _config(tmp_path, rl={"total_timesteps": 2000})
+    progress = tmp_path / "progress.txt"
+    child = _child(config, progress)
+    _wait_for_step(child, progress, 30)
+    child.send_signal(signal.SIGTERM)
+    time.sleep(0.05)
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 143, err
+    assert "SIGTERM again" in err
+    scan = checkpoints.scan(tmp_path / "run" / "checkpoints")
+    assert not scan.incomplete
+    newest = scan.newest()
+    assert newest.name.startswith("model_interrupted_") and newest.reason == "stopped by SIGTERM"
+    assert newest.steps >= 30
+    model = SAC.load(newest.model)
+    model.load_replay_buffer(newest.replay_buffer)
+    assert model.num_timesteps == newest.steps and model.replay_buffer.pos == newest.steps // 2
+
+
+# ------------------------------------------------------------- signals in process
+class _SignalAt(BaseCallback):
+    """Sends this process ``signum`` once the run reaches ``step``."""
+
+    def __init__(self, step: int, signum: int):
+        super().__init__()
+        self.step, self.signum, self.sent = step, signum, False
+
+    def _on_step(self) -> bool:
+        if not self.sent and self.num_timesteps >= self.step:
+            self.sent = True
+            os.kill(os.getpid(), self.signum)
+        return True
+
+
+def _add_callbacks(monkeypatch, *extra: BaseCallback) -> None:
+    original = training_callbacks.TrainingControl.__init__
+
+    def init(self, callbacks, stop, *, on_policy):
+        original(self, list(extra) + list(callbacks), stop, on_policy=on_policy)
+
+    monkeypatch.setattr(training_callbacks.TrainingControl, "__init__", init)
+
+
+def test_two_sigints_in_quick_succession_save_one_whole_checkpoint(tmp_path, monkeypatch, capfd):
+    cfg = load_config(_config(tmp_path, rl={"total_timesteps": 400}))
+    _add_callbacks(monkeypatch, _SignalAt(30, signal.SIGINT))
+    original = checkpoints.write_atomically
+
+    def write_atomically(path, write):
+        def interrupted_write(f):  # the second Ctrl-C lands while the model file is being written
+            if path.name.startswith("model_interrupted_") and path.suffix == ".zip":
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+            write(f)
+
+        return original(path, interrupted_write)
+
+    monkeypatch.setattr(checkpoints, "write_atomically", write_atomically)
+    assert train(cfg) == 130
+    assert "SIGINT again" in capfd.readouterr().err
+    scan = checkpoints.scan(cfg.run_dir / "checkpoints")
+    assert not scan.incomplete and scan.newest().name.startswith("model_interrupted_")
+    assert SAC.load(scan.newest().model).num_timesteps == scan.newest().steps
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+
+
+class _ProgressRecord:
+    def __init__(self, monkeypatch):
+        self.closed: list[tuple[int, int]] = []
+        original = training_callbacks.TrainingProgress.close
+
+        def close(progress, steps=None):
+            if progress.bar is not None:
+                self.closed.append((int(steps if steps is not None else progress.bar.n), int(progress.bar.total)))
+            original(progress, steps)
+
+        monkeypatch.setattr(training_callbacks.TrainingProgress, "close", close)
+
+
+def test_resume_continues_exactly(tmp_path, monkeypatch):
+    """Stopped by SIGTERM mid-run and resumed: the exact step count, the same gradient steps as an
+    uninterrupted run, no checkpoint or video at the resume step, a progress bar that counts right."""
+    patch = {
+        "rl": {"total_timesteps": 120, "kwargs": {**BASE["rl"]["kwargs"], "train_freq": 3}},  # rollouts of 6 env steps
+        "logging": {"checkpoint_every": 36, "video_every": 48, "video_episodes": 1},
+    }
+    cfg = load_config(_config(tmp_path, **patch))
+    bars = _ProgressRecord(monkeypatch)
+    with monkeypatch.context() as m:
+        _add_callbacks(m, _SignalAt(50, signal.SIGTERM))
+        assert train(cfg) == 143
+    run = cfg.run_dir
+    assert _complete_steps(run) == [36, 54]  # stopped at the first rollout start after the signal
+    assert bars.closed[-1] == (54, 120)
+    assert train(cfg, resume=True) == 0
+    assert bars.closed[-1] == (120, 120)
+    final = SAC.load(run / "final_model.zip")
+    assert final.num_timesteps == 120
+    # SAC trains after every rollout that ends past learning_starts (20): rollouts end at 6, 12, ..., 120
+    assert final._n_updates == sum(1 for end in range(6, 121, 6) if end > 20)
+    names = sorted(p.name for p in (run / "checkpoints").glob("*.zip"))
+    assert names == ["model_108_steps.zip", "model_120_steps.zip", "model_36_steps.zip", "model_72_steps.zip", "model_interrupted_54_steps.zip"]
+    assert sorted(p.name for p in (run / "videos").glob("*.mp4")) == ["policy_000000048_steps.mp4", "policy_000000096_steps.mp4"]
+    steps = [s for s, _ in _scalars(run, "rollout/ep_vlm_reward_mean")]
+    assert steps == sorted(set(steps)) and steps[-1] == 120
+
+
+# ------------------------------------------------------------------- run folders
+def test_a_used_run_folder_is_refused_then_overwritten_on_request(tmp_path, capsys):
+    config = _config(tmp_path)
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("task: cartpole\n")
+    (run / "final_model.zip").write_bytes(b"old")
+    assert cli_main(["train", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a run (config.yaml, final_model.zip)" in err and "--resume" in err and "--overwrite" in err
+    assert (run / "final_model.zip").read_bytes() == b"old"
+    assert cli_main(["train", str(config), "--overwrite", "--total-timesteps", "20"]) == 0
+    assert "deleted the previous run's config.yaml, final_model.zip" in capsys.readouterr().err
+    assert SAC.load(run / "final_model.zip").num_timesteps == 20
+
+
+def _fake_checkpoint(run: pathlib.Path, steps: int, identity: dict, *, buffer: bool) -> None:
+    folder = run / "checkpoints"
+    folder.mkdir(parents=True, exist_ok=True)
+    model, replay, manifest = checkpoints.checkpoint_paths(folder, steps)
+    model.write_bytes(b"zip")
+    files = {"model": {"name": model.name, "bytes": 3}, "replay_buffer": {"name": replay.name, "bytes": 3}}
+    if buffer:
+        replay.write_bytes(b"pkl")
+    manifest.write_text(json.dumps({"format": 1, "steps": steps, "files": files, "identity": identity}))
+
+
+def test_resume_refuses_another_configs_checkpoint_and_a_missing_replay_buffer(tmp_path, capsys):
+    from vlmrm_fast.training.config import resolved, run_identity
+    from vlmrm_fast.training.run_folder import plain
+
+    config = _config(tmp_path)
+    identity = plain(run_identity(resolved(load_config(config))))
+    other = copy.deepcopy(identity)
+    other["reward"]["alpha"] = 0.25
+    run = tmp_path / "run"
+    _fake_checkpoint(run, 40, other, buffer=True)
+    assert cli_main(["train", str(config), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "belongs to a run with another config (reward.alpha: 0.25 then, 0.5 now)" in err
+    assert len(err.strip().splitlines()) == 1
+    _fake_checkpoint(run, 80, identity, buffer=False)
+    assert cli_main(["train", str(config), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "model_replay_buffer_80_steps.pkl is missing" in err and "--allow-empty-replay-buffer" in err
+    assert not (run / "config.yaml").exists()  # nothing written by a refused start
+
+
+def test_atomic_writes_leave_whole_files_or_recognized_temporaries(tmp_path, monkeypatch):
+    target = tmp_path / "model_40_steps.zip"
+    target.write_bytes(b"old")
+
+    def boom(temporary, path):
+        raise KeyboardInterrupt  # interrupted between the write and the rename
+
+    monkeypatch.setattr(checkpoints, "_publish", boom)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoints.write_atomically(target, lambda f: f.write(b"new"))
+    assert target.read_bytes() == b"old" and not checkpoints.temporary_path(target).exists()
+    # a temporary that a kill left behind is recognized, as are files no manifest vouches for
+    checkpoints.temporary_path(target).write_bytes(b"ne")
+    scan = checkpoints.scan(tmp_path)
+    assert scan.complete == [] and {p.name for p in scan.incomplete} == {".model_40_steps.zip.tmp", "model_40_steps.zip"}
+
+
+# ------------------------------------------------------------------ logged rewards
+class _Recorder(BaseCallback):
+    """Per step: the step count, the rewards the algorithm got, the env's own rewards, the dones."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def _on_step(self) -> bool:
+        infos = self.locals["infos"]
+        self.rows.append((
+            self.num_timesteps,
+            np.array(self.locals["rewards"], np.float64),
+            np.array([info["gt_reward"] for info in infos], np.float64),
+            np.array(self.locals["dones"], bool),
+        ))
+        return True
+
+
+def _episode_returns(steps: list[int], rewards: np.ndarray, dones: np.ndarray) -> list[tuple[int, float]]:
+    """(end step, return) of every finished episode, in the order they finished."""
+    total = np.zeros(rewards.shape[1])
+    out = []
+    for step, r, d in zip(steps, rewards, dones):
+        total += r
+        for env in np.flatnonzero(d):
+            out.append((step, float(total[env])))
+            total[env] = 0.0
+    return out
+
+
+def _expected_mean(returns: list[tuple[int, float]], step: int, window: int = 100) -> float:
+    finished = [r for end, r in returns if end <= step][-window:]
+    return float(np.mean(finished))
+
+
+@pytest.mark.parametrize(
+    "algorithm, episode_batch, kwargs",
+    [
+        ("SAC", False, {"learning_starts": 20, "batch_size": 16, "buffer_size": 1000, "policy_kwargs": {"net_arch": [32]}}),
+        ("SAC", True, {"learning_starts": 20, "batch_size": 16, "buffer_size": 1000, "train_freq": 4, "policy_kwargs": {"net_arch": [32]}}),
+        ("PPO", False, {"n_steps": 16, "batch_size": 16, "n_epochs": 1, "policy_kwargs": {"net_arch": [32]}}),
+    ],
+    ids=["SAC", "SAC-episode-batch", "PPO"],
+)
+def test_logged_episode_rewards_equal_hand_computed_returns_at_their_steps(tmp_path, monkeypatch, algorithm, episode_batch, kwargs):
+    # 3 envs, episodes of 8 steps: episodes end in threes, so SB3's every-4th-episode logging leaves a final interval
+    cfg = load_config(_config(
+        tmp_path,
+        reward={"episode_batch": episode_batch},
+        env={"n_envs": 3, "episode_length": 8, "render_size": 32},
+        rl={"algorithm": algorithm, "total_timesteps": 96 if algorithm == "PPO" else 90, "kwargs": kwargs},
+        logging={"checkpoint_every": 1000, "video_every": 0},
+    ))
+    recorder = _Recorder()
+    _add_callbacks(monkeypatch, recorder)
+    assert train(cfg) == 0
+    steps = [row[0] for row in recorder.rows]
+    vlm = np.stack([row[1] for row in recorder.rows])
+    gt = np.stack([row[2] for row in recorder.rows])
+    dones = np.stack([row[3] for row in recorder.rows])
+    if episode_batch:  # the env returned zeros while collecting; the replay buffer holds the scored rewards
+        newest = checkpoints.scan(cfg.run_dir / "checkpoints").newest()
+        model = SAC.load(newest.model)
+        model.load_replay_buffer(newest.replay_buffer)
+        vlm = model.replay_buffer.rewards[: len(steps)].astype(np.float64)
+        assert np.all(vlm != 0.0)
+    for tag, rewards in (("rollout/ep_vlm_reward_mean", vlm), ("rollout/ep_gt_reward_mean", gt)):
+        returns = _episode_returns(steps, rewards, dones)
+        logged = _scalars(cfg.run_dir, tag)
+        assert logged, tag
+        for step, value in logged:
+            assert value == pytest.approx(_expected_mean(returns, step), rel=1e-5, abs=1e-5), (tag, step)
+        assert logged[-1][0] >= returns[-1][0], f"{tag}: the final interval is not logged"
+    if episode_batch:  # SB3's own episode reward, from the zeros the env returned, is set to the VLM returns
+        returns = _episode_returns(steps, vlm, dones)
+        for step, value in _scalars(cfg.run_dir, "rollout/ep_rew_mean"):
+            assert value == pytest.approx(_expected_mean(returns, step), rel=1e-5, abs=1e-5)
