@@ -80,7 +80,9 @@ def _child(config: pathlib.Path, progress: pathlib.Path, *args: str, kill: str |
     package_root = str(pathlib.Path(vlmrm_fast.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
     env["VLMRM_TEST_PROGRESS"] = str(progress)
+    env["OMP_NUM_THREADS"] = "1"  # a tiny model gains nothing from threads, and loses much to a busy machine
     env.pop("VLMRM_TEST_KILL", None)
+    progress.unlink(missing_ok=True)  # this child's steps only
     if kill:
         env["VLMRM_TEST_KILL"] = kill
     return subprocess.Popen(
@@ -107,78 +109,70 @@ def _resumed_from(stderr: str) -> int:
     return int(line.split(" at ")[1].split()[0])
 
 
-def test_kill_minus_9_at_any_moment_then_resume(tmp_path):
-    """Kills landing inside checkpoint writes (chosen) and at random moments (seeded); every
-    resume starts from the newest complete checkpoint, losing at most one checkpoint interval."""
+def test_kill_minus_9_at_any_moment_then_sigterm_then_resume(tmp_path):
+    """Kills landing inside checkpoint writes (chosen) and at a random moment (seeded), then a
+    preemption (SIGTERM, and another 50 ms later); every resume starts from the newest complete
+    checkpoint, losing at most one checkpoint interval, and the last run finishes exactly."""
     config = _config(tmp_path, rl={"total_timesteps": 200})
     run = tmp_path / "run"
     progress = tmp_path / "progress.txt"
     interval = BASE["logging"]["checkpoint_every"]
     rng = random.Random(16)
 
-    def killed_run(*args: str, kill: str | None = None, at_step: int | None = None) -> tuple[str, int]:
-        child = _child(config, progress, *args, kill=kill)
+    def resume(previous_step: int, *, kill: str | None = None, at_step: int | None = None, signum: int = signal.SIGKILL) -> tuple[str, int]:
+        child = _child(config, progress, *(["--resume"] if previous_step else []), kill=kill)
         if at_step is not None:
             _wait_for_step(child, progress, at_step)
-            child.send_signal(signal.SIGKILL)
+            child.send_signal(signum)
+            if signum == signal.SIGTERM:
+                time.sleep(0.05)
+                child.send_signal(signum)
         _, err = child.communicate(timeout=300)
-        assert child.returncode == -signal.SIGKILL, err
-        return err, _last_progress(progress)
+        assert child.returncode == (143 if signum == signal.SIGTERM else -signal.SIGKILL), err
+        start = 0
+        if previous_step:
+            start = _resumed_from(err)
+            assert previous_step - interval <= start <= previous_step, err  # lost at most one interval
+        return err, max(start, _last_progress(progress))
 
-    def resume(previous_step: int, **how) -> tuple[str, int]:
-        err, reached = killed_run("--resume", **how)
-        start = _resumed_from(err)
-        assert previous_step - interval <= start <= previous_step, err  # lost at most one interval
-        return err, reached
-
-    # 1. killed while writing the model of the second checkpoint (80 steps): a half temporary file
-    _, reached = killed_run(kill="model-mid-write:2")
+    # 1. killed while writing the model of the second checkpoint (80 steps): a half-written temporary
+    _, reached = resume(0, kill="model-mid-write:2")
     assert _complete_steps(run) == [40] and (run / "checkpoints" / ".model_80_steps.zip.tmp").exists()
-    # 2. resumes from 40 (removing the half file); killed with the model of 120 in place, its buffer not
+    # 2. resumes from 40, removing the half file; killed with the model of 120 in place but not its buffer
     err, reached = resume(reached, kill="buffer-before-rename:2")
     assert _resumed_from(err) == 40 and ".model_80_steps.zip.tmp" in err
-    assert (run / "checkpoints" / "model_120_steps.zip").exists() and 120 not in _complete_steps(run)
-    # 3. the model without its buffer is skipped: resumes from 80; killed before the manifest of 120
-    err, reached = resume(reached, kill="manifest-before-rename:1")
+    assert (run / "checkpoints" / "model_120_steps.zip").exists() and _complete_steps(run) == [40, 80]
+    # 3. killed at a random moment, wherever it lands (inside a checkpoint write or not); the model of
+    #    120 without its buffer does not count: the resume is from 80 at most
+    err, reached = resume(reached, at_step=rng.randrange(90, 150, 2))
     assert _resumed_from(err) == 80 and "model_120_steps.zip" in err
-    # 4. two kills at random moments, wherever they land (inside a checkpoint write or not)
-    for _ in range(2):
-        start = _complete_steps(run)[-1]
-        child_err, reached = resume(reached, at_step=rng.randrange(start + 10, 190, 2))
-    # 5. the last run finishes: exactly the steps asked for, a model that loads, logs without repeats
+    # 4. preempted: SIGTERM saves a checkpoint and exits with 143; the second SIGTERM does not cut the save
+    err, reached = resume(reached, at_step=min(reached + 20, 180), signum=signal.SIGTERM)
+    assert "SIGTERM again" in err
+    newest = checkpoints.scan(run / "checkpoints").newest()
+    assert newest.name.startswith("model_interrupted_") and newest.reason == "stopped by SIGTERM"
+    # 5. the last run finishes: exactly the steps asked for, nothing incomplete left, logs without repeats
     child = _child(config, progress, "--resume")
     _, err = child.communicate(timeout=300)
     assert child.returncode == 0, err
-    assert reached - interval <= _resumed_from(err) <= reached
+    assert _resumed_from(err) == newest.steps
     assert SAC.load(run / "final_model.zip").num_timesteps == 200
     assert not checkpoints.scan(run / "checkpoints").incomplete
     steps = [s for s, _ in _scalars(run, "rollout/ep_vlm_reward_mean")]
     assert steps and steps == sorted(set(steps)), f"TensorBoard shows steps twice after the resumes: {steps}"
 
 
-def test_sigterm_then_a_second_one_during_the_save(tmp_path):
-    """SIGTERM (a preempted job): a checkpoint, exit code 143; a second SIGTERM 50 ms later does not cut the save."""
-    config = _config(tmp_path, rl={"total_timesteps": 2000})
-    progress = tmp_path / "progress.txt"
-    child = _child(config, progress)
-    _wait_for_step(child, progress, 30)
-    child.send_signal(signal.SIGTERM)
-    time.sleep(0.05)
-    child.send_signal(signal.SIGTERM)
-    _, err = child.communicate(timeout=120)
-    assert child.returncode == 143, err
-    assert "SIGTERM again" in err
-    scan = checkpoints.scan(tmp_path / "run" / "checkpoints")
-    assert not scan.incomplete
-    newest = scan.newest()
-    assert newest.name.startswith("model_interrupted_") and newest.reason == "stopped by SIGTERM"
-    assert newest.steps >= 30
-    model = SAC.load(newest.model)
-    model.load_replay_buffer(newest.replay_buffer)
-    assert model.num_timesteps == newest.steps and model.replay_buffer.pos == newest.steps // 2
-
-
 # ------------------------------------------------------------- signals in process
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 class _SignalAt(BaseCallback):
     """Sends this process ``signum`` once the run reaches ``step``."""
 
@@ -329,6 +323,37 @@ def test_atomic_writes_leave_whole_files_or_recognized_temporaries(tmp_path, mon
     checkpoints.temporary_path(target).write_bytes(b"ne")
     scan = checkpoints.scan(tmp_path)
     assert scan.complete == [] and {p.name for p in scan.incomplete} == {".model_40_steps.zip.tmp", "model_40_steps.zip"}
+
+
+def test_a_checkpoint_counts_only_once_its_manifest_is_written(tmp_path, monkeypatch):
+    class Model:  # what save_checkpoint asks of an SB3 model
+        num_timesteps = 80
+        replay_buffer = object()
+
+        def save(self, f):
+            f.write(b"model")
+
+        def save_replay_buffer(self, f):
+            f.write(b"buffer")
+
+    checkpoints.save_checkpoint(Model(), tmp_path, reason="periodic")
+    assert [c.steps for c in checkpoints.scan(tmp_path).complete] == [80]
+    original = checkpoints._publish
+
+    def killed_before_the_manifest(temporary, path):
+        if path.suffix == ".json":
+            raise SystemExit  # the process ends here; model and buffer of 120 are in place
+        original(temporary, path)
+
+    monkeypatch.setattr(checkpoints, "_publish", killed_before_the_manifest)
+    Model.num_timesteps = 120
+    with pytest.raises(SystemExit):
+        checkpoints.save_checkpoint(Model(), tmp_path, reason="periodic")
+    scan = checkpoints.scan(tmp_path)
+    assert [c.steps for c in scan.complete] == [80] and scan.complete[0].replay_buffer is not None
+    assert {p.name for p in scan.incomplete} == {"model_120_steps.zip", "model_replay_buffer_120_steps.pkl"}
+    assert scan.remove_incomplete() and sorted(p.name for p in tmp_path.iterdir()) == [
+        "model_80_steps.json", "model_80_steps.zip", "model_replay_buffer_80_steps.pkl"]
 
 
 # ------------------------------------------------------------------ logged rewards

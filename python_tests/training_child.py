@@ -8,7 +8,6 @@ Environment:
                                WHAT file in this process, WHAT one of
         model-mid-write        the model zip, half written (its temporary cut to half its size)
         buffer-before-rename   the replay buffer, whole but not yet renamed (model already in place)
-        manifest-before-rename the manifest, whole but not yet renamed (model and buffer in place)
 """
 
 from __future__ import annotations
@@ -41,7 +40,6 @@ def _install_kill(spec: str) -> None:
     kinds = {
         "model-mid-write": lambda name: name.endswith(".zip") and name.startswith("model_") and "final" not in name,
         "buffer-before-rename": lambda name: name.startswith("model_replay_buffer_"),
-        "manifest-before-rename": lambda name: name.endswith(".json"),
     }
     matches = kinds[what]
     original = checkpoints._publish

@@ -12,6 +12,7 @@ import imageio
 import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 
 class EpisodeStats:
@@ -73,7 +74,8 @@ class RewardLogger(BaseCallback):
         return True
 
     def _on_rollout_end(self) -> None:
-        self.stats.record(self.logger)
+        if not isinstance(self.model, OffPolicyAlgorithm):  # off-policy logs were recorded at the episode ends
+            self.stats.record(self.logger)
 
 
 class EpisodeBatchRewards(BaseCallback):
