@@ -434,3 +434,233 @@ def test_logged_episode_rewards_equal_hand_computed_returns_at_their_steps(tmp_p
         returns = _episode_returns(steps, vlm, dones)
         for step, value in _scalars(cfg.run_dir, "rollout/ep_rew_mean"):
             assert value == pytest.approx(_expected_mean(returns, step), rel=1e-5, abs=1e-5)
+
+
+# ------------------------------------------------------------------ thread safety
+def test_reward_models_loaded_in_four_threads_equal_a_lone_load():
+    import logging
+    import threading
+
+    import torch
+
+    from vlmrm_fast import load_reward_model
+
+    def load():
+        return load_reward_model("vlmrm-tiny", target_prompts="a humanoid robot kneeling", baseline_prompts="a humanoid robot",
+                                 alpha=0.5, device="cpu", seed=5)
+
+    root_level = logging.getLogger().level
+    torch.manual_seed(123)
+    expected_draws = torch.rand(8)
+    torch.manual_seed(123)
+    lone = load()
+    assert torch.equal(torch.rand(8), expected_draws), "loading consumed or reseeded the global torch generator"
+    frames = np.random.default_rng(0).integers(0, 256, (4, 48, 48, 3), dtype=np.uint8)
+    lone_rewards = lone(frames)
+
+    start = threading.Barrier(5)
+    loaded: list = [None] * 4
+
+    def worker(i: int) -> None:
+        start.wait()
+        loaded[i] = load()
+
+    def noise() -> None:  # another thread drawing from the global generator meanwhile
+        start.wait()
+        for _ in range(3000):
+            torch.randn(16)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)] + [threading.Thread(target=noise)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    reference = lone.clip.model.state_dict()
+    for model in loaded:
+        state = model.clip.model.state_dict()
+        assert len(state) == len(reference)
+        assert all(torch.equal(state[k], reference[k]) for k in reference)  # bit for bit
+        assert torch.equal(model(frames), lone_rewards)
+    assert logging.getLogger().level == root_level
+
+
+# ------------------------------------------------------------------------ messages
+def test_checkpoint_messages_name_the_real_cause(tmp_path):
+    from vlmrm_fast import load_reward_model
+
+    garbage = tmp_path / "weights.pt"
+    garbage.write_bytes(np.random.default_rng(0).bytes(4096))
+    with pytest.raises(ValueError) as info:
+        load_reward_model("vlmrm-tiny", target_prompts="a", checkpoint=str(garbage), device="cpu")
+    message = str(info.value)
+    assert "could not be loaded" in message and "not a readable weights file" in message and "weights_only" not in message
+    with pytest.raises(IsADirectoryError, match="is a folder, not a weights file.*local-dir:"):
+        load_reward_model("vlmrm-tiny", target_prompts="a", checkpoint=str(tmp_path), device="cpu")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_reward_model("vlmrm-tiny", target_prompts="a", checkpoint=str(tmp_path / "missing.pt"), device="cpu")
+
+
+def test_frame_and_action_messages_give_a_fix_that_works():
+    import torch
+
+    from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model
+    from vlmrm_fast.preprocess import as_frame_tensor
+
+    unit = np.random.default_rng(0).random((2, 8, 8, 3), dtype=np.float32)
+    with pytest.raises(TypeError, match=r"values in \[0, 1\].*\(frames \* 255\)\.round\(\)\.clip\(0, 255\)\.astype\(np\.uint8\)") as info:
+        as_frame_tensor(unit)
+    fixed = eval(str(info.value).rsplit("first: ", 1)[1], {"frames": unit, "np": np})  # the advice, run as given
+    assert fixed.dtype == np.uint8 and fixed.max() > 200
+    with pytest.raises(TypeError, match=r"\.to\(torch\.uint8\)"):
+        as_frame_tensor(torch.from_numpy(unit * 255))
+    rm = load_reward_model("vlmrm-tiny", target_prompts="a pole", device="cpu")
+    env = FastVLMRewardVecEnv("cartpole", 2, reward_model=rm, seed=0)
+    try:
+        with pytest.raises(TypeError, match=r"actions must be integers, an array of shape \(2,\) for 2 envs of Discrete\(2\); got dtype <U5"):
+            env.step(np.array(["left", "right"]))
+    finally:
+        env.close()
+
+
+def test_a_prompt_longer_than_the_context_is_named_with_the_tokens_dropped():
+    from vlmrm_fast import PromptTruncatedWarning, load_reward_model
+
+    long = "a humanoid robot " + "very " * 80 + "kneeling"
+    with pytest.warns(PromptTruncatedWarning, match=r"is 88 tokens long .* the last 11 are dropped"):
+        load_reward_model("vlmrm-tiny", target_prompts=long, device="cpu")
+
+
+def test_the_seed_is_applied_at_construction():
+    from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model
+
+    rm = load_reward_model("vlmrm-tiny", target_prompts="a humanoid robot", device="cpu")
+
+    def trajectory(reset: bool) -> np.ndarray:
+        env = FastVLMRewardVecEnv("humanoid-kneeling", 2, reward_model=rm, render_size=32, episode_length=3, seed=7)
+        try:
+            if reset:
+                env.reset()
+            actions = np.full((2, 17), 0.1, np.float32)
+            return np.stack([env.step(actions)[0] for _ in range(5)])  # past an auto-reset
+        finally:
+            env.close()
+
+    without_reset = trajectory(False)
+    assert np.array_equal(without_reset, trajectory(False))
+    assert np.array_equal(without_reset, trajectory(True))
+
+
+def test_run_config_holds_the_resolved_prompts(tmp_path):
+    cfg = load_config(_config(tmp_path, rl={"total_timesteps": 4}))
+    assert cfg.reward.target_prompts is None
+    assert train(cfg) == 0
+    saved = yaml.safe_load((cfg.run_dir / "config.yaml").read_text())
+    assert saved["reward"]["target_prompts"] == ["a humanoid robot kneeling"]
+    assert saved["reward"]["baseline_prompts"] == ["a humanoid robot"]
+    assert saved["env"]["episode_length"] == 10
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"batch_size": "64"}, r"rl\.kwargs\.batch_size: expected an integer, got the string '64'; remove the quotes: 64"),
+        ({"learning_rate": "3e-4"}, r"rl\.kwargs\.learning_rate: expected a number .* write 3\.0e-4"),
+        ({"train_freq": [1, 2]}, r"rl\.kwargs\.train_freq: expected an integer or a list \[int, str\]"),
+        ({"learnig_rate": 0.001}, r"rl\.kwargs\.learnig_rate: SAC has no argument 'learnig_rate'; did you mean 'learning_rate'\?"),
+        ({"seed": 1}, r"rl\.kwargs\.seed: set by the config's seed"),
+        ({"policy_kwargs": {"activation_fn": "Relu"}}, r"activation_fn: 'Relu' is not a class in torch\.nn; did you mean ReLU\?"),
+    ],
+)
+def test_rl_kwargs_are_checked_against_the_algorithm_before_training(tmp_path, kwargs, message):
+    from vlmrm_fast.training.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        load_config(_config(tmp_path, rl={"kwargs": kwargs}))
+
+
+def test_rl_kwargs_in_yaml_forms_reach_sb3_as_it_wants_them(tmp_path):
+    import torch
+
+    from vlmrm_fast.training.config import algorithm_kwargs
+
+    cfg = load_config(_config(tmp_path, rl={"kwargs": {"train_freq": [2, "step"], "policy_kwargs": {"activation_fn": "ReLU"}}}))
+    kwargs = algorithm_kwargs(cfg)
+    assert kwargs["train_freq"] == (2, "step") and kwargs["policy_kwargs"]["activation_fn"] is torch.nn.ReLU
+
+
+def _offline(monkeypatch, tmp_path) -> None:
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+
+
+def test_a_missing_model_offline_is_one_line_in_every_command(tmp_path, monkeypatch, capsys):
+    from vlmrm_fast.evaluation.dataset import StateDataset
+
+    _offline(monkeypatch, tmp_path)
+    model = "ViT-B-32/laion2b_s34b_b79k"
+    dataset = StateDataset("cartpole", np.zeros((4, 4)), np.zeros((4, 8, 8, 3), np.uint8), ("a", "b", "c", "d"), np.array([0.0, 1, 0, 1]))
+    data = dataset.save(tmp_path / "d.npz")
+    config = _config(tmp_path, reward={"model": model})
+    commands = {
+        "train": ["train", str(config)],
+        "evaluate": ["evaluate", str(data), "--models", model, "--device", "cpu", "-o", str(tmp_path / "eval")],
+        "landscape": ["landscape", "cartpole", "--variable", "pole_angle", "--model", model, "--device", "cpu", "-o", str(tmp_path / "eval")],
+        "download": ["download", model],
+        "export": ["export", model, "--onnx-only", str(tmp_path / "x.onnx")],
+    }
+    for name, argv in commands.items():
+        assert cli_main(argv) == 2, name
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, f"{name}: {err}"
+        assert "HF_HUB_OFFLINE is set" in err and f"vlmrm-fast download {model}" in err, name
+        assert "hf download laion/CLIP-ViT-B-32-laion2B-s34B-b79K" in err and "huggingface-cli" not in err, name
+    assert not (tmp_path / "run").exists(), "a refused train left a run folder"
+    assert not (tmp_path / "eval").exists()
+
+
+def test_info_on_a_machine_without_a_gpu_says_so(monkeypatch, capsys):
+    from vlmrm_fast import cli
+
+    info = {"cuda_available": False, "cuda_device_name": None, "cuda_version": "13.0", "cuda_device_count": 0,
+            "cuda_error": "CUDA driver version is insufficient for CUDA runtime version"}
+    monkeypatch.setattr(cli, "nvidia_driver_present", lambda: False)
+    assert cli.describe_cuda_device(info) == "no GPU: this machine has no NVIDIA driver (CPU paths are used)"
+    monkeypatch.setattr(cli, "nvidia_driver_present", lambda: True)
+    assert "update the driver" in cli.describe_cuda_device(info)
+    monkeypatch.undo()
+    if not cli.nvidia_driver_present():  # this machine: the real command
+        assert cli.main(["info"]) == 0
+        out = capsys.readouterr().out
+        assert "no GPU" in out and "insufficient" not in out
+
+
+def test_profile_prints_a_table_of_the_stages():
+    from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model
+
+    rm = load_reward_model("vlmrm-tiny", target_prompts="a humanoid robot", device="cpu")
+    env = FastVLMRewardVecEnv("humanoid-kneeling", 2, reward_model=rm, render_size=32, seed=0)
+    try:
+        timer = env.profile()
+        assert "no stage timed yet" in str(timer)
+        env.reset()
+        for _ in range(3):
+            env.step(np.zeros((2, 17), np.float32))
+        table = str(timer)
+    finally:
+        env.close()
+    header, *rows, total = table.splitlines()
+    assert header.split() == ["stage", "calls", "total", "ms", "ms/call", "share"]
+    assert {row.split()[0] for row in rows} >= {"physics", "render", "preprocess", "encode", "reward"}
+    assert all(row.split()[1] == "3" for row in rows) and total.startswith("all")
+    assert "ms_per_call" in repr(timer)
+
+
+def test_landscape_says_why_no_goal_is_marked(tmp_path, capsys):
+    argv = ["landscape", "humanoid-kneeling", "--variable", "qpos:right_knee", "--model", "vlmrm-tiny", "--points", "2",
+            "--alphas", "0", "--size", "16", "16", "--device", "cpu", "-o", str(tmp_path)]
+    assert cli_main(argv) == 0
+    assert "no goal marked: humanoid-kneeling defines no goal value for qpos:right_knee" in capsys.readouterr().out
+    assert cli_main(argv[:-2] + ["--goal", "-1.0", "-o", str(tmp_path)]) == 0
+    assert "no goal marked" not in capsys.readouterr().out

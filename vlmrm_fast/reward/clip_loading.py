@@ -296,26 +296,35 @@ def _load_checkpoint(clip, path: str | os.PathLike, model_name: str) -> None:
 def _checkpoint_error(path: Path, model_name: str, exc: Exception) -> str:
     """What went wrong loading ``path``, without torch's advice to retry with weights_only=False:
     that would run arbitrary code from the file and does not mend a damaged one."""
+    head = f"checkpoint {str(path)!r} could not be loaded into {model_name}"
     text = str(exc)
-    if isinstance(exc, RuntimeError) and ("size mismatch" in text or "Missing key" in text or "Unexpected key" in text):
+    shape_error = isinstance(exc, RuntimeError) and ("size mismatch" in text or "Missing key" in text or "Unexpected key" in text)
+    if shape_error or isinstance(exc, AssertionError):  # open_clip asserts when resizing position embeddings
         first = next((line.strip() for line in text.splitlines() if "size mismatch" in line or "Missing key" in line or "Unexpected key" in line), text)
         return (
-            f"checkpoint {str(path)!r} holds weights of another architecture than {model_name} ({first[:300]}). "
+            f"{head}: it holds weights of another architecture ({first[:200] or type(exc).__name__}). "
             f"Name the model it was saved from (model=...), or give weights saved from {model_name}"
         )
-    if "weights only load failed" in text.lower() or isinstance(exc, pickle.UnpicklingError) or "zip" in text.lower() or "safetensor" in text.lower() or isinstance(exc, EOFError):
-        size = path.stat().st_size
+    detail = text.split("WeightsUnpickler error:", 1)[1].strip().split("\n\n")[0].strip() if "WeightsUnpickler error:" in text else ""
+    if "Unsupported global" in detail:
         return (
-            f"checkpoint {str(path)!r} ({size} bytes) is not a readable weights file: it is neither a complete "
-            f"torch.save state dict nor a safetensors file ({type(exc).__name__}: {_first_line(text)}). "
-            f"It may be damaged or cut short: download or copy it again"
+            f"{head}: it holds pickled Python objects ({detail.split(' was not')[0]}), not only tensors, and is not "
+            f"run as code. If you trust its source, load it in your own code and save the weights alone: "
+            f"torch.save(model.state_dict(), 'weights.pt')"
         )
-    return f"checkpoint {str(path)!r} could not be loaded into {model_name}: {type(exc).__name__}: {_first_line(text)}"
+    if detail or isinstance(exc, (pickle.UnpicklingError, EOFError)) or "zip" in text.lower() or "safetensor" in text.lower():
+        return (
+            f"{head}: it is not a readable weights file ({path.stat().st_size} bytes), neither a whole torch.save "
+            f"state dict nor a safetensors file ({detail or _first_line(text)}). It may be damaged or cut short: "
+            f"download or copy it again"
+        )
+    return f"{head}: {type(exc).__name__}: {_first_line(text)}"
 
 
 def _first_line(text: str) -> str:
+    """The first sentence of an error text (torch's run on with advice after it)."""
     line = text.strip().splitlines()[0] if text.strip() else ""
-    return line[:300]
+    return line.split(". ")[0][:300]
 
 
 def check_prompt_lengths(tokenizer: Any, prompts: Sequence[str]) -> None:
