@@ -64,11 +64,14 @@ def _info(args: argparse.Namespace) -> int:
     import vlmrm_fast
 
     info = vlmrm_fast.build_info()
+    if info["cuda_compiled"]:
+        usable = describe_cuda_device(info)
+    else:
+        usable = "a GPU driver is present: rebuild with nvcc on the PATH to use it" if nvidia_driver_present() else "no GPU"
     if args.json:
-        print(json.dumps({**info, "cuda_summary": describe_cuda_device(info)}, indent=2))
+        print(json.dumps({**info, "cuda_summary": usable}, indent=2))
         return 0
     cuda = f"compiled ({info['cuda_version']})" if info["cuda_compiled"] else "not compiled"
-    usable = describe_cuda_device(info) if info["cuda_compiled"] else ("no GPU" if not nvidia_driver_present() else "GPU present; rebuild with nvcc on the PATH to use it")
     egl = f"{info['egl_vendor']} EGL {info['egl_version']}" if info["egl_available"] else f"unavailable ({info['egl_error']})"
     print(f"vlmrm-fast {vlmrm_fast.__version__}")
     print(f"  MuJoCo   {info['mujoco_version']}")

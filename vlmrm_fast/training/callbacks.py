@@ -57,9 +57,9 @@ class RewardLogger(BaseCallback):
     """Logs the VLM episode reward beside the environment's own (``info["gt_reward"]``).
 
     The means are recorded in the step an episode ends, before SB3 writes the step's logs
-    (off-policy algorithms write them right after an episode ends), and again at rollout
-    end (on-policy algorithms write them after the rollout): each written value covers the
-    episodes finished by the step it is written at.
+    (off-policy algorithms write them right after an episode ends), and for on-policy
+    algorithms (which write after each rollout) at rollout end: each written value covers
+    the episodes finished by the step it is written at.
     """
 
     def __init__(self, stats: EpisodeStats):
@@ -217,7 +217,6 @@ class RolloutCheckpoints(BaseCallback):
         self.save = save
         self.every = every
         self._next = every
-        self.last_saved: int | None = None
 
     def _on_training_start(self) -> None:
         self._next = _next_multiple(self.model.num_timesteps, self.every)  # no checkpoint at the resume step
@@ -228,7 +227,6 @@ class RolloutCheckpoints(BaseCallback):
     def _on_rollout_start(self) -> None:
         if self.num_timesteps >= self._next:
             self.save("")
-            self.last_saved = self.num_timesteps
             self._next = _next_multiple(self.num_timesteps, self.every)
 
 
