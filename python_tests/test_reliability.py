@@ -260,6 +260,21 @@ def test_resume_continues_exactly(tmp_path, monkeypatch):
     assert steps == sorted(set(steps)) and steps[-1] == 120
 
 
+def test_ppo_stopped_mid_rollout_resumes_from_the_rollout_start(tmp_path, monkeypatch):
+    """On-policy data is not saved: a stop inside a rollout discards it and the checkpoint is the rollout start."""
+    kwargs = {"n_steps": 8, "batch_size": 16, "n_epochs": 2, "policy_kwargs": {"net_arch": [32]}}  # rollouts of 16 env steps
+    cfg = load_config(_config(tmp_path, rl={"algorithm": "PPO", "total_timesteps": 96, "kwargs": kwargs}, logging={"checkpoint_every": 1000, "video_every": 0}))
+    bars = _ProgressRecord(monkeypatch)
+    with monkeypatch.context() as m:
+        _add_callbacks(m, _SignalAt(40, signal.SIGTERM))
+        assert train(cfg) == 143
+    assert _complete_steps(cfg.run_dir) == [32] and bars.closed[-1] == (32, 96)
+    assert PPO.load(checkpoints.scan(cfg.run_dir / "checkpoints").newest().model)._n_updates == 2 * 2  # 2 rollouts trained
+    assert train(cfg, resume=True) == 0
+    final = PPO.load(cfg.run_dir / "final_model.zip")
+    assert final.num_timesteps == 96 and final._n_updates == 6 * 2 and bars.closed[-1] == (96, 96)
+
+
 # ------------------------------------------------------------------- run folders
 def test_a_used_run_folder_is_refused_then_overwritten_on_request(tmp_path, capsys):
     config = _config(tmp_path)

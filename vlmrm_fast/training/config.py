@@ -155,13 +155,13 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _positive_int(rl.total_timesteps, "rl.total_timesteps")
     if not isinstance(rl.kwargs, dict):
         raise ConfigError(f"rl.kwargs: expected a mapping of {rl.algorithm} arguments, got {rl.kwargs!r}")
-    algorithm_kwargs(cfg)  # names the field of a wrong argument now, not minutes into training
     if r.episode_batch and rl.algorithm == "PPO":
         raise ConfigError("reward.episode_batch: only for off-policy algorithms (SAC, DQN); PPO needs rewards at each step")
     lg = cfg.logging
     _positive_int(lg.checkpoint_every, "logging.checkpoint_every")
     _positive_int(lg.video_every, "logging.video_every", allow_zero=True)
     _positive_int(lg.video_episodes, "logging.video_episodes")
+    algorithm_kwargs(cfg)  # names the field of a wrong argument now, not minutes into training
     return cfg
 
 
