@@ -146,9 +146,9 @@ def test_kill_minus_9_at_any_moment_then_sigterm_then_resume(tmp_path):
     #    120 without its buffer does not count: the resume is from 80 at most
     err, reached = resume(reached, at_step=rng.randrange(90, 150, 2))
     assert _resumed_from(err) == 80 and "model_120_steps.zip" in err
-    # 4. preempted: SIGTERM saves a checkpoint and exits with 143; the second SIGTERM does not cut the save
+    # 4. preempted: SIGTERM saves a checkpoint and exits with 143; a second SIGTERM 50 ms later, wherever
+    #    it lands (while stopping, saving or exiting), changes neither (its message: the in-process test below)
     err, reached = resume(reached, at_step=min(reached + 20, 180), signum=signal.SIGTERM)
-    assert "SIGTERM again" in err
     newest = checkpoints.scan(run / "checkpoints").newest()
     assert newest.name.startswith("model_interrupted_") and newest.reason == "stopped by SIGTERM"
     # 5. the last run finishes: exactly the steps asked for, nothing incomplete left, logs without repeats
