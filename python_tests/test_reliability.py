@@ -679,3 +679,17 @@ def test_landscape_says_why_no_goal_is_marked(tmp_path, capsys):
     assert "no goal marked: humanoid-kneeling defines no goal value for qpos:right_knee" in capsys.readouterr().out
     assert cli_main(argv[:-2] + ["--goal", "-1.0", "-o", str(tmp_path)]) == 0
     assert "no goal marked" not in capsys.readouterr().out
+
+
+def test_a_folder_another_process_trains_in_is_refused(tmp_path, capsys):
+    from vlmrm_fast.training.run_folder import RunFolder
+
+    config = _config(tmp_path)
+    held = RunFolder(tmp_path / "run").lock()  # as another process would hold it
+    try:
+        for argv in (["train", str(config)], ["train", str(config), "--resume"]):
+            assert cli_main(argv) == 2
+            assert f"is in use by another training process (pid {os.getpid()})" in capsys.readouterr().err
+    finally:
+        held.release()
+    assert not (tmp_path / "run").exists()  # the lock's folder goes with a refused start

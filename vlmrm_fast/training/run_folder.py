@@ -9,8 +9,10 @@ matches the config given, and takes the newest complete one.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
+import os
 import pathlib
 import shutil
 from typing import Any
@@ -45,9 +47,49 @@ class ResumePoint:
     removed: list[pathlib.Path]                 # incomplete checkpoint files deleted
 
 
+class RunLock:
+    """An exclusive lock on a run folder (``.lock``, an flock) for as long as a process trains in it.
+
+    Two processes in one folder would interleave checkpoints, and a resume would delete
+    the other's files in the making as incomplete. The kernel drops the lock when the
+    holder dies, even by SIGKILL. A folder created only to hold the lock of a start that
+    is then refused is removed again on release.
+    """
+
+    def __init__(self, folder: pathlib.Path):
+        self.folder = folder
+        self.created = not folder.exists()
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / ".lock"
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            self.release()
+            raise RunFolderError(
+                f"{folder} is in use by another training process (pid {holder}); wait for it to end or stop it, "
+                f"or choose another folder (--output-dir)"
+            ) from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        os.close(self.fd)  # closing drops the flock
+        self.fd = None
+        if self.created and self.folder.is_dir() and {p.name for p in self.folder.iterdir()} <= {".lock"}:
+            self.path.unlink(missing_ok=True)
+            self.folder.rmdir()
+
+
 class RunFolder:
     def __init__(self, path: str | pathlib.Path):
         self.path = pathlib.Path(path)
+
+    def lock(self) -> RunLock:
+        return RunLock(self.path)
 
     @property
     def checkpoint_dir(self) -> pathlib.Path:

@@ -158,11 +158,18 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, al
     """Trains as the config says; returns the exit code (module docstring). Expected failures
     (ConfigError, RunFolderError, a missing model, ...) raise before anything is written."""
     cfg = resolved(cfg)
+    algorithm_kwargs(cfg)
+    lock = RunFolder(cfg.run_dir).lock()
+    try:
+        return _train(cfg, resume=resume, overwrite=overwrite, allow_empty_replay_buffer=allow_empty_replay_buffer)
+    finally:
+        lock.release()
+
+
+def _train(cfg: TrainConfig, *, resume: bool, overwrite: bool, allow_empty_replay_buffer: bool) -> int:
     identity = plain(run_identity(cfg))
     folder = RunFolder(cfg.run_dir)
-    algo = ALGORITHM_CLASSES[cfg.rl.algorithm]
-    off_policy = issubclass(algo, OffPolicyAlgorithm)
-    algorithm_kwargs(cfg)
+    off_policy = issubclass(ALGORITHM_CLASSES[cfg.rl.algorithm], OffPolicyAlgorithm)
     candidates: list[checkpoints.Checkpoint] = []
     replaced: list[str] = []
     if resume:
