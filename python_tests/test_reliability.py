@@ -47,6 +47,17 @@ BASE = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """The tiny model gains nothing from intra-op threads and loses much to a busy machine."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _config(tmp_path: pathlib.Path, name: str = "run", **patch) -> pathlib.Path:
     cfg = copy.deepcopy(BASE)
     for section, values in patch.items():
@@ -163,15 +174,6 @@ def test_kill_minus_9_at_any_moment_then_sigterm_then_resume(tmp_path):
 
 
 # ------------------------------------------------------------- signals in process
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 class _SignalAt(BaseCallback):
     """Sends this process ``signum`` once the run reaches ``step``."""
