@@ -220,7 +220,7 @@ def plot(results: list[dict[str, Any]], path: pathlib.Path) -> None:
     if max(values) / min(values) > 20:
         ax.set_yscale("log")
     else:
-        ax.set_ylim(bottom=0)  # a linear axis from zero: small gaps look small
+        ax.set_ylim(0, max(values) * 1.08)  # from zero: a small gap should look small
     ax.set_xticks(sorted({r["num_envs"] for r in results}))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())

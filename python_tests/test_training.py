@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import os
 import pathlib
+import signal
 
 import numpy as np
 import pytest
@@ -26,6 +28,17 @@ CONFIG = {
     "rl": {"algorithm": "SAC", "total_timesteps": 120, "device": "cpu", "kwargs": {"learning_starts": 40, "batch_size": 16, "buffer_size": 1000}},
     "logging": {"checkpoint_every": 60, "video_every": 120},
 }
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """The tiny model gains nothing from intra-op threads and loses much to a busy machine."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -80,27 +93,50 @@ def test_train_cli_writes_logs_video_checkpoints_and_resumes(tmp_path):
     assert SAC.load(run / "final_model.zip").num_timesteps >= 180
 
 
-class _Interrupt(BaseCallback):
+class _CtrlC(BaseCallback):
+    """Presses Ctrl-C (a real SIGINT to this process) at 50 steps."""
+
     def _on_step(self) -> bool:
-        if self.num_timesteps >= 50:
-            raise KeyboardInterrupt
+        if self.num_timesteps == 50:
+            os.kill(os.getpid(), signal.SIGINT)
         return True
 
 
 def test_ctrl_c_saves_a_checkpoint(tmp_path, monkeypatch):
     cfg = load_config(_write(tmp_path, CONFIG))
     cfg.logging.video_every = 0
-    from stable_baselines3.common import callbacks
+    from vlmrm_fast.training import callbacks
 
-    original = callbacks.CallbackList.__init__
+    original = callbacks.TrainingControl.__init__
 
-    def with_interrupt(self, cbs):
-        original(self, list(cbs) + [_Interrupt()])
+    def with_ctrl_c(self, cbs, stop, *, on_policy):
+        original(self, list(cbs) + [_CtrlC()], stop, on_policy=on_policy)
 
-    monkeypatch.setattr(callbacks.CallbackList, "__init__", with_interrupt)
+    monkeypatch.setattr(callbacks.TrainingControl, "__init__", with_ctrl_c)
     assert train(cfg) == 130
     checkpoint = latest_checkpoint(cfg.run_dir)
     assert checkpoint is not None and "interrupted" in checkpoint.name
+    # saved at the rollout start right after that step (SAC collects one step of 2 envs per rollout)
+    assert SAC.load(checkpoint).num_timesteps == 50
+
+
+def test_an_error_in_training_is_a_crash_that_names_the_last_checkpoint(tmp_path, monkeypatch):
+    cfg = load_config(_write(tmp_path, CONFIG))
+    cfg.logging.video_every = 0
+    from vlmrm_fast.training import callbacks
+
+    class Boom(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= 70:
+                raise RuntimeError("boom")
+            return True
+
+    original = callbacks.TrainingControl.__init__
+    monkeypatch.setattr(callbacks.TrainingControl, "__init__", lambda self, cbs, stop, *, on_policy: original(self, list(cbs) + [Boom()], stop, on_policy=on_policy))
+    with pytest.raises(RuntimeError, match="boom") as info:
+        cli_main(["train", str(_write(tmp_path, CONFIG))])
+    assert any("the newest checkpoint is model_60_steps.zip (60 steps)" in note for note in info.value.__notes__)
+    assert [c.name for c in [latest_checkpoint(cfg.run_dir)]] == ["model_60_steps.zip"]
 
 
 def test_episode_batch_rewards_fill_the_replay_buffer(tmp_path, humanoid_rm):

@@ -7,6 +7,12 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
 build="$root/build/inplace"
+for tool in "import pybind11" "import cmake" "import ninja"; do
+  if ! "$python" -c "$tool" 2>/dev/null && ! command -v "${tool#import }" >/dev/null; then
+    echo "tools/build_inplace.sh needs pybind11, cmake and ninja: pip install pybind11 cmake ninja (all in the [dev] extra)" >&2
+    exit 2
+  fi
+done
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DPython_EXECUTABLE="$("$python" -c 'import sys; print(sys.executable)')" \
   -Dpybind11_DIR="$("$python" -m pybind11 --cmakedir)" \

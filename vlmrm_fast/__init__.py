@@ -13,6 +13,10 @@ import os as _os
 _os.environ.setdefault("MUJOCO_GL", "egl")
 if _os.environ["MUJOCO_GL"] == "egl":
     _os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
+# Without a display, pygame (gymnasium's classic-control rgb_array rendering) probes for one and prints
+# "XDG_RUNTIME_DIR is invalid"; its dummy video driver draws the same frames silently.
+if not _os.environ.get("DISPLAY") and not _os.environ.get("WAYLAND_DISPLAY"):
+    _os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
 import mujoco as _mujoco  # noqa: E402,F401  (loads libmujoco before the native core links to it)
 
@@ -30,6 +34,7 @@ from vlmrm_fast.reward import (
     TINY_MODEL,
     BinaryTask,
     GoalBaselineTask,
+    PromptTruncatedWarning,
     RandomWeightsWarning,
     VLMRewardModel,
     WeightsUnavailableError,
@@ -71,6 +76,7 @@ __all__ = [
     "FramePreprocessor",
     "GoalBaselineTask",
     "PreprocessSpec",
+    "PromptTruncatedWarning",
     "RandomWeightsWarning",
     "RecordFrame",
     "VLMRewardModel",

@@ -14,19 +14,65 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Callable, Sequence
+
+
+def expected_failure(exc: BaseException, *, setup: bool = False) -> bool:
+    """Failures that come from the input or the machine, not from a bug: a command reports them
+    in one line and exits with 2 (``VLMRM_TRACEBACK=1`` shows the traceback instead). ``setup``:
+    raised while a job gets ready (loading models, opening devices), where a RuntimeError is the
+    machine's answer (no EGL, no CUDA device) rather than a bug."""
+    from vlmrm_fast.reward.clip_loading import WeightsUnavailableError
+
+    if os.environ.get("VLMRM_TRACEBACK") == "1":
+        return False
+    kinds = (ValueError, TypeError, OSError, WeightsUnavailableError) + ((RuntimeError,) if setup else ())
+    return isinstance(exc, kinds)
+
+
+def nvidia_driver_present() -> bool:
+    """True when this machine has an NVIDIA driver (its kernel module or its user-space library)."""
+    if os.path.exists("/proc/driver/nvidia/version"):
+        return True
+    import ctypes
+
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            ctypes.CDLL(name)
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def describe_cuda_device(info: dict) -> str:
+    """The CUDA device, or why there is none, in words a user can act on."""
+    if info["cuda_available"]:
+        return info["cuda_device_name"]
+    if not nvidia_driver_present():
+        return "no GPU: this machine has no NVIDIA driver (CPU paths are used)"
+    error = info.get("cuda_error") or "unknown error"
+    if "insufficient" in error.lower():
+        return f"no usable GPU: the NVIDIA driver is older than CUDA {info['cuda_version']} needs ({error}); update the driver"
+    if info.get("cuda_device_count", 0) == 0:
+        return f"no GPU: the NVIDIA driver sees no device ({error})"
+    return f"no usable GPU ({error})"
 
 
 def _info(args: argparse.Namespace) -> int:
     import vlmrm_fast
 
     info = vlmrm_fast.build_info()
+    if info["cuda_compiled"]:
+        usable = describe_cuda_device(info)
+    else:
+        usable = "a GPU driver is present: rebuild with nvcc on the PATH to use it" if nvidia_driver_present() else "no GPU"
     if args.json:
-        print(json.dumps(info, indent=2))
+        print(json.dumps({**info, "cuda_summary": usable}, indent=2))
         return 0
     cuda = f"compiled ({info['cuda_version']})" if info["cuda_compiled"] else "not compiled"
-    usable = info["cuda_device_name"] if info["cuda_available"] else f"no device ({info['cuda_error']})"
     egl = f"{info['egl_vendor']} EGL {info['egl_version']}" if info["egl_available"] else f"unavailable ({info['egl_error']})"
     print(f"vlmrm-fast {vlmrm_fast.__version__}")
     print(f"  MuJoCo   {info['mujoco_version']}")

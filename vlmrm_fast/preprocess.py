@@ -83,18 +83,33 @@ class PreprocessSpec:
         )
 
 
+def _not_uint8(frames: Any, dtype: str, target: str, cast: str) -> str:
+    """The fix for non-uint8 frames depends on their range: a plain cast of [0, 1] floats gives black frames."""
+    message = f"frames must be uint8 RGB in [0, 255], got {dtype}"
+    if isinstance(frames, torch.Tensor):
+        is_float, empty = frames.dtype.is_floating_point, frames.numel() == 0
+    else:
+        is_float, empty = np.issubdtype(frames.dtype, np.floating), frames.size == 0
+    if not is_float or empty:
+        return f"{message}; convert with frames.{cast}({target}) if the values are 0-255"
+    high = float(frames.max())
+    if high <= 1.0:
+        return f"{message} with values in [0, 1]; scale them first: (frames * 255).round().clip(0, 255).{cast}({target})"
+    return f"{message} (max {high:g}); convert with frames.round().clip(0, 255).{cast}({target})"
+
+
 def as_frame_tensor(frames: Any) -> torch.Tensor:
     """Checks and wraps uint8 (N, H, W, 3) frames (numpy or torch) without copying when possible."""
     if isinstance(frames, np.ndarray):
         if frames.dtype != np.uint8:
-            raise TypeError(f"frames must be uint8 RGB, got numpy dtype {frames.dtype}; convert with frames.astype(np.uint8)")
+            raise TypeError(_not_uint8(frames, f"numpy dtype {frames.dtype}", "np.uint8", "astype"))
         if any(s < 0 for s in frames.strides):
             frames = np.ascontiguousarray(frames)
         frames = torch.from_numpy(frames)
     elif not isinstance(frames, torch.Tensor):
         raise TypeError(f"frames must be a numpy array or torch tensor, got {type(frames).__name__}")
     if frames.dtype != torch.uint8:
-        raise TypeError(f"frames must be uint8 RGB, got {frames.dtype}; convert with .to(torch.uint8)")
+        raise TypeError(_not_uint8(frames, str(frames.dtype), "torch.uint8", "to"))
     if frames.ndim == 3:
         raise ValueError(f"frames must be a batch (N, H, W, 3); got one frame of shape {tuple(frames.shape)}, use frames[None]")
     if frames.ndim != 4 or frames.shape[-1] != 3:

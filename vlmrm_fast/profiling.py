@@ -49,5 +49,26 @@ class StageTimer:
         """Milliseconds per call of each stage, or per ``per`` units (e.g. steps) when given."""
         return {name: 1e3 * total / (per or self.calls[name]) for name, total in self.total_s.items()}
 
+    def table(self) -> str:
+        """The stages as a table: calls, total and mean milliseconds, share of the time measured."""
+        if not self.total_s:
+            state = "no stage timed yet: step the env" if self.enabled else "profiling is off"
+            return f"StageTimer ({state})"
+        grand = sum(self.total_s.values())
+        width = max(len("stage"), *(len(name) for name in self.total_s))
+        lines = [f"{'stage':<{width}}  {'calls':>7}  {'total ms':>10}  {'ms/call':>9}  {'share':>6}"]
+        for name, total in sorted(self.total_s.items(), key=lambda item: -item[1]):
+            calls = self.calls[name]
+            lines.append(f"{name:<{width}}  {calls:>7}  {1e3 * total:>10.2f}  {1e3 * total / calls:>9.3f}  {total / grand:>6.1%}")
+        lines.append(f"{'all':<{width}}  {'':>7}  {1e3 * grand:>10.2f}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def __repr__(self) -> str:
+        stages = ", ".join(f"{name}={ms:.3f}" for name, ms in self.mean_ms().items())
+        return f"StageTimer(enabled={self.enabled}, ms_per_call={{{stages}}})"
+
 
 NULL_TIMER = StageTimer(enabled=False)

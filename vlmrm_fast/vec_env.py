@@ -38,6 +38,13 @@ ENGINES = ("auto", "mujoco", "gym")
 def check_actions(actions: Any, action_space: gymnasium.Space, num_envs: int) -> np.ndarray:
     """Validates a batch of actions before any simulation state is touched."""
     actions = np.asarray(actions)
+    if actions.dtype.kind not in "biuf":
+        kind = "integers" if isinstance(action_space, gymnasium.spaces.Discrete) else "numbers"
+        found = type(actions.flat[0]).__name__ if actions.size else "no"
+        raise TypeError(
+            f"actions must be {kind}, an array of shape {(num_envs,) + tuple(action_space.shape)} for {num_envs} envs of "
+            f"{action_space}; got dtype {actions.dtype} ({found} values)"
+        )
     if isinstance(action_space, gymnasium.spaces.Discrete):
         if actions.shape not in ((num_envs,), (num_envs, 1)):
             raise ValueError(f"actions must have shape ({num_envs},) for {num_envs} envs, got {actions.shape}")
@@ -237,6 +244,10 @@ class FastVLMRewardVecEnv(VecEnv):
             self._sim = GymSimulation([self._env_factory(spec, env_kwargs)] * num_envs)
         self._finish_init(num_envs, defer_rewards, chunks)
         if seed is not None:
+            # Applied now, so stepping without reset() starts from (and auto-resets with) seeded states;
+            # armed again for the first reset(), which then starts from these same states.
+            self.seed(seed)
+            self.reset()
             self.seed(seed)
 
     def _env_factory(self, spec: TaskSpec, env_kwargs: dict[str, Any] | None) -> Callable[[], gymnasium.Env]:

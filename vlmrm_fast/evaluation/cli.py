@@ -27,12 +27,16 @@ def _fail(exc: Exception) -> int:
 
 
 def _guarded(job: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Bad input ends the command with its message and status 2, not a traceback."""
+    """Bad input or a missing model ends the command with its message and status 2, not a traceback."""
 
     def run(args: argparse.Namespace) -> int:
+        from vlmrm_fast.cli import expected_failure
+
         try:
             return job(args)
-        except (ValueError, TypeError, FileNotFoundError) as exc:
+        except Exception as exc:
+            if not expected_failure(exc):
+                raise
             return _fail(exc)
 
     return run
@@ -216,6 +220,11 @@ def _landscape(args: argparse.Namespace) -> int:
     csv_path = land.save_csv(stem.with_suffix(".csv"))
     png_path = land.plot(stem.with_suffix(".png"), normalize=not args.raw)
     print(f"wrote {png_path}, {csv_path}")
+    if land.goal is None and not args.no_goal:
+        print(
+            f"no goal marked: {land.task} defines no goal value for {args.variable} (its goal is what the prompt "
+            f"describes, not one value of this variable); mark one with --goal VALUE"
+        )
     return 0
 
 

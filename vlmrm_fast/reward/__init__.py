@@ -2,6 +2,7 @@
 
 from vlmrm_fast.reward.clip_loading import (
     TINY_MODEL,
+    PromptTruncatedWarning,
     RandomWeightsWarning,
     WeightsUnavailableError,
     load_clip,
@@ -16,6 +17,7 @@ __all__ = [
     "TINY_MODEL",
     "BinaryTask",
     "GoalBaselineTask",
+    "PromptTruncatedWarning",
     "RandomWeightsWarning",
     "VLMRewardModel",
     "WeightsUnavailableError",

@@ -13,18 +13,22 @@ timeout, so a missing download fails in seconds with what to do about it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+import inspect
 import logging
 import os
+import pickle
 import socket
 import threading
 import urllib.parse
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from vlmrm_fast.preprocess import PreprocessSpec
 
@@ -41,6 +45,10 @@ class WeightsUnavailableError(RuntimeError):
 
 class RandomWeightsWarning(UserWarning):
     """A real architecture was created with random weights (fine for benchmarks, not for rewards)."""
+
+
+class PromptTruncatedWarning(UserWarning):
+    """A prompt is longer than the text encoder's context: its end is cut off."""
 
 
 def register_builtin_configs() -> None:
@@ -197,35 +205,156 @@ def download_weights(model: str, pretrained: str | None = None, *, cache_dir: st
     return _pretrained_file(name, tag, pcfg, cache_dir)
 
 
+class _LocalGenerator(TorchFunctionMode):
+    """Gives every random draw made inside it that names no generator this one instead.
+
+    torch's function-mode stack is per thread, so a model built inside draws its random
+    weights from its own generator: the same weights for the same seed whatever other
+    threads do meanwhile, and the global generator is neither read nor advanced. Module
+    initializers (``nn.init.*``) are caught as they are called: once inside a handler,
+    nested calls no longer pass through the mode.
+    """
+
+    _TENSOR_DRAWS = frozenset({
+        "uniform_", "normal_", "random_", "bernoulli_", "exponential_", "geometric_", "log_normal_", "cauchy_",
+        "rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "poisson",
+        "rand_like", "randn_like", "randint_like",
+    })
+
+    def __init__(self, generator: torch.Generator):
+        super().__init__()
+        self.generator = generator
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if kwargs.get("generator") is None and self._draws(func):
+            kwargs = {**kwargs, "generator": self.generator}
+        return func(*args, **kwargs)
+
+    @classmethod
+    def _draws(cls, func: Any) -> bool:
+        if getattr(func, "__module__", None) == "torch.nn.init":
+            return "generator" in inspect.signature(func).parameters
+        return getattr(func, "__name__", None) in cls._TENSOR_DRAWS
+
+
+class _QuietRandomInit(logging.Filter):
+    """Drops open_clip's "No pretrained weights loaded" record, in the thread building a model only.
+
+    open_clip logs it through the root logger while we load weights next (or warn
+    ourselves). Levels stay untouched; the filter is attached once and lets every other
+    record (and every record of other threads) through.
+    """
+
+    _installed = False
+    _lock = threading.Lock()
+    _local = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (getattr(self._local, "active", False) and record.getMessage().startswith("No pretrained weights loaded"))
+
+    @classmethod
+    @contextlib.contextmanager
+    def active(cls):
+        with cls._lock:
+            if not cls._installed:
+                logging.getLogger().addFilter(cls())
+                cls._installed = True
+        cls._local.active = True
+        try:
+            yield
+        finally:
+            cls._local.active = False
+
+
 def _create(name: str, *, device: torch.device, seed: int, quick_gelu: bool = False):
     import open_clip
 
-    # A fixed seed makes random-weight models (vlmrm-tiny, benchmarks) repeat across processes.
-    # open_clip logs "No pretrained weights loaded" at warning level; we load them next or warn ourselves.
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            return open_clip.create_model(name, pretrained=None, force_quick_gelu=quick_gelu, device="cpu")
-    finally:
-        root.setLevel(level)
+    # Random weights (vlmrm-tiny, benchmarks) from a generator of our own: the same for a seed in any
+    # process or thread, and the global torch generator untouched.
+    with _QuietRandomInit.active(), _LocalGenerator(torch.Generator().manual_seed(seed)):
+        return open_clip.create_model(name, pretrained=None, force_quick_gelu=quick_gelu, device="cpu")
 
 
 def _load_checkpoint(clip, path: str | os.PathLike, model_name: str) -> None:
     import open_clip
 
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(
+            f"checkpoint {str(path)!r} is a folder, not a weights file: give the file inside it "
+            f"(e.g. open_clip_model.safetensors), or model='local-dir:{path}' for a folder with open_clip_config.json"
+        )
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
     try:
         open_clip.load_checkpoint(clip, str(path), strict=True)
-    except Exception as exc:  # pickle, safetensors, shape and key errors all mean the same here
-        raise ValueError(
-            f"checkpoint {str(path)!r} could not be loaded into {model_name}: {type(exc).__name__}: {exc}. "
-            "Is the file complete and saved from this architecture (model.state_dict())?"
-        ) from exc
+    except Exception as exc:  # pickle, safetensors, shape and key errors
+        raise ValueError(_checkpoint_error(path, model_name, exc)) from exc
+
+
+def _checkpoint_error(path: Path, model_name: str, exc: Exception) -> str:
+    """What went wrong loading ``path``, without torch's advice to retry with weights_only=False:
+    that would run arbitrary code from the file and does not mend a damaged one."""
+    head = f"checkpoint {str(path)!r} could not be loaded into {model_name}"
+    text = str(exc)
+    shape_error = isinstance(exc, RuntimeError) and ("size mismatch" in text or "Missing key" in text or "Unexpected key" in text)
+    if shape_error or isinstance(exc, AssertionError):  # open_clip asserts when resizing position embeddings
+        first = next((line.strip() for line in text.splitlines() if "size mismatch" in line or "Missing key" in line or "Unexpected key" in line), text)
+        return (
+            f"{head}: it holds weights of another architecture ({first[:200] or type(exc).__name__}). "
+            f"Name the model it was saved from (model=...), or give weights saved from {model_name}"
+        )
+    detail = text.split("WeightsUnpickler error:", 1)[1].strip().split("\n\n")[0].strip() if "WeightsUnpickler error:" in text else ""
+    if "Unsupported global" in detail:
+        return (
+            f"{head}: it holds pickled Python objects ({detail.split(' was not')[0]}), not only tensors, and is not "
+            f"run as code. If you trust its source, load it in your own code and save the weights alone: "
+            f"torch.save(model.state_dict(), 'weights.pt')"
+        )
+    if detail or isinstance(exc, (pickle.UnpicklingError, EOFError)) or "zip" in text.lower() or "safetensor" in text.lower():
+        return (
+            f"{head}: it is not a readable weights file ({path.stat().st_size} bytes), neither a whole torch.save "
+            f"state dict nor a safetensors file ({detail or _first_line(text)}). It may be damaged or cut short: "
+            f"download or copy it again"
+        )
+    return f"{head}: {type(exc).__name__}: {_first_line(text)}"
+
+
+def _first_line(text: str) -> str:
+    """The first sentence of an error text (torch's run on with advice after it)."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line.split(". ")[0][:300]
+
+
+def check_prompt_lengths(tokenizer: Any, prompts: Sequence[str]) -> None:
+    """Warns, naming the prompt, when the tokenizer will cut it to its context length."""
+    context = getattr(tokenizer, "context_length", None)
+    if not context:
+        return
+    for prompt in prompts:
+        tokens = _token_count(tokenizer, prompt)
+        if tokens is not None and tokens > context:
+            warnings.warn(
+                f"prompt {prompt!r} is {tokens} tokens long (with start and end tokens); the text encoder reads "
+                f"{context}, so the last {tokens - context} are dropped. Shorten the prompt.",
+                PromptTruncatedWarning,
+                stacklevel=3,
+            )
+
+
+def _token_count(tokenizer: Any, prompt: str) -> int | None:
+    """Tokens of ``prompt`` including start and end tokens, before any truncation (None if unknown)."""
+    encode = getattr(tokenizer, "encode", None)
+    if callable(encode) and hasattr(tokenizer, "sot_token_id"):  # open_clip's SimpleTokenizer
+        return len(encode(prompt)) + 2
+    hf = getattr(tokenizer, "tokenizer", None)  # open_clip's HFTokenizer wraps a transformers tokenizer
+    if hf is not None and callable(hf):
+        try:
+            return len(hf(prompt, truncation=False)["input_ids"])
+        except Exception:
+            return None
+    return None
 
 
 def _file_key(path: str | os.PathLike) -> str:
@@ -268,12 +397,13 @@ def network_reachable(url: str, timeout: float = _NETWORK_TIMEOUT_S) -> bool:
     return result["ok"]
 
 
-def _unavailable(what: str, where: str) -> WeightsUnavailableError:
+def _unavailable(what: str, where: str, model_id: str, source: str) -> WeightsUnavailableError:
+    """``source``: the command that fetches the file by hand (``hf download REPO FILE``, or a URL)."""
     reason = "HF_HUB_OFFLINE is set" if _offline_env() else f"{_hf_endpoint()} is unreachable"
     return WeightsUnavailableError(
-        f"{what} is not in the local cache ({where}) and {reason}. Either download it once on a machine with "
-        f"network (`vlmrm-fast download MODEL`, or `huggingface-cli download REPO`), then copy the cache "
-        f"(HF_HUB_CACHE) here, or pass checkpoint='/path/to/weights' with the weights file."
+        f"{what}: not in the local cache ({where}) and {reason}. On a machine with network run "
+        f"`vlmrm-fast download {model_id}` (or {source}), then copy the cache folder here (or point HF_HUB_CACHE "
+        f"at it); or use a local weights file (checkpoint='/path/to/weights', reward.checkpoint in a training config)."
     )
 
 
@@ -287,7 +417,7 @@ def _cached_hf_file(repo_id: str, filenames: tuple[str, ...], cache_dir: str | N
     return None
 
 
-def _hf_file(repo_id: str, filenames: tuple[str, ...], cache_dir: str | None, what: str) -> str:
+def _hf_file(repo_id: str, filenames: tuple[str, ...], cache_dir: str | None, what: str, model_id: str, advice_files: tuple[str, ...] = ()) -> str:
     """The cached file, else a download (with progress) when the hub answers, else a clear error."""
     from huggingface_hub import hf_hub_download
     from huggingface_hub.constants import HF_HUB_CACHE
@@ -296,7 +426,9 @@ def _hf_file(repo_id: str, filenames: tuple[str, ...], cache_dir: str | None, wh
     if hit:
         return hit
     if _offline_env() or not network_reachable(_hf_endpoint()):
-        raise _unavailable(what, cache_dir or HF_HUB_CACHE)
+        cache_option = f" --cache-dir {cache_dir}" if cache_dir else ""
+        files = " ".join(advice_files or filenames[-1:])
+        raise _unavailable(what, cache_dir or HF_HUB_CACHE, model_id, f"`hf download {repo_id} {files}{cache_option}`")
     errors = []
     for filename in filenames:
         try:
@@ -307,18 +439,20 @@ def _hf_file(repo_id: str, filenames: tuple[str, ...], cache_dir: str | None, wh
 
 
 def _pretrained_file(name: str, tag: str, pcfg: dict, cache_dir: str | None) -> Path:
-    what = f"{name}/{tag} weights"
+    what = f"the {name}/{tag} weights"
     if pcfg.get("file"):
         return Path(pcfg["file"])
     hub = pcfg.get("hf_hub", "")
     if hub:
+        advice: tuple[str, ...] = ()
         if hub.endswith("/"):
             repo_id, candidates = hub.rstrip("/"), _HF_WEIGHT_FILES
+            advice = ('--include "open_clip_*"',)  # the repo's weights in whichever format it holds
         else:
             repo_id, filename = os.path.split(hub)
             safe = os.path.splitext(filename)[0] + ".safetensors"
             candidates = (filename,) if filename == safe else (safe, filename)
-        return Path(_hf_file(repo_id, candidates, cache_dir, what))
+        return Path(_hf_file(repo_id, candidates, cache_dir, what, f"{name}/{tag}", advice))
     url = pcfg.get("url", "")
     if not url:
         raise WeightsUnavailableError(f"{what}: the pretrained config names no file, hub repo or URL")
@@ -328,14 +462,15 @@ def _pretrained_file(name: str, tag: str, pcfg: dict, cache_dir: str | None) -> 
     if target.is_file():
         return target
     if not network_reachable(url):
-        raise _unavailable(what, str(target.parent))
+        raise _unavailable(what, str(target.parent), f"{name}/{tag}", f"`curl -L -o {target} {url}`")
     return Path(open_clip.pretrained.download_pretrained_from_url(url, cache_dir=cache_dir))
 
 
 def _hub_folder(repo_id: str, cache_dir: str | None) -> str:
     """The cache snapshot folder holding the repo's open_clip config and weights."""
-    config = _hf_file(repo_id, ("open_clip_config.json",), cache_dir, f"hf-hub:{repo_id} config")
-    weights = _hf_file(repo_id, _HF_WEIGHT_FILES, cache_dir, f"hf-hub:{repo_id} weights")
+    both = ('--include "open_clip_*"',)
+    config = _hf_file(repo_id, ("open_clip_config.json",), cache_dir, f"the hf-hub:{repo_id} config", f"hf-hub:{repo_id}", both)
+    weights = _hf_file(repo_id, _HF_WEIGHT_FILES, cache_dir, f"the hf-hub:{repo_id} weights", f"hf-hub:{repo_id}", both)
     if Path(config).parent != Path(weights).parent:
         raise WeightsUnavailableError(
             f"hf-hub:{repo_id}: config and weights are cached under different revisions; re-download both"

@@ -18,7 +18,7 @@ from vlmrm_fast.encoders import make_image_encoder
 from vlmrm_fast.frames import FrameView
 from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec, as_frame_tensor
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
-from vlmrm_fast.reward.clip_loading import LoadedClip, load_clip
+from vlmrm_fast.reward.clip_loading import LoadedClip, check_prompt_lengths, load_clip
 from vlmrm_fast.reward.head import RewardHead
 from vlmrm_fast.reward.math import normalize
 from vlmrm_fast.reward.tasks import GoalBaselineTask, Task, as_tasks, normalize_prompts, unique_prompts
@@ -94,6 +94,7 @@ class VLMRewardModel:
         missing = [p for p in prompts if p not in self._text_cache]
         if not missing:
             return
+        check_prompt_lengths(self.clip.tokenizer, missing)
         with torch.inference_mode():
             tokens = self.clip.tokenizer(missing).to(self.device)
             text = self.clip.model.encode_text(tokens).float()

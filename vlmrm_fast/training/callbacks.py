@@ -11,7 +11,8 @@ import gymnasium
 import imageio
 import numpy as np
 import torch
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 
 class EpisodeStats:
@@ -22,19 +23,30 @@ class EpisodeStats:
         self.gt = np.zeros(n_envs)
         self.finished_vlm: collections.deque = collections.deque(maxlen=window)
         self.finished_gt: collections.deque = collections.deque(maxlen=window)
+        self.episodes = 0  # finished since the start of this process
 
     def add(self, vlm: np.ndarray, gt: np.ndarray, dones: np.ndarray) -> None:
         self.vlm += vlm
         self.gt += gt
         for i in np.nonzero(dones)[0]:
-            self.finished_vlm.append(self.vlm[i])
-            self.finished_gt.append(self.gt[i])
+            self.finished_vlm.append(float(self.vlm[i]))
+            self.finished_gt.append(float(self.gt[i]))
             self.vlm[i] = self.gt[i] = 0.0
+            self.episodes += 1
 
     def record(self, logger) -> None:
         if self.finished_vlm:
             logger.record("rollout/ep_vlm_reward_mean", float(np.mean(self.finished_vlm)))
             logger.record("rollout/ep_gt_reward_mean", float(np.mean(self.finished_gt)))
+
+    def state(self) -> dict[str, list[float]]:
+        """The finished episodes' returns in the window (saved with a checkpoint: a resumed run's means go on)."""
+        return {"vlm": list(self.finished_vlm), "gt": list(self.finished_gt)}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        if state:
+            self.finished_vlm.extend(float(v) for v in state.get("vlm", []))
+            self.finished_gt.extend(float(v) for v in state.get("gt", []))
 
 
 def _gt_rewards(infos: list[dict]) -> np.ndarray:
@@ -42,18 +54,28 @@ def _gt_rewards(infos: list[dict]) -> np.ndarray:
 
 
 class RewardLogger(BaseCallback):
-    """Logs the VLM episode reward beside the environment's own (``info["gt_reward"]``)."""
+    """Logs the VLM episode reward beside the environment's own (``info["gt_reward"]``).
+
+    The means are recorded in the step an episode ends, before SB3 writes the step's logs
+    (off-policy algorithms write them right after an episode ends), and for on-policy
+    algorithms (which write after each rollout) at rollout end: each written value covers
+    the episodes finished by the step it is written at.
+    """
 
     def __init__(self, stats: EpisodeStats):
         super().__init__()
         self.stats = stats
 
     def _on_step(self) -> bool:
-        self.stats.add(np.asarray(self.locals["rewards"], np.float64), _gt_rewards(self.locals["infos"]), np.asarray(self.locals["dones"]))
+        dones = np.asarray(self.locals["dones"])
+        self.stats.add(np.asarray(self.locals["rewards"], np.float64), _gt_rewards(self.locals["infos"]), dones)
+        if dones.any():
+            self.stats.record(self.logger)
         return True
 
     def _on_rollout_end(self) -> None:
-        self.stats.record(self.logger)
+        if not isinstance(self.model, OffPolicyAlgorithm):  # off-policy logs were recorded at the episode ends
+            self.stats.record(self.logger)
 
 
 class EpisodeBatchRewards(BaseCallback):
@@ -100,6 +122,36 @@ class EpisodeBatchRewards(BaseCallback):
         self.stats.record(self.logger)
 
 
+class EpisodeBatchLogs(BaseCallback):
+    """Episode-batch runs: writes the logs at rollout end, once the rollout's rewards are known.
+
+    SB3 writes an off-policy run's logs in the step an episode ends, when episode-batch
+    rewards are not scored yet; such runs learn with ``log_interval=None`` and this
+    callback (placed after :class:`EpisodeBatchRewards`) writes them instead. The env
+    returned zero rewards while collecting, so the episode returns SB3 keeps for
+    ``rollout/ep_rew_mean`` are set to the VLM returns first.
+    """
+
+    def __init__(self, stats: EpisodeStats):
+        super().__init__()
+        self.stats = stats
+        self._seen = 0
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        new = self.stats.episodes - self._seen
+        self._seen = self.stats.episodes
+        if new <= 0:
+            return
+        infos = self.model.ep_info_buffer
+        count = min(new, len(infos), len(self.stats.finished_vlm))
+        for info, vlm in zip(list(infos)[len(infos) - count:], list(self.stats.finished_vlm)[len(self.stats.finished_vlm) - count:]):
+            info["r"] = vlm
+        self.model.dump_logs()
+
+
 class PolicyVideo(BaseCallback):
     """Every ``every`` env steps, films ``episodes`` episodes of the deterministic policy (mp4)."""
 
@@ -113,9 +165,12 @@ class PolicyVideo(BaseCallback):
         self.fps = fps
         self._next = every
 
+    def _on_training_start(self) -> None:
+        self._next = _next_multiple(self.model.num_timesteps, self.every)  # a resumed run films what is due, not at once
+
     def _on_step(self) -> bool:
         if self.num_timesteps >= self._next:
-            self._next += self.every
+            self._next = _next_multiple(self.num_timesteps, self.every)
             self.record()
         return True
 
@@ -148,24 +203,103 @@ class PolicyVideo(BaseCallback):
         return normalize(obs) if normalize else obs
 
 
-class RolloutCheckpoints(BaseCallback):
-    """Saves model and replay buffer at the first rollout end after every ``every`` env steps.
+def _next_multiple(steps: int, every: int) -> int:
+    return (steps // every + 1) * every
 
-    SB3's CheckpointCallback saves from ``on_step``, mid-rollout, which would store
-    episode-batch transitions before their rewards are written; rollout ends are
-    after. Place this callback after :class:`EpisodeBatchRewards`.
+
+class RolloutCheckpoints(BaseCallback):
+    """Saves model and replay buffer at the first rollout start after every ``every`` env steps.
+
+    A rollout start is the one point where a run's state is whole: the previous
+    rollout's transitions are stored with their rewards (episode-batch rewards are
+    written at rollout end) and its gradient steps are taken; none of the next rollout's
+    steps are. A run resumed from there continues exactly as it would have gone on.
     """
 
-    def __init__(self, save: Callable[[str], pathlib.Path], every: int):
+    def __init__(self, save: Callable[[str], Any], every: int):
         super().__init__()
         self.save = save
         self.every = every
         self._next = every
 
+    def _on_training_start(self) -> None:
+        self._next = _next_multiple(self.model.num_timesteps, self.every)  # no checkpoint at the resume step
+
     def _on_step(self) -> bool:
         return True
 
-    def _on_rollout_end(self) -> None:
+    def _on_rollout_start(self) -> None:
         if self.num_timesteps >= self._next:
             self.save("")
-            self._next = (self.num_timesteps // self.every + 1) * self.every
+            self._next = _next_multiple(self.num_timesteps, self.every)
+
+
+class TrainingControl(CallbackList):
+    """The run's callbacks, and a stop at a consistent point when a signal asks for one.
+
+    Off-policy algorithms stop at the next rollout start (within ``train_freq`` steps, after
+    the rollout's gradient steps); on-policy ones at the next step, discarding the partial
+    rollout (on-policy data is never saved). Either way :attr:`resume_steps` is the step
+    count of that rollout start, the state the checkpoint then holds. The step SB3 takes
+    before asking the callbacks whether to go on is not shown to them.
+    """
+
+    def __init__(self, callbacks: list[BaseCallback], stop: Any, *, on_policy: bool):
+        super().__init__(callbacks)
+        self.stop = stop
+        self.on_policy = on_policy
+        self.stopped = False
+        self.resume_steps = 0
+
+    def _on_training_start(self) -> None:
+        self.resume_steps = self.model.num_timesteps
+        super()._on_training_start()
+
+    def _on_rollout_start(self) -> None:
+        self.resume_steps = self.model.num_timesteps
+        if self.stop.requested:
+            self.stopped = True
+            return
+        super()._on_rollout_start()
+
+    def _on_step(self) -> bool:
+        if self.stopped or (self.on_policy and self.stop.requested):
+            self.stopped = True
+            return False
+        return super()._on_step()
+
+    def _on_rollout_end(self) -> None:
+        if not self.stopped:
+            super()._on_rollout_end()
+
+
+class TrainingProgress(BaseCallback):
+    """A progress bar of the run's env steps out of ``total`` (a resumed run starts where it left off)."""
+
+    def __init__(self, total: int):
+        super().__init__()
+        self.total = total
+        self.bar = None
+
+    def _on_training_start(self) -> None:
+        import warnings
+
+        from tqdm import TqdmExperimentalWarning
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TqdmExperimentalWarning)
+            from tqdm.rich import tqdm
+
+            self.bar = tqdm(total=self.total, initial=self.model.num_timesteps, unit="step")
+
+    def _on_step(self) -> bool:
+        self.bar.update(self.model.num_timesteps - self.bar.n)
+        return True
+
+    def close(self, steps: int | None = None) -> None:
+        if self.bar is not None:
+            if steps is not None and steps != self.bar.n:
+                self.bar.n = steps
+                self.bar.refresh()
+            self.bar.close()
+            self.bar = None

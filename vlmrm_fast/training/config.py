@@ -6,6 +6,7 @@ Every error names the field and says what would be accepted, e.g.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import pathlib
@@ -164,7 +165,66 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _positive_int(lg.checkpoint_every, "logging.checkpoint_every")
     _positive_int(lg.video_every, "logging.video_every", allow_zero=True)
     _positive_int(lg.video_episodes, "logging.video_episodes")
+    algorithm_kwargs(cfg)  # names the field of a wrong argument now, not minutes into training
     return cfg
+
+
+def algorithm_kwargs(cfg: TrainConfig) -> dict[str, Any]:
+    """``rl.kwargs`` checked against the algorithm's signature, in the form SB3 wants (see algorithm_kwargs.py)."""
+    from vlmrm_fast.training.algorithm_kwargs import KwargsError, check_algorithm_kwargs
+
+    try:
+        return check_algorithm_kwargs(cfg.rl.algorithm, cfg.rl.kwargs)
+    except KwargsError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def resolved(cfg: TrainConfig) -> TrainConfig:
+    """A copy with the task's defaults written in: the prompts and episode length the run uses."""
+    from vlmrm_fast.envs import get_task
+
+    cfg = copy.deepcopy(cfg)
+    task = get_task(cfg.task)
+    if cfg.reward.target_prompts is None:
+        cfg.reward.target_prompts = list(task.target_prompts) or None
+    if cfg.reward.baseline_prompts is None:
+        cfg.reward.baseline_prompts = list(task.baseline_prompts)
+    if cfg.env.episode_length is None:
+        cfg.env.episode_length = task.episode_length
+    return cfg
+
+
+# What makes two runs the same run: a checkpoint continues only a run whose identity matches.
+# Left out: output_dir, rl.total_timesteps (a resume may extend the budget), devices, backend,
+# precision, caches, the engine (both engines step the same physics) and logging.
+_IDENTITY_FIELDS = {
+    "task": None,
+    "seed": None,
+    "reward": ("model", "pretrained", "checkpoint", "target_prompts", "baseline_prompts", "alpha", "episode_batch"),
+    "env": ("n_envs", "episode_length", "render_size"),
+    "rl": ("algorithm", "policy", "kwargs"),
+}
+
+
+def run_identity(cfg: TrainConfig) -> dict[str, Any]:
+    """The fields of a resolved config that define the run (see _IDENTITY_FIELDS), as plain data."""
+    data = cfg.to_dict()
+    return {key: data[key] if fields is None else {f: data[key][f] for f in fields} for key, fields in _IDENTITY_FIELDS.items()}
+
+
+def identity_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """``["reward.alpha: 0.5 then, 0.25 now", ...]`` between two run identities."""
+    out = []
+
+    def walk(a: Any, b: Any, where: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict) and where.count(".") < 1:
+            for key in dict.fromkeys(list(a) + list(b)):
+                walk(a.get(key), b.get(key), f"{where}.{key}" if where else key)
+        elif a != b:
+            out.append(f"{where}: {a!r} then, {b!r} now")
+
+    walk(saved, current, "")
+    return out
 
 
 def load_config(source: str | pathlib.Path | dict) -> TrainConfig:

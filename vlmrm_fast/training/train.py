@@ -1,17 +1,24 @@
 """``vlmrm-fast train CONFIG.yaml``: SB3 training with a VLM reward, from a config file.
 
-Writes into ``output_dir``: ``config.yaml`` (as resolved), ``tensorboard/`` (VLM and
-ground-truth episode rewards side by side), ``videos/`` (policy mp4s),
-``checkpoints/`` (model and replay buffer every ``checkpoint_every`` steps, and on
-Ctrl-C), ``final_model.zip``. ``--resume`` continues from the newest checkpoint.
+Writes into ``output_dir``: ``config.yaml`` (as resolved: the prompts and episode length
+used), ``tensorboard/`` (VLM and ground-truth episode rewards side by side),
+``videos/`` (policy mp4s), ``checkpoints/`` (model and replay buffer every
+``checkpoint_every`` steps, at the end, and on SIGINT/SIGTERM; see checkpoints.py),
+``final_model.zip``. ``--resume`` continues from the newest complete checkpoint.
+
+Exit codes: 0 finished; 1 crashed (traceback; the checkpoints on disk stay whole);
+2 refused before starting (bad config, missing model, folder in use, checkpoint of
+another run), nothing written; 130 / 143 stopped by SIGINT / SIGTERM after saving a
+checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
 import pathlib
-import re
+import signal
 import sys
+import threading
 from typing import Any
 
 import gymnasium
@@ -19,15 +26,28 @@ import numpy as np
 import torch
 import yaml
 from stable_baselines3 import DQN, PPO, SAC
-from stable_baselines3.common.callbacks import CallbackList
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.logger import Logger, TensorBoardOutputFormat
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.vec_env import VecMonitor
 
-from vlmrm_fast.training.callbacks import EpisodeBatchRewards, EpisodeStats, PolicyVideo, RewardLogger, RolloutCheckpoints
-from vlmrm_fast.training.config import ConfigError, TrainConfig, load_config
+from vlmrm_fast.training import checkpoints
+from vlmrm_fast.training.callbacks import (
+    EpisodeBatchLogs,
+    EpisodeBatchRewards,
+    EpisodeStats,
+    PolicyVideo,
+    RewardLogger,
+    RolloutCheckpoints,
+    TrainingControl,
+    TrainingProgress,
+)
+from vlmrm_fast.training.config import ConfigError, TrainConfig, algorithm_kwargs, load_config, resolved, run_identity
+from vlmrm_fast.training.run_folder import CONFIG_FILE, FINAL_MODEL, RunFolder, RunFolderError, identity_hash, plain
+from vlmrm_fast.training.signals import StopRequest
 
 ALGORITHM_CLASSES = {"SAC": SAC, "PPO": PPO, "DQN": DQN}
-CHECKPOINT_PREFIX = "model"
-_STEPS = re.compile(rf"{CHECKPOINT_PREFIX}_(?:interrupted_)?(\d+)_steps\.zip$")
+EXIT_DONE, EXIT_CRASHED, EXIT_REFUSED = 0, 1, 2
 
 
 def make_env(cfg: TrainConfig):
@@ -77,114 +97,225 @@ def score_batch_size(cfg: TrainConfig) -> int:
 
 
 def latest_checkpoint(run_dir: pathlib.Path) -> pathlib.Path | None:
-    found = []
-    for path in (run_dir / "checkpoints").glob(f"{CHECKPOINT_PREFIX}_*steps.zip"):
-        match = _STEPS.search(path.name)
-        if match:
-            found.append((int(match.group(1)), path.stat().st_mtime, path))
-    return max(found)[2] if found else None
+    """The model file of the newest complete checkpoint in ``run_dir`` (see checkpoints.py)."""
+    newest = checkpoints.scan(pathlib.Path(run_dir) / "checkpoints").newest()
+    return newest.model if newest else None
 
 
-def _replay_buffer_path(checkpoint: pathlib.Path) -> pathlib.Path:
-    return checkpoint.with_name(checkpoint.name.replace(f"{CHECKPOINT_PREFIX}_", f"{CHECKPOINT_PREFIX}_replay_buffer_").replace(".zip", ".pkl"))
-
-
-def _save_checkpoint(model, run_dir: pathlib.Path, tag: str) -> pathlib.Path:
-    path = run_dir / "checkpoints" / f"{CHECKPOINT_PREFIX}_{tag}{model.num_timesteps}_steps.zip"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    model.save(path)
-    if hasattr(model, "replay_buffer") and model.replay_buffer is not None:
-        # Replay buffers are large (preallocated arrays): keep only the newest one.
-        buffer = _replay_buffer_path(path)
-        model.save_replay_buffer(buffer)
-        for old in path.parent.glob(f"{CHECKPOINT_PREFIX}_replay_buffer_*.pkl"):
-            if old != buffer:
-                old.unlink()
-    return path
-
-
-def build_model(cfg: TrainConfig, venv, run_dir: pathlib.Path):
+def build_model(cfg: TrainConfig, venv, run_dir: pathlib.Path | None = None) -> BaseAlgorithm:
     algo = ALGORITHM_CLASSES[cfg.rl.algorithm]
-    kwargs = dict(cfg.rl.kwargs)
-    tensorboard = str(run_dir / "tensorboard") if cfg.logging.tensorboard else None
     try:
-        return algo(cfg.rl.policy, venv, seed=cfg.seed, device=cfg.rl.device, tensorboard_log=tensorboard, verbose=0, **kwargs)
+        return algo(cfg.rl.policy, venv, seed=cfg.seed, device=cfg.rl.device, verbose=0, **algorithm_kwargs(cfg))
     except TypeError as exc:
         raise ConfigError(f"rl.kwargs: {cfg.rl.algorithm} rejected the arguments: {exc}") from None
     except AssertionError as exc:  # SB3 checks spaces with asserts (e.g. DQN needs discrete actions)
         raise ConfigError(f"rl.algorithm: {cfg.rl.algorithm} cannot train task {cfg.task!r}: {exc}") from None
 
 
-def train(cfg: TrainConfig, *, resume: bool = False) -> int:
-    run_dir = cfg.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+class _TensorBoard(TensorBoardOutputFormat):
+    """SB3's TensorBoard writer, told where a resumed run starts: TensorBoard then hides what the
+    interrupted run logged past that step (its ``purge_step``), so no curve runs twice."""
+
+    def __init__(self, folder: str, purge_step: int | None):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=folder, purge_step=purge_step)
+        self._is_closed = False
+
+
+def _logger(cfg: TrainConfig, run_dir: pathlib.Path, start_steps: int) -> Logger:
+    if not cfg.logging.tensorboard:
+        return Logger(None, [])
+    folder = run_dir / "tensorboard" / f"{cfg.rl.algorithm}_1"
+    # Logs of an earlier process of this run past the resume step describe work the resume discards.
+    purge_step = start_steps + 1 if folder.exists() else None
+    return Logger(str(folder), [_TensorBoard(str(folder), purge_step)])
+
+
+def _write_pending_logs(model: BaseAlgorithm) -> None:
+    """Writes what is recorded but not yet written (the final interval) at the current step."""
+    pending = model.logger.name_to_value
+    if "rollout/ep_vlm_reward_mean" in pending and isinstance(model, OffPolicyAlgorithm):
+        model.dump_logs()  # with SB3's own episode and time records, as at any other episode end
+    elif pending:
+        model.logger.dump(model.num_timesteps)
+
+
+def _resume_model(cfg: TrainConfig, candidates: list[checkpoints.Checkpoint], env) -> tuple[BaseAlgorithm, checkpoints.Checkpoint] | None:
+    """The newest checkpoint that loads; one that fails to load is named and the next older one tried."""
+    algo = ALGORITHM_CLASSES[cfg.rl.algorithm]
+    for candidate in candidates:
+        try:
+            model = algo.load(candidate.model, env=env, device=cfg.rl.device)
+            if candidate.replay_buffer is not None and isinstance(model, OffPolicyAlgorithm):
+                model.load_replay_buffer(candidate.replay_buffer)
+        except Exception as exc:  # a file that passed the size check yet does not load: skip it, say so
+            print(f"--resume: cannot load {candidate.name} ({type(exc).__name__}: {exc}); trying an older checkpoint", file=sys.stderr)
+            continue
+        return model, candidate
+    return None
+
+
+def _prepare_resumed(model: BaseAlgorithm, cfg: TrainConfig) -> None:
+    # The simulations are not in the checkpoint: start new episodes (SB3 resets when _last_obs is None),
+    # seeded so that a resume from the same checkpoint repeats.
+    model._last_obs = None
+    model.set_random_seed(cfg.seed + int(model.num_timesteps))
+    buffer = getattr(model, "replay_buffer", None)
+    if buffer is not None and getattr(buffer, "optimize_memory_usage", False) and (buffer.full or buffer.pos > 0):
+        # With optimize_memory_usage the next observation is the next row: end the cut episode there (as SB3 does).
+        buffer.dones[(buffer.pos - 1) % buffer.buffer_size] = True
+
+
+def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, allow_empty_replay_buffer: bool = False) -> int:
+    """Trains as the config says; returns the exit code (module docstring). Expected failures
+    (ConfigError, RunFolderError, a missing model, ...) raise before anything is written."""
+    cfg = resolved(cfg)
+    algorithm_kwargs(cfg)
+    lock = RunFolder(cfg.run_dir).lock()
+    try:
+        return _train(cfg, resume=resume, overwrite=overwrite, allow_empty_replay_buffer=allow_empty_replay_buffer)
+    finally:
+        lock.release()
+
+
+def _train(cfg: TrainConfig, *, resume: bool, overwrite: bool, allow_empty_replay_buffer: bool) -> int:
+    identity = plain(run_identity(cfg))
+    folder = RunFolder(cfg.run_dir)
+    off_policy = issubclass(ALGORITHM_CLASSES[cfg.rl.algorithm], OffPolicyAlgorithm)
+    candidates: list[checkpoints.Checkpoint] = []
+    replaced: list[str] = []
+    if resume:
+        point = folder.resume_point(identity, needs_replay_buffer=off_policy, allow_empty_replay_buffer=allow_empty_replay_buffer)
+        if point.removed:
+            print(f"--resume: removed incomplete checkpoint files (a kill cut their saving short): {', '.join(p.name for p in point.removed)}", file=sys.stderr)
+        candidates = point.candidates
+    else:
+        replaced = folder.check_unused(overwrite=overwrite)
+
     venv = make_env(cfg)
     monitored = VecMonitor(venv)
-    checkpoint = latest_checkpoint(run_dir) if resume else None
-    if resume and checkpoint is None:
-        print(f"--resume: no checkpoint in {run_dir / 'checkpoints'}; starting from scratch", file=sys.stderr)
-    if checkpoint is not None:
-        model = ALGORITHM_CLASSES[cfg.rl.algorithm].load(checkpoint, env=monitored, device=cfg.rl.device, tensorboard_log=str(run_dir / "tensorboard") if cfg.logging.tensorboard else None)
-        buffer = _replay_buffer_path(checkpoint)
-        if hasattr(model, "load_replay_buffer") and buffer.is_file():
-            model.load_replay_buffer(buffer)
-        print(f"resuming from {checkpoint} at {model.num_timesteps} steps")
-    else:
-        model = build_model(cfg, monitored, run_dir)
+    try:
+        model, stats, resumed = _setup_model(cfg, monitored, candidates, off_policy, resume)
+        if replaced:
+            folder.clear()
+            print(f"--overwrite: deleted the previous run's {', '.join(replaced)} in {folder.path}", file=sys.stderr)
+    except BaseException:
+        monitored.close()
+        raise
+    stop = StopRequest()
+    with stop.installed():  # until the envs are closed: a second signal never cuts the wind-down short
+        try:
+            return _run(cfg, model, venv, stats, folder, identity, stop, resumed=resumed)
+        finally:
+            monitored.close()
 
-    stats = EpisodeStats(venv.num_envs)
-    if cfg.reward.episode_batch:
+
+def _setup_model(cfg: TrainConfig, env, candidates: list[checkpoints.Checkpoint], off_policy: bool, resume: bool) -> tuple[BaseAlgorithm, EpisodeStats, bool]:
+    stats = EpisodeStats(env.num_envs)
+    loaded = _resume_model(cfg, candidates, env) if candidates else None
+    if loaded is None:
+        if resume:
+            why = "every checkpoint failed to load" if candidates else "no complete checkpoint in the run folder"
+            print(f"--resume: {why}; starting from scratch", file=sys.stderr)
+        return build_model(cfg, env), stats, False
+    model, checkpoint = loaded
+    _prepare_resumed(model, cfg)
+    stats.restore(checkpoint.manifest.get("episode_stats"))
+    buffer_note = ""
+    if off_policy:
+        buffer_note = " with its replay buffer" if checkpoint.replay_buffer else " with an EMPTY replay buffer (--allow-empty-replay-buffer)"
+    print(f"resuming from {checkpoint.name} at {model.num_timesteps} steps{buffer_note}", file=sys.stderr)
+    return model, stats, True
+
+
+def _run(cfg: TrainConfig, model: BaseAlgorithm, venv, stats: EpisodeStats, folder: RunFolder, identity: dict, stop: StopRequest, *, resumed: bool) -> int:
+    run_dir = folder.path
+    run_dir.mkdir(parents=True, exist_ok=True)
+    checkpoints.write_text_atomically(run_dir / CONFIG_FILE, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    start_steps = int(model.num_timesteps)
+    model.set_logger(_logger(cfg, run_dir, start_steps))
+    extra = {"identity": identity, "config_hash": identity_hash(identity)}
+
+    def save(tag: str, reason: str) -> checkpoints.Checkpoint:
+        return checkpoints.save_checkpoint(model, folder.checkpoint_dir, tag=tag, reason=reason, extra={**extra, "episode_stats": stats.state()})
+
+    episode_batch = cfg.reward.episode_batch
+    if episode_batch:
         from vlmrm_fast.reward.batch_scoring import FrameBatchScorer
 
         rewards = EpisodeBatchRewards(stats, FrameBatchScorer(venv.reward_model, venv.reward_model.chunk_size))
     else:
         rewards = RewardLogger(stats)
-    callbacks = [rewards, RolloutCheckpoints(lambda tag: _save_checkpoint(model, run_dir, tag), cfg.logging.checkpoint_every)]
+    periodic = RolloutCheckpoints(lambda tag: save(tag, "periodic"), cfg.logging.checkpoint_every)
+    progress = TrainingProgress(cfg.rl.total_timesteps)
+    callbacks = [rewards] + ([EpisodeBatchLogs(stats)] if episode_batch else []) + [periodic, progress]
     if cfg.logging.video_every:
-        task, episode_length, render_size = venv.task, venv.episode_length, venv.render_size
+        callbacks.append(PolicyVideo(_video_env_factory(venv), venv.reward_model, run_dir / "videos", cfg.logging.video_every, cfg.logging.video_episodes))
+    control = TrainingControl(callbacks, stop, on_policy=not isinstance(model, OffPolicyAlgorithm))
 
-        def video_env() -> gymnasium.Env:
-            kwargs = {"height": render_size[0], "width": render_size[1]} if render_size and task.engine == "mujoco" else {}
-            env = task.make_env(render_mode="rgb_array", **kwargs)
-            return gymnasium.wrappers.TimeLimit(env, episode_length) if episode_length else env
-
-        callbacks.append(PolicyVideo(video_env, venv.reward_model, run_dir / "videos", cfg.logging.video_every, cfg.logging.video_episodes))
-
-    remaining = cfg.rl.total_timesteps - model.num_timesteps
-    status = 0
+    remaining = cfg.rl.total_timesteps - start_steps
     try:
         if remaining > 0:
-            model.learn(
-                total_timesteps=remaining,
-                callback=CallbackList(callbacks),
-                progress_bar=True,
-                reset_num_timesteps=checkpoint is None,
-                tb_log_name=cfg.rl.algorithm,
-            )
-        model.save(run_dir / "final_model.zip")
-        print(f"done: {model.num_timesteps} steps; model, logs and videos in {run_dir}")
-    except KeyboardInterrupt:
-        if isinstance(rewards, EpisodeBatchRewards):
-            rewards.flush()
-        path = _save_checkpoint(model, run_dir, "interrupted_")
-        print(f"\ninterrupted at {model.num_timesteps} steps: saved {path}; continue with --resume", file=sys.stderr)
-        status = 130
-    finally:
-        monitored.close()
-    return status
+            learn_kwargs = {"log_interval": None} if episode_batch else {}
+            model.learn(total_timesteps=remaining, callback=control, reset_num_timesteps=not resumed, **learn_kwargs)
+    except BaseException as exc:
+        # The state mid-step may be inconsistent: no checkpoint of it; the ones on disk are whole.
+        progress.close()
+        newest = checkpoints.scan(folder.checkpoint_dir).newest()
+        where = f"the newest checkpoint is {newest.name} ({newest.steps} steps)" if newest else "no checkpoint was saved yet"
+        exc.add_note(f"training stopped at {model.num_timesteps} steps with this error; {where}. Fix the cause, then continue with --resume.")
+        exc.during_training = True  # type: ignore[attr-defined]  (for the CLI: a crash, not a refusal)
+        raise
+    if control.stopped:
+        model.num_timesteps = control.resume_steps
+    progress.close(model.num_timesteps)
+    _write_pending_logs(model)
+    checkpoint = checkpoints.scan(folder.checkpoint_dir).newest()
+    if checkpoint is None or checkpoint.steps != model.num_timesteps:
+        checkpoint = save("interrupted_", f"stopped by {stop.name}") if control.stopped else save("", "final")
+    if remaining <= 0:
+        print(f"nothing to train: the run is at {model.num_timesteps} of {cfg.rl.total_timesteps} steps", file=sys.stderr)
+    if control.stopped:
+        print(f"{stop.name}: saved {checkpoint.model} at {model.num_timesteps} steps; continue with --resume", file=sys.stderr)
+        return stop.exit_code
+    checkpoints.write_atomically(run_dir / FINAL_MODEL, model.save)
+    note = f" ({stop.name} came after the last step)" if stop.requested else ""
+    print(f"done: {model.num_timesteps} steps{note}; model, logs and videos in {run_dir}")
+    return EXIT_DONE
+
+
+def _video_env_factory(venv) -> Any:
+    task, episode_length, render_size = venv.task, venv.episode_length, venv.render_size
+
+    def video_env() -> gymnasium.Env:
+        kwargs = {"height": render_size[0], "width": render_size[1]} if render_size and task.engine == "mujoco" else {}
+        env = task.make_env(render_mode="rgb_array", **kwargs)
+        return gymnasium.wrappers.TimeLimit(env, episode_length) if episode_length else env
+
+    return video_env
 
 
 def add_subcommand(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train an SB3 agent with a VLM reward from a YAML config")
+    p = sub.add_parser(
+        "train",
+        help="train an SB3 agent with a VLM reward from a YAML config",
+        description="Exit codes: 0 finished; 1 crashed; 2 refused before starting (nothing written); "
+        "130/143 stopped by SIGINT/SIGTERM after saving a checkpoint.",
+    )
     p.add_argument("config", help="YAML config (see configs/)")
-    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in the run folder")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in the run folder")
+    mode.add_argument("--overwrite", action="store_true", help="delete a previous run's files in the run folder and start over")
+    p.add_argument("--allow-empty-replay-buffer", action="store_true", help="--resume: accept a checkpoint without its replay buffer")
     p.add_argument("--output-dir", help="override output_dir")
     p.add_argument("--total-timesteps", type=int, help="override rl.total_timesteps")
     p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
+    from vlmrm_fast.cli import expected_failure
+
     try:
         cfg = load_config(args.config)
         if args.output_dir:
@@ -194,9 +325,28 @@ def _main(args: argparse.Namespace) -> int:
             load_config(cfg.to_dict())
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_REFUSED
     try:
-        return train(cfg, resume=args.resume)
+        code = train(cfg, resume=args.resume, overwrite=args.overwrite, allow_empty_replay_buffer=args.allow_empty_replay_buffer)
+        if code in (128 + signal.SIGINT, 128 + signal.SIGTERM) and threading.current_thread() is threading.main_thread():
+            # Stopped by a signal, checkpoint saved, the process exits now: a late repeat of the signal must not
+            # turn that clean exit into a kill.
+            for s in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(s, signal.SIG_IGN)
+        return code
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_REFUSED
+    except RunFolderError as exc:
+        print(f"vlmrm-fast train: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    except KeyboardInterrupt as exc:
+        if getattr(exc, "during_training", False):
+            raise
+        print("\ninterrupted before training started; nothing was written", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if getattr(exc, "during_training", False) or not expected_failure(exc, setup=True):
+            raise
+        print(f"vlmrm-fast train: error: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
