@@ -1,4 +1,4 @@
-"""Per-stage timing of the step pipeline (physics, render, transfer, preprocess, encode, reward).
+"""Per-stage timing of the step pipeline (physics, render, preprocess, encode, reward, transfer, observe).
 
 Disabled, a stage costs one attribute check. Enabled, each stage is bracketed by
 device synchronizations so GPU work is charged to the stage that issued it;

@@ -148,7 +148,7 @@ class MujocoBatchSimulation:
 
     def finish(self, timer: StageTimer = NULL_TIMER):
         """Observations, env rewards, dones and infos of the step; finished envs are reset."""
-        with timer.stage("physics"):
+        with timer.stage("observe"):
             actions, self._actions = self._actions, None
             fields = self.sim.outputs
             obs = self.batch.observation(fields)

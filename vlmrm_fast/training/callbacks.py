@@ -16,37 +16,78 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 
 class EpisodeStats:
-    """Running per-env episode sums of the VLM and ground-truth rewards."""
+    """Running per-env episode sums of the VLM and ground-truth rewards, and what the infos add:
+    ``info["vlm_rewards"]`` (every prompt set of a multi-task env, by name) and
+    ``info["success"]`` (the tasks that define one: an episode succeeds when its last step does;
+    the fraction of its steps that succeeded is kept too)."""
 
     def __init__(self, n_envs: int, window: int = 100):
+        self.window = window
         self.vlm = np.zeros(n_envs)
         self.gt = np.zeros(n_envs)
+        self.steps = np.zeros(n_envs)
+        self.successes = np.zeros(n_envs)
+        self.per_task: dict[str, np.ndarray] = {}
         self.finished_vlm: collections.deque = collections.deque(maxlen=window)
         self.finished_gt: collections.deque = collections.deque(maxlen=window)
+        self.finished_success: collections.deque = collections.deque(maxlen=window)
+        self.finished_success_fraction: collections.deque = collections.deque(maxlen=window)
+        self.finished_per_task: dict[str, collections.deque] = {}
         self.episodes = 0  # finished since the start of this process
 
-    def add(self, vlm: np.ndarray, gt: np.ndarray, dones: np.ndarray) -> None:
+    def add(self, vlm: np.ndarray, gt: np.ndarray, dones: np.ndarray, infos: list[dict] | None = None) -> None:
         self.vlm += vlm
         self.gt += gt
+        self.steps += 1
+        infos = infos or [{}] * len(dones)
+        success = [info.get("success") for info in infos]
+        has_success = any(value is not None for value in success)
+        if has_success:
+            self.successes += np.array([bool(value) for value in success], dtype=np.float64)
+        for i, info in enumerate(infos):
+            for name, value in info.get("vlm_rewards", {}).items():
+                self.per_task.setdefault(name, np.zeros_like(self.vlm))[i] += value
         for i in np.nonzero(dones)[0]:
             self.finished_vlm.append(float(self.vlm[i]))
             self.finished_gt.append(float(self.gt[i]))
-            self.vlm[i] = self.gt[i] = 0.0
+            if has_success:
+                self.finished_success.append(float(bool(success[i])))
+                self.finished_success_fraction.append(float(self.successes[i] / self.steps[i]))
+            for name, sums in self.per_task.items():
+                self.finished_per_task.setdefault(name, collections.deque(maxlen=self.window)).append(float(sums[i]))
+                sums[i] = 0.0
+            self.vlm[i] = self.gt[i] = self.steps[i] = self.successes[i] = 0.0
             self.episodes += 1
 
     def record(self, logger) -> None:
         if self.finished_vlm:
             logger.record("rollout/ep_vlm_reward_mean", float(np.mean(self.finished_vlm)))
             logger.record("rollout/ep_gt_reward_mean", float(np.mean(self.finished_gt)))
+        if self.finished_success:
+            logger.record("rollout/success_rate", float(np.mean(self.finished_success)))
+            logger.record("rollout/ep_success_fraction", float(np.mean(self.finished_success_fraction)))
+        for name, finished in self.finished_per_task.items():
+            if finished:
+                logger.record(f"rollout/ep_vlm_reward_mean/{name}", float(np.mean(finished)))
 
-    def state(self) -> dict[str, list[float]]:
+    def state(self) -> dict[str, Any]:
         """The finished episodes' returns in the window (saved with a checkpoint: a resumed run's means go on)."""
-        return {"vlm": list(self.finished_vlm), "gt": list(self.finished_gt)}
+        return {
+            "vlm": list(self.finished_vlm),
+            "gt": list(self.finished_gt),
+            "success": list(self.finished_success),
+            "success_fraction": list(self.finished_success_fraction),
+            "per_task": {name: list(values) for name, values in self.finished_per_task.items()},
+        }
 
     def restore(self, state: dict[str, Any] | None) -> None:
         if state:
             self.finished_vlm.extend(float(v) for v in state.get("vlm", []))
             self.finished_gt.extend(float(v) for v in state.get("gt", []))
+            self.finished_success.extend(float(v) for v in state.get("success", []))
+            self.finished_success_fraction.extend(float(v) for v in state.get("success_fraction", []))
+            for name, values in state.get("per_task", {}).items():
+                self.finished_per_task.setdefault(name, collections.deque(maxlen=self.window)).extend(float(v) for v in values)
 
 
 def _gt_rewards(infos: list[dict]) -> np.ndarray:
@@ -68,7 +109,8 @@ class RewardLogger(BaseCallback):
 
     def _on_step(self) -> bool:
         dones = np.asarray(self.locals["dones"])
-        self.stats.add(np.asarray(self.locals["rewards"], np.float64), _gt_rewards(self.locals["infos"]), dones)
+        infos = self.locals["infos"]
+        self.stats.add(np.asarray(self.locals["rewards"], np.float64), _gt_rewards(infos), dones, infos)
         if dones.any():
             self.stats.record(self.logger)
         return True
@@ -94,13 +136,15 @@ class EpisodeBatchRewards(BaseCallback):
         super().__init__()
         self.stats = stats
         self.scorer = scorer
-        self._pending: list[tuple[int, int, np.ndarray, np.ndarray]] = []
+        self._pending: list[tuple[int, int, np.ndarray, np.ndarray, list[dict]]] = []
 
     def _on_step(self) -> bool:
         frames = self.training_env.unwrapped.last_frames()
         position = self.model.replay_buffer.pos
         self.scorer.add(frames)  # copied into the scorer's buffer: the env may reuse its frames
-        self._pending.append((position, frames.shape[0], _gt_rewards(self.locals["infos"]), np.asarray(self.locals["dones"]).copy()))
+        infos = self.locals["infos"]
+        successes = [{"success": info["success"]} if "success" in info else {} for info in infos]
+        self._pending.append((position, frames.shape[0], _gt_rewards(infos), np.asarray(self.locals["dones"]).copy(), successes))
         return True
 
     def _on_rollout_end(self) -> None:
@@ -113,11 +157,11 @@ class EpisodeBatchRewards(BaseCallback):
         buffer = self.model.replay_buffer
         rewards = self.scorer.finish()
         offset = 0
-        for position, n_envs, gt, dones in self._pending:
+        for position, n_envs, gt, dones, successes in self._pending:
             step_rewards = rewards[offset : offset + n_envs]
             offset += n_envs
             buffer.rewards[position % buffer.buffer_size, :n_envs] = step_rewards
-            self.stats.add(step_rewards.astype(np.float64), gt, dones)
+            self.stats.add(step_rewards.astype(np.float64), gt, dones, successes)
         self._pending.clear()
         self.stats.record(self.logger)
 

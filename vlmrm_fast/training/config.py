@@ -34,6 +34,10 @@ class RewardConfig:
     device: str = "auto"
     cache_dir: str | None = None
     episode_batch: bool = False  # off-policy: score each rollout's frames in one batch, then fill the replay buffer
+    # More prompt sets scored from the same encoder pass and logged per episode
+    # (rollout/ep_vlm_reward_mean/<name>), beside the target prompts that drive the reward:
+    # {name: prompt or [prompts]}, each with the baseline prompts and alpha above.
+    also_score: dict[str, Any] | None = None
     score_batch_size: int | None = None  # episode_batch: frames per encoder batch; default: what fills the GPU
 
 
@@ -43,6 +47,8 @@ class EnvConfig:
     episode_length: int | None = None   # default: the task's
     render_size: int | None = None      # default: the task's
     engine: str = "auto"
+    renderer: str = "egl"               # MuJoCo tasks: "egl" (mujoco.Renderer's pixels) or "warp" (MuJoCo Warp)
+    pipeline_chunks: Any = "auto"       # ranges of envs a step is scored in while the next is simulated
 
 
 @dataclasses.dataclass
@@ -147,8 +153,20 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _positive_int(r.score_batch_size, "reward.score_batch_size", allow_none=True)
     if r.score_batch_size is not None and not r.episode_batch:
         raise ConfigError("reward.score_batch_size: applies with reward.episode_batch: true (per-step scoring encodes one batch of n_envs)")
+    if r.also_score is not None:
+        if not isinstance(r.also_score, dict) or not r.also_score:
+            raise ConfigError(f"reward.also_score: expected a mapping of names to prompts, got {r.also_score!r}")
+        r.also_score = {str(name): _prompt_list(prompts, f"reward.also_score.{name}") for name, prompts in r.also_score.items()}
+        if "target" in r.also_score:
+            raise ConfigError("reward.also_score.target: the name 'target' is the target prompts' own; choose another")
+        if r.episode_batch:
+            raise ConfigError("reward.also_score: scored at each step; not with reward.episode_batch: true")
     e = cfg.env
     _positive_int(e.n_envs, "env.n_envs")
+    if e.renderer not in ("egl", "warp"):
+        raise ConfigError(f"env.renderer: {e.renderer!r} is not one of egl, warp")
+    if e.pipeline_chunks != "auto":
+        _positive_int(e.pipeline_chunks, "env.pipeline_chunks")
     _positive_int(e.episode_length, "env.episode_length", allow_none=True)
     _positive_int(e.render_size, "env.render_size", allow_none=True)
     if e.engine not in ("auto", "mujoco", "gym"):
@@ -201,7 +219,7 @@ _IDENTITY_FIELDS = {
     "task": None,
     "seed": None,
     "reward": ("model", "pretrained", "checkpoint", "target_prompts", "baseline_prompts", "alpha", "episode_batch"),
-    "env": ("n_envs", "episode_length", "render_size"),
+    "env": ("n_envs", "episode_length", "render_size", "renderer"),
     "rl": ("algorithm", "policy", "kwargs"),
 }
 

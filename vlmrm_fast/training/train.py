@@ -56,12 +56,13 @@ def make_env(cfg: TrainConfig):
     r, e = cfg.reward, cfg.env
     # Episode-batch scoring never encodes per step: the encoder's batch is the scoring batch.
     options = {"batch_size": score_batch_size(cfg)} if r.episode_batch else {}
+    if r.also_score:
+        options["tasks"] = _scored_tasks(cfg)
+    else:
+        options.update(target_prompts=r.target_prompts, baseline_prompts=r.baseline_prompts, alpha=r.alpha)
     return FastVLMRewardVecEnv(
         cfg.task,
         e.n_envs,
-        target_prompts=r.target_prompts,
-        baseline_prompts=r.baseline_prompts,
-        alpha=r.alpha,
         model=r.model,
         pretrained=r.pretrained,
         checkpoint=r.checkpoint,
@@ -73,9 +74,24 @@ def make_env(cfg: TrainConfig):
         cache_dir=r.cache_dir,
         seed=cfg.seed,
         engine=e.engine,
+        renderer=e.renderer,
+        pipeline_chunks=e.pipeline_chunks,
         defer_rewards=r.episode_batch,
         **options,
     )
+
+
+def _scored_tasks(cfg: TrainConfig) -> list:
+    """The target prompts (the reward, logged as "target") and reward.also_score's prompt sets,
+    each with the same baseline prompts and alpha."""
+    from vlmrm_fast.envs import get_task
+    from vlmrm_fast.reward.tasks import GoalBaselineTask
+
+    r, task = cfg.reward, get_task(cfg.task)
+    baselines = r.baseline_prompts if r.baseline_prompts is not None else task.baseline_prompts
+    targets = r.target_prompts or task.target_prompts
+    sets = {"target": targets, **r.also_score}
+    return [GoalBaselineTask(prompts, baselines, r.alpha, name=name) for name, prompts in sets.items()]
 
 
 def score_batch_size(cfg: TrainConfig) -> int:

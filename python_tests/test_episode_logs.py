@@ -1,0 +1,89 @@
+"""What training logs per episode beyond the reward: success rates and every scored prompt set."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vlmrm_fast.training.callbacks import EpisodeStats
+from vlmrm_fast.training.config import ConfigError, load_config
+from vlmrm_fast.training.train import make_env
+
+
+class RecordingLogger:
+    def __init__(self):
+        self.values: dict[str, float] = {}
+
+    def record(self, key, value, exclude=None):
+        self.values[key] = value
+
+
+def test_success_rate_and_per_task_returns_by_hand():
+    stats = EpisodeStats(2)
+    steps = [  # (vlm, gt, dones, infos) for 2 envs
+        ([0.5, 0.1], [1, 1], [False, False], [{"success": False, "vlm_rewards": {"a": 0.5, "b": 1.0}}, {"success": True, "vlm_rewards": {"a": 0.1, "b": 2.0}}]),
+        ([0.5, 0.2], [1, 0], [False, True], [{"success": True, "vlm_rewards": {"a": 0.5, "b": 1.0}}, {"success": False, "vlm_rewards": {"a": 0.2, "b": 2.0}}]),
+        ([0.4, 0.3], [1, 1], [True, False], [{"success": True, "vlm_rewards": {"a": 0.4, "b": 1.0}}, {"success": True, "vlm_rewards": {"a": 0.3, "b": 2.0}}]),
+    ]
+    for vlm, gt, dones, infos in steps:
+        stats.add(np.array(vlm), np.array(gt, float), np.array(dones), infos)
+    logger = RecordingLogger()
+    stats.record(logger)
+    # env 1 ends at step 2 (last step failed: 1 of 2 steps succeeded); env 0 at step 3 (success, 2 of 3).
+    assert logger.values["rollout/ep_vlm_reward_mean"] == pytest.approx(np.mean([0.3, 1.4]))
+    assert logger.values["rollout/ep_gt_reward_mean"] == pytest.approx(np.mean([1, 3]))
+    assert logger.values["rollout/success_rate"] == pytest.approx(0.5)
+    assert logger.values["rollout/ep_success_fraction"] == pytest.approx(np.mean([1 / 2, 2 / 3]))
+    assert logger.values["rollout/ep_vlm_reward_mean/a"] == pytest.approx(np.mean([0.3, 1.4]))
+    assert logger.values["rollout/ep_vlm_reward_mean/b"] == pytest.approx(np.mean([4.0, 3.0]))
+    restored = EpisodeStats(2)
+    restored.restore(stats.state())
+    again = RecordingLogger()
+    restored.record(again)
+    assert again.values == logger.values
+
+
+def test_tasks_without_success_log_no_success_rate():
+    stats = EpisodeStats(1)
+    stats.add(np.array([1.0]), np.array([1.0]), np.array([True]), [{}])
+    logger = RecordingLogger()
+    stats.record(logger)
+    assert "rollout/success_rate" not in logger.values and "rollout/ep_vlm_reward_mean" in logger.values
+
+
+def config(**reward):
+    return {
+        "task": "cartpole", "output_dir": "unused", "seed": 0,
+        "reward": {"model": "vlmrm-tiny", "device": "cpu", "alpha": 0.5, **reward},
+        "env": {"n_envs": 2, "episode_length": 5, "pipeline_chunks": 2},
+        "rl": {"algorithm": "DQN", "total_timesteps": 10},
+    }
+
+
+def test_also_score_builds_one_env_scoring_every_prompt_set():
+    cfg = load_config(config(also_score={"falling": "a pole falling over", "cart": ["a cart", "a black cart"]}))
+    env = make_env(cfg)
+    assert env.reward_tasks == ("target", "falling", "cart") and len(env._scorer.chunks) == 2
+    env.reset()
+    _, rewards, _, infos = env.step(np.array([0, 1]))
+    assert set(infos[0]["vlm_rewards"]) == {"target", "falling", "cart"}
+    np.testing.assert_allclose(rewards, [info["vlm_rewards"]["target"] for info in infos], rtol=0, atol=1e-6)
+    assert all("success" in info for info in infos)
+    env.close()
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"reward": {"also_score": {"target": "x"}}}, "the name 'target'"),
+        ({"reward": {"also_score": {"x": "a pole"}, "episode_batch": True}}, "not with reward.episode_batch"),
+        ({"env": {"renderer": "vulkan"}}, "env.renderer: 'vulkan'"),
+        ({"env": {"pipeline_chunks": 0}}, "env.pipeline_chunks"),
+    ],
+)
+def test_bad_fields_are_named(fields, message):
+    data = config()
+    for key, value in fields.items():
+        data[key] = {**data[key], **value}
+    with pytest.raises(ConfigError, match=message):
+        load_config(data)
