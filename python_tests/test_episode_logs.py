@@ -78,6 +78,7 @@ def test_also_score_builds_one_env_scoring_every_prompt_set():
         ({"reward": {"also_score": {"target": "x"}}}, "the name 'target'"),
         ({"reward": {"also_score": {"x": "a pole"}, "episode_batch": True}}, "not with reward.episode_batch"),
         ({"env": {"renderer": "vulkan"}}, "env.renderer: 'vulkan'"),
+        ({"reward": {"env_reward_weight": "0.1"}}, "reward.env_reward_weight"),
         ({"env": {"pipeline_chunks": 0}}, "env.pipeline_chunks"),
     ],
 )

@@ -250,6 +250,27 @@ def test_several_prompt_sets_scored_in_one_pass():
         FastVLMRewardVecEnv(HUMANOID, 1, model="vlmrm-tiny", device="cpu", tasks=tasks[:1] * 2, **SMALL)
 
 
+def test_env_reward_mixed_in_by_the_formula(tiny_rm):
+    """env_reward_weight=rho: reward = vlm + rho * env, the VLM part kept in info["vlm_reward"]."""
+    plain, mixed = make_fast(tiny_rm), make_fast(tiny_rm, env_reward_weight=0.3)
+    for env in (plain, mixed):
+        env.seed(2)
+        env.reset()
+    rng = np.random.default_rng(5)
+    for _ in range(5):
+        actions = random_actions(plain, rng)
+        _, vlm, _, infos_p = plain.step(actions)
+        _, rewards, _, infos = mixed.step(actions)
+        gt = np.array([info["gt_reward"] for info in infos])
+        np.testing.assert_allclose([info["vlm_reward"] for info in infos], vlm, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(rewards, vlm + 0.3 * gt, rtol=0, atol=1e-5)
+        assert rewards.dtype == np.float32 and "vlm_reward" not in infos_p[0]
+    plain.close()
+    mixed.close()
+    with pytest.raises(ValueError, match="env_reward_weight must be a finite number"):
+        make_fast(tiny_rm, env_reward_weight=float("nan"))
+
+
 def test_renderer_choice_is_checked(rms):
     with pytest.raises(ValueError, match="renderer 'vulkan' is unknown"):
         FastVLMRewardVecEnv(HUMANOID, 1, reward_model=rms[HUMANOID], renderer="vulkan", **SMALL)

@@ -172,7 +172,9 @@ class FastVLMRewardVecEnv(VecEnv):
     share one between envs). ``tasks=[...]`` (:class:`~vlmrm_fast.GoalBaselineTask`,
     :class:`~vlmrm_fast.BinaryTask` or dicts) scores several prompt sets from one encoder
     pass: the first drives the reward, and every step's ``info["vlm_rewards"]`` holds all of
-    them by task name (training logs each per episode). ``engine="mujoco"`` runs MuJoCo tasks in the batch
+    them by task name (training logs each per episode). ``env_reward_weight`` (rho, default 0)
+    mixes in the env's own reward, ``vlm + rho * env`` as FuRL does; the VLM part then stays in
+    ``info["vlm_reward"]``. ``engine="mujoco"`` runs MuJoCo tasks in the batch
     engine, ``"gym"`` through gymnasium envs, ``"auto"`` picks the former when it can.
     ``renderer`` draws the batch engine's frames: ``"egl"`` (OpenGL, the same pixels as
     ``mujoco.Renderer``) or ``"warp"`` (MuJoCo Warp's ray tracer, all envs in one GPU
@@ -205,6 +207,7 @@ class FastVLMRewardVecEnv(VecEnv):
         pipeline_chunks: int | str = "auto",
         env_kwargs: dict[str, Any] | None = None,
         defer_rewards: bool = False,
+        env_reward_weight: float = 0.0,
         **reward_options: Any,
     ):
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
@@ -215,6 +218,9 @@ class FastVLMRewardVecEnv(VecEnv):
             raise ValueError(f"renderer {renderer!r} is unknown; use one of {RENDERERS}")
         if episode_length is not None and (isinstance(episode_length, bool) or not isinstance(episode_length, (int, np.integer)) or episode_length < 1):
             raise ValueError(f"episode_length must be a positive integer or None, got {episode_length!r}")
+        if isinstance(env_reward_weight, bool) or not isinstance(env_reward_weight, (int, float)) or not np.isfinite(env_reward_weight):
+            raise ValueError(f"env_reward_weight must be a finite number (rho in vlm + rho * env), got {env_reward_weight!r}")
+        self.env_reward_weight = float(env_reward_weight)
         num_envs = int(num_envs)
         spec = get_task(task)
         self.task = spec
@@ -294,6 +300,7 @@ class FastVLMRewardVecEnv(VecEnv):
         self.episode_length = None
         self.engine = "gym"
         self.renderer = None
+        self.env_reward_weight = 0.0
         self.reward_model = reward_model or load_reward_model(
             model, target_prompts=normalize_prompts(target_prompts, "target_prompts"), baseline_prompts=baseline_prompts, alpha=alpha, **kwargs
         )
@@ -354,13 +361,17 @@ class FastVLMRewardVecEnv(VecEnv):
         self._stepped = True
         for info, gt in zip(infos, env_rewards):
             info["gt_reward"] = float(gt)
-        if scores is None:
+        if scores is None:  # scored later (episode batches), mixed in there
             return obs, np.zeros(self.num_envs, dtype=np.float32), dones, infos
-        if scores.ndim == 1:
-            return obs, scores, dones, infos
-        for info, row in zip(infos, scores.tolist()):  # several prompt sets: all in the info, the first is the reward
-            info["vlm_rewards"] = dict(zip(self.reward_tasks, row))
-        return obs, np.ascontiguousarray(scores[:, 0]), dones, infos
+        if scores.ndim == 2:  # several prompt sets: all in the info, the first is the reward
+            for info, row in zip(infos, scores.tolist()):
+                info["vlm_rewards"] = dict(zip(self.reward_tasks, row))
+            scores = np.ascontiguousarray(scores[:, 0])
+        if self.env_reward_weight:
+            for info, vlm in zip(infos, scores.tolist()):
+                info["vlm_reward"] = vlm
+            scores = (scores + self.env_reward_weight * env_rewards).astype(np.float32)
+        return obs, scores, dones, infos
 
     def profile(self, enabled: bool = True) -> StageTimer:
         """Starts timing each stage of ``step_wait`` (see :mod:`vlmrm_fast.profiling`)."""

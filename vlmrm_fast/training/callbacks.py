@@ -110,7 +110,9 @@ class RewardLogger(BaseCallback):
     def _on_step(self) -> bool:
         dones = np.asarray(self.locals["dones"])
         infos = self.locals["infos"]
-        self.stats.add(np.asarray(self.locals["rewards"], np.float64), _gt_rewards(infos), dones, infos)
+        rewards = np.asarray(self.locals["rewards"], np.float64)
+        vlm = np.array([info.get("vlm_reward", r) for info, r in zip(infos, rewards)], np.float64)  # mixed rewards keep it apart
+        self.stats.add(vlm, _gt_rewards(infos), dones, infos)
         if dones.any():
             self.stats.record(self.logger)
         return True
@@ -132,10 +134,11 @@ class EpisodeBatchRewards(BaseCallback):
     reached states (recorded before auto-reset), as in the per-step mode.
     """
 
-    def __init__(self, stats: EpisodeStats, scorer: Any):
+    def __init__(self, stats: EpisodeStats, scorer: Any, env_reward_weight: float = 0.0):
         super().__init__()
         self.stats = stats
         self.scorer = scorer
+        self.env_reward_weight = env_reward_weight  # the buffer gets vlm + rho * env
         self._pending: list[tuple[int, int, np.ndarray, np.ndarray, list[dict]]] = []
 
     def _on_step(self) -> bool:
@@ -160,7 +163,7 @@ class EpisodeBatchRewards(BaseCallback):
         for position, n_envs, gt, dones, successes in self._pending:
             step_rewards = rewards[offset : offset + n_envs]
             offset += n_envs
-            buffer.rewards[position % buffer.buffer_size, :n_envs] = step_rewards
+            buffer.rewards[position % buffer.buffer_size, :n_envs] = step_rewards + self.env_reward_weight * gt
             self.stats.add(step_rewards.astype(np.float64), gt, dones, successes)
         self._pending.clear()
         self.stats.record(self.logger)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import math
 import pathlib
 from typing import Any
 
@@ -38,6 +39,7 @@ class RewardConfig:
     # (rollout/ep_vlm_reward_mean/<name>), beside the target prompts that drive the reward:
     # {name: prompt or [prompts]}, each with the baseline prompts and alpha above.
     also_score: dict[str, Any] | None = None
+    env_reward_weight: float = 0.0   # rho: the agent learns from vlm + rho * env (FuRL's mix); 0: the VLM reward alone
     score_batch_size: int | None = None  # episode_batch: frames per encoder batch; default: what fills the GPU
 
 
@@ -153,6 +155,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _positive_int(r.score_batch_size, "reward.score_batch_size", allow_none=True)
     if r.score_batch_size is not None and not r.episode_batch:
         raise ConfigError("reward.score_batch_size: applies with reward.episode_batch: true (per-step scoring encodes one batch of n_envs)")
+    if isinstance(r.env_reward_weight, bool) or not isinstance(r.env_reward_weight, (int, float)) or not math.isfinite(r.env_reward_weight):
+        raise ConfigError(f"reward.env_reward_weight: expected a number (rho in vlm + rho * env), got {r.env_reward_weight!r}")
+    r.env_reward_weight = float(r.env_reward_weight)
     if r.also_score is not None:
         if not isinstance(r.also_score, dict) or not r.also_score:
             raise ConfigError(f"reward.also_score: expected a mapping of names to prompts, got {r.also_score!r}")
@@ -218,7 +223,8 @@ def resolved(cfg: TrainConfig) -> TrainConfig:
 _IDENTITY_FIELDS = {
     "task": None,
     "seed": None,
-    "reward": ("model", "pretrained", "checkpoint", "target_prompts", "baseline_prompts", "alpha", "episode_batch"),
+    "reward": ("model", "pretrained", "checkpoint", "target_prompts", "baseline_prompts", "alpha", "episode_batch",
+               "env_reward_weight"),
     "env": ("n_envs", "episode_length", "render_size", "renderer"),
     "rl": ("algorithm", "policy", "kwargs"),
 }

@@ -75,6 +75,7 @@ def make_env(cfg: TrainConfig):
         seed=cfg.seed,
         engine=e.engine,
         renderer=e.renderer,
+        env_reward_weight=r.env_reward_weight,
         pipeline_chunks=e.pipeline_chunks,
         defer_rewards=r.episode_batch,
         **options,
@@ -260,7 +261,8 @@ def _run(cfg: TrainConfig, model: BaseAlgorithm, venv, stats: EpisodeStats, fold
     if episode_batch:
         from vlmrm_fast.reward.batch_scoring import FrameBatchScorer
 
-        rewards = EpisodeBatchRewards(stats, FrameBatchScorer(venv.reward_model, venv.reward_model.chunk_size))
+        scorer = FrameBatchScorer(venv.reward_model, venv.reward_model.chunk_size)
+        rewards = EpisodeBatchRewards(stats, scorer, cfg.reward.env_reward_weight)
     else:
         rewards = RewardLogger(stats)
     periodic = RolloutCheckpoints(lambda tag: save(tag, "periodic"), cfg.logging.checkpoint_every)
