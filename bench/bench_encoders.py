@@ -46,7 +46,7 @@ from vlmrm_fast.encoders.base import resolve_precision  # noqa: E402
 from vlmrm_fast.encoders.compiled import COMPILE_MODES, COMPILE_SCOPES  # noqa: E402
 from vlmrm_fast.encoders.precision import PRECISION_NAMES  # noqa: E402
 from vlmrm_fast.encoders.tensorrt_engine import tensorrt_available  # noqa: E402
-from vlmrm_fast.reward.clip_loading import RandomWeightsWarning, load_clip  # noqa: E402
+from vlmrm_fast.models import RandomWeightsWarning, load_clip  # noqa: E402
 
 warnings.filterwarnings("ignore", category=RandomWeightsWarning)
 

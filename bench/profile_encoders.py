@@ -37,7 +37,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 from vlmrm_fast.encoders import make_image_encoder  # noqa: E402
-from vlmrm_fast.reward.clip_loading import RandomWeightsWarning, load_clip  # noqa: E402
+from vlmrm_fast.models import RandomWeightsWarning, load_clip  # noqa: E402
 
 warnings.filterwarnings("ignore", category=RandomWeightsWarning)
 

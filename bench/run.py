@@ -37,7 +37,7 @@ import common  # noqa: E402
 
 import vlmrm_fast  # noqa: E402
 from vlmrm_fast.envs import get_task  # noqa: E402
-from vlmrm_fast.reward.clip_loading import RandomWeightsWarning, load_clip  # noqa: E402
+from vlmrm_fast.models import RandomWeightsWarning, load_clip  # noqa: E402
 from vlmrm_fast.vec_env import FastVLMRewardVecEnv  # noqa: E402
 from stable_baselines3.common.vec_env import SubprocVecEnv  # noqa: E402
 
@@ -55,7 +55,7 @@ class ReferencePipeline:
         from stable_baselines3.common.vec_env import DummyVecEnv
 
         spec = get_task(task)
-        kwargs = {"width": resolution, "height": resolution} if spec.engine == "mujoco" else {}
+        kwargs = {"width": resolution, "height": resolution} if spec.batch is not None else {}
 
         def make():
             return gymnasium.wrappers.TimeLimit(spec.make_env(render_mode="rgb_array", **kwargs), episode_length)
@@ -112,10 +112,10 @@ def measure(args: argparse.Namespace, model: str, resolution: int, num_envs: int
 
     fast = FastVLMRewardVecEnv(
         args.task, num_envs, model=model, alpha=ALPHA, render_size=resolution, episode_length=args.episode_length,
-        device=str(device), backend=args.backend, engine=args.engine, renderer=renderer, seed=0,
+        device=str(device), backend=args.backend, physics=args.physics, renderer=renderer, seed=0,
         pipeline_chunks=chunks if chunks == "auto" else int(chunks),
     )
-    result["engine"] = fast.engine
+    result["physics"] = fast.physics
     result["renderer"] = fast.renderer or "gym"
     result["chunks"] = len(fast._scorer.chunks)
     result["encoder"] = fast.reward_model.encoder.describe()
@@ -262,7 +262,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--episode-length", type=int, default=100)
     p.add_argument("--device", default="auto")
     p.add_argument("--backend", default="auto")
-    p.add_argument("--engine", default="auto")
+    p.add_argument("--physics", default="auto", choices=["auto", "batch", "gym"])
     p.add_argument("--renderers", nargs="+", default=["egl"], choices=["egl", "warp"], help="the batch engine's renderers to run")
     p.add_argument("--pipeline-chunks", nargs="+", default=["auto"],
                    help="ranges a step is split into (integers or auto); several values measure the pipelining's gain")

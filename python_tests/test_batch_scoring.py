@@ -15,6 +15,7 @@ from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from vlmrm_fast import load_reward_model
 from vlmrm_fast.envs import get_task
 from vlmrm_fast.reward import batch_scoring
+from vlmrm_fast.wrappers import find_reward_wrapper
 from vlmrm_fast.reward.batch_scoring import FrameBatchScorer, even_batch, fill_batch_size, tower_gflops, tower_shape
 from vlmrm_fast.training.callbacks import EpisodeBatchRewards, EpisodeStats
 from vlmrm_fast.training.config import ConfigError, load_config
@@ -108,7 +109,7 @@ class _RecordFrames(BaseCallback):
         self.steps: list[tuple[int, torch.Tensor]] = []
 
     def _on_step(self) -> bool:
-        self.steps.append((self.model.replay_buffer.pos, self.training_env.unwrapped.last_frames().clone()))
+        self.steps.append((self.model.replay_buffer.pos, find_reward_wrapper(self.training_env).last_frames().clone()))
         return True
 
 

@@ -121,7 +121,7 @@ def test_scenes_as_task_names():
     assert get_task("humanoid-kneeling").batch.camera == humanoid.PAPER_CAMERA
     builtin = get_task("humanoid-lotus@builtin")
     assert builtin.scene == "builtin" and builtin.batch.camera == humanoid.FRONT_CAMERA
-    assert builtin.target_prompts == TASKS["humanoid-lotus"].target_prompts and builtin.engine == "mujoco"
+    assert builtin.target_prompts == TASKS["humanoid-lotus"].target_prompts and builtin.batch is not None
     assert get_task("humanoid-kneeling@gymnasium").batch.camera == "track"
     with pytest.raises(ValueError, match="unknown scene 'fancy'; scenes are: paper, paper-textures, gymnasium, builtin"):
         get_task("humanoid-kneeling@fancy")
@@ -370,7 +370,7 @@ def test_paper_config_loads_and_builds_its_env(path, tmp_path):
     architecture, tag = cfg.reward.model.split("/")
     assert tag in open_clip.list_pretrained_tags_by_model(architecture), "a checkpoint open_clip knows"
     kwargs = cfg.rl.kwargs
-    if spec.engine == "mujoco":  # Appendix C.2 and kube/job.yaml, the same for every humanoid run
+    if spec.batch is not None:  # Appendix C.2 and kube/job.yaml, the same for every humanoid run
         assert (cfg.rl.algorithm, cfg.env.n_envs, cfg.env.episode_length, cfg.env.render_size) == ("SAC", 32, 100, 480)
         assert kwargs == {"learning_starts": 50000, "train_freq": 100, "gradient_steps": 100, "batch_size": 512,
                           "tau": 0.005, "gamma": 0.95, "learning_rate": 6e-4, "buffer_size": 1_000_000}
@@ -381,7 +381,7 @@ def test_paper_config_loads_and_builds_its_env(path, tmp_path):
     # Build it for real with the tiny CLIP swapped in (nothing to download) and small sizes.
     small = copy.deepcopy(cfg)
     small.reward.model, small.reward.device, small.rl.device = "vlmrm-tiny", "cpu", "cpu"
-    small.env.n_envs, small.env.render_size = 2, (48 if spec.engine == "mujoco" else None)
+    small.env.n_envs, small.env.render_size = 2, (48 if spec.batch is not None else None)
     small.rl.kwargs = dict(kwargs, buffer_size=100)
     venv = make_env(small)
     try:

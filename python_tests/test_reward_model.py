@@ -13,7 +13,7 @@ from PIL import Image
 
 import vlmrm_fast
 from vlmrm_fast import BinaryTask, GoalBaselineTask, WeightsUnavailableError, load_reward_model
-from vlmrm_fast.reward.clip_loading import MODEL_CONFIG_DIR, load_clip
+from vlmrm_fast.models import MODEL_CONFIG_DIR, load_clip
 
 TINY = "vlmrm-tiny"
 

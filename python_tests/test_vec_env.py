@@ -157,8 +157,8 @@ def test_sb3_wrappers_over_env(venv, wrapper):
 def test_humanoid_batch_engine_matches_gymnasium(rms, chunks):
     """The batch engine reproduces Humanoid-v5 envs in a DummyVecEnv bit for bit, resets included,
     also when a step advances the envs in two ranges (the pipelined step)."""
-    fast, dummy = make_fast(rms[HUMANOID], HUMANOID, engine="mujoco", pipeline_chunks=chunks), make_dummy(HUMANOID)
-    assert fast.engine == "mujoco"
+    fast, dummy = make_fast(rms[HUMANOID], HUMANOID, physics="batch", pipeline_chunks=chunks), make_dummy(HUMANOID)
+    assert fast.physics == "batch"
     fast.seed(5)
     dummy.seed(5)
     np.testing.assert_array_equal(fast.reset(), dummy.reset())
@@ -181,7 +181,7 @@ def test_humanoid_batch_engine_matches_gymnasium(rms, chunks):
 def test_batch_engine_scores_the_reached_frames(rms, renderer):
     """The reward of each step is the reward model's score of the frame of the state it reached."""
     rm = rms[HUMANOID]
-    fast = make_fast(rm, HUMANOID, engine="mujoco", episode_length=3, renderer=renderer, pipeline_chunks=2)
+    fast = make_fast(rm, HUMANOID, physics="batch", episode_length=3, renderer=renderer, pipeline_chunks=2)
     assert fast.renderer == renderer
     fast.seed(1)
     fast.reset()
@@ -378,7 +378,7 @@ def test_bad_render_size(tiny_rm, render_size):
 
 
 def test_bad_humanoid_actions_leave_batch_engine_untouched(rms):
-    env = make_fast(rms[HUMANOID], HUMANOID, engine="mujoco")
+    env = make_fast(rms[HUMANOID], HUMANOID, physics="batch")
     env.seed(0)
     obs = env.reset()
     bad = np.zeros((N, 17), np.float32)
@@ -395,9 +395,9 @@ def test_bad_humanoid_actions_leave_batch_engine_untouched(rms):
 
 def test_engine_choice(rms):
     with pytest.raises(ValueError, match="no batch-engine version"):
-        FastVLMRewardVecEnv(TASK, 1, reward_model=rms[TASK], engine="mujoco")
-    env = FastVLMRewardVecEnv(HUMANOID, 1, reward_model=rms[HUMANOID], engine="gym", **SMALL)
-    assert env.engine == "gym"
+        FastVLMRewardVecEnv(TASK, 1, reward_model=rms[TASK], physics="batch")
+    env = FastVLMRewardVecEnv(HUMANOID, 1, reward_model=rms[HUMANOID], physics="gym", **SMALL)
+    assert env.physics == "gym"
     env.close()
 
 

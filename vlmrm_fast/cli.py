@@ -24,7 +24,7 @@ def expected_failure(exc: BaseException, *, setup: bool = False) -> bool:
     in one line and exits with 2 (``VLMRM_TRACEBACK=1`` shows the traceback instead). ``setup``:
     raised while a job gets ready (loading models, opening devices), where a RuntimeError is the
     machine's answer (no EGL, no CUDA device) rather than a bug."""
-    from vlmrm_fast.reward.clip_loading import WeightsUnavailableError
+    from vlmrm_fast.models import WeightsUnavailableError
 
     if os.environ.get("VLMRM_TRACEBACK") == "1":
         return False
@@ -88,7 +88,7 @@ def _add_info(sub: argparse._SubParsersAction) -> None:
 
 
 def _download(args: argparse.Namespace) -> int:
-    from vlmrm_fast.reward.clip_loading import download_weights
+    from vlmrm_fast.models import download_weights
 
     try:
         path = download_weights(args.model, args.pretrained, cache_dir=args.cache_dir)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Iterator, Protocol
+from typing import Any, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -128,6 +128,23 @@ class FrameSource(Protocol):
     def frames(self, device: Any = None) -> Any: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class SteppedFrameSource(Protocol):
+    """A VecEnv that steps and draws its envs range by range (``envs.batch.MujocoBatchVecEnv``):
+    after ``step_async``, ``advance(rows, stream)`` steps and draws envs ``rows`` (ranges in
+    order), ``lend(rows, stream)`` hands their frames over in place, and ``step_wait`` then
+    finishes the step (advancing what was not). The VLM reward wrapper scores range k while
+    range k + 1 is advanced."""
+
+    timer: Any
+
+    def advance(self, rows: slice, stream: torch.cuda.Stream | None = None) -> None: ...
+
+    def lend(self, rows: slice, stream: torch.cuda.Stream | None = None) -> contextlib.AbstractContextManager[FrameView]: ...
+
+    def last_frames(self, device: Any = None) -> Any: ...
 
 
 class HostFrames:

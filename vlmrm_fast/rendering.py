@@ -28,6 +28,12 @@ if TYPE_CHECKING:
     import torch
 
 
+def egl_unavailable() -> str | None:
+    """None when headless EGL can draw here, else why not (the one EGL probe of the package)."""
+    info = _core.build_info()
+    return None if info["egl_available"] else str(info["egl_error"])
+
+
 class BatchRenderer:
     """Renders ``num_envs`` frames of ``model`` per call.
 

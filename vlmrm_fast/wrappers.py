@@ -1,5 +1,11 @@
 """VLM rewards for any Stable-Baselines3 VecEnv whose environments render.
 
+:class:`VLMRewardVecEnvWrapper` replaces a VecEnv's reward by a CLIP reward model's. Over
+a VecEnv that steps and draws range by range (``frames.SteppedFrameSource``: the MuJoCo
+batch engine) it scores each range while the next is simulated and drawn; over any other
+VecEnv (gymnasium envs in SB3's DummyVecEnv or SubprocVecEnv) it steps, then scores the
+recorded frames range by range (on a GPU, uploading one range while encoding the last).
+
 The frame a step's reward is computed on must show the state that step reached.
 SB3's vector envs reset finished environments inside ``step_wait``, so a frame
 taken afterwards (``get_images()``) would show the reset state for exactly the
@@ -17,9 +23,13 @@ from typing import Any
 
 import gymnasium
 import numpy as np
+import torch
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 
-from vlmrm_fast.frames import HostFrames
+from vlmrm_fast.actions import check_actions
+from vlmrm_fast.frames import HostFrames, SteppedFrameSource
+from vlmrm_fast.pipeline import ChunkedScorer, plan_chunks
+from vlmrm_fast.profiling import NULL_TIMER, StageTimer
 
 FRAME_KEY = "vlmrm_frame"
 
@@ -53,24 +63,120 @@ def pop_frames(infos: list[dict[str, Any]]) -> list[np.ndarray]:
 class VLMRewardVecEnvWrapper(VecEnvWrapper):
     """Replaces a VecEnv's reward by a VLM reward model's; the env reward goes to ``info["gt_reward"]``.
 
-    The wrapped envs must be :class:`RecordFrame`-wrapped (see the module docstring).
-    ``reward_model`` is a :class:`~vlmrm_fast.VLMRewardModel` with one task.
+    ``reward_model``: a :class:`~vlmrm_fast.VLMRewardModel`. With several tasks the first is
+    the reward and all are in ``info["vlm_rewards"]`` by name. ``pipeline_chunks``: the ranges
+    of envs a step is scored in (see ``pipeline.plan_chunks``). ``defer_rewards``: return zero
+    rewards and leave the frames to ``last_frames()`` (episode-batch scoring).
+    ``env_reward_weight`` (rho): the reward is ``vlm + rho * env`` (FuRL's mix), the VLM part in
+    ``info["vlm_reward"]``. The envs of a VecEnv that is not a stepped frame source must be
+    :class:`RecordFrame`-wrapped.
     """
 
-    def __init__(self, venv: VecEnv, reward_model: Any):
-        if getattr(reward_model, "multi_task", False):
-            raise ValueError("VLMRewardVecEnvWrapper needs a single-task reward model (rewards (N,))")
+    def __init__(
+        self,
+        venv: VecEnv,
+        reward_model: Any,
+        *,
+        pipeline_chunks: int | str = "auto",
+        defer_rewards: bool = False,
+        env_reward_weight: float = 0.0,
+    ):
+        if isinstance(env_reward_weight, bool) or not isinstance(env_reward_weight, (int, float)) or not np.isfinite(env_reward_weight):
+            raise ValueError(f"env_reward_weight must be a finite number (rho in vlm + rho * env), got {env_reward_weight!r}")
         super().__init__(venv)
         self.reward_model = reward_model
+        self.reward_tasks = _task_names(reward_model)
+        self.defer_rewards = bool(defer_rewards)
+        self.env_reward_weight = float(env_reward_weight)
+        self.timer = NULL_TIMER
+        self._scorer = ChunkedScorer(reward_model, plan_chunks(venv.num_envs, pipeline_chunks, reward_model.device))
+        self._stepped_source = isinstance(venv, SteppedFrameSource)
         self._frames = HostFrames()
+        self._actions: np.ndarray | None = None
+        self._stepped = False
 
     def reset(self):
         return self.venv.reset()
 
+    def step_async(self, actions: np.ndarray) -> None:
+        self._actions = check_actions(actions, self.action_space, self.num_envs)
+        self.venv.step_async(self._actions)
+
     def step_wait(self):
-        obs, env_rewards, dones, infos = self.venv.step_wait()
-        frames = self._frames.stack(pop_frames(infos))
-        rewards = self.reward_model(frames).float().cpu().numpy()
+        if self._actions is None:
+            raise RuntimeError("step_wait() called without step_async()")
+        self._actions = None
+        scorer, timer = self._scorer, self.timer
+        scorer.begin()
+        if self._stepped_source:  # simulate and draw range k + 1 while the encoder runs range k
+            for rows in scorer.chunks:
+                self.venv.advance(rows, scorer.render_stream)
+                self._score(rows, self.venv.lend(rows, scorer.render_stream))
+            obs, env_rewards, dones, infos = self.venv.step_wait()  # observations, resets of finished envs
+        else:
+            with timer.stage("physics_render"):
+                obs, env_rewards, dones, infos = self.venv.step_wait()
+                self._frames.stack(pop_frames(infos))
+            for rows in scorer.chunks:
+                self._score(rows, self._frames.lend(rows))
+        self._stepped = True
         for info, gt in zip(infos, env_rewards):
             info["gt_reward"] = float(gt)
-        return obs, rewards, dones, infos
+        if self.defer_rewards:  # scored later (episode batches), mixed in there
+            return obs, np.zeros(self.num_envs, dtype=np.float32), dones, infos
+        return obs, self._rewards(scorer.finish(timer), env_rewards, infos), dones, infos
+
+    def _score(self, rows: slice, lent) -> None:
+        if not self.defer_rewards:
+            with lent as frames:
+                self._scorer.submit(frames, rows, self.timer)  # preprocess, encode, reward: not waited for
+
+    def _rewards(self, scores: np.ndarray, env_rewards: np.ndarray, infos: list[dict]) -> np.ndarray:
+        if scores.ndim == 2:  # several prompt sets: all in the info, the first is the reward
+            for info, row in zip(infos, scores.tolist()):
+                info["vlm_rewards"] = dict(zip(self.reward_tasks, row))
+            scores = np.ascontiguousarray(scores[:, 0])
+        if self.env_reward_weight:
+            for info, vlm in zip(infos, scores.tolist()):
+                info["vlm_reward"] = vlm
+            scores = (scores + self.env_reward_weight * np.asarray(env_rewards)).astype(np.float32)
+        return scores
+
+    def profile(self, enabled: bool = True) -> StageTimer:
+        """Starts timing each stage of ``step_wait`` (see :mod:`vlmrm_fast.profiling`)."""
+        self.timer = StageTimer(enabled, self.reward_model.device)
+        if self._stepped_source:
+            self.venv.timer = self.timer
+        return self.timer
+
+    def last_frames(self) -> torch.Tensor:
+        """The frames the last step reached (uint8 (N, H, W, 3); may be reused by the next step: copy to keep).
+
+        With ``defer_rewards=True`` the step's rewards are zero and the caller scores
+        these frames later (see ``training.callbacks.EpisodeBatchRewards``).
+        """
+        if not self._stepped:
+            raise RuntimeError("no step has been taken yet")
+        if not self._stepped_source:
+            return self._frames.tensor
+        device = self.reward_model.device
+        frames = self.venv.last_frames(device if device.type == "cuda" else None)
+        return frames if isinstance(frames, torch.Tensor) else torch.from_numpy(frames)
+
+
+def find_reward_wrapper(venv: VecEnv) -> VLMRewardVecEnvWrapper:
+    """The VLM reward wrapper in a stack of VecEnv wrappers (e.g. under VecMonitor or VecNormalize)."""
+    while True:
+        if isinstance(venv, VLMRewardVecEnvWrapper):
+            return venv
+        if not isinstance(venv, VecEnvWrapper):
+            raise TypeError("no VLMRewardVecEnvWrapper (or FastVLMRewardVecEnv) in this VecEnv stack")
+        venv = venv.venv
+
+
+def _task_names(reward_model: Any) -> tuple[str, ...]:
+    """The reward model's task names, unique (each is logged under its name)."""
+    names = tuple(task.name for task in reward_model.tasks)
+    if len(set(names)) != len(names):
+        raise ValueError(f"reward task names must be unique to be logged apart, got {list(names)}; give each task a name=")
+    return names

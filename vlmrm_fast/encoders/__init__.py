@@ -23,6 +23,7 @@ import torch
 from vlmrm_fast.encoders.base import ImageEncoder
 from vlmrm_fast.encoders.precision import PRECISION_NAMES, Precision, check_precision_name, resolve
 from vlmrm_fast.encoders.torch_eager import TorchImageEncoder
+from vlmrm_fast.checks import positive_int
 
 BACKENDS = ("auto", "torch", "compile", "tensorrt")
 FIXED_BATCH_BACKENDS = ("compile", "tensorrt")
@@ -56,7 +57,7 @@ def make_image_encoder(
     batch_size: int | None = None,
     **options: Any,
 ) -> ImageEncoder:
-    """An encoder for ``clip`` (a :class:`~vlmrm_fast.reward.clip_loading.LoadedClip`).
+    """An encoder for ``clip`` (a :class:`~vlmrm_fast.models.LoadedClip`).
 
     ``batch_size`` is required by the fixed-batch backends ("compile", "tensorrt"); "torch"
     runs any batch. Options: ``compile_mode``, ``compile_scope``, ``compile_cache`` ("compile");
@@ -65,8 +66,7 @@ def make_image_encoder(
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is unknown; use one of {BACKENDS}")
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
-        raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
+    batch_size = positive_int(batch_size, "batch_size", allow_none=True)
     device = torch.device(device)
     _check_options(backend, options)
     check_precision_name(precision)
@@ -119,12 +119,9 @@ def _make(
         )
     size, dim = clip.preprocess.size, clip.embed_dim
     if backend == "tensorrt":
-        from vlmrm_fast.encoders.tensorrt_engine import make_tensorrt_encoder
+        from vlmrm_fast.encoders.tensorrt_engine import make_tensorrt_encoder, require_cuda_device
 
-        if device.type != "cuda":
-            raise ValueError(
-                f"backend='tensorrt' runs on CUDA devices only, got device={device}; use 'torch' or 'compile' on the CPU"
-            )
+        require_cuda_device(device)
         return make_tensorrt_encoder(clip, device=device, dtype=precision.dtype, batch_size=batch_size, **options)
 
     from vlmrm_fast.encoders.tower import prepare_image_tower

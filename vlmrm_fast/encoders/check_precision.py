@@ -182,7 +182,7 @@ def check_precision(
     """The figures above, one :class:`PrecisionResult` per precision (bf16 first, the reference)."""
     from vlmrm_fast.device import resolve_device
     from vlmrm_fast.encoders.fp8 import fp8_unsupported_reason
-    from vlmrm_fast.reward.clip_loading import load_clip
+    from vlmrm_fast.models import load_clip
     from vlmrm_fast.reward.math import normalize
 
     if backend not in ("torch", "compile"):

@@ -11,6 +11,7 @@ import torch
 
 from vlmrm_fast.encoders.base import resolve_precision
 from vlmrm_fast.encoders.tensorrt_engine import DEFAULT_WORKSPACE_GIB
+from vlmrm_fast.checks import positive_int
 
 
 def export_encoder(
@@ -36,10 +37,9 @@ def export_encoder(
     weights, batch size and precision.
     """
     from vlmrm_fast.device import resolve_device
-    from vlmrm_fast.reward.clip_loading import load_clip
+    from vlmrm_fast.models import load_clip
 
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    batch_size = positive_int(batch_size, "batch_size", allow_none=True)
     if onnx_only is not None:
         from vlmrm_fast.encoders.onnx_export import export_image_tower
 
@@ -52,16 +52,11 @@ def export_encoder(
             batch_size=batch_size,
         )
 
-    from vlmrm_fast.encoders.tensorrt_engine import make_tensorrt_encoder, require_tensorrt
+    from vlmrm_fast.encoders.tensorrt_engine import make_tensorrt_encoder, require_cuda_device, require_tensorrt
 
     if batch_size is None:
         raise ValueError("an engine runs one fixed batch size: pass --batch-size N (batch_size=N)")
-    resolved = resolve_device(device)
-    if resolved.type != "cuda":
-        raise RuntimeError(
-            "building a TensorRT engine needs a CUDA GPU (engines are specific to the GPU model); "
-            "on this machine, --onnx-only OUT.onnx writes the ONNX file"
-        )
+    resolved = require_cuda_device(resolve_device(device))
     require_tensorrt()
     dtype = resolve_precision(precision, resolved)
     clip = load_clip(model, pretrained, checkpoint=checkpoint, device=resolved, seed=seed)

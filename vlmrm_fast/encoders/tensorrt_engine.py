@@ -278,6 +278,17 @@ def engine_key(clip: Any, *, batch_size: int, dtype: torch.dtype, device: torch.
     )
 
 
+def require_cuda_device(device: Any) -> torch.device:
+    """TensorRT engines run on (and are built for) one CUDA GPU: the device, or a ValueError that says so."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(
+            f"TensorRT engines run on CUDA devices only (and are built for one GPU model), got device={device}; use "
+            "backend='torch' or 'compile' here, or `vlmrm-fast export --onnx-only OUT.onnx` for the ONNX file"
+        )
+    return device
+
+
 def make_tensorrt_encoder(
     clip: Any,
     *,
@@ -291,9 +302,7 @@ def make_tensorrt_encoder(
 ) -> TensorRTImageEncoder:
     """The cached engine for ``clip`` (a LoadedClip), or one exported and built now (minutes)."""
     trt = require_tensorrt()
-    device = torch.device(device)
-    if device.type != "cuda":
-        raise ValueError(f"backend='tensorrt' runs on CUDA devices only, got device={device}")
+    device = require_cuda_device(device)
     if not isinstance(workspace_gib, (int, float)) or isinstance(workspace_gib, bool) or workspace_gib <= 0:
         raise ValueError(f"workspace_gib must be a positive number of GiB, got {workspace_gib!r}")
     key = engine_key(clip, batch_size=batch_size, dtype=dtype, device=device, tensorrt_version=trt.__version__)

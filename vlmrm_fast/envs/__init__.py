@@ -15,8 +15,8 @@ The 600x400 classic-control frames are squashed to the encoder's square input, a
 the paper's pipeline does; open_clip's centre crop would cut the flag and the
 track's ends out of view.
 
-``get_task(name)`` returns a :class:`TaskSpec`. MuJoCo tasks (``engine="mujoco"``)
-run entirely in the compiled engine; the others go through gymnasium environments
+``get_task(name)`` returns a :class:`TaskSpec`. MuJoCo tasks (those with ``batch`` glue)
+run entirely in the batch engine (``envs/batch.py``); the others go through gymnasium environments
 (``env.render()`` frames) on the generic path. Any gymnasium id works as a task
 too, with prompts given by the caller.
 """
@@ -45,11 +45,28 @@ class TaskSpec:
     baseline_prompts: tuple[str, ...] = ()
     episode_length: int | None = None         # None: the env's own time limit
     render_size: tuple[int, int] | None = None  # (height, width) the paper renders at
-    engine: str = "gym"                        # "mujoco": batched physics and rendering in the core
-    batch: Any = None                          # the batch engine's task glue (envs.humanoid.HumanoidBatch)
+    batch: Any = None                          # MuJoCo batch-engine glue (envs.humanoid.HumanoidBatch); None: gymnasium envs only
     resize_mode: str | None = None             # preprocess override; "squash" keeps a wide frame whole
     hard: bool = False                         # the paper found CLIP could not teach it
     scene: str | None = None                   # humanoid tasks: the scene frames are drawn in (envs.humanoid.SCENES)
+
+    def make(
+        self,
+        *,
+        render_mode: str | None = "rgb_array",
+        render_size: tuple[int, int] | None = None,
+        episode_length: int | None = None,
+        **env_kwargs: Any,
+    ) -> gymnasium.Env:
+        """One gymnasium env of the task: frames of ``render_size`` (height, width; batch tasks' envs
+        take it, classic-control envs draw their own size), episodes of ``episode_length`` steps
+        (default the task's; None and no default: the env's own limit)."""
+        if render_size is not None and self.batch is not None:
+            env_kwargs.setdefault("height", render_size[0])
+            env_kwargs.setdefault("width", render_size[1])
+        env = self.make_env(render_mode=render_mode, **env_kwargs)
+        limit = episode_length or self.episode_length
+        return gymnasium.wrappers.TimeLimit(env, limit) if limit else env
 
 
 def _humanoid_env(render_mode: str | None = "rgb_array", width: int = humanoid.DEFAULT_RENDER_SIZE, height: int = humanoid.DEFAULT_RENDER_SIZE, **kwargs: Any) -> gymnasium.Env:
@@ -100,7 +117,6 @@ TASKS: dict[str, TaskSpec] = {
         baseline_prompts=HUMANOID_BASELINE,
         episode_length=humanoid.DEFAULT_EPISODE_LENGTH,
         render_size=(humanoid.DEFAULT_RENDER_SIZE, humanoid.DEFAULT_RENDER_SIZE),
-        engine="mujoco",
         batch=humanoid.HumanoidBatch(humanoid.DEFAULT_SCENE),
         hard=hard,
         scene=humanoid.DEFAULT_SCENE,
@@ -168,8 +184,10 @@ def _humanoid_scene_task(name: str) -> TaskSpec:
     )
 
 
-def get_task(name: str) -> TaskSpec:
-    """A built-in task by name, or a task wrapping any registered gymnasium id."""
+def get_task(name: str | TaskSpec) -> TaskSpec:
+    """A built-in task by name, or a task wrapping any registered gymnasium id (a TaskSpec passes through)."""
+    if isinstance(name, TaskSpec):
+        return name
     if not isinstance(name, str) or not name:
         raise TypeError(f"task must be a task name or a gymnasium id, got {name!r}")
     if name in TASKS:

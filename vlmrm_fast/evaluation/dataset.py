@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from vlmrm_fast.evaluation.states import as_task, render_states, sample_states
+from vlmrm_fast.envs import get_task
+from vlmrm_fast.evaluation.states import render_states, sample_states
 
 SHEET_PAGE = 100  # thumbnails per contact-sheet image
 _TRUE = {"1", "true", "yes", "y", "t"}
@@ -76,7 +77,7 @@ class StateDataset:
         progress: bool = False,
     ) -> "StateDataset":
         """Samples ``n`` states (random actions, or ``policy``) and renders them at ``size`` (height, width)."""
-        spec = as_task(task)
+        spec = get_task(task)
         states, names = sample_states(spec, n, policy=policy, seed=seed, thin=thin, progress=progress)
         frames = render_states(spec, states, size=size, progress=progress)
         source = "random" if policy is None else str(policy) if isinstance(policy, (str, pathlib.Path)) else type(policy).__name__

@@ -40,6 +40,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
+from vlmrm_fast.checks import positive_int
 
 RewardFn = Callable[[np.ndarray, np.ndarray, np.ndarray], Any]
 DEFAULT_BATCH = 1 << 16
@@ -113,8 +114,7 @@ class Coverage:
 def canonicalize(reward: RewardFn, coverage: Coverage, *, gamma: float = 0.99, batch_size: int = DEFAULT_BATCH) -> np.ndarray:
     """``C^(R)`` at every transition of ``coverage`` (see the module docstring), float64 (N,)."""
     gamma = _gamma(gamma)
-    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    batch_size = positive_int(batch_size, "batch_size")
     c = coverage
     m = c.n_samples
     direct = _call_batched(reward, c.states, c.actions, c.next_states, batch_size)

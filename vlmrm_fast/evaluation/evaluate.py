@@ -21,7 +21,7 @@ from vlmrm_fast.evaluation.epic import state_epic_distance
 from vlmrm_fast.evaluation.plotting import new_figure, palette, save_figure
 from vlmrm_fast.evaluation.precision_recall import PrecisionRecall, plot_precision_recall, precision_recall
 from vlmrm_fast.evaluation.scoring import alpha_tasks, binary_task, check_alphas, parameter_count, score_frames
-from vlmrm_fast.evaluation.states import as_task
+from vlmrm_fast.envs import get_task
 from vlmrm_fast.reward import VLMRewardModel, load_reward_model
 
 
@@ -158,7 +158,7 @@ def evaluate_models(
         raise ValueError(
             f"the dataset has {n_labelled} labelled states; label at least 2 (import a CSV with `vlmrm-fast dataset label`)"
         )
-    spec = as_task(dataset.task)
+    spec = get_task(dataset.task)
     targets = target_prompts if target_prompts is not None else spec.target_prompts
     baselines = baseline_prompts if baseline_prompts is not None else spec.baseline_prompts
     if not targets:

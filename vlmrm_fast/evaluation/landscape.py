@@ -17,7 +17,8 @@ import numpy as np
 from vlmrm_fast.envs import TaskSpec
 from vlmrm_fast.evaluation.plotting import new_figure, palette, save_figure
 from vlmrm_fast.evaluation.scoring import alpha_tasks, score_frames
-from vlmrm_fast.evaluation.states import StateAccess, as_task, initial_state, make_task_env, render_states, state_access
+from vlmrm_fast.envs import get_task
+from vlmrm_fast.evaluation.states import StateAccess, initial_state, make_task_env, render_states, state_access
 from vlmrm_fast.reward import VLMRewardModel
 
 DEFAULT_ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -158,7 +159,7 @@ def reward_landscape(
     (:func:`sweep_range`); prompts default to the task's; ``goal`` to the task's
     goal value for the variable (upright pole, the MountainCar flag) or none.
     """
-    spec = as_task(task)
+    spec = get_task(task)
     targets = target_prompts if target_prompts is not None else spec.target_prompts
     baselines = baseline_prompts if baseline_prompts is not None else spec.baseline_prompts
     if not targets:

@@ -121,13 +121,9 @@ def _mujoco_names(model: Any) -> tuple[str, ...]:
     return tuple(qpos + qvel)
 
 
-def as_task(task: str | TaskSpec) -> TaskSpec:
-    return get_task(task) if isinstance(task, str) else task
-
-
 def make_task_env(task: str | TaskSpec, *, render: bool = True, size: tuple[int, int] | None = None) -> tuple[gymnasium.Env, bool]:
     """One env of ``task``; returns it and whether its frames need resizing to ``size`` (height, width)."""
-    spec = as_task(task)
+    spec = get_task(task)
     if not render:
         return spec.make_env(render_mode=None), False
     if size is None:
@@ -141,8 +137,8 @@ def make_task_env(task: str | TaskSpec, *, render: bool = True, size: tuple[int,
 
 def default_render_size(task: str | TaskSpec) -> tuple[int, int] | None:
     """(height, width) frames are rendered at unless told: the task's (MuJoCo tasks), else the env's own."""
-    spec = as_task(task)
-    return spec.render_size if spec.engine == "mujoco" else None
+    spec = get_task(task)
+    return spec.render_size if spec.batch is not None else None
 
 
 def render_states(
@@ -213,12 +209,10 @@ def sample_states(
         raise ValueError(f"n must be a positive integer, got {n!r}")
     if isinstance(thin, bool) or not isinstance(thin, (int, np.integer)) or thin < 1:
         raise ValueError(f"thin must be a positive integer, got {thin!r}")
-    spec = as_task(task)
+    spec = get_task(task)
     if isinstance(policy, (str, pathlib.Path)):
         policy = load_policy(policy)
-    env, _ = make_task_env(spec, render=False)
-    if spec.episode_length:
-        env = gymnasium.wrappers.TimeLimit(env, spec.episode_length)
+    env = spec.make(render_mode=None)
     env.action_space.seed(seed)
     rng = np.random.default_rng(seed)
     visited: list[np.ndarray] = []

@@ -1,6 +1,6 @@
 """CLIP reward models: prompts and tasks, model loading, the reward formulas."""
 
-from vlmrm_fast.reward.clip_loading import (
+from vlmrm_fast.models import (
     TINY_MODEL,
     PromptTruncatedWarning,
     RandomWeightsWarning,
@@ -9,6 +9,7 @@ from vlmrm_fast.reward.clip_loading import (
     register_builtin_configs,
 )
 from vlmrm_fast.reward.model import VLMRewardModel, load_reward_model
+from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.reward.tasks import BinaryTask, GoalBaselineTask
 
 register_builtin_configs()
@@ -19,6 +20,7 @@ __all__ = [
     "GoalBaselineTask",
     "PromptTruncatedWarning",
     "RandomWeightsWarning",
+    "RewardModelSpec",
     "VLMRewardModel",
     "WeightsUnavailableError",
     "load_clip",

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from vlmrm_fast.checks import positive_int
 
 FILL_TARGET_TFLOP = 32.0
 MAX_FILL_BATCH = 4096
@@ -59,13 +60,13 @@ def _model_config(model: str) -> dict | None:
 
     import open_clip
 
-    from vlmrm_fast.reward.clip_loading import _cached_hf_file, parse_model_name, register_builtin_configs
+    from vlmrm_fast.models import cached_hf_file, parse_model_name, register_builtin_configs
 
     if model.startswith(("hf-hub:", "local-dir:")):  # open_clip would ask the hub; read what is on disk
         if model.startswith("local-dir:"):
             path = pathlib.Path(model[len("local-dir:"):]) / "open_clip_config.json"
         else:
-            cached = _cached_hf_file(model[len("hf-hub:"):], ("open_clip_config.json",), None)
+            cached = cached_hf_file(model[len("hf-hub:"):], ("open_clip_config.json",), None)
             path = pathlib.Path(cached) if cached else None
         return json.loads(path.read_text()).get("model_cfg") if path is not None and path.is_file() else None
     register_builtin_configs()
@@ -118,8 +119,7 @@ class FrameBatchScorer:
     with ``reward_model`` (a single-task :class:`~vlmrm_fast.reward.model.VLMRewardModel`)."""
 
     def __init__(self, reward_model: Any, batch_size: int):
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        batch_size = positive_int(batch_size, "batch_size")
         if getattr(reward_model, "multi_task", False):
             raise ValueError("FrameBatchScorer needs a single-task reward model (rewards (N,))")
         self.reward_model = reward_model

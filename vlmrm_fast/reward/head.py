@@ -58,7 +58,7 @@ class RewardHead:
                 entry.threshold = task.threshold
                 entry.probability = task.probability
                 self._reference.append(("binary", embs[0], torch.stack(embs[1:]), scale, task.threshold, task.probability))
-            else:  # pragma: no cover - as_task guards this
+            else:  # pragma: no cover - as_reward_task guards this
                 raise TypeError(f"unknown task type {type(task).__name__}")
             table.append(entry)
         self.text = torch.stack(rows).float().contiguous().to(self.device)

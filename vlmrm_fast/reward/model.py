@@ -18,10 +18,11 @@ from vlmrm_fast.encoders import make_image_encoder
 from vlmrm_fast.frames import FrameView
 from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec, as_frame_tensor
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
-from vlmrm_fast.reward.clip_loading import LoadedClip, check_prompt_lengths, load_clip
+from vlmrm_fast.models import LoadedClip, check_prompt_lengths, load_clip
 from vlmrm_fast.reward.head import RewardHead
 from vlmrm_fast.reward.math import normalize
-from vlmrm_fast.reward.tasks import GoalBaselineTask, Task, as_tasks, normalize_prompts, unique_prompts
+from vlmrm_fast.reward.spec import RewardModelSpec
+from vlmrm_fast.reward.tasks import GoalBaselineTask, Task, as_reward_tasks, normalize_prompts, unique_prompts
 
 DEFAULT_CHUNK = 256
 
@@ -45,7 +46,7 @@ class VLMRewardModel:
         self.device = torch.device(device)
         self.multi_task = multi_task
         self._text_cache: dict[str, torch.Tensor] = {}
-        tasks = as_tasks(tasks)
+        tasks = as_reward_tasks(tasks)
         self._warm_text_cache(unique_prompts(tasks))  # fp32 text tower, before the encoder casts the visual one
         self.encoder = make_image_encoder(
             clip, backend, device=self.device, precision=precision, batch_size=batch_size, **encoder_options
@@ -103,7 +104,7 @@ class VLMRewardModel:
 
     def set_tasks(self, tasks: Iterable[Any], *, multi_task: bool = True) -> None:
         """Replaces the reward tasks; on a bad task nothing changes."""
-        tasks = as_tasks(tasks)
+        tasks = as_reward_tasks(tasks)
         self._warm_text_cache(unique_prompts(tasks))
         self.head = RewardHead(tasks, self._text_cache.__getitem__, self.logit_scale, self.device)
         self.multi_task = multi_task
@@ -112,18 +113,7 @@ class VLMRewardModel:
     @torch.inference_mode()
     def encode_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
         """Raw image embeddings (N, D) of preprocessed pixels, in encoder-sized chunks."""
-        n = pixels.shape[0]
-        fixed = self.encoder.batch_size
-        outs = []
-        for start in range(0, n, self.chunk_size):
-            chunk = pixels[start : start + self.chunk_size]
-            if fixed is not None and chunk.shape[0] < fixed:
-                padded = chunk.new_zeros((fixed,) + tuple(chunk.shape[1:]))
-                padded[: chunk.shape[0]] = chunk
-                outs.append(self.encoder(padded)[: chunk.shape[0]])
-            else:
-                outs.append(self.encoder(chunk))
-        return torch.cat(outs) if len(outs) > 1 else outs[0]
+        return self._in_chunks(pixels, self._encode_chunk)
 
     @torch.inference_mode()
     def embed_images(self, frames: Any) -> torch.Tensor:
@@ -132,13 +122,21 @@ class VLMRewardModel:
         return normalize(self._raw_image_embeddings(frames))
 
     def _raw_image_embeddings(self, frames: torch.Tensor) -> torch.Tensor:
-        outs = []
-        for start in range(0, frames.shape[0], self.chunk_size):
-            chunk = frames[start : start + self.chunk_size]
-            if self.device.type == "cuda" and not chunk.is_contiguous():
-                chunk = chunk.contiguous()  # uploads keep the byte layout only for dense chunks
-            outs.append(self.encode_pixels(self.preprocessor.run(FrameView.of(chunk))))
+        """Preprocess and encode, one encoder-sized chunk of frames at a time."""
+        return self._in_chunks(frames, lambda chunk: self._encode_chunk(self.preprocessor(chunk)))
+
+    def _in_chunks(self, batch: torch.Tensor, fn) -> torch.Tensor:
+        outs = [fn(batch[start : start + self.chunk_size]) for start in range(0, batch.shape[0], self.chunk_size)]
         return torch.cat(outs) if len(outs) > 1 else outs[0]
+
+    def _encode_chunk(self, pixels: torch.Tensor) -> torch.Tensor:
+        """At most ``chunk_size`` rows; a fixed-batch encoder gets them padded to its batch."""
+        fixed, n = self.encoder.batch_size, pixels.shape[0]
+        if fixed is not None and n < fixed:
+            padded = pixels.new_zeros((fixed,) + tuple(pixels.shape[1:]))
+            padded[:n] = pixels
+            return self.encoder(padded)[:n]
+        return self.encoder(pixels)
 
     # ---------------------------------------------------------------------- reward
     def _shape(self, rewards: torch.Tensor) -> torch.Tensor:
@@ -183,25 +181,8 @@ class VLMRewardModel:
         self.encoder.close()
 
 
-def load_reward_model(
-    model: str,
-    pretrained: str | None = None,
-    *,
-    target_prompts: str | Sequence[str] | None = None,
-    baseline_prompts: str | Sequence[str] = (),
-    alpha: float = 0.0,
-    tasks: Sequence[Any] | None = None,
-    device: str | torch.device = "auto",
-    checkpoint: str | None = None,
-    backend: str = "auto",
-    precision: str = "auto",
-    batch_size: int | None = None,
-    cache_dir: str | None = None,
-    seed: int = 0,
-    resize_mode: str | None = None,
-    **options: Any,
-) -> VLMRewardModel:
-    """Loads a CLIP reward model.
+def load_reward_model(model: str | RewardModelSpec, pretrained: str | None = None, **fields: Any) -> VLMRewardModel:
+    """Loads a CLIP reward model from a :class:`RewardModelSpec`, or from its fields.
 
     ``model`` is an open_clip name (``"ViT-bigG-14"``), ``"name/tag"``
     (``"ViT-L-14/laion2b_s32b_b82k"``), ``"hf-hub:org/repo"`` or ``"vlmrm-tiny"``;
@@ -210,31 +191,27 @@ def load_reward_model(
     (:class:`GoalBaselineTask`, :class:`BinaryTask` or dicts) for several; the
     model then returns (N, K) rewards. ``resize_mode="squash"`` resizes frames to the
     encoder's square input instead of open_clip's shortest-side resize and centre crop
-    (the paper's pipeline squashes; keeps wide frames whole).
+    (the paper's pipeline squashes; keeps wide frames whole). Other keywords are
+    encoder options (see :class:`RewardModelSpec`).
     """
-    if tasks is not None:
-        if target_prompts is not None or baseline_prompts or alpha:
-            raise ValueError("give either target_prompts/baseline_prompts/alpha or tasks=, not both")
-        task_list = as_tasks(tasks)
-        multi = True
+    if isinstance(model, RewardModelSpec):
+        if pretrained is not None or fields:
+            raise ValueError("give a RewardModelSpec alone, or its fields as arguments, not both")
+        spec = model
     else:
-        if target_prompts is None:
-            raise ValueError("target_prompts is required (e.g. 'a humanoid robot kneeling'), or pass tasks=[...]")
-        task_list = (GoalBaselineTask(target_prompts, baseline_prompts, alpha),)
-        multi = False
-    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    resolved = resolve_device(device)
-    clip = load_clip(model, pretrained, checkpoint=checkpoint, device=resolved, cache_dir=cache_dir, seed=seed)
-    if resize_mode is not None:
-        clip.preprocess = dataclasses.replace(clip.preprocess, resize_mode=resize_mode)
+        spec = RewardModelSpec.from_kwargs(model=model, pretrained=pretrained, **fields)
+    tasks, multi = spec.reward_tasks()
+    resolved = resolve_device(spec.device)
+    clip = load_clip(spec.model, spec.pretrained, checkpoint=spec.checkpoint, device=resolved, cache_dir=spec.cache_dir, seed=spec.seed)
+    if spec.resize_mode is not None:
+        clip.preprocess = dataclasses.replace(clip.preprocess, resize_mode=spec.resize_mode)
     return VLMRewardModel(
         clip,
-        task_list,
+        tasks,
         device=resolved,
         multi_task=multi,
-        backend=backend,
-        precision=precision,
-        batch_size=batch_size,
-        **options,
+        backend=spec.backend,
+        precision=spec.precision,
+        batch_size=spec.batch_size,
+        **spec.encoder_options,
     )

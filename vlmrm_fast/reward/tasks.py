@@ -116,7 +116,7 @@ class BinaryTask:
 Task = Union[GoalBaselineTask, BinaryTask]
 
 
-def as_task(spec: Any) -> Task:
+def as_reward_task(spec: Any) -> Task:
     """A task object, or a dict of its fields (``kind: binary`` selects :class:`BinaryTask`)."""
     if isinstance(spec, (GoalBaselineTask, BinaryTask)):
         return spec
@@ -136,8 +136,8 @@ def as_task(spec: Any) -> Task:
     raise TypeError(f"a task must be GoalBaselineTask, BinaryTask or a dict, got {type(spec).__name__}")
 
 
-def as_tasks(specs: Iterable[Any]) -> tuple[Task, ...]:
-    tasks = tuple(as_task(s) for s in specs)
+def as_reward_tasks(specs: Iterable[Any]) -> tuple[Task, ...]:
+    tasks = tuple(as_reward_task(s) for s in specs)
     if not tasks:
         raise ValueError("tasks is empty; give at least one task")
     return tasks

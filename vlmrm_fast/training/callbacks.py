@@ -14,6 +14,8 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
+from vlmrm_fast.wrappers import find_reward_wrapper
+
 
 class EpisodeStats:
     """Running per-env episode sums of the VLM and ground-truth rewards, and what the infos add:
@@ -142,7 +144,7 @@ class EpisodeBatchRewards(BaseCallback):
         self._pending: list[tuple[int, int, np.ndarray, np.ndarray, list[dict]]] = []
 
     def _on_step(self) -> bool:
-        frames = self.training_env.unwrapped.last_frames()
+        frames = find_reward_wrapper(self.training_env).last_frames()
         position = self.model.replay_buffer.pos
         self.scorer.add(frames)  # copied into the scorer's buffer: the env may reuse its frames
         infos = self.locals["infos"]

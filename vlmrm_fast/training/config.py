@@ -48,7 +48,7 @@ class EnvConfig:
     n_envs: int = 4
     episode_length: int | None = None   # default: the task's
     render_size: int | None = None      # default: the task's
-    engine: str = "auto"
+    physics: str = "auto"               # "batch" (MuJoCo tasks in the batch engine), "gym" (gymnasium envs) or auto
     renderer: str = "egl"               # MuJoCo tasks: "egl" (mujoco.Renderer's pixels) or "warp" (MuJoCo Warp)
     pipeline_chunks: Any = "auto"       # ranges of envs a step is scored in while the next is simulated
 
@@ -88,6 +88,9 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
+_RENAMED = {"EnvConfig": {"engine": "write env.physics: batch (was mujoco), gym or auto"}}
+
+
 def _build(cls: type, data: Any, path: str) -> Any:
     if data is None:
         data = {}
@@ -97,6 +100,8 @@ def _build(cls: type, data: Any, path: str) -> Any:
     unknown = [k for k in data if k not in fields]
     if unknown:
         key = unknown[0]
+        if key in _RENAMED.get(cls.__name__, {}):
+            raise ConfigError(f"{path}{'.' if path else ''}{key}: renamed; {_RENAMED[cls.__name__][key]}")
         close = difflib.get_close_matches(str(key), list(fields), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else f"; fields are {', '.join(fields)}"
         raise ConfigError(f"{path}{'.' if path else ''}{key}: unknown field{hint}")
@@ -174,8 +179,8 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         _positive_int(e.pipeline_chunks, "env.pipeline_chunks")
     _positive_int(e.episode_length, "env.episode_length", allow_none=True)
     _positive_int(e.render_size, "env.render_size", allow_none=True)
-    if e.engine not in ("auto", "mujoco", "gym"):
-        raise ConfigError(f"env.engine: {e.engine!r} is not one of auto, mujoco, gym")
+    if e.physics not in ("auto", "batch", "gym"):
+        raise ConfigError(f"env.physics: {e.physics!r} is not one of auto, batch, gym")
     rl = cfg.rl
     if rl.algorithm not in ALGORITHMS:
         raise ConfigError(f"rl.algorithm: {rl.algorithm!r} is not one of {', '.join(ALGORITHMS)}")
@@ -219,7 +224,7 @@ def resolved(cfg: TrainConfig) -> TrainConfig:
 
 # What makes two runs the same run: a checkpoint continues only a run whose identity matches.
 # Left out: output_dir, rl.total_timesteps (a resume may extend the budget), devices, backend,
-# precision, caches, the engine (both engines step the same physics) and logging.
+# precision, caches, env.physics (the batch engine and gymnasium step the same physics) and logging.
 _IDENTITY_FIELDS = {
     "task": None,
     "seed": None,

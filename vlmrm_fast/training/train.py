@@ -21,7 +21,6 @@ import sys
 import threading
 from typing import Any
 
-import gymnasium
 import numpy as np
 import torch
 import yaml
@@ -53,46 +52,45 @@ EXIT_DONE, EXIT_CRASHED, EXIT_REFUSED = 0, 1, 2
 def make_env(cfg: TrainConfig):
     from vlmrm_fast.vec_env import FastVLMRewardVecEnv
 
-    r, e = cfg.reward, cfg.env
-    # Episode-batch scoring never encodes per step: the encoder's batch is the scoring batch.
-    options = {"batch_size": score_batch_size(cfg)} if r.episode_batch else {}
-    if r.also_score:
-        options["tasks"] = _scored_tasks(cfg)
-    else:
-        options.update(target_prompts=r.target_prompts, baseline_prompts=r.baseline_prompts, alpha=r.alpha)
+    e = cfg.env
     return FastVLMRewardVecEnv(
         cfg.task,
         e.n_envs,
-        model=r.model,
-        pretrained=r.pretrained,
-        checkpoint=r.checkpoint,
+        reward_spec=reward_spec(cfg),
         episode_length=e.episode_length,
         render_size=e.render_size,
-        device=r.device,
-        backend=r.backend,
-        precision=r.precision,
-        cache_dir=r.cache_dir,
         seed=cfg.seed,
-        engine=e.engine,
+        physics=e.physics,
         renderer=e.renderer,
-        env_reward_weight=r.env_reward_weight,
         pipeline_chunks=e.pipeline_chunks,
-        defer_rewards=r.episode_batch,
-        **options,
+        env_reward_weight=cfg.reward.env_reward_weight,
+        defer_rewards=cfg.reward.episode_batch,
     )
 
 
-def _scored_tasks(cfg: TrainConfig) -> list:
-    """The target prompts (the reward, logged as "target") and reward.also_score's prompt sets,
-    each with the same baseline prompts and alpha."""
+def reward_spec(cfg: TrainConfig):
+    """The run's reward model as one RewardModelSpec: the task's prompts unless the config gives
+    others; with reward.also_score, one goal-baseline task per prompt set (the target prompts first,
+    named "target"), each with the same baseline prompts and alpha."""
     from vlmrm_fast.envs import get_task
+    from vlmrm_fast.reward.spec import RewardModelSpec
     from vlmrm_fast.reward.tasks import GoalBaselineTask
 
     r, task = cfg.reward, get_task(cfg.task)
-    baselines = r.baseline_prompts if r.baseline_prompts is not None else task.baseline_prompts
     targets = r.target_prompts or task.target_prompts
-    sets = {"target": targets, **r.also_score}
-    return [GoalBaselineTask(prompts, baselines, r.alpha, name=name) for name, prompts in sets.items()]
+    baselines = r.baseline_prompts if r.baseline_prompts is not None else task.baseline_prompts
+    if r.also_score:
+        sets = {"target": targets, **r.also_score}
+        prompts = {"tasks": [GoalBaselineTask(p, baselines, r.alpha, name=name) for name, p in sets.items()]}
+    else:
+        prompts = {"target_prompts": targets, "baseline_prompts": baselines, "alpha": r.alpha}
+    return RewardModelSpec(
+        model=r.model, pretrained=r.pretrained, checkpoint=r.checkpoint, device=r.device, backend=r.backend,
+        precision=r.precision, cache_dir=r.cache_dir, resize_mode=task.resize_mode,
+        # Episode-batch scoring never encodes per step: the encoder's batch is the scoring batch.
+        batch_size=score_batch_size(cfg) if r.episode_batch else None,
+        **prompts,
+    )
 
 
 def score_batch_size(cfg: TrainConfig) -> int:
@@ -305,13 +303,7 @@ def _run(cfg: TrainConfig, model: BaseAlgorithm, venv, stats: EpisodeStats, fold
 
 def _video_env_factory(venv) -> Any:
     task, episode_length, render_size = venv.task, venv.episode_length, venv.render_size
-
-    def video_env() -> gymnasium.Env:
-        kwargs = {"height": render_size[0], "width": render_size[1]} if render_size and task.engine == "mujoco" else {}
-        env = task.make_env(render_mode="rgb_array", **kwargs)
-        return gymnasium.wrappers.TimeLimit(env, episode_length) if episode_length else env
-
-    return video_env
+    return lambda: task.make(render_size=render_size, episode_length=episode_length)
 
 
 def add_subcommand(sub: argparse._SubParsersAction) -> None:

@@ -1,0 +1,221 @@
+"""MuJoCo tasks as one SB3 VecEnv: all envs stepped in the native core, drawn by a batch renderer.
+
+:class:`MujocoBatchVecEnv` is a plain ``VecEnv`` whose reward is the task's own. It is
+also a frame source in ranges (:class:`~vlmrm_fast.frames.SteppedFrameSource`), so that
+the VLM reward wrapper can score one range of envs while the next is simulated:
+``advance(rows)`` steps envs ``rows`` with the actions of ``step_async``
+(frame_skip x mj_step + rnePostConstraint on the simulator's threads) and draws the
+states they reach (``renderer="egl"``: scene updates on the simulator's threads, one GL
+pass; ``"warp"``: qpos to the device, one MuJoCo Warp launch); ``lend(rows)`` hands the
+frames over in place. ``step_wait`` advances whatever was not advanced, then computes
+observations and rewards from the copied-out fields (numpy, all envs at once) and resets
+finished envs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import gymnasium
+import numpy as np
+from stable_baselines3.common.vec_env import VecEnv
+
+from vlmrm_fast.actions import check_actions
+from vlmrm_fast.profiling import NULL_TIMER
+from vlmrm_fast.rendering import BatchRenderer
+from vlmrm_fast.sim import BatchSimulator
+
+RENDERERS = ("egl", "warp")
+
+
+def make_renderer(kind: str, model, num_envs: int, render_size: tuple[int, int], camera, gpu: int | None):
+    """A batch renderer of ``kind`` drawing ``num_envs`` frames of ``render_size`` (height, width)."""
+    height, width = render_size
+    if kind == "egl":
+        return BatchRenderer(model, num_envs, width, height, camera=camera, gpu=gpu)
+    if kind == "warp":
+        from vlmrm_fast.warp_rendering import WarpBatchRenderer
+
+        return WarpBatchRenderer(model, num_envs, width, height, camera=camera, device="cpu" if gpu is None else f"cuda:{gpu}")
+    raise ValueError(f"renderer {kind!r} is unknown; use one of {RENDERERS}")
+
+
+class BatchEnvView:
+    """What ``get_attr``/``set_attr``/``env_method`` see of env ``index`` (no gymnasium object exists)."""
+
+    def __init__(self, engine: "MujocoBatchVecEnv", index: int):
+        self._engine = engine
+        self.index = index
+        self.render_mode = "rgb_array"
+
+    @property
+    def unwrapped(self) -> "BatchEnvView":
+        return self
+
+    @property
+    def observation_space(self) -> gymnasium.Space:
+        return self._engine.observation_space
+
+    @property
+    def action_space(self) -> gymnasium.Space:
+        return self._engine.action_space
+
+    @property
+    def dt(self) -> float:
+        return self._engine.sim.dt
+
+    @property
+    def episode_length(self) -> int | None:
+        return self._engine.episode_length
+
+    @property
+    def qpos(self) -> np.ndarray:
+        return self._engine.sim.qpos[self.index].copy()
+
+    @property
+    def qvel(self) -> np.ndarray:
+        return self._engine.sim.qvel[self.index].copy()
+
+    def get_wrapper_attr(self, name: str) -> Any:
+        return getattr(self, name)
+
+    def set_wrapper_attr(self, name: str, value: Any) -> None:
+        setattr(self, name, value)
+
+    def render(self) -> np.ndarray:
+        return self._engine.get_images()[self.index]
+
+
+class MujocoBatchVecEnv(VecEnv):
+    """``num_envs`` envs of a MuJoCo ``batch`` task (e.g. :class:`~vlmrm_fast.envs.humanoid.HumanoidBatch`).
+
+    Env ``i`` is seeded with ``seed + i`` at the next reset, as SB3's vector envs do; the
+    episode ends (a truncation) after ``episode_length`` steps.
+    """
+
+    def __init__(
+        self,
+        batch: Any,
+        num_envs: int,
+        *,
+        render_size: tuple[int, int],
+        episode_length: int | None,
+        gpu: int | None = None,
+        renderer: str = "egl",
+        nthread: int = 0,
+    ):
+        height, width = render_size
+        self.batch = batch
+        self.episode_length = episode_length
+        self.model = batch.build_model(max(height, width))
+        self.sim = BatchSimulator(
+            self.model, num_envs, frame_skip=batch.frame_skip, outputs=batch.outputs, rne_post_constraint=True, nthread=nthread
+        )
+        self.renderer = make_renderer(renderer, self.model, num_envs, render_size, batch.camera, gpu)
+        obs_dim = batch.observation(self.sim.outputs).shape[1]
+        low, high = self.model.actuator_ctrlrange.copy().astype(np.float32).T
+        self.views = [BatchEnvView(self, i) for i in range(num_envs)]  # before the base class asks their render_mode
+        super().__init__(
+            num_envs,
+            gymnasium.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float64),
+            gymnasium.spaces.Box(low=low, high=high, dtype=np.float32),
+        )
+        self.render_mode = "rgb_array"
+        self.timer = NULL_TIMER
+        self._steps = np.zeros(num_envs, dtype=np.int64)
+        self._xy_before = np.zeros((num_envs, 2))
+        self._actions: np.ndarray | None = None
+        self._advanced = 0  # envs [0, _advanced) of the pending step have been advanced
+
+    # ------------------------------------------------------------------ VecEnv API
+    def reset(self) -> np.ndarray:
+        if any(self._options):
+            raise ValueError("the MuJoCo batch engine takes no reset options")
+        seeds = None if all(s is None for s in self._seeds) else list(self._seeds)
+        self.sim.reset(seed=seeds, noise_scale=self.batch.reset_noise_scale)
+        self._reset_seeds()
+        self._steps[:] = 0
+        return self.batch.observation(self.sim.outputs)
+
+    def seed(self, seed: int | None = None) -> Sequence[int | None]:
+        """Env ``i`` is seeded with ``seed + i`` at the next reset; None: unseeded (see base class)."""
+        self._seeds = [None if seed is None else seed + i for i in range(self.num_envs)]
+        return self._seeds
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self._actions = check_actions(actions, self.action_space, self.num_envs)
+        self._advanced = 0
+
+    def step_wait(self):
+        if self._actions is None:
+            raise RuntimeError("step_wait() called without step_async()")
+        if self._advanced < self.num_envs:
+            self.advance(slice(self._advanced, self.num_envs))
+        with self.timer.stage("observe"):
+            actions, self._actions = self._actions, None
+            fields = self.sim.outputs
+            obs = self.batch.observation(fields)
+            rewards, terms = self.batch.reward(self.model, self.sim.dt, self._xy_before, fields, np.asarray(actions, np.float64))
+            self._steps += 1
+            truncated = self._steps >= self.episode_length if self.episode_length else np.zeros(self.num_envs, bool)
+            dones = truncated.copy()
+            infos = [{key: value[i] for key, value in terms.items()} for i in range(self.num_envs)]
+            for i, info in enumerate(infos):
+                info["TimeLimit.truncated"] = bool(truncated[i])
+            if dones.any():
+                ids = np.flatnonzero(dones)
+                for i in ids:
+                    infos[i]["terminal_observation"] = obs[i].copy()
+                self.sim.reset(ids, noise_scale=self.batch.reset_noise_scale)
+                self._steps[ids] = 0
+                obs[ids] = self.batch.observation(self.sim.outputs)[ids]
+        return obs, rewards.astype(np.float32), dones, infos
+
+    # ----------------------------------------------- ranges of a step (SteppedFrameSource)
+    def advance(self, rows: slice, stream=None) -> None:
+        """Steps envs ``rows`` (the next range of the pending step) and draws the states they reach."""
+        if self._actions is None:
+            raise RuntimeError("advance() needs the actions of step_async() first")
+        if rows.start != self._advanced or rows.stop <= rows.start:
+            raise ValueError(f"advance envs in order: the next range starts at env {self._advanced}, got {rows}")
+        with self.timer.stage("physics"):
+            fields = self.sim.outputs
+            self._xy_before[rows] = self.batch.mass_center_xy(self.model, {"xipos": fields["xipos"][rows]})
+            self.sim.step(self._actions, rows)
+        with self.timer.stage("render"):
+            self.renderer.draw(self.sim, rows, stream)
+        self._advanced = rows.stop
+
+    def lend(self, rows: slice, stream=None):
+        """The frames ``advance`` drew for envs ``rows``, in place (see ``BatchRenderer.lend``)."""
+        return self.renderer.lend(rows, stream)
+
+    def last_frames(self, device: Any = None):
+        """The frames the last step drew, upright uint8 (N, H, W, 3): on ``device`` when the
+        renderer draws on that GPU, else on the host."""
+        on_gpu = device is not None and self.renderer.cuda_device is not None
+        return self.renderer.frames(device if on_gpu else None)
+
+    def get_images(self) -> list[np.ndarray]:
+        return list(self.renderer.render_sim(self.sim))
+
+    # ------------------------------------------------------- SB3 env access
+    def _targets(self, indices) -> list[BatchEnvView]:
+        return [self.views[i] for i in self._get_indices(indices)]
+
+    def get_attr(self, attr_name: str, indices=None) -> list[Any]:
+        return [view.get_wrapper_attr(attr_name) for view in self._targets(indices)]
+
+    def set_attr(self, attr_name: str, value: Any, indices=None) -> None:
+        for view in self._targets(indices):
+            view.set_wrapper_attr(attr_name, value)
+
+    def env_method(self, method_name: str, *method_args, indices=None, **method_kwargs) -> list[Any]:
+        return [getattr(view, method_name)(*method_args, **method_kwargs) for view in self._targets(indices)]
+
+    def env_is_wrapped(self, wrapper_class: type, indices=None) -> list[bool]:
+        return [False for _ in self._targets(indices)]
+
+    def close(self) -> None:
+        self.renderer.close()
+        self.sim.close()

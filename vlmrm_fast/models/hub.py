@@ -1,0 +1,154 @@
+"""Pretrained weights from the Hugging Face cache or hub, fast offline: the cache first, the network
+probed with a short timeout, so a missing download fails in seconds with what to do about it
+(open_clip alone retries for about a minute)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import urllib.parse
+from pathlib import Path
+
+from vlmrm_fast.models.names import parse_model_name
+
+
+_HF_WEIGHT_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
+
+
+_NETWORK_TIMEOUT_S = 3.0
+
+
+class WeightsUnavailableError(RuntimeError):
+    """Pretrained weights are neither cached nor downloadable right now."""
+
+
+def download_weights(model: str, pretrained: str | None = None, *, cache_dir: str | None = None) -> Path:
+    """Fetches a model's pretrained weights into the local cache (or finds them there); returns the path.
+
+    Run once on a machine with network; copy the cache (HF_HUB_CACHE, or ``cache_dir``)
+    to machines without it.
+    """
+    import open_clip
+
+    name, tag = parse_model_name(model, pretrained)
+    if name.startswith("hf-hub:"):
+        return Path(hub_folder(name[len("hf-hub:"):], cache_dir))
+    if name.startswith("local-dir:"):
+        raise ValueError(f"{model!r} is a local folder: nothing to download")
+    if not tag:
+        tags = open_clip.list_pretrained_tags_by_model(name)
+        raise ValueError(f"{name} needs a pretrained tag to download, e.g. {name}/{tags[0]}" if tags else f"{name} has no pretrained weights")
+    pcfg = open_clip.get_pretrained_cfg(name, tag)
+    if not pcfg:
+        raise ValueError(f"pretrained tag {tag!r} is unknown for {name}; known tags: {open_clip.list_pretrained_tags_by_model(name) or 'none'}")
+    return pretrained_file(name, tag, pcfg, cache_dir)
+
+
+def _hf_endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+
+
+def _offline_env() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def network_reachable(url: str, timeout: float = _NETWORK_TIMEOUT_S) -> bool:
+    """True when a TCP connection to ``url``'s host opens within ``timeout`` (DNS included)."""
+    parsed = urllib.parse.urlparse(url)
+    host = parsed.hostname or ""
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    result = {"ok": False}
+
+    def probe() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                result["ok"] = True
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=probe, daemon=True)  # getaddrinfo ignores socket timeouts
+    thread.start()
+    thread.join(timeout + 0.5)
+    return result["ok"]
+
+
+def _unavailable(what: str, where: str, model_id: str, source: str) -> WeightsUnavailableError:
+    """``source``: the command that fetches the file by hand (``hf download REPO FILE``, or a URL)."""
+    reason = "HF_HUB_OFFLINE is set" if _offline_env() else f"{_hf_endpoint()} is unreachable"
+    return WeightsUnavailableError(
+        f"{what}: not in the local cache ({where}) and {reason}. On a machine with network run "
+        f"`vlmrm-fast download {model_id}` (or {source}), then copy the cache folder here (or point HF_HUB_CACHE "
+        f"at it); or use a local weights file (checkpoint='/path/to/weights', reward.checkpoint in a training config)."
+    )
+
+
+def cached_hf_file(repo_id: str, filenames: tuple[str, ...], cache_dir: str | None) -> str | None:
+    from huggingface_hub import try_to_load_from_cache
+
+    for filename in filenames:
+        hit = try_to_load_from_cache(repo_id, filename, cache_dir=cache_dir)
+        if isinstance(hit, str):
+            return hit
+    return None
+
+
+def _hf_file(repo_id: str, filenames: tuple[str, ...], cache_dir: str | None, what: str, model_id: str, advice_files: tuple[str, ...] = ()) -> str:
+    """The cached file, else a download (with progress) when the hub answers, else a clear error."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    hit = cached_hf_file(repo_id, filenames, cache_dir)
+    if hit:
+        return hit
+    if _offline_env() or not network_reachable(_hf_endpoint()):
+        cache_option = f" --cache-dir {cache_dir}" if cache_dir else ""
+        files = " ".join(advice_files or filenames[-1:])
+        raise _unavailable(what, cache_dir or HF_HUB_CACHE, model_id, f"`hf download {repo_id} {files}{cache_option}`")
+    errors = []
+    for filename in filenames:
+        try:
+            return hf_hub_download(repo_id, filename, cache_dir=cache_dir)
+        except Exception as exc:  # EntryNotFound for the alternative name, HTTP errors
+            errors.append(f"{filename}: {exc}")
+    raise WeightsUnavailableError(f"could not download {what} from {repo_id}: " + "; ".join(errors))
+
+
+def pretrained_file(name: str, tag: str, pcfg: dict, cache_dir: str | None) -> Path:
+    what = f"the {name}/{tag} weights"
+    if pcfg.get("file"):
+        return Path(pcfg["file"])
+    hub = pcfg.get("hf_hub", "")
+    if hub:
+        advice: tuple[str, ...] = ()
+        if hub.endswith("/"):
+            repo_id, candidates = hub.rstrip("/"), _HF_WEIGHT_FILES
+            advice = ('--include "open_clip_*"',)  # the repo's weights in whichever format it holds
+        else:
+            repo_id, filename = os.path.split(hub)
+            safe = os.path.splitext(filename)[0] + ".safetensors"
+            candidates = (filename,) if filename == safe else (safe, filename)
+        return Path(_hf_file(repo_id, candidates, cache_dir, what, f"{name}/{tag}", advice))
+    url = pcfg.get("url", "")
+    if not url:
+        raise WeightsUnavailableError(f"{what}: the pretrained config names no file, hub repo or URL")
+    import open_clip
+
+    target = Path(cache_dir or os.path.expanduser("~/.cache/clip")) / os.path.basename(url)
+    if target.is_file():
+        return target
+    if not network_reachable(url):
+        raise _unavailable(what, str(target.parent), f"{name}/{tag}", f"`curl -L -o {target} {url}`")
+    return Path(open_clip.pretrained.download_pretrained_from_url(url, cache_dir=cache_dir))
+
+
+def hub_folder(repo_id: str, cache_dir: str | None) -> str:
+    """The cache snapshot folder holding the repo's open_clip config and weights."""
+    both = ('--include "open_clip_*"',)
+    config = _hf_file(repo_id, ("open_clip_config.json",), cache_dir, f"the hf-hub:{repo_id} config", f"hf-hub:{repo_id}", both)
+    weights = _hf_file(repo_id, _HF_WEIGHT_FILES, cache_dir, f"the hf-hub:{repo_id} weights", f"hf-hub:{repo_id}", both)
+    if Path(config).parent != Path(weights).parent:
+        raise WeightsUnavailableError(
+            f"hf-hub:{repo_id}: config and weights are cached under different revisions; re-download both"
+        )
+    return str(Path(config).parent)
