@@ -1,4 +1,4 @@
-"""The reward formulas in plain torch (design.md section 2).
+"""The reward formulas in plain torch (docs/reward.md).
 
 The fused kernels compute the same; this module prepares their text-side
 inputs and is the fallback where no kernel runs (a CUDA tensor with a core

@@ -1,6 +1,6 @@
 """What a reward asks of CLIP: prompts and parameters, checked on construction.
 
-Two kinds, both scored from one image-embedding pass (design.md section 2):
+Two kinds, both scored from one image-embedding pass (docs/reward.md):
 
 * :class:`GoalBaselineTask` (Rocamonde et al., 2024): ``1 - 0.5 |P (x - g)|^2``
   with ``g`` the mean target embedding and ``P`` the goal-baseline projection of
