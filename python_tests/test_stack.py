@@ -1,0 +1,85 @@
+"""The SB3 shape: a simulating VecEnv under one reward VecEnvWrapper; a RewardModelSpec passed whole."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnvWrapper, VecMonitor
+
+from vlmrm_fast import FastVLMRewardVecEnv, RewardModelSpec, load_reward_model
+from vlmrm_fast.envs import get_task
+from vlmrm_fast.envs.batch import MujocoBatchVecEnv
+from vlmrm_fast.frames import SteppedFrameSource
+from vlmrm_fast.wrappers import VLMRewardVecEnvWrapper, find_reward_wrapper
+
+HUMANOID = "humanoid-kneeling"
+SMALL = {"render_size": 32, "episode_length": 6}
+
+
+@pytest.fixture(scope="module")
+def spec() -> RewardModelSpec:
+    task = get_task(HUMANOID)
+    return RewardModelSpec(model="vlmrm-tiny", target_prompts=task.target_prompts, baseline_prompts=task.baseline_prompts,
+                           alpha=0.5, device="cpu")
+
+
+def test_the_stack(spec):
+    humanoid = FastVLMRewardVecEnv(HUMANOID, 2, reward_spec=spec, **SMALL)
+    cartpole = FastVLMRewardVecEnv("cartpole", 2, model="vlmrm-tiny", device="cpu")
+    assert isinstance(humanoid, VLMRewardVecEnvWrapper) and isinstance(humanoid, VecEnvWrapper)
+    assert isinstance(humanoid.venv, MujocoBatchVecEnv) and isinstance(humanoid.venv, SteppedFrameSource)
+    assert isinstance(cartpole.venv, DummyVecEnv) and not isinstance(cartpole.venv, SteppedFrameSource)
+    assert find_reward_wrapper(VecMonitor(humanoid)) is humanoid
+    assert humanoid.get_attr("episode_length") == [6, 6]  # SB3's forwarding to the envs
+    for env in (humanoid, cartpole):
+        env.close()
+
+
+def test_batch_engine_alone_is_a_plain_vec_env_with_the_task_reward(spec):
+    """Under the wrapper, gt_reward is exactly what the bare batch VecEnv returns as its reward."""
+    task = get_task(HUMANOID)
+    bare = MujocoBatchVecEnv(task.batch, 2, render_size=(32, 32), episode_length=6)
+    wrapped = VLMRewardVecEnvWrapper(
+        MujocoBatchVecEnv(task.batch, 2, render_size=(32, 32), episode_length=6), load_reward_model(spec), pipeline_chunks=2
+    )
+    for env in (bare, wrapped):
+        env.seed(3)
+    np.testing.assert_array_equal(bare.reset(), wrapped.reset())
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        actions = rng.uniform(-0.4, 0.4, (2, 17)).astype(np.float32)
+        obs_b, rew_b, done_b, _ = bare.step(actions)
+        obs_w, _, done_w, infos = wrapped.step(actions)
+        np.testing.assert_array_equal(obs_b, obs_w)
+        np.testing.assert_array_equal(done_b, done_w)
+        np.testing.assert_array_equal(rew_b, [info["gt_reward"] for info in infos])
+    assert bare.last_frames().shape == (2, 32, 32, 3)
+    for env in (bare, wrapped):
+        env.close()
+
+
+def test_spec_passed_whole_equals_its_fields(spec):
+    frames = np.random.default_rng(1).integers(0, 255, (3, 40, 40, 3), dtype=np.uint8)
+    whole = load_reward_model(spec)
+    fields = load_reward_model("vlmrm-tiny", target_prompts=spec.target_prompts, baseline_prompts=spec.baseline_prompts,
+                               alpha=0.5, device="cpu")
+    assert torch.equal(whole(frames), fields(frames))
+
+
+def test_spec_refusals(spec):
+    with pytest.raises(ValueError, match="not both"):
+        RewardModelSpec(model="vlmrm-tiny", target_prompts="a", tasks=[{"target_prompts": "b"}])
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+        RewardModelSpec(model="vlmrm-tiny", target_prompts="a", batch_size=True)
+    with pytest.raises(ValueError, match="model must be a model name"):
+        RewardModelSpec(model="", target_prompts="a")
+    with pytest.raises(ValueError, match="alone"):
+        load_reward_model(spec, device="cpu")
+    with pytest.raises(ValueError, match="already loaded"):
+        FastVLMRewardVecEnv(HUMANOID, 1, reward_model=load_reward_model(spec), alpha=0.1, **SMALL)
+    with pytest.raises(ValueError, match="alone, or its fields"):
+        FastVLMRewardVecEnv(HUMANOID, 1, reward_spec=spec, alpha=0.1, **SMALL)
+    assert spec.replace(alpha=0.2).alpha == 0.2 and spec.alpha == 0.5  # frozen: replace gives a new spec
+    with pytest.raises(AttributeError):
+        spec.alpha = 0.3
