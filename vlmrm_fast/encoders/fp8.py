@@ -202,17 +202,21 @@ def fp8_matmul_speedup(
         w8, w_scale = quantize_rowwise(w)
         w8_t, w_scale_t = w8.t(), w_scale.t()
 
-        def bf16() -> None:
+        def bf16(x: torch.Tensor = x, w: torch.Tensor = w) -> None:
             torch.nn.functional.linear(x, w)
 
-        def fp8() -> None:
-            x8, x_scale = quantize_rowwise(x)
-            torch._scaled_mm(x8, w8_t, scale_a=x_scale, scale_b=w_scale_t, out_dtype=torch.bfloat16, use_fast_accum=True)
+        def fp8(x: torch.Tensor = x, w8_t: torch.Tensor = w8_t, w_scale_t: torch.Tensor = w_scale_t) -> None:
+            _fp8_linear(x, w8_t, w_scale_t)
 
         bf16_total += count * timer(bf16)
         fp8_total += count * timer(fp8)
-        del x, w, w8, w8_t
+        del x, w, w8, w8_t, bf16, fp8  # the next shape's tensors may need the memory
     return bf16_total / fp8_total
+
+
+def _fp8_linear(x: torch.Tensor, w8_t: torch.Tensor, w_scale_t: torch.Tensor) -> None:
+    x8, x_scale = quantize_rowwise(x)  # the input's quantization counts: it runs at every call
+    torch._scaled_mm(x8, w8_t, scale_a=x_scale, scale_b=w_scale_t, out_dtype=torch.bfloat16, use_fast_accum=True)
 
 
 def _cuda_seconds(fn: Callable[[], None], device: torch.device, repeats: int = 10) -> float:
