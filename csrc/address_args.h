@@ -1,6 +1,6 @@
 // Arguments as the Python bindings pass them: buffers as integer addresses
 // (numpy's ctypes.data, torch's data_ptr()), frame layouts as their strides,
-// dtypes as codes. Shared by bindings.cpp and emulation/module.cpp; every
+// dtypes as codes. Shared by bindings/ and emulation/module.cpp; every
 // check throws std::invalid_argument (ValueError in Python).
 #pragma once
 

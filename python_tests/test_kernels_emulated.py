@@ -33,7 +33,7 @@ from kernel_references import (
     reward_table,
     strided_embeddings,
 )
-from vlmrm_fast import _core, _cuda_emulation
+from vlmrm_fast import _cuda_emulation, kernels
 from vlmrm_fast.frames import FrameLayout
 from vlmrm_fast.preprocess import FramePreprocessor
 
@@ -44,15 +44,15 @@ ONE_SM = (1, 48 * 1024)
 
 
 def make_plan(h, w, size, mode="shortest", interpolation="bicubic", order="horizontal_first"):
-    return _core.PreprocessPlan(
+    return kernels.PreprocessPlan(
         h,
         w,
         size,
-        getattr(_core.ResizeMode, mode),
-        getattr(_core.Filter, interpolation),
+        getattr(kernels.ResizeMode, mode),
+        getattr(kernels.Filter, interpolation),
         list(MEAN),
         list(STD),
-        getattr(_core.PassOrder, order),
+        getattr(kernels.PassOrder, order),
     )
 
 
@@ -69,7 +69,7 @@ def frame_buffer(frames: np.ndarray, layout: str) -> tuple[torch.Tensor, FrameLa
 
 def twin(plan, buffer, layout, dtype):
     out = torch.empty((layout.num_frames, 3, plan.out_size, plan.out_size), dtype=dtype)
-    _core.preprocess_cpu(plan, *FramePreprocessor._layout_args(buffer.data_ptr(), layout), out.data_ptr(), DTYPE_CODES[dtype])
+    kernels.preprocess_cpu(plan, *FramePreprocessor._layout_args(buffer.data_ptr(), layout), out.data_ptr(), DTYPE_CODES[dtype])
     return out
 
 
@@ -204,7 +204,7 @@ def run_reward(x: torch.Tensor, table: TaskTable, emulate: bool, order: str = "f
         storage_bytes = x.untyped_storage().nbytes() - x.storage_offset() * x.element_size()
         _cuda_emulation.reward(*args, storage_bytes, text.data_ptr(), text.shape[0], table.tasks, out.data_ptr(), order)
     else:
-        _core.reward_cpu(*args, text.data_ptr(), text.shape[0], table.tasks, out.data_ptr())
+        kernels.reward_cpu(*args, text.data_ptr(), text.shape[0], table.tasks, out.data_ptr())
     return out
 
 
@@ -219,7 +219,7 @@ def test_emulated_reward_matches_twin(dtype, n, d):
 
 
 def test_emulated_reward_takes_a_full_task_table():
-    d, k = 40, _core.MAX_CUDA_REWARD_TASKS
+    d, k = 40, kernels.MAX_CUDA_REWARD_TASKS
     gen = torch.Generator().manual_seed(2)
     table = TaskTable()
     for i in range(k):

@@ -27,6 +27,11 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return resolved
 
 
+def build_info() -> dict:
+    """What the native core was built with and what this machine offers (CUDA, EGL)."""
+    return _core.build_info()
+
+
 def native_cuda_usable() -> bool:
     """True when the compiled core has CUDA and a device is usable."""
     return bool(_core.cuda_available())

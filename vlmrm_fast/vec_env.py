@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
-from vlmrm_fast import _core
+from vlmrm_fast.device import build_info
 from vlmrm_fast.device import resolve_device
 from vlmrm_fast.envs import TaskSpec, get_task
 from vlmrm_fast.envs.mujoco_engine import RENDERERS
@@ -154,9 +154,9 @@ def _choose_engine(engine: str, spec: TaskSpec, renderer: str) -> str:
         if engine == "mujoco":
             raise ValueError(f"task {spec.name!r} has no batch-engine version; use engine='gym' (or 'auto')")
         return "gym"
-    if renderer == "egl" and not _core.build_info()["egl_available"]:
+    if renderer == "egl" and not build_info()["egl_available"]:
         if engine == "mujoco":
-            raise RuntimeError(f"engine='mujoco' with renderer='egl' needs headless EGL: {_core.build_info()['egl_error']}; "
+            raise RuntimeError(f"engine='mujoco' with renderer='egl' needs headless EGL: {build_info()['egl_error']}; "
                                "or use renderer='warp'")
         return "gym"
     return "mujoco"
