@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 
 from vlmrm_fast import kernels
-from vlmrm_fast.device import build_info, dtype_code, native_cuda_usable
+from vlmrm_fast.device import build_info, native_cuda_usable
 from vlmrm_fast.frames import FrameLayout
 from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
 
@@ -61,18 +61,18 @@ def bench_preprocess(n: int, in_px: int, dtype: torch.dtype, on_gpu: bool, reps:
     out = torch.empty((n, 3, OUT_SIZE, OUT_SIZE), dtype=dtype, device=device)
     layout_args = FramePreprocessor._layout_args(frames.data_ptr(), FrameLayout.stacked(frames))
     plan = pre.plan(in_px, in_px)
-    code = dtype_code(dtype)
+    native_dtype = kernels.kernel_dtype(dtype)
     if on_gpu:
         device_plan = kernels.DevicePreprocessPlan(plan, device.index)
         stream = torch.cuda.current_stream(device).cuda_stream
 
         def call():
-            kernels.preprocess_cuda(device_plan, *layout_args, out.data_ptr(), code, stream)
+            kernels.preprocess_cuda(device_plan, *layout_args, out.data_ptr(), native_dtype, stream)
 
     else:
 
         def call():
-            kernels.preprocess_cpu(plan, *layout_args, out.data_ptr(), code)
+            kernels.preprocess_cpu(plan, *layout_args, out.data_ptr(), native_dtype)
 
     ms = time_call(call, on_gpu, reps, warmup)
     moved = frames.numel() + out.numel() * out.element_size()
@@ -108,7 +108,7 @@ def bench_reward(n: int, d: int, k: int, dtype: torch.dtype, on_gpu: bool, reps:
     text = text.to(device)
     embeddings = torch.randn(n, d, generator=generator).to(device=device, dtype=dtype)
     out = torch.empty((n, k), device=device)
-    args = (embeddings.data_ptr(), dtype_code(dtype), n, d, d, text.data_ptr(), text.shape[0], tasks, out.data_ptr())
+    args = (embeddings.data_ptr(), kernels.kernel_dtype(dtype), n, d, d, text.data_ptr(), text.shape[0], tasks, out.data_ptr())
     if on_gpu:
         stream = torch.cuda.current_stream(device).cuda_stream
 

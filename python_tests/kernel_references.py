@@ -14,7 +14,7 @@ from vlmrm_fast.preprocess import PreprocessSpec
 MEAN = tuple(open_clip.OPENAI_DATASET_MEAN)
 STD = tuple(open_clip.OPENAI_DATASET_STD)
 
-DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # every kernels.DType (a test checks)
 BITS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
 
 # A kernel and the twin read the same rounded embeddings and differ only in

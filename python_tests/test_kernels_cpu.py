@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from kernel_references import (
-    DTYPE_CODES,
+    DTYPES,
     MEAN,
     STD,
     TaskTable,
@@ -25,6 +25,7 @@ from kernel_references import (
 )
 from vlmrm_fast import kernels
 from vlmrm_fast.frames import FrameLayout, FrameView
+from vlmrm_fast.kernels import kernel_dtype
 from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec, pillow_pass_order
 
 
@@ -111,6 +112,12 @@ def test_every_output_element_written(dtype, layout):
     assert torch.isfinite(out).all()
 
 
+def test_kernel_dtype_maps_every_dtype_and_refuses_the_others():
+    assert {kernel_dtype(dtype) for dtype in DTYPES} == set(kernels.DType.__members__.values())
+    with pytest.raises(TypeError, match="torch.float64 is not supported; use float32, float16 or bfloat16"):
+        kernel_dtype(torch.float64)
+
+
 def _plan(h=32, w=32):
     return kernels.PreprocessPlan(h, w, 32, kernels.ResizeMode.shortest, kernels.Filter.bicubic, MEAN, STD)
 
@@ -120,13 +127,13 @@ def test_preprocess_binding_rejects_bad_input():
     out = np.zeros((1, 3, 32, 32), np.float32)
     good = dict(
         plan=_plan(), frames=frames.ctypes.data, num_frames=1, height=32, width=32, pixel_stride=3, row_stride=96,
-        frames_per_row=1, frame_col_stride=0, frame_row_stride=3072, out=out.ctypes.data, dtype=0,
+        frames_per_row=1, frame_col_stride=0, frame_row_stride=3072, out=out.ctypes.data, dtype=kernels.DType.float32,
     )
     kernels.preprocess_cpu(**good)
     for change, message in [
         (dict(frames=0), "frames is a null pointer"),
         (dict(out=0), "out is a null pointer"),
-        (dict(dtype=3), "dtype code"),
+        (dict(dtype=kernels.DType(3)), "dtype must be DType.float32"),
         (dict(num_frames=0), "num_frames must be positive"),
         (dict(pixel_stride=2), "pixel_stride"),
         (dict(frames_per_row=0), "frames_per_row must be positive"),
@@ -134,6 +141,8 @@ def test_preprocess_binding_rejects_bad_input():
     ]:
         with pytest.raises(ValueError, match=message):
             kernels.preprocess_cpu(**{**good, **change})
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        kernels.preprocess_cpu(**{**good, "dtype": 0})  # a DType, not its code
     with pytest.raises(ValueError, match="mean and std need 3 values"):
         kernels.PreprocessPlan(32, 32, 32, kernels.ResizeMode.shortest, kernels.Filter.bicubic, [0.5], [0.5])
     with pytest.raises(ValueError, match="std must be positive"):
@@ -149,7 +158,7 @@ def run_reward_cpu(embeddings: torch.Tensor, table: TaskTable) -> torch.Tensor:
     text = table.text
     out = torch.full((n, len(table.tasks)), float("nan"))
     kernels.reward_cpu(
-        embeddings.data_ptr(), DTYPE_CODES[embeddings.dtype], n, d, embeddings.stride(0),
+        embeddings.data_ptr(), kernel_dtype(embeddings.dtype), n, d, embeddings.stride(0),
         text.data_ptr(), text.shape[0], table.tasks, out.data_ptr(),
     )
     return out
@@ -224,7 +233,7 @@ def _reward_args(fn_name: str):
     task = kernels.RewardTask()
     task.kind, task.first_row, task.num_rows = kernels.RewardKind.goal_baseline, 0, 2
     args = dict(
-        embeddings=emb.ctypes.data, dtype=0, n=2, d=4, row_stride=4, text=text.ctypes.data, m=2, tasks=[task],
+        embeddings=emb.ctypes.data, dtype=kernels.DType.float32, n=2, d=4, row_stride=4, text=text.ctypes.data, m=2, tasks=[task],
         out=out.ctypes.data,
     )
     if fn_name == "reward_cuda":
@@ -251,7 +260,7 @@ def test_reward_binding_rejects_bad_input(fn_name):
         (dict(embeddings=0), "embeddings is a null pointer"),
         (dict(text=0), "text is a null pointer"),
         (dict(out=0), "out is a null pointer"),
-        (dict(dtype=3), "dtype code"),
+        (dict(dtype=kernels.DType(3)), "dtype must be DType.float32"),
         (dict(n=0), "n must be positive"),
         (dict(row_stride=3), "row_stride must be >= d"),
         (dict(tasks=[]), "at least one reward task"),
@@ -263,6 +272,8 @@ def test_reward_binding_rejects_bad_input(fn_name):
     ]:
         with pytest.raises(ValueError, match=message):
             fn(**{**good, **change})
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        fn(**{**good, "dtype": 0})  # a DType, not its code
     if fn_name == "reward_cuda":
         with pytest.raises(ValueError, match="at most 32 per call"):
             fn(**{**good, "tasks": [_task()] * 33})

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from kernel_references import (
-    DTYPE_CODES,
+    DTYPES,
     GOAL_BASELINE_ATOL,
     MEAN,
     PROBABILITY_ATOL,
@@ -32,11 +32,10 @@ from kernel_references import (
 from vlmrm_fast import build_info, kernels
 from vlmrm_fast.device import native_cuda_usable
 from vlmrm_fast.frames import FrameLayout, FrameView
+from vlmrm_fast.kernels import kernel_dtype
 from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
 from vlmrm_fast.reward.head import RewardHead
 from vlmrm_fast.reward.tasks import BinaryTask, GoalBaselineTask
-
-DTYPES = list(DTYPE_CODES)
 
 
 def twin(spec: PreprocessSpec, frames: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
@@ -83,7 +82,7 @@ def test_preprocess_cuda_matches_twin(case, layout):
             device_plan,
             *FramePreprocessor._layout_args(buffer.data_ptr(), frame_layout),
             out.data_ptr(),
-            DTYPE_CODES[dtype],
+            kernel_dtype(dtype),
             torch.cuda.current_stream().cuda_stream,
         )
         torch.cuda.synchronize()
@@ -122,7 +121,7 @@ def test_preprocess_cuda_rejects_bad_input():
     device_plan = kernels.DevicePreprocessPlan(plan, torch.cuda.current_device())
     frames = torch.zeros((1, 32, 32, 3), dtype=torch.uint8)
     out = torch.zeros((1, 3, 32, 32), device="cuda")
-    args = [device_plan, frames.data_ptr(), 1, 32, 32, 3, 96, 1, 0, 3072, out.data_ptr(), 0, 0]
+    args = [device_plan, frames.data_ptr(), 1, 32, 32, 3, 96, 1, 0, 3072, out.data_ptr(), kernels.DType.float32, 0]
     with pytest.raises(ValueError, match="frames is ordinary host memory"):
         kernels.preprocess_cuda(*args)
     frames_cuda = frames.cuda()
@@ -131,8 +130,8 @@ def test_preprocess_cuda_rejects_bad_input():
         kernels.preprocess_cuda(*args[:3], 31, *args[4:])
     with pytest.raises(ValueError, match="out is a null pointer"):
         kernels.preprocess_cuda(*args[:10], 0, *args[11:])
-    with pytest.raises(ValueError, match="dtype code"):
-        kernels.preprocess_cuda(*args[:11], 5, 0)
+    with pytest.raises(ValueError, match="dtype must be DType.float32"):
+        kernels.preprocess_cuda(*args[:11], kernels.DType(5), 0)
 
 
 @pytest.mark.gpu
@@ -175,7 +174,7 @@ def run_reward(embeddings: torch.Tensor, table: TaskTable) -> torch.Tensor:
     n, d = embeddings.shape
     text = table.text.to(embeddings.device)
     out = torch.full((n, len(table.tasks)), float("nan"), device=embeddings.device)
-    args = (embeddings.data_ptr(), DTYPE_CODES[embeddings.dtype], n, d, embeddings.stride(0), text.data_ptr(), text.shape[0], table.tasks, out.data_ptr())
+    args = (embeddings.data_ptr(), kernel_dtype(embeddings.dtype), n, d, embeddings.stride(0), text.data_ptr(), text.shape[0], table.tasks, out.data_ptr())
     if embeddings.is_cuda:
         kernels.reward_cuda(*args, embeddings.device.index, torch.cuda.current_stream().cuda_stream)
         torch.cuda.synchronize()
@@ -241,9 +240,9 @@ def test_reward_cuda_rejects_host_memory_and_too_many_tasks():
     text = table.text.cuda()
     out = torch.zeros((4, len(table.tasks)), device="cuda")
     with pytest.raises(ValueError, match="embeddings is ordinary host memory"):
-        kernels.reward_cuda(x.data_ptr(), 0, 4, 32, 32, text.data_ptr(), text.shape[0], table.tasks, out.data_ptr(), 0, 0)
+        kernels.reward_cuda(x.data_ptr(), kernels.DType.float32, 4, 32, 32, text.data_ptr(), text.shape[0], table.tasks, out.data_ptr(), 0, 0)
     with pytest.raises(ValueError, match="at most 32 per call"):
-        kernels.reward_cuda(x.cuda().data_ptr(), 0, 4, 32, 32, text.data_ptr(), text.shape[0], table.tasks * 6, out.data_ptr(), 0, 0)
+        kernels.reward_cuda(x.cuda().data_ptr(), kernels.DType.float32, 4, 32, 32, text.data_ptr(), text.shape[0], table.tasks * 6, out.data_ptr(), 0, 0)
 
 
 # ---------------------------------------------- without CUDA (runs everywhere)
@@ -258,4 +257,4 @@ def test_cuda_entry_points_raise_clear_runtime_errors_without_cuda():
     table, _ = reward_table(8, seed=0)
     x, text, out = torch.randn(2, 8), table.text, torch.zeros(2, len(table.tasks))
     with pytest.raises(RuntimeError, match=expected):
-        kernels.reward_cuda(x.data_ptr(), 0, 2, 8, 8, text.data_ptr(), text.shape[0], table.tasks, out.data_ptr(), 0, 0)
+        kernels.reward_cuda(x.data_ptr(), kernels.DType.float32, 2, 8, 8, text.data_ptr(), text.shape[0], table.tasks, out.data_ptr(), 0, 0)

@@ -36,12 +36,3 @@ def native_cuda_usable() -> bool:
     """True when the compiled core has CUDA and a device is usable."""
     return bool(_core.cuda_available())
 
-
-DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
-
-
-def dtype_code(dtype: torch.dtype) -> int:
-    try:
-        return DTYPE_CODES[dtype]
-    except KeyError:
-        raise TypeError(f"dtype {dtype} is not supported; use float32, float16 or bfloat16") from None

@@ -22,7 +22,7 @@ namespace {
 
 using args::address;
 using args::check_positive;
-using args::to_dtype;
+using args::checked_dtype;
 
 void check_reward_args(int64_t n, int64_t d, int64_t row_stride, int64_t m_rows,
                        const std::vector<RewardTask>& tasks) {
@@ -39,6 +39,10 @@ void check_device_index(int device) {
 }
 
 void bind_preprocess(py::module_& m) {
+  py::enum_<DType>(m, "DType", "What the kernels write (preprocess) and read (reward embeddings).")
+      .value("float32", DType::kFloat32)
+      .value("float16", DType::kFloat16)
+      .value("bfloat16", DType::kBFloat16);
   py::enum_<Filter>(m, "Filter").value("bilinear", Filter::kBilinear).value("bicubic", Filter::kBicubic);
   py::enum_<ResizeMode>(m, "ResizeMode")
       .value("shortest", ResizeMode::kShortest)
@@ -76,11 +80,11 @@ void bind_preprocess(py::module_& m) {
       "preprocess_cpu",
       [](const PreprocessPlan& plan, uintptr_t frames, int num_frames, int height, int width,
          int64_t pixel_stride, int64_t row_stride, int frames_per_row, int64_t frame_col_stride,
-         int64_t frame_row_stride, uintptr_t out, int dtype, int max_threads) {
+         int64_t frame_row_stride, uintptr_t out, DType dtype, int max_threads) {
         FrameLayout layout = args::frame_layout(frames, num_frames, height, width, pixel_stride, row_stride,
                                          frames_per_row, frame_col_stride, frame_row_stride);
         void* dst = address<void>(out, "out");
-        DType dt = to_dtype(dtype);
+        DType dt = checked_dtype(dtype);
         py::gil_scoped_release release;
         preprocess_cpu(layout, plan, dst, dt, max_threads);
       },
@@ -114,13 +118,13 @@ void bind_reward(py::module_& m) {
 
   m.def(
       "reward_cpu",
-      [](uintptr_t embeddings, int dtype, int64_t n, int64_t d, int64_t row_stride, uintptr_t text,
+      [](uintptr_t embeddings, DType dtype, int64_t n, int64_t d, int64_t row_stride, uintptr_t text,
          int64_t m_rows, const std::vector<RewardTask>& tasks, uintptr_t out, int max_threads) {
         check_reward_args(n, d, row_stride, m_rows, tasks);
         const void* emb = address<const void>(embeddings, "embeddings");
         const float* txt = address<const float>(text, "text");
         float* dst = address<float>(out, "out");
-        DType dt = to_dtype(dtype);
+        DType dt = checked_dtype(dtype);
         py::gil_scoped_release release;
         reward_cpu(emb, dt, n, d, row_stride, txt, m_rows, tasks.data(),
                    static_cast<int64_t>(tasks.size()), dst, max_threads);
@@ -150,11 +154,11 @@ void bind_cuda_kernels(py::module_& m) {
       "preprocess_cuda",
       [](const DevicePreprocessPlan& plan, uintptr_t frames, int num_frames, int height, int width,
          int64_t pixel_stride, int64_t row_stride, int frames_per_row, int64_t frame_col_stride,
-         int64_t frame_row_stride, uintptr_t out, int dtype, uintptr_t stream) {
+         int64_t frame_row_stride, uintptr_t out, DType dtype, uintptr_t stream) {
         FrameLayout layout = args::frame_layout(frames, num_frames, height, width, pixel_stride, row_stride,
                                          frames_per_row, frame_col_stride, frame_row_stride);
         void* dst = address<void>(out, "out");
-        DType dt = to_dtype(dtype);
+        DType dt = checked_dtype(dtype);
         py::gil_scoped_release release;
         preprocess_cuda(layout, plan, dst, dt, reinterpret_cast<void*>(stream));
       },
@@ -166,7 +170,7 @@ void bind_cuda_kernels(py::module_& m) {
   m.attr("MAX_CUDA_REWARD_TASKS") = kMaxRewardTasks;
   m.def(
       "reward_cuda",
-      [](uintptr_t embeddings, int dtype, int64_t n, int64_t d, int64_t row_stride, uintptr_t text,
+      [](uintptr_t embeddings, DType dtype, int64_t n, int64_t d, int64_t row_stride, uintptr_t text,
          int64_t m_rows, const std::vector<RewardTask>& tasks, uintptr_t out, int device, uintptr_t stream) {
         check_reward_args(n, d, row_stride, m_rows, tasks);
         if (tasks.size() > static_cast<size_t>(kMaxRewardTasks)) {
@@ -177,7 +181,7 @@ void bind_cuda_kernels(py::module_& m) {
         const void* emb = address<const void>(embeddings, "embeddings");
         const float* txt = address<const float>(text, "text");
         float* dst = address<float>(out, "out");
-        DType dt = to_dtype(dtype);
+        DType dt = checked_dtype(dtype);
         py::gil_scoped_release release;
         reward_cuda(emb, dt, n, d, row_stride, txt, m_rows, tasks.data(), static_cast<int64_t>(tasks.size()), dst,
                     device, reinterpret_cast<void*>(stream));

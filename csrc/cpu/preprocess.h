@@ -12,6 +12,8 @@ namespace vlmrm {
 
 enum class Filter : int { kBilinear = 0, kBicubic = 1 };
 enum class ResizeMode : int { kShortest = 0, kSquash = 1 };
+// The dtypes the kernels read and write: the one definition (Python gets it as
+// vlmrm_fast._core.kernels.DType, bound in bindings/kernels.cpp).
 enum class DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
 // Which axis Pillow resamples first; the uint8 rounding between the passes

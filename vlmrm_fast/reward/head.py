@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 import torch
 
 from vlmrm_fast import kernels
-from vlmrm_fast.device import dtype_code, native_cuda_usable, resolve_device
+from vlmrm_fast.device import native_cuda_usable, resolve_device
 from vlmrm_fast.reward import math as rmath
 from vlmrm_fast.reward.tasks import BinaryTask, GoalBaselineTask, Task
 
@@ -83,7 +83,7 @@ class RewardHead:
         out = torch.empty((n, self.num_tasks), dtype=torch.float32, device=self.device) if out is None else out
         if n == 0:
             return out
-        args = (embeddings.data_ptr(), dtype_code(embeddings.dtype), n, d, embeddings.stride(0))
+        args = (embeddings.data_ptr(), kernels.kernel_dtype(embeddings.dtype), n, d, embeddings.stride(0))
         if self.device.type == "cpu":
             kernels.reward_cpu(*args, self.text.data_ptr(), self.text.shape[0], self.table, out.data_ptr())
         elif self._use_cuda_kernel:
