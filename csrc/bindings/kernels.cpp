@@ -43,8 +43,11 @@ void bind_preprocess(py::module_& m) {
       .value("float32", DType::kFloat32)
       .value("float16", DType::kFloat16)
       .value("bfloat16", DType::kBFloat16);
-  py::enum_<Filter>(m, "Filter").value("bilinear", Filter::kBilinear).value("bicubic", Filter::kBicubic);
-  py::enum_<ResizeMode>(m, "ResizeMode")
+  py::enum_<Filter>(m, "Filter", "The resample filter (open_clip's interpolation, as Pillow does it).")
+      .value("bilinear", Filter::kBilinear)
+      .value("bicubic", Filter::kBicubic);
+  py::enum_<ResizeMode>(m, "ResizeMode",
+                        "shortest: the shorter side to S, then a center crop; squash: both sides to S.")
       .value("shortest", ResizeMode::kShortest)
       .value("squash", ResizeMode::kSquash);
 
@@ -64,15 +67,17 @@ void bind_preprocess(py::module_& m) {
            }),
            py::arg("in_height"), py::arg("in_width"), py::arg("out_size"), py::arg("mode"),
            py::arg("filter"), py::arg("mean"), py::arg("std"),
-           py::arg("pass_order") = PassOrder::kHorizontalFirst)
+           py::arg_v("pass_order", PassOrder::kHorizontalFirst, "PassOrder.horizontal_first"),
+           "Frames of in_height x in_width -> (3, out_size, out_size), normalized by mean and std (RGB); "
+           "pass_order: the installed Pillow's (vlmrm_fast.preprocess.pillow_pass_order()).")
       .def_readonly("in_height", &PreprocessPlan::in_height)
       .def_readonly("in_width", &PreprocessPlan::in_width)
       .def_readonly("out_size", &PreprocessPlan::out_size)
-      .def_readonly("resized_height", &PreprocessPlan::resized_height)
-      .def_readonly("resized_width", &PreprocessPlan::resized_width)
+      .def_readonly("resized_height", &PreprocessPlan::resized_height, "Before the crop.")
+      .def_readonly("resized_width", &PreprocessPlan::resized_width, "Before the crop.")
       .def_readonly("crop_top", &PreprocessPlan::crop_top)
       .def_readonly("crop_left", &PreprocessPlan::crop_left)
-      .def_readonly("vertical_first", &PreprocessPlan::vertical_first)
+      .def_readonly("vertical_first", &PreprocessPlan::vertical_first, "The pass order (see PassOrder).")
       .def_property_readonly("horizontal_taps", [](const PreprocessPlan& p) { return p.horizontal.taps; })
       .def_property_readonly("vertical_taps", [](const PreprocessPlan& p) { return p.vertical.taps; });
 
@@ -96,7 +101,9 @@ void bind_preprocess(py::module_& m) {
 }
 
 void bind_reward(py::module_& m) {
-  py::enum_<RewardKind>(m, "RewardKind")
+  py::enum_<RewardKind>(m, "RewardKind",
+                        "goal_baseline: the paper's goal-baseline reward; binary: softmax over a goal and "
+                        "negative prompts.")
       .value("goal_baseline", RewardKind::kGoalBaseline)
       .value("binary", RewardKind::kBinary);
 
@@ -105,16 +112,17 @@ void bind_reward(py::module_& m) {
       .def_property(
           "kind", [](const RewardTask& t) { return static_cast<RewardKind>(t.kind); },
           [](RewardTask& t, RewardKind k) { t.kind = static_cast<int32_t>(k); })
-      .def_readwrite("first_row", &RewardTask::first_row)
-      .def_readwrite("num_rows", &RewardTask::num_rows)
+      .def_readwrite("first_row", &RewardTask::first_row, "The task's first row of the text matrix.")
+      .def_readwrite("num_rows", &RewardTask::num_rows, "goal_baseline: 2 (g, u); binary: 1 + negatives.")
       .def_property(
           "probability", [](const RewardTask& t) { return t.probability != 0; },
-          [](RewardTask& t, bool p) { t.probability = p ? 1 : 0; })
-      .def_readwrite("alpha", &RewardTask::alpha)
-      .def_readwrite("g_norm2", &RewardTask::g_norm2)
-      .def_readwrite("g_dot_u", &RewardTask::g_dot_u)
-      .def_readwrite("scale", &RewardTask::scale)
-      .def_readwrite("threshold", &RewardTask::threshold);
+          [](RewardTask& t, bool p) { t.probability = p ? 1 : 0; },
+          "binary: output p instead of 1[p > threshold].")
+      .def_readwrite("alpha", &RewardTask::alpha, "goal_baseline: the projection's alpha.")
+      .def_readwrite("g_norm2", &RewardTask::g_norm2, "goal_baseline: |g|^2.")
+      .def_readwrite("g_dot_u", &RewardTask::g_dot_u, "goal_baseline: g.u.")
+      .def_readwrite("scale", &RewardTask::scale, "binary: the logit scale (1 / temperature).")
+      .def_readwrite("threshold", &RewardTask::threshold, "binary: the threshold on p.");
 
   m.def(
       "reward_cpu",
@@ -144,7 +152,7 @@ void bind_cuda_kernels(py::module_& m) {
              check_device_index(device);
              return std::make_unique<DevicePreprocessPlan>(plan, device);
            }),
-           py::arg("plan"), py::arg("device"))
+           py::arg("plan"), py::arg("device"), "Upload plan's tables to CUDA device `device`.")
       .def_property_readonly("device", &DevicePreprocessPlan::device)
       .def_property_readonly("in_height", [](const DevicePreprocessPlan& p) { return p.plan().in_height; })
       .def_property_readonly("in_width", [](const DevicePreprocessPlan& p) { return p.plan().in_width; })

@@ -48,7 +48,12 @@ py::module_ add_submodule(py::module_& parent, const char* name, const char* doc
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
-  m.doc() = "vlmrm_fast native core: batched MuJoCo physics, EGL rendering, fused kernels";
+  m.doc() =
+      "vlmrm_fast native core: batched MuJoCo physics (sim), EGL rendering (render), fused kernels (kernels).\n\n"
+      "Buffers cross as integer addresses (numpy's ctypes.data, torch's data_ptr()), models as "
+      "mujoco.MjModel._address and CUDA streams as integer handles (torch's Stream.cuda_stream). Bad "
+      "arguments raise ValueError; the CUDA entry points raise RuntimeError when CUDA is not compiled in or "
+      "no device is usable.";
 
   m.def("build_info", &build_info_dict,
         "MuJoCo version, CUDA compiled/usable, EGL availability and devices.");
