@@ -62,11 +62,11 @@ void bind_preprocess(py::module_& m) {
              if (mean.size() != 3 || std.size() != 3) {
                throw std::invalid_argument("mean and std need 3 values (RGB)");
              }
-             return make_preprocess_plan(in_height, in_width, out_size, mode, filter, mean.data(),
-                                         std.data(), order);
+             return make_preprocess_plan(in_height, in_width, out_size, mode, filter, mean.data(), std.data(),
+                                         order);
            }),
-           py::arg("in_height"), py::arg("in_width"), py::arg("out_size"), py::arg("mode"),
-           py::arg("filter"), py::arg("mean"), py::arg("std"),
+           py::arg("in_height"), py::arg("in_width"), py::arg("out_size"), py::arg("mode"), py::arg("filter"),
+           py::arg("mean"), py::arg("std"),
            py::arg_v("pass_order", PassOrder::kHorizontalFirst, "PassOrder.horizontal_first"),
            "Frames of in_height x in_width -> (3, out_size, out_size), normalized by mean and std (RGB); "
            "pass_order: the installed Pillow's (vlmrm_fast.preprocess.pillow_pass_order()).")
@@ -87,16 +87,15 @@ void bind_preprocess(py::module_& m) {
          int64_t pixel_stride, int64_t row_stride, int frames_per_row, int64_t frame_col_stride,
          int64_t frame_row_stride, uintptr_t out, DType dtype, int max_threads) {
         FrameLayout layout = args::frame_layout(frames, num_frames, height, width, pixel_stride, row_stride,
-                                         frames_per_row, frame_col_stride, frame_row_stride);
+                                                frames_per_row, frame_col_stride, frame_row_stride);
         void* dst = address<void>(out, "out");
         DType dt = checked_dtype(dtype);
         py::gil_scoped_release release;
         preprocess_cpu(layout, plan, dst, dt, max_threads);
       },
       py::arg("plan"), py::arg("frames"), py::arg("num_frames"), py::arg("height"), py::arg("width"),
-      py::arg("pixel_stride"), py::arg("row_stride"), py::arg("frames_per_row"),
-      py::arg("frame_col_stride"), py::arg("frame_row_stride"), py::arg("out"), py::arg("dtype"),
-      py::arg("max_threads") = 0,
+      py::arg("pixel_stride"), py::arg("row_stride"), py::arg("frames_per_row"), py::arg("frame_col_stride"),
+      py::arg("frame_row_stride"), py::arg("out"), py::arg("dtype"), py::arg("max_threads") = 0,
       "C++ twin of the preprocess kernel on host memory (addresses as integers).");
 }
 
@@ -134,8 +133,8 @@ void bind_reward(py::module_& m) {
         float* dst = address<float>(out, "out");
         DType dt = checked_dtype(dtype);
         py::gil_scoped_release release;
-        reward_cpu(emb, dt, n, d, row_stride, txt, m_rows, tasks.data(),
-                   static_cast<int64_t>(tasks.size()), dst, max_threads);
+        reward_cpu(emb, dt, n, d, row_stride, txt, m_rows, tasks.data(), static_cast<int64_t>(tasks.size()),
+                   dst, max_threads);
       },
       py::arg("embeddings"), py::arg("dtype"), py::arg("n"), py::arg("d"), py::arg("row_stride"),
       py::arg("text"), py::arg("m"), py::arg("tasks"), py::arg("out"), py::arg("max_threads") = 0,
@@ -164,7 +163,7 @@ void bind_cuda_kernels(py::module_& m) {
          int64_t pixel_stride, int64_t row_stride, int frames_per_row, int64_t frame_col_stride,
          int64_t frame_row_stride, uintptr_t out, DType dtype, uintptr_t stream) {
         FrameLayout layout = args::frame_layout(frames, num_frames, height, width, pixel_stride, row_stride,
-                                         frames_per_row, frame_col_stride, frame_row_stride);
+                                                frames_per_row, frame_col_stride, frame_row_stride);
         void* dst = address<void>(out, "out");
         DType dt = checked_dtype(dtype);
         py::gil_scoped_release release;
@@ -182,8 +181,9 @@ void bind_cuda_kernels(py::module_& m) {
          int64_t m_rows, const std::vector<RewardTask>& tasks, uintptr_t out, int device, uintptr_t stream) {
         check_reward_args(n, d, row_stride, m_rows, tasks);
         if (tasks.size() > static_cast<size_t>(kMaxRewardTasks)) {
-          throw std::invalid_argument(std::to_string(tasks.size()) + " reward tasks given; the CUDA kernel takes at most " +
-                                      std::to_string(kMaxRewardTasks) + " per call (split them over several calls)");
+          throw std::invalid_argument(
+              std::to_string(tasks.size()) + " reward tasks given; the CUDA kernel takes at most " +
+              std::to_string(kMaxRewardTasks) + " per call (split them over several calls)");
         }
         check_device_index(device);
         const void* emb = address<const void>(embeddings, "embeddings");
@@ -191,11 +191,11 @@ void bind_cuda_kernels(py::module_& m) {
         float* dst = address<float>(out, "out");
         DType dt = checked_dtype(dtype);
         py::gil_scoped_release release;
-        reward_cuda(emb, dt, n, d, row_stride, txt, m_rows, tasks.data(), static_cast<int64_t>(tasks.size()), dst,
-                    device, reinterpret_cast<void*>(stream));
+        reward_cuda(emb, dt, n, d, row_stride, txt, m_rows, tasks.data(), static_cast<int64_t>(tasks.size()),
+                    dst, device, reinterpret_cast<void*>(stream));
       },
-      py::arg("embeddings"), py::arg("dtype"), py::arg("n"), py::arg("d"), py::arg("row_stride"), py::arg("text"),
-      py::arg("m"), py::arg("tasks"), py::arg("out"), py::arg("device"), py::arg("stream"),
+      py::arg("embeddings"), py::arg("dtype"), py::arg("n"), py::arg("d"), py::arg("row_stride"),
+      py::arg("text"), py::arg("m"), py::arg("tasks"), py::arg("out"), py::arg("device"), py::arg("stream"),
       "Fused reward kernel on a CUDA device (addresses and stream as integers).");
 }
 

@@ -19,7 +19,8 @@ py::dict build_info_dict() {
   d["cuda_version"] = info.cuda_compiled ? py::object(py::str(info.cuda_version)) : py::none();
   d["cuda_device_count"] = info.cuda_device_count;
   d["cuda_available"] = info.cuda_device_count > 0;
-  d["cuda_device_name"] = info.cuda_device_count > 0 ? py::object(py::str(info.cuda_device_name)) : py::none();
+  d["cuda_device_name"] =
+      info.cuda_device_count > 0 ? py::object(py::str(info.cuda_device_name)) : py::none();
   d["cuda_error"] = info.cuda_error.empty() ? py::none() : py::object(py::str(info.cuda_error));
   d["egl_available"] = info.egl.available;
   d["egl_error"] = info.egl.error.empty() ? py::none() : py::object(py::str(info.egl.error));
@@ -49,16 +50,17 @@ py::module_ add_submodule(py::module_& parent, const char* name, const char* doc
 
 PYBIND11_MODULE(_core, m) {
   m.doc() =
-      "vlmrm_fast native core: batched MuJoCo physics (sim), EGL rendering (render), fused kernels (kernels).\n\n"
-      "Buffers cross as integer addresses (numpy's ctypes.data, torch's data_ptr()), models as "
-      "mujoco.MjModel._address and CUDA streams as integer handles (torch's Stream.cuda_stream). Bad "
+      "vlmrm_fast native core: batched MuJoCo physics (sim), EGL rendering (render), fused kernels "
+      "(kernels).\n\nBuffers cross as integer addresses (numpy's ctypes.data, torch's data_ptr()), models "
+      "as mujoco.MjModel._address and CUDA streams as integer handles (torch's Stream.cuda_stream). Bad "
       "arguments raise ValueError; the CUDA entry points raise RuntimeError when CUDA is not compiled in or "
       "no device is usable.";
 
   m.def("build_info", &build_info_dict,
         "MuJoCo version, CUDA compiled/usable, EGL availability and devices.");
-  m.def("cuda_available", [] { return cuda::device_count() > 0; },
-        "True when CUDA is compiled in and a device is usable now.");
+  m.def(
+      "cuda_available", [] { return cuda::device_count() > 0; },
+      "True when CUDA is compiled in and a device is usable now.");
 
   py::module_ sim = add_submodule(m, "sim", "Batched MuJoCo physics: N simulations of one model (csrc/sim).");
   bindings::bind_sim(sim);

@@ -47,9 +47,8 @@ void bind_render(py::module_& m) {
              py::gil_scoped_release release;
              return std::make_unique<render::BatchRenderer>(m, config);
            }),
-           py::arg("model"), py::arg("num_envs"), py::arg("width"), py::arg("height"),
-           py::arg("camera") = -1, py::arg("gpu") = -1, py::arg("max_geom") = 10000,
-           py::arg("nthread") = 0,
+           py::arg("model"), py::arg("num_envs"), py::arg("width"), py::arg("height"), py::arg("camera") = -1,
+           py::arg("gpu") = -1, py::arg("max_geom") = 10000, py::arg("nthread") = 0,
            "model: mujoco.MjModel._address. camera: -1 (free camera), a camera id or name. gpu: the CUDA "
            "device whose EGL device draws (-1: the first with a CUDA index, else the first).")
       .def(
@@ -68,7 +67,8 @@ void bind_render(py::module_& m) {
             r.render(s, start, count);
           },
           py::arg("sim"), py::arg("start") = 0, py::arg("count") = -1,
-          "Draw the current state of the simulator's simulations [start, start + count) (count -1: to the end).")
+          "Draw the current state of the simulator's simulations [start, start + count) (count -1: to the "
+          "end).")
       .def(
           "copy_frames",
           [](render::BatchRenderer& r, uintptr_t out) {
@@ -102,7 +102,8 @@ void bind_render(py::module_& m) {
             return reinterpret_cast<uintptr_t>(r.lend_device(reinterpret_cast<void*>(stream)));
           },
           py::arg("stream"),
-          "Map the pixel buffer into CUDA on stream (GL work first); its device address. release_frames() unmaps "
+          "Map the pixel buffer into CUDA on stream (GL work first); its device address. release_frames() "
+          "unmaps "
           "on the same stream.")
       .def(
           "release_frames",

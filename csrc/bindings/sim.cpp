@@ -33,8 +33,7 @@ void bind_sim(py::module_& m) {
   m.def("output_field_names", &sim::output_field_names,
         "mjData fields of type mjtNum that BatchSim can copy out after each step.");
 
-  py::class_<sim::BatchSim>(m, "BatchSim",
-                            "N simulations of one model on MuJoCo's batch thread pool.")
+  py::class_<sim::BatchSim>(m, "BatchSim", "N simulations of one model on MuJoCo's batch thread pool.")
       .def(py::init([](uintptr_t model, int num_envs, int frame_skip,
                        const std::vector<std::tuple<std::string, int64_t, int64_t>>& outputs,
                        bool rne_post_constraint, int nthread, bool persistent) {
@@ -63,7 +62,8 @@ void bind_sim(py::module_& m) {
             s.step(data, start, count);
           },
           py::arg("ctrl"), py::arg("start") = 0, py::arg("count") = -1,
-          "ctrl (num_envs, nu) -> frame_skip x mj_step on simulations [start, start + count) (count -1: to the end).")
+          "ctrl (num_envs, nu) -> frame_skip x mj_step on simulations [start, start + count) (count -1: to "
+          "the end).")
       .def(
           "reset",
           [](sim::BatchSim& s, const py::array_t<int, py::array::c_style | py::array::forcecast>& ids,
