@@ -21,7 +21,7 @@ if not _os.environ.get("DISPLAY") and not _os.environ.get("WAYLAND_DISPLAY"):
 import mujoco as _mujoco  # noqa: E402,F401  (loads libmujoco before the native core links to it)
 
 try:
-    from vlmrm_fast import _core  # noqa: E402,F401  (imported first, so that a broken install says how to fix it)
+    from vlmrm_fast import _core  # noqa: E402,F401  (first: a broken install says how to fix it)
 except ImportError as _exc:  # pragma: no cover - only on a broken install
     raise ImportError(
         f"vlmrm_fast's native core could not be imported ({_exc}). Reinstall with `pip install .` "

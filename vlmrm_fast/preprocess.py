@@ -125,7 +125,7 @@ class FramePreprocessor:
     """Batched uint8 frames -> (N, 3, S, S) encoder input on ``device`` in ``dtype``."""
 
     def __init__(self, spec: PreprocessSpec, device: torch.device, dtype: torch.dtype = torch.float32):
-        kernels.kernel_dtype(dtype)  # validates
+        self._kernel_dtype = kernels.kernel_dtype(dtype)  # refuses the dtypes the kernels do not take
         self.spec = spec
         self.device = torch.device(device)
         self.dtype = dtype
@@ -216,7 +216,7 @@ class FramePreprocessor:
     def _run_cpu(self, address: int, layout: FrameLayout, plan, out: torch.Tensor) -> None:
         """The C++ twin into ``out``; a GPU ``out`` gets the result by one upload."""
         target = out if out.device.type == "cpu" else torch.empty(tuple(out.shape), dtype=self.dtype, pin_memory=True)
-        kernels.preprocess_cpu(plan, *self._layout_args(address, layout), target.data_ptr(), kernels.kernel_dtype(self.dtype))
+        kernels.preprocess_cpu(plan, *self._layout_args(address, layout), target.data_ptr(), self._kernel_dtype)
         if target is not out:
             out.copy_(target, non_blocking=True)
 
@@ -229,7 +229,7 @@ class FramePreprocessor:
     def _run_cuda(self, address: int, layout: FrameLayout, plan, out: torch.Tensor) -> None:
         stream = torch.cuda.current_stream(out.device).cuda_stream
         kernels.preprocess_cuda(
-            self._device_plan(plan, out.device), *self._layout_args(address, layout), out.data_ptr(), kernels.kernel_dtype(self.dtype), stream
+            self._device_plan(plan, out.device), *self._layout_args(address, layout), out.data_ptr(), self._kernel_dtype, stream
         )
 
 

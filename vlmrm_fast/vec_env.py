@@ -20,8 +20,7 @@ import numpy as np
 import torch
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
-from vlmrm_fast.device import build_info
-from vlmrm_fast.device import resolve_device
+from vlmrm_fast.device import build_info, resolve_device
 from vlmrm_fast.envs import TaskSpec, get_task
 from vlmrm_fast.envs.mujoco_engine import RENDERERS
 from vlmrm_fast.frames import HostFrames
