@@ -24,8 +24,8 @@ from typing import Callable
 
 import torch
 
-from vlmrm_fast import _core
-from vlmrm_fast.device import dtype_code
+from vlmrm_fast import kernels
+from vlmrm_fast.device import build_info, native_cuda_usable
 from vlmrm_fast.frames import FrameLayout
 from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
 
@@ -61,18 +61,18 @@ def bench_preprocess(n: int, in_px: int, dtype: torch.dtype, on_gpu: bool, reps:
     out = torch.empty((n, 3, OUT_SIZE, OUT_SIZE), dtype=dtype, device=device)
     layout_args = FramePreprocessor._layout_args(frames.data_ptr(), FrameLayout.stacked(frames))
     plan = pre.plan(in_px, in_px)
-    code = dtype_code(dtype)
+    native_dtype = kernels.kernel_dtype(dtype)
     if on_gpu:
-        device_plan = _core.DevicePreprocessPlan(plan, device.index)
+        device_plan = kernels.DevicePreprocessPlan(plan, device.index)
         stream = torch.cuda.current_stream(device).cuda_stream
 
         def call():
-            _core.preprocess_cuda(device_plan, *layout_args, out.data_ptr(), code, stream)
+            kernels.preprocess_cuda(device_plan, *layout_args, out.data_ptr(), native_dtype, stream)
 
     else:
 
         def call():
-            _core.preprocess_cpu(plan, *layout_args, out.data_ptr(), code)
+            kernels.preprocess_cpu(plan, *layout_args, out.data_ptr(), native_dtype)
 
     ms = time_call(call, on_gpu, reps, warmup)
     moved = frames.numel() + out.numel() * out.element_size()
@@ -93,8 +93,8 @@ def goal_baseline_table(k: int, d: int, generator: torch.Generator) -> tuple[tor
     for t in range(k):
         g = torch.nn.functional.normalize(torch.randn(d, generator=generator), dim=0)
         u = torch.nn.functional.normalize(torch.randn(d, generator=generator), dim=0)
-        task = _core.RewardTask()
-        task.kind, task.first_row, task.num_rows = _core.RewardKind.goal_baseline, 2 * t, 2
+        task = kernels.RewardTask()
+        task.kind, task.first_row, task.num_rows = kernels.RewardKind.goal_baseline, 2 * t, 2
         task.alpha, task.g_norm2, task.g_dot_u = 0.5, float(g @ g), float(g @ u)
         rows += [g, u]
         tasks.append(task)
@@ -108,17 +108,17 @@ def bench_reward(n: int, d: int, k: int, dtype: torch.dtype, on_gpu: bool, reps:
     text = text.to(device)
     embeddings = torch.randn(n, d, generator=generator).to(device=device, dtype=dtype)
     out = torch.empty((n, k), device=device)
-    args = (embeddings.data_ptr(), dtype_code(dtype), n, d, d, text.data_ptr(), text.shape[0], tasks, out.data_ptr())
+    args = (embeddings.data_ptr(), kernels.kernel_dtype(dtype), n, d, d, text.data_ptr(), text.shape[0], tasks, out.data_ptr())
     if on_gpu:
         stream = torch.cuda.current_stream(device).cuda_stream
 
         def call():
-            _core.reward_cuda(*args, device.index, stream)
+            kernels.reward_cuda(*args, device.index, stream)
 
     else:
 
         def call():
-            _core.reward_cpu(*args)
+            kernels.reward_cpu(*args)
 
     ms = time_call(call, on_gpu, reps, warmup)
     moved = embeddings.numel() * embeddings.element_size() + text.numel() * 4 + out.numel() * 4
@@ -142,9 +142,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
 
-    gpu_usable = _core.cuda_available() and torch.cuda.is_available()
+    gpu_usable = native_cuda_usable() and torch.cuda.is_available()
     if args.device == "cuda" and not gpu_usable:
-        parser.error(f"--device cuda, but the native core has no usable CUDA device ({_core.build_info()['cuda_error']})")
+        parser.error(f"--device cuda, but the native core has no usable CUDA device ({build_info()['cuda_error']})")
     on_gpu = gpu_usable if args.device == "auto" else args.device == "cuda"
     reps = args.reps or ((20 if on_gpu else 2) if args.quick else (200 if on_gpu else 5))
     warmup = 3 if on_gpu else 1
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> dict:
         "cpu_threads": os.cpu_count(),  # the twins use every hardware thread
         "quick": args.quick,
         "reps": reps,
-        "build": {k: v for k, v in _core.build_info().items() if k.startswith("cuda")},
+        "build": {k: v for k, v in build_info().items() if k.startswith("cuda")},
         "results": results,
     }
     if args.out:

@@ -1,7 +1,7 @@
 // Arguments as the Python bindings pass them: buffers as integer addresses
-// (numpy's ctypes.data, torch's data_ptr()), frame layouts as their strides,
-// dtypes as codes. Shared by bindings.cpp and emulation/module.cpp; every
-// check throws std::invalid_argument (ValueError in Python).
+// (numpy's ctypes.data, torch's data_ptr()), frame layouts as their strides.
+// Shared by bindings/ and emulation/module.cpp; every check throws
+// std::invalid_argument (ValueError in Python).
 #pragma once
 
 #include <cstdint>
@@ -22,9 +22,14 @@ inline void check_positive(int64_t value, const char* what) {
   if (value <= 0) throw std::invalid_argument(std::string(what) + " must be positive");
 }
 
-inline DType to_dtype(int code) {
-  if (code < 0 || code > 2) throw std::invalid_argument("dtype code must be 0 (fp32), 1 (fp16) or 2 (bf16)");
-  return static_cast<DType>(code);
+// A bound enum also takes values that name no member (DType(7) in Python).
+inline DType checked_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+    case DType::kFloat16:
+    case DType::kBFloat16: return dtype;
+  }
+  throw std::invalid_argument("dtype must be DType.float32, DType.float16 or DType.bfloat16");
 }
 
 inline FrameLayout frame_layout(uintptr_t data, int num_frames, int height, int width, int64_t pixel_stride,

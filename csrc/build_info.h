@@ -9,12 +9,12 @@
 namespace vlmrm {
 
 struct BuildInfo {
-  std::string mujoco_version;      // mj_versionString() of the loaded libmujoco
+  std::string mujoco_version;  // mj_versionString() of the loaded libmujoco
   bool cuda_compiled = false;
-  std::string cuda_version;        // toolkit at build time
-  int cuda_device_count = 0;       // usable now
-  std::string cuda_device_name;    // device 0
-  std::string cuda_error;          // why no device, when none
+  std::string cuda_version;      // toolkit at build time
+  int cuda_device_count = 0;     // usable now
+  std::string cuda_device_name;  // device 0
+  std::string cuda_error;        // why no device, when none
   render::EglProbe egl;
 };
 

@@ -15,9 +15,9 @@ os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
 
 @functools.lru_cache(maxsize=None)
 def _build_info() -> dict:
-    from vlmrm_fast import _core
+    from vlmrm_fast import build_info
 
-    return _core.build_info()
+    return build_info()
 
 
 def _gpu_missing() -> str | None:

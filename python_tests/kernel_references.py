@@ -8,13 +8,13 @@ import open_clip
 import torch
 from PIL import Image
 
-from vlmrm_fast import _core
+from vlmrm_fast import kernels
 from vlmrm_fast.preprocess import PreprocessSpec
 
 MEAN = tuple(open_clip.OPENAI_DATASET_MEAN)
 STD = tuple(open_clip.OPENAI_DATASET_STD)
 
-DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # every kernels.DType (a test checks)
 BITS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
 
 # A kernel and the twin read the same rounded embeddings and differ only in
@@ -84,8 +84,8 @@ class TaskTable:
         g = target.double().mean(dim=0)
         d = g - baseline.double().mean(dim=0)
         u = d / d.norm()
-        task = _core.RewardTask()
-        task.kind = _core.RewardKind.goal_baseline
+        task = kernels.RewardTask()
+        task.kind = kernels.RewardKind.goal_baseline
         task.first_row, task.num_rows = len(self.rows), 2
         task.alpha = alpha
         g32, u32 = g.float(), u.float()
@@ -94,8 +94,8 @@ class TaskTable:
         self.tasks.append(task)
 
     def binary(self, goal, negatives, scale, threshold=0.5, probability=False):
-        task = _core.RewardTask()
-        task.kind = _core.RewardKind.binary
+        task = kernels.RewardTask()
+        task.kind = kernels.RewardKind.binary
         task.first_row, task.num_rows = len(self.rows), 1 + len(negatives)
         task.scale, task.threshold, task.probability = scale, threshold, probability
         self.rows += [goal.float()] + [n.float() for n in negatives]

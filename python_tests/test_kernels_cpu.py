@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from kernel_references import (
-    DTYPE_CODES,
+    DTYPES,
     MEAN,
     STD,
     TaskTable,
@@ -23,8 +23,9 @@ from kernel_references import (
     random_frames,
     strided_embeddings,
 )
-from vlmrm_fast import _core
+from vlmrm_fast import kernels
 from vlmrm_fast.frames import FrameLayout, FrameView
+from vlmrm_fast.kernels import kernel_dtype
 from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec, pillow_pass_order
 
 
@@ -61,14 +62,14 @@ def test_twin_follows_pillows_pass_order(size):
 
 def test_pass_order_rule():
     def vertical_first(h, w, order):
-        return _core.PreprocessPlan(h, w, 32, _core.ResizeMode.squash, _core.Filter.bicubic, MEAN, STD, order).vertical_first
+        return kernels.PreprocessPlan(h, w, 32, kernels.ResizeMode.squash, kernels.Filter.bicubic, MEAN, STD, order).vertical_first
 
-    pillow13 = _core.PassOrder.pillow13
+    pillow13 = kernels.PassOrder.pillow13
     assert vertical_first(64, 47, pillow13) and not vertical_first(64, 48, pillow13)
     assert not vertical_first(20, 50, pillow13)  # height grows
     assert vertical_first(50, 20, pillow13)  # height shrinks, width grows
-    assert not vertical_first(64, 33, _core.PassOrder.horizontal_first)
-    assert pillow_pass_order() in (pillow13, _core.PassOrder.horizontal_first)
+    assert not vertical_first(64, 33, kernels.PassOrder.horizontal_first)
+    assert pillow_pass_order() in (pillow13, kernels.PassOrder.horizontal_first)
 
 
 @pytest.mark.parametrize(
@@ -111,8 +112,14 @@ def test_every_output_element_written(dtype, layout):
     assert torch.isfinite(out).all()
 
 
+def test_kernel_dtype_maps_every_dtype_and_refuses_the_others():
+    assert {kernel_dtype(dtype) for dtype in DTYPES} == set(kernels.DType.__members__.values())
+    with pytest.raises(TypeError, match="torch.float64 is not supported; use float32, float16 or bfloat16"):
+        kernel_dtype(torch.float64)
+
+
 def _plan(h=32, w=32):
-    return _core.PreprocessPlan(h, w, 32, _core.ResizeMode.shortest, _core.Filter.bicubic, MEAN, STD)
+    return kernels.PreprocessPlan(h, w, 32, kernels.ResizeMode.shortest, kernels.Filter.bicubic, MEAN, STD)
 
 
 def test_preprocess_binding_rejects_bad_input():
@@ -120,24 +127,26 @@ def test_preprocess_binding_rejects_bad_input():
     out = np.zeros((1, 3, 32, 32), np.float32)
     good = dict(
         plan=_plan(), frames=frames.ctypes.data, num_frames=1, height=32, width=32, pixel_stride=3, row_stride=96,
-        frames_per_row=1, frame_col_stride=0, frame_row_stride=3072, out=out.ctypes.data, dtype=0,
+        frames_per_row=1, frame_col_stride=0, frame_row_stride=3072, out=out.ctypes.data, dtype=kernels.DType.float32,
     )
-    _core.preprocess_cpu(**good)
+    kernels.preprocess_cpu(**good)
     for change, message in [
         (dict(frames=0), "frames is a null pointer"),
         (dict(out=0), "out is a null pointer"),
-        (dict(dtype=3), "dtype code"),
+        (dict(dtype=kernels.DType(3)), "dtype must be DType.float32"),
         (dict(num_frames=0), "num_frames must be positive"),
         (dict(pixel_stride=2), "pixel_stride"),
         (dict(frames_per_row=0), "frames_per_row must be positive"),
         (dict(height=31), "plan was made for 32x32"),
     ]:
         with pytest.raises(ValueError, match=message):
-            _core.preprocess_cpu(**{**good, **change})
+            kernels.preprocess_cpu(**{**good, **change})
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        kernels.preprocess_cpu(**{**good, "dtype": 0})  # a DType, not its code
     with pytest.raises(ValueError, match="mean and std need 3 values"):
-        _core.PreprocessPlan(32, 32, 32, _core.ResizeMode.shortest, _core.Filter.bicubic, [0.5], [0.5])
+        kernels.PreprocessPlan(32, 32, 32, kernels.ResizeMode.shortest, kernels.Filter.bicubic, [0.5], [0.5])
     with pytest.raises(ValueError, match="std must be positive"):
-        _core.PreprocessPlan(32, 32, 32, _core.ResizeMode.shortest, _core.Filter.bicubic, MEAN, [1.0, 0.0, 1.0])
+        kernels.PreprocessPlan(32, 32, 32, kernels.ResizeMode.shortest, kernels.Filter.bicubic, MEAN, [1.0, 0.0, 1.0])
 
 
 # --------------------------------------------------------------------- reward
@@ -148,8 +157,8 @@ def run_reward_cpu(embeddings: torch.Tensor, table: TaskTable) -> torch.Tensor:
     n, d = embeddings.shape
     text = table.text
     out = torch.full((n, len(table.tasks)), float("nan"))
-    _core.reward_cpu(
-        embeddings.data_ptr(), DTYPE_CODES[embeddings.dtype], n, d, embeddings.stride(0),
+    kernels.reward_cpu(
+        embeddings.data_ptr(), kernel_dtype(embeddings.dtype), n, d, embeddings.stride(0),
         text.data_ptr(), text.shape[0], table.tasks, out.data_ptr(),
     )
     return out
@@ -221,10 +230,10 @@ def _reward_args(fn_name: str):
     emb = np.ones((2, 4), np.float32)
     text = np.ones((2, 4), np.float32)
     out = np.zeros((2, 1), np.float32)
-    task = _core.RewardTask()
-    task.kind, task.first_row, task.num_rows = _core.RewardKind.goal_baseline, 0, 2
+    task = kernels.RewardTask()
+    task.kind, task.first_row, task.num_rows = kernels.RewardKind.goal_baseline, 0, 2
     args = dict(
-        embeddings=emb.ctypes.data, dtype=0, n=2, d=4, row_stride=4, text=text.ctypes.data, m=2, tasks=[task],
+        embeddings=emb.ctypes.data, dtype=kernels.DType.float32, n=2, d=4, row_stride=4, text=text.ctypes.data, m=2, tasks=[task],
         out=out.ctypes.data,
     )
     if fn_name == "reward_cuda":
@@ -233,8 +242,8 @@ def _reward_args(fn_name: str):
 
 
 def _task(**fields):
-    task = _core.RewardTask()
-    task.kind, task.first_row, task.num_rows = _core.RewardKind.goal_baseline, 0, 2
+    task = kernels.RewardTask()
+    task.kind, task.first_row, task.num_rows = kernels.RewardKind.goal_baseline, 0, 2
     for name, value in fields.items():
         setattr(task, name, value)
     return task
@@ -242,16 +251,16 @@ def _task(**fields):
 
 @pytest.mark.parametrize("fn_name", ["reward_cpu", "reward_cuda"])
 def test_reward_binding_rejects_bad_input(fn_name):
-    fn = getattr(_core, fn_name)
+    fn = getattr(kernels, fn_name)
     good, _keep = _reward_args(fn_name)
     if fn_name == "reward_cpu":
         fn(**good)
-    binary = _task(kind=_core.RewardKind.binary, num_rows=65)
+    binary = _task(kind=kernels.RewardKind.binary, num_rows=65)
     for change, message in [
         (dict(embeddings=0), "embeddings is a null pointer"),
         (dict(text=0), "text is a null pointer"),
         (dict(out=0), "out is a null pointer"),
-        (dict(dtype=3), "dtype code"),
+        (dict(dtype=kernels.DType(3)), "dtype must be DType.float32"),
         (dict(n=0), "n must be positive"),
         (dict(row_stride=3), "row_stride must be >= d"),
         (dict(tasks=[]), "at least one reward task"),
@@ -259,10 +268,12 @@ def test_reward_binding_rejects_bad_input(fn_name):
         (dict(tasks=[_task(num_rows=1)]), "goal-baseline needs 2 rows"),
         (dict(tasks=[_task(alpha=1.5)]), r"alpha must be in \[0, 1\]"),
         (dict(tasks=[binary], m=65), "at most 63 negative prompts"),
-        (dict(tasks=[_task(scale=float("inf"), kind=_core.RewardKind.binary)]), "scale must be finite"),
+        (dict(tasks=[_task(scale=float("inf"), kind=kernels.RewardKind.binary)]), "scale must be finite"),
     ]:
         with pytest.raises(ValueError, match=message):
             fn(**{**good, **change})
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        fn(**{**good, "dtype": 0})  # a DType, not its code
     if fn_name == "reward_cuda":
         with pytest.raises(ValueError, match="at most 32 per call"):
             fn(**{**good, "tasks": [_task()] * 33})

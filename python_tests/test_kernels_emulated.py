@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from kernel_references import (
-    DTYPE_CODES,
+    DTYPES,
     GOAL_BASELINE_ATOL,
     MEAN,
     STD,
@@ -33,8 +33,9 @@ from kernel_references import (
     reward_table,
     strided_embeddings,
 )
-from vlmrm_fast import _core, _cuda_emulation
+from vlmrm_fast import _cuda_emulation, kernels
 from vlmrm_fast.frames import FrameLayout
+from vlmrm_fast.kernels import kernel_dtype
 from vlmrm_fast.preprocess import FramePreprocessor
 
 # (multiprocessors, shared memory per block with opt-in)
@@ -44,15 +45,15 @@ ONE_SM = (1, 48 * 1024)
 
 
 def make_plan(h, w, size, mode="shortest", interpolation="bicubic", order="horizontal_first"):
-    return _core.PreprocessPlan(
+    return kernels.PreprocessPlan(
         h,
         w,
         size,
-        getattr(_core.ResizeMode, mode),
-        getattr(_core.Filter, interpolation),
+        getattr(kernels.ResizeMode, mode),
+        getattr(kernels.Filter, interpolation),
         list(MEAN),
         list(STD),
-        getattr(_core.PassOrder, order),
+        getattr(kernels.PassOrder, order),
     )
 
 
@@ -69,7 +70,7 @@ def frame_buffer(frames: np.ndarray, layout: str) -> tuple[torch.Tensor, FrameLa
 
 def twin(plan, buffer, layout, dtype):
     out = torch.empty((layout.num_frames, 3, plan.out_size, plan.out_size), dtype=dtype)
-    _core.preprocess_cpu(plan, *FramePreprocessor._layout_args(buffer.data_ptr(), layout), out.data_ptr(), DTYPE_CODES[dtype])
+    kernels.preprocess_cpu(plan, *FramePreprocessor._layout_args(buffer.data_ptr(), layout), out.data_ptr(), kernel_dtype(dtype))
     return out
 
 
@@ -81,7 +82,7 @@ def emulated(plan, buffer, layout, dtype, device=H100, order="forward", seed=0, 
         buffer.data_ptr(),
         buffer.numel() if buffer_bytes is None else buffer_bytes,
         out.data_ptr(),
-        DTYPE_CODES[dtype],
+        kernel_dtype(dtype),
         *device,
         order=order,
         seed=seed,
@@ -111,7 +112,7 @@ def test_emulated_preprocess_matches_twin(case, layout):
     n, h, w, size, mode, interpolation, order, device = case
     plan = make_plan(h, w, size, mode, interpolation, order)
     buffer, frame_layout = frame_buffer(random_frames(n, h, w, seed=n + h + w), layout)
-    for dtype in DTYPE_CODES:
+    for dtype in DTYPES:
         got, launch = emulated(plan, buffer, frame_layout, dtype, device)
         assert_same_bits(got, twin(plan, buffer, frame_layout, dtype))
     assert launch["vertical_first"] == plan.vertical_first
@@ -199,16 +200,16 @@ def run_reward(x: torch.Tensor, table: TaskTable, emulate: bool, order: str = "f
     n, d = x.shape
     text = table.text
     out = torch.full((n, len(table.tasks)), float("nan"))
-    args = (x.data_ptr(), DTYPE_CODES[x.dtype], n, d, x.stride(0))
+    args = (x.data_ptr(), kernel_dtype(x.dtype), n, d, x.stride(0))
     if emulate:
         storage_bytes = x.untyped_storage().nbytes() - x.storage_offset() * x.element_size()
         _cuda_emulation.reward(*args, storage_bytes, text.data_ptr(), text.shape[0], table.tasks, out.data_ptr(), order)
     else:
-        _core.reward_cpu(*args, text.data_ptr(), text.shape[0], table.tasks, out.data_ptr())
+        kernels.reward_cpu(*args, text.data_ptr(), text.shape[0], table.tasks, out.data_ptr())
     return out
 
 
-@pytest.mark.parametrize("dtype", list(DTYPE_CODES))
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n,d", [(1, 512), (7, 768), (2, 1280), (5, 16)])
 def test_emulated_reward_matches_twin(dtype, n, d):
     table, goal = reward_table(d, seed=n + d)
@@ -219,7 +220,7 @@ def test_emulated_reward_matches_twin(dtype, n, d):
 
 
 def test_emulated_reward_takes_a_full_task_table():
-    d, k = 40, _core.MAX_CUDA_REWARD_TASKS
+    d, k = 40, kernels.MAX_CUDA_REWARD_TASKS
     gen = torch.Generator().manual_seed(2)
     table = TaskTable()
     for i in range(k):

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from kernel_references import (
-    DTYPE_CODES,
+    DTYPES,
     GOAL_BASELINE_ATOL,
     MEAN,
     PROBABILITY_ATOL,
@@ -29,13 +29,13 @@ from kernel_references import (
     reward_table,
     strided_embeddings,
 )
-from vlmrm_fast import _core
+from vlmrm_fast import build_info, kernels
+from vlmrm_fast.device import native_cuda_usable
 from vlmrm_fast.frames import FrameLayout, FrameView
+from vlmrm_fast.kernels import kernel_dtype
 from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
 from vlmrm_fast.reward.head import RewardHead
 from vlmrm_fast.reward.tasks import BinaryTask, GoalBaselineTask
-
-DTYPES = list(DTYPE_CODES)
 
 
 def twin(spec: PreprocessSpec, frames: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
@@ -67,7 +67,7 @@ def test_preprocess_cuda_matches_twin(case, layout):
     spec = PreprocessSpec(size=size, mean=MEAN, std=STD, interpolation=interpolation, resize_mode=resize_mode)
     frames = random_frames(n, h, w, seed=n + h + w)
     plan = FramePreprocessor(spec, "cpu").plan(h, w)
-    device_plan = _core.DevicePreprocessPlan(plan, torch.cuda.current_device())
+    device_plan = kernels.DevicePreprocessPlan(plan, torch.cuda.current_device())
     if layout == "stacked":
         buffer = torch.from_numpy(frames).cuda()
         frame_layout = FrameLayout.stacked(buffer)
@@ -78,11 +78,11 @@ def test_preprocess_cuda_matches_twin(case, layout):
         frame_layout = FrameLayout.gl_tiles(n, h, w, tiles_per_row, channels)
     for dtype in DTYPES:
         out = torch.full((n, 3, size, size), float("nan"), dtype=dtype, device="cuda")
-        _core.preprocess_cuda(
+        kernels.preprocess_cuda(
             device_plan,
             *FramePreprocessor._layout_args(buffer.data_ptr(), frame_layout),
             out.data_ptr(),
-            DTYPE_CODES[dtype],
+            kernel_dtype(dtype),
             torch.cuda.current_stream().cuda_stream,
         )
         torch.cuda.synchronize()
@@ -118,20 +118,20 @@ def test_frame_preprocessor_on_cuda(dtype):
 @pytest.mark.gpu
 def test_preprocess_cuda_rejects_bad_input():
     plan = FramePreprocessor(PreprocessSpec(size=32, mean=MEAN, std=STD), "cpu").plan(32, 32)
-    device_plan = _core.DevicePreprocessPlan(plan, torch.cuda.current_device())
+    device_plan = kernels.DevicePreprocessPlan(plan, torch.cuda.current_device())
     frames = torch.zeros((1, 32, 32, 3), dtype=torch.uint8)
     out = torch.zeros((1, 3, 32, 32), device="cuda")
-    args = [device_plan, frames.data_ptr(), 1, 32, 32, 3, 96, 1, 0, 3072, out.data_ptr(), 0, 0]
+    args = [device_plan, frames.data_ptr(), 1, 32, 32, 3, 96, 1, 0, 3072, out.data_ptr(), kernels.DType.float32, 0]
     with pytest.raises(ValueError, match="frames is ordinary host memory"):
-        _core.preprocess_cuda(*args)
+        kernels.preprocess_cuda(*args)
     frames_cuda = frames.cuda()
     args[1] = frames_cuda.data_ptr()
     with pytest.raises(ValueError, match="plan was made for 32x32"):
-        _core.preprocess_cuda(*args[:3], 31, *args[4:])
+        kernels.preprocess_cuda(*args[:3], 31, *args[4:])
     with pytest.raises(ValueError, match="out is a null pointer"):
-        _core.preprocess_cuda(*args[:10], 0, *args[11:])
-    with pytest.raises(ValueError, match="dtype code"):
-        _core.preprocess_cuda(*args[:11], 5, 0)
+        kernels.preprocess_cuda(*args[:10], 0, *args[11:])
+    with pytest.raises(ValueError, match="dtype must be DType.float32"):
+        kernels.preprocess_cuda(*args[:11], kernels.DType(5), 0)
 
 
 @pytest.mark.gpu
@@ -140,7 +140,7 @@ def test_device_plans_free_their_memory():
     plan = FramePreprocessor(spec, "cpu").plan(4000, 4000)  # ~73 taps per axis: ~130 KB of tables
     torch.cuda.synchronize()
     free_before, _ = torch.cuda.mem_get_info()
-    plans = [_core.DevicePreprocessPlan(plan, torch.cuda.current_device()) for _ in range(200)]
+    plans = [kernels.DevicePreprocessPlan(plan, torch.cuda.current_device()) for _ in range(200)]
     free_during, _ = torch.cuda.mem_get_info()
     del plans
     gc.collect()
@@ -174,12 +174,12 @@ def run_reward(embeddings: torch.Tensor, table: TaskTable) -> torch.Tensor:
     n, d = embeddings.shape
     text = table.text.to(embeddings.device)
     out = torch.full((n, len(table.tasks)), float("nan"), device=embeddings.device)
-    args = (embeddings.data_ptr(), DTYPE_CODES[embeddings.dtype], n, d, embeddings.stride(0), text.data_ptr(), text.shape[0], table.tasks, out.data_ptr())
+    args = (embeddings.data_ptr(), kernel_dtype(embeddings.dtype), n, d, embeddings.stride(0), text.data_ptr(), text.shape[0], table.tasks, out.data_ptr())
     if embeddings.is_cuda:
-        _core.reward_cuda(*args, embeddings.device.index, torch.cuda.current_stream().cuda_stream)
+        kernels.reward_cuda(*args, embeddings.device.index, torch.cuda.current_stream().cuda_stream)
         torch.cuda.synchronize()
     else:
-        _core.reward_cpu(*args)
+        kernels.reward_cpu(*args)
     return out.cpu()
 
 
@@ -220,7 +220,7 @@ def test_reward_head_on_cuda(dtype):
 
 @pytest.mark.gpu
 def test_reward_head_splits_more_tasks_than_one_launch_takes():
-    d, k = 48, _core.MAX_CUDA_REWARD_TASKS + 9
+    d, k = 48, kernels.MAX_CUDA_REWARD_TASKS + 9
     gen = torch.Generator().manual_seed(1)
     prompts = [f"prompt {i}" for i in range(k + 1)]
     table = {p: normalized(torch.randn(d, generator=gen)) for p in prompts}
@@ -240,21 +240,21 @@ def test_reward_cuda_rejects_host_memory_and_too_many_tasks():
     text = table.text.cuda()
     out = torch.zeros((4, len(table.tasks)), device="cuda")
     with pytest.raises(ValueError, match="embeddings is ordinary host memory"):
-        _core.reward_cuda(x.data_ptr(), 0, 4, 32, 32, text.data_ptr(), text.shape[0], table.tasks, out.data_ptr(), 0, 0)
+        kernels.reward_cuda(x.data_ptr(), kernels.DType.float32, 4, 32, 32, text.data_ptr(), text.shape[0], table.tasks, out.data_ptr(), 0, 0)
     with pytest.raises(ValueError, match="at most 32 per call"):
-        _core.reward_cuda(x.cuda().data_ptr(), 0, 4, 32, 32, text.data_ptr(), text.shape[0], table.tasks * 6, out.data_ptr(), 0, 0)
+        kernels.reward_cuda(x.cuda().data_ptr(), kernels.DType.float32, 4, 32, 32, text.data_ptr(), text.shape[0], table.tasks * 6, out.data_ptr(), 0, 0)
 
 
 # ---------------------------------------------- without CUDA (runs everywhere)
 
 
-@pytest.mark.skipif(_core.cuda_available(), reason="a CUDA device is usable here")
+@pytest.mark.skipif(native_cuda_usable(), reason="a CUDA device is usable here")
 def test_cuda_entry_points_raise_clear_runtime_errors_without_cuda():
-    plan = _core.PreprocessPlan(32, 32, 32, _core.ResizeMode.shortest, _core.Filter.bicubic, MEAN, STD)
-    expected = "built without CUDA" if not _core.build_info()["cuda_compiled"] else "is not usable"
+    plan = kernels.PreprocessPlan(32, 32, 32, kernels.ResizeMode.shortest, kernels.Filter.bicubic, MEAN, STD)
+    expected = "built without CUDA" if not build_info()["cuda_compiled"] else "is not usable"
     with pytest.raises(RuntimeError, match=expected):
-        _core.DevicePreprocessPlan(plan, 0)
+        kernels.DevicePreprocessPlan(plan, 0)
     table, _ = reward_table(8, seed=0)
     x, text, out = torch.randn(2, 8), table.text, torch.zeros(2, len(table.tasks))
     with pytest.raises(RuntimeError, match=expected):
-        _core.reward_cuda(x.data_ptr(), 0, 2, 8, 8, text.data_ptr(), text.shape[0], table.tasks, out.data_ptr(), 0, 0)
+        kernels.reward_cuda(x.data_ptr(), kernels.DType.float32, 2, 8, 8, text.data_ptr(), text.shape[0], table.tasks, out.data_ptr(), 0, 0)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from kernel_references import MEAN, STD, assert_same_bits
-from vlmrm_fast import BatchRenderer, FastVLMRewardVecEnv, _core, load_reward_model
+from vlmrm_fast import BatchRenderer, FastVLMRewardVecEnv, build_info, load_reward_model
 from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
 from vlmrm_fast.sim import BatchSimulator
 
@@ -41,7 +41,7 @@ def gpu_renderer(model: mujoco.MjModel, n: int, width: int, height: int) -> Batc
     renderer = BatchRenderer(model, n, width, height, camera="track")
     if renderer.cuda_device is None:
         renderer.close()
-        pytest.fail(f"the renderer is not on a CUDA GPU's EGL device: {_core.build_info()['egl_devices']}")
+        pytest.fail(f"the renderer is not on a CUDA GPU's EGL device: {build_info()['egl_devices']}")
     return renderer
 
 

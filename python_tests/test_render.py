@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from child_process import run_python
-from vlmrm_fast import BatchRenderer, BatchSimulator, _core
+from vlmrm_fast import BatchRenderer, BatchSimulator
+from vlmrm_fast.device import native_cuda_usable
 
 pytestmark = pytest.mark.egl
 
@@ -215,7 +216,7 @@ def test_errors_are_clear(scene, humanoid, tmp_path, monkeypatch):
         renderer.render_sim(BatchSimulator(scene, 3))
     with pytest.raises(ValueError, match="model"):
         renderer.render_sim(BatchSimulator(humanoid, 2))
-    if not _core.cuda_available():
+    if not native_cuda_usable():
         with pytest.raises(RuntimeError, match="no CUDA device is usable"):
             renderer.render(np.tile(scene.qpos0, (2, 1)), device="cuda")
     renderer.close()
@@ -253,7 +254,8 @@ def test_hundred_renderers_leak_no_contexts_or_memory():
     out = _run_child(
         f"""
         import json, resource, mujoco, numpy as np
-        from vlmrm_fast import BatchRenderer, _core
+        from vlmrm_fast import BatchRenderer
+        from vlmrm_fast._core import render as native_render
         model = mujoco.MjModel.from_xml_string({SCENE_XML!r})
         qpos = np.tile(model.qpos0, (2, 1))
 
@@ -267,7 +269,7 @@ def test_hundred_renderers_leak_no_contexts_or_memory():
             if i % 4 == 0:  # drawing costs a shader compile per context on llvmpipe
                 renderer.render(qpos)
             renderer.close()
-            live.append(_core.live_egl_contexts())
+            live.append(native_render.live_egl_contexts())
             rss.append(rss_mb())
         print(json.dumps({{"live": live, "rss": rss}}))
         """

@@ -21,13 +21,14 @@ if not _os.environ.get("DISPLAY") and not _os.environ.get("WAYLAND_DISPLAY"):
 import mujoco as _mujoco  # noqa: E402,F401  (loads libmujoco before the native core links to it)
 
 try:
-    from vlmrm_fast import _core  # noqa: E402
+    from vlmrm_fast import _core  # noqa: E402,F401  (first: a broken install says how to fix it)
 except ImportError as _exc:  # pragma: no cover - only on a broken install
     raise ImportError(
         f"vlmrm_fast's native core could not be imported ({_exc}). Reinstall with `pip install .` "
         "(or tools/build_inplace.sh in a checkout)."
     ) from _exc
 
+from vlmrm_fast.device import build_info
 from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
 from vlmrm_fast.rendering import BatchRenderer
 from vlmrm_fast.reward import (
@@ -45,11 +46,6 @@ from vlmrm_fast.sim import BatchSimulator
 from vlmrm_fast.warp_rendering import WarpBatchRenderer  # imports MuJoCo Warp only when one is made
 
 __version__ = "0.1.0"
-
-
-def build_info() -> dict:
-    """What the native core was built with and what this machine offers (CUDA, EGL)."""
-    return _core.build_info()
 
 
 # The RL-facing names pull in Stable-Baselines3: loaded on first use.

@@ -27,16 +27,12 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return resolved
 
 
+def build_info() -> dict:
+    """What the native core was built with and what this machine offers (CUDA, EGL)."""
+    return _core.build_info()
+
+
 def native_cuda_usable() -> bool:
     """True when the compiled core has CUDA and a device is usable."""
     return bool(_core.cuda_available())
 
-
-DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
-
-
-def dtype_code(dtype: torch.dtype) -> int:
-    try:
-        return DTYPE_CODES[dtype]
-    except KeyError:
-        raise TypeError(f"dtype {dtype} is not supported; use float32, float16 or bfloat16") from None

@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from vlmrm_fast import _core
-from vlmrm_fast.device import dtype_code, native_cuda_usable
+from vlmrm_fast import kernels
+from vlmrm_fast.device import native_cuda_usable
 from vlmrm_fast.frames import FrameLayout, FrameView
 
-_FILTERS = {"bicubic": _core.Filter.bicubic, "bilinear": _core.Filter.bilinear}
-_RESIZE_MODES = {"shortest": _core.ResizeMode.shortest, "squash": _core.ResizeMode.squash}
+_FILTERS = {"bicubic": kernels.Filter.bicubic, "bilinear": kernels.Filter.bilinear}
+_RESIZE_MODES = {"shortest": kernels.ResizeMode.shortest, "squash": kernels.ResizeMode.squash}
 
 
 def pillow_pass_order():
@@ -29,7 +29,7 @@ def pillow_pass_order():
     import PIL
 
     major = int(PIL.__version__.split(".")[0])
-    return _core.PassOrder.pillow13 if major >= 13 else _core.PassOrder.horizontal_first
+    return kernels.PassOrder.pillow13 if major >= 13 else kernels.PassOrder.horizontal_first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +125,7 @@ class FramePreprocessor:
     """Batched uint8 frames -> (N, 3, S, S) encoder input on ``device`` in ``dtype``."""
 
     def __init__(self, spec: PreprocessSpec, device: torch.device, dtype: torch.dtype = torch.float32):
-        dtype_code(dtype)  # validates
+        self._kernel_dtype = kernels.kernel_dtype(dtype)  # refuses the dtypes the kernels do not take
         self.spec = spec
         self.device = torch.device(device)
         self.dtype = dtype
@@ -136,7 +136,7 @@ class FramePreprocessor:
     def plan(self, height: int, width: int):
         key = (height, width)
         if key not in self._plans:
-            self._plans[key] = _core.PreprocessPlan(
+            self._plans[key] = kernels.PreprocessPlan(
                 height,
                 width,
                 self.spec.size,
@@ -216,20 +216,20 @@ class FramePreprocessor:
     def _run_cpu(self, address: int, layout: FrameLayout, plan, out: torch.Tensor) -> None:
         """The C++ twin into ``out``; a GPU ``out`` gets the result by one upload."""
         target = out if out.device.type == "cpu" else torch.empty(tuple(out.shape), dtype=self.dtype, pin_memory=True)
-        _core.preprocess_cpu(plan, *self._layout_args(address, layout), target.data_ptr(), dtype_code(self.dtype))
+        kernels.preprocess_cpu(plan, *self._layout_args(address, layout), target.data_ptr(), self._kernel_dtype)
         if target is not out:
             out.copy_(target, non_blocking=True)
 
     def _device_plan(self, plan, device: torch.device):
         key = (plan.in_height, plan.in_width)
         if key not in self._device_plans:
-            self._device_plans[key] = _core.DevicePreprocessPlan(plan, device.index)
+            self._device_plans[key] = kernels.DevicePreprocessPlan(plan, device.index)
         return self._device_plans[key]
 
     def _run_cuda(self, address: int, layout: FrameLayout, plan, out: torch.Tensor) -> None:
         stream = torch.cuda.current_stream(out.device).cuda_stream
-        _core.preprocess_cuda(
-            self._device_plan(plan, out.device), *self._layout_args(address, layout), out.data_ptr(), dtype_code(self.dtype), stream
+        kernels.preprocess_cuda(
+            self._device_plan(plan, out.device), *self._layout_args(address, layout), out.data_ptr(), self._kernel_dtype, stream
         )
 
 

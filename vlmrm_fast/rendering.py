@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Iterator
 import mujoco
 import numpy as np
 
-from vlmrm_fast import _core
+from vlmrm_fast._core import render as _native_render
+from vlmrm_fast.device import build_info, native_cuda_usable
 from vlmrm_fast.frames import FrameLayout, FrameView
 from vlmrm_fast.sim import BatchSimulator
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 def egl_unavailable() -> str | None:
     """None when headless EGL can draw here, else why not (the one EGL probe of the package)."""
-    info = _core.build_info()
+    info = build_info()
     return None if info["egl_available"] else str(info["egl_error"])
 
 
@@ -69,7 +70,7 @@ class BatchRenderer:
         if isinstance(camera, np.integer):
             camera = int(camera)
         self.model = model
-        self._native = _core.BatchRenderer(
+        self._native = _native_render.BatchRenderer(
             model._address,
             int(num_envs),
             int(width),
@@ -211,10 +212,10 @@ class BatchRenderer:
             return None
         if requested.type != "cuda":
             raise ValueError(f"device={device!r}: frames go to the host (None, 'cpu') or to 'cuda[:N]'")
-        if not (_core.cuda_available() and torch.cuda.is_available()):
+        if not (native_cuda_usable() and torch.cuda.is_available()):
             raise RuntimeError(
                 f"device={device!r} requested but no CUDA device is usable "
-                f"({_core.build_info()['cuda_error'] or 'torch sees none'}); use device=None for host frames"
+                f"({build_info()['cuda_error'] or 'torch sees none'}); use device=None for host frames"
             )
         own = self._native.cuda_device
         if own < 0:

@@ -19,9 +19,9 @@ from collections.abc import Iterable, Sequence
 import mujoco
 import numpy as np
 
-from vlmrm_fast import _core
+from vlmrm_fast._core import sim as _native_sim
 
-SimulationError = _core.SimulationError
+SimulationError = _native_sim.SimulationError
 
 OutputSpec = str | tuple[str, int] | tuple[str, int, int]
 
@@ -88,7 +88,7 @@ class BatchSimulator:
         if isinstance(outputs, str):
             outputs = [outputs]
         self.model = model
-        self._native = _core.BatchSim(
+        self._native = _native_sim.BatchSim(
             model._address,
             int(num_envs),
             int(frame_skip),

@@ -32,20 +32,20 @@ inline uint16_t float_to_half(float f) {
   uint32_t u = float_bits(f);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
-  if (abs < 0x38800000u) {                                              // subnormal or zero
-    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);          // below half of min subnormal
+  if (abs < 0x38800000u) {                                               // subnormal or zero
+    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);           // below half of min subnormal
     uint32_t exp = abs >> 23;
     uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126 - exp;                                         // 14..24 (113 - exp + 13)
+    uint32_t shift = 126 - exp;  // 14..24 (113 - exp + 13)
     uint32_t half_mant = mant >> shift;
     uint32_t rem = mant & ((1u << shift) - 1);
     uint32_t halfway = 1u << (shift - 1);
     if (rem > halfway || (rem == halfway && (half_mant & 1u))) ++half_mant;
     return static_cast<uint16_t>(sign | half_mant);
   }
-  uint32_t rebased = abs - 0x38000000u;                                 // exponent 127 -> 15
+  uint32_t rebased = abs - 0x38000000u;  // exponent 127 -> 15
   uint32_t half = rebased >> 13;
   uint32_t rem = rebased & 0x1fffu;
   if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;

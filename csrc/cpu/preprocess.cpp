@@ -109,7 +109,8 @@ inline uint8_t tap_sum(const uint8_t* src, int64_t step, const int32_t* k, int c
 }
 
 // Both passes in Pillow's order for this plan; `resized` gets S x S x 3 uint8.
-void resample_frame(const FrameLayout& frames, const PreprocessPlan& plan, int i, std::vector<uint8_t>& resized) {
+void resample_frame(const FrameLayout& frames, const PreprocessPlan& plan, int i,
+                    std::vector<uint8_t>& resized) {
   const AxisPlan& h = plan.horizontal;
   const AxisPlan& v = plan.vertical;
   const int S = plan.out_size;
@@ -135,7 +136,8 @@ void resample_frame(const FrameLayout& frames, const PreprocessPlan& plan, int i
     for (int y = 0; y < S; ++y) {
       const int32_t* k = v.coeffs.data() + static_cast<size_t>(y) * v.taps;
       const uint8_t* src = mid.data() + static_cast<size_t>(v.start[y] - row_first) * S * 3;
-      for (int x = 0; x < S * 3; ++x) resized[static_cast<size_t>(y) * S * 3 + x] = tap_sum(src + x, S * 3, k, v.count[y]);
+      for (int x = 0; x < S * 3; ++x)
+        resized[static_cast<size_t>(y) * S * 3 + x] = tap_sum(src + x, S * 3, k, v.count[y]);
     }
   } else {
     // Vertical pass over the source columns the horizontal pass reads.
@@ -161,7 +163,8 @@ void resample_frame(const FrameLayout& frames, const PreprocessPlan& plan, int i
       uint8_t* dst = resized.data() + static_cast<size_t>(y) * S * 3;
       for (int x = 0; x < S; ++x) {
         const int32_t* k = h.coeffs.data() + static_cast<size_t>(x) * h.taps;
-        for (int c = 0; c < 3; ++c) dst[x * 3 + c] = tap_sum(src + (h.start[x] - col_first) * 3 + c, 3, k, h.count[x]);
+        for (int c = 0; c < 3; ++c)
+          dst[x * 3 + c] = tap_sum(src + (h.start[x] - col_first) * 3 + c, 3, k, h.count[x]);
       }
     }
   }
@@ -189,8 +192,8 @@ void preprocess_frame(const FrameLayout& frames, const PreprocessPlan& plan, int
 
 }  // namespace
 
-PreprocessPlan make_preprocess_plan(int in_height, int in_width, int out_size, ResizeMode mode,
-                                    Filter filter, const float mean[3], const float std[3], PassOrder order) {
+PreprocessPlan make_preprocess_plan(int in_height, int in_width, int out_size, ResizeMode mode, Filter filter,
+                                    const float mean[3], const float std[3], PassOrder order) {
   if (in_height <= 0 || in_width <= 0 || out_size <= 0) {
     throw std::invalid_argument("preprocess: frame size and output size must be positive");
   }
@@ -229,8 +232,7 @@ void preprocess_cpu(const FrameLayout& frames, const PreprocessPlan& plan, void*
   if (frames.height != plan.in_height || frames.width != plan.in_width) {
     throw std::invalid_argument("preprocess: frames are " + std::to_string(frames.height) + "x" +
                                 std::to_string(frames.width) + " but the plan was made for " +
-                                std::to_string(plan.in_height) + "x" +
-                                std::to_string(plan.in_width));
+                                std::to_string(plan.in_height) + "x" + std::to_string(plan.in_width));
   }
   cpu::parallel_for(frames.num_frames, max_threads,
                     [&](int64_t i) { preprocess_frame(frames, plan, static_cast<int>(i), out, dtype); });

@@ -12,6 +12,8 @@ namespace vlmrm {
 
 enum class Filter : int { kBilinear = 0, kBicubic = 1 };
 enum class ResizeMode : int { kShortest = 0, kSquash = 1 };
+// The dtypes the kernels read and write: the one definition (Python gets it as
+// vlmrm_fast._core.kernels.DType, bound in bindings/kernels.cpp).
 enum class DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
 // Which axis Pillow resamples first; the uint8 rounding between the passes
@@ -58,16 +60,16 @@ struct PreprocessPlan {
   int in_height = 0, in_width = 0;
   int resized_height = 0, resized_width = 0;  // before the crop
   int crop_top = 0, crop_left = 0;
-  int out_size = 0;                           // S: output is (3, S, S)
-  AxisPlan horizontal;                        // over output columns
-  AxisPlan vertical;                          // over output rows
-  bool vertical_first = false;                // pass order (see PassOrder)
+  int out_size = 0;             // S: output is (3, S, S)
+  AxisPlan horizontal;          // over output columns
+  AxisPlan vertical;            // over output rows
+  bool vertical_first = false;  // pass order (see PassOrder)
   float mean[3] = {0, 0, 0};
   float std[3] = {1, 1, 1};
 };
 
-PreprocessPlan make_preprocess_plan(int in_height, int in_width, int out_size, ResizeMode mode,
-                                    Filter filter, const float mean[3], const float std[3],
+PreprocessPlan make_preprocess_plan(int in_height, int in_width, int out_size, ResizeMode mode, Filter filter,
+                                    const float mean[3], const float std[3],
                                     PassOrder order = PassOrder::kHorizontalFirst);
 
 // Writes num_frames x 3 x S x S values of `dtype` to `out` (contiguous).

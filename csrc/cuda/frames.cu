@@ -18,9 +18,10 @@ void copy_frames_rgb(const FrameLayout& frames, uint8_t* out, void* stream) {
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   require_device_pointer(out, device, "out");
-  frames_device::frames_to_rgb<<<frame_copy_blocks(frames), kFrameCopyThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      frames.data, total, frames.height, frames.width, frames.pixel_stride, frames.row_stride, frames.frames_per_row,
-      frames.frame_col_stride, frames.frame_row_stride, out);
+  frames_device::
+      frames_to_rgb<<<frame_copy_blocks(frames), kFrameCopyThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+          frames.data, total, frames.height, frames.width, frames.pixel_stride, frames.row_stride,
+          frames.frames_per_row, frames.frame_col_stride, frames.frame_row_stride, out);
   check(cudaGetLastError(), "frames_to_rgb launch");
 }
 

@@ -58,8 +58,7 @@ void GlBufferInterop::unmap(void* stream) {
         "cudaGraphicsUnmapResources");
 }
 
-void GlBufferInterop::with_mapped(void* stream,
-                                  const std::function<void(const uint8_t*, size_t)>& fn) {
+void GlBufferInterop::with_mapped(void* stream, const std::function<void(const uint8_t*, size_t)>& fn) {
   size_t bytes = 0;
   const uint8_t* pixels = map(stream, &bytes);
   try {
@@ -88,9 +87,7 @@ namespace {
 
 GlBufferInterop::GlBufferInterop(unsigned int, int) { no_cuda(); }
 GlBufferInterop::~GlBufferInterop() = default;
-void GlBufferInterop::with_mapped(void*, const std::function<void(const uint8_t*, size_t)>&) {
-  no_cuda();
-}
+void GlBufferInterop::with_mapped(void*, const std::function<void(const uint8_t*, size_t)>&) { no_cuda(); }
 const uint8_t* GlBufferInterop::map(void*, size_t*) { no_cuda(); }
 void GlBufferInterop::unmap(void*) { no_cuda(); }
 void copy_frames_rgb(const FrameLayout&, uint8_t*, void*) { no_cuda(); }

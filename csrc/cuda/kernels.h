@@ -33,7 +33,7 @@ class DevicePreprocessPlan {
   PreprocessGeometry geometry_;  // column span, tile heights, the tables uploaded
   int32_t* tables_ = nullptr;    // device copy of geometry_.tables
   int multiprocessors_ = 0;
-  int max_shared_bytes_ = 0;     // per block, opt-in limit of the device
+  int max_shared_bytes_ = 0;  // per block, opt-in limit of the device
 };
 
 // Fused preprocess on the plan's device: one launch reads the uint8 frames
@@ -46,7 +46,8 @@ void preprocess_cuda(const FrameLayout& frames, const DevicePreprocessPlan& plan
 // Fused reward on `device`: the same inputs as reward_cpu (embeddings, text and
 // out in device memory, the task table on the host), one launch on `stream`.
 // At most kMaxRewardTasks tasks.
-void reward_cuda(const void* embeddings, DType dtype, int64_t n, int64_t d, int64_t row_stride, const float* text,
-                 int64_t m, const RewardTask* tasks, int64_t k, float* out, int device, void* stream);
+void reward_cuda(const void* embeddings, DType dtype, int64_t n, int64_t d, int64_t row_stride,
+                 const float* text, int64_t m, const RewardTask* tasks, int64_t k, float* out, int device,
+                 void* stream);
 
 }  // namespace vlmrm

@@ -11,14 +11,16 @@ namespace vlmrm {
 namespace {
 
 [[noreturn]] void not_compiled(const char* what, const char* cpu_alternative) {
-  throw std::runtime_error(std::string(what) +
-                           ": vlmrm_fast was built without CUDA (no nvcc at build time, or VLMRM_WITH_CUDA=OFF); use " +
-                           cpu_alternative + " or reinstall on a machine with the CUDA toolkit");
+  throw std::runtime_error(
+      std::string(what) +
+      ": vlmrm_fast was built without CUDA (no nvcc at build time, or VLMRM_WITH_CUDA=OFF); use " +
+      cpu_alternative + " or reinstall on a machine with the CUDA toolkit");
 }
 
 }  // namespace
 
-DevicePreprocessPlan::DevicePreprocessPlan(const PreprocessPlan& plan, int device) : device_(device), plan_(plan) {
+DevicePreprocessPlan::DevicePreprocessPlan(const PreprocessPlan& plan, int device)
+    : device_(device), plan_(plan) {
   not_compiled("DevicePreprocessPlan", "preprocess_cpu");
 }
 
@@ -28,8 +30,8 @@ void preprocess_cuda(const FrameLayout&, const DevicePreprocessPlan&, void*, DTy
   not_compiled("preprocess_cuda", "preprocess_cpu");
 }
 
-void reward_cuda(const void*, DType, int64_t, int64_t, int64_t, const float*, int64_t, const RewardTask*, int64_t,
-                 float*, int, void*) {
+void reward_cuda(const void*, DType, int64_t, int64_t, int64_t, const float*, int64_t, const RewardTask*,
+                 int64_t, float*, int, void*) {
   not_compiled("reward_cuda", "reward_cpu");
 }
 

@@ -14,7 +14,8 @@ PreprocessGeometry make_preprocess_geometry(const PreprocessPlan& plan) {
   if (S <= 0 || h.out_size != S || v.out_size != S || h.taps <= 0 || v.taps <= 0 ||
       h.start.size() != static_cast<size_t>(S) || v.start.size() != static_cast<size_t>(S) ||
       h.count.size() != static_cast<size_t>(S) || v.count.size() != static_cast<size_t>(S) ||
-      h.coeffs.size() != static_cast<size_t>(S) * h.taps || v.coeffs.size() != static_cast<size_t>(S) * v.taps) {
+      h.coeffs.size() != static_cast<size_t>(S) * h.taps ||
+      v.coeffs.size() != static_cast<size_t>(S) * v.taps) {
     throw std::invalid_argument("DevicePreprocessPlan: the plan's tap tables are inconsistent");
   }
 
@@ -61,8 +62,10 @@ PreprocessLaunch plan_preprocess_launch(const FrameLayout& frames, const Preproc
   if (frames.pixel_stride < 3 || frames.pixel_stride > INT_MAX) {
     throw std::invalid_argument("preprocess_cuda: pixel_stride must be >= 3 (RGB or RGBA)");
   }
-  if (frames.frames_per_row <= 0) throw std::invalid_argument("preprocess_cuda: frames_per_row must be positive");
-  if (frames.data == nullptr || device_tables == nullptr) throw std::invalid_argument("preprocess_cuda: null pointer");
+  if (frames.frames_per_row <= 0)
+    throw std::invalid_argument("preprocess_cuda: frames_per_row must be positive");
+  if (frames.data == nullptr || device_tables == nullptr)
+    throw std::invalid_argument("preprocess_cuda: null pointer");
 
   const int S = plan.out_size;
   const bool vertical_first = plan.vertical_first;
@@ -72,7 +75,8 @@ PreprocessLaunch plan_preprocess_launch(const FrameLayout& frames, const Preproc
 
   int tile_rows = 1;
   for (int t = kMaxPreprocessTileRows; t >= 1; t /= 2) {
-    if (static_cast<int64_t>(frames.num_frames) * ((S + t - 1) / t) >= 2 * static_cast<int64_t>(multiprocessors)) {
+    if (static_cast<int64_t>(frames.num_frames) * ((S + t - 1) / t) >=
+        2 * static_cast<int64_t>(multiprocessors)) {
       tile_rows = t;
       break;
     }
@@ -87,10 +91,10 @@ PreprocessLaunch plan_preprocess_launch(const FrameLayout& frames, const Preproc
   while (!fits() && stage_rows > 1) stage_rows /= 2;  // staging only batches the loads
   while (!fits() && tile_rows > 1) tile_rows /= 2;
   if (!fits()) {
-    throw std::invalid_argument("preprocess_cuda: a " + std::to_string(frames.height) + "x" +
-                                std::to_string(frames.width) + " frame is too large for one block's shared memory (" +
-                                std::to_string(max_shared_bytes) +
-                                " bytes); downscale the frames before preprocessing");
+    throw std::invalid_argument(
+        "preprocess_cuda: a " + std::to_string(frames.height) + "x" + std::to_string(frames.width) +
+        " frame is too large for one block's shared memory (" + std::to_string(max_shared_bytes) +
+        " bytes); downscale the frames before preprocessing");
   }
   const int tiles = (S + tile_rows - 1) / tile_rows;
   const int64_t blocks = static_cast<int64_t>(frames.num_frames) * tiles;
@@ -158,7 +162,8 @@ RewardLaunch plan_reward_launch(int64_t n, int64_t d, int64_t row_stride, int64_
 
 unsigned frame_copy_blocks(const FrameLayout& frames) {
   const int64_t total = static_cast<int64_t>(frames.num_frames) * frames.height * frames.width;
-  return static_cast<unsigned>(std::min<int64_t>((total + kFrameCopyThreads - 1) / kFrameCopyThreads, kMaxFrameCopyBlocks));
+  return static_cast<unsigned>(
+      std::min<int64_t>((total + kFrameCopyThreads - 1) / kFrameCopyThreads, kMaxFrameCopyBlocks));
 }
 
 }  // namespace vlmrm

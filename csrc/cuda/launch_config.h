@@ -38,14 +38,14 @@ struct PreprocessArgs {
   int64_t frame_row_stride;
   int pixel_stride;
   int frames_per_row;
-  int size;        // S
-  int tiles;       // blocks per frame
-  int tile_rows;   // output rows per block
-  int stage_rows;  // source rows staged at a time
-  int stage_words; // 32-bit words per staged row (room for a misaligned start)
-  int span_bytes;  // bytes of a source row the horizontal taps read
-  int col_first;   // first source column read
-  int cols;        // source columns read, from col_first
+  int size;         // S
+  int tiles;        // blocks per frame
+  int tile_rows;    // output rows per block
+  int stage_rows;   // source rows staged at a time
+  int stage_words;  // 32-bit words per staged row (room for a misaligned start)
+  int span_bytes;   // bytes of a source row the horizontal taps read
+  int col_first;    // first source column read
+  int cols;         // source columns read, from col_first
   const int32_t* h_start;
   const int32_t* h_count;
   const int32_t* h_coeffs;  // tap-major: coefficient j of output o at [j * S + o]

@@ -13,10 +13,12 @@ using preprocess_device::preprocess_kernel;
 
 template <typename OutT>
 void set_shared_limit(int bytes) {
-  cuda::check(cudaFuncSetAttribute(preprocess_kernel<OutT, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+  cuda::check(cudaFuncSetAttribute(preprocess_kernel<OutT, false>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
               "cudaFuncSetAttribute(preprocess)");
-  cuda::check(cudaFuncSetAttribute(preprocess_kernel<OutT, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-              "cudaFuncSetAttribute(preprocess)");
+  cuda::check(
+      cudaFuncSetAttribute(preprocess_kernel<OutT, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+      "cudaFuncSetAttribute(preprocess)");
 }
 
 template <typename OutT>
@@ -57,14 +59,14 @@ DevicePreprocessPlan::DevicePreprocessPlan(const PreprocessPlan& plan, int devic
 DevicePreprocessPlan::~DevicePreprocessPlan() {
   if (tables_ == nullptr) return;
   int previous = -1;
-  const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_ &&
-                        cudaSetDevice(device_) == cudaSuccess;
+  const bool switched =
+      cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
   cudaFree(tables_);  // fails harmlessly once the runtime is torn down at exit
   if (switched) cudaSetDevice(previous);
 }
 
-void preprocess_cuda(const FrameLayout& frames, const DevicePreprocessPlan& device_plan, void* out, DType dtype,
-                     void* stream) {
+void preprocess_cuda(const FrameLayout& frames, const DevicePreprocessPlan& device_plan, void* out,
+                     DType dtype, void* stream) {
   const PreprocessLaunch l =
       plan_preprocess_launch(frames, device_plan.plan_, device_plan.geometry_, device_plan.tables_,
                              device_plan.multiprocessors_, device_plan.max_shared_bytes_);

@@ -56,8 +56,8 @@ __device__ __forceinline__ __nv_bfloat16 convert<__nv_bfloat16>(float v) {
 // then the vertical pass into the output.
 template <typename OutT>
 __device__ __forceinline__ void horizontal_then_vertical(const PreprocessArgs& a, const uint8_t* origin,
-                                                         uint8_t* work, const OutT* table, OutT* frame_out, int y0,
-                                                         int rows_out) {
+                                                         uint8_t* work, const OutT* table, OutT* frame_out,
+                                                         int y0, int rows_out) {
   const int S = a.size;
   const int tid = threadIdx.x;
   const int ps = a.pixel_stride;
@@ -145,8 +145,8 @@ __device__ __forceinline__ void horizontal_then_vertical(const PreprocessArgs& a
 // into mid ([row][3][cols]), then the horizontal pass into the output.
 template <typename OutT>
 __device__ __forceinline__ void vertical_then_horizontal(const PreprocessArgs& a, const uint8_t* origin,
-                                                         uint8_t* mid, const OutT* table, OutT* frame_out, int y0,
-                                                         int rows_out) {
+                                                         uint8_t* mid, const OutT* table, OutT* frame_out,
+                                                         int y0, int rows_out) {
   const int S = a.size;
   const int tid = threadIdx.x;
   const int cols = a.cols;
@@ -188,7 +188,8 @@ __device__ __forceinline__ void vertical_then_horizontal(const PreprocessArgs& a
 }
 
 template <typename OutT, bool kVerticalFirst>
-__global__ void __launch_bounds__(kThreads) preprocess_kernel(const PreprocessArgs a, OutT* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads)
+    preprocess_kernel(const PreprocessArgs a, OutT* __restrict__ out) {
   VLMRM_DYNAMIC_SHARED(uint8_t, smem);
   OutT* table = reinterpret_cast<OutT*>(smem);
   uint8_t* work = smem + kPreprocessTableBytes;

@@ -29,14 +29,15 @@ void launch(const void* embeddings, const float* text, const RewardLaunch& l, fl
                                      static_cast<int>(l.shared_bytes)),
                 "cudaFuncSetAttribute(reward)");
   }
-  reward_kernel<InT><<<l.blocks, kRewardThreads, l.shared_bytes, stream>>>(static_cast<const InT*>(embeddings), text,
-                                                                           l.args, out);
+  reward_kernel<InT><<<l.blocks, kRewardThreads, l.shared_bytes, stream>>>(
+      static_cast<const InT*>(embeddings), text, l.args, out);
 }
 
 }  // namespace
 
-void reward_cuda(const void* embeddings, DType dtype, int64_t n, int64_t d, int64_t row_stride, const float* text,
-                 int64_t m, const RewardTask* tasks, int64_t k, float* out, int device, void* stream) {
+void reward_cuda(const void* embeddings, DType dtype, int64_t n, int64_t d, int64_t row_stride,
+                 const float* text, int64_t m, const RewardTask* tasks, int64_t k, float* out, int device,
+                 void* stream) {
   const RewardLaunch l = plan_reward_launch(n, d, row_stride, m, tasks, k);
   if (embeddings == nullptr || text == nullptr || out == nullptr) {
     throw std::invalid_argument("reward_cuda: null pointer");

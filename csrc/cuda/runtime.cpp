@@ -38,8 +38,7 @@ std::string device_name(int device) {
 
 void check(int status, const char* what) {
   if (status != cudaSuccess) {
-    throw std::runtime_error(std::string(what) + ": " +
-                             cudaGetErrorString(static_cast<cudaError_t>(status)));
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(static_cast<cudaError_t>(status)));
   }
 }
 
@@ -58,8 +57,9 @@ void check(int status, const char* what) {
 
 void require_device(int device) {
   if (!compiled()) {
-    throw std::runtime_error("vlmrm_fast was built without CUDA (nvcc was not found at "
-                             "build time); reinstall on a machine with the CUDA toolkit");
+    throw std::runtime_error(
+        "vlmrm_fast was built without CUDA (nvcc was not found at "
+        "build time); reinstall on a machine with the CUDA toolkit");
   }
   int count = device_count();
   if (device < 0 || device >= count) {

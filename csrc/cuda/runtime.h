@@ -11,7 +11,7 @@ bool compiled();                 // built with nvcc
 std::string compiled_version();  // toolkit version at build time, "" without CUDA
 int device_count();              // 0 when no driver or device (never throws)
 std::string device_name(int device);
-std::string runtime_error();     // why device_count() is 0, "" otherwise
+std::string runtime_error();  // why device_count() is 0, "" otherwise
 
 // Throws std::runtime_error naming the CUDA error when `status` is not success.
 void check(int status, const char* what);

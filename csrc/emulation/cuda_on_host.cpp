@@ -145,8 +145,8 @@ float* warp_slots() { return g_launch->warp_slots.data() + (thread_idx.x / 32) *
 
 void fail(const std::string& message) {
   if (g_launch->error.empty()) {
-    g_launch->error = "block " + std::to_string(block_idx.x) + ", thread " + std::to_string(thread_idx.x) + ": " +
-                      message;
+    g_launch->error =
+        "block " + std::to_string(block_idx.x) + ", thread " + std::to_string(thread_idx.x) + ": " + message;
   }
 }
 
@@ -208,7 +208,8 @@ void launch(const LaunchConfig& config, const std::function<void()>& thread_body
     // no other thread can, so the other warps reach the next barrier (and
     // write what comes after it) before the laggard reads what came before.
     const bool shuffled = config.order == Order::kShuffled;
-    const unsigned laggard = shuffled ? static_cast<unsigned>(rng() % ((config.threads + 31) / 32)) : config.threads;
+    const unsigned laggard =
+        shuffled ? static_cast<unsigned>(rng() % ((config.threads + 31) / 32)) : config.threads;
     shared.reset();
     for (unsigned t = 0; t < config.threads; ++t) {
       Fiber& f = l.fibers[t];

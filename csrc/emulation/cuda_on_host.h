@@ -64,7 +64,7 @@ struct LaunchConfig {
   unsigned threads = 1;
   size_t shared_bytes = 0;
   Order order = Order::kForward;
-  uint64_t seed = 0;                // for Order::kShuffled
+  uint64_t seed = 0;               // for Order::kShuffled
   std::vector<Readable> readable;  // where __ldg may read
 };
 

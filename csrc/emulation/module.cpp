@@ -45,14 +45,15 @@ void run_preprocess(const PreprocessLaunch& l, const emulation::LaunchConfig& co
 
 py::dict preprocess(const PreprocessPlan& plan, uintptr_t frames, int num_frames, int height, int width,
                     int64_t pixel_stride, int64_t row_stride, int frames_per_row, int64_t frame_col_stride,
-                    int64_t frame_row_stride, uintptr_t buffer, size_t buffer_bytes, uintptr_t out, int dtype,
-                    int multiprocessors, int max_shared_bytes, const std::string& order, uint64_t seed) {
-  const FrameLayout layout = args::frame_layout(frames, num_frames, height, width, pixel_stride, row_stride, frames_per_row,
-                                         frame_col_stride, frame_row_stride);
+                    int64_t frame_row_stride, uintptr_t buffer, size_t buffer_bytes, uintptr_t out,
+                    DType dtype, int multiprocessors, int max_shared_bytes, const std::string& order,
+                    uint64_t seed) {
+  const FrameLayout layout = args::frame_layout(frames, num_frames, height, width, pixel_stride, row_stride,
+                                                frames_per_row, frame_col_stride, frame_row_stride);
   void* dst = address<void>(out, "out");
   const PreprocessGeometry geometry = make_preprocess_geometry(plan);
-  const PreprocessLaunch l = plan_preprocess_launch(layout, plan, geometry, geometry.tables.data(), multiprocessors,
-                                                    max_shared_bytes);
+  const PreprocessLaunch l = plan_preprocess_launch(layout, plan, geometry, geometry.tables.data(),
+                                                    multiprocessors, max_shared_bytes);
   emulation::LaunchConfig config;
   config.blocks = l.blocks;
   config.threads = kPreprocessThreads;
@@ -61,7 +62,7 @@ py::dict preprocess(const PreprocessPlan& plan, uintptr_t frames, int num_frames
   config.seed = seed;
   config.readable = {{address<const void>(buffer, "buffer"), buffer_bytes},
                      {geometry.tables.data(), geometry.tables.size() * sizeof(int32_t)}};
-  switch (args::to_dtype(dtype)) {
+  switch (args::checked_dtype(dtype)) {
     case DType::kFloat32: run_preprocess<float>(l, config, dst); break;
     case DType::kFloat16: run_preprocess<__half>(l, config, dst); break;
     case DType::kBFloat16: run_preprocess<__nv_bfloat16>(l, config, dst); break;
@@ -82,10 +83,11 @@ void run_reward(const RewardLaunch& l, const emulation::LaunchConfig& config, co
   emulation::launch(config, [&] { reward_device::reward_kernel<InT>(rows, text, l.args, out); });
 }
 
-py::dict reward(uintptr_t embeddings, int dtype, int64_t n, int64_t d, int64_t row_stride, size_t embeddings_bytes,
-                uintptr_t text, int64_t m, const std::vector<RewardTask>& tasks, uintptr_t out,
-                const std::string& order, uint64_t seed) {
-  const RewardLaunch l = plan_reward_launch(n, d, row_stride, m, tasks.data(), static_cast<int64_t>(tasks.size()));
+py::dict reward(uintptr_t embeddings, DType dtype, int64_t n, int64_t d, int64_t row_stride,
+                size_t embeddings_bytes, uintptr_t text, int64_t m, const std::vector<RewardTask>& tasks,
+                uintptr_t out, const std::string& order, uint64_t seed) {
+  const RewardLaunch l =
+      plan_reward_launch(n, d, row_stride, m, tasks.data(), static_cast<int64_t>(tasks.size()));
   const void* emb = address<const void>(embeddings, "embeddings");
   const float* txt = address<const float>(text, "text");
   float* dst = address<float>(out, "out");
@@ -96,7 +98,7 @@ py::dict reward(uintptr_t embeddings, int dtype, int64_t n, int64_t d, int64_t r
   config.order = to_order(order);
   config.seed = seed;
   config.readable = {{emb, embeddings_bytes}, {txt, static_cast<size_t>(m * d) * sizeof(float)}};
-  switch (args::to_dtype(dtype)) {
+  switch (args::checked_dtype(dtype)) {
     case DType::kFloat32: run_reward<float>(l, config, emb, txt, dst); break;
     case DType::kFloat16: run_reward<__half>(l, config, emb, txt, dst); break;
     case DType::kBFloat16: run_reward<__nv_bfloat16>(l, config, emb, txt, dst); break;
@@ -108,10 +110,11 @@ py::dict reward(uintptr_t embeddings, int dtype, int64_t n, int64_t d, int64_t r
 }
 
 void copy_frames_rgb(uintptr_t frames, int num_frames, int height, int width, int64_t pixel_stride,
-                     int64_t row_stride, int frames_per_row, int64_t frame_col_stride, int64_t frame_row_stride,
-                     uintptr_t buffer, size_t buffer_bytes, uintptr_t out, const std::string& order) {
-  const FrameLayout f = args::frame_layout(frames, num_frames, height, width, pixel_stride, row_stride, frames_per_row,
-                                    frame_col_stride, frame_row_stride);
+                     int64_t row_stride, int frames_per_row, int64_t frame_col_stride,
+                     int64_t frame_row_stride, uintptr_t buffer, size_t buffer_bytes, uintptr_t out,
+                     const std::string& order) {
+  const FrameLayout f = args::frame_layout(frames, num_frames, height, width, pixel_stride, row_stride,
+                                           frames_per_row, frame_col_stride, frame_row_stride);
   uint8_t* dst = address<uint8_t>(out, "out");
   const int64_t total = static_cast<int64_t>(num_frames) * height * width;  // positive: checked above
   emulation::LaunchConfig config;
@@ -120,8 +123,8 @@ void copy_frames_rgb(uintptr_t frames, int num_frames, int height, int width, in
   config.order = to_order(order);
   config.readable = {{address<const void>(buffer, "buffer"), buffer_bytes}};
   emulation::launch(config, [&] {
-    frames_device::frames_to_rgb(f.data, total, f.height, f.width, f.pixel_stride, f.row_stride, f.frames_per_row,
-                                 f.frame_col_stride, f.frame_row_stride, dst);
+    frames_device::frames_to_rgb(f.data, total, f.height, f.width, f.pixel_stride, f.row_stride,
+                                 f.frames_per_row, f.frame_col_stride, f.frame_row_stride, dst);
   });
 }
 
@@ -172,19 +175,21 @@ std::vector<int> self_test(const std::string& kernel, const std::string& order) 
 
 PYBIND11_MODULE(_cuda_emulation, m) {
   m.doc() = "The CUDA kernels' device code run on the host, one fiber per CUDA thread (for tests)";
-  // PreprocessPlan and RewardTask are _core's types.
+  // PreprocessPlan, RewardTask and DType are _core.kernels' types.
   py::module_::import("vlmrm_fast._core");
 
-  m.def("preprocess", &preprocess, py::arg("plan"), py::arg("frames"), py::arg("num_frames"), py::arg("height"),
-        py::arg("width"), py::arg("pixel_stride"), py::arg("row_stride"), py::arg("frames_per_row"),
-        py::arg("frame_col_stride"), py::arg("frame_row_stride"), py::arg("buffer"), py::arg("buffer_bytes"),
-        py::arg("out"), py::arg("dtype"), py::arg("multiprocessors"), py::arg("max_shared_bytes"),
-        py::arg("order") = "forward", py::arg("seed") = 0,
+  m.def("preprocess", &preprocess, py::arg("plan"), py::arg("frames"), py::arg("num_frames"),
+        py::arg("height"), py::arg("width"), py::arg("pixel_stride"), py::arg("row_stride"),
+        py::arg("frames_per_row"), py::arg("frame_col_stride"), py::arg("frame_row_stride"),
+        py::arg("buffer"), py::arg("buffer_bytes"), py::arg("out"), py::arg("dtype"),
+        py::arg("multiprocessors"), py::arg("max_shared_bytes"), py::arg("order") = "forward",
+        py::arg("seed") = 0,
         "preprocess_cuda's kernel, planned for a device with the given multiprocessors and shared memory "
         "per block; returns the launch it planned.");
-  m.def("reward", &reward, py::arg("embeddings"), py::arg("dtype"), py::arg("n"), py::arg("d"), py::arg("row_stride"),
-        py::arg("embeddings_bytes"), py::arg("text"), py::arg("m"), py::arg("tasks"), py::arg("out"),
-        py::arg("order") = "forward", py::arg("seed") = 0, "reward_cuda's kernel; returns the launch it planned.");
+  m.def("reward", &reward, py::arg("embeddings"), py::arg("dtype"), py::arg("n"), py::arg("d"),
+        py::arg("row_stride"), py::arg("embeddings_bytes"), py::arg("text"), py::arg("m"), py::arg("tasks"),
+        py::arg("out"), py::arg("order") = "forward", py::arg("seed") = 0,
+        "reward_cuda's kernel; returns the launch it planned.");
   m.def("copy_frames_rgb", &copy_frames_rgb, py::arg("frames"), py::arg("num_frames"), py::arg("height"),
         py::arg("width"), py::arg("pixel_stride"), py::arg("row_stride"), py::arg("frames_per_row"),
         py::arg("frame_col_stride"), py::arg("frame_row_stride"), py::arg("buffer"), py::arg("buffer_bytes"),

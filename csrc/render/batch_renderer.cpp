@@ -36,10 +36,9 @@ void update_scene_one(const mjModel* m, mjData* d, int sim, void* arg) {
 }
 
 bool same_layout(const mjModel* a, const mjModel* b) {
-  return a->nq == b->nq && a->nv == b->nv && a->nu == b->nu && a->nbody == b->nbody &&
-         a->ngeom == b->ngeom && a->nsite == b->nsite && a->ncam == b->ncam &&
-         a->nlight == b->nlight && a->ntendon == b->ntendon && a->nskin == b->nskin &&
-         a->nflex == b->nflex && a->nmocap == b->nmocap && a->nmesh == b->nmesh;
+  return a->nq == b->nq && a->nv == b->nv && a->nu == b->nu && a->nbody == b->nbody && a->ngeom == b->ngeom &&
+         a->nsite == b->nsite && a->ncam == b->ncam && a->nlight == b->nlight && a->ntendon == b->ntendon &&
+         a->nskin == b->nskin && a->nflex == b->nflex && a->nmocap == b->nmocap && a->nmesh == b->nmesh;
 }
 
 }  // namespace
@@ -50,7 +49,8 @@ int camera_id(const mjModel* m, const std::string& name) {
   std::string names;
   for (int i = 0; i < m->ncam; ++i) {
     const char* n = mj_id2name(m, mjOBJ_CAMERA, i);
-    names += (i ? ", " : "") + ((n && *n) ? "'" + std::string(n) + "'" : "#" + std::to_string(i) + " (unnamed)");
+    names +=
+        (i ? ", " : "") + ((n && *n) ? "'" + std::string(n) + "'" : "#" + std::to_string(i) + " (unnamed)");
   }
   throw std::invalid_argument("camera '" + name + "' is not in the model; its cameras: " +
                               (names.empty() ? std::string("none (use camera=-1, the free camera)") : names));
@@ -121,8 +121,8 @@ BatchRenderer::BatchRenderer(const mjModel* model, const RendererConfig& config)
     const GLenum usage = egl_->device().cuda_device >= 0 ? GL_DYNAMIC_COPY : GL_STREAM_READ;
     gl_.GenBuffers(1, &pbo_);
     gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, pbo_);
-    gl_.BufferData(GL_PIXEL_PACK_BUFFER, static_cast<GLsizeiptr>(frame_bytes_ * config_.num_envs),
-                   nullptr, usage);
+    gl_.BufferData(GL_PIXEL_PACK_BUFFER, static_cast<GLsizeiptr>(frame_bytes_ * config_.num_envs), nullptr,
+                   usage);
     gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, 0);
     check_gl("allocating the pixel buffer");
 
@@ -201,7 +201,8 @@ void BatchRenderer::check_open() const {
 
 void BatchRenderer::check_not_lent() const {
   if (lent_ != Lent::kNone) {
-    throw std::runtime_error("the frames are lent (lend_host/lend_device): release them before drawing or lending again");
+    throw std::runtime_error(
+        "the frames are lent (lend_host/lend_device): release them before drawing or lending again");
   }
 }
 
@@ -274,8 +275,9 @@ void BatchRenderer::render(sim::BatchSim& sim, int start, int count) {
   }
   if (count < 0) count = config_.num_envs - start;
   if (start < 0 || count < 1 || start + count > config_.num_envs) {
-    throw std::invalid_argument("render: frames [" + std::to_string(start) + ", " + std::to_string(start + count) +
-                                ") are not a range of [0, " + std::to_string(config_.num_envs) + ")");
+    throw std::invalid_argument("render: frames [" + std::to_string(start) + ", " +
+                                std::to_string(start + count) + ") are not a range of [0, " +
+                                std::to_string(config_.num_envs) + ")");
   }
   update_scenes(sim, start, count);
   draw_and_read(start, count);
@@ -384,8 +386,8 @@ cuda::GlBufferInterop& BatchRenderer::interop_locked() {
   if (egl_->device().cuda_device < 0) {
     throw std::runtime_error(
         "CUDA output needs an EGL device that is a CUDA device (the NVIDIA driver's EGL); this "
-        "renderer runs on " + std::string(egl_->device().software ? "software (Mesa llvmpipe)" : "a non-CUDA") +
-        " EGL device");
+        "renderer runs on " +
+        std::string(egl_->device().software ? "software (Mesa llvmpipe)" : "a non-CUDA") + " EGL device");
   }
   // The caller holds a ContextScope: registering, mapping and unmapping happen
   // with the GL context current, as the interop needs.

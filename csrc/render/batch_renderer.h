@@ -42,10 +42,10 @@ struct RendererConfig {
   int num_envs = 1;
   int width = 0;
   int height = 0;
-  int camera = -1;      // -1: free camera (mjv_defaultFreeCamera); else a fixed camera id
-  int gpu = -1;         // CUDA index of the EGL device; -1: automatic (EglContext::create)
-  int max_geom = 10000; // per-frame scene capacity, as mujoco.Renderer's default
-  int nthread = 0;      // scene-update threads for render(qpos); <= 0: the CPUs we may use
+  int camera = -1;       // -1: free camera (mjv_defaultFreeCamera); else a fixed camera id
+  int gpu = -1;          // CUDA index of the EGL device; -1: automatic (EglContext::create)
+  int max_geom = 10000;  // per-frame scene capacity, as mujoco.Renderer's default
+  int nthread = 0;       // scene-update threads for render(qpos); <= 0: the CPUs we may use
 };
 
 // The camera id of `name` in m; throws std::invalid_argument listing the cameras.
@@ -104,10 +104,10 @@ class BatchRenderer {
   int width() const { return config_.width; }
   int height() const { return config_.height; }
   int camera() const { return config_.camera; }
-  int egl_device() const;    // index of the EGL device in use
-  int cuda_device() const;   // its CUDA index, -1 for a software device
-  bool software() const;     // Mesa llvmpipe
-  int max_size() const;      // largest width/height this OpenGL accepts
+  int egl_device() const;   // index of the EGL device in use
+  int cuda_device() const;  // its CUDA index, -1 for a software device
+  bool software() const;    // Mesa llvmpipe
+  int max_size() const;     // largest width/height this OpenGL accepts
   int offscreen_samples() const;
 
  private:

@@ -61,16 +61,15 @@ const EglApi& egl_api() {
       a.error = std::string("libEGL.so.1 could not be loaded (") + dlerror() + "). " + kInstallEgl;
       return a;
     }
-    bool ok = load_symbol(lib, "eglGetProcAddress", &a.GetProcAddress) &&
-              load_symbol(lib, "eglGetError", &a.GetError) &&
-              load_symbol(lib, "eglInitialize", &a.Initialize) &&
-              load_symbol(lib, "eglQueryString", &a.QueryString) &&
-              load_symbol(lib, "eglChooseConfig", &a.ChooseConfig) &&
-              load_symbol(lib, "eglBindAPI", &a.BindAPI) &&
-              load_symbol(lib, "eglCreateContext", &a.CreateContext) &&
-              load_symbol(lib, "eglDestroyContext", &a.DestroyContext) &&
-              load_symbol(lib, "eglMakeCurrent", &a.MakeCurrent) &&
-              load_symbol(lib, "eglGetCurrentContext", &a.GetCurrentContext);
+    bool ok =
+        load_symbol(lib, "eglGetProcAddress", &a.GetProcAddress) &&
+        load_symbol(lib, "eglGetError", &a.GetError) && load_symbol(lib, "eglInitialize", &a.Initialize) &&
+        load_symbol(lib, "eglQueryString", &a.QueryString) &&
+        load_symbol(lib, "eglChooseConfig", &a.ChooseConfig) && load_symbol(lib, "eglBindAPI", &a.BindAPI) &&
+        load_symbol(lib, "eglCreateContext", &a.CreateContext) &&
+        load_symbol(lib, "eglDestroyContext", &a.DestroyContext) &&
+        load_symbol(lib, "eglMakeCurrent", &a.MakeCurrent) &&
+        load_symbol(lib, "eglGetCurrentContext", &a.GetCurrentContext);
     if (!ok) {
       a.error = "libEGL.so.1 lacks core EGL 1.4 entry points";
       return a;
@@ -80,8 +79,10 @@ const EglApi& egl_api() {
          load_extension(a, "eglQueryDeviceAttribEXT", &a.QueryDeviceAttribEXT) &&
          load_extension(a, "eglGetPlatformDisplayEXT", &a.GetPlatformDisplayEXT);
     if (!ok) {
-      a.error = std::string("EGL lacks EGL_EXT_device_enumeration / EGL_EXT_platform_device (no "
-                            "vendor EGL library found?): no headless rendering. ") + kInstallEgl;
+      a.error = std::string(
+                    "EGL lacks EGL_EXT_device_enumeration / EGL_EXT_platform_device (no "
+                    "vendor EGL library found?): no headless rendering. ") +
+                kInstallEgl;
     }
     // A dlopen'ed libEGL stays loaded for the life of the process, like libGL.
     return a;
@@ -138,13 +139,13 @@ EGLDisplay display_for(const EglApi& api, EGLDeviceEXT device, int index) {
   if (it != reg.displays.end()) return it->second;
   EGLDisplay dpy = api.GetPlatformDisplayEXT(EGL_PLATFORM_DEVICE_EXT, device, nullptr);
   if (dpy == EGL_NO_DISPLAY) {
-    throw std::runtime_error("eglGetPlatformDisplayEXT failed for EGL device " +
-                             std::to_string(index) + " (error " + hex(api.GetError()) + ")");
+    throw std::runtime_error("eglGetPlatformDisplayEXT failed for EGL device " + std::to_string(index) +
+                             " (error " + hex(api.GetError()) + ")");
   }
   EGLint major = 0, minor = 0;
   if (!api.Initialize(dpy, &major, &minor)) {
-    throw std::runtime_error("eglInitialize failed for EGL device " + std::to_string(index) +
-                             " (error " + hex(api.GetError()) + ")");
+    throw std::runtime_error("eglInitialize failed for EGL device " + std::to_string(index) + " (error " +
+                             hex(api.GetError()) + ")");
   }
   reg.displays[index] = dpy;
   return dpy;
@@ -199,11 +200,17 @@ std::unique_ptr<EglContext> EglContext::create(int gpu) {
   if (gpu < 0) {
     chosen = 0;
     for (const auto& info : infos) {
-      if (info.cuda_device >= 0) { chosen = info.index; break; }
+      if (info.cuda_device >= 0) {
+        chosen = info.index;
+        break;
+      }
     }
   } else if (any_cuda) {
     for (const auto& info : infos) {
-      if (info.cuda_device == gpu) { chosen = info.index; break; }
+      if (info.cuda_device == gpu) {
+        chosen = info.index;
+        break;
+      }
     }
     if (chosen < 0) {
       std::string have;
@@ -215,18 +222,31 @@ std::unique_ptr<EglContext> EglContext::create(int gpu) {
     }
   } else {
     if (gpu != 0) {
-      throw std::invalid_argument(
-          "gpu=" + std::to_string(gpu) + " requested, but no EGL device reports a CUDA "
-          "index (software EGL?); use gpu=None or gpu=0");
+      throw std::invalid_argument("gpu=" + std::to_string(gpu) +
+                                  " requested, but no EGL device reports a CUDA "
+                                  "index (software EGL?); use gpu=None or gpu=0");
     }
     chosen = 0;
   }
 
   EGLDisplay dpy = display_for(api, devices[chosen], chosen);
-  const EGLint config_attribs[] = {EGL_SURFACE_TYPE, EGL_PBUFFER_BIT,
-                                   EGL_RED_SIZE, 8, EGL_GREEN_SIZE, 8, EGL_BLUE_SIZE, 8,
-                                   EGL_ALPHA_SIZE, 8, EGL_DEPTH_SIZE, 24, EGL_STENCIL_SIZE, 8,
-                                   EGL_RENDERABLE_TYPE, EGL_OPENGL_BIT, EGL_NONE};
+  const EGLint config_attribs[] = {EGL_SURFACE_TYPE,
+                                   EGL_PBUFFER_BIT,
+                                   EGL_RED_SIZE,
+                                   8,
+                                   EGL_GREEN_SIZE,
+                                   8,
+                                   EGL_BLUE_SIZE,
+                                   8,
+                                   EGL_ALPHA_SIZE,
+                                   8,
+                                   EGL_DEPTH_SIZE,
+                                   24,
+                                   EGL_STENCIL_SIZE,
+                                   8,
+                                   EGL_RENDERABLE_TYPE,
+                                   EGL_OPENGL_BIT,
+                                   EGL_NONE};
   EGLConfig config = nullptr;
   EGLint num_configs = 0;
   if (!api.ChooseConfig(dpy, config_attribs, &config, 1, &num_configs) || num_configs < 1) {

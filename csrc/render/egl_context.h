@@ -10,17 +10,17 @@
 namespace vlmrm::render {
 
 struct EglDeviceInfo {
-  int index = -1;             // position in eglQueryDevicesEXT's list
-  int cuda_device = -1;       // EGL_CUDA_DEVICE_NV, -1 when the driver does not say
-  bool software = false;      // EGL_MESA_device_software (llvmpipe)
-  std::string extensions;     // device extension string
+  int index = -1;          // position in eglQueryDevicesEXT's list
+  int cuda_device = -1;    // EGL_CUDA_DEVICE_NV, -1 when the driver does not say
+  bool software = false;   // EGL_MESA_device_software (llvmpipe)
+  std::string extensions;  // device extension string
 };
 
 struct EglProbe {
-  bool available = false;     // a context can be created on some device
-  std::string error;          // why not, when unavailable
-  std::string vendor;         // EGL_VENDOR of the chosen display
-  std::string version;        // EGL_VERSION
+  bool available = false;  // a context can be created on some device
+  std::string error;       // why not, when unavailable
+  std::string vendor;      // EGL_VENDOR of the chosen display
+  std::string version;     // EGL_VERSION
   std::vector<EglDeviceInfo> devices;
 };
 
@@ -40,9 +40,9 @@ class EglContext {
   EglContext(const EglContext&) = delete;
   EglContext& operator=(const EglContext&) = delete;
 
-  void make_current();        // on the calling thread; throws on failure
-  void release_current();     // if current on the calling thread
-  bool is_current() const;    // current on the calling thread
+  void make_current();      // on the calling thread; throws on failure
+  void release_current();   // if current on the calling thread
+  bool is_current() const;  // current on the calling thread
   const EglDeviceInfo& device() const { return device_; }
   int gl_max_renderbuffer_size() const { return max_renderbuffer_size_; }
 

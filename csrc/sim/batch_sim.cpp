@@ -17,15 +17,15 @@ namespace {
 
 struct FieldInfo {
   const char* name;
-  size_t member;     // offsetof(mjData, name)
+  size_t member;  // offsetof(mjData, name)
   bool is_mjtnum;
-  int64_t size;      // elements for the model
+  int64_t size;  // elements for the model
 };
 
 std::vector<FieldInfo> data_fields(const mjModel* m) {
   std::vector<FieldInfo> fields;
   // XNV (fields not needed by mjvScene) expands to X in mjxmacro.h.
-#define X(type, name, nr, nc)                                                        \
+#define X(type, name, nr, nc)                                                         \
   fields.push_back({#name, offsetof(mjData, name), std::is_same<type, mjtNum>::value, \
                     m ? static_cast<int64_t>(m->nr) * (nc) : 0});
   MJDATA_POINTERS
@@ -53,8 +53,7 @@ void write_outputs(const OutputCopy& c, const mjData* d, int sim) {
   double* row = c.outputs + static_cast<int64_t>(sim) * c.width;
   for (size_t k = 0; k < c.nslots; ++k) {
     const OutputSlot& s = c.slots[k];
-    const mjtNum* field =
-        *reinterpret_cast<mjtNum* const*>(reinterpret_cast<const char*>(d) + s.member);
+    const mjtNum* field = *reinterpret_cast<mjtNum* const*>(reinterpret_cast<const char*>(d) + s.member);
     std::memcpy(row + s.column, field + s.start, sizeof(double) * s.count);
   }
 }
@@ -138,9 +137,9 @@ BatchSim::BatchSim(const mjModel* model, const SimConfig& config) : config_(conf
     auto it = std::find_if(fields.begin(), fields.end(),
                            [&](const FieldInfo& f) { return request.name == f.name; });
     if (it == fields.end() || !it->is_mjtnum) {
-      throw std::invalid_argument("output '" + request.name +
-                                  "' is not an mjData field of type mjtNum; choose from: " +
-                                  join(output_field_names()));
+      throw std::invalid_argument(
+          "output '" + request.name +
+          "' is not an mjData field of type mjtNum; choose from: " + join(output_field_names()));
     }
     for (const auto& slot : slots_) {
       if (slot.name == request.name) {
@@ -154,11 +153,9 @@ BatchSim::BatchSim(const mjModel* model, const SimConfig& config) : config_(conf
     slot.start = request.start;
     slot.count = request.count < 0 ? it->size - request.start : request.count;
     if (request.start < 0 || slot.count < 0 || slot.start + slot.count > it->size) {
-      throw std::invalid_argument("output '" + request.name + "' slice [" +
-                                  std::to_string(request.start) + ", " +
-                                  std::to_string(request.start + slot.count) +
-                                  ") is outside the field's " + std::to_string(it->size) +
-                                  " values");
+      throw std::invalid_argument("output '" + request.name + "' slice [" + std::to_string(request.start) +
+                                  ", " + std::to_string(request.start + slot.count) +
+                                  ") is outside the field's " + std::to_string(it->size) + " values");
     }
     slot.column = output_width_;
     output_width_ += slot.count;
@@ -171,9 +168,8 @@ BatchSim::BatchSim(const mjModel* model, const SimConfig& config) : config_(conf
   batch_config.persistent = config_.persistent ? 1 : 0;
   char error[1024] = "";
   mjBatch* batch = nullptr;
-  mj::guarded("mjb_makeBatch", [&] {
-    batch = mjb_makeBatch(model, config_.num_envs, &batch_config, error, sizeof(error));
-  });
+  mj::guarded("mjb_makeBatch",
+              [&] { batch = mjb_makeBatch(model, config_.num_envs, &batch_config, error, sizeof(error)); });
   if (!batch) throw std::runtime_error(std::string("mjb_makeBatch failed: ") + error);
   batch_ = batch;
 
@@ -222,14 +218,17 @@ void BatchSim::step(const double* ctrl, int start, int count) {
     throw std::invalid_argument("ctrl has non-finite values (NaN or inf); no simulation was stepped");
   }
   StepArgs args{{slots_.data(), slots_.size(), output_width_, outputs_.data(), warnings_.data()},
-                ctrl, config_.frame_skip, config_.rne_post_constraint};
+                ctrl,
+                config_.frame_skip,
+                config_.rne_post_constraint};
   std::vector<int> ids;
   if (count < config_.num_envs) {
     ids.resize(count);
     for (int k = 0; k < count; ++k) ids[k] = start + k;
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  apply_locked(step_one, &args, true, ids.empty() ? nullptr : ids.data(), static_cast<int>(ids.size()), "step");
+  apply_locked(step_one, &args, true, ids.empty() ? nullptr : ids.data(), static_cast<int>(ids.size()),
+               "step");
 }
 
 void BatchSim::reset(const int* ids, int n, const double* qpos, const double* qvel) {
@@ -260,7 +259,9 @@ void BatchSim::reset(const int* ids, int n, const double* qpos, const double* qv
     if (row_of_sim[i] >= 0) sorted.push_back(i);
   }
   ResetArgs args{{slots_.data(), slots_.size(), output_width_, outputs_.data(), warnings_.data()},
-                 row_of_sim.data(), qpos, qvel};
+                 row_of_sim.data(),
+                 qpos,
+                 qvel};
   std::lock_guard<std::mutex> lock(mutex_);
   apply_locked(reset_one, &args, true, sorted.data(), n, "reset");
 }
@@ -270,8 +271,7 @@ void BatchSim::apply(mjfBatchFunc fn, void* arg, bool save, const int* ids, int 
   apply_locked(fn, arg, save, ids, n, "apply");
 }
 
-void BatchSim::apply_locked(mjfBatchFunc fn, void* arg, bool save, const int* ids, int n,
-                            const char* what) {
+void BatchSim::apply_locked(mjfBatchFunc fn, void* arg, bool save, const int* ids, int n, const char* what) {
   int failed = 0;
   mjBatch* batch = batch_;
   mj::guarded(what, [&] { failed = mjb_apply(batch, ids, n, fn, arg, save ? 1 : 0); });

@@ -38,8 +38,8 @@ struct SimConfig {
   int num_envs = 1;
   int frame_skip = 1;
   bool rne_post_constraint = false;
-  int nthread = 0;          // threads including the caller's; <= 0: the CPUs this process may use
-  bool persistent = true;   // one mjData per simulation (gymnasium's semantics for every field)
+  int nthread = 0;         // threads including the caller's; <= 0: the CPUs this process may use
+  bool persistent = true;  // one mjData per simulation (gymnasium's semantics for every field)
   std::vector<OutputField> outputs;
 };
 

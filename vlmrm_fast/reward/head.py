@@ -12,8 +12,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from vlmrm_fast import _core
-from vlmrm_fast.device import dtype_code, native_cuda_usable, resolve_device
+from vlmrm_fast import kernels
+from vlmrm_fast.device import native_cuda_usable, resolve_device
 from vlmrm_fast.reward import math as rmath
 from vlmrm_fast.reward.tasks import BinaryTask, GoalBaselineTask, Task
 
@@ -35,14 +35,14 @@ class RewardHead:
         table: list = []
         self._reference: list[tuple] = []  # per task, torch inputs of the fallback
         for task in self.tasks:
-            entry = _core.RewardTask()
+            entry = kernels.RewardTask()
             entry.first_row = len(rows)
             if isinstance(task, GoalBaselineTask):
                 target = torch.stack([text_embedding(p) for p in task.target_prompts])
                 baseline = torch.stack([text_embedding(p) for p in task.baseline_prompts]) if task.baseline_prompts else None
                 g, u = rmath.goal_and_direction(target, baseline)
                 rows += [g, u]
-                entry.kind = _core.RewardKind.goal_baseline
+                entry.kind = kernels.RewardKind.goal_baseline
                 entry.num_rows = 2
                 entry.alpha = task.alpha
                 entry.g_norm2 = float(g @ g)
@@ -52,7 +52,7 @@ class RewardHead:
                 embs = [text_embedding(p) for p in task.prompts]
                 rows += embs
                 scale = logit_scale if task.temperature is None else 1.0 / task.temperature
-                entry.kind = _core.RewardKind.binary
+                entry.kind = kernels.RewardKind.binary
                 entry.num_rows = len(embs)
                 entry.scale = scale
                 entry.threshold = task.threshold
@@ -83,9 +83,9 @@ class RewardHead:
         out = torch.empty((n, self.num_tasks), dtype=torch.float32, device=self.device) if out is None else out
         if n == 0:
             return out
-        args = (embeddings.data_ptr(), dtype_code(embeddings.dtype), n, d, embeddings.stride(0))
+        args = (embeddings.data_ptr(), kernels.kernel_dtype(embeddings.dtype), n, d, embeddings.stride(0))
         if self.device.type == "cpu":
-            _core.reward_cpu(*args, self.text.data_ptr(), self.text.shape[0], self.table, out.data_ptr())
+            kernels.reward_cpu(*args, self.text.data_ptr(), self.text.shape[0], self.table, out.data_ptr())
         elif self._use_cuda_kernel:
             self._reward_cuda(args, out)
         else:
@@ -95,11 +95,11 @@ class RewardHead:
     def _reward_cuda(self, args: tuple, out: torch.Tensor) -> None:
         """One kernel launch per MAX_CUDA_REWARD_TASKS tasks (the task table rides in the launch parameters)."""
         stream = torch.cuda.current_stream(self.device).cuda_stream
-        limit = _core.MAX_CUDA_REWARD_TASKS
+        limit = kernels.MAX_CUDA_REWARD_TASKS
         for first in range(0, self.num_tasks, limit):
             tasks = self.table[first : first + limit]
             part = out if len(tasks) == self.num_tasks else torch.empty((out.shape[0], len(tasks)), dtype=torch.float32, device=self.device)
-            _core.reward_cuda(*args, self.text.data_ptr(), self.text.shape[0], tasks, part.data_ptr(), self.device.index, stream)
+            kernels.reward_cuda(*args, self.text.data_ptr(), self.text.shape[0], tasks, part.data_ptr(), self.device.index, stream)
             if part is not out:
                 out[:, first : first + len(tasks)] = part
 

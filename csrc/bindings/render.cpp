@@ -1,0 +1,135 @@
+// _core.render: BatchRenderer, N frames of one model per call in one headless
+// EGL context.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "address_args.h"
+#include "bindings/bindings.h"
+#include "bindings/mujoco_args.h"
+#include "render/batch_renderer.h"
+#include "render/egl_context.h"
+#include "sim/batch_sim.h"
+
+namespace py = pybind11;
+
+namespace vlmrm::bindings {
+
+void bind_render(py::module_& m) {
+  using args::address;
+
+  m.def("live_egl_contexts", &render::live_egl_contexts,
+        "EGL contexts alive in this process (for leak checks).");
+
+  py::class_<render::BatchRenderer>(m, "BatchRenderer",
+                                    "N frames of one model per call in one headless EGL context.")
+      .def(py::init([](uintptr_t model, int num_envs, int width, int height, const py::object& camera,
+                       int gpu, int max_geom, int nthread) {
+             const mjModel* m = model_at(model);
+             render::RendererConfig config;
+             config.num_envs = num_envs;
+             config.width = width;
+             config.height = height;
+             if (py::isinstance<py::str>(camera)) {
+               config.camera = render::camera_id(m, camera.cast<std::string>());
+             } else if (py::isinstance<py::int_>(camera) && !py::isinstance<py::bool_>(camera)) {
+               config.camera = camera.cast<int>();
+             } else {
+               throw py::type_error("camera must be -1 (free camera), a camera id or a camera name");
+             }
+             config.gpu = gpu;
+             config.max_geom = max_geom;
+             config.nthread = nthread;
+             py::gil_scoped_release release;
+             return std::make_unique<render::BatchRenderer>(m, config);
+           }),
+           py::arg("model"), py::arg("num_envs"), py::arg("width"), py::arg("height"), py::arg("camera") = -1,
+           py::arg("gpu") = -1, py::arg("max_geom") = 10000, py::arg("nthread") = 0,
+           "model: mujoco.MjModel._address. camera: -1 (free camera), a camera id or name. gpu: the CUDA "
+           "device whose EGL device draws (-1: the first with a CUDA index, else the first).")
+      .def(
+          "render",
+          [](render::BatchRenderer& r, const DoubleRows& qpos) {
+            check_rows(qpos, r.num_envs(), r.nq(), "qpos");
+            const double* data = qpos.data();
+            py::gil_scoped_release release;
+            r.render(data);
+          },
+          py::arg("qpos"), "Draw the frames of qpos (num_envs, nq).")
+      .def(
+          "render_sim",
+          [](render::BatchRenderer& r, sim::BatchSim& s, int start, int count) {
+            py::gil_scoped_release release;
+            r.render(s, start, count);
+          },
+          py::arg("sim"), py::arg("start") = 0, py::arg("count") = -1,
+          "Draw the current state of the simulator's simulations [start, start + count) (count -1: to the "
+          "end).")
+      .def(
+          "copy_frames",
+          [](render::BatchRenderer& r, uintptr_t out) {
+            uint8_t* dst = address<uint8_t>(out, "out");
+            py::gil_scoped_release release;
+            r.copy_frames(dst);
+          },
+          py::arg("out"), "Last frames -> host uint8 (num_envs, height, width, 3) at address out.")
+      .def(
+          "copy_frames_cuda",
+          [](render::BatchRenderer& r, uintptr_t out, uintptr_t stream) {
+            uint8_t* dst = address<uint8_t>(out, "out");
+            py::gil_scoped_release release;
+            r.copy_frames_cuda(dst, reinterpret_cast<void*>(stream));
+          },
+          py::arg("out"), py::arg("stream"),
+          "Last frames -> CUDA uint8 (num_envs, height, width, 3) at address out, on stream.")
+      // The hand-off: the pixel buffer is lent in place, as an address (frames
+      // one after another, RGBA, rows bottom-up; see BatchRenderer::layout).
+      .def(
+          "lend_host",
+          [](render::BatchRenderer& r) {
+            py::gil_scoped_release release;
+            return reinterpret_cast<uintptr_t>(r.lend_host());
+          },
+          "Map the pixel buffer into host memory; its address. Call release_frames() when done.")
+      .def(
+          "lend_device",
+          [](render::BatchRenderer& r, uintptr_t stream) {
+            py::gil_scoped_release release;
+            return reinterpret_cast<uintptr_t>(r.lend_device(reinterpret_cast<void*>(stream)));
+          },
+          py::arg("stream"),
+          "Map the pixel buffer into CUDA on stream (GL work first); its device address. release_frames() "
+          "unmaps "
+          "on the same stream.")
+      .def(
+          "release_frames",
+          [](render::BatchRenderer& r) {
+            py::gil_scoped_release release;
+            r.release_frames();
+          },
+          "End a lend (no-op when nothing is lent).")
+      .def(
+          "close",
+          [](render::BatchRenderer& r) {
+            py::gil_scoped_release release;
+            r.close();
+          },
+          "Free the GL objects, the EGL context and the threads now; later calls raise.")
+      .def_property_readonly("closed", &render::BatchRenderer::closed)
+      .def_property_readonly("num_envs", &render::BatchRenderer::num_envs)
+      .def_property_readonly("nq", &render::BatchRenderer::nq)
+      .def_property_readonly("width", &render::BatchRenderer::width)
+      .def_property_readonly("height", &render::BatchRenderer::height)
+      .def_property_readonly("camera", &render::BatchRenderer::camera)
+      .def_property_readonly("egl_device", &render::BatchRenderer::egl_device)
+      .def_property_readonly("cuda_device", &render::BatchRenderer::cuda_device)
+      .def_property_readonly("software", &render::BatchRenderer::software)
+      .def_property_readonly("max_size", &render::BatchRenderer::max_size)
+      .def_property_readonly("offscreen_samples", &render::BatchRenderer::offscreen_samples);
+}
+
+}  // namespace vlmrm::bindings
