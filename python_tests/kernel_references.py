@@ -9,6 +9,7 @@ import torch
 from PIL import Image
 
 from vlmrm_fast import kernels
+from vlmrm_fast.frames import FrameLayout
 from vlmrm_fast.preprocess import PreprocessSpec
 
 MEAN = tuple(open_clip.OPENAI_DATASET_MEAN)
@@ -51,6 +52,23 @@ def gl_atlas(frames: np.ndarray, tiles_per_row: int, channels: int = 3, seed: in
         tile_row, tile_col = divmod(i, tiles_per_row)
         atlas[tile_row * h : (tile_row + 1) * h, tile_col * w : (tile_col + 1) * w, :3] = frame[::-1]
     return atlas
+
+
+def gl_tiles_layout(num_frames: int, height: int, width: int, tiles_per_row: int, channels: int = 3) -> FrameLayout:
+    """Where gl_atlas puts its frames: tiles left to right, bottom to top, rows bottom-up (the kernels'
+    most general layout: several frames per framebuffer row and a negative row stride)."""
+    fb_row = tiles_per_row * width * channels
+    return FrameLayout(
+        num_frames,
+        height,
+        width,
+        pixel_stride=channels,
+        row_stride=-fb_row,
+        frames_per_row=tiles_per_row,
+        frame_col_stride=width * channels,
+        frame_row_stride=height * fb_row,
+        offset=(height - 1) * fb_row,
+    )
 
 
 def normalized(x: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,7 @@ from kernel_references import (
     STD,
     TaskTable,
     gl_atlas,
+    gl_tiles_layout,
     normalized,
     open_clip_reference,
     plain_binary_probability,
@@ -24,7 +25,7 @@ from kernel_references import (
     strided_embeddings,
 )
 from vlmrm_fast import kernels
-from vlmrm_fast.frames import FrameLayout, FrameView
+from vlmrm_fast.frames import FrameView
 from vlmrm_fast.kernels import kernel_dtype
 from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec, pillow_pass_order
 
@@ -83,7 +84,7 @@ def test_gl_tile_atlas_equals_stacked(size, resize_mode, tiles_per_row, channels
     frames = random_frames(n, *size, seed=3)
     atlas = gl_atlas(frames, tiles_per_row, channels)
     pre = FramePreprocessor(spec, "cpu")
-    layout = FrameLayout.gl_tiles(n, size[0], size[1], tiles_per_row, channels)
+    layout = gl_tiles_layout(n, size[0], size[1], tiles_per_row, channels)
     assert torch.equal(pre.run(FrameView.of(torch.from_numpy(atlas), layout)), pre(frames))
 
 
@@ -108,7 +109,7 @@ def test_every_output_element_written(dtype, layout):
     if layout == "stacked":
         pre(frames, out=out)
     else:
-        pre.run(FrameView.of(torch.from_numpy(gl_atlas(frames, 2)), FrameLayout.gl_tiles(5, 45, 37, 2)), out=out)
+        pre.run(FrameView.of(torch.from_numpy(gl_atlas(frames, 2)), gl_tiles_layout(5, 45, 37, 2)), out=out)
     assert torch.isfinite(out).all()
 
 

@@ -28,6 +28,7 @@ from kernel_references import (
     assert_rewards_match_twin,
     assert_same_bits,
     gl_atlas,
+    gl_tiles_layout,
     normalized,
     random_frames,
     reward_table,
@@ -65,7 +66,7 @@ def frame_buffer(frames: np.ndarray, layout: str) -> tuple[torch.Tensor, FrameLa
     channels = 3 if layout == "gl_rgb" else 4
     tiles_per_row = max(1, min(n, 3))
     buffer = torch.from_numpy(gl_atlas(frames, tiles_per_row, channels))
-    return buffer, FrameLayout.gl_tiles(n, h, w, tiles_per_row, channels)
+    return buffer, gl_tiles_layout(n, h, w, tiles_per_row, channels)
 
 
 def twin(plan, buffer, layout, dtype):

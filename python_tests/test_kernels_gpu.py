@@ -24,6 +24,7 @@ from kernel_references import (
     assert_rewards_match_twin,
     assert_same_bits,
     gl_atlas,
+    gl_tiles_layout,
     normalized,
     random_frames,
     reward_table,
@@ -75,7 +76,7 @@ def test_preprocess_cuda_matches_twin(case, layout):
         channels = 3 if layout == "gl_rgb" else 4
         tiles_per_row = max(1, min(n, 4096 // w))
         buffer = torch.from_numpy(gl_atlas(frames, tiles_per_row, channels)).cuda()
-        frame_layout = FrameLayout.gl_tiles(n, h, w, tiles_per_row, channels)
+        frame_layout = gl_tiles_layout(n, h, w, tiles_per_row, channels)
     for dtype in DTYPES:
         out = torch.full((n, 3, size, size), float("nan"), dtype=dtype, device="cuda")
         kernels.preprocess_cuda(
@@ -112,7 +113,7 @@ def test_frame_preprocessor_on_cuda(dtype):
     assert pre._use_cuda_kernel
     assert_same_bits(pre(torch.from_numpy(frames).cuda()), twin(spec, frames, dtype))
     atlas = torch.from_numpy(gl_atlas(frames, 3, 4)).cuda()
-    assert_same_bits(pre.run(FrameView.of(atlas, FrameLayout.gl_tiles(6, 480, 480, 3, 4))), twin(spec, frames, dtype))
+    assert_same_bits(pre.run(FrameView.of(atlas, gl_tiles_layout(6, 480, 480, 3, 4))), twin(spec, frames, dtype))
 
 
 @pytest.mark.gpu

@@ -55,22 +55,6 @@ class FrameLayout:
         return cls(num_frames, height, width, pixel_stride=channels, row_stride=-row,
                    frame_row_stride=height * row, offset=(height - 1) * row)
 
-    @classmethod
-    def gl_tiles(cls, num_frames: int, height: int, width: int, tiles_per_row: int, channels: int = 3) -> "FrameLayout":
-        """An OpenGL framebuffer (rows bottom-up) holding tiles left to right, bottom to top."""
-        fb_row = tiles_per_row * width * channels
-        return cls(
-            num_frames,
-            height,
-            width,
-            pixel_stride=channels,
-            row_stride=-fb_row,
-            frames_per_row=tiles_per_row,
-            frame_col_stride=width * channels,
-            frame_row_stride=height * fb_row,
-            offset=(height - 1) * fb_row,
-        )
-
     def rows(self, rows: slice) -> tuple[int, "FrameLayout"]:
         """(byte offset of frame ``rows.start``, the layout of frames ``rows``) for one frame per row."""
         if self.frames_per_row != 1:

@@ -1,4 +1,4 @@
-// Rewards from image embeddings for K tasks at once (design.md section 2).
+// Rewards from image embeddings for K tasks at once (docs/reward.md).
 // The embedding x is L2-normalized here; the text side is prepared on the host:
 //
 //  goal-baseline task: rows g (mean target embedding) and u (unit direction

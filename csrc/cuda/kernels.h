@@ -37,8 +37,8 @@ class DevicePreprocessPlan {
 };
 
 // Fused preprocess on the plan's device: one launch reads the uint8 frames
-// (device memory, any FrameLayout: stacked or the renderer's bottom-up tile
-// atlas), resamples both axes, normalizes and writes num_frames x 3 x S x S
+// (device memory, any FrameLayout: stacked, or the EGL renderer's bottom-up
+// RGBA frames), resamples both axes, normalizes and writes num_frames x 3 x S x S
 // values of `dtype` to `out` (contiguous, device memory), ordered on `stream`.
 void preprocess_cuda(const FrameLayout& frames, const DevicePreprocessPlan& plan, void* out, DType dtype,
                      void* stream);

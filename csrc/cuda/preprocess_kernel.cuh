@@ -14,8 +14,8 @@
 //      memory over the source columns the horizontal taps read;
 //   3. the second pass from that buffer, written with coalesced stores.
 // Both passes use Pillow's fixed point with uint8 rounding in between. Frames
-// are read through FrameLayout's strides, so the renderer's bottom-up tile
-// atlas (negative row stride) needs no copy. The launch (tile height, shared
+// are read through FrameLayout's strides, so the EGL renderer's bottom-up
+// RGBA frames (negative row stride) need no copy. The launch (tile height, shared
 // memory, tap tables) is planned by plan_preprocess_launch (launch_config.h).
 #pragma once
 
