@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
 
+@overload
+def positive_int(value: Any, name: str, *, allow_none: Literal[False] = False) -> int: ...
+@overload
+def positive_int(value: Any, name: str, *, allow_none: bool) -> int | None: ...
 def positive_int(value: Any, name: str, *, allow_none: bool = False) -> int | None:
     """``value`` as an int >= 1 (None passes when ``allow_none``); bools and floats are refused."""
     if value is None and allow_none:

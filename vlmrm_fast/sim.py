@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -88,7 +89,7 @@ class BatchSimulator:
         if isinstance(outputs, str):
             outputs = [outputs]
         self.model = model
-        self._native = _native_sim.BatchSim(
+        self._native: Any = _native_sim.BatchSim(
             model._address,
             int(num_envs),
             int(frame_skip),
@@ -184,9 +185,10 @@ class BatchSimulator:
 
     def np_random(self, env: int) -> np.random.Generator:
         """The generator of env ``env`` for reset noise (seeded by ``reset(seed=...)``)."""
-        if self._rngs[env] is None:
-            self._rngs[env] = np.random.default_rng()
-        return self._rngs[env]
+        rng = self._rngs[env]
+        if rng is None:
+            rng = self._rngs[env] = np.random.default_rng()
+        return rng
 
     # --------------------------------------------------------------------- calls
     def step(self, ctrl: np.ndarray, rows: slice | None = None) -> None:
@@ -237,7 +239,7 @@ class BatchSimulator:
             raise ValueError("ids must be distinct")
         k = len(ids)
         if seed is not None:
-            seeds = [int(seed) + int(i) for i in ids] if np.isscalar(seed) else [int(s) for s in seed]
+            seeds = [int(seed) + int(i) for i in ids] if isinstance(seed, (int, np.integer)) else [int(s) for s in seed]
             if len(seeds) != k:
                 raise ValueError(f"seed has {len(seeds)} values for {k} ids")
             for env, s in zip(ids, seeds):

@@ -46,6 +46,11 @@ def _render_shape(render_size: Any) -> tuple[int, int] | None:
     return size
 
 
+def _recording(make: Callable[[], gymnasium.Env]) -> Callable[[], gymnasium.Env]:
+    """A factory of ``make``'s env wrapped in RecordFrame (the frame of each reached state in its info)."""
+    return lambda: RecordFrame(make())
+
+
 def _choose_physics(physics: str, spec: TaskSpec, renderer: str) -> str:
     """"batch" (the MuJoCo batch engine) or "gym" (gymnasium envs) for ``spec``."""
     if physics not in PHYSICS:
@@ -135,14 +140,14 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
             raise ValueError("env_kwargs apply to gymnasium envs; use physics='gym' to pass them")
         reward_model = self._reward_model(spec, num_envs, pipeline_chunks, reward_model, reward_spec, reward)
         if self.physics == "batch":
+            assert self.render_size is not None, "batch tasks have a frame size"
             device = reward_model.device
             venv: VecEnv = MujocoBatchVecEnv(
                 spec.batch, num_envs, render_size=self.render_size, episode_length=self.episode_length,
                 gpu=device.index if device.type == "cuda" else None, renderer=renderer,  # draw on the reward model's GPU
             )
         else:
-            make = self._env_factory(spec, env_kwargs)
-            venv = DummyVecEnv([lambda: RecordFrame(make())] * num_envs)
+            venv = DummyVecEnv([_recording(self._env_factory(spec, env_kwargs))] * num_envs)
         super().__init__(venv, reward_model, pipeline_chunks=pipeline_chunks, defer_rewards=defer_rewards,
                          env_reward_weight=env_reward_weight)
         if seed is not None:
@@ -185,4 +190,4 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
             reward_model = load_reward_model(RewardModelSpec.from_kwargs(**{"model": DEFAULT_MODEL, **reward}))
         elif reward:
             raise ValueError(f"reward_model= is already loaded; drop the reward model fields {sorted(reward)}")
-        return VLMRewardVecEnvWrapper(DummyVecEnv([lambda fn=fn: RecordFrame(fn()) for fn in env_fns]), reward_model)
+        return VLMRewardVecEnvWrapper(DummyVecEnv([_recording(fn) for fn in env_fns]), reward_model)

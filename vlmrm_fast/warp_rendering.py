@@ -138,7 +138,7 @@ class WarpBatchRenderer:
             self._model = mjw.put_model(self._render_model)
         self._frames = torch.zeros((self.num_envs, self.height, self.width, 3), dtype=torch.uint8, device=self.device)
         self._qpos = torch.zeros((self.num_envs, model.nq), dtype=torch.float32, pin_memory=self.device.type == "cuda")
-        self._ready = None
+        self._ready: torch.cuda.Event | None = None
         self._streams: dict[int, Any] = {}
         self._closed = False
 
@@ -229,13 +229,14 @@ class WarpBatchRenderer:
                 wp.capture_launch(slot.graph)
             else:
                 self._launch(slot)
-                if self.cuda_graph:  # the first, eager run loaded the modules; now capture
+                if self.cuda_graph and stream is not None:  # the first, eager run loaded the modules; now capture
                     with wp.ScopedCapture(device=self._wp_device, stream=self._warp_stream(stream)) as capture:
                         self._launch(slot)
                     slot.graph = capture.graph
             if stream is not None:
-                self._ready = torch.cuda.Event()
-                self._ready.record(stream)
+                ready = torch.cuda.Event()
+                ready.record(stream)
+                self._ready = ready
 
     def _launch(self, slot: _Slot) -> None:
         wp, mjw, m, d = self._wp, self._mjw, self._model, slot.data

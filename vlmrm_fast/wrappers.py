@@ -90,7 +90,7 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         self.env_reward_weight = float(env_reward_weight)
         self.timer = NULL_TIMER
         self._scorer = ChunkedScorer(reward_model, plan_chunks(venv.num_envs, pipeline_chunks, reward_model.device))
-        self._stepped_source = isinstance(venv, SteppedFrameSource)
+        self._source: SteppedFrameSource | None = venv if isinstance(venv, SteppedFrameSource) else None
         self._frames = HostFrames()
         self._actions: np.ndarray | None = None
         self._stepped = False
@@ -108,10 +108,10 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         self._actions = None
         scorer, timer = self._scorer, self.timer
         scorer.begin()
-        if self._stepped_source:  # simulate and draw range k + 1 while the encoder runs range k
+        if self._source is not None:  # simulate and draw range k + 1 while the encoder runs range k
             for rows in scorer.chunks:
-                self.venv.advance(rows, scorer.render_stream)
-                self._score(rows, self.venv.lend(rows, scorer.render_stream))
+                self._source.advance(rows, scorer.render_stream)
+                self._score(rows, self._source.lend(rows, scorer.render_stream))
             obs, env_rewards, dones, infos = self.venv.step_wait()  # observations, resets of finished envs
         else:
             with timer.stage("physics_render"):
@@ -145,8 +145,8 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
     def profile(self, enabled: bool = True) -> StageTimer:
         """Starts timing each stage of ``step_wait`` (see :mod:`vlmrm_fast.profiling`)."""
         self.timer = StageTimer(enabled, self.reward_model.device)
-        if self._stepped_source:
-            self.venv.timer = self.timer
+        if self._source is not None:
+            self._source.timer = self.timer
         return self.timer
 
     def last_frames(self) -> torch.Tensor:
@@ -157,10 +157,10 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         """
         if not self._stepped:
             raise RuntimeError("no step has been taken yet")
-        if not self._stepped_source:
+        if self._source is None:
             return self._frames.tensor
         device = self.reward_model.device
-        frames = self.venv.last_frames(device if device.type == "cuda" else None)
+        frames = self._source.last_frames(device if device.type == "cuda" else None)
         return frames if isinstance(frames, torch.Tensor) else torch.from_numpy(frames)
 
 

@@ -131,7 +131,7 @@ class MujocoBatchVecEnv(VecEnv):
     def reset(self) -> np.ndarray:
         if any(self._options):
             raise ValueError("the MuJoCo batch engine takes no reset options")
-        seeds = None if all(s is None for s in self._seeds) else list(self._seeds)
+        seeds = None if all(s is None for s in self._seeds) else [int(s) for s in self._seeds if s is not None]
         self.sim.reset(seed=seeds, noise_scale=self.batch.reset_noise_scale)
         self._reset_seeds()
         self._steps[:] = 0
