@@ -7,6 +7,7 @@ rendezvous address; ``init_process_group`` reads the address from there.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import datetime
 import os
@@ -65,7 +66,7 @@ def plan_shards(num_envs: int, world_size: int) -> list[range]:
     if world_size > num_envs:
         raise LayoutError(
             f"the job has {world_size} ranks but n_envs={num_envs}: every rank steps at least one env; "
-            f"launch at most {num_envs} ranks (torchrun --nproc-per-node/--nnodes) or raise n_envs"
+            f"launch at most {num_envs} rank{'s' if num_envs > 1 else ''} (torchrun --nproc-per-node/--nnodes) or raise n_envs"
         )
     base, extra = divmod(num_envs, world_size)
     bounds = np.cumsum([0] + [base + (r < extra) for r in range(world_size)])
@@ -96,26 +97,28 @@ def shard_device(device: str, launch: Launch) -> str:
 
 @dataclasses.dataclass
 class Membership:
-    """The gloo group this rank's messages travel on; ``owns_default`` when it initialized torch's default group."""
+    """The gloo group one sharded env's messages travel on: its own, so that closing one env never
+    touches another's group or the user's."""
 
     group: dist.ProcessGroup | None
-    owns_default: bool
 
     def leave(self) -> None:
-        """Destroys what :func:`join` created (gloo's teardown is local: no other rank is waited for)."""
-        if not dist.is_initialized():
-            return
-        if self.owns_default:
-            dist.destroy_process_group()
-        elif self.group is not None:
+        """Destroys the group (gloo's teardown is local: no other rank is waited for)."""
+        if self.group is not None and dist.is_initialized():
             dist.destroy_process_group(self.group)
         self.group = None
 
 
+def _destroy_default_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def join(timeout: datetime.timedelta) -> Membership:
-    """The gloo group of all ranks. Initializes torch's default group from torchrun's variables when
-    nobody has; otherwise (the user's own, maybe NCCL, group exists) makes a gloo group beside it.
-    Every rank must call this in the same order relative to its other group creations."""
+    """A new gloo group of all ranks; every rank must call this in the same order relative to its
+    other group creations. Torch's default group is initialized from torchrun's variables when
+    nobody has, and then kept until the process exits (a default group cannot be made twice from
+    the same rendezvous); a group the user made (NCCL, say) only serves to make the gloo one."""
     if not dist.is_available():
         raise RuntimeError("this torch build has no torch.distributed")
     if not dist.is_initialized():
@@ -124,5 +127,5 @@ def join(timeout: datetime.timedelta) -> Membership:
             raise RuntimeError(f"no process group and no {', '.join(missing)} in the environment: launch with torchrun "
                                "(python -m torch.distributed.run --nproc-per-node N ...)")
         dist.init_process_group("gloo", timeout=timeout)
-        return Membership(dist.group.WORLD, owns_default=True)
-    return Membership(dist.new_group(backend="gloo", timeout=timeout), owns_default=False)
+        atexit.register(_destroy_default_group)
+    return Membership(dist.new_group(backend="gloo", timeout=timeout))

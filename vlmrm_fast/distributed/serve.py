@@ -23,18 +23,22 @@ def _is_close(message) -> bool:
 
 
 @contextlib.contextmanager
-def _stop_signals_deferred(rank: int):
-    """SIGINT and SIGTERM (torchrun forwards Ctrl-C to every rank) do not stop a serving rank:
-    rank 0 decides, saves what it must and closes, and this rank then leaves. If rank 0 dies
-    instead, its connection closes and this rank stops with an error."""
+def _stop_signals_handled(rank: int):
+    """Ctrl-C reaches every rank at once (torchrun forwards SIGINT): a serving rank lets rank 0
+    decide, save what it must and close the run (if rank 0 dies instead, its connection closes
+    and this rank stops with an error). SIGTERM (a launcher or scheduler tearing the job down)
+    stops this rank at once, through its cleanup."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def note(signum, _frame):
-        print(f"rank {rank}: {signal.Signals(signum).name} received; serving until rank 0 closes", file=sys.stderr, flush=True)
+    def defer(_signum, _frame):
+        print(f"rank {rank}: SIGINT received; serving until rank 0 closes", file=sys.stderr, flush=True)
 
-    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    def stop(_signum, _frame):
+        raise SystemExit(f"rank {rank}: SIGTERM received; stopping")
+
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, defer), signal.SIGTERM: signal.signal(signal.SIGTERM, stop)}
     try:
         yield
     finally:
@@ -58,7 +62,7 @@ def serve_shard(*, timeout: datetime.timedelta | float = DEFAULT_TIMEOUT) -> Non
     link = Link(membership.group, 0, "the learner", timeout)
     shard = None
     try:
-        with _stop_signals_deferred(launch.rank):
+        with _stop_signals_handled(launch.rank):
             link.send(Reply(value=launch))
             order = link.receive("laying out the envs")
             if isinstance(order, Refuse):

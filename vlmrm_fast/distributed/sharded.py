@@ -40,7 +40,11 @@ class Shard:
     host: str
 
     def describe(self) -> str:
-        return f"rank {self.rank} ({self.device} on {self.host}): envs {self.envs.start}-{self.envs.stop - 1}"
+        return f"rank {self.rank} ({self.device} on {self.host}): {envs_text(self.envs)}"
+
+
+def envs_text(envs: range) -> str:
+    return f"env {envs.start}" if len(envs) == 1 else f"envs {envs.start}-{envs.stop - 1}"
 
 
 def as_timeout(timeout: datetime.timedelta | float) -> datetime.timedelta:
@@ -111,7 +115,7 @@ class ShardedVecEnv(VecEnv):
             raise
         self.shards = [Shard(r, spec.envs, devices[r], launches[r].host) for r, spec in enumerate(specs)]
         for shard in self.shards[1:]:
-            self._links[shard.rank].name = f"envs {shard.envs.start}-{shard.envs.stop - 1} on {shard.host}"
+            self._links[shard.rank].name = f"{envs_text(shard.envs)} on {shard.host}"
         super().__init__(int(num_envs), self._local.observation_space, self._local.action_space)
         self.render_mode = "rgb_array"
         if verbose:
