@@ -63,9 +63,9 @@ class Link:
         self._check()
         self._confirm_sends(doing)
         length = torch.empty(1, dtype=torch.int64)
-        self._wait(dist.irecv(length, self.peer, self.group), doing)
+        self._receive_into(length, doing)
         data = torch.empty(int(length.item()), dtype=torch.uint8)
-        self._wait(dist.irecv(data, self.peer, self.group), doing)
+        self._receive_into(data, doing)
         self.bytes_received += 8 + data.numel()
         return pickle.loads(data.numpy())
 
@@ -78,6 +78,10 @@ class Link:
         sending, self._sending = self._sending, []
         for work, _tensor in sending:
             self._wait(work, doing)
+
+    def _receive_into(self, tensor: torch.Tensor, doing: str) -> None:
+        with self._failing(doing):  # posting fails at once on a pair that is already closed
+            dist.irecv(tensor, self.peer, self.group).wait(self.timeout)
 
     def _wait(self, work: dist.Work, doing: str) -> None:
         with self._failing(doing):

@@ -41,6 +41,7 @@ class EnvConfig:
     episode_length: int | None = None   # default: the task's
     render_size: int | None = None      # default: the task's
     engine: str = "auto"
+    rank_timeout: int = 1800            # seconds; under torchrun, how long a rank waits for another before it stops
 
 
 @dataclasses.dataclass
@@ -124,6 +125,7 @@ def _prompt_list(value: Any, where: str) -> list[str] | None:
 def validate(cfg: TrainConfig) -> TrainConfig:
     if not isinstance(cfg.task, str) or not cfg.task:
         raise ConfigError("task: expected a task name (e.g. humanoid-kneeling) or a gymnasium id")
+    from vlmrm_fast.distributed.launch import launched
     from vlmrm_fast.envs import get_task
 
     try:
@@ -146,6 +148,10 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _positive_int(e.n_envs, "env.n_envs")
     _positive_int(e.episode_length, "env.episode_length", allow_none=True)
     _positive_int(e.render_size, "env.render_size", allow_none=True)
+    _positive_int(e.rank_timeout, "env.rank_timeout")
+    if r.episode_batch and launched():
+        raise ConfigError("reward.episode_batch: not with several torchrun ranks (frames stay on the rank that drew them, "
+                          "which scores them every step); set it to false")
     if e.engine not in ("auto", "mujoco", "gym"):
         raise ConfigError(f"env.engine: {e.engine!r} is not one of auto, mujoco, gym")
     rl = cfg.rl

@@ -22,6 +22,8 @@ from stable_baselines3 import DQN, PPO, SAC
 from stable_baselines3.common.callbacks import CallbackList
 from stable_baselines3.common.vec_env import VecMonitor
 
+from vlmrm_fast.distributed import jobs as distributed_jobs
+from vlmrm_fast.distributed.channel import RankFailure
 from vlmrm_fast.training.callbacks import EpisodeBatchRewards, EpisodeStats, PolicyVideo, RewardLogger, RolloutCheckpoints
 from vlmrm_fast.training.config import ConfigError, TrainConfig, load_config
 
@@ -31,10 +33,8 @@ _STEPS = re.compile(rf"{CHECKPOINT_PREFIX}_(?:interrupted_)?(\d+)_steps\.zip$")
 
 
 def make_env(cfg: TrainConfig):
-    from vlmrm_fast.vec_env import FastVLMRewardVecEnv
-
     r, e = cfg.reward, cfg.env
-    return FastVLMRewardVecEnv(
+    return distributed_jobs.make_vec_env(  # under torchrun: the envs split over the ranks
         cfg.task,
         e.n_envs,
         target_prompts=r.target_prompts,
@@ -52,6 +52,7 @@ def make_env(cfg: TrainConfig):
         seed=cfg.seed,
         engine=e.engine,
         defer_rewards=r.episode_batch,
+        timeout=e.rank_timeout,
     )
 
 
@@ -103,6 +104,8 @@ def build_model(cfg: TrainConfig, venv, run_dir: pathlib.Path):
 
 
 def train(cfg: TrainConfig, *, resume: bool = False) -> int:
+    if distributed_jobs.serving_rank():  # torchrun rank != 0: step, render and score envs for rank 0; write nothing
+        return distributed_jobs.serve_for_training(cfg.env.rank_timeout)
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
@@ -152,6 +155,10 @@ def train(cfg: TrainConfig, *, resume: bool = False) -> int:
         path = _save_checkpoint(model, run_dir, "interrupted_")
         print(f"\ninterrupted at {model.num_timesteps} steps: saved {path}; continue with --resume", file=sys.stderr)
         status = 130
+    except RankFailure as exc:  # another rank died or hung: the model is intact, keep it
+        path = _save_checkpoint(model, run_dir, "interrupted_")
+        print(f"\n{exc}\nsaved {path}; continue with --resume", file=sys.stderr)
+        status = 1
     finally:
         monitored.close()
     return status
