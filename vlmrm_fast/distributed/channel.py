@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import datetime
 import pickle
+import signal
+import threading
 from typing import Any
 
 import torch
@@ -34,6 +36,30 @@ def _reason(error: Exception, timeout: datetime.timedelta) -> str:
     return f"failed: {text}"
 
 
+@contextlib.contextmanager
+def signals_held(signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)):
+    """Holds SIGINT and SIGTERM until the block ends, then runs the handlers that were installed
+    (Ctrl-C's KeyboardInterrupt, say): a message is then never half sent or half read, and the
+    record of which ranks owe a reply matches what they were sent. Python runs signal handlers in
+    the main thread only, so elsewhere this holds nothing (and needs not)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[tuple[int, Any]] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: held.append((signum, frame))) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum, frame in held:
+            handler = previous[signum]
+            if callable(handler):
+                handler(signum, frame)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(signum)
+
+
 class Link:
     """Messages with rank ``peer`` (``name`` says who it is in errors), each wait at most ``timeout``."""
 
@@ -54,18 +80,20 @@ class Link:
         payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
         length = torch.tensor([len(payload)], dtype=torch.int64)
         data = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-        with self._failing("sending"):
-            self._sending = [(dist.isend(length, self.peer, self.group), length), (dist.isend(data, self.peer, self.group), data)]
+        with self._whole("sending"), self._failing("sending"):
+            self._sending = [(dist.isend(length, self.peer, self.group), length)]
+            self._sending.append((dist.isend(data, self.peer, self.group), data))
         self.bytes_sent += length.numel() * 8 + data.numel()
 
     def receive(self, doing: str = "answering") -> Any:
         """The peer's next message (waits at most ``timeout`` for each part)."""
         self._check()
         self._confirm_sends(doing)
-        length = torch.empty(1, dtype=torch.int64)
-        self._receive_into(length, doing)
-        data = torch.empty(int(length.item()), dtype=torch.uint8)
-        self._receive_into(data, doing)
+        with self._whole(doing):
+            length = torch.empty(1, dtype=torch.int64)
+            self._receive_into(length, doing)
+            data = torch.empty(int(length.item()), dtype=torch.uint8)
+            self._receive_into(data, doing)
         self.bytes_received += 8 + data.numel()
         return pickle.loads(data.numpy())
 
@@ -90,6 +118,18 @@ class Link:
     def _check(self) -> None:
         if self.failure is not None:
             raise self.failure
+
+    @contextlib.contextmanager
+    def _whole(self, doing: str):
+        """A message interrupted between its parts (an exception from outside, in a thread that
+        cannot hold signals) leaves the pair out of step: the link is given up."""
+        try:
+            yield
+        except BaseException:
+            if self.failure is None:
+                self.failure = RankFailure(f"the message with rank {self.peer} ({self.name}) was interrupted midway "
+                                           f"while {doing}; that link is given up", self.peer)
+            raise
 
     @contextlib.contextmanager
     def _failing(self, doing: str):

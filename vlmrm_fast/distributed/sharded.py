@@ -17,7 +17,7 @@ import gymnasium
 import numpy as np
 from stable_baselines3.common.vec_env import VecEnv
 
-from vlmrm_fast.distributed.channel import Link, RankFailure
+from vlmrm_fast.distributed.channel import Link, RankFailure, signals_held
 from vlmrm_fast.distributed.launch import DEFAULT_TIMEOUT, Launch, LayoutError, join, plan_shards, shard_device
 from vlmrm_fast.distributed.protocol import CLOSE, Call, Refuse, Reply, ShardSpec
 from vlmrm_fast.vec_env import check_actions
@@ -152,8 +152,9 @@ class ShardedVecEnv(VecEnv):
             raise RuntimeError("the sharded env is closed")
         self._drain()
         for rank, message in messages.items():
-            self._links[rank].send(message)
-            self._awaiting.add(rank)
+            with signals_held():
+                self._links[rank].send(message)
+                self._awaiting.add(rank)
 
     def _complete(self, local: Call | None, doing: str = "answering") -> dict[int, Any]:
         """Runs ``local`` on rank 0's envs, then reads every awaited reply; returns the results by rank.
@@ -167,11 +168,12 @@ class ShardedVecEnv(VecEnv):
                 local_error = error
         failure: RankFailure | None = None
         for rank in sorted(self._awaiting):
-            try:
-                outcomes[rank] = self._links[rank].receive(doing)
-            except RankFailure as error:
-                failure = failure or error
-            self._awaiting.discard(rank)
+            with signals_held():
+                try:
+                    outcomes[rank] = self._links[rank].receive(doing)
+                except RankFailure as error:
+                    failure = failure or error
+                self._awaiting.discard(rank)
         if failure is not None:
             raise failure
         if local_error is not None:
@@ -185,11 +187,12 @@ class ShardedVecEnv(VecEnv):
 
     def _drain(self) -> None:
         for rank in sorted(self._awaiting):
-            try:
-                self._links[rank].receive("finishing an interrupted call")
-            except RankFailure:
-                pass  # kept by the link: its next use raises it
-            self._awaiting.discard(rank)
+            with signals_held():
+                try:
+                    self._links[rank].receive("finishing an interrupted call")
+                except RankFailure:
+                    pass  # kept by the link: its next use raises it
+                self._awaiting.discard(rank)
 
     def _each(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         return self._call({shard.rank: Call(method, args, kwargs) for shard in self.shards})
@@ -264,17 +267,18 @@ class ShardedVecEnv(VecEnv):
         self._closed = True
         try:
             self._drain()
-            live = [link for link in self._links.values() if link.failure is None]
-            for link in live:
-                try:
-                    link.send(CLOSE)
-                except RankFailure:
-                    pass
-            for link in live:
-                try:
-                    link.receive("closing")
-                except RankFailure:
-                    pass
+            with signals_held():
+                live = [link for link in self._links.values() if link.failure is None]
+                for link in live:
+                    try:
+                        link.send(CLOSE)
+                    except RankFailure:
+                        pass
+                for link in live:
+                    try:
+                        link.receive("closing")
+                    except RankFailure:
+                        pass
         finally:
             if self._local is not None:
                 self._local.close()
