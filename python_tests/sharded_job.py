@@ -117,6 +117,25 @@ def run_refusal(out: pathlib.Path, rank: int) -> None:
         (out / f"refusal_rank{rank}.txt").write_text(str(error))
 
 
+def run_build_error(out: pathlib.Path, rank: int) -> None:
+    """Rank 1 cannot build its envs: rank 0 raises that error, naming rank 1; every rank then closes."""
+    from vlmrm_fast.distributed import ShardedVecEnv, serve_shard
+    from vlmrm_fast.distributed.protocol import ShardSpec
+
+    try:
+        if rank == 0:
+            ShardedVecEnv("cartpole", 2, timeout=TIMEOUT, **env_kwargs("cartpole"))
+        else:
+            build = ShardSpec.build
+            ShardSpec.build = lambda self: (_ for _ in ()).throw(RuntimeError("no EGL device here"))
+            try:
+                serve_shard(timeout=TIMEOUT)
+            finally:
+                ShardSpec.build = build
+    except RuntimeError as error:
+        (out / f"build_error_rank{rank}.txt").write_text("\n".join([str(error), *getattr(error, "__notes__", [])]))
+
+
 def run_failure(out: pathlib.Path, rank: int, die_at: int | None, hang_at: int | None, timeout: float) -> None:
     """Rank 1 dies or hangs mid-run; rank 0 must stop with an error naming it."""
     from vlmrm_fast.distributed import ShardedVecEnv, serve_shard
@@ -162,6 +181,8 @@ def main() -> None:
             run_routing(args.out, rank)
         elif case == "refusal":
             run_refusal(args.out, rank)
+        elif case == "build_error":
+            run_build_error(args.out, rank)
         elif case == "failure":
             run_failure(args.out, rank, args.die_at, args.hang_at, args.timeout)
         else:

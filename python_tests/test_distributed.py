@@ -66,7 +66,7 @@ def assert_same_run(out: pathlib.Path, case: str) -> None:
 def two_rank_job(tmp_path_factory):
     """One torchrun job of 2 ranks running every case in turn (each case its own sharded env)."""
     out = tmp_path_factory.mktemp("sharded")
-    cases = [*sharded_job.TRAJECTORIES, "routing", "refusal"]
+    cases = [*sharded_job.TRAJECTORIES, "routing", "refusal", "build_error"]
     result = run_python([*TORCHRUN, "--standalone", "--nproc-per-node", "2", JOB, str(out), *cases], env=THREADS, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     return out, result.stdout
@@ -97,6 +97,13 @@ def test_more_ranks_than_envs_is_refused_on_every_rank(two_rank_job):
     for rank in (0, 1):
         message = (two_rank_job[0] / f"refusal_rank{rank}.txt").read_text()
         assert "the job has 2 ranks but n_envs=1" in message and "launch at most 1 rank" in message
+
+
+def test_a_rank_that_cannot_build_its_envs_stops_the_job(two_rank_job):
+    for rank in (0, 1):
+        message = (two_rank_job[0] / f"build_error_rank{rank}.txt").read_text()
+        assert message.startswith("no EGL device here")
+    assert "raised on rank 1 (env 1 on" in (two_rank_job[0] / "build_error_rank0.txt").read_text()
 
 
 def test_two_nodes_on_localhost(tmp_path):

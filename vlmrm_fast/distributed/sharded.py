@@ -64,6 +64,15 @@ def _concat(parts: Sequence[Any]) -> Any:
     return np.concatenate(parts)
 
 
+def lay_out(task: str, num_envs: int, device: str, seed: int | None, env_kwargs: dict, launches: list[Launch]) -> list[ShardSpec]:
+    """Each rank's envs, device and seed (env ``i`` of the run: ``seed + i``); :class:`LayoutError` if the job cannot run."""
+    ranges = plan_shards(num_envs, len(launches))
+    return [
+        ShardSpec(task, envs, shard_device(device, launch), None if seed is None else seed + envs.start, env_kwargs)
+        for envs, launch in zip(ranges, launches)
+    ]
+
+
 class ShardedVecEnv(VecEnv):
     """``num_envs`` envs of ``task`` split over the ranks of a torchrun job; built on rank 0,
     while every other rank runs :func:`~vlmrm_fast.distributed.serve_shard`.
@@ -101,10 +110,12 @@ class ShardedVecEnv(VecEnv):
         try:
             launches = [self.launch] + [launch for _, launch in sorted(self._complete(None, "joining").items())]
             try:
-                specs = self._lay_out(task, int(num_envs), device, seed, env_kwargs, launches)
+                specs = lay_out(task, int(num_envs), device, seed, env_kwargs, launches)
             except LayoutError as refusal:
                 self._refuse(str(refusal))
                 raise
+            for rank, link in self._links.items():
+                link.name = f"{envs_text(specs[rank].envs)} on {launches[rank].host}"
             self._post({rank: spec for rank, spec in enumerate(specs) if rank != 0})
             self._local = specs[0].build()
             devices = {0: str(self._local.reward_model.device), **self._complete(None, "building its envs")}
@@ -114,8 +125,6 @@ class ShardedVecEnv(VecEnv):
             self.close()
             raise
         self.shards = [Shard(r, spec.envs, devices[r], launches[r].host) for r, spec in enumerate(specs)]
-        for shard in self.shards[1:]:
-            self._links[shard.rank].name = f"{envs_text(shard.envs)} on {shard.host}"
         super().__init__(int(num_envs), self._local.observation_space, self._local.action_space)
         self.render_mode = "rgb_array"
         if verbose:
@@ -124,13 +133,6 @@ class ShardedVecEnv(VecEnv):
                 print("  " + shard.describe())
 
     # ------------------------------------------------------------------ layout
-    def _lay_out(self, task, num_envs, device, seed, env_kwargs, launches: list[Launch]) -> list[ShardSpec]:
-        ranges = plan_shards(num_envs, len(launches))
-        return [
-            ShardSpec(task, envs, shard_device(device, launch), None if seed is None else seed + envs.start, env_kwargs)
-            for envs, launch in zip(ranges, launches)
-        ]
-
     def _refuse(self, message: str) -> None:
         """Tells every serving rank why the job cannot run (they raise it too), then leaves."""
         self._closed = True
