@@ -21,6 +21,14 @@ import torch.distributed as dist
 DEFAULT_TIMEOUT = dist.default_pg_timeout
 
 
+def as_timeout(timeout: datetime.timedelta | float) -> datetime.timedelta:
+    """Seconds or a timedelta -> a positive timedelta."""
+    seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
+    if not seconds > 0:
+        raise ValueError(f"timeout must be positive (seconds or a timedelta), got {timeout!r}")
+    return datetime.timedelta(seconds=seconds)
+
+
 class LayoutError(ValueError):
     """The job cannot be laid out (more ranks than envs, fewer GPUs than ranks on a node); raised
     on every rank before any env is built."""

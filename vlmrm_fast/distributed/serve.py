@@ -13,9 +13,8 @@ import sys
 import threading
 
 from vlmrm_fast.distributed.channel import Link
-from vlmrm_fast.distributed.launch import DEFAULT_TIMEOUT, Launch, LayoutError, join
+from vlmrm_fast.distributed.launch import DEFAULT_TIMEOUT, Launch, LayoutError, as_timeout, join
 from vlmrm_fast.distributed.protocol import Call, Refuse, Reply, ShardSpec, answer
-from vlmrm_fast.distributed.sharded import as_timeout
 
 
 def _is_close(message) -> bool:

@@ -18,7 +18,7 @@ import numpy as np
 from stable_baselines3.common.vec_env import VecEnv
 
 from vlmrm_fast.distributed.channel import Link, RankFailure, signals_held
-from vlmrm_fast.distributed.launch import DEFAULT_TIMEOUT, Launch, LayoutError, join, plan_shards, shard_device
+from vlmrm_fast.distributed.launch import DEFAULT_TIMEOUT, Launch, LayoutError, as_timeout, join, plan_shards, shard_device
 from vlmrm_fast.distributed.protocol import CLOSE, Call, Refuse, Reply, ShardSpec
 from vlmrm_fast.vec_env import check_actions
 
@@ -45,13 +45,6 @@ class Shard:
 
 def envs_text(envs: range) -> str:
     return f"env {envs.start}" if len(envs) == 1 else f"envs {envs.start}-{envs.stop - 1}"
-
-
-def as_timeout(timeout: datetime.timedelta | float) -> datetime.timedelta:
-    seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
-    if not seconds > 0:
-        raise ValueError(f"timeout must be positive (seconds or a timedelta), got {timeout!r}")
-    return datetime.timedelta(seconds=seconds)
 
 
 def _concat(parts: Sequence[Any]) -> Any:

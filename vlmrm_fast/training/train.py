@@ -24,6 +24,7 @@ from stable_baselines3.common.vec_env import VecMonitor
 
 from vlmrm_fast.distributed import jobs as distributed_jobs
 from vlmrm_fast.distributed.channel import RankFailure
+from vlmrm_fast.distributed.launch import LayoutError
 from vlmrm_fast.training.callbacks import EpisodeBatchRewards, EpisodeStats, PolicyVideo, RewardLogger, RolloutCheckpoints
 from vlmrm_fast.training.config import ConfigError, TrainConfig, load_config
 
@@ -188,4 +189,7 @@ def _main(args: argparse.Namespace) -> int:
         return train(cfg, resume=args.resume)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    except LayoutError as exc:  # under torchrun: more ranks than envs, or than GPUs
+        print(f"the job cannot run: {exc}", file=sys.stderr)
         return 2
