@@ -27,6 +27,10 @@
 #                         random weights: FP8 and fp16 against bf16                        (~2-5 min)
 #   e2e MODEL [N..]       bench/run.py at 224 px, N envs (default 64), renderers egl and warp,
 #                         one range and the pipelined step side by side                      (~3-8 min)
+#   distributed [MODEL] [N]  bench/bench_distributed.py: 2 torchrun ranks sharing GPU 0 against one
+#                         process, N envs (default B32, 64) at 224 px: bytes per step, the gather's
+#                         overhead, message round trips; then device=auto on 2 ranks and 1 GPU must
+#                         be refused on both ranks before any env is built                    (~2-4 min)
 # MODEL: B32, B16, L14, H14, bigG (or an open_clip name). Give one batch size / one N per call for
 # ViT-L-14 and up. compile-time and profile take PRECISION="bf16 fp8" (the default) from the environment.
 # FP8 needs torchao on the machine: it is in the prepare.sh line above (an sm_89+ GPU: H100, H200).
@@ -206,5 +210,14 @@ case "$step" in
     setup; build
     python3 -P bench/run.py --models "$model" --num-envs "${@:-64}" --resolutions "${RES:-224}" \
       --renderers egl warp --pipeline-chunks 1 auto --out "$out/e2e_$model.json" 2>&1 | tee "$out/e2e_$model.log" ;;
-  *) sed -n '2,34p' "$0"; exit 2 ;;
+  distributed)
+    model=$(model_name "${1:-B32}")
+    setup; build
+    python3 -P -m torch.distributed.run --standalone --nproc-per-node 2 bench/bench_distributed.py --device cuda:0 \
+      --model "$model" --num-envs "${2:-64}" --render-size "${RES:-224}" --out "$out/distributed_$model.json" 2>&1 \
+      | tee "$out/distributed_$model.log"
+    echo "--- device=auto, 2 ranks, $(nvidia-smi -L | wc -l) GPU(s): expect 'runs 2 ranks but shows 1 GPU(s)' on both ranks"
+    { python3 -P -m torch.distributed.run --standalone --nproc-per-node 2 bench/bench_distributed.py --device auto \
+      --model "$model" --num-envs 4 --steps 1 || true; } 2>&1 | grep -E "LayoutError|GPU\(s\)" | tee "$out/distributed_refusal.log" ;;
+  *) sed -n '2,38p' "$0"; exit 2 ;;
 esac

@@ -8,7 +8,6 @@ instead of spelling the same dozen arguments out in each signature.
 from __future__ import annotations
 
 import dataclasses
-import types
 from typing import Any, Mapping
 
 from vlmrm_fast.checks import positive_int
@@ -35,7 +34,7 @@ class RewardModelSpec:
     cache_dir: str | None = None
     seed: int = 0
     resize_mode: str | None = None
-    encoder_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    encoder_options: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
@@ -48,7 +47,7 @@ class RewardModelSpec:
                 raise ValueError("give either target_prompts/baseline_prompts/alpha or tasks=[...], not both")
             object.__setattr__(self, "tasks", tuple(as_reward_tasks(self.tasks)))
         object.__setattr__(self, "batch_size", positive_int(self.batch_size, "batch_size", allow_none=True))
-        object.__setattr__(self, "encoder_options", types.MappingProxyType(dict(self.encoder_options)))
+        object.__setattr__(self, "encoder_options", dict(self.encoder_options))  # a copy (a spec pickles to other ranks)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> "RewardModelSpec":

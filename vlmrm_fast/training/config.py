@@ -51,6 +51,7 @@ class EnvConfig:
     physics: str = "auto"               # "batch" (MuJoCo tasks in the batch engine), "gym" (gymnasium envs) or auto
     renderer: str = "egl"               # MuJoCo tasks: "egl" (mujoco.Renderer's pixels) or "warp" (MuJoCo Warp)
     pipeline_chunks: Any = "auto"       # ranges of envs a step is scored in while the next is simulated
+    rank_timeout: int = 1800            # seconds; under torchrun, how long a rank waits for another before it stops
 
 
 @dataclasses.dataclass
@@ -173,6 +174,12 @@ def validate(cfg: TrainConfig) -> TrainConfig:
             raise ConfigError("reward.also_score: scored at each step; not with reward.episode_batch: true")
     e = cfg.env
     _positive_int(e.n_envs, "env.n_envs")
+    _positive_int(e.rank_timeout, "env.rank_timeout")
+    from vlmrm_fast.distributed.launch import launched
+
+    if r.episode_batch and launched():
+        raise ConfigError("reward.episode_batch: not with several torchrun ranks (frames stay on the rank that drew them, "
+                          "which scores them every step); set it to false")
     if e.renderer not in ("egl", "warp"):
         raise ConfigError(f"env.renderer: {e.renderer!r} is not one of egl, warp")
     if e.pipeline_chunks != "auto":

@@ -41,6 +41,9 @@ from vlmrm_fast.training.callbacks import (
     TrainingControl,
     TrainingProgress,
 )
+from vlmrm_fast.distributed import jobs as distributed_jobs
+from vlmrm_fast.distributed.channel import RankFailure
+from vlmrm_fast.distributed.launch import LayoutError
 from vlmrm_fast.training.config import ConfigError, TrainConfig, algorithm_kwargs, load_config, resolved, run_identity
 from vlmrm_fast.training.run_folder import CONFIG_FILE, FINAL_MODEL, RunFolder, RunFolderError, identity_hash, plain
 from vlmrm_fast.training.signals import StopRequest
@@ -50,10 +53,8 @@ EXIT_DONE, EXIT_CRASHED, EXIT_REFUSED = 0, 1, 2
 
 
 def make_env(cfg: TrainConfig):
-    from vlmrm_fast.vec_env import FastVLMRewardVecEnv
-
     e = cfg.env
-    return FastVLMRewardVecEnv(
+    return distributed_jobs.make_vec_env(  # under torchrun: the envs split over the ranks
         cfg.task,
         e.n_envs,
         reward_spec=reward_spec(cfg),
@@ -65,6 +66,7 @@ def make_env(cfg: TrainConfig):
         pipeline_chunks=e.pipeline_chunks,
         env_reward_weight=cfg.reward.env_reward_weight,
         defer_rewards=cfg.reward.episode_batch,
+        timeout=e.rank_timeout,
     )
 
 
@@ -185,6 +187,8 @@ def _prepare_resumed(model: BaseAlgorithm, cfg: TrainConfig) -> None:
 def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, allow_empty_replay_buffer: bool = False) -> int:
     """Trains as the config says; returns the exit code (module docstring). Expected failures
     (ConfigError, RunFolderError, a missing model, ...) raise before anything is written."""
+    if distributed_jobs.serving_rank():  # torchrun rank != 0: step, render and score envs for rank 0; write nothing
+        return distributed_jobs.serve_for_training(cfg.env.rank_timeout)
     cfg = resolved(cfg)
     algorithm_kwargs(cfg)
     lock = RunFolder(cfg.run_dir).lock()
@@ -275,6 +279,11 @@ def _run(cfg: TrainConfig, model: BaseAlgorithm, venv, stats: EpisodeStats, fold
         if remaining > 0:
             learn_kwargs = {"log_interval": None} if episode_batch else {}
             model.learn(total_timesteps=remaining, callback=control, reset_num_timesteps=not resumed, **learn_kwargs)
+    except RankFailure as exc:  # another rank died or hung: this rank's model and buffer are whole, keep them
+        progress.close()
+        saved = save("interrupted_", "another rank failed")
+        print(f"\n{exc}\nsaved {saved.model} at {model.num_timesteps} steps; continue with --resume", file=sys.stderr)
+        return EXIT_CRASHED
     except BaseException as exc:
         # The state mid-step may be inconsistent: no checkpoint of it; the ones on disk are whole.
         progress.close()
@@ -349,6 +358,9 @@ def _main(args: argparse.Namespace) -> int:
         return EXIT_REFUSED
     except RunFolderError as exc:
         print(f"vlmrm-fast train: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    except LayoutError as exc:  # under torchrun: more ranks than envs, or than GPUs
+        print(f"vlmrm-fast train: the job cannot run: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     except KeyboardInterrupt as exc:
         if getattr(exc, "during_training", False):

@@ -1,0 +1,193 @@
+"""A sharded job for the tests: run on every rank (by torchrun, or as processes given torchrun's variables).
+
+    python -m torch.distributed.run --nproc-per-node 2 python_tests/sharded_job.py OUT CASE [CASE ...]
+
+Rank 0 builds a ShardedVecEnv per case and writes OUT/<case>.npz (a trajectory, see
+``trajectory``) or OUT/<case>.json; the other ranks serve. ``--die-at K`` / ``--hang-at K``
+make rank 1 kill itself / stop answering at its K-th step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import signal
+import time
+
+import numpy as np
+
+TIMEOUT = 60.0
+
+# (task, num_envs, steps): cartpole takes the gymnasium path, the humanoid the batch engine
+TRAJECTORIES = {
+    "humanoid": ("humanoid-kneeling", 4, 8),
+    "cartpole": ("cartpole", 4, 8),
+    "uneven": ("humanoid-kneeling", 5, 8),  # 3 envs on rank 0, 2 on rank 1
+}
+
+
+def env_kwargs(task: str) -> dict:
+    """Small frames, short episodes (so that steps end episodes), the tiny CLIP on the CPU."""
+    kwargs = {"model": "vlmrm-tiny", "alpha": 0.5, "device": "cpu", "episode_length": 5, "seed": 3}
+    if task.startswith("humanoid"):
+        kwargs["render_size"] = 32
+    return kwargs
+
+
+def trajectory(env, steps: int) -> dict[str, np.ndarray]:
+    """What rank 0 sees over ``steps`` steps of seeded random actions: observations, rewards, dones,
+    the env rewards and the terminal observations (zeros where no episode ended)."""
+    rng = np.random.default_rng(11)
+    space = env.action_space
+    record: dict[str, list] = {"obs": [env.reset()], "rewards": [], "dones": [], "gt": [], "terminal": [], "actions": []}
+    for _ in range(steps):
+        if hasattr(space, "n"):
+            actions = rng.integers(0, space.n, size=env.num_envs)
+        else:
+            actions = rng.uniform(space.low, space.high, size=(env.num_envs,) + space.shape).astype(space.dtype)
+        obs, rewards, dones, infos = env.step(actions)
+        record["actions"].append(actions)
+        record["obs"].append(obs)
+        record["rewards"].append(rewards)
+        record["dones"].append(dones)
+        record["gt"].append([info["gt_reward"] for info in infos])
+        record["terminal"].append([info.get("terminal_observation", np.zeros_like(obs[0])) for info in infos])
+    return {key: np.asarray(value) for key, value in record.items()}
+
+
+def run_trajectory(case: str, out: pathlib.Path, rank: int) -> None:
+    from vlmrm_fast.distributed import ShardedVecEnv, serve_shard
+
+    task, num_envs, steps = TRAJECTORIES[case]
+    if rank != 0:
+        serve_shard(timeout=TIMEOUT)
+        return
+    env = ShardedVecEnv(task, num_envs, timeout=TIMEOUT, **env_kwargs(task))
+    try:
+        result = trajectory(env, steps)
+        traffic = env.traffic
+        result["bytes_per_step"] = np.array([traffic["sent"], traffic["received"]]) / (steps + 1)
+        result["layout"] = np.array([s.describe() for s in env.shards])
+    finally:
+        env.close()
+    np.savez(out / f"{case}.npz", **result)
+
+
+def run_routing(out: pathlib.Path, rank: int) -> None:
+    """Per-env calls go to the rank that owns each env, errors come back with their type."""
+    from vlmrm_fast.distributed import ShardedVecEnv, serve_shard
+
+    if rank != 0:
+        serve_shard(timeout=TIMEOUT)
+        return
+    env = ShardedVecEnv("humanoid-kneeling", 3, timeout=TIMEOUT, verbose=0, **env_kwargs("humanoid-kneeling"))
+    report = {}
+    try:
+        report["seeds"] = list(env.seed(100))
+        env.reset()
+        env.set_attr("tag", "far", indices=[2, 1])
+        report["tags"] = env.get_attr("tag", indices=[1, 2])
+        report["index_of"] = env.get_attr("index", indices=[2, 0, 1])  # each env's index in its rank's shard
+        report["qpos_rows"] = len(env.env_method("render", indices=[2]))
+        report["wrapped"] = env.env_is_wrapped(object)
+        report["images"] = len(env.get_images())
+        report["has_missing"] = env.has_attr("no_such_attribute")
+        try:
+            env.get_attr("no_such_attribute", indices=[2])
+        except AttributeError as error:
+            report["error_notes"] = list(getattr(error, "__notes__", []))
+        env.reset()  # the run goes on after a remote error
+    finally:
+        env.close()
+    (out / "routing.json").write_text(json.dumps(report))
+
+
+def run_refusal(out: pathlib.Path, rank: int) -> None:
+    """More ranks than envs: every rank raises the same LayoutError before any env is built."""
+    from vlmrm_fast.distributed import LayoutError, ShardedVecEnv, serve_shard
+
+    try:
+        if rank == 0:
+            ShardedVecEnv("cartpole", 1, timeout=TIMEOUT, **env_kwargs("cartpole"))
+        else:
+            serve_shard(timeout=TIMEOUT)
+    except LayoutError as error:
+        (out / f"refusal_rank{rank}.txt").write_text(str(error))
+
+
+def run_build_error(out: pathlib.Path, rank: int) -> None:
+    """Rank 1 cannot build its envs: rank 0 raises that error, naming rank 1; every rank then closes."""
+    from vlmrm_fast.distributed import ShardedVecEnv, serve_shard
+    from vlmrm_fast.distributed.protocol import ShardSpec
+
+    try:
+        if rank == 0:
+            ShardedVecEnv("cartpole", 2, timeout=TIMEOUT, **env_kwargs("cartpole"))
+        else:
+            build = ShardSpec.build
+            ShardSpec.build = lambda self: (_ for _ in ()).throw(RuntimeError("no EGL device here"))
+            try:
+                serve_shard(timeout=TIMEOUT)
+            finally:
+                ShardSpec.build = build
+    except RuntimeError as error:
+        (out / f"build_error_rank{rank}.txt").write_text("\n".join([str(error), *getattr(error, "__notes__", [])]))
+
+
+def run_failure(out: pathlib.Path, rank: int, die_at: int | None, hang_at: int | None, timeout: float) -> None:
+    """Rank 1 dies or hangs mid-run; rank 0 must stop with an error naming it."""
+    from vlmrm_fast.distributed import ShardedVecEnv, serve_shard
+    from vlmrm_fast.vec_env import FastVLMRewardVecEnv
+
+    if rank != 0:
+        stepped = 0
+        step = FastVLMRewardVecEnv.step_wait
+
+        def failing_step(self):
+            nonlocal stepped
+            stepped += 1
+            if stepped == die_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if stepped == hang_at:
+                time.sleep(3600)
+            return step(self)
+
+        FastVLMRewardVecEnv.step_wait = failing_step
+        serve_shard(timeout=3600)
+        return
+    env = ShardedVecEnv("cartpole", 2, timeout=timeout, verbose=0, **env_kwargs("cartpole"))
+    env.reset()
+    (out / "started").write_text(str(time.time()))
+    for _ in range(50):
+        env.step(np.zeros(2, dtype=np.int64))
+    env.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=pathlib.Path)
+    parser.add_argument("cases", nargs="+")
+    parser.add_argument("--die-at", type=int)
+    parser.add_argument("--hang-at", type=int)
+    parser.add_argument("--timeout", type=float, default=TIMEOUT)
+    args = parser.parse_args()
+    rank = int(os.environ["RANK"])
+    for case in args.cases:
+        if case in TRAJECTORIES:
+            run_trajectory(case, args.out, rank)
+        elif case == "routing":
+            run_routing(args.out, rank)
+        elif case == "refusal":
+            run_refusal(args.out, rank)
+        elif case == "build_error":
+            run_build_error(args.out, rank)
+        elif case == "failure":
+            run_failure(args.out, rank, args.die_at, args.hang_at, args.timeout)
+        else:
+            raise SystemExit(f"unknown case {case!r}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""The envs split over torch.distributed ranks (gloo on the CPU) against one process, bit for bit;
+two "nodes" on 127.0.0.1; a dead and a hung rank named; refusals; `vlmrm-fast train` under torchrun.
+
+Jobs run python_tests/sharded_job.py in child processes (torchrun, or plain processes given
+torchrun's variables where the test must control each rank's process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+import sharded_job
+import vlmrm_fast
+from child_process import run_python
+from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model
+from vlmrm_fast.distributed import Launch, LayoutError, ShardedVecEnv, plan_shards, shard_device
+
+JOB = str(pathlib.Path(sharded_job.__file__))
+TORCHRUN = ["-m", "torch.distributed.run"]
+# The same torch thread count in every process as in this one (torchrun would set 1 per rank).
+THREADS = {"OMP_NUM_THREADS": str(torch.get_num_threads())}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child_env(extra: dict) -> dict:
+    """This process's environment with the tested package on PYTHONPATH (as run_python gives it)."""
+    package_root = str(pathlib.Path(vlmrm_fast.__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **THREADS, **extra}
+
+
+def single_process(case: str) -> dict[str, np.ndarray]:
+    task, num_envs, steps = sharded_job.TRAJECTORIES[case]
+    env = FastVLMRewardVecEnv(task, num_envs, **sharded_job.env_kwargs(task))
+    try:
+        return sharded_job.trajectory(env, steps)
+    finally:
+        env.close()
+
+
+def assert_same_run(out: pathlib.Path, case: str) -> None:
+    sharded = np.load(out / f"{case}.npz")
+    reference = single_process(case)
+    assert reference["dones"].any(), "the steps end episodes (terminal observations compared too)"
+    for key, expected in reference.items():
+        np.testing.assert_array_equal(sharded[key], expected, err_msg=f"{case}: {key}")
+
+
+@pytest.fixture(scope="module")
+def two_rank_job(tmp_path_factory):
+    """One torchrun job of 2 ranks running every case in turn (each case its own sharded env)."""
+    out = tmp_path_factory.mktemp("sharded")
+    cases = [*sharded_job.TRAJECTORIES, "routing", "refusal", "build_error"]
+    result = run_python([*TORCHRUN, "--standalone", "--nproc-per-node", "2", JOB, str(out), *cases], env=THREADS, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    return out, result.stdout
+
+
+@pytest.mark.parametrize("case", list(sharded_job.TRAJECTORIES))
+def test_two_ranks_equal_one_process(two_rank_job, case):
+    """humanoid: the batch engine; cartpole: gymnasium envs; uneven: 5 envs as 3 + 2."""
+    out, stdout = two_rank_job
+    assert_same_run(out, case)
+    layout = list(np.load(out / f"{case}.npz")["layout"])
+    if case == "uneven":
+        assert layout[0].endswith("envs 0-2") and layout[1].endswith("envs 3-4") and layout[1].startswith("rank 1 (cpu on ")
+    assert "\n".join(f"  {line}" for line in layout) in stdout, "the run prints its layout, one line per rank"
+
+
+def test_per_env_calls_go_to_the_rank_that_holds_the_env(two_rank_job):
+    report = json.loads((two_rank_job[0] / "routing.json").read_text())
+    assert report["seeds"] == [100, 101, 102]
+    assert report["tags"] == ["far", "far"]
+    assert report["index_of"] == [0, 0, 1], "env 2 is env 0 of rank 1's shard; envs 0 and 1 are rank 0's"
+    assert report["qpos_rows"] == 1 and report["images"] == 3 and report["wrapped"] == [False] * 3
+    assert report["has_missing"] is False, "an AttributeError on a serving rank stays an AttributeError"
+    assert any("raised on rank 1 (env 2 on" in note for note in report["error_notes"])
+
+
+def test_more_ranks_than_envs_is_refused_on_every_rank(two_rank_job):
+    for rank in (0, 1):
+        message = (two_rank_job[0] / f"refusal_rank{rank}.txt").read_text()
+        assert "the job has 2 ranks but n_envs=1" in message and "launch at most 1 rank" in message
+
+
+def test_a_rank_that_cannot_build_its_envs_stops_the_job(two_rank_job):
+    for rank in (0, 1):
+        message = (two_rank_job[0] / f"build_error_rank{rank}.txt").read_text()
+        assert message.startswith("no EGL device here")
+    assert "raised on rank 1 (env 1 on" in (two_rank_job[0] / "build_error_rank0.txt").read_text()
+
+
+def test_two_nodes_on_localhost(tmp_path):
+    """Two torchrun launchers, one rank each, meeting at a rendezvous endpoint on 127.0.0.1."""
+    endpoint = f"127.0.0.1:{free_port()}"
+    command = [sys.executable, *TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+               "--rdzv-endpoint", endpoint, "--rdzv-id", "two-nodes", JOB, str(tmp_path), "humanoid"]
+    nodes = [subprocess.Popen(command, env=child_env({}), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [node.communicate(timeout=300) for node in nodes]
+    for node, (stdout, stderr) in zip(nodes, outputs):
+        assert node.returncode == 0, stdout[-3000:] + stderr[-6000:]
+    assert_same_run(tmp_path, "humanoid")
+
+
+def start_ranks(out: pathlib.Path, *args: str) -> list[subprocess.Popen]:
+    """Two ranks as plain processes with torchrun's variables, so that the test owns each one."""
+    out.mkdir()
+    base = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    return [
+        subprocess.Popen([sys.executable, JOB, str(out), "failure", *args],
+                         env=child_env({**base, "RANK": str(rank), "LOCAL_RANK": str(rank)}),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for rank in (0, 1)
+    ]
+
+
+def test_a_dead_or_hung_rank_is_named_by_the_survivor(tmp_path):
+    """Rank 1 is killed at its third step (rank 0 waits up to 60 s), or hangs there (rank 0 waits
+    3 s): rank 0 stops with an error naming rank 1, at once / after its timeout. Both jobs run at once."""
+    killed = start_ranks(tmp_path / "killed", "--die-at", "3", "--timeout", "60")
+    hung = start_ranks(tmp_path / "hung", "--hang-at", "3", "--timeout", "3")
+    try:
+        stderr, elapsed = {}, {}
+        for name, (rank0, _) in {"killed": killed, "hung": hung}.items():
+            stderr[name] = rank0.communicate(timeout=120)[1]
+            elapsed[name] = time.time() - float((tmp_path / name / "started").read_text())
+    finally:
+        for process in killed + hung:
+            if process.poll() is None:
+                process.kill()  # the hung rank, asleep in its step
+            process.communicate()
+    assert killed[1].returncode == -9 and killed[0].returncode != 0 and hung[0].returncode != 0
+    assert "RankFailure: rank 1 (env 1 on" in stderr["killed"] and "closed its connection: its process died" in stderr["killed"], stderr["killed"][-3000:]
+    assert elapsed["killed"] < 60, "the survivor stops at once, well within its timeout"
+    assert "RankFailure: rank 1 (env 1 on" in stderr["hung"] and "did not answer within 3 s" in stderr["hung"], stderr["hung"][-3000:]
+    assert 3 <= elapsed["hung"] < 60
+
+
+def test_layout_split_devices_and_refusals():
+    assert plan_shards(5, 2) == [range(0, 3), range(3, 5)]
+    assert plan_shards(4, 4) == [range(i, i + 1) for i in range(4)]
+    with pytest.raises(LayoutError, match="the job has 3 ranks but n_envs=2"):
+        plan_shards(2, 3)
+    node = Launch(rank=5, world_size=8, local_rank=1, local_world_size=4, host="node-b", gpus=4)
+    assert shard_device("auto", node) == "cuda:1"
+    assert shard_device("cuda", node) == "cuda:1"
+    assert shard_device("cuda:0", node) == "cuda:0", "an explicit device is kept: ranks may share a GPU on purpose"
+    assert shard_device("cpu", node) == "cpu"
+    short = Launch(rank=3, world_size=4, local_rank=3, local_world_size=4, host="node-a", gpus=2)
+    with pytest.raises(LayoutError, match="node node-a runs 4 ranks but shows 2 GPU.*--nproc-per-node 2.*device='cuda:0'"):
+        shard_device("auto", short)
+    assert shard_device("auto", Launch(gpus=0)) == "cpu"
+    with pytest.raises(LayoutError, match="device='cuda' but torch sees no GPU"):
+        shard_device("cuda", Launch(gpus=0))
+
+
+def test_one_process_sharded_env_is_the_plain_env():
+    """Without torchrun the sharded env is one rank holding every env (no group is made)."""
+    kwargs = sharded_job.env_kwargs("cartpole")
+    sharded = ShardedVecEnv("cartpole", 2, verbose=0, **kwargs)
+    plain = FastVLMRewardVecEnv("cartpole", 2, **kwargs)
+    try:
+        assert [s.describe().split(": ")[1] for s in sharded.shards] == ["envs 0-1"]
+        np.testing.assert_array_equal(sharded.reset(), plain.reset())
+        for a, b in zip(sharded.step(np.array([0, 1])), plain.step(np.array([0, 1]))):
+            if isinstance(a, np.ndarray):
+                np.testing.assert_array_equal(a, b)
+        assert sharded.traffic == {"sent": 0, "received": 0}
+    finally:
+        sharded.close()
+        plain.close()
+    sharded.close()  # closing twice is harmless
+
+
+def test_arguments_that_cannot_travel_are_refused():
+    rm = load_reward_model("vlmrm-tiny", target_prompts="a pole", device="cpu")
+    with pytest.raises(ValueError, match="reward_model= is not supported: a loaded model cannot be shared"):
+        ShardedVecEnv("cartpole", 2, reward_model=rm)
+    with pytest.raises(ValueError, match="defer_rewards= is not supported"):
+        ShardedVecEnv("cartpole", 2, model="vlmrm-tiny", defer_rewards=True)
+    with pytest.raises(ValueError, match="must pickle"):
+        ShardedVecEnv("cartpole", 2, model="vlmrm-tiny", env_kwargs={"hook": lambda: None})
+
+
+def test_train_under_torchrun(tmp_path):
+    """`vlmrm-fast train` on 2 ranks: rank 0 learns and alone writes the run; rank 1 serves and exits 0."""
+    config = {
+        "task": "cartpole",
+        "seed": 1,
+        "output_dir": str(tmp_path / "run"),
+        "reward": {"model": "vlmrm-tiny", "device": "cpu"},
+        "env": {"n_envs": 3, "episode_length": 10, "rank_timeout": 120},
+        "rl": {"algorithm": "DQN", "total_timesteps": 60, "device": "cpu", "kwargs": {"learning_starts": 30, "batch_size": 8, "buffer_size": 500}},
+        "logging": {"checkpoint_every": 30, "video_every": 0},
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = run_python([*TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "vlmrm_fast.cli", "train", str(path)], env=THREADS, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    assert "rank 0 (cpu on " in result.stdout and "): envs 0-1" in result.stdout and "): env 2" in result.stdout
+    run = tmp_path / "run"
+    assert (run / "final_model.zip").is_file() and (run / "config.yaml").is_file()
+    assert list((run / "checkpoints").glob("model_*_steps.zip"))

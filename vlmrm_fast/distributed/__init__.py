@@ -1,0 +1,41 @@
+"""The envs and their rewards split over the ranks of a torchrun job (gloo messages).
+
+    # python -m torch.distributed.run --nproc-per-node 2 loop.py
+    from vlmrm_fast.distributed import ShardedVecEnv, serve_shard, launched_rank
+
+    if launched_rank() == 0:
+        env = ShardedVecEnv("humanoid-kneeling", 64, model="ViT-L-14/laion2b_s32b_b82k", seed=0)
+        ...                      # an SB3 VecEnv of all 64 envs; rank 1 steps envs 32-63
+        env.close()              # the other ranks' serve_shard() returns
+    else:
+        serve_shard()
+
+Modules: ``launch`` (torchrun's variables, the split, the devices, the group), ``channel``
+(messages with one rank, bounded waits, :class:`RankFailure`), ``protocol`` (what is said),
+``sharded`` (the VecEnv on rank 0), ``serve`` (the other ranks), ``jobs`` (``vlmrm-fast train``).
+"""
+
+from vlmrm_fast.distributed.channel import RankFailure
+from vlmrm_fast.distributed.launch import DEFAULT_TIMEOUT, Launch, LayoutError, launched, plan_shards, shard_device
+from vlmrm_fast.distributed.serve import serve_shard
+from vlmrm_fast.distributed.sharded import Shard, ShardedVecEnv
+
+
+def launched_rank() -> int:
+    """This process's rank (0 outside a job)."""
+    return Launch.detect().rank
+
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "Launch",
+    "LayoutError",
+    "RankFailure",
+    "Shard",
+    "ShardedVecEnv",
+    "launched",
+    "launched_rank",
+    "plan_shards",
+    "serve_shard",
+    "shard_device",
+]

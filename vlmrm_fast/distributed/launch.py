@@ -1,0 +1,139 @@
+"""What the launcher tells each process, how the envs split over the ranks, and the group they talk on.
+
+torchrun (``python -m torch.distributed.run``) starts one process per rank and sets
+RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (the node) and the
+rendezvous address; ``init_process_group`` reads the address from there.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import datetime
+import os
+import socket
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+#: how long a rank waits for another before it stops with an error naming it (torch's own default)
+DEFAULT_TIMEOUT = dist.default_pg_timeout
+
+
+def as_timeout(timeout: datetime.timedelta | float) -> datetime.timedelta:
+    """Seconds or a timedelta -> a positive timedelta."""
+    seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
+    if not seconds > 0:
+        raise ValueError(f"timeout must be positive (seconds or a timedelta), got {timeout!r}")
+    return datetime.timedelta(seconds=seconds)
+
+
+class LayoutError(ValueError):
+    """The job cannot be laid out (more ranks than envs, fewer GPUs than ranks on a node); raised
+    on every rank before any env is built."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """This process's place in the job, and the GPUs its node shows it."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    node: int = 0
+    host: str = dataclasses.field(default_factory=socket.gethostname)
+    gpus: int = 0
+
+    @classmethod
+    def detect(cls) -> "Launch":
+        """From torchrun's variables (or an already initialized default group); one process without them."""
+        env = os.environ
+        if dist.is_available() and dist.is_initialized():
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+        else:
+            rank, world_size = int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1))
+        return cls(
+            rank=rank,
+            world_size=world_size,
+            local_rank=int(env.get("LOCAL_RANK", rank)),
+            local_world_size=int(env.get("LOCAL_WORLD_SIZE", world_size)),
+            node=int(env.get("GROUP_RANK", 0)),
+            gpus=torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        )
+
+
+def launched() -> bool:
+    """True in a job of several ranks (torchrun with WORLD_SIZE > 1, or an initialized group of several)."""
+    return Launch.detect().world_size > 1
+
+
+def plan_shards(num_envs: int, world_size: int) -> list[range]:
+    """The envs of each rank: ``num_envs`` in ``world_size`` contiguous ranges, the first ones one larger."""
+    if world_size > num_envs:
+        raise LayoutError(
+            f"the job has {world_size} ranks but n_envs={num_envs}: every rank steps at least one env; "
+            f"launch at most {num_envs} rank{'s' if num_envs > 1 else ''} (torchrun --nproc-per-node/--nnodes) or raise n_envs"
+        )
+    base, extra = divmod(num_envs, world_size)
+    bounds = np.cumsum([0] + [base + (r < extra) for r in range(world_size)])
+    return [range(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def shard_device(device: str, launch: Launch) -> str:
+    """The device of rank ``launch.rank``'s envs for the VecEnv's ``device`` argument.
+
+    "auto" and "cuda": ``cuda:LOCAL_RANK`` when the node has GPUs (one per rank; fewer is a
+    :class:`LayoutError`), else the CPU. An explicit "cuda:K" or "cpu" is taken as given, so
+    that several ranks may share one GPU on purpose.
+    """
+    device = str(device)
+    if device not in ("auto", "cuda"):
+        return device
+    if launch.gpus == 0:
+        if device == "cuda":
+            raise LayoutError(f"rank {launch.rank} on {launch.host}: device='cuda' but torch sees no GPU there; use device='auto' or 'cpu'")
+        return "cpu"
+    if launch.local_world_size > launch.gpus:
+        raise LayoutError(
+            f"node {launch.host} runs {launch.local_world_size} ranks but shows {launch.gpus} GPU(s): one GPU per rank; "
+            f"launch with --nproc-per-node {launch.gpus}, or pass device='cuda:0' to share one GPU on purpose (or 'cpu')"
+        )
+    return f"cuda:{launch.local_rank}"
+
+
+@dataclasses.dataclass
+class Membership:
+    """The gloo group one sharded env's messages travel on: its own, so that closing one env never
+    touches another's group or the user's."""
+
+    group: dist.ProcessGroup | None
+
+    def leave(self) -> None:
+        """Destroys the group (gloo's teardown is local: no other rank is waited for)."""
+        if self.group is not None and dist.is_initialized():
+            dist.destroy_process_group(self.group)
+        self.group = None
+
+
+def _destroy_default_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def join(timeout: datetime.timedelta) -> Membership:
+    """A new gloo group of all ranks; every rank must call this in the same order relative to its
+    other group creations. Torch's default group is initialized from torchrun's variables when
+    nobody has, and then kept until the process exits (a default group cannot be made twice from
+    the same rendezvous); a group the user made (NCCL, say) only serves to make the gloo one."""
+    if not dist.is_available():
+        raise RuntimeError("this torch build has no torch.distributed")
+    if not dist.is_initialized():
+        missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
+        if missing:
+            raise RuntimeError(f"no process group and no {', '.join(missing)} in the environment: launch with torchrun "
+                               "(python -m torch.distributed.run --nproc-per-node N ...)")
+        dist.init_process_group("gloo", timeout=timeout)
+        atexit.register(_destroy_default_group)
+    return Membership(dist.new_group(backend="gloo", timeout=timeout))

@@ -1,0 +1,93 @@
+"""What rank 0 and a serving rank say to each other, in order:
+
+    serving rank -> rank 0    Launch                       who it is, the GPUs of its node
+    rank 0 -> serving rank    ShardSpec | Refuse           its envs and device, or why the job cannot run
+    serving rank -> rank 0    Reply(device)                its shard is built (or the error)
+    rank 0 -> serving rank    Call(method, args, kwargs)   one VecEnv call on its shard ...
+    serving rank -> rank 0    Reply(value)                 ... answered (or the error)
+    rank 0 -> serving rank    Call("close")                the run is over; answered, then the rank leaves
+
+Only actions go out in calls; observations, rewards, dones and infos come back in replies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import traceback
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardSpec:
+    """The envs one rank steps: envs ``envs`` of the whole run, seeded as env ``envs.start + i``."""
+
+    task: str
+    envs: range
+    device: str
+    seed: int | None
+    env_kwargs: dict[str, Any]
+
+    def build(self):
+        from vlmrm_fast.vec_env import FastVLMRewardVecEnv
+
+        kwargs = dict(self.env_kwargs)
+        spec = kwargs.get("reward_spec")
+        if spec is not None:  # the reward model's settings come whole: this rank's device goes into them
+            kwargs["reward_spec"] = spec.replace(device=self.device)
+        else:
+            kwargs["device"] = self.device
+        return FastVLMRewardVecEnv(self.task, len(self.envs), seed=self.seed, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Refuse:
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    method: str
+    args: tuple = ()
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+CLOSE = Call("close")
+
+#: the calls a serving rank answers (the VecEnv methods whose work is per env)
+SHARD_METHODS = frozenset(
+    {"reset", "step", "seed", "set_options", "get_attr", "set_attr", "env_method", "env_is_wrapped", "get_images"}
+)
+
+
+@dataclasses.dataclass
+class Reply:
+    value: Any = None
+    error: BaseException | None = None
+    traceback: str = ""
+
+    @classmethod
+    def of_error(cls, error: BaseException) -> "Reply":
+        try:
+            pickle.dumps(error)
+        except Exception:
+            error = RuntimeError(f"{type(error).__name__}: {error}")
+        return cls(error=error, traceback=traceback.format_exc())
+
+    def result(self, where: str) -> Any:
+        """The value, or the error raised here as it was raised there (same type, so that e.g.
+        SB3's ``has_attr`` still sees an AttributeError), noted with where and the remote traceback."""
+        if self.error is None:
+            return self.value
+        self.error.add_note(f"raised on {where}; the traceback there:\n{self.traceback}")
+        raise self.error
+
+
+def answer(shard: Any, call: Call) -> Reply:
+    """Runs ``call`` on ``shard`` (a FastVLMRewardVecEnv) and wraps the outcome."""
+    try:
+        if call.method not in SHARD_METHODS:
+            raise ValueError(f"a serving rank does not answer {call.method!r}")
+        return Reply(value=getattr(shard, call.method)(*call.args, **call.kwargs))
+    except Exception as error:
+        return Reply.of_error(error)
