@@ -24,7 +24,7 @@ def tiny_clip():
     clip = load_clip("vlmrm-tiny")
     g = torch.Generator().manual_seed(11)
     with torch.no_grad():  # non-trivial norms and biases, so that a mixed-up weight shows
-        for name, p in clip.model.visual.named_parameters():
+        for p in clip.model.visual.parameters():
             if p.ndim == 1:
                 p.add_(0.1 * torch.randn(p.shape, generator=g))
     return clip

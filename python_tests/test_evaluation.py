@@ -81,7 +81,7 @@ def test_canonicalize_matches_the_formula_written_plainly():
 def test_positive_affine_maps_are_at_distance_zero():
     s, a, s2 = transitions()
     for scale, shift in ((3.0, 2.0), (0.01, -50.0)):
-        d = epic_distance(base_reward, lambda s, a, s2: scale * base_reward(s, a, s2) + shift, s, a, s2, gamma=GAMMA, n_samples=32)
+        d = epic_distance(base_reward, lambda s, a, s2, scale=scale, shift=shift: scale * base_reward(s, a, s2) + shift, s, a, s2, gamma=GAMMA, n_samples=32)
         assert d == pytest.approx(0.0, abs=1e-6)
 
 

@@ -38,7 +38,7 @@ def tiny_tower(dtype=torch.bfloat16):
     clip = load_clip("vlmrm-tiny")
     g = torch.Generator().manual_seed(7)
     with torch.no_grad():  # open_clip initializes norms to identity and biases to zero: perturb them
-        for name, p in clip.model.visual.named_parameters():
+        for p in clip.model.visual.parameters():
             if p.ndim == 1:
                 p.add_(0.1 * torch.randn(p.shape, generator=g))
     return clip, clip.model.visual.eval().requires_grad_(False).to(dtype)

@@ -61,10 +61,12 @@ class PreprocessSpec:
             if size[0] != size[1]:
                 raise ValueError(f"non-square encoder input {tuple(size)} is not supported")
             size = size[0]
+        r, g, b = (float(v) for v in cfg.get("mean", open_clip.OPENAI_DATASET_MEAN))
+        sr, sg, sb = (float(v) for v in cfg.get("std", open_clip.OPENAI_DATASET_STD))
         return cls(
             size=int(size),
-            mean=tuple(float(v) for v in cfg.get("mean", open_clip.OPENAI_DATASET_MEAN)),
-            std=tuple(float(v) for v in cfg.get("std", open_clip.OPENAI_DATASET_STD)),
+            mean=(r, g, b),
+            std=(sr, sg, sb),
             interpolation=cfg.get("interpolation", "bicubic") or "bicubic",
             resize_mode=cfg.get("resize_mode", "shortest") or "shortest",
         )
@@ -200,7 +202,7 @@ class FramePreprocessor:
         return view.owner.cpu()
 
     @staticmethod
-    def _layout_args(address: int, layout: FrameLayout) -> tuple:
+    def _layout_args(address: int, layout: FrameLayout) -> tuple[int, int, int, int, int, int, int, int, int]:
         return (
             address + layout.offset,
             layout.num_frames,

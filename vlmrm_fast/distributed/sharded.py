@@ -20,7 +20,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from vlmrm_fast.distributed.channel import Link, RankFailure, signals_held
 from vlmrm_fast.distributed.launch import DEFAULT_TIMEOUT, Launch, LayoutError, as_timeout, join, plan_shards, shard_device
 from vlmrm_fast.distributed.protocol import CLOSE, Call, Refuse, Reply, ShardSpec
-from vlmrm_fast.vec_env import check_actions
+from vlmrm_fast.actions import check_actions
 
 #: FastVLMRewardVecEnv arguments that cannot travel to other ranks, and why
 REFUSED_ARGUMENTS = {

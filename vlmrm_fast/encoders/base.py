@@ -67,7 +67,7 @@ class ImageEncoder(abc.ABC):
         """
         return None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a no-op unless the backend holds something)
         """Releases what the backend holds (graphs, engines, buffers)."""
 
     def describe(self) -> str:

@@ -43,7 +43,7 @@ def load_clip(
     pretrained: str | None = None,
     *,
     checkpoint: str | os.PathLike | None = None,
-    device: torch.device = torch.device("cpu"),
+    device: torch.device | str = "cpu",
     cache_dir: str | None = None,
     seed: int = 0,
     quick_gelu: bool | None = None,
@@ -51,6 +51,7 @@ def load_clip(
     """Builds the open_clip model named ``model`` with its weights, in eval mode on ``device``."""
     import open_clip
 
+    device = torch.device(device)
     name, tag = parse_model_name(model, pretrained)
     if checkpoint is not None and tag is not None:
         raise ValueError(f"give either a pretrained tag ({tag!r}) or checkpoint=, not both")

@@ -113,7 +113,7 @@ class BinaryTask:
         return (self.goal_prompt,) + self.negative_prompts
 
 
-Task = Union[GoalBaselineTask, BinaryTask]
+Task = GoalBaselineTask | BinaryTask
 
 
 def as_reward_task(spec: Any) -> Task:
