@@ -82,7 +82,9 @@ def ms(values: list[float]) -> float:
     return 1e3 * statistics.median(values)
 
 
-def message_round_trips(action_bytes: int, reply_bytes_per_env: int, env_counts: list[int], repeats: int) -> dict[int, float]:
+def message_round_trips(
+    action_bytes: int, reply_bytes_per_env: int, env_counts: list[int], repeats: int
+) -> dict[int, float]:
     """Rank 0 sends an action message and rank 1 answers with ``n`` envs' worth of reply bytes (pickled
     numpy arrays, as the replies are): the median milliseconds of one exchange, per ``n``."""
     rank = launched_rank()
@@ -116,7 +118,9 @@ def main() -> None:
     parser.add_argument("--model", default="vlmrm-tiny")
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--render-size", type=int, default=64)
-    parser.add_argument("--device", default="auto", help="auto: cuda:LOCAL_RANK on GPUs, else the CPU; cuda:0: both ranks share GPU 0")
+    parser.add_argument(
+        "--device", default="auto", help="auto: cuda:LOCAL_RANK on GPUs, else the CPU; cuda:0: both ranks share GPU 0"
+    )
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--message-envs", type=int, nargs="+", default=[1, 8, 32, 128, 512])
@@ -130,7 +134,11 @@ def main() -> None:
 
     report: dict = {}
     if rank == 0:
-        device = "cuda:0" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device)
+        device = (
+            "cuda:0"
+            if args.device == "auto" and torch.cuda.is_available()
+            else ("cpu" if args.device == "auto" else args.device)
+        )
         single = FastVLMRewardVecEnv(args.task, args.num_envs, device=device, **kwargs)
         report["single_step_ms"] = ms(time_steps(single, args.steps, args.warmup)[0])
         single.close()
@@ -139,7 +147,10 @@ def main() -> None:
         report["layout"] = [shard.describe() for shard in env.shards]
         local = list(SHARD_STEP_SECONDS)
         env.close()
-        report["bytes_per_step"] = {"to_other_ranks": traffic["sent"] / args.steps, "from_other_ranks": traffic["received"] / args.steps}
+        report["bytes_per_step"] = {
+            "to_other_ranks": traffic["sent"] / args.steps,
+            "from_other_ranks": traffic["received"] / args.steps,
+        }
     else:
         serve_shard()
         local = list(SHARD_STEP_SECONDS)

@@ -55,7 +55,12 @@ DEFAULT_BATCHES = {"ViT-B-32": (64, 256, 1024), "ViT-L-14": (64, 256, 512), "ViT
 FALLBACK_BATCHES = (64, 256)
 #: open_clip docs/model_profile.csv image GMACs x 2, for comparison with our own count.
 PUBLISHED_GFLOPS = {
-    "ViT-B-32": 8.8, "ViT-B-16": 35.0, "ViT-L-14": 162.0, "ViT-H-14": 335.0, "ViT-g-14": 534.0, "ViT-bigG-14": 968.0,
+    "ViT-B-32": 8.8,
+    "ViT-B-16": 35.0,
+    "ViT-L-14": 162.0,
+    "ViT-H-14": 335.0,
+    "ViT-g-14": 534.0,
+    "ViT-bigG-14": 968.0,
 }
 ANCHOR_TFLOPS = 800.0
 RUN_ORDER = ("tensorrt", "torch", "compile")  # TensorRT exports from the fp32 tower before the others cast it
@@ -85,8 +90,17 @@ def time_encoder(encoder, pixels: torch.Tensor, *, min_seconds: float, warmup: i
     return run(calls) / calls, calls
 
 
-def bench_one(clip, backend: str, batch: int, precision: str, args, device: torch.device, gflops: float,
-              ceilings: dict[str, float | None], compile_mode: str | None = None) -> dict[str, Any]:
+def bench_one(
+    clip,
+    backend: str,
+    batch: int,
+    precision: str,
+    args,
+    device: torch.device,
+    gflops: float,
+    ceilings: dict[str, float | None],
+    compile_mode: str | None = None,
+) -> dict[str, Any]:
     row: dict[str, Any] = {"model": clip.architecture, "backend": backend, "batch_size": batch}
     options: dict[str, Any] = {}
     if backend == "compile":
@@ -105,13 +119,21 @@ def bench_one(clip, backend: str, batch: int, precision: str, args, device: torc
     try:
         # Every encoder casts (and for FP8 converts) its tower in place: each gets a private copy.
         encoder = make_image_encoder(
-            _private_tower(clip), backend, device=device, precision=precision, batch_size=batch if fixed else None, **options
+            _private_tower(clip),
+            backend,
+            device=device,
+            precision=precision,
+            batch_size=batch if fixed else None,
+            **options,
         )
         row["setup_s"] = round(time.perf_counter() - start, 2)
         row["precision"] = getattr(encoder, "precision", str(encoder.input_dtype).replace("torch.", ""))
         if backend == "compile":
-            row.update(compile_mode=encoder.compile_mode, compile_scope=encoder.compile_scope,
-                       cache_found=encoder.cache_report.found)
+            row.update(
+                compile_mode=encoder.compile_mode,
+                compile_scope=encoder.compile_scope,
+                cache_found=encoder.cache_report.found,
+            )
         buffer = encoder.input_buffer()
         shape = (batch, 3, encoder.image_size, encoder.image_size)
         pixels = buffer if buffer is not None else torch.empty(shape, dtype=encoder.input_dtype, device=device)
@@ -153,17 +175,46 @@ def _private_tower(clip):
 
 def compile_timing(model: str, batch: int, precision: str, compile_mode: str, args) -> dict[str, Any]:
     """Compile ``model`` twice, each in a fresh process, the second finding the first's cache."""
-    row: dict[str, Any] = {"model": model, "batch_size": batch, "precision": precision, "compile_mode": compile_mode,
-                           "compile_scope": args.compile_scope}
+    row: dict[str, Any] = {
+        "model": model,
+        "batch_size": batch,
+        "precision": precision,
+        "compile_mode": compile_mode,
+        "compile_scope": args.compile_scope,
+    }
     with tempfile.TemporaryDirectory(prefix="compile-cache-") as cache:
         env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
         for run in ("cold", "warm"):
             with tempfile.TemporaryDirectory() as tmp:
                 out = pathlib.Path(tmp) / "row.json"
-                command = [sys.executable, __file__, "--models", model, "--backends", "compile", "--batch-sizes", str(batch),
-                           "--precision", precision, "--compile-mode", compile_mode, "--compile-scope", args.compile_scope,
-                           "--compile-cache", cache, "--seconds", "0.5", "--warmup", "2", "--device", args.device,
-                           "--ceiling-tflops", "1", "--out", str(out)]
+                command = [
+                    sys.executable,
+                    __file__,
+                    "--models",
+                    model,
+                    "--backends",
+                    "compile",
+                    "--batch-sizes",
+                    str(batch),
+                    "--precision",
+                    precision,
+                    "--compile-mode",
+                    compile_mode,
+                    "--compile-scope",
+                    args.compile_scope,
+                    "--compile-cache",
+                    cache,
+                    "--seconds",
+                    "0.5",
+                    "--warmup",
+                    "2",
+                    "--device",
+                    args.device,
+                    "--ceiling-tflops",
+                    "1",
+                    "--out",
+                    str(out),
+                ]
                 start = time.perf_counter()
                 done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=args.compile_timeout)
                 row[f"{run}_process_s"] = round(time.perf_counter() - start, 1)
@@ -181,17 +232,24 @@ def compile_timing(model: str, batch: int, precision: str, compile_mode: str, ar
 
 
 def print_table(machine: dict[str, Any], header: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-    print(f"\n{machine['gpu'] or machine['cpu']} | driver {machine['driver']} | torch {machine['versions']['torch']}"
-          f" | TensorRT {machine['versions'].get('tensorrt', 'not installed')}")
+    print(
+        f"\n{machine['gpu'] or machine['cpu']} | driver {machine['driver']} | torch {machine['versions']['torch']}"
+        f" | TensorRT {machine['versions'].get('tensorrt', 'not installed')}"
+    )
     ceilings = header["ceilings_tflops"]
     described = ", ".join(f"{k} {v:.0f} TFLOP/s" for k, v in ceilings.items() if v) or "none (CPU)"
     print(f"ceilings (measured 8192^3 products unless given): {described}; anchor {ANCHOR_TFLOPS:.0f} TFLOP/s bf16")
     for model, info in header["models"].items():
         published = info["published_gflops"]
-        print(f"  {model}: {info['gflops_per_image']:.4g} GFLOP/image counted"
-              + (f" (open_clip profile {published} G)" if published else "") + f", {info['image_size']} px")
-    cols = (f"{'model':<14}{'backend':<10}{'prec':<6}{'batch':>6}{'img/s':>11}{'ms/batch':>10}{'TFLOP/s':>9}{'util':>7}"
-            f"{'setup s':>9}  cache")
+        print(
+            f"  {model}: {info['gflops_per_image']:.4g} GFLOP/image counted"
+            + (f" (open_clip profile {published} G)" if published else "")
+            + f", {info['image_size']} px"
+        )
+    cols = (
+        f"{'model':<14}{'backend':<10}{'prec':<6}{'batch':>6}{'img/s':>11}{'ms/batch':>10}{'TFLOP/s':>9}{'util':>7}"
+        f"{'setup s':>9}  cache"
+    )
     print(cols + "\n" + "-" * len(cols))
     for r in rows:
         prec = r.get("precision", "?")
@@ -200,8 +258,10 @@ def print_table(machine: dict[str, Any], header: dict[str, Any], rows: list[dict
             continue
         util = f"{r['utilisation']:.0%}" if r["utilisation"] is not None else "-"
         cache = {True: "hit", False: "miss"}.get(r.get("cache_found"), "")
-        print(f"{r['model']:<14}{r['backend']:<10}{prec:<6}{r['batch_size']:>6}{r['images_per_s']:>11,.1f}{r['ms_per_batch']:>10.2f}"
-              f"{r['tflops']:>9.3g}{util:>7}{r['setup_s']:>9.1f}  {cache}")
+        print(
+            f"{r['model']:<14}{r['backend']:<10}{prec:<6}{r['batch_size']:>6}{r['images_per_s']:>11,.1f}{r['ms_per_batch']:>10.2f}"
+            f"{r['tflops']:>9.3g}{util:>7}{r['setup_s']:>9.1f}  {cache}"
+        )
 
 
 def print_compile_timing(rows: list[dict[str, Any]]) -> None:
@@ -210,11 +270,15 @@ def print_compile_timing(rows: list[dict[str, Any]]) -> None:
     print(cols + "\n" + "-" * len(cols))
     for r in rows:
         if "cold_error" in r or "warm_error" in r:
-            print(f"{r['model']:<14}{r['precision']:<6}{r['batch_size']:>6}  {r['compile_mode']:<27}{r['compile_scope']:<7}"
-                  f"  failed: {(r.get('cold_error') or r.get('warm_error'))[-120:]}")
+            print(
+                f"{r['model']:<14}{r['precision']:<6}{r['batch_size']:>6}  {r['compile_mode']:<27}{r['compile_scope']:<7}"
+                f"  failed: {(r.get('cold_error') or r.get('warm_error'))[-120:]}"
+            )
             continue
-        print(f"{r['model']:<14}{r['precision']:<6}{r['batch_size']:>6}  {r['compile_mode']:<27}{r['compile_scope']:<7}"
-              f"{r['cold_compile_s']:>8.1f}{r['warm_compile_s']:>8.1f}  {str(r['warm_cache_found']):<17}{r['images_per_s']:>7,.0f}")
+        print(
+            f"{r['model']:<14}{r['precision']:<6}{r['batch_size']:>6}  {r['compile_mode']:<27}{r['compile_scope']:<7}"
+            f"{r['cold_compile_s']:>8.1f}{r['warm_compile_s']:>8.1f}  {str(r['warm_cache_found']):<17}{r['images_per_s']:>7,.0f}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,22 +288,40 @@ def main(argv: list[str] | None = None) -> int:
         "--backends", nargs="+", default=["torch", "compile", "tensorrt"], choices=[b for b in BACKENDS if b != "auto"]
     )
     parser.add_argument("--batch-sizes", nargs="+", type=int, help="for every model (default: per model)")
-    parser.add_argument("--precision", nargs="+", default=["auto"], choices=list(PRECISION_NAMES),
-                        help="one or more: auto (bf16 on GPUs that have it, or FP8 where faster), bf16, fp16, fp32, fp8")
+    parser.add_argument(
+        "--precision",
+        nargs="+",
+        default=["auto"],
+        choices=list(PRECISION_NAMES),
+        help="one or more: auto (bf16 on GPUs that have it, or FP8 where faster), bf16, fp16, fp32, fp8",
+    )
     parser.add_argument("--device", default="auto")
     parser.add_argument("--seconds", type=float, default=2.0, help="timed seconds per configuration")
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--compile-mode", nargs="+", choices=list(COMPILE_MODES),
-                        help="torch.compile mode(s) for the compile backend (default: the backend's)")
+    parser.add_argument(
+        "--compile-mode",
+        nargs="+",
+        choices=list(COMPILE_MODES),
+        help="torch.compile mode(s) for the compile backend (default: the backend's)",
+    )
     parser.add_argument("--compile-scope", choices=list(COMPILE_SCOPES), help="default: the backend's (blocks)")
-    parser.add_argument("--compile-cache", metavar="DIR", help="compile cache folder, or 'off' (default: the library's)")
+    parser.add_argument(
+        "--compile-cache", metavar="DIR", help="compile cache folder, or 'off' (default: the library's)"
+    )
     parser.add_argument("--attention", choices=["fused", "open_clip"], help="attention path (default: the backend's)")
-    parser.add_argument("--compile-timing", action="store_true",
-                        help="compile each configuration cold and warm in fresh processes (compile backend only)")
+    parser.add_argument(
+        "--compile-timing",
+        action="store_true",
+        help="compile each configuration cold and warm in fresh processes (compile backend only)",
+    )
     parser.add_argument("--compile-timeout", type=float, default=580, help="seconds per compile-timing process")
     parser.add_argument("--engine-cache-dir", help="TensorRT engine cache (default: the library's)")
-    parser.add_argument("--ceiling-tflops", type=float, help="bf16 utilisation reference (default: measured matrix-product rate)")
-    parser.add_argument("--quick", action="store_true", help="CPU, the tiny model, torch and compile, small batches (~1 minute)")
+    parser.add_argument(
+        "--ceiling-tflops", type=float, help="bf16 utilisation reference (default: measured matrix-product rate)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="CPU, the tiny model, torch and compile, small batches (~1 minute)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no compile progress")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
@@ -271,7 +353,9 @@ def main(argv: list[str] | None = None) -> int:
 
     backends = list(args.backends)
     if "tensorrt" in backends and (device.type != "cuda" or not tensorrt_available()):
-        print(f"skipping tensorrt: {'needs a CUDA device' if device.type != 'cuda' else 'not installed (pip install .[tensorrt])'}")
+        print(
+            f"skipping tensorrt: {'needs a CUDA device' if device.type != 'cuda' else 'not installed (pip install .[tensorrt])'}"
+        )
         backends.remove("tensorrt")
 
     plain = next((p for p in args.precision if p in ("bf16", "fp16", "fp32")), "auto")
@@ -284,14 +368,19 @@ def main(argv: list[str] | None = None) -> int:
     if "fp8" in args.precision or "auto" in args.precision:
         ceilings["fp8"] = common.fp8_matmul_ceiling_tflops(device)
     header: dict[str, Any] = {
-        "ceiling_tflops": ceilings["bf16"], "ceiling_source": source, "ceilings_tflops": ceilings,
-        "anchor_tflops": ANCHOR_TFLOPS, "models": {},
+        "ceiling_tflops": ceilings["bf16"],
+        "ceiling_source": source,
+        "ceilings_tflops": ceilings,
+        "anchor_tflops": ANCHOR_TFLOPS,
+        "models": {},
     }
     rows = []
     for model in args.models:
         gflops, size = common.model_gflops(model)
         header["models"][model] = {
-            "gflops_per_image": round(gflops, 3), "published_gflops": PUBLISHED_GFLOPS.get(model), "image_size": size
+            "gflops_per_image": round(gflops, 3),
+            "published_gflops": PUBLISHED_GFLOPS.get(model),
+            "image_size": size,
         }
         clip = load_clip(model, device=torch.device("cpu"))  # each encoder moves a copy of the tower to the device
         batches = args.batch_sizes or DEFAULT_BATCHES.get(model, FALLBACK_BATCHES)

@@ -20,7 +20,7 @@ import json
 import os
 import platform
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -108,7 +108,17 @@ def bench_reward(n: int, d: int, k: int, dtype: torch.dtype, on_gpu: bool, reps:
     text = text.to(device)
     embeddings = torch.randn(n, d, generator=generator).to(device=device, dtype=dtype)
     out = torch.empty((n, k), device=device)
-    args = (embeddings.data_ptr(), kernels.kernel_dtype(dtype), n, d, d, text.data_ptr(), text.shape[0], tasks, out.data_ptr())
+    args = (
+        embeddings.data_ptr(),
+        kernels.kernel_dtype(dtype),
+        n,
+        d,
+        d,
+        text.data_ptr(),
+        text.shape[0],
+        tasks,
+        out.data_ptr(),
+    )
     if on_gpu:
         stream = torch.cuda.current_stream(device).cuda_stream
 
@@ -164,13 +174,17 @@ def main(argv: list[str] | None = None) -> dict:
                 r = bench_preprocess(n, in_px, dtype, on_gpu, reps, warmup)
                 results.append(r)
                 shape = f"{n}x{in_px}px -> {OUT_SIZE}"
-                print(f"{'preprocess':<11}{shape:<28}{r['dtype']:<10}{r['ms']:>10.4f}{r['frames_per_s']:>14,.0f}{r['gb_per_s']:>9.1f}")
+                print(
+                    f"{'preprocess':<11}{shape:<28}{r['dtype']:<10}{r['ms']:>10.4f}{r['frames_per_s']:>14,.0f}{r['gb_per_s']:>9.1f}"
+                )
     for n, d, k in reward_grid:
         for dtype in (torch.float16, torch.float32):
             r = bench_reward(n, d, k, dtype, on_gpu, reps, warmup)
             results.append(r)
             shape = f"N={n} D={d} K={k}"
-            print(f"{'reward':<11}{shape:<28}{r['dtype']:<10}{r['ms']:>10.4f}{r['frames_per_s']:>14,.0f}{r['gb_per_s']:>9.1f}")
+            print(
+                f"{'reward':<11}{shape:<28}{r['dtype']:<10}{r['ms']:>10.4f}{r['frames_per_s']:>14,.0f}{r['gb_per_s']:>9.1f}"
+            )
 
     report = {
         "backend": "cuda" if on_gpu else "cpu-twin",

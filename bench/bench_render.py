@@ -183,15 +183,22 @@ def machine_info() -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="N in 1, 16, 64 and 1 s per measurement")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
-                        help="cuda: also time frames delivered as CUDA tensors")
+    parser.add_argument(
+        "--device", choices=["cpu", "cuda"], default="cpu", help="cuda: also time frames delivered as CUDA tensors"
+    )
     parser.add_argument("--envs", type=int, nargs="+", help="N values (default 1 16 64 256)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[224, 480])
     parser.add_argument("--min-time", type=float, help="seconds per measurement (default 1, quick; 5)")
-    parser.add_argument("--baseline-renderers", type=int, default=16,
-                        help="at most this many mujoco.Renderer in the loop (each holds its own GL context)")
+    parser.add_argument(
+        "--baseline-renderers",
+        type=int,
+        default=16,
+        help="at most this many mujoco.Renderer in the loop (each holds its own GL context)",
+    )
     parser.add_argument("--no-warp", action="store_true", help="skip the MuJoCo Warp renderer")
-    parser.add_argument("--threads", type=int, nargs="*", default=[], help="also time K EGL contexts on K threads (batch_tK)")
+    parser.add_argument(
+        "--threads", type=int, nargs="*", default=[], help="also time K EGL contexts on K threads (batch_tK)"
+    )
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
 
@@ -202,8 +209,10 @@ def main() -> None:
     if not args.no_warp:
         methods += ["warp", "warp_noshadow"]
     machine = machine_info()
-    print(f"# {machine['cpu']} ({machine['usable_cpus']} CPUs, load {machine['load_average'][0]:.1f}); "
-          f"EGL {machine['egl_vendor']}; GPU {machine['cuda_device']}; MuJoCo {machine['mujoco']}; scene: humanoid tasks, camera {CAMERA}")
+    print(
+        f"# {machine['cpu']} ({machine['usable_cpus']} CPUs, load {machine['load_average'][0]:.1f}); "
+        f"EGL {machine['egl_vendor']}; GPU {machine['cuda_device']}; MuJoCo {machine['mujoco']}; scene: humanoid tasks, camera {CAMERA}"
+    )
     header = f"{'N':>5} {'px':>5} {'loop':>9} " + " ".join(f"{m:>13}" for m in methods) + "  speedup(batch/loop)"
     print(header + "\n" + "-" * len(header))
     rows = []
@@ -220,8 +229,10 @@ def main() -> None:
                 row.update(bench_warp(model, qpos, size, min_time, methods, args.device))
             rows.append(row)
             cells = " ".join(f"{row[m]['fps']:>13.1f}" for m in methods)
-            print(f"{n:>5} {size:>5} {row['loop']['fps']:>9.1f} {cells}  {row['batch']['fps'] / row['loop']['fps']:>6.2f}x",
-                  flush=True)
+            print(
+                f"{n:>5} {size:>5} {row['loop']['fps']:>9.1f} {cells}  {row['batch']['fps'] / row['loop']['fps']:>6.2f}x",
+                flush=True,
+            )
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:

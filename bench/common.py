@@ -27,7 +27,12 @@ def cpu_model() -> str:
 
 def gpu_driver() -> str | None:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
     except (OSError, subprocess.SubprocessError, IndexError):
         return None
@@ -106,7 +111,9 @@ def model_gflops(model: str) -> tuple[float, int]:
     return image_tower_flops(visual, size, torch.device("meta"), torch.float32) / 1e9, size
 
 
-def matmul_ceiling_tflops(device: torch.device, dtype: torch.dtype = torch.bfloat16, n: int = 8192, repeats: int = 10) -> float | None:
+def matmul_ceiling_tflops(
+    device: torch.device, dtype: torch.dtype = torch.bfloat16, n: int = 8192, repeats: int = 10
+) -> float | None:
     """Measured dense matrix-product rate on ``device`` (None on the CPU)."""
     if device.type != "cuda":
         return None

@@ -43,7 +43,10 @@ BOXES = """
 
 def scenes(size: int) -> dict[str, tuple[mujoco.MjModel, str]]:
     return {
-        "humanoid tasks, paper scene (textures, skybox, shadows)": (humanoid.humanoid_model(humanoid.DEFAULT_SCENE, size), humanoid.SCENES[humanoid.DEFAULT_SCENE].camera),
+        "humanoid tasks, paper scene (textures, skybox, shadows)": (
+            humanoid.humanoid_model(humanoid.DEFAULT_SCENE, size),
+            humanoid.SCENES[humanoid.DEFAULT_SCENE].camera,
+        ),
         "boxes (checker floor, shadows)": (mujoco.MjModel.from_xml_string(BOXES), "front"),
     }
 
@@ -91,17 +94,31 @@ def main() -> None:
             with WarpBatchRenderer(model, len(qpos), size, size, camera=camera, device=args.device) as warp:
                 got = warp.render(qpos)
             diff = np.abs(got.astype(np.int16) - expected.astype(np.int16))
-            row = {"scene": name, "px": size, "mean_abs_diff": float(diff.mean()), "psnr_db": psnr(got, expected),
-                   "per_frame_mean_abs_diff": diff.reshape(len(qpos), -1).mean(axis=1).round(2).tolist()}
+            row = {
+                "scene": name,
+                "px": size,
+                "mean_abs_diff": float(diff.mean()),
+                "psnr_db": psnr(got, expected),
+                "per_frame_mean_abs_diff": diff.reshape(len(qpos), -1).mean(axis=1).round(2).tolist(),
+            }
             rows.append(row)
             print(f"{name:<50} {size:>5} {row['mean_abs_diff']:>14.2f} {row['psnr_db']:>8.1f}")
             shown = min(4, len(qpos))
-            sheet = np.concatenate([np.concatenate(list(images[:shown]), axis=1)
-                                    for images in (expected, got, np.minimum(4 * diff, 255).astype(np.uint8))], axis=0)
+            sheet = np.concatenate(
+                [
+                    np.concatenate(list(images[:shown]), axis=1)
+                    for images in (expected, got, np.minimum(4 * diff, 255).astype(np.uint8))
+                ],
+                axis=0,
+            )
             picture = out.with_name(f"{out.stem}_{name.split()[0]}_{size}.png")
             iio.imwrite(picture, sheet)
             row["picture"] = str(picture)
-    out.write_text(json.dumps({"device": args.device, "rows": "EGL (= mujoco.Renderer), Warp, |diff| x4", "results": rows}, indent=2))
+    out.write_text(
+        json.dumps(
+            {"device": args.device, "rows": "EGL (= mujoco.Renderer), Warp, |diff| x4", "results": rows}, indent=2
+        )
+    )
     print(f"wrote {out} and one picture per scene (rows: EGL = mujoco.Renderer, Warp, |difference| x4)")
 
 

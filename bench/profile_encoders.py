@@ -46,7 +46,12 @@ VARIANTS = ("eager", "eager-fused", "compiled")
 CATEGORIES: list[tuple[str, re.Pattern]] = [
     ("attention", re.compile(r"flash|fmha|attention|sdpa|softmax", re.I)),
     ("fp8 quantize", re.compile(r"float8|fp8_quant|amax|reciprocal|_to_copy|quantize", re.I)),
-    ("matmul", re.compile(r"gemm|cutlass|xmma|nvjet|cublas|sm\d+_.*mma|matmul|addmm|\bmm\b|aten::mm|bmm|scaled_mm|f8f8|conv", re.I)),
+    (
+        "matmul",
+        re.compile(
+            r"gemm|cutlass|xmma|nvjet|cublas|sm\d+_.*mma|matmul|addmm|\bmm\b|aten::mm|bmm|scaled_mm|f8f8|conv", re.I
+        ),
+    ),
     ("layer norm", re.compile(r"layer_norm|layernorm", re.I)),
     ("gelu", re.compile(r"gelu|erf", re.I)),
     ("copy", re.compile(r"copy|clone|contiguous|cat|transpose|permute", re.I)),
@@ -57,8 +62,10 @@ def categorize(name: str) -> str:
     # Inductor's pointwise/reduction kernels name the aten ops they fused ("triton_poi_fused_addmm_gelu"
     # is the bias + GELU after a cuBLAS product); only its templates ("triton_tem_") are matrix products.
     fused = name.startswith(("triton_poi", "triton_per", "triton_red"))
-    return next((category for category, pattern in CATEGORIES
-                 if not (fused and category == "matmul") and pattern.search(name)), "other elementwise")
+    return next(
+        (category for category, pattern in CATEGORIES if not (fused and category == "matmul") and pattern.search(name)),
+        "other elementwise",
+    )
 
 
 def summarize_trace(trace: dict[str, Any], wall_s: float) -> dict[str, Any]:
@@ -109,7 +116,9 @@ def summarize_cpu(profiler) -> dict[str, Any]:
 def make_variant(model: str, variant: str, precision: str, batch: int, device: torch.device, quiet: bool):
     clip = load_clip(model, device=torch.device("cpu"))
     if variant == "compiled":
-        encoder = make_image_encoder(clip, "compile", device=device, precision=precision, batch_size=batch, progress=not quiet)
+        encoder = make_image_encoder(
+            clip, "compile", device=device, precision=precision, batch_size=batch, progress=not quiet
+        )
         return encoder, encoder._compiled, encoder  # the compiled tower itself, outside its CUDA graph
     attention = "fused" if variant == "eager-fused" else "open_clip"
     encoder = make_image_encoder(clip, "torch", device=device, precision=precision, attention=attention)
@@ -172,16 +181,22 @@ def profile_one(model: str, variant: str, precision: str, batch: int, device: to
 
 def print_rows(rows: list[dict[str, Any]]) -> None:
     categories = ["matmul", "attention", "layer norm", "gelu", "fp8 quantize", "copy", "other elementwise"]
-    head = f"{'model':<13}{'variant':<12}{'prec':<5}{'batch':>6}{'ms':>9}{'graph ms':>9}{'busy':>6}" + "".join(f"{c[:9]:>10}" for c in categories)
+    head = f"{'model':<13}{'variant':<12}{'prec':<5}{'batch':>6}{'ms':>9}{'graph ms':>9}{'busy':>6}" + "".join(
+        f"{c[:9]:>10}" for c in categories
+    )
     print(head + "\n" + "-" * len(head))
     for r in rows:
         if "error" in r:
-            print(f"{r['model']:<13}{r['variant']:<12}{r['precision']:<5}{r['batch_size']:>6}  failed: {r['error'][:100]}")
+            print(
+                f"{r['model']:<13}{r['variant']:<12}{r['precision']:<5}{r['batch_size']:>6}  failed: {r['error'][:100]}"
+            )
             continue
         busy = f"{r['gpu_busy']:.0%}" if r.get("gpu_busy") is not None else "-"
         graph = f"{r['graph_ms_per_batch']:.2f}" if r.get("graph_ms_per_batch") else "-"
         shares = "".join(f"{r['share'].get(c, 0):>10.1%}" for c in categories)
-        print(f"{r['model']:<13}{r['variant']:<12}{r['precision']:<5}{r['batch_size']:>6}{r['ms_per_batch']:>9.2f}{graph:>9}{busy:>6}{shares}")
+        print(
+            f"{r['model']:<13}{r['variant']:<12}{r['precision']:<5}{r['batch_size']:>6}{r['ms_per_batch']:>9.2f}{graph:>9}{busy:>6}{shares}"
+        )
     for r in rows:
         if "top" in r:
             print(f"\n{r['model']} {r['variant']} {r['precision']}: top kernels (share of kernel time)")
@@ -215,7 +230,10 @@ def main(argv: list[str] | None = None) -> int:
             for variant in args.variants:
                 row = profile_one(model, variant, precision, args.batch_size, device, args)
                 rows.append(row)
-                print(f"  {model} {variant} {precision}: " + (row.get("error") or f"{row['ms_per_batch']:.2f} ms/batch"), flush=True)
+                print(
+                    f"  {model} {variant} {precision}: " + (row.get("error") or f"{row['ms_per_batch']:.2f} ms/batch"),
+                    flush=True,
+                )
     print(f"\n{machine['gpu'] or machine['cpu']} | torch {machine['versions']['torch']}")
     print_rows(rows)
     if args.out:

@@ -34,12 +34,12 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import common  # noqa: E402
+from stable_baselines3.common.vec_env import SubprocVecEnv  # noqa: E402
 
 import vlmrm_fast  # noqa: E402
 from vlmrm_fast.envs import get_task  # noqa: E402
 from vlmrm_fast.models import RandomWeightsWarning, load_clip  # noqa: E402
 from vlmrm_fast.vec_env import FastVLMRewardVecEnv  # noqa: E402
-from stable_baselines3.common.vec_env import SubprocVecEnv  # noqa: E402
 
 warnings.filterwarnings("ignore", category=RandomWeightsWarning)
 ALPHA = 0.5
@@ -49,7 +49,16 @@ class ReferencePipeline:
     """The straightforward pipeline, written as the paper's code does it (``vec_env_cls``:
     DummyVecEnv in one process, or SubprocVecEnv with one process per env as the paper runs)."""
 
-    def __init__(self, task: str, num_envs: int, model: str, resolution: int, episode_length: int, device: torch.device, vec_env_cls=None):
+    def __init__(
+        self,
+        task: str,
+        num_envs: int,
+        model: str,
+        resolution: int,
+        episode_length: int,
+        device: torch.device,
+        vec_env_cls=None,
+    ):
         import gymnasium
         from PIL import Image
         from stable_baselines3.common.vec_env import DummyVecEnv
@@ -67,7 +76,12 @@ class ReferencePipeline:
         self.transform = clip.preprocess.open_clip_transform()
         self.to_pil = Image.fromarray
         with torch.inference_mode():
-            text = F.normalize(self.model.encode_text(clip.tokenizer(list(spec.target_prompts + spec.baseline_prompts)).to(device)).float(), dim=-1)
+            text = F.normalize(
+                self.model.encode_text(
+                    clip.tokenizer(list(spec.target_prompts + spec.baseline_prompts)).to(device)
+                ).float(),
+                dim=-1,
+            )
         self.g = text[: len(spec.target_prompts)].mean(0)
         d = self.g - text[len(spec.target_prompts) :].mean(0)
         u = d / d.norm()
@@ -104,15 +118,39 @@ def run_steps(step, action_space, num_envs: int, steps: int, rng: np.random.Gene
     return (time.perf_counter() - start) / steps
 
 
-def measure(args: argparse.Namespace, model: str, resolution: int, num_envs: int, renderer: str, chunks: str, device: torch.device, baselines: dict) -> dict[str, Any]:
+def measure(
+    args: argparse.Namespace,
+    model: str,
+    resolution: int,
+    num_envs: int,
+    renderer: str,
+    chunks: str,
+    device: torch.device,
+    baselines: dict,
+) -> dict[str, Any]:
     """The fast path with ``renderer``; the baselines (reference, paper-style) once per configuration, cached in ``baselines``."""
     rng = np.random.default_rng(0)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    result: dict[str, Any] = {"model": model, "num_envs": num_envs, "resolution": resolution, "task": args.task, "steps": args.steps}
+    result: dict[str, Any] = {
+        "model": model,
+        "num_envs": num_envs,
+        "resolution": resolution,
+        "task": args.task,
+        "steps": args.steps,
+    }
 
     fast = FastVLMRewardVecEnv(
-        args.task, num_envs, model=model, alpha=ALPHA, render_size=resolution, episode_length=args.episode_length,
-        device=str(device), backend=args.backend, physics=args.physics, renderer=renderer, seed=0,
+        args.task,
+        num_envs,
+        model=model,
+        alpha=ALPHA,
+        render_size=resolution,
+        episode_length=args.episode_length,
+        device=str(device),
+        backend=args.backend,
+        physics=args.physics,
+        renderer=renderer,
+        seed=0,
         pipeline_chunks=chunks if chunks == "auto" else int(chunks),
     )
     result["physics"] = fast.physics
@@ -199,6 +237,7 @@ def plot(results: list[dict[str, Any]], path: pathlib.Path) -> None:
 
     fig, (ax, bars) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
     keys = sorted({(r["model"], r["resolution"]) for r in results})
+
     def variant(r: dict) -> str:
         return f"{r['renderer']}, {r['chunks']} chunk{'s' if r['chunks'] > 1 else ''}"
 
@@ -208,8 +247,13 @@ def plot(results: list[dict[str, Any]], path: pathlib.Path) -> None:
         for j, name in enumerate(variants):
             rows = sorted((r for r in group if variant(r) == name), key=lambda r: r["num_envs"])
             if rows:
-                ax.plot([r["num_envs"] for r in rows], [r["fast_fps"] for r in rows], "o^vD"[j % 4] + "-", color=f"C{i}",
-                        label=f"{model} {res}px: fast ({name})")
+                ax.plot(
+                    [r["num_envs"] for r in rows],
+                    [r["fast_fps"] for r in rows],
+                    "o^vD"[j % 4] + "-",
+                    color=f"C{i}",
+                    label=f"{model} {res}px: fast ({name})",
+                )
         rows = sorted({r["num_envs"]: r for r in group}.values(), key=lambda r: r["num_envs"])
         n = [r["num_envs"] for r in rows]
         for key, style, name in (("reference_fps", "s--", "reference"), ("paper_fps", "d:", "paper-style")):
@@ -242,7 +286,9 @@ def plot(results: list[dict[str, Any]], path: pathlib.Path) -> None:
     bars.set_title("fast path, stage by stage", fontsize=11)
     bars.tick_params(axis="x", labelsize=7)
     bars.legend(fontsize=7)
-    fig.suptitle("VLM-reward step: FastVLMRewardVecEnv vs the straightforward and the paper-style pipelines", fontsize=12)
+    fig.suptitle(
+        "VLM-reward step: FastVLMRewardVecEnv vs the straightforward and the paper-style pipelines", fontsize=12
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
@@ -263,9 +309,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="auto")
     p.add_argument("--backend", default="auto")
     p.add_argument("--physics", default="auto", choices=["auto", "batch", "gym"])
-    p.add_argument("--renderers", nargs="+", default=["egl"], choices=["egl", "warp"], help="the batch engine's renderers to run")
-    p.add_argument("--pipeline-chunks", nargs="+", default=["auto"],
-                   help="ranges a step is split into (integers or auto); several values measure the pipelining's gain")
+    p.add_argument(
+        "--renderers", nargs="+", default=["egl"], choices=["egl", "warp"], help="the batch engine's renderers to run"
+    )
+    p.add_argument(
+        "--pipeline-chunks",
+        nargs="+",
+        default=["auto"],
+        help="ranges a step is split into (integers or auto); several values measure the pipelining's gain",
+    )
     p.add_argument("--skip-reference", action="store_true")
     p.add_argument("--skip-paper", action="store_true", help="skip the paper-style SubprocVecEnv pipeline")
     p.add_argument("--out", default="bench/out/run.json")
@@ -286,7 +338,11 @@ def main(argv: list[str] | None = None) -> int:
     args.ceiling_tflops = common.matmul_ceiling_tflops(device)
     mach["bf16_matmul_tflops"] = args.ceiling_tflops
     configs = [
-        (m, r, n, k, c) for m in args.models for r in args.resolutions for n in args.num_envs for k in args.renderers
+        (m, r, n, k, c)
+        for m in args.models
+        for r in args.resolutions
+        for n in args.num_envs
+        for k in args.renderers
         for c in args.pipeline_chunks
     ]
     results, baselines = [], {}

@@ -13,7 +13,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _build_info() -> dict:
     from vlmrm_fast import build_info
 

@@ -47,7 +47,9 @@ def gl_atlas(frames: np.ndarray, tiles_per_row: int, channels: int = 3, seed: in
     n, h, w, _ = frames.shape
     rows = -(-n // tiles_per_row)
     rng = np.random.default_rng(seed)
-    atlas = rng.integers(0, 256, (rows * h, tiles_per_row * w, channels), dtype=np.uint8)  # junk in unused tiles and alpha
+    atlas = rng.integers(
+        0, 256, (rows * h, tiles_per_row * w, channels), dtype=np.uint8
+    )  # junk in unused tiles and alpha
     for i, frame in enumerate(frames):
         tile_row, tile_col = divmod(i, tiles_per_row)
         atlas[tile_row * h : (tile_row + 1) * h, tile_col * w : (tile_col + 1) * w, :3] = frame[::-1]
@@ -137,7 +139,9 @@ def reward_table(d: int, seed: int) -> tuple[TaskTable, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
     table = TaskTable()
     for alpha in (0.0, 0.5, 1.0):
-        table.goal_baseline(normalized(torch.randn(3, d, generator=gen)), normalized(torch.randn(2, d, generator=gen)), alpha)
+        table.goal_baseline(
+            normalized(torch.randn(3, d, generator=gen)), normalized(torch.randn(2, d, generator=gen)), alpha
+        )
     goal, negatives = normalized(torch.randn(d, generator=gen)), normalized(torch.randn(4, d, generator=gen))
     table.binary(goal, negatives, 100.0, probability=True)
     table.binary(goal, negatives, 100.0, threshold=0.5)

@@ -41,7 +41,14 @@ def trajectory(env, steps: int) -> dict[str, np.ndarray]:
     the env rewards and the terminal observations (zeros where no episode ended)."""
     rng = np.random.default_rng(11)
     space = env.action_space
-    record: dict[str, list] = {"obs": [env.reset()], "rewards": [], "dones": [], "gt": [], "terminal": [], "actions": []}
+    record: dict[str, list] = {
+        "obs": [env.reset()],
+        "rewards": [],
+        "dones": [],
+        "gt": [],
+        "terminal": [],
+        "actions": [],
+    }
     for _ in range(steps):
         if hasattr(space, "n"):
             actions = rng.integers(0, space.n, size=env.num_envs)

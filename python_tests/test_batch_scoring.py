@@ -15,11 +15,11 @@ from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from vlmrm_fast import load_reward_model
 from vlmrm_fast.envs import get_task
 from vlmrm_fast.reward import batch_scoring
-from vlmrm_fast.wrappers import find_reward_wrapper
 from vlmrm_fast.reward.batch_scoring import FrameBatchScorer, even_batch, fill_batch_size, tower_gflops, tower_shape
 from vlmrm_fast.training.callbacks import EpisodeBatchRewards, EpisodeStats
 from vlmrm_fast.training.config import ConfigError, load_config
 from vlmrm_fast.vec_env import FastVLMRewardVecEnv
+from vlmrm_fast.wrappers import find_reward_wrapper
 
 NUM_ENVS, STEPS = 3, 7
 
@@ -27,8 +27,14 @@ NUM_ENVS, STEPS = 3, 7
 @pytest.fixture(scope="module")
 def rm():
     spec = get_task("humanoid-kneeling")
-    return load_reward_model("vlmrm-tiny", target_prompts=spec.target_prompts, baseline_prompts=spec.baseline_prompts,
-                             alpha=0.5, device="cpu", backend="torch")
+    return load_reward_model(
+        "vlmrm-tiny",
+        target_prompts=spec.target_prompts,
+        baseline_prompts=spec.baseline_prompts,
+        alpha=0.5,
+        device="cpu",
+        backend="torch",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +70,16 @@ def test_compiled_encoder_batches_match_too(stepped):
     """A fixed-batch (compiled) encoder: partial batches are padded and their padding ignored."""
     per_step, frames = stepped
     spec = get_task("humanoid-kneeling")
-    compiled = load_reward_model("vlmrm-tiny", target_prompts=spec.target_prompts, baseline_prompts=spec.baseline_prompts,
-                                 alpha=0.5, device="cpu", backend="compile", batch_size=4, progress=False)
+    compiled = load_reward_model(
+        "vlmrm-tiny",
+        target_prompts=spec.target_prompts,
+        baseline_prompts=spec.baseline_prompts,
+        alpha=0.5,
+        device="cpu",
+        backend="compile",
+        batch_size=4,
+        progress=False,
+    )
     scorer = FrameBatchScorer(compiled, compiled.chunk_size)
     for step_frames in frames:
         scorer.add(step_frames)
@@ -115,8 +129,9 @@ class _RecordFrames(BaseCallback):
 
 @pytest.mark.parametrize("batch_size", [2, 7])
 def test_sac_replay_buffer_gets_the_rewards_of_its_frames(rm, batch_size):
-    env = FastVLMRewardVecEnv("humanoid-kneeling", NUM_ENVS, reward_model=rm, render_size=64, episode_length=5, seed=1,
-                              defer_rewards=True)
+    env = FastVLMRewardVecEnv(
+        "humanoid-kneeling", NUM_ENVS, reward_model=rm, render_size=64, episode_length=5, seed=1, defer_rewards=True
+    )
     model = SAC("MlpPolicy", env, learning_starts=1000, train_freq=4, buffer_size=500, seed=0, device="cpu")
     record = _RecordFrames()
     scoring = EpisodeBatchRewards(EpisodeStats(NUM_ENVS), FrameBatchScorer(rm, batch_size))
@@ -129,8 +144,12 @@ def test_sac_replay_buffer_gets_the_rewards_of_its_frames(rm, batch_size):
 
 
 def test_config_score_batch_size():
-    base = {"task": "humanoid-kneeling", "reward": {"model": "vlmrm-tiny", "device": "cpu", "episode_batch": True},
-            "rl": {"algorithm": "SAC", "kwargs": {"train_freq": [20, "step"]}}, "env": {"n_envs": 4, "render_size": 64}}
+    base = {
+        "task": "humanoid-kneeling",
+        "reward": {"model": "vlmrm-tiny", "device": "cpu", "episode_batch": True},
+        "rl": {"algorithm": "SAC", "kwargs": {"train_freq": [20, "step"]}},
+        "env": {"n_envs": 4, "render_size": 64},
+    }
     from vlmrm_fast.training.train import score_batch_size
 
     assert score_batch_size(load_config(copy.deepcopy(base))) == 80  # one rollout of 20 steps x 4 envs, on the CPU
@@ -150,9 +169,18 @@ def test_config_score_batch_size():
 @pytest.mark.egl
 def test_cuda_frames_wait_on_the_gpu_and_give_the_per_step_rewards():
     spec = get_task("humanoid-kneeling")
-    gpu_rm = load_reward_model("vlmrm-tiny", target_prompts=spec.target_prompts, baseline_prompts=spec.baseline_prompts,
-                               alpha=0.5, device="cuda", backend="torch", precision="bf16")
-    env = FastVLMRewardVecEnv("humanoid-kneeling", NUM_ENVS, reward_model=gpu_rm, render_size=64, episode_length=4, seed=3)
+    gpu_rm = load_reward_model(
+        "vlmrm-tiny",
+        target_prompts=spec.target_prompts,
+        baseline_prompts=spec.baseline_prompts,
+        alpha=0.5,
+        device="cuda",
+        backend="torch",
+        precision="bf16",
+    )
+    env = FastVLMRewardVecEnv(
+        "humanoid-kneeling", NUM_ENVS, reward_model=gpu_rm, render_size=64, episode_length=4, seed=3
+    )
     env.reset()
     scorer = FrameBatchScorer(gpu_rm, 5)
     rng = np.random.default_rng(0)

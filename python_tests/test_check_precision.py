@@ -28,8 +28,15 @@ def test_spearman_with_ties():
 def test_fp8_is_reported_as_needing_an_sm89_gpu_and_the_rest_still_runs():
     frames = np.random.default_rng(0).integers(0, 256, size=(5, 64, 64, 3), dtype=np.uint8)
     log = []
-    results = {r.precision: r for r in check_precision("vlmrm-tiny", frames, device="cpu", batch_size=4, log=log.append, **PROMPTS)}
-    assert not results["fp8"].ran and "compute capability 8.9" in results["fp8"].how and "--emulate-fp8" in results["fp8"].how
+    results = {
+        r.precision: r
+        for r in check_precision("vlmrm-tiny", frames, device="cpu", batch_size=4, log=log.append, **PROMPTS)
+    }
+    assert (
+        not results["fp8"].ran
+        and "compute capability 8.9" in results["fp8"].how
+        and "--emulate-fp8" in results["fp8"].how
+    )
     assert any("fp8: not run" in line for line in log)
     for name in ("bf16", "fp16", "fp32"):
         assert results[name].ran, results[name].how
@@ -40,8 +47,26 @@ def test_fp8_is_reported_as_needing_an_sm89_gpu_and_the_rest_still_runs():
 def test_cli_renders_task_frames_and_emulates_fp8(tmp_path, capsys):
     pytest.importorskip("torchao")
     out = tmp_path / "precision.json"
-    assert main(["check-precision", "vlmrm-tiny", "-n", "6", "--render-size", "64", "--batch-size", "4",
-                 "--emulate-fp8", "--device", "cpu", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "check-precision",
+                "vlmrm-tiny",
+                "-n",
+                "6",
+                "--render-size",
+                "64",
+                "--batch-size",
+                "4",
+                "--emulate-fp8",
+                "--device",
+                "cpu",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "6 rendered humanoid-kneeling frames (64x64" in printed and "noise/spread" in printed
     report = json.loads(out.read_text())
@@ -58,7 +83,10 @@ def test_frames_from_a_folder(tmp_path, capsys):
     for i in range(4):
         Image.fromarray(rng.integers(0, 256, size=(48, 64, 3), dtype=np.uint8)).save(tmp_path / f"{i:02d}.png")
     assert load_frames(tmp_path).shape == (4, 48, 64, 3)
-    assert main(["check-precision", "vlmrm-tiny", "--frames", str(tmp_path), "--precisions", "fp32", "--device", "cpu"]) == 0
+    assert (
+        main(["check-precision", "vlmrm-tiny", "--frames", str(tmp_path), "--precisions", "fp32", "--device", "cpu"])
+        == 0
+    )
     assert f"4 frames from {tmp_path}" in capsys.readouterr().out
     Image.fromarray(rng.integers(0, 256, size=(32, 32, 3), dtype=np.uint8)).save(tmp_path / "odd.png")
     assert main(["check-precision", "vlmrm-tiny", "--frames", str(tmp_path), "--device", "cpu"]) == 2

@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 import torch
-
 from child_process import run_python
+
 from vlmrm_fast.encoders import make_image_encoder
 from vlmrm_fast.encoders.attention import FusedSelfAttention, fuse_attention
 from vlmrm_fast.encoders.compile_cache import CACHE_ENV, default_compile_cache_dir, resolve_compile_cache
@@ -65,8 +65,9 @@ def test_compile_scopes_match_open_clip(scope, tmp_path):
     x = pixels(3, seed=1)
     with torch.inference_mode():
         reference = tiny_clip().model.encode_image(x)
-    encoder = make_image_encoder(tiny_clip(), "compile", device=CPU, batch_size=3, compile_scope=scope,
-                                 compile_cache=tmp_path, progress=False)
+    encoder = make_image_encoder(
+        tiny_clip(), "compile", device=CPU, batch_size=3, compile_scope=scope, compile_cache=tmp_path, progress=False
+    )
     assert encoder.compile_scope == scope and encoder.compile_mode == "default"
     torch.testing.assert_close(encoder(x), reference, rtol=1e-4, atol=1e-5)
     assert "scope" in encoder.describe()
@@ -150,7 +151,11 @@ def test_phases_progress(capsys):
         with phases.step("capture"):
             pass
     err = capsys.readouterr().err
-    assert "compiling X (compile, capture) ..." in err and "compiling X: capture done in" in err and "compiling X: done in" in err
+    assert (
+        "compiling X (compile, capture) ..." in err
+        and "compiling X: capture done in" in err
+        and "compiling X: done in" in err
+    )
     with Phases("compiling Y", ["compile"], tty=True) as phases:  # the terminal form: one ticking bar
         with phases.step("compile"):
             pass

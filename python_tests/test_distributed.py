@@ -17,12 +17,12 @@ import time
 
 import numpy as np
 import pytest
+import sharded_job
 import torch
 import yaml
-
-import sharded_job
-import vlmrm_fast
 from child_process import run_python
+
+import vlmrm_fast
 from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model
 from vlmrm_fast.distributed import Launch, LayoutError, ShardedVecEnv, plan_shards, shard_device
 
@@ -67,7 +67,9 @@ def two_rank_job(tmp_path_factory):
     """One torchrun job of 2 ranks running every case in turn (each case its own sharded env)."""
     out = tmp_path_factory.mktemp("sharded")
     cases = [*sharded_job.TRAJECTORIES, "routing", "refusal", "build_error"]
-    result = run_python([*TORCHRUN, "--standalone", "--nproc-per-node", "2", JOB, str(out), *cases], env=THREADS, timeout=300)
+    result = run_python(
+        [*TORCHRUN, "--standalone", "--nproc-per-node", "2", JOB, str(out), *cases], env=THREADS, timeout=300
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     return out, result.stdout
 
@@ -79,7 +81,11 @@ def test_two_ranks_equal_one_process(two_rank_job, case):
     assert_same_run(out, case)
     layout = list(np.load(out / f"{case}.npz")["layout"])
     if case == "uneven":
-        assert layout[0].endswith("envs 0-2") and layout[1].endswith("envs 3-4") and layout[1].startswith("rank 1 (cpu on ")
+        assert (
+            layout[0].endswith("envs 0-2")
+            and layout[1].endswith("envs 3-4")
+            and layout[1].startswith("rank 1 (cpu on ")
+        )
     assert "\n".join(f"  {line}" for line in layout) in stdout, "the run prints its layout, one line per rank"
 
 
@@ -109,9 +115,27 @@ def test_a_rank_that_cannot_build_its_envs_stops_the_job(two_rank_job):
 def test_two_nodes_on_localhost(tmp_path):
     """Two torchrun launchers, one rank each, meeting at a rendezvous endpoint on 127.0.0.1."""
     endpoint = f"127.0.0.1:{free_port()}"
-    command = [sys.executable, *TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-               "--rdzv-endpoint", endpoint, "--rdzv-id", "two-nodes", JOB, str(tmp_path), "humanoid"]
-    nodes = [subprocess.Popen(command, env=child_env({}), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    command = [
+        sys.executable,
+        *TORCHRUN,
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        endpoint,
+        "--rdzv-id",
+        "two-nodes",
+        JOB,
+        str(tmp_path),
+        "humanoid",
+    ]
+    nodes = [
+        subprocess.Popen(command, env=child_env({}), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     outputs = [node.communicate(timeout=300) for node in nodes]
     for node, (stdout, stderr) in zip(nodes, outputs):
         assert node.returncode == 0, stdout[-3000:] + stderr[-6000:]
@@ -123,9 +147,13 @@ def start_ranks(out: pathlib.Path, *args: str) -> list[subprocess.Popen]:
     out.mkdir()
     base = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     return [
-        subprocess.Popen([sys.executable, JOB, str(out), "failure", *args],
-                         env=child_env({**base, "RANK": str(rank), "LOCAL_RANK": str(rank)}),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, JOB, str(out), "failure", *args],
+            env=child_env({**base, "RANK": str(rank), "LOCAL_RANK": str(rank)}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for rank in (0, 1)
     ]
 
@@ -146,9 +174,14 @@ def test_a_dead_or_hung_rank_is_named_by_the_survivor(tmp_path):
                 process.kill()  # the hung rank, asleep in its step
             process.communicate()
     assert killed[1].returncode == -9 and killed[0].returncode != 0 and hung[0].returncode != 0
-    assert "RankFailure: rank 1 (env 1 on" in stderr["killed"] and "closed its connection: its process died" in stderr["killed"], stderr["killed"][-3000:]
+    assert (
+        "RankFailure: rank 1 (env 1 on" in stderr["killed"]
+        and "closed its connection: its process died" in stderr["killed"]
+    ), stderr["killed"][-3000:]
     assert elapsed["killed"] < 60, "the survivor stops at once, well within its timeout"
-    assert "RankFailure: rank 1 (env 1 on" in stderr["hung"] and "did not answer within 3 s" in stderr["hung"], stderr["hung"][-3000:]
+    assert "RankFailure: rank 1 (env 1 on" in stderr["hung"] and "did not answer within 3 s" in stderr["hung"], stderr[
+        "hung"
+    ][-3000:]
     assert 3 <= elapsed["hung"] < 60
 
 
@@ -163,7 +196,9 @@ def test_layout_split_devices_and_refusals():
     assert shard_device("cuda:0", node) == "cuda:0", "an explicit device is kept: ranks may share a GPU on purpose"
     assert shard_device("cpu", node) == "cpu"
     short = Launch(rank=3, world_size=4, local_rank=3, local_world_size=4, host="node-a", gpus=2)
-    with pytest.raises(LayoutError, match="node node-a runs 4 ranks but shows 2 GPU.*--nproc-per-node 2.*device='cuda:0'"):
+    with pytest.raises(
+        LayoutError, match="node node-a runs 4 ranks but shows 2 GPU.*--nproc-per-node 2.*device='cuda:0'"
+    ):
         shard_device("auto", short)
     assert shard_device("auto", Launch(gpus=0)) == "cpu"
     with pytest.raises(LayoutError, match="device='cuda' but torch sees no GPU"):
@@ -206,12 +241,21 @@ def test_train_under_torchrun(tmp_path):
         "output_dir": str(tmp_path / "run"),
         "reward": {"model": "vlmrm-tiny", "device": "cpu"},
         "env": {"n_envs": 3, "episode_length": 10, "rank_timeout": 120},
-        "rl": {"algorithm": "DQN", "total_timesteps": 60, "device": "cpu", "kwargs": {"learning_starts": 30, "batch_size": 8, "buffer_size": 500}},
+        "rl": {
+            "algorithm": "DQN",
+            "total_timesteps": 60,
+            "device": "cpu",
+            "kwargs": {"learning_starts": 30, "batch_size": 8, "buffer_size": 500},
+        },
         "logging": {"checkpoint_every": 30, "video_every": 0},
     }
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    result = run_python([*TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "vlmrm_fast.cli", "train", str(path)], env=THREADS, timeout=300)
+    result = run_python(
+        [*TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "vlmrm_fast.cli", "train", str(path)],
+        env=THREADS,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     assert "rank 0 (cpu on " in result.stdout and "): envs 0-1" in result.stdout and "): env 2" in result.stdout
     run = tmp_path / "run"

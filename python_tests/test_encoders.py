@@ -19,8 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from vlmrm_fast.encoders import BACKEND_OPTIONS, choose_backend, make_image_encoder
-from vlmrm_fast.encoders import tensorrt_engine
+from vlmrm_fast.encoders import BACKEND_OPTIONS, choose_backend, make_image_encoder, tensorrt_engine
 from vlmrm_fast.encoders.compiled import CompiledImageEncoder
 from vlmrm_fast.encoders.engine_cache import CACHE_ENV, EngineCache, EngineKey, StaleEngineError, default_cache_dir
 from vlmrm_fast.encoders.onnx_export import INPUT_NAME, OUTPUT_NAME, export_image_tower, export_module
@@ -84,7 +83,12 @@ def assert_low_precision_close(out: torch.Tensor, ref: torch.Tensor, *, max_rel:
 def test_torch_encoder_matches_open_clip_encode_image():
     x = pixels(5)
     encoder = make_image_encoder(tiny_clip(), "torch", device=CPU)
-    assert (encoder.backend, encoder.input_dtype, encoder.batch_size, encoder.embed_dim) == ("torch", torch.float32, None, 32)
+    assert (encoder.backend, encoder.input_dtype, encoder.batch_size, encoder.embed_dim) == (
+        "torch",
+        torch.float32,
+        None,
+        32,
+    )
     assert encoder.input_buffer() is None
     assert_fp32_close(encoder(x), reference_embeddings(x))
 
@@ -230,7 +234,9 @@ def _initializer_types(model) -> dict[str, int]:
 def test_onnx_export_fp16_keeps_layernorm_in_fp32_and_matches(tmp_path):
     import onnx
 
-    path = export_image_tower(tiny_clip().model.visual, tmp_path / "tiny16.onnx", image_size=TINY_SIZE, precision="fp16")
+    path = export_image_tower(
+        tiny_clip().model.visual, tmp_path / "tiny16.onnx", image_size=TINY_SIZE, precision="fp16"
+    )
     model = onnx.load(str(path))
     fp16, fp32 = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
     assert model.graph.input[0].type.tensor_type.elem_type == fp16
@@ -249,7 +255,9 @@ def test_onnx_export_bf16_graph(tmp_path):
     import onnx
 
     visual = tiny_clip().model.visual
-    path = export_image_tower(visual, tmp_path / "tiny_bf16.onnx", image_size=TINY_SIZE, precision="bf16")  # checker inside
+    path = export_image_tower(
+        visual, tmp_path / "tiny_bf16.onnx", image_size=TINY_SIZE, precision="bf16"
+    )  # checker inside
     model = onnx.load(str(path))
     bf16, fp32 = onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT
     assert model.graph.input[0].type.tensor_type.elem_type == bf16
@@ -323,8 +331,15 @@ def test_engine_key_covers_every_field():
     assert base.digest() == _key().digest()
     assert base.file_stem().startswith("ViT-L-14-b256-bf16-")
     changes = dict(
-        architecture="ViT-bigG-14", weights="random-0", image_size=336, batch_size=128, precision="fp16",
-        gpu="NVIDIA A100-SXM4-80GB", compute_capability="8.0", tensorrt="11.4.0", format_version=999,
+        architecture="ViT-bigG-14",
+        weights="random-0",
+        image_size=336,
+        batch_size=128,
+        precision="fp16",
+        gpu="NVIDIA A100-SXM4-80GB",
+        compute_capability="8.0",
+        tensorrt="11.4.0",
+        format_version=999,
     )
     digests = {base.digest()} | {_key(**{k: v}).digest() for k, v in changes.items()}
     assert len(digests) == len(changes) + 1
@@ -416,7 +431,12 @@ def _valid_hash_but_not_an_engine(engine, sidecar):
 @pytest.mark.parametrize(
     "damage",
     [
-        _flip_a_byte, _truncate, _garbage_sidecar, _sidecar_of_another_gpu, _sidecar_missing, _engine_missing,
+        _flip_a_byte,
+        _truncate,
+        _garbage_sidecar,
+        _sidecar_of_another_gpu,
+        _sidecar_missing,
+        _engine_missing,
         _valid_hash_but_not_an_engine,
     ],
 )
@@ -478,13 +498,17 @@ CUDA = torch.device("cuda", 0)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("precision, compile_mode", [("bf16", None), ("fp16", "max-autotune-no-cudagraphs")])  # None: default
+@pytest.mark.parametrize(
+    "precision, compile_mode", [("bf16", None), ("fp16", "max-autotune-no-cudagraphs")]
+)  # None: default
 def test_compiled_cuda_graph_matches_reference(precision, compile_mode):
     x = pixels(6, seed=7)
     ref = reference_embeddings(x)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
     mode = {"compile_mode": compile_mode} if compile_mode else {}
-    encoder = make_image_encoder(tiny_clip(CUDA), "compile", device=CUDA, precision=precision, batch_size=6, progress=False, **mode)
+    encoder = make_image_encoder(
+        tiny_clip(CUDA), "compile", device=CUDA, precision=precision, batch_size=6, progress=False, **mode
+    )
     assert encoder.input_dtype == dtype and encoder._graph is not None
     tol = dict(max_rel=3e-2, min_cos=0.999) if precision == "bf16" else dict(max_rel=4e-3, min_cos=0.9999)
     out = encoder(x.to(CUDA, dtype))
@@ -507,7 +531,9 @@ def test_reward_model_compiled_on_cuda_matches_cpu():
     frames = np.random.default_rng(1).integers(0, 256, size=(10, 60, 90, 3), dtype=np.uint8)
     kwargs = dict(target_prompts="a red square", baseline_prompts="a square", alpha=0.5)
     cpu = load_reward_model(TINY, device="cpu", backend="torch", **kwargs)
-    gpu = load_reward_model(TINY, device="cuda", backend="compile", batch_size=4, compile_mode="default", progress=False, **kwargs)
+    gpu = load_reward_model(
+        TINY, device="cuda", backend="compile", batch_size=4, compile_mode="default", progress=False, **kwargs
+    )
     assert_low_precision_close(gpu.embed_images(frames), cpu.embed_images(frames), max_rel=3e-2, min_cos=0.999)
 
 
@@ -541,8 +567,15 @@ def test_tensorrt_vit_b32_matches_torch(tmp_path):
     """A real architecture (random weights): TensorRT's fused attention and GEMMs against eager bf16."""
     x = pixels(8, seed=10, size=224)
     ref = reference_embeddings(x, "ViT-B-32")
-    engine = make_image_encoder(_random_clip("ViT-B-32", CUDA), "tensorrt", device=CUDA, precision="bf16", batch_size=8,
-                                engine_cache_dir=tmp_path, progress=False)
+    engine = make_image_encoder(
+        _random_clip("ViT-B-32", CUDA),
+        "tensorrt",
+        device=CUDA,
+        precision="bf16",
+        batch_size=8,
+        engine_cache_dir=tmp_path,
+        progress=False,
+    )
     assert_low_precision_close(engine(x.to(CUDA, torch.bfloat16)), ref, max_rel=3e-2, min_cos=0.999)
 
 
@@ -553,6 +586,8 @@ def test_reward_model_auto_backend_uses_tensorrt(tmp_path):
     frames = np.random.default_rng(2).integers(0, 256, size=(5, 64, 64, 3), dtype=np.uint8)
     kwargs = dict(target_prompts="a red square", baseline_prompts="a square", alpha=0.5)
     cpu = load_reward_model(TINY, device="cpu", backend="torch", **kwargs)
-    gpu = load_reward_model(TINY, device="cuda", backend="auto", batch_size=4, engine_cache_dir=tmp_path, progress=False, **kwargs)
+    gpu = load_reward_model(
+        TINY, device="cuda", backend="auto", batch_size=4, engine_cache_dir=tmp_path, progress=False, **kwargs
+    )
     assert gpu.encoder.backend == "tensorrt"
     assert_low_precision_close(gpu.embed_images(frames), cpu.embed_images(frames), max_rel=3e-2, min_cos=0.999)

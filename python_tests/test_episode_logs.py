@@ -21,9 +21,33 @@ class RecordingLogger:
 def test_success_rate_and_per_task_returns_by_hand():
     stats = EpisodeStats(2)
     steps = [  # (vlm, gt, dones, infos) for 2 envs
-        ([0.5, 0.1], [1, 1], [False, False], [{"success": False, "vlm_rewards": {"a": 0.5, "b": 1.0}}, {"success": True, "vlm_rewards": {"a": 0.1, "b": 2.0}}]),
-        ([0.5, 0.2], [1, 0], [False, True], [{"success": True, "vlm_rewards": {"a": 0.5, "b": 1.0}}, {"success": False, "vlm_rewards": {"a": 0.2, "b": 2.0}}]),
-        ([0.4, 0.3], [1, 1], [True, False], [{"success": True, "vlm_rewards": {"a": 0.4, "b": 1.0}}, {"success": True, "vlm_rewards": {"a": 0.3, "b": 2.0}}]),
+        (
+            [0.5, 0.1],
+            [1, 1],
+            [False, False],
+            [
+                {"success": False, "vlm_rewards": {"a": 0.5, "b": 1.0}},
+                {"success": True, "vlm_rewards": {"a": 0.1, "b": 2.0}},
+            ],
+        ),
+        (
+            [0.5, 0.2],
+            [1, 0],
+            [False, True],
+            [
+                {"success": True, "vlm_rewards": {"a": 0.5, "b": 1.0}},
+                {"success": False, "vlm_rewards": {"a": 0.2, "b": 2.0}},
+            ],
+        ),
+        (
+            [0.4, 0.3],
+            [1, 1],
+            [True, False],
+            [
+                {"success": True, "vlm_rewards": {"a": 0.4, "b": 1.0}},
+                {"success": True, "vlm_rewards": {"a": 0.3, "b": 2.0}},
+            ],
+        ),
     ]
     for vlm, gt, dones, infos in steps:
         stats.add(np.array(vlm), np.array(gt, float), np.array(dones), infos)
@@ -53,7 +77,9 @@ def test_tasks_without_success_log_no_success_rate():
 
 def config(**reward):
     return {
-        "task": "cartpole", "output_dir": "unused", "seed": 0,
+        "task": "cartpole",
+        "output_dir": "unused",
+        "seed": 0,
         "reward": {"model": "vlmrm-tiny", "device": "cpu", "alpha": 0.5, **reward},
         "env": {"n_envs": 2, "episode_length": 5, "pipeline_chunks": 2},
         "rl": {"algorithm": "DQN", "total_timesteps": 10},

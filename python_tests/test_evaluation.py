@@ -59,6 +59,7 @@ def potential(s):
 
 def plain_canonical(reward, c: Coverage, gamma: float) -> np.ndarray:
     """C^(R) with the coverage's draws, one transition and one draw at a time."""
+
     def r(s, a, s2):
         return float(reward(s[None], a[None], s2[None])[0])
 
@@ -66,7 +67,13 @@ def plain_canonical(reward, c: Coverage, gamma: float) -> np.ndarray:
     const = sum(r(c.const_states[j], c.const_actions[j], c.const_next[j]) for j in range(m)) / m
     out = []
     for s, a, s2 in zip(c.states, c.actions, c.next_states):
-        mean = sum(gamma * r(s2, c.mean_actions[j], c.mean_next[j]) - r(s, c.mean_actions[j], c.mean_next[j]) for j in range(m)) / m
+        mean = (
+            sum(
+                gamma * r(s2, c.mean_actions[j], c.mean_next[j]) - r(s, c.mean_actions[j], c.mean_next[j])
+                for j in range(m)
+            )
+            / m
+        )
         out.append(r(s, a, s2) + mean - gamma * const)
     return np.array(out)
 
@@ -81,7 +88,15 @@ def test_canonicalize_matches_the_formula_written_plainly():
 def test_positive_affine_maps_are_at_distance_zero():
     s, a, s2 = transitions()
     for scale, shift in ((3.0, 2.0), (0.01, -50.0)):
-        d = epic_distance(base_reward, lambda s, a, s2, scale=scale, shift=shift: scale * base_reward(s, a, s2) + shift, s, a, s2, gamma=GAMMA, n_samples=32)
+        d = epic_distance(
+            base_reward,
+            lambda s, a, s2, scale=scale, shift=shift: scale * base_reward(s, a, s2) + shift,
+            s,
+            a,
+            s2,
+            gamma=GAMMA,
+            n_samples=32,
+        )
         assert d == pytest.approx(0.0, abs=1e-6)
 
 
@@ -91,7 +106,9 @@ def test_potential_shaping_is_at_distance_zero_and_canonicalization_is_what_remo
     def shaped(s, a, s2):
         return 0.5 * base_reward(s, a, s2) + 1.0 + GAMMA * potential(s2) - potential(s)
 
-    assert epic_distance(base_reward, shaped, s, a, s2, gamma=GAMMA, n_samples=32, seed=1) == pytest.approx(0.0, abs=1e-6)
+    assert epic_distance(base_reward, shaped, s, a, s2, gamma=GAMMA, n_samples=32, seed=1) == pytest.approx(
+        0.0, abs=1e-6
+    )
     # The raw rewards are far apart: the distance is zero because of the canonicalization.
     assert pearson_distance(base_reward(s, a, s2), shaped(s, a, s2)) > 0.2
 
@@ -374,7 +391,9 @@ def test_score_frames_scores_every_task_from_one_pass(tiny):
     before = tiny.tasks
     rewards = score_frames(tiny, frames, tasks)
     assert rewards.shape == (5, 3) and tiny.tasks == before and tiny(frames).shape == (5,)
-    single = load_reward_model(TINY, target_prompts="a pole standing upright", baseline_prompts="a pole", alpha=0.5, device="cpu")
+    single = load_reward_model(
+        TINY, target_prompts="a pole standing upright", baseline_prompts="a pole", alpha=0.5, device="cpu"
+    )
     np.testing.assert_allclose(rewards[:, 1], single(frames).double().numpy(), rtol=0, atol=1e-6)
 
 
@@ -409,7 +428,10 @@ def test_cartpole_landscape(tiny, tmp_path):
 def test_landscape_with_values_and_errors(tiny):
     land = reward_landscape(tiny, "mountain-car", "position", [-0.5, 0.0, 0.5], alphas=(0.0,), size=(20, 30))
     assert land.goal == 0.45 and land.rewards.shape == (3, 1)
-    assert reward_landscape(tiny, "mountain-car", "position", [-0.5, 0.5], alphas=(0.0,), goal=None, size=(20, 30)).goal is None
+    assert (
+        reward_landscape(tiny, "mountain-car", "position", [-0.5, 0.5], alphas=(0.0,), goal=None, size=(20, 30)).goal
+        is None
+    )
     with pytest.raises(ValueError, match="this task's variables"):
         reward_landscape(tiny, "cartpole", "angle", alphas=(0.0,))
     with pytest.raises(ValueError, match="baseline"):
@@ -465,14 +487,47 @@ def test_cli_dataset_evaluate_landscape(tmp_path, capsys):
     out = tmp_path / "eval"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert cli_main(["evaluate", str(data), "--models", TINY, "--alphas", "0", "1", "--device", "cpu", "-o", str(out)]) == 0
-        assert cli_main(["landscape", "mountain-car", "--variable", "position", "--model", TINY, "--points", "5",
-                         "--alphas", "0", "0.5", "--size", "20", "30", "--device", "cpu", "-o", str(out)]) == 0
+        assert (
+            cli_main(["evaluate", str(data), "--models", TINY, "--alphas", "0", "1", "--device", "cpu", "-o", str(out)])
+            == 0
+        )
+        assert (
+            cli_main(
+                [
+                    "landscape",
+                    "mountain-car",
+                    "--variable",
+                    "position",
+                    "--model",
+                    TINY,
+                    "--points",
+                    "5",
+                    "--alphas",
+                    "0",
+                    "0.5",
+                    "--size",
+                    "20",
+                    "30",
+                    "--device",
+                    "cpu",
+                    "-o",
+                    str(out),
+                ]
+            )
+            == 0
+        )
     assert 0 < StateDataset.load(data).labels.sum() < 16  # both classes: precision-recall is written too
     assert sorted(p.name for p in out.iterdir()) == [
-        "epic.csv", "epic.png", "landscape_mountain-car_position.csv", "landscape_mountain-car_position.png",
-        "precision_recall.csv", "precision_recall.png",
+        "epic.csv",
+        "epic.png",
+        "landscape_mountain-car_position.csv",
+        "landscape_mountain-car_position.png",
+        "precision_recall.csv",
+        "precision_recall.png",
     ]
     assert "EPIC distance" in capsys.readouterr().out
-    assert cli_main(["landscape", "cartpole", "--variable", "nope", "--model", TINY, "--device", "cpu", "-o", str(out)]) == 2
+    assert (
+        cli_main(["landscape", "cartpole", "--variable", "nope", "--model", TINY, "--device", "cpu", "-o", str(out)])
+        == 2
+    )
     assert "unknown state variable" in capsys.readouterr().err

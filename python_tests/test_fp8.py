@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vlmrm_fast.encoders import make_image_encoder, precision as precision_mod
+from vlmrm_fast.encoders import make_image_encoder
+from vlmrm_fast.encoders import precision as precision_mod
 from vlmrm_fast.encoders.attention import fuse_attention
 from vlmrm_fast.encoders.fp8 import (
     FP8UnavailableError,
@@ -92,7 +93,9 @@ def test_fp8_linear_matches_a_matmul_of_fp8_rounded_operands():
     _, visual = tiny_tower()
     fuse_attention(visual)
     layers = dict(transformer_linears(visual))
-    originals = {name: (m.weight.detach().float().clone(), m.bias.detach().float().clone()) for name, m in layers.items()}
+    originals = {
+        name: (m.weight.detach().float().clone(), m.bias.detach().float().clone()) for name, m in layers.items()
+    }
     assert convert_linears_to_fp8(visual, emulate=True) == len(layers) == 8  # qkv, out_proj, c_fc, c_proj x 2 blocks
     assert count_fp8_linears(visual) == 8
     g = torch.Generator().manual_seed(0)
@@ -178,8 +181,10 @@ def _pretend_h100(monkeypatch, speedup: float) -> list:
     return calls
 
 
-@pytest.mark.parametrize("speedup, chosen, fused", [(1.6, True, True), (AUTO_FP8_MIN_SPEEDUP, True, False),
-                                                     (1.05, False, True), (0.82, False, False)])
+@pytest.mark.parametrize(
+    "speedup, chosen, fused",
+    [(1.6, True, True), (AUTO_FP8_MIN_SPEEDUP, True, False), (1.05, False, True), (0.82, False, False)],
+)
 def test_auto_takes_fp8_only_where_its_products_are_faster(monkeypatch, speedup, chosen, fused):
     _, visual = tiny_tower()
     if fused:  # the shapes are the same whether the QKV projection is open_clip's bare parameter or a Linear
@@ -188,7 +193,9 @@ def test_auto_takes_fp8_only_where_its_products_are_faster(monkeypatch, speedup,
     cuda = torch.device("cuda", 0)
     assert precision_mod.auto_prefers_fp8(visual, cuda, 32) is chosen
     # The tower's own shapes at that batch: 17 tokens x 32 images rows; (K, N) of qkv, out_proj, c_fc, c_proj.
-    assert sorted(set(calls[0])) == sorted({(32 * 17, 64, 192), (32 * 17, 64, 64), (32 * 17, 64, 256), (32 * 17, 256, 64)})
+    assert sorted(set(calls[0])) == sorted(
+        {(32 * 17, 64, 192), (32 * 17, 64, 64), (32 * 17, 64, 256), (32 * 17, 256, 64)}
+    )
     precision_mod.auto_prefers_fp8(visual, cuda, 32)
     assert len(calls) == 1, "measured once per GPU, shapes and batch in a process"
     precision_mod._measured_speedup.cache_clear()

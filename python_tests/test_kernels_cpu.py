@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from kernel_references import (
     DTYPES,
     MEAN,
@@ -24,11 +23,11 @@ from kernel_references import (
     random_frames,
     strided_embeddings,
 )
+
 from vlmrm_fast import kernels
 from vlmrm_fast.frames import FrameView
 from vlmrm_fast.kernels import kernel_dtype
 from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec, pillow_pass_order
-
 
 # ----------------------------------------------------------------- preprocess
 
@@ -63,7 +62,9 @@ def test_twin_follows_pillows_pass_order(size):
 
 def test_pass_order_rule():
     def vertical_first(h, w, order):
-        return kernels.PreprocessPlan(h, w, 32, kernels.ResizeMode.squash, kernels.Filter.bicubic, MEAN, STD, order).vertical_first
+        return kernels.PreprocessPlan(
+            h, w, 32, kernels.ResizeMode.squash, kernels.Filter.bicubic, MEAN, STD, order
+        ).vertical_first
 
     pillow13 = kernels.PassOrder.pillow13
     assert vertical_first(64, 47, pillow13) and not vertical_first(64, 48, pillow13)
@@ -75,7 +76,12 @@ def test_pass_order_rule():
 
 @pytest.mark.parametrize(
     "size,resize_mode,tiles_per_row,channels",
-    [((48, 40), "shortest", 2, 3), ((64, 40), "squash", 3, 4), ((32, 32), "shortest", 4, 3), ((21, 27), "squash", 5, 4)],
+    [
+        ((48, 40), "shortest", 2, 3),
+        ((64, 40), "squash", 3, 4),
+        ((32, 32), "shortest", 4, 3),
+        ((21, 27), "squash", 5, 4),
+    ],
     ids=str,
 )
 def test_gl_tile_atlas_equals_stacked(size, resize_mode, tiles_per_row, channels):
@@ -127,8 +133,18 @@ def test_preprocess_binding_rejects_bad_input():
     frames = np.zeros((1, 32, 32, 3), np.uint8)
     out = np.zeros((1, 3, 32, 32), np.float32)
     good = dict(
-        plan=_plan(), frames=frames.ctypes.data, num_frames=1, height=32, width=32, pixel_stride=3, row_stride=96,
-        frames_per_row=1, frame_col_stride=0, frame_row_stride=3072, out=out.ctypes.data, dtype=kernels.DType.float32,
+        plan=_plan(),
+        frames=frames.ctypes.data,
+        num_frames=1,
+        height=32,
+        width=32,
+        pixel_stride=3,
+        row_stride=96,
+        frames_per_row=1,
+        frame_col_stride=0,
+        frame_row_stride=3072,
+        out=out.ctypes.data,
+        dtype=kernels.DType.float32,
     )
     kernels.preprocess_cpu(**good)
     for change, message in [
@@ -159,8 +175,15 @@ def run_reward_cpu(embeddings: torch.Tensor, table: TaskTable) -> torch.Tensor:
     text = table.text
     out = torch.full((n, len(table.tasks)), float("nan"))
     kernels.reward_cpu(
-        embeddings.data_ptr(), kernel_dtype(embeddings.dtype), n, d, embeddings.stride(0),
-        text.data_ptr(), text.shape[0], table.tasks, out.data_ptr(),
+        embeddings.data_ptr(),
+        kernel_dtype(embeddings.dtype),
+        n,
+        d,
+        embeddings.stride(0),
+        text.data_ptr(),
+        text.shape[0],
+        table.tasks,
+        out.data_ptr(),
     )
     return out
 
@@ -224,7 +247,9 @@ def test_mixed_task_table():
     x = strided_embeddings(n, d, torch.float32, seed=6)
     got = run_reward_cpu(x, table)
     torch.testing.assert_close(got[:, 0], plain_binary_probability(x, goal, negatives, 50.0).float(), atol=1e-4, rtol=0)
-    torch.testing.assert_close(got[:, 1], plain_goal_baseline(x, target, baseline, 0.7).float(), atol=REWARD_ATOL, rtol=0)
+    torch.testing.assert_close(
+        got[:, 1], plain_goal_baseline(x, target, baseline, 0.7).float(), atol=REWARD_ATOL, rtol=0
+    )
 
 
 def _reward_args(fn_name: str):
@@ -234,7 +259,14 @@ def _reward_args(fn_name: str):
     task = kernels.RewardTask()
     task.kind, task.first_row, task.num_rows = kernels.RewardKind.goal_baseline, 0, 2
     args = dict(
-        embeddings=emb.ctypes.data, dtype=kernels.DType.float32, n=2, d=4, row_stride=4, text=text.ctypes.data, m=2, tasks=[task],
+        embeddings=emb.ctypes.data,
+        dtype=kernels.DType.float32,
+        n=2,
+        d=4,
+        row_stride=4,
+        text=text.ctypes.data,
+        m=2,
+        tasks=[task],
         out=out.ctypes.data,
     )
     if fn_name == "reward_cuda":

@@ -18,7 +18,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from kernel_references import (
     DTYPES,
     GOAL_BASELINE_ATOL,
@@ -34,6 +33,7 @@ from kernel_references import (
     reward_table,
     strided_embeddings,
 )
+
 from vlmrm_fast import _cuda_emulation, kernels
 from vlmrm_fast.frames import FrameLayout
 from vlmrm_fast.kernels import kernel_dtype
@@ -71,7 +71,9 @@ def frame_buffer(frames: np.ndarray, layout: str) -> tuple[torch.Tensor, FrameLa
 
 def twin(plan, buffer, layout, dtype):
     out = torch.empty((layout.num_frames, 3, plan.out_size, plan.out_size), dtype=dtype)
-    kernels.preprocess_cpu(plan, *FramePreprocessor._layout_args(buffer.data_ptr(), layout), out.data_ptr(), kernel_dtype(dtype))
+    kernels.preprocess_cpu(
+        plan, *FramePreprocessor._layout_args(buffer.data_ptr(), layout), out.data_ptr(), kernel_dtype(dtype)
+    )
     return out
 
 
@@ -190,12 +192,17 @@ def test_emulated_frame_copy_turns_the_atlas_upright(channels):
     buffer, layout = frame_buffer(frames, "gl_rgb" if channels == 3 else "gl_rgba")
     out = np.zeros_like(frames)
     _cuda_emulation.copy_frames_rgb(
-        *FramePreprocessor._layout_args(buffer.data_ptr(), layout), buffer.data_ptr(), buffer.numel(), out.ctypes.data, "reverse"
+        *FramePreprocessor._layout_args(buffer.data_ptr(), layout),
+        buffer.data_ptr(),
+        buffer.numel(),
+        out.ctypes.data,
+        "reverse",
     )
     np.testing.assert_array_equal(out, frames)
 
 
 # -------------------------------------------------------------------- reward
+
 
 def run_reward(x: torch.Tensor, table: TaskTable, emulate: bool, order: str = "forward") -> torch.Tensor:
     n, d = x.shape
@@ -225,9 +232,13 @@ def test_emulated_reward_takes_a_full_task_table():
     gen = torch.Generator().manual_seed(2)
     table = TaskTable()
     for i in range(k):
-        table.goal_baseline(normalized(torch.randn(1, d, generator=gen)), normalized(torch.randn(1, d, generator=gen)), (i % 5) / 4)
+        table.goal_baseline(
+            normalized(torch.randn(1, d, generator=gen)), normalized(torch.randn(1, d, generator=gen)), (i % 5) / 4
+        )
     x = torch.randn(3, d, generator=gen)
-    torch.testing.assert_close(run_reward(x, table, True, "reverse"), run_reward(x, table, False), atol=GOAL_BASELINE_ATOL, rtol=0)
+    torch.testing.assert_close(
+        run_reward(x, table, True, "reverse"), run_reward(x, table, False), atol=GOAL_BASELINE_ATOL, rtol=0
+    )
     table.goal_baseline(normalized(torch.randn(1, d, generator=gen)), normalized(torch.randn(1, d, generator=gen)), 0.5)
     with pytest.raises(ValueError, match="one launch takes 1 to 32"):
         run_reward(x, table, True)

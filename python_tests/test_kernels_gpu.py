@@ -13,7 +13,6 @@ import gc
 import numpy as np
 import pytest
 import torch
-
 from kernel_references import (
     DTYPES,
     GOAL_BASELINE_ATOL,
@@ -30,6 +29,7 @@ from kernel_references import (
     reward_table,
     strided_embeddings,
 )
+
 from vlmrm_fast import build_info, kernels
 from vlmrm_fast.device import native_cuda_usable
 from vlmrm_fast.frames import FrameLayout, FrameView
@@ -175,7 +175,17 @@ def run_reward(embeddings: torch.Tensor, table: TaskTable) -> torch.Tensor:
     n, d = embeddings.shape
     text = table.text.to(embeddings.device)
     out = torch.full((n, len(table.tasks)), float("nan"), device=embeddings.device)
-    args = (embeddings.data_ptr(), kernel_dtype(embeddings.dtype), n, d, embeddings.stride(0), text.data_ptr(), text.shape[0], table.tasks, out.data_ptr())
+    args = (
+        embeddings.data_ptr(),
+        kernel_dtype(embeddings.dtype),
+        n,
+        d,
+        embeddings.stride(0),
+        text.data_ptr(),
+        text.shape[0],
+        table.tasks,
+        out.data_ptr(),
+    )
     if embeddings.is_cuda:
         kernels.reward_cuda(*args, embeddings.device.index, torch.cuda.current_stream().cuda_stream)
         torch.cuda.synchronize()
@@ -225,7 +235,10 @@ def test_reward_head_splits_more_tasks_than_one_launch_takes():
     gen = torch.Generator().manual_seed(1)
     prompts = [f"prompt {i}" for i in range(k + 1)]
     table = {p: normalized(torch.randn(d, generator=gen)) for p in prompts}
-    tasks = [GoalBaselineTask(target_prompts=[prompts[i]], baseline_prompts=[prompts[-1]], alpha=(i % 5) / 4) for i in range(k)]
+    tasks = [
+        GoalBaselineTask(target_prompts=[prompts[i]], baseline_prompts=[prompts[-1]], alpha=(i % 5) / 4)
+        for i in range(k)
+    ]
     head_cpu = RewardHead(tasks, table.__getitem__, logit_scale=100.0, device="cpu")
     head_cuda = RewardHead(tasks, table.__getitem__, logit_scale=100.0, device="cuda")
     x = torch.randn(20, d, generator=gen)
@@ -241,9 +254,33 @@ def test_reward_cuda_rejects_host_memory_and_too_many_tasks():
     text = table.text.cuda()
     out = torch.zeros((4, len(table.tasks)), device="cuda")
     with pytest.raises(ValueError, match="embeddings is ordinary host memory"):
-        kernels.reward_cuda(x.data_ptr(), kernels.DType.float32, 4, 32, 32, text.data_ptr(), text.shape[0], table.tasks, out.data_ptr(), 0, 0)
+        kernels.reward_cuda(
+            x.data_ptr(),
+            kernels.DType.float32,
+            4,
+            32,
+            32,
+            text.data_ptr(),
+            text.shape[0],
+            table.tasks,
+            out.data_ptr(),
+            0,
+            0,
+        )
     with pytest.raises(ValueError, match="at most 32 per call"):
-        kernels.reward_cuda(x.cuda().data_ptr(), kernels.DType.float32, 4, 32, 32, text.data_ptr(), text.shape[0], table.tasks * 6, out.data_ptr(), 0, 0)
+        kernels.reward_cuda(
+            x.cuda().data_ptr(),
+            kernels.DType.float32,
+            4,
+            32,
+            32,
+            text.data_ptr(),
+            text.shape[0],
+            table.tasks * 6,
+            out.data_ptr(),
+            0,
+            0,
+        )
 
 
 # ---------------------------------------------- without CUDA (runs everywhere)
@@ -258,4 +295,16 @@ def test_cuda_entry_points_raise_clear_runtime_errors_without_cuda():
     table, _ = reward_table(8, seed=0)
     x, text, out = torch.randn(2, 8), table.text, torch.zeros(2, len(table.tasks))
     with pytest.raises(RuntimeError, match=expected):
-        kernels.reward_cuda(x.data_ptr(), kernels.DType.float32, 2, 8, 8, text.data_ptr(), text.shape[0], table.tasks, out.data_ptr(), 0, 0)
+        kernels.reward_cuda(
+            x.data_ptr(),
+            kernels.DType.float32,
+            2,
+            8,
+            8,
+            text.data_ptr(),
+            text.shape[0],
+            table.tasks,
+            out.data_ptr(),
+            0,
+            0,
+        )

@@ -112,7 +112,9 @@ def test_every_scene_keeps_gymnasiums_physics():
 def test_paper_camera_pose_from_the_free_camera_numbers():
     position, xyaxes = humanoid.free_camera_pose((0, 0, 1), 3.5, -10.0, 180.0)
     # In front of the robot (it faces +x), 3.5 m from (0, 0, 1), looking slightly down; right is +y.
-    np.testing.assert_allclose(position, [3.5 * math.cos(math.radians(10)), 0.0, 1 + 3.5 * math.sin(math.radians(10))], atol=1e-12)
+    np.testing.assert_allclose(
+        position, [3.5 * math.cos(math.radians(10)), 0.0, 1 + 3.5 * math.sin(math.radians(10))], atol=1e-12
+    )
     np.testing.assert_allclose(xyaxes[:3], [0, 1, 0], atol=1e-12)
 
 
@@ -123,7 +125,9 @@ def test_scenes_as_task_names():
     assert builtin.scene == "builtin" and builtin.batch.camera == humanoid.FRONT_CAMERA
     assert builtin.target_prompts == TASKS["humanoid-lotus"].target_prompts and builtin.batch is not None
     assert get_task("humanoid-kneeling@gymnasium").batch.camera == "track"
-    with pytest.raises(ValueError, match="unknown scene 'fancy'; scenes are: paper, paper-textures, gymnasium, builtin"):
+    with pytest.raises(
+        ValueError, match="unknown scene 'fancy'; scenes are: paper, paper-textures, gymnasium, builtin"
+    ):
         get_task("humanoid-kneeling@fancy")
     with pytest.raises(ValueError, match="only humanoid tasks take a scene"):
         get_task("cartpole@paper")
@@ -141,8 +145,11 @@ def test_textures_are_fixed_and_tile():
     assert tiles.mean() < 90, "dark stone"
     directions = textures.cube_directions(8)
     centre = directions[:, 3:5, 3:5].mean(axis=(1, 2))
-    np.testing.assert_allclose(centre / np.linalg.norm(centre, axis=1, keepdims=True),
-                               [[1, 0, 0], [-1, 0, 0], [0, 0, 1], [0, 0, -1], [0, -1, 0], [0, 1, 0]], atol=1e-9)
+    np.testing.assert_allclose(
+        centre / np.linalg.norm(centre, axis=1, keepdims=True),
+        [[1, 0, 0], [-1, 0, 0], [0, 0, 1], [0, 0, -1], [0, -1, 0], [0, 1, 0]],
+        atol=1e-9,
+    )
 
 
 @pytest.mark.egl
@@ -200,7 +207,11 @@ def test_episodes_run_to_their_length(task):
     assert spec.episode_length == 200
     env = gymnasium.wrappers.TimeLimit(spec.make_env(render_mode=None), spec.episode_length)
     rng = np.random.default_rng(0)
-    random_policy = (lambda obs: int(rng.integers(2))) if task == "cartpole" else (lambda obs: rng.uniform(-1, 1, 1).astype(np.float32))
+    random_policy = (
+        (lambda obs: int(rng.integers(2)))
+        if task == "cartpole"
+        else (lambda obs: rng.uniform(-1, 1, 1).astype(np.float32))
+    )
     good_policy = _balance if task == "cartpole" else _pump
     steps, infos, _, _ = _episode(env, random_policy, seed=1)
     assert steps == 200 and all("success" in info for info in infos)
@@ -225,8 +236,8 @@ def test_cartpole_success_on_hand_set_states():
         ((0.0, 0.0, 0.0, 0.0), True),
         ((0.0, 0.0, threshold - 0.01, 0.0), True),
         ((0.0, 0.0, threshold + 0.01, 0.0), False),
-        ((0.0, 0.0, 2 * math.pi, 0.0), True),          # a full turn: upright again
-        ((0.0, 0.0, math.pi, 0.0), False),             # hanging down
+        ((0.0, 0.0, 2 * math.pi, 0.0), True),  # a full turn: upright again
+        ((0.0, 0.0, math.pi, 0.0), False),  # hanging down
         ((2.3, 0.0, 0.0, 0.0), True),
         ((2.5, 0.0, 0.0, 0.0), False),
     ]:
@@ -326,7 +337,11 @@ def test_stock_semantics_under_gymnasiums_ids():
             break
     assert terminated, "CartPole-v1 still ends when the pole falls"
     assert get_task("MountainCarContinuous-v0").baseline_prompts == ("a car in the mountain",)
-    for env_id in ("vlmrm_fast/PaperCartPole-v0", "vlmrm_fast/PaperMountainCarContinuous-v0", "vlmrm_fast/PaperMountainCarContinuousTextured-v0"):
+    for env_id in (
+        "vlmrm_fast/PaperCartPole-v0",
+        "vlmrm_fast/PaperMountainCarContinuous-v0",
+        "vlmrm_fast/PaperMountainCarContinuousTextured-v0",
+    ):
         env = gymnasium.make(env_id)
         assert env.spec.max_episode_steps == 200
         env.close()
@@ -351,7 +366,7 @@ def test_vec_env_reports_success_and_runs_to_the_episode_length():
 def test_paper_configs_cover_the_papers_experiments():
     names = {str(p.relative_to(ROOT / "configs" / "paper")) for p in PAPER_CONFIGS}
     assert {"cartpole.yaml", "mountain-car.yaml", "mountain-car-textured.yaml"} <= names
-    assert {f"humanoid/{task[len('humanoid-'):]}.yaml" for task in TASKS if task.startswith("humanoid-")} <= names
+    assert {f"humanoid/{task[len('humanoid-') :]}.yaml" for task in TASKS if task.startswith("humanoid-")} <= names
     assert {"scene-ablation/kneeling-gymnasium.yaml", "scene-ablation/kneeling-paper-textures.yaml"} <= names
     assert {f"model-scaling/kneeling-{arch}.yaml" for arch in ("RN50", "ViT-L-14", "ViT-H-14")} <= names
     assert len([n for n in names if n.startswith("goal-baseline/")]) == 9
@@ -366,14 +381,25 @@ def test_paper_config_loads_and_builds_its_env(path, tmp_path):
 
     cfg = load_config(path)
     spec = get_task(cfg.task)
-    assert tuple(cfg.reward.target_prompts) == spec.target_prompts and tuple(cfg.reward.baseline_prompts) == spec.baseline_prompts
+    assert (
+        tuple(cfg.reward.target_prompts) == spec.target_prompts
+        and tuple(cfg.reward.baseline_prompts) == spec.baseline_prompts
+    )
     architecture, tag = cfg.reward.model.split("/")
     assert tag in open_clip.list_pretrained_tags_by_model(architecture), "a checkpoint open_clip knows"
     kwargs = cfg.rl.kwargs
     if spec.batch is not None:  # Appendix C.2 and kube/job.yaml, the same for every humanoid run
         assert (cfg.rl.algorithm, cfg.env.n_envs, cfg.env.episode_length, cfg.env.render_size) == ("SAC", 32, 100, 480)
-        assert kwargs == {"learning_starts": 50000, "train_freq": 100, "gradient_steps": 100, "batch_size": 512,
-                          "tau": 0.005, "gamma": 0.95, "learning_rate": 6e-4, "buffer_size": 1_000_000}
+        assert kwargs == {
+            "learning_starts": 50000,
+            "train_freq": 100,
+            "gradient_steps": 100,
+            "batch_size": 512,
+            "tau": 0.005,
+            "gamma": 0.95,
+            "learning_rate": 6e-4,
+            "buffer_size": 1_000_000,
+        }
         assert cfg.rl.total_timesteps == 10_000_000 and cfg.logging.checkpoint_every == 128_000
     else:
         assert cfg.env.episode_length == 200 and cfg.rl.total_timesteps == 3_000_000

@@ -12,8 +12,8 @@ import mujoco
 import numpy as np
 import pytest
 import torch
-
 from kernel_references import MEAN, STD, assert_same_bits
+
 from vlmrm_fast import BatchRenderer, FastVLMRewardVecEnv, build_info, load_reward_model
 from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
 from vlmrm_fast.sim import BatchSimulator
@@ -132,8 +132,14 @@ def _encoder_options(backend: str) -> dict:
 def test_scoring_lent_frames_on_cuda_equals_scoring_the_host_frames(humanoid, backend):
     n = 5
     rm = load_reward_model(
-        TINY, target_prompts="a humanoid robot kneeling", baseline_prompts="a humanoid robot", alpha=0.5,
-        device="cuda", backend=backend, batch_size=n, **_encoder_options(backend),
+        TINY,
+        target_prompts="a humanoid robot kneeling",
+        baseline_prompts="a humanoid robot",
+        alpha=0.5,
+        device="cuda",
+        backend=backend,
+        batch_size=n,
+        **_encoder_options(backend),
     )
     assert rm.encoder.backend == backend
     with gpu_renderer(humanoid, n, 64, 48) as renderer:

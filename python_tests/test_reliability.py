@@ -41,7 +41,12 @@ BASE = {
         "algorithm": "SAC",
         "total_timesteps": 120,
         "device": "cpu",
-        "kwargs": {"learning_starts": 20, "batch_size": 16, "buffer_size": 1000, "policy_kwargs": {"net_arch": [32, 32]}},
+        "kwargs": {
+            "learning_starts": 20,
+            "batch_size": 16,
+            "buffer_size": 1000,
+            "policy_kwargs": {"net_arch": [32, 32]},
+        },
     },
     "logging": {"checkpoint_every": 40, "video_every": 0},
 }
@@ -89,7 +94,10 @@ def _child(config: pathlib.Path, progress: pathlib.Path, *args: str, kill: str |
     import vlmrm_fast
 
     package_root = str(pathlib.Path(vlmrm_fast.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p),
+    }
     env["VLMRM_TEST_PROGRESS"] = str(progress)
     env["OMP_NUM_THREADS"] = "1"  # a tiny model gains nothing from threads, and loses much to a busy machine
     env.pop("VLMRM_TEST_KILL", None)
@@ -98,7 +106,10 @@ def _child(config: pathlib.Path, progress: pathlib.Path, *args: str, kill: str |
         env["VLMRM_TEST_KILL"] = kill
     return subprocess.Popen(
         [sys.executable, "-P", str(CHILD), "train", str(config), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
 
 
@@ -130,7 +141,9 @@ def test_kill_minus_9_at_any_moment_then_sigterm_then_resume(tmp_path):
     interval = BASE["logging"]["checkpoint_every"]
     rng = random.Random(16)
 
-    def resume(previous_step: int, *, kill: str | None = None, at_step: int | None = None, signum: int = signal.SIGKILL) -> tuple[str, int]:
+    def resume(
+        previous_step: int, *, kill: str | None = None, at_step: int | None = None, signum: int = signal.SIGKILL
+    ) -> tuple[str, int]:
         child = _child(config, progress, *(["--resume"] if previous_step else []), kill=kill)
         if at_step is not None:
             _wait_for_step(child, progress, at_step)
@@ -174,6 +187,7 @@ def test_kill_minus_9_at_any_moment_then_sigterm_then_resume(tmp_path):
 
 
 # ------------------------------------------------------------- signals in process
+
 
 class _SignalAt(BaseCallback):
     """Sends this process ``signum`` once the run reaches ``step``."""
@@ -256,22 +270,44 @@ def test_resume_continues_exactly(tmp_path, monkeypatch):
     # SAC trains after every rollout that ends past learning_starts (20): rollouts end at 6, 12, ..., 120
     assert final._n_updates == sum(1 for end in range(6, 121, 6) if end > 20)
     names = sorted(p.name for p in (run / "checkpoints").glob("*.zip"))
-    assert names == ["model_108_steps.zip", "model_120_steps.zip", "model_36_steps.zip", "model_72_steps.zip", "model_interrupted_54_steps.zip"]
-    assert sorted(p.name for p in (run / "videos").glob("*.mp4")) == ["policy_000000048_steps.mp4", "policy_000000096_steps.mp4"]
+    assert names == [
+        "model_108_steps.zip",
+        "model_120_steps.zip",
+        "model_36_steps.zip",
+        "model_72_steps.zip",
+        "model_interrupted_54_steps.zip",
+    ]
+    assert sorted(p.name for p in (run / "videos").glob("*.mp4")) == [
+        "policy_000000048_steps.mp4",
+        "policy_000000096_steps.mp4",
+    ]
     steps = [s for s, _ in _scalars(run, "rollout/ep_vlm_reward_mean")]
     assert steps == sorted(set(steps)) and steps[-1] == 120
 
 
 def test_ppo_stopped_mid_rollout_resumes_from_the_rollout_start(tmp_path, monkeypatch):
     """On-policy data is not saved: a stop inside a rollout discards it and the checkpoint is the rollout start."""
-    kwargs = {"n_steps": 8, "batch_size": 16, "n_epochs": 2, "policy_kwargs": {"net_arch": [32]}}  # rollouts of 16 env steps
-    cfg = load_config(_config(tmp_path, rl={"algorithm": "PPO", "total_timesteps": 96, "kwargs": kwargs}, logging={"checkpoint_every": 1000, "video_every": 0}))
+    kwargs = {
+        "n_steps": 8,
+        "batch_size": 16,
+        "n_epochs": 2,
+        "policy_kwargs": {"net_arch": [32]},
+    }  # rollouts of 16 env steps
+    cfg = load_config(
+        _config(
+            tmp_path,
+            rl={"algorithm": "PPO", "total_timesteps": 96, "kwargs": kwargs},
+            logging={"checkpoint_every": 1000, "video_every": 0},
+        )
+    )
     bars = _ProgressRecord(monkeypatch)
     with monkeypatch.context() as m:
         _add_callbacks(m, _SignalAt(40, signal.SIGTERM))
         assert train(cfg) == 143
     assert _complete_steps(cfg.run_dir) == [32] and bars.closed[-1] == (32, 96)
-    assert PPO.load(checkpoints.scan(cfg.run_dir / "checkpoints").newest().model)._n_updates == 2 * 2  # 2 rollouts trained
+    assert (
+        PPO.load(checkpoints.scan(cfg.run_dir / "checkpoints").newest().model)._n_updates == 2 * 2
+    )  # 2 rollouts trained
     assert train(cfg, resume=True) == 0
     final = PPO.load(cfg.run_dir / "final_model.zip")
     assert final.num_timesteps == 96 and final._n_updates == 6 * 2 and bars.closed[-1] == (96, 96)
@@ -339,7 +375,10 @@ def test_atomic_writes_leave_whole_files_or_recognized_temporaries(tmp_path, mon
     # a temporary that a kill left behind is recognized, as are files no manifest vouches for
     checkpoints.temporary_path(target).write_bytes(b"ne")
     scan = checkpoints.scan(tmp_path)
-    assert scan.complete == [] and {p.name for p in scan.incomplete} == {".model_40_steps.zip.tmp", "model_40_steps.zip"}
+    assert scan.complete == [] and {p.name for p in scan.incomplete} == {
+        ".model_40_steps.zip.tmp",
+        "model_40_steps.zip",
+    }
 
 
 def test_a_checkpoint_counts_only_once_its_manifest_is_written(tmp_path, monkeypatch):
@@ -370,7 +409,10 @@ def test_a_checkpoint_counts_only_once_its_manifest_is_written(tmp_path, monkeyp
     assert [c.steps for c in scan.complete] == [80] and scan.complete[0].replay_buffer is not None
     assert {p.name for p in scan.incomplete} == {"model_120_steps.zip", "model_replay_buffer_120_steps.pkl"}
     assert scan.remove_incomplete() and sorted(p.name for p in tmp_path.iterdir()) == [
-        "model_80_steps.json", "model_80_steps.zip", "model_replay_buffer_80_steps.pkl"]
+        "model_80_steps.json",
+        "model_80_steps.zip",
+        "model_replay_buffer_80_steps.pkl",
+    ]
 
 
 # ------------------------------------------------------------------ logged rewards
@@ -383,12 +425,14 @@ class _Recorder(BaseCallback):
 
     def _on_step(self) -> bool:
         infos = self.locals["infos"]
-        self.rows.append((
-            self.num_timesteps,
-            np.array(self.locals["rewards"], np.float64),
-            np.array([info["gt_reward"] for info in infos], np.float64),
-            np.array(self.locals["dones"], bool),
-        ))
+        self.rows.append(
+            (
+                self.num_timesteps,
+                np.array(self.locals["rewards"], np.float64),
+                np.array([info["gt_reward"] for info in infos], np.float64),
+                np.array(self.locals["dones"], bool),
+            )
+        )
         return True
 
 
@@ -412,21 +456,39 @@ def _expected_mean(returns: list[tuple[int, float]], step: int, window: int = 10
 @pytest.mark.parametrize(
     "algorithm, episode_batch, kwargs",
     [
-        ("SAC", False, {"learning_starts": 20, "batch_size": 16, "buffer_size": 1000, "policy_kwargs": {"net_arch": [32]}}),
-        ("SAC", True, {"learning_starts": 20, "batch_size": 16, "buffer_size": 1000, "train_freq": 4, "policy_kwargs": {"net_arch": [32]}}),
+        (
+            "SAC",
+            False,
+            {"learning_starts": 20, "batch_size": 16, "buffer_size": 1000, "policy_kwargs": {"net_arch": [32]}},
+        ),
+        (
+            "SAC",
+            True,
+            {
+                "learning_starts": 20,
+                "batch_size": 16,
+                "buffer_size": 1000,
+                "train_freq": 4,
+                "policy_kwargs": {"net_arch": [32]},
+            },
+        ),
         ("PPO", False, {"n_steps": 16, "batch_size": 16, "n_epochs": 1, "policy_kwargs": {"net_arch": [32]}}),
     ],
     ids=["SAC", "SAC-episode-batch", "PPO"],
 )
-def test_logged_episode_rewards_equal_hand_computed_returns_at_their_steps(tmp_path, monkeypatch, algorithm, episode_batch, kwargs):
+def test_logged_episode_rewards_equal_hand_computed_returns_at_their_steps(
+    tmp_path, monkeypatch, algorithm, episode_batch, kwargs
+):
     # 3 envs, episodes of 8 steps: episodes end in threes, so SB3's every-4th-episode logging leaves a final interval
-    cfg = load_config(_config(
-        tmp_path,
-        reward={"episode_batch": episode_batch},
-        env={"n_envs": 3, "episode_length": 8, "render_size": 32},
-        rl={"algorithm": algorithm, "total_timesteps": 96 if algorithm == "PPO" else 90, "kwargs": kwargs},
-        logging={"checkpoint_every": 1000, "video_every": 0},
-    ))
+    cfg = load_config(
+        _config(
+            tmp_path,
+            reward={"episode_batch": episode_batch},
+            env={"n_envs": 3, "episode_length": 8, "render_size": 32},
+            rl={"algorithm": algorithm, "total_timesteps": 96 if algorithm == "PPO" else 90, "kwargs": kwargs},
+            logging={"checkpoint_every": 1000, "video_every": 0},
+        )
+    )
     recorder = _Recorder()
     _add_callbacks(monkeypatch, recorder)
     assert train(cfg) == 0
@@ -463,8 +525,14 @@ def test_reward_models_loaded_in_four_threads_equal_a_lone_load():
     from vlmrm_fast import load_reward_model
 
     def load():
-        return load_reward_model("vlmrm-tiny", target_prompts="a humanoid robot kneeling", baseline_prompts="a humanoid robot",
-                                 alpha=0.5, device="cpu", seed=5)
+        return load_reward_model(
+            "vlmrm-tiny",
+            target_prompts="a humanoid robot kneeling",
+            baseline_prompts="a humanoid robot",
+            alpha=0.5,
+            device="cpu",
+            seed=5,
+        )
 
     root_level = logging.getLogger().level
     torch.manual_seed(123)
@@ -510,7 +578,9 @@ def test_checkpoint_messages_name_the_real_cause(tmp_path):
     with pytest.raises(ValueError) as info:
         load_reward_model("vlmrm-tiny", target_prompts="a", checkpoint=str(garbage), device="cpu")
     message = str(info.value)
-    assert "could not be loaded" in message and "not a readable weights file" in message and "weights_only" not in message
+    assert (
+        "could not be loaded" in message and "not a readable weights file" in message and "weights_only" not in message
+    )
     with pytest.raises(IsADirectoryError, match="is a folder, not a weights file.*local-dir:"):
         load_reward_model("vlmrm-tiny", target_prompts="a", checkpoint=str(tmp_path), device="cpu")
     with pytest.raises(FileNotFoundError, match="does not exist"):
@@ -524,7 +594,9 @@ def test_frame_and_action_messages_give_a_fix_that_works():
     from vlmrm_fast.preprocess import as_frame_tensor
 
     unit = np.random.default_rng(0).random((2, 8, 8, 3), dtype=np.float32)
-    with pytest.raises(TypeError, match=r"values in \[0, 1\].*\(frames \* 255\)\.round\(\)\.clip\(0, 255\)\.astype\(np\.uint8\)") as info:
+    with pytest.raises(
+        TypeError, match=r"values in \[0, 1\].*\(frames \* 255\)\.round\(\)\.clip\(0, 255\)\.astype\(np\.uint8\)"
+    ) as info:
         as_frame_tensor(unit)
     fixed = eval(str(info.value).rsplit("first: ", 1)[1], {"frames": unit, "np": np})  # the advice, run as given
     assert fixed.dtype == np.uint8 and fixed.max() > 200
@@ -533,7 +605,10 @@ def test_frame_and_action_messages_give_a_fix_that_works():
     rm = load_reward_model("vlmrm-tiny", target_prompts="a pole", device="cpu")
     env = FastVLMRewardVecEnv("cartpole", 2, reward_model=rm, seed=0)
     try:
-        with pytest.raises(TypeError, match=r"actions must be integers, an array of shape \(2,\) for 2 envs of Discrete\(2\); got dtype <U5"):
+        with pytest.raises(
+            TypeError,
+            match=r"actions must be integers, an array of shape \(2,\) for 2 envs of Discrete\(2\); got dtype <U5",
+        ):
             env.step(np.array(["left", "right"]))
     finally:
         env.close()
@@ -580,12 +655,21 @@ def test_run_config_holds_the_resolved_prompts(tmp_path):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"batch_size": "64"}, r"rl\.kwargs\.batch_size: expected an integer, got the string '64'; remove the quotes: 64"),
+        (
+            {"batch_size": "64"},
+            r"rl\.kwargs\.batch_size: expected an integer, got the string '64'; remove the quotes: 64",
+        ),
         ({"learning_rate": "3e-4"}, r"rl\.kwargs\.learning_rate: expected a number .* write 3\.0e-4"),
         ({"train_freq": [1, 2]}, r"rl\.kwargs\.train_freq: expected an integer or a list \[int, str\]"),
-        ({"learnig_rate": 0.001}, r"rl\.kwargs\.learnig_rate: SAC has no argument 'learnig_rate'; did you mean 'learning_rate'\?"),
+        (
+            {"learnig_rate": 0.001},
+            r"rl\.kwargs\.learnig_rate: SAC has no argument 'learnig_rate'; did you mean 'learning_rate'\?",
+        ),
         ({"seed": 1}, r"rl\.kwargs\.seed: set by the config's seed"),
-        ({"policy_kwargs": {"activation_fn": "Relu"}}, r"activation_fn: 'Relu' is not a class in torch\.nn; did you mean ReLU\?"),
+        (
+            {"policy_kwargs": {"activation_fn": "Relu"}},
+            r"activation_fn: 'Relu' is not a class in torch\.nn; did you mean ReLU\?",
+        ),
     ],
 )
 def test_rl_kwargs_are_checked_against_the_algorithm_before_training(tmp_path, kwargs, message):
@@ -600,7 +684,9 @@ def test_rl_kwargs_in_yaml_forms_reach_sb3_as_it_wants_them(tmp_path):
 
     from vlmrm_fast.training.config import algorithm_kwargs
 
-    cfg = load_config(_config(tmp_path, rl={"kwargs": {"train_freq": [2, "step"], "policy_kwargs": {"activation_fn": "ReLU"}}}))
+    cfg = load_config(
+        _config(tmp_path, rl={"kwargs": {"train_freq": [2, "step"], "policy_kwargs": {"activation_fn": "ReLU"}}})
+    )
     kwargs = algorithm_kwargs(cfg)
     assert kwargs["train_freq"] == (2, "step") and kwargs["policy_kwargs"]["activation_fn"] is torch.nn.ReLU
 
@@ -617,13 +703,26 @@ def test_a_missing_model_offline_is_one_line_in_every_command(tmp_path, monkeypa
 
     _offline(monkeypatch, tmp_path)
     model = "ViT-B-32/laion2b_s34b_b79k"
-    dataset = StateDataset("cartpole", np.zeros((4, 4)), np.zeros((4, 8, 8, 3), np.uint8), ("a", "b", "c", "d"), np.array([0.0, 1, 0, 1]))
+    dataset = StateDataset(
+        "cartpole", np.zeros((4, 4)), np.zeros((4, 8, 8, 3), np.uint8), ("a", "b", "c", "d"), np.array([0.0, 1, 0, 1])
+    )
     data = dataset.save(tmp_path / "d.npz")
     config = _config(tmp_path, reward={"model": model})
     commands = {
         "train": ["train", str(config)],
         "evaluate": ["evaluate", str(data), "--models", model, "--device", "cpu", "-o", str(tmp_path / "eval")],
-        "landscape": ["landscape", "cartpole", "--variable", "pole_angle", "--model", model, "--device", "cpu", "-o", str(tmp_path / "eval")],
+        "landscape": [
+            "landscape",
+            "cartpole",
+            "--variable",
+            "pole_angle",
+            "--model",
+            model,
+            "--device",
+            "cpu",
+            "-o",
+            str(tmp_path / "eval"),
+        ],
         "download": ["download", model],
         "export": ["export", model, "--onnx-only", str(tmp_path / "x.onnx")],
     }
@@ -640,8 +739,13 @@ def test_a_missing_model_offline_is_one_line_in_every_command(tmp_path, monkeypa
 def test_info_on_a_machine_without_a_gpu_says_so(monkeypatch, capsys):
     from vlmrm_fast import cli
 
-    info = {"cuda_available": False, "cuda_device_name": None, "cuda_version": "13.0", "cuda_device_count": 0,
-            "cuda_error": "CUDA driver version is insufficient for CUDA runtime version"}
+    info = {
+        "cuda_available": False,
+        "cuda_device_name": None,
+        "cuda_version": "13.0",
+        "cuda_device_count": 0,
+        "cuda_error": "CUDA driver version is insufficient for CUDA runtime version",
+    }
     monkeypatch.setattr(cli, "nvidia_driver_present", lambda: False)
     assert cli.describe_cuda_device(info) == "no GPU: this machine has no NVIDIA driver (CPU paths are used)"
     monkeypatch.setattr(cli, "nvidia_driver_present", lambda: True)
@@ -675,8 +779,25 @@ def test_profile_prints_a_table_of_the_stages():
 
 
 def test_landscape_says_why_no_goal_is_marked(tmp_path, capsys):
-    argv = ["landscape", "humanoid-kneeling", "--variable", "qpos:right_knee", "--model", "vlmrm-tiny", "--points", "2",
-            "--alphas", "0", "--size", "16", "16", "--device", "cpu", "-o", str(tmp_path)]
+    argv = [
+        "landscape",
+        "humanoid-kneeling",
+        "--variable",
+        "qpos:right_knee",
+        "--model",
+        "vlmrm-tiny",
+        "--points",
+        "2",
+        "--alphas",
+        "0",
+        "--size",
+        "16",
+        "16",
+        "--device",
+        "cpu",
+        "-o",
+        str(tmp_path),
+    ]
     assert cli_main(argv) == 0
     assert "no goal marked: humanoid-kneeling defines no goal value for qpos:right_knee" in capsys.readouterr().out
     assert cli_main(argv[:-2] + ["--goal", "-1.0", "-o", str(tmp_path)]) == 0

@@ -9,8 +9,8 @@ import threading
 import mujoco
 import numpy as np
 import pytest
-
 from child_process import run_python
+
 from vlmrm_fast import BatchRenderer, BatchSimulator
 from vlmrm_fast.device import native_cuda_usable
 

@@ -90,7 +90,12 @@ def test_several_tasks_from_one_embedding_pass():
     tasks = [
         GoalBaselineTask("a humanoid robot kneeling", "a humanoid robot", alpha=0.5),
         GoalBaselineTask(["a humanoid robot doing the splits"]),
-        {"kind": "binary", "goal_prompt": "a robot sitting", "negative_prompts": ["a robot standing"], "probability": True},
+        {
+            "kind": "binary",
+            "goal_prompt": "a robot sitting",
+            "negative_prompts": ["a robot standing"],
+            "probability": True,
+        },
     ]
     rm = load_reward_model(TINY, tasks=tasks, device="cpu")
     batch = frames(6, 70, 70)
@@ -187,7 +192,11 @@ def test_hf_hub_model_loads_from_cache_offline(tmp_path, monkeypatch):
         model_cfg = json.load(f)
     config = {"model_cfg": model_cfg, "preprocess_cfg": {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}}
     cache = tmp_path / "hub"
-    _write_hf_cache(cache, "vlmrm/tiny-test", {"open_clip_config.json": json.dumps(config), "open_clip_pytorch_model.bin": weights.read_bytes()})
+    _write_hf_cache(
+        cache,
+        "vlmrm/tiny-test",
+        {"open_clip_config.json": json.dumps(config), "open_clip_pytorch_model.bin": weights.read_bytes()},
+    )
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: proves no network is used
     rm = load_reward_model("hf-hub:vlmrm/tiny-test", target_prompts="a robot", device="cpu", cache_dir=str(cache))
     assert rm.preprocess_spec.mean == (0.5, 0.5, 0.5)

@@ -12,7 +12,6 @@ import pytest
 from vlmrm_fast import BatchSimulator
 from vlmrm_fast.sim import SimulationError, SimulationWarning
 
-
 # Humanoid-v5's observation, field by field (gymnasium's humanoid_v5._get_obs).
 HUMANOID_OBS = [("qpos", 2), "qvel", ("cinert", 10), ("cvel", 6), ("qfrc_actuator", 6), ("cfrc_ext", 6)]
 
@@ -72,8 +71,9 @@ def test_humanoid_steps_bit_identical_to_mj_step_loop(humanoid, persistent):
     n, frame_skip = 4, 5
     outputs = [*HUMANOID_OBS, "xipos", "subtree_com", "qacc"]
     rng = np.random.default_rng(1)
-    with BatchSimulator(humanoid, n, frame_skip, outputs, rne_post_constraint=True, nthread=2,
-                        persistent=persistent) as sim:
+    with BatchSimulator(
+        humanoid, n, frame_skip, outputs, rne_post_constraint=True, nthread=2, persistent=persistent
+    ) as sim:
         qpos = humanoid.qpos0 + rng.uniform(-0.01, 0.01, (n, humanoid.nq))
         qvel = rng.uniform(-0.01, 0.01, (n, humanoid.nv))
         sim.reset(qpos=qpos, qvel=qvel)
@@ -213,8 +213,9 @@ def test_thread_count_and_persistence_do_not_change_results(humanoid):
     ctrls = rng.uniform(-0.4, 0.4, (5, n, humanoid.nu))
     results = []
     for nthread, persistent in [(1, True), (2, True), (3, False)]:
-        sim = BatchSimulator(humanoid, n, 3, HUMANOID_OBS, rne_post_constraint=True,
-                             nthread=nthread, persistent=persistent)
+        sim = BatchSimulator(
+            humanoid, n, 3, HUMANOID_OBS, rne_post_constraint=True, nthread=nthread, persistent=persistent
+        )
         assert sim.nthread == nthread
         sim.reset(seed=1, noise_scale=0.01)
         for ctrl in ctrls:

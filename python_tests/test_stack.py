@@ -20,8 +20,13 @@ SMALL = {"render_size": 32, "episode_length": 6}
 @pytest.fixture(scope="module")
 def spec() -> RewardModelSpec:
     task = get_task(HUMANOID)
-    return RewardModelSpec(model="vlmrm-tiny", target_prompts=task.target_prompts, baseline_prompts=task.baseline_prompts,
-                           alpha=0.5, device="cpu")
+    return RewardModelSpec(
+        model="vlmrm-tiny",
+        target_prompts=task.target_prompts,
+        baseline_prompts=task.baseline_prompts,
+        alpha=0.5,
+        device="cpu",
+    )
 
 
 def test_the_stack(spec):
@@ -41,7 +46,9 @@ def test_batch_engine_alone_is_a_plain_vec_env_with_the_task_reward(spec):
     task = get_task(HUMANOID)
     bare = MujocoBatchVecEnv(task.batch, 2, render_size=(32, 32), episode_length=6)
     wrapped = VLMRewardVecEnvWrapper(
-        MujocoBatchVecEnv(task.batch, 2, render_size=(32, 32), episode_length=6), load_reward_model(spec), pipeline_chunks=2
+        MujocoBatchVecEnv(task.batch, 2, render_size=(32, 32), episode_length=6),
+        load_reward_model(spec),
+        pipeline_chunks=2,
     )
     for env in (bare, wrapped):
         env.seed(3)
@@ -62,8 +69,13 @@ def test_batch_engine_alone_is_a_plain_vec_env_with_the_task_reward(spec):
 def test_spec_passed_whole_equals_its_fields(spec):
     frames = np.random.default_rng(1).integers(0, 255, (3, 40, 40, 3), dtype=np.uint8)
     whole = load_reward_model(spec)
-    fields = load_reward_model("vlmrm-tiny", target_prompts=spec.target_prompts, baseline_prompts=spec.baseline_prompts,
-                               alpha=0.5, device="cpu")
+    fields = load_reward_model(
+        "vlmrm-tiny",
+        target_prompts=spec.target_prompts,
+        baseline_prompts=spec.baseline_prompts,
+        alpha=0.5,
+        device="cpu",
+    )
     assert torch.equal(whole(frames), fields(frames))
 
 

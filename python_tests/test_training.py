@@ -25,7 +25,12 @@ CONFIG = {
     "seed": 1,
     "reward": {"model": "vlmrm-tiny", "alpha": 0.5, "device": "cpu"},
     "env": {"n_envs": 2, "episode_length": 20, "render_size": 64},
-    "rl": {"algorithm": "SAC", "total_timesteps": 120, "device": "cpu", "kwargs": {"learning_starts": 40, "batch_size": 16, "buffer_size": 1000}},
+    "rl": {
+        "algorithm": "SAC",
+        "total_timesteps": 120,
+        "device": "cpu",
+        "kwargs": {"learning_starts": 40, "batch_size": 16, "buffer_size": 1000},
+    },
     "logging": {"checkpoint_every": 60, "video_every": 120},
 }
 
@@ -44,12 +49,26 @@ def _one_torch_thread():
 @pytest.fixture(scope="module")
 def humanoid_rm():
     spec = get_task("humanoid-kneeling")
-    return load_reward_model("vlmrm-tiny", target_prompts=spec.target_prompts, baseline_prompts=spec.baseline_prompts, alpha=0.5, device="cpu")
+    return load_reward_model(
+        "vlmrm-tiny",
+        target_prompts=spec.target_prompts,
+        baseline_prompts=spec.baseline_prompts,
+        alpha=0.5,
+        device="cpu",
+    )
 
 
-@pytest.mark.parametrize("algo, kwargs", [(SAC, {"learning_starts": 50, "batch_size": 16, "buffer_size": 1000}), (PPO, {"n_steps": 32, "batch_size": 16, "n_epochs": 1})])
+@pytest.mark.parametrize(
+    "algo, kwargs",
+    [
+        (SAC, {"learning_starts": 50, "batch_size": 16, "buffer_size": 1000}),
+        (PPO, {"n_steps": 32, "batch_size": 16, "n_epochs": 1}),
+    ],
+)
 def test_sb3_trains_on_humanoid(humanoid_rm, algo, kwargs):
-    env = FastVLMRewardVecEnv("humanoid-kneeling", 2, reward_model=humanoid_rm, render_size=64, episode_length=25, seed=0)
+    env = FastVLMRewardVecEnv(
+        "humanoid-kneeling", 2, reward_model=humanoid_rm, render_size=64, episode_length=25, seed=0
+    )
     model = algo("MlpPolicy", env, seed=0, device="cpu", **kwargs)
     model.learn(200)
     assert model.num_timesteps >= 200
@@ -132,7 +151,11 @@ def test_an_error_in_training_is_a_crash_that_names_the_last_checkpoint(tmp_path
             return True
 
     original = callbacks.TrainingControl.__init__
-    monkeypatch.setattr(callbacks.TrainingControl, "__init__", lambda self, cbs, stop, *, on_policy: original(self, list(cbs) + [Boom()], stop, on_policy=on_policy))
+    monkeypatch.setattr(
+        callbacks.TrainingControl,
+        "__init__",
+        lambda self, cbs, stop, *, on_policy: original(self, list(cbs) + [Boom()], stop, on_policy=on_policy),
+    )
     with pytest.raises(RuntimeError, match="boom") as info:
         cli_main(["train", str(_write(tmp_path, CONFIG))])
     assert any("the newest checkpoint is model_60_steps.zip (60 steps)" in note for note in info.value.__notes__)

@@ -24,8 +24,12 @@ def rms():
     def load(task):
         spec = get_task(task)
         return load_reward_model(
-            "vlmrm-tiny", target_prompts=spec.target_prompts, baseline_prompts=spec.baseline_prompts, alpha=0.5,
-            device="cpu", resize_mode=spec.resize_mode,
+            "vlmrm-tiny",
+            target_prompts=spec.target_prompts,
+            baseline_prompts=spec.baseline_prompts,
+            alpha=0.5,
+            device="cpu",
+            resize_mode=spec.resize_mode,
         )
 
     return {TASK: load(TASK), HUMANOID: load(HUMANOID)}
@@ -204,7 +208,9 @@ def test_batch_engine_scores_the_reached_frames(rms, renderer):
 def test_pipelined_step_gives_the_unpipelined_rewards(rms, task, renderer):
     """A step in three uneven ranges (5 envs: 2, 2, 1) equals the step in one range."""
     n = 5
-    common = dict(reward_model=rms[task], **(SMALL if task == HUMANOID else {}), **({"renderer": renderer} if renderer else {}))
+    common = dict(
+        reward_model=rms[task], **(SMALL if task == HUMANOID else {}), **({"renderer": renderer} if renderer else {})
+    )
     whole = FastVLMRewardVecEnv(task, n, pipeline_chunks=1, **common)
     piped = FastVLMRewardVecEnv(task, n, pipeline_chunks=3, **common)
     assert [r.stop - r.start for r in piped._scorer.chunks] == [2, 2, 1]

@@ -42,7 +42,10 @@ def generate(out: Path) -> dict[str, str]:
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"pybind11-stubgen failed ({' '.join(command)}):\n{run.stdout}{run.stderr}")
-    return {str(path.relative_to(out / PACKAGE)): HEADER + path.read_text() for path in sorted((out / PACKAGE).rglob("*.pyi"))}
+    return {
+        str(path.relative_to(out / PACKAGE)): HEADER + path.read_text()
+        for path in sorted((out / PACKAGE).rglob("*.pyi"))
+    }
 
 
 def stub_paths(package: Path) -> list[Path]:
@@ -68,7 +71,10 @@ def check(stubs: dict[str, str], package: Path) -> int:
                 f"{PACKAGE}/{name} (generated)",
             )
         )
-    print(f"\nThe stubs of the native modules are not those the bindings give; regenerate them:\n    {FIX}", file=sys.stderr)
+    print(
+        f"\nThe stubs of the native modules are not those the bindings give; regenerate them:\n    {FIX}",
+        file=sys.stderr,
+    )
     return 1
 
 
@@ -86,7 +92,9 @@ def write(stubs: dict[str, str], package: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare with the checked-in stubs instead of writing them")
+    parser.add_argument(
+        "--check", action="store_true", help="compare with the checked-in stubs instead of writing them"
+    )
     args = parser.parse_args()
     if importlib.util.find_spec("pybind11_stubgen") is None:
         sys.exit("tools/generate_stubs.py needs pybind11-stubgen: pip install pybind11-stubgen (in the [dev] extra)")

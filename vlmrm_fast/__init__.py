@@ -1,10 +1,10 @@
 """vlmrm-fast: vision-language models as zero-shot reward models for RL, fast.
 
-    import vlmrm_fast
-    rm = vlmrm_fast.load_reward_model("ViT-L-14/laion2b_s32b_b82k",
-                                      target_prompts="a humanoid robot kneeling",
-                                      baseline_prompts="a humanoid robot", alpha=0.5)
-    rewards = rm(frames)   # uint8 (N, H, W, 3) -> (N,)
+import vlmrm_fast
+rm = vlmrm_fast.load_reward_model("ViT-L-14/laion2b_s32b_b82k",
+                                  target_prompts="a humanoid robot kneeling",
+                                  baseline_prompts="a humanoid robot", alpha=0.5)
+rewards = rm(frames)   # uint8 (N, H, W, 3) -> (N,)
 """
 
 import os as _os

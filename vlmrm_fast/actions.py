@@ -26,7 +26,9 @@ def check_actions(actions: Any, action_space: gymnasium.Space, num_envs: int) ->
                 raise ValueError("discrete actions must be integers")
         flat = actions.reshape(num_envs).astype(np.int64)
         if np.any(flat < action_space.start) or np.any(flat >= action_space.start + action_space.n):
-            raise ValueError(f"discrete actions must be in [{action_space.start}, {action_space.start + action_space.n})")
+            raise ValueError(
+                f"discrete actions must be in [{action_space.start}, {action_space.start + action_space.n})"
+            )
         return flat
     expected = (num_envs,) + tuple(action_space.shape)
     if actions.shape != expected:

@@ -1,13 +1,13 @@
 """``vlmrm-fast`` command line: one subcommand per job.
 
-    vlmrm-fast info                         what the build and the machine offer
-    vlmrm-fast download MODEL               fetch pretrained weights into the local cache
-    vlmrm-fast train CONFIG.yaml            train an agent with a VLM reward
-    vlmrm-fast export MODEL --batch-size N  build a TensorRT engine of MODEL's image tower ahead of time
-    vlmrm-fast check-precision MODEL        embedding cosine and reward Spearman of FP8/fp16 against bf16
-    vlmrm-fast dataset sample|label|render  labelled-state datasets
-    vlmrm-fast evaluate DATASET.npz         EPIC distance of reward models to labels
-    vlmrm-fast landscape TASK               reward along one state variable
+vlmrm-fast info                         what the build and the machine offer
+vlmrm-fast download MODEL               fetch pretrained weights into the local cache
+vlmrm-fast train CONFIG.yaml            train an agent with a VLM reward
+vlmrm-fast export MODEL --batch-size N  build a TensorRT engine of MODEL's image tower ahead of time
+vlmrm-fast check-precision MODEL        embedding cosine and reward Spearman of FP8/fp16 against bf16
+vlmrm-fast dataset sample|label|render  labelled-state datasets
+vlmrm-fast evaluate DATASET.npz         EPIC distance of reward models to labels
+vlmrm-fast landscape TASK               reward along one state variable
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 
 def expected_failure(exc: BaseException, *, setup: bool = False) -> bool:
@@ -68,12 +68,18 @@ def _info(args: argparse.Namespace) -> int:
     if info["cuda_compiled"]:
         usable = describe_cuda_device(info)
     else:
-        usable = "a GPU driver is present: rebuild with nvcc on the PATH to use it" if nvidia_driver_present() else "no GPU"
+        usable = (
+            "a GPU driver is present: rebuild with nvcc on the PATH to use it" if nvidia_driver_present() else "no GPU"
+        )
     if args.json:
         print(json.dumps({**info, "cuda_summary": usable}, indent=2))
         return 0
     cuda = f"compiled ({info['cuda_version']})" if info["cuda_compiled"] else "not compiled"
-    egl = f"{info['egl_vendor']} EGL {info['egl_version']}" if info["egl_available"] else f"unavailable ({info['egl_error']})"
+    egl = (
+        f"{info['egl_vendor']} EGL {info['egl_version']}"
+        if info["egl_available"]
+        else f"unavailable ({info['egl_error']})"
+    )
     print(f"vlmrm-fast {vlmrm_fast.__version__}")
     print(f"  MuJoCo   {info['mujoco_version']}")
     print(f"  CUDA     {cuda}; {usable}")
@@ -135,12 +141,19 @@ def _add_evaluation(sub: argparse._SubParsersAction) -> None:
 
 # Each entry adds one subcommand (or a family); the job's code lives in its own module.
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _add_info, _add_download, _add_train, _add_export, _add_check_precision, _add_evaluation,
+    _add_info,
+    _add_download,
+    _add_train,
+    _add_export,
+    _add_check_precision,
+    _add_evaluation,
 ]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vlmrm-fast", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="vlmrm-fast", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for add in SUBCOMMANDS:
         add(sub)

@@ -8,7 +8,7 @@ from vlmrm_fast import _core
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
-    """"auto"/None -> the first CUDA device when torch sees one, else the CPU."""
+    """ "auto"/None -> the first CUDA device when torch sees one, else the CPU."""
     if device is None or (isinstance(device, str) and device == "auto"):
         return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     try:
@@ -35,4 +35,3 @@ def build_info() -> dict:
 def native_cuda_usable() -> bool:
     """True when the compiled core has CUDA and a device is usable."""
     return bool(_core.cuda_available())
-

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Iterator, Protocol, runtime_checkable
+from collections.abc import Iterator
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -42,20 +43,27 @@ class FrameLayout:
     offset: int = 0
 
     @classmethod
-    def stacked(cls, frames: torch.Tensor) -> "FrameLayout":
+    def stacked(cls, frames: torch.Tensor) -> FrameLayout:
         """A (N, H, W, 3) uint8 tensor (any strides with contiguous channels)."""
         n, h, w, _ = frames.shape
         s = frames.stride()
         return cls(n, h, w, pixel_stride=s[2], row_stride=s[1], frame_row_stride=s[0])
 
     @classmethod
-    def bottom_up(cls, num_frames: int, height: int, width: int, channels: int = 4) -> "FrameLayout":
+    def bottom_up(cls, num_frames: int, height: int, width: int, channels: int = 4) -> FrameLayout:
         """Frames one after another as OpenGL reads them: rows bottom-up, ``channels`` bytes a pixel."""
         row = width * channels
-        return cls(num_frames, height, width, pixel_stride=channels, row_stride=-row,
-                   frame_row_stride=height * row, offset=(height - 1) * row)
+        return cls(
+            num_frames,
+            height,
+            width,
+            pixel_stride=channels,
+            row_stride=-row,
+            frame_row_stride=height * row,
+            offset=(height - 1) * row,
+        )
 
-    def rows(self, rows: slice) -> tuple[int, "FrameLayout"]:
+    def rows(self, rows: slice) -> tuple[int, FrameLayout]:
         """(byte offset of frame ``rows.start``, the layout of frames ``rows``) for one frame per row."""
         if self.frames_per_row != 1:
             raise ValueError("rows() needs frames stored one after another (frames_per_row == 1)")
@@ -79,7 +87,7 @@ class FrameView:
     owner: Any = None
 
     @classmethod
-    def of(cls, buffer: torch.Tensor, layout: FrameLayout | None = None) -> "FrameView":
+    def of(cls, buffer: torch.Tensor, layout: FrameLayout | None = None) -> FrameView:
         """A view of a uint8 tensor's frames (default layout: a (N, H, W, 3) stack)."""
         layout = FrameLayout.stacked(buffer) if layout is None else layout
         return cls(buffer.data_ptr(), layout, buffer.device, owner=buffer)
@@ -107,7 +115,9 @@ class FrameSource(Protocol):
 
     def draw(self, state: Any, rows: slice, stream: torch.cuda.Stream | None = None) -> None: ...
 
-    def lend(self, rows: slice, stream: torch.cuda.Stream | None = None) -> contextlib.AbstractContextManager[FrameView]: ...
+    def lend(
+        self, rows: slice, stream: torch.cuda.Stream | None = None
+    ) -> contextlib.AbstractContextManager[FrameView]: ...
 
     def frames(self, device: Any = None) -> Any: ...
 
@@ -126,7 +136,9 @@ class SteppedFrameSource(Protocol):
 
     def advance(self, rows: slice, stream: torch.cuda.Stream | None = None) -> None: ...
 
-    def lend(self, rows: slice, stream: torch.cuda.Stream | None = None) -> contextlib.AbstractContextManager[FrameView]: ...
+    def lend(
+        self, rows: slice, stream: torch.cuda.Stream | None = None
+    ) -> contextlib.AbstractContextManager[FrameView]: ...
 
     def last_frames(self, device: Any = None) -> Any: ...
 

@@ -51,7 +51,7 @@ class PreprocessSpec:
             )
 
     @classmethod
-    def from_open_clip(cls, model: Any) -> "PreprocessSpec":
+    def from_open_clip(cls, model: Any) -> PreprocessSpec:
         """Reads ``model.visual.preprocess_cfg`` (open_clip >= 2.24)."""
         import open_clip
 
@@ -96,7 +96,9 @@ def _not_uint8(frames: Any, dtype: str, target: str, cast: str) -> str:
         return f"{message}; convert with frames.{cast}({target}) if the values are 0-255"
     high = float(frames.max())
     if high <= 1.0:
-        return f"{message} with values in [0, 1]; scale them first: (frames * 255).round().clip(0, 255).{cast}({target})"
+        return (
+            f"{message} with values in [0, 1]; scale them first: (frames * 255).round().clip(0, 255).{cast}({target})"
+        )
     return f"{message} (max {high:g}); convert with frames.round().clip(0, 255).{cast}({target})"
 
 
@@ -113,7 +115,9 @@ def as_frame_tensor(frames: Any) -> torch.Tensor:
     if frames.dtype != torch.uint8:
         raise TypeError(_not_uint8(frames, str(frames.dtype), "torch.uint8", "to"))
     if frames.ndim == 3:
-        raise ValueError(f"frames must be a batch (N, H, W, 3); got one frame of shape {tuple(frames.shape)}, use frames[None]")
+        raise ValueError(
+            f"frames must be a batch (N, H, W, 3); got one frame of shape {tuple(frames.shape)}, use frames[None]"
+        )
     if frames.ndim != 4 or frames.shape[-1] != 3:
         raise ValueError(f"frames must be (N, H, W, 3) RGB, got shape {tuple(frames.shape)}")
     if frames.shape[0] == 0 or frames.shape[1] == 0 or frames.shape[2] == 0:
@@ -189,7 +193,9 @@ class FramePreprocessor:
         if out is None:
             return torch.empty(shape, dtype=self.dtype, device=self.device)
         if tuple(out.shape) != shape or out.dtype != self.dtype or not out.is_contiguous():
-            raise ValueError(f"out must be a contiguous {self.dtype} tensor of shape {shape}, got {out.dtype} {tuple(out.shape)}")
+            raise ValueError(
+                f"out must be a contiguous {self.dtype} tensor of shape {shape}, got {out.dtype} {tuple(out.shape)}"
+            )
         return out
 
     @staticmethod
@@ -231,7 +237,11 @@ class FramePreprocessor:
     def _run_cuda(self, address: int, layout: FrameLayout, plan, out: torch.Tensor) -> None:
         stream = torch.cuda.current_stream(out.device).cuda_stream
         kernels.preprocess_cuda(
-            self._device_plan(plan, out.device), *self._layout_args(address, layout), out.data_ptr(), self._kernel_dtype, stream
+            self._device_plan(plan, out.device),
+            *self._layout_args(address, layout),
+            out.data_ptr(),
+            self._kernel_dtype,
+            stream,
         )
 
 

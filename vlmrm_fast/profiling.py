@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -59,7 +59,9 @@ class StageTimer:
         lines = [f"{'stage':<{width}}  {'calls':>7}  {'total ms':>10}  {'ms/call':>9}  {'share':>6}"]
         for name, total in sorted(self.total_s.items(), key=lambda item: -item[1]):
             calls = self.calls[name]
-            lines.append(f"{name:<{width}}  {calls:>7}  {1e3 * total:>10.2f}  {1e3 * total / calls:>9.3f}  {total / grand:>6.1%}")
+            lines.append(
+                f"{name:<{width}}  {calls:>7}  {1e3 * total:>10.2f}  {1e3 * total / calls:>9.3f}  {total / grand:>6.1%}"
+            )
         lines.append(f"{'all':<{width}}  {'':>7}  {1e3 * grand:>10.2f}")
         return "\n".join(lines)
 

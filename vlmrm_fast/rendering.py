@@ -15,7 +15,8 @@ machine Mesa's software EGL.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import mujoco
 import numpy as np

@@ -31,9 +31,7 @@ class SimulationWarning(RuntimeWarning):
     """MuJoCo raised warnings (e.g. an instability that reset a simulation's data)."""
 
 
-_WARNING_NAMES = {
-    int(value): name for name, value in mujoco.mjtWarning.__members__.items() if name != "mjNWARNING"
-}
+_WARNING_NAMES = {int(value): name for name, value in mujoco.mjtWarning.__members__.items() if name != "mjNWARNING"}
 
 
 def _parse_outputs(outputs: Iterable[OutputSpec]) -> list[tuple[str, int, int]]:
@@ -113,8 +111,7 @@ class BatchSimulator:
             "last_warnings": last_warnings,
         }
         self._outputs = {
-            name: output_array[:, column : column + count]
-            for name, column, count, _start, _size in native.output_slots
+            name: output_array[:, column : column + count] for name, column, count, _start, _size in native.output_slots
         }
         self._rngs: list[np.random.Generator | None] = [None] * self.num_envs
 

@@ -12,7 +12,8 @@ for the data path of one step.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import gymnasium
 import numpy as np
@@ -37,7 +38,11 @@ def _render_shape(render_size: Any) -> tuple[int, int] | None:
         return None
     if isinstance(render_size, (int, np.integer)) and not isinstance(render_size, bool):
         size = (int(render_size), int(render_size))
-    elif isinstance(render_size, Sequence) and len(render_size) == 2 and all(isinstance(v, (int, np.integer)) for v in render_size):
+    elif (
+        isinstance(render_size, Sequence)
+        and len(render_size) == 2
+        and all(isinstance(v, (int, np.integer)) for v in render_size)
+    ):
         size = (int(render_size[0]), int(render_size[1]))
     else:
         raise ValueError(f"render_size must be an int or (height, width), got {render_size!r}")
@@ -52,7 +57,7 @@ def _recording(make: Callable[[], gymnasium.Env]) -> Callable[[], gymnasium.Env]
 
 
 def _choose_physics(physics: str, spec: TaskSpec, renderer: str) -> str:
-    """"batch" (the MuJoCo batch engine) or "gym" (gymnasium envs) for ``spec``."""
+    """ "batch" (the MuJoCo batch engine) or "gym" (gymnasium envs) for ``spec``."""
     if physics not in PHYSICS:
         raise ValueError(f"physics {physics!r} is unknown; use one of {PHYSICS}")
     if renderer not in RENDERERS:
@@ -65,13 +70,17 @@ def _choose_physics(physics: str, spec: TaskSpec, renderer: str) -> str:
         chosen = "gym"
     elif renderer == "egl" and egl_unavailable():
         if physics == "batch":
-            raise RuntimeError(f"physics='batch' with renderer='egl' needs headless EGL: {egl_unavailable()}; or use renderer='warp'")
+            raise RuntimeError(
+                f"physics='batch' with renderer='egl' needs headless EGL: {egl_unavailable()}; or use renderer='warp'"
+            )
         chosen = "gym"
     else:
         chosen = "batch"
     if renderer == "warp" and chosen != "batch":
-        raise ValueError(f"renderer='warp' draws the MuJoCo batch engine's tasks; task {spec.name!r} runs on gymnasium envs "
-                         "(physics='gym'), which draw their own frames")
+        raise ValueError(
+            f"renderer='warp' draws the MuJoCo batch engine's tasks; task {spec.name!r} runs on gymnasium envs "
+            "(physics='gym'), which draw their own frames"
+        )
     return chosen
 
 
@@ -143,13 +152,22 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
             assert self.render_size is not None, "batch tasks have a frame size"
             device = reward_model.device
             venv: VecEnv = MujocoBatchVecEnv(
-                spec.batch, num_envs, render_size=self.render_size, episode_length=self.episode_length,
-                gpu=device.index if device.type == "cuda" else None, renderer=renderer,  # draw on the reward model's GPU
+                spec.batch,
+                num_envs,
+                render_size=self.render_size,
+                episode_length=self.episode_length,
+                gpu=device.index if device.type == "cuda" else None,
+                renderer=renderer,  # draw on the reward model's GPU
             )
         else:
             venv = DummyVecEnv([_recording(self._env_factory(spec, env_kwargs))] * num_envs)
-        super().__init__(venv, reward_model, pipeline_chunks=pipeline_chunks, defer_rewards=defer_rewards,
-                         env_reward_weight=env_reward_weight)
+        super().__init__(
+            venv,
+            reward_model,
+            pipeline_chunks=pipeline_chunks,
+            defer_rewards=defer_rewards,
+            env_reward_weight=env_reward_weight,
+        )
         if seed is not None:
             # Applied now, so stepping without reset() starts from (and auto-resets with) seeded states;
             # armed again for the first reset(), which then starts from these same states.
@@ -158,11 +176,19 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
             self.seed(seed)
 
     @staticmethod
-    def _reward_model(spec: TaskSpec, num_envs: int, pipeline_chunks: int | str, given: Any,
-                      spec_given: RewardModelSpec | None, fields: dict[str, Any]):
+    def _reward_model(
+        spec: TaskSpec,
+        num_envs: int,
+        pipeline_chunks: int | str,
+        given: Any,
+        spec_given: RewardModelSpec | None,
+        fields: dict[str, Any],
+    ):
         if given is not None:
             if fields or spec_given is not None:
-                raise ValueError(f"reward_model= is already loaded; drop the reward model fields {sorted(fields) or ['reward_spec']}")
+                raise ValueError(
+                    f"reward_model= is already loaded; drop the reward model fields {sorted(fields) or ['reward_spec']}"
+                )
             return given
         device = resolve_device((spec_given.device if spec_given else None) or fields.get("device", "auto"))
         # Fixed-batch backends (compile, TensorRT) are built for one range of envs.
@@ -180,7 +206,9 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
         return lambda: spec.make(render_size=size, episode_length=limit, **kwargs)
 
     @classmethod
-    def from_env_fns(cls, env_fns: Iterable[Callable[[], gymnasium.Env]], *, reward_model: Any = None, **reward: Any) -> VLMRewardVecEnvWrapper:
+    def from_env_fns(
+        cls, env_fns: Iterable[Callable[[], gymnasium.Env]], *, reward_model: Any = None, **reward: Any
+    ) -> VLMRewardVecEnvWrapper:
         """Your own env factories (each env made with ``render_mode='rgb_array'``) under the VLM reward:
         a ``VLMRewardVecEnvWrapper`` over a DummyVecEnv of :class:`RecordFrame`-wrapped envs."""
         env_fns = list(env_fns)

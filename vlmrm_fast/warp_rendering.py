@@ -20,7 +20,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -81,11 +82,11 @@ class _Slot:
     """The device state for one range of envs: their data, render context and captured graph."""
 
     rows: slice
-    data: Any          # mujoco_warp.Data with one world per env of the range
-    context: Any       # mujoco_warp RenderContext
+    data: Any  # mujoco_warp.Data with one world per env of the range
+    context: Any  # mujoco_warp RenderContext
     qpos: torch.Tensor  # the data's qpos as a torch view (float32, on the device)
-    frames: Any        # warp view of the renderer's frames for the range
-    first_pixel: int   # where the camera's pixels start in the context's packed rows
+    frames: Any  # warp view of the renderer's frames for the range
+    first_pixel: int  # where the camera's pixels start in the context's packed rows
     uploaded: Any = None  # CUDA event after the last qpos upload (the staging rows may be rewritten after it)
     graph: Any = None
 
@@ -182,7 +183,9 @@ class WarpBatchRenderer:
         if not isinstance(sim, BatchSimulator):
             raise TypeError(f"sim must be a BatchSimulator, got {type(sim).__name__}")
         if sim.num_envs != self.num_envs or sim.model.nq != self.model.nq:
-            raise ValueError(f"the simulator has {sim.num_envs} envs with nq={sim.model.nq}, the renderer {self.num_envs} with nq={self.model.nq}")
+            raise ValueError(
+                f"the simulator has {sim.num_envs} envs with nq={sim.model.nq}, the renderer {self.num_envs} with nq={self.model.nq}"
+            )
         start, count = sim._range(rows)
         self._draw(sim.qpos, slice(start, start + count), stream if stream is not None else self._current_stream())
 
@@ -202,7 +205,7 @@ class WarpBatchRenderer:
         self._slots.clear()
         self._closed = True
 
-    def __enter__(self) -> "WarpBatchRenderer":
+    def __enter__(self) -> WarpBatchRenderer:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -241,7 +244,7 @@ class WarpBatchRenderer:
     def _launch(self, slot: _Slot) -> None:
         wp, mjw, m, d = self._wp, self._mjw, self._model, slot.data
         mjw.kinematics(m, d)
-        mjw.com_pos(m, d)   # subtree centres of mass: cameras and lights that track them
+        mjw.com_pos(m, d)  # subtree centres of mass: cameras and lights that track them
         mjw.camlight(m, d)
         mjw.refit_bvh(m, d, slot.context)
         mjw.render(m, d, slot.context)
@@ -272,7 +275,9 @@ class WarpBatchRenderer:
                     cam_active=[self.camera_id],
                 )
                 first_pixel = int(context.rgb_adr.numpy()[0])
-                slot = _Slot(rows, data, context, wp.to_torch(data.qpos), wp.from_torch(self._frames[rows]), first_pixel)
+                slot = _Slot(
+                    rows, data, context, wp.to_torch(data.qpos), wp.from_torch(self._frames[rows]), first_pixel
+                )
             self._slots[key] = slot
         return slot
 
@@ -298,7 +303,9 @@ class WarpBatchRenderer:
         if requested.type == "cpu":
             return None
         if self.device.type != "cuda" or requested.type != "cuda" or requested.index not in (None, self.device.index):
-            raise ValueError(f"device={device!r}: this renderer draws on {self.device}; frames go to the host (None) or to it")
+            raise ValueError(
+                f"device={device!r}: this renderer draws on {self.device}; frames go to the host (None) or to it"
+            )
         return self.device
 
     def _fetch(self, target: torch.device | None):
@@ -320,8 +327,10 @@ def _camera_id(model: mujoco.MjModel, camera: int | str) -> int:
     if isinstance(camera, bool) or not isinstance(camera, (int, np.integer)):
         raise TypeError(f"camera must be a camera id or name, got {camera!r}")
     if camera == -1:
-        raise ValueError("MuJoCo Warp renders model cameras only; camera=-1 (the free camera) needs renderer='egl' "
-                         "or a camera added to the model")
+        raise ValueError(
+            "MuJoCo Warp renders model cameras only; camera=-1 (the free camera) needs renderer='egl' "
+            "or a camera added to the model"
+        )
     if not 0 <= camera < model.ncam:
         raise ValueError(f"camera id {camera} is outside [0, {model.ncam})")
     return int(camera)

@@ -81,8 +81,14 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         defer_rewards: bool = False,
         env_reward_weight: float = 0.0,
     ):
-        if isinstance(env_reward_weight, bool) or not isinstance(env_reward_weight, (int, float)) or not np.isfinite(env_reward_weight):
-            raise ValueError(f"env_reward_weight must be a finite number (rho in vlm + rho * env), got {env_reward_weight!r}")
+        if (
+            isinstance(env_reward_weight, bool)
+            or not isinstance(env_reward_weight, (int, float))
+            or not np.isfinite(env_reward_weight)
+        ):
+            raise ValueError(
+                f"env_reward_weight must be a finite number (rho in vlm + rho * env), got {env_reward_weight!r}"
+            )
         super().__init__(venv)
         self.reward_model = reward_model
         self.reward_tasks = _task_names(reward_model)
@@ -178,5 +184,7 @@ def _task_names(reward_model: Any) -> tuple[str, ...]:
     """The reward model's task names, unique (each is logged under its name)."""
     names = tuple(task.name for task in reward_model.tasks)
     if len(set(names)) != len(names):
-        raise ValueError(f"reward task names must be unique to be logged apart, got {list(names)}; give each task a name=")
+        raise ValueError(
+            f"reward task names must be unique to be logged apart, got {list(names)}; give each task a name="
+        )
     return names

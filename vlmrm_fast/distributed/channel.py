@@ -127,8 +127,11 @@ class Link:
             yield
         except BaseException:
             if self.failure is None:
-                self.failure = RankFailure(f"the message with rank {self.peer} ({self.name}) was interrupted midway "
-                                           f"while {doing}; that link is given up", self.peer)
+                self.failure = RankFailure(
+                    f"the message with rank {self.peer} ({self.name}) was interrupted midway "
+                    f"while {doing}; that link is given up",
+                    self.peer,
+                )
             raise
 
     @contextlib.contextmanager
@@ -139,6 +142,8 @@ class Link:
         except RankFailure:
             raise
         except RuntimeError as error:
-            self.failure = RankFailure(f"rank {self.peer} ({self.name}) {_reason(error, self.timeout)} while {doing}", self.peer)
+            self.failure = RankFailure(
+                f"rank {self.peer} ({self.name}) {_reason(error, self.timeout)} while {doing}", self.peer
+            )
             self._sending = []
             raise self.failure from error

@@ -47,7 +47,7 @@ class Launch:
     gpus: int = 0
 
     @classmethod
-    def detect(cls) -> "Launch":
+    def detect(cls) -> Launch:
         """From torchrun's variables (or an already initialized default group); one process without them."""
         env = os.environ
         if dist.is_available() and dist.is_initialized():
@@ -93,7 +93,9 @@ def shard_device(device: str, launch: Launch) -> str:
         return device
     if launch.gpus == 0:
         if device == "cuda":
-            raise LayoutError(f"rank {launch.rank} on {launch.host}: device='cuda' but torch sees no GPU there; use device='auto' or 'cpu'")
+            raise LayoutError(
+                f"rank {launch.rank} on {launch.host}: device='cuda' but torch sees no GPU there; use device='auto' or 'cpu'"
+            )
         return "cpu"
     if launch.local_world_size > launch.gpus:
         raise LayoutError(
@@ -132,8 +134,10 @@ def join(timeout: datetime.timedelta) -> Membership:
     if not dist.is_initialized():
         missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
         if missing:
-            raise RuntimeError(f"no process group and no {', '.join(missing)} in the environment: launch with torchrun "
-                               "(python -m torch.distributed.run --nproc-per-node N ...)")
+            raise RuntimeError(
+                f"no process group and no {', '.join(missing)} in the environment: launch with torchrun "
+                "(python -m torch.distributed.run --nproc-per-node N ...)"
+            )
         dist.init_process_group("gloo", timeout=timeout)
         atexit.register(_destroy_default_group)
     return Membership(dist.new_group(backend="gloo", timeout=timeout))

@@ -67,7 +67,7 @@ class Reply:
     traceback: str = ""
 
     @classmethod
-    def of_error(cls, error: BaseException) -> "Reply":
+    def of_error(cls, error: BaseException) -> Reply:
         try:
             pickle.dumps(error)
         except Exception:

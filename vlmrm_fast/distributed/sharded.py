@@ -11,22 +11,31 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import pickle
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import gymnasium
 import numpy as np
 from stable_baselines3.common.vec_env import VecEnv
 
-from vlmrm_fast.distributed.channel import Link, RankFailure, signals_held
-from vlmrm_fast.distributed.launch import DEFAULT_TIMEOUT, Launch, LayoutError, as_timeout, join, plan_shards, shard_device
-from vlmrm_fast.distributed.protocol import CLOSE, Call, Refuse, Reply, ShardSpec
 from vlmrm_fast.actions import check_actions
+from vlmrm_fast.distributed.channel import Link, RankFailure, signals_held
+from vlmrm_fast.distributed.launch import (
+    DEFAULT_TIMEOUT,
+    Launch,
+    LayoutError,
+    as_timeout,
+    join,
+    plan_shards,
+    shard_device,
+)
+from vlmrm_fast.distributed.protocol import CLOSE, Call, Refuse, Reply, ShardSpec
 
 #: FastVLMRewardVecEnv arguments that cannot travel to other ranks, and why
 REFUSED_ARGUMENTS = {
     "reward_model": "a loaded model cannot be shared between processes: pass model=... and each rank loads its own",
     "defer_rewards": "episode-batch scoring needs every frame in one process; with several ranks each rank scores its "
-                     "own frames at every step (set reward.episode_batch: false)",
+    "own frames at every step (set reward.episode_batch: false)",
 }
 
 
@@ -57,7 +66,9 @@ def _concat(parts: Sequence[Any]) -> Any:
     return np.concatenate(parts)
 
 
-def lay_out(task: str, num_envs: int, device: str, seed: int | None, env_kwargs: dict, launches: list[Launch]) -> list[ShardSpec]:
+def lay_out(
+    task: str, num_envs: int, device: str, seed: int | None, env_kwargs: dict, launches: list[Launch]
+) -> list[ShardSpec]:
     """Each rank's envs, device and seed (env ``i`` of the run: ``seed + i``); :class:`LayoutError` if the job cannot run."""
     ranges = plan_shards(num_envs, len(launches))
     return [
@@ -78,7 +89,15 @@ class ShardedVecEnv(VecEnv):
     ``plan_shards(num_envs, world_size)[r]``; ``shards`` says where each runs.
     """
 
-    def __init__(self, task: str, num_envs: int, *, timeout: datetime.timedelta | float = DEFAULT_TIMEOUT, verbose: int = 1, **env_kwargs: Any):
+    def __init__(
+        self,
+        task: str,
+        num_envs: int,
+        *,
+        timeout: datetime.timedelta | float = DEFAULT_TIMEOUT,
+        verbose: int = 1,
+        **env_kwargs: Any,
+    ):
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
         for name, why in REFUSED_ARGUMENTS.items():
@@ -93,7 +112,9 @@ class ShardedVecEnv(VecEnv):
             raise ValueError(f"ShardedVecEnv: the env arguments travel to every rank and must pickle: {exc}") from None
         self.launch = Launch.detect()
         if self.launch.rank != 0:
-            raise RuntimeError(f"rank {self.launch.rank}: ShardedVecEnv is built on rank 0; the other ranks call serve_shard()")
+            raise RuntimeError(
+                f"rank {self.launch.rank}: ShardedVecEnv is built on rank 0; the other ranks call serve_shard()"
+            )
         self.timeout = as_timeout(timeout)
         self._closed = False
         self._local = None
@@ -175,7 +196,10 @@ class ShardedVecEnv(VecEnv):
             raise failure
         if local_error is not None:
             raise local_error
-        return {rank: reply.result(f"rank {rank} ({self._links[rank].name})" if rank else "rank 0") for rank, reply in sorted(outcomes.items())}
+        return {
+            rank: reply.result(f"rank {rank} ({self._links[rank].name})" if rank else "rank 0")
+            for rank, reply in sorted(outcomes.items())
+        }
 
     def _call(self, calls: dict[int, Call]) -> list[Any]:
         """Runs one call per rank (the serving ranks' first, rank 0's meanwhile); results in rank order."""
@@ -203,7 +227,10 @@ class ShardedVecEnv(VecEnv):
                 raise IndexError(f"env index {index} is out of range for {self.num_envs} envs")
             shard = next(s for s in self.shards if index in s.envs)
             by_rank.setdefault(shard.rank, []).append((position, index - shard.envs.start))
-        calls = {rank: Call(method, args, {**kwargs, "indices": [local for _, local in items]}) for rank, items in by_rank.items()}
+        calls = {
+            rank: Call(method, args, {**kwargs, "indices": [local for _, local in items]})
+            for rank, items in by_rank.items()
+        }
         self._post({rank: call for rank, call in calls.items() if rank != 0})
         results = self._complete(calls.get(0))
         out: list[Any] = [None] * len(wanted)

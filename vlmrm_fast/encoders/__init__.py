@@ -20,10 +20,10 @@ from typing import Any
 
 import torch
 
+from vlmrm_fast.checks import positive_int
 from vlmrm_fast.encoders.base import ImageEncoder
 from vlmrm_fast.encoders.precision import PRECISION_NAMES, Precision, check_precision_name, resolve
 from vlmrm_fast.encoders.torch_eager import TorchImageEncoder
-from vlmrm_fast.checks import positive_int
 
 BACKENDS = ("auto", "torch", "compile", "tensorrt")
 FIXED_BATCH_BACKENDS = ("compile", "tensorrt")
@@ -71,10 +71,14 @@ def make_image_encoder(
     _check_options(backend, options)
     check_precision_name(precision)
     if backend == "tensorrt" and precision == "fp8":
-        raise ValueError("precision='fp8' runs through backend='torch' or 'compile' (torchao); the TensorRT backend "
-                         "builds bf16, fp16 or fp32 engines")
+        raise ValueError(
+            "precision='fp8' runs through backend='torch' or 'compile' (torchao); the TensorRT backend "
+            "builds bf16, fp16 or fp32 engines"
+        )
     # TensorRT builds no FP8 engines: "auto" need not time FP8 for it.
-    resolved = resolve(precision, device, visual=clip.model.visual if backend != "tensorrt" else None, batch_size=batch_size)
+    resolved = resolve(
+        precision, device, visual=clip.model.visual if backend != "tensorrt" else None, batch_size=batch_size
+    )
     if backend != "auto":
         return _make(clip, backend, device, resolved, batch_size, options)
 
@@ -100,7 +104,9 @@ def _check_options(backend: str, options: dict[str, Any]) -> None:
         return
     owners = {name: [b for b, opts in BACKEND_OPTIONS.items() if name in opts] for name in unknown}
     hints = "; ".join(
-        f"{name!r} belongs to backend {' / '.join(map(repr, owners[name]))}" if owners[name] else f"{name!r} is no encoder option"
+        f"{name!r} belongs to backend {' / '.join(map(repr, owners[name]))}"
+        if owners[name]
+        else f"{name!r} is no encoder option"
         for name in unknown
     )
     raise TypeError(
@@ -133,7 +139,9 @@ def _make(
         return TorchImageEncoder(visual, **common)
     from vlmrm_fast.encoders.compiled import CompiledImageEncoder
 
-    return CompiledImageEncoder(visual, batch_size=batch_size, name=f"{clip.architecture} image tower", **common, **options)
+    return CompiledImageEncoder(
+        visual, batch_size=batch_size, name=f"{clip.architecture} image tower", **common, **options
+    )
 
 
 __all__ = ["BACKENDS", "BACKEND_OPTIONS", "PRECISION_NAMES", "ImageEncoder", "choose_backend", "make_image_encoder"]

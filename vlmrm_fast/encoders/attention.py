@@ -16,7 +16,6 @@ layers of a block. The rewrite shares the original parameters; it changes no wei
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import nn
 
@@ -32,8 +31,13 @@ class FusedSelfAttention(nn.Module):
         self.embed_dim, self.num_heads = mha.embed_dim, mha.num_heads
         self.head_dim = mha.embed_dim // mha.num_heads
         weight = mha.in_proj_weight
-        self.qkv = nn.Linear(self.embed_dim, 3 * self.embed_dim, bias=mha.in_proj_bias is not None,
-                             device=weight.device, dtype=weight.dtype)
+        self.qkv = nn.Linear(
+            self.embed_dim,
+            3 * self.embed_dim,
+            bias=mha.in_proj_bias is not None,
+            device=weight.device,
+            dtype=weight.dtype,
+        )
         self.qkv.weight = mha.in_proj_weight  # shared, not copied
         if mha.in_proj_bias is not None:
             self.qkv.bias = mha.in_proj_bias

@@ -19,7 +19,9 @@ def resolve_precision(precision: str, device: torch.device) -> torch.dtype:
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     if precision not in PRECISIONS:
         hint = "; FP8 runs through the torch and compile backends" if precision == "fp8" else ""
-        raise ValueError(f"precision {precision!r} is unknown here; use 'auto', {', '.join(map(repr, PRECISIONS))}{hint}")
+        raise ValueError(
+            f"precision {precision!r} is unknown here; use 'auto', {', '.join(map(repr, PRECISIONS))}{hint}"
+        )
     if device.type == "cpu" and precision != "fp32":
         raise ValueError(f"precision={precision!r} on the CPU is not supported; use 'fp32' (or 'auto')")
     return PRECISIONS[precision]

@@ -28,7 +28,8 @@ import json
 import pathlib
 import sys
 import types
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,10 +43,10 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 class PrecisionResult:
     precision: str
     ran: bool
-    how: str = ""                       # backend, or why it did not run
+    how: str = ""  # backend, or why it did not run
     cosine_mean: float | None = None
     cosine_min: float | None = None
-    spearman: dict[str, float] = dataclasses.field(default_factory=dict)   # alpha -> rho
+    spearman: dict[str, float] = dataclasses.field(default_factory=dict)  # alpha -> rho
     max_reward_diff: float | None = None
     #: RMS reward difference over the reference rewards' spread across frames (std), worst alpha:
     #: near or above 1, the precision's error is as large as what tells frames apart, and the
@@ -93,12 +94,16 @@ def load_frames(source: str | pathlib.Path) -> np.ndarray:
     sizes = {f.shape for f in frames}
     if len(sizes) > 1:
         first, other = frames[0].shape, next(f for f in frames if f.shape != frames[0].shape).shape
-        raise ValueError(f"the images in {path} differ in size ({first[1]}x{first[0]} and {other[1]}x{other[0]}); "
-                         "give frames of one size")
+        raise ValueError(
+            f"the images in {path} differ in size ({first[1]}x{first[0]} and {other[1]}x{other[0]}); "
+            "give frames of one size"
+        )
     return np.stack(frames)
 
 
-def render_task_frames(task: str, n: int, *, seed: int = 0, size: int | None = None, progress: bool = True) -> np.ndarray:
+def render_task_frames(
+    task: str, n: int, *, seed: int = 0, size: int | None = None, progress: bool = True
+) -> np.ndarray:
     """``n`` frames of ``task``'s states visited by random rollouts."""
     from vlmrm_fast.evaluation.states import render_states, sample_states
 
@@ -117,8 +122,16 @@ def _tower_only(clip: Any) -> Any:
 
 
 @torch.inference_mode()
-def embed(clip: Any, frames: np.ndarray, precision: str, *, device: torch.device, backend: str, batch_size: int,
-          emulate_fp8: bool = False) -> tuple[torch.Tensor, str]:
+def embed(
+    clip: Any,
+    frames: np.ndarray,
+    precision: str,
+    *,
+    device: torch.device,
+    backend: str,
+    batch_size: int,
+    emulate_fp8: bool = False,
+) -> tuple[torch.Tensor, str]:
     """Raw embeddings (N, D) float32 of ``frames`` through ``clip``'s tower in ``precision``; and how it ran."""
     from vlmrm_fast.encoders import make_image_encoder
     from vlmrm_fast.encoders.precision import Precision
@@ -133,10 +146,17 @@ def embed(clip: Any, frames: np.ndarray, precision: str, *, device: torch.device
         encoder = make_image_encoder(twin, backend, device=device, precision=precision, **options)
         how = encoder.describe()
     else:  # the encoder factory keeps the CPU at fp32; run the same arithmetic eagerly
-        visual = prepare_image_tower(twin.model.visual, device=device, precision=Precision(precision, dtype),
-                                     emulate_fp8=emulate_fp8)
-        encoder = TorchImageEncoder(visual, device=device, dtype=dtype, precision=precision,
-                                    image_size=clip.preprocess.size, embed_dim=clip.embed_dim)
+        visual = prepare_image_tower(
+            twin.model.visual, device=device, precision=Precision(precision, dtype), emulate_fp8=emulate_fp8
+        )
+        encoder = TorchImageEncoder(
+            visual,
+            device=device,
+            dtype=dtype,
+            precision=precision,
+            image_size=clip.preprocess.size,
+            embed_dim=clip.embed_dim,
+        )
         how = "torch eager on the CPU" + (" (FP8 emulated)" if precision == "fp8" else "")
     preprocessor = FramePreprocessor(clip.preprocess, device, dtype)
     out = []
@@ -211,8 +231,15 @@ def check_precision(
                 log(f"  fp8: not run: {reason}{hint}")
                 continue
         try:
-            emb, how = embed(clip, frames, precision, device=resolved, backend=backend, batch_size=batch_size,
-                             emulate_fp8=emulate_fp8)
+            emb, how = embed(
+                clip,
+                frames,
+                precision,
+                device=resolved,
+                backend=backend,
+                batch_size=batch_size,
+                emulate_fp8=emulate_fp8,
+            )
         except (RuntimeError, ValueError, TypeError) as exc:  # e.g. fp16 kernels missing on some CPU builds
             results.append(PrecisionResult(precision, False, f"{type(exc).__name__}: {exc}"))
             log(f"  {precision}: failed: {exc}")
@@ -234,14 +261,20 @@ def check_precision(
 
 def format_table(results: list[PrecisionResult]) -> str:
     alphas = list(results[0].spearman)
-    head = f"{'precision':<10}{'cos mean':>10}{'cos min':>10}" + "".join(f"{'rho a=' + a:>11}" for a in alphas) + f"{'max |dr|':>11}{'noise/spread':>14}  how"
+    head = (
+        f"{'precision':<10}{'cos mean':>10}{'cos min':>10}"
+        + "".join(f"{'rho a=' + a:>11}" for a in alphas)
+        + f"{'max |dr|':>11}{'noise/spread':>14}  how"
+    )
     lines = [head, "-" * len(head)]
     for r in results:
         if not r.ran:
             lines.append(f"{r.precision:<10}{'not run: ' + r.how}")
             continue
         rho = "".join(f"{r.spearman[a]:>11.4f}" for a in alphas)
-        lines.append(f"{r.precision:<10}{r.cosine_mean:>10.5f}{r.cosine_min:>10.5f}{rho}{r.max_reward_diff:>11.2e}{r.noise_to_spread:>14.3f}  {r.how}")
+        lines.append(
+            f"{r.precision:<10}{r.cosine_mean:>10.5f}{r.cosine_min:>10.5f}{rho}{r.max_reward_diff:>11.2e}{r.noise_to_spread:>14.3f}  {r.how}"
+        )
     return "\n".join(lines)
 
 
@@ -249,22 +282,45 @@ def format_table(results: list[PrecisionResult]) -> str:
 
 
 def add_subcommand(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("check-precision", help="embedding cosine and reward Spearman of FP8/fp16 against bf16 on task frames",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", help="open_clip name, 'name/tag' (e.g. ViT-L-14/laion2b_s32b_b82k), 'hf-hub:org/repo' or vlmrm-tiny")
+    p = sub.add_parser(
+        "check-precision",
+        help="embedding cosine and reward Spearman of FP8/fp16 against bf16 on task frames",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "model", help="open_clip name, 'name/tag' (e.g. ViT-L-14/laion2b_s32b_b82k), 'hf-hub:org/repo' or vlmrm-tiny"
+    )
     p.add_argument("--pretrained", metavar="TAG")
     p.add_argument("--checkpoint", metavar="FILE", help="local weights file")
-    p.add_argument("--frames", metavar="DIR", help="a folder of images (one size) or a dataset .npz; default: render the task")
-    p.add_argument("--task", default="humanoid-kneeling", help="task whose frames are rendered and whose prompts score them")
+    p.add_argument(
+        "--frames", metavar="DIR", help="a folder of images (one size) or a dataset .npz; default: render the task"
+    )
+    p.add_argument(
+        "--task", default="humanoid-kneeling", help="task whose frames are rendered and whose prompts score them"
+    )
     p.add_argument("-n", "--num-frames", type=int, default=256, help="frames to render (default 256)")
-    p.add_argument("--render-size", type=int, help="render frames at this many pixels square (default: the task's size)")
-    p.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.5, 1.0], help="goal-baseline strengths (default 0 0.5 1)")
+    p.add_argument(
+        "--render-size", type=int, help="render frames at this many pixels square (default: the task's size)"
+    )
+    p.add_argument(
+        "--alphas", type=float, nargs="+", default=[0.0, 0.5, 1.0], help="goal-baseline strengths (default 0 0.5 1)"
+    )
     p.add_argument("--device", default="auto")
-    p.add_argument("--backend", default="torch", choices=["torch", "compile"], help="encoder backend on a GPU (default torch)")
+    p.add_argument(
+        "--backend", default="torch", choices=["torch", "compile"], help="encoder backend on a GPU (default torch)"
+    )
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--precisions", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES),
-                   help="compared against bf16 (default: fp8 fp16 fp32)")
-    p.add_argument("--emulate-fp8", action="store_true", help="on a CPU: compute FP8's numerics with torch's CPU kernels")
+    p.add_argument(
+        "--precisions",
+        nargs="+",
+        default=list(CANDIDATES),
+        choices=list(CANDIDATES),
+        help="compared against bf16 (default: fp8 fp16 fp32)",
+    )
+    p.add_argument(
+        "--emulate-fp8", action="store_true", help="on a CPU: compute FP8's numerics with torch's CPU kernels"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.set_defaults(func=_main)
@@ -285,11 +341,21 @@ def _main(args: argparse.Namespace) -> int:
         else:
             frames = render_task_frames(args.task, args.num_frames, seed=args.seed, size=args.render_size)
             source = f"{len(frames)} rendered {args.task} frames ({frames.shape[2]}x{frames.shape[1]}, random actions, seed {args.seed})"
-        print(f"check-precision {args.model}: {source}; prompts {list(spec.target_prompts)} vs {list(spec.baseline_prompts)}")
+        print(
+            f"check-precision {args.model}: {source}; prompts {list(spec.target_prompts)} vs {list(spec.baseline_prompts)}"
+        )
         results = check_precision(
-            args.model, frames, pretrained=args.pretrained, checkpoint=args.checkpoint,
-            target_prompts=spec.target_prompts, baseline_prompts=spec.baseline_prompts, alphas=args.alphas,
-            device=args.device, backend=args.backend, batch_size=args.batch_size, emulate_fp8=args.emulate_fp8,
+            args.model,
+            frames,
+            pretrained=args.pretrained,
+            checkpoint=args.checkpoint,
+            target_prompts=spec.target_prompts,
+            baseline_prompts=spec.baseline_prompts,
+            alphas=args.alphas,
+            device=args.device,
+            backend=args.backend,
+            batch_size=args.batch_size,
+            emulate_fp8=args.emulate_fp8,
             precisions=args.precisions,
         )
     except (ValueError, TypeError, FileNotFoundError, RuntimeError) as exc:
@@ -300,7 +366,10 @@ def _main(args: argparse.Namespace) -> int:
     if args.json:
         out = pathlib.Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"model": args.model, "frames": source, "results": [dataclasses.asdict(r) for r in results]},
-                                  indent=2))
+        out.write_text(
+            json.dumps(
+                {"model": args.model, "frames": source, "results": [dataclasses.asdict(r) for r in results]}, indent=2
+            )
+        )
         print(f"\nwrote {out}")
     return 0

@@ -21,8 +21,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 CACHE_ENV = "VLMRM_FAST_COMPILE_CACHE"
 _INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"

@@ -59,7 +59,10 @@ def _lifted_recompile_limits():
     """
     config = torch._dynamo.config
     lifted = {}
-    for names in (("recompile_limit", "cache_size_limit"), ("accumulated_recompile_limit", "accumulated_cache_size_limit")):
+    for names in (
+        ("recompile_limit", "cache_size_limit"),
+        ("accumulated_recompile_limit", "accumulated_cache_size_limit"),
+    ):
         name = next((n for n in names if hasattr(config, n)), None)
         if name is not None:
             lifted[name] = max(getattr(config, name), 1 << 20)
@@ -78,8 +81,10 @@ def compile_tower(visual: torch.nn.Module, mode: str, scope: str):
         return torch.compile(visual, **options)
     blocks = transformer_blocks(visual)
     if not blocks:
-        raise ValueError(f"compile_scope='blocks' needs a transformer tower; this {type(visual).__name__} has no "
-                         "transformer blocks: use compile_scope='tower'")
+        raise ValueError(
+            f"compile_scope='blocks' needs a transformer tower; this {type(visual).__name__} has no "
+            "transformer blocks: use compile_scope='tower'"
+        )
     for block in blocks:
         block.compile(**options)
     return visual
@@ -129,8 +134,13 @@ class CompiledImageEncoder(ImageEncoder):
         self._output: torch.Tensor | None = None
         title = f"compiling the {name} for batch {batch_size} ({self.precision}, {compile_mode}, {compile_scope}, {self.device})"
         steps = ["compile", "check for recompiles"] + (["capture the CUDA graph"] if self.device.type == "cuda" else [])
-        with Phases(title, steps, progress) as phases, torch.inference_mode(), _lifted_recompile_limits(), \
-                inductor_caches_in(cache_dir) as report, warnings.catch_warnings():
+        with (
+            Phases(title, steps, progress) as phases,
+            torch.inference_mode(),
+            _lifted_recompile_limits(),
+            inductor_caches_in(cache_dir) as report,
+            warnings.catch_warnings(),
+        ):
             # torchao's FP8 tensors lack a stable hash for AOTAutograd's cache; inductor's cache still serves them.
             warnings.filterwarnings("ignore", message=".*_stable_hash_for_caching.*")
             if self.device.type == "cuda":

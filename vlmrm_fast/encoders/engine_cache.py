@@ -21,8 +21,9 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +105,9 @@ class EngineCache:
             try:
                 return CacheResult(self._load(key, deserialize), engine_path, built=False)
             except StaleEngineError as exc:
-                logger.warning("cached TensorRT engine %s is unusable (%s); deleting it and building a new one", engine_path, exc)
+                logger.warning(
+                    "cached TensorRT engine %s is unusable (%s); deleting it and building a new one", engine_path, exc
+                )
                 self.remove(key)
         data = build()
         if not isinstance(data, (bytes, bytearray, memoryview)) or len(data) == 0:
@@ -154,7 +157,9 @@ class EngineCache:
         except FileNotFoundError:
             raise StaleEngineError("the engine file is missing") from None
         if len(data) != sidecar.get("engine_bytes") or hashlib.sha256(data).hexdigest() != sidecar.get("engine_sha256"):
-            raise StaleEngineError("the engine file does not match the sha256 its sidecar records (corrupt or truncated)")
+            raise StaleEngineError(
+                "the engine file does not match the sha256 its sidecar records (corrupt or truncated)"
+            )
         try:
             engine = deserialize(data)
         except StaleEngineError:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
+from vlmrm_fast.checks import positive_int
 from vlmrm_fast.encoders.base import resolve_precision
 from vlmrm_fast.encoders.tensorrt_engine import DEFAULT_WORKSPACE_GIB
-from vlmrm_fast.checks import positive_int
 
 
 def export_encoder(
@@ -111,11 +111,17 @@ def add_subcommand(sub: argparse._SubParsersAction) -> None:
     weights.add_argument("--pretrained", metavar="TAG", help="open_clip pretrained tag (e.g. laion2b_s32b_b82k)")
     weights.add_argument("--checkpoint", metavar="FILE", help="local weights file")
     p.add_argument("--batch-size", type=int, metavar="N", help="the fixed batch the engine runs (required for engines)")
-    p.add_argument("--precision", choices=("auto", "bf16", "fp16", "fp32"), default="auto",
-                   help="engine precision (auto: bf16 where the GPU has it, else fp16; fp32 with --onnx-only)")
+    p.add_argument(
+        "--precision",
+        choices=("auto", "bf16", "fp16", "fp32"),
+        default="auto",
+        help="engine precision (auto: bf16 where the GPU has it, else fp16; fp32 with --onnx-only)",
+    )
     p.add_argument("--onnx-only", metavar="OUT.onnx", help="write the ONNX export here and stop (no GPU needed)")
     p.add_argument(
-        "--cache-dir", metavar="DIR", help="engine cache (default $VLMRM_FAST_ENGINE_CACHE or ~/.cache/vlmrm_fast/engines)"
+        "--cache-dir",
+        metavar="DIR",
+        help="engine cache (default $VLMRM_FAST_ENGINE_CACHE or ~/.cache/vlmrm_fast/engines)",
     )
     p.add_argument("--device", default="auto", help="CUDA device to build for (default: auto)")
     p.add_argument("--workspace-gib", type=float, default=8.0, help="TensorRT builder workspace limit (GiB)")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -85,7 +85,9 @@ def require_fp8(device: torch.device | str) -> None:
     """Raises :class:`FP8UnavailableError` naming the way out when FP8 cannot run on ``device``."""
     reason = fp8_unsupported_reason(device)
     if reason:
-        raise FP8UnavailableError(f"precision='fp8': {reason}. Use precision='bf16' (or 'auto', which picks what runs here).")
+        raise FP8UnavailableError(
+            f"precision='fp8': {reason}. Use precision='bf16' (or 'auto', which picks what runs here)."
+        )
 
 
 def fp8_compatible(linear: nn.Linear) -> bool:

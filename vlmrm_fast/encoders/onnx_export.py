@@ -68,7 +68,9 @@ def export_module(visual: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Modul
     ``visual`` itself is left as it is.
     """
     # Tensors are copied straight to the CPU, so a tower on a GPU is not duplicated there.
-    memo = {id(p): torch.nn.Parameter(p.detach().to("cpu", copy=True), requires_grad=False) for p in visual.parameters()}
+    memo = {
+        id(p): torch.nn.Parameter(p.detach().to("cpu", copy=True), requires_grad=False) for p in visual.parameters()
+    }
     memo.update({id(b): b.detach().to("cpu", copy=True) for b in visual.buffers()})
     module = copy.deepcopy(visual, memo).eval()
     if dtype != torch.float32:

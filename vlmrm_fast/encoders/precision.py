@@ -96,8 +96,12 @@ def auto_prefers_fp8(visual: nn.Module, device: torch.device, batch_size: int) -
     shapes = linear_shapes(visual, tokens, batch_size)
     speedup = _measured_speedup(torch.cuda.get_device_name(device), device.index, tuple(shapes))
     chosen = speedup >= AUTO_FP8_MIN_SPEEDUP
-    logger.info("precision='auto': FP8 linear layers ran %.2fx bf16 at batch %d; using %s", speedup, batch_size,
-                "fp8" if chosen else "bf16")
+    logger.info(
+        "precision='auto': FP8 linear layers ran %.2fx bf16 at batch %d; using %s",
+        speedup,
+        batch_size,
+        "fp8" if chosen else "bf16",
+    )
     return chosen
 
 

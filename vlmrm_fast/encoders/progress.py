@@ -11,7 +11,7 @@ import contextlib
 import sys
 import threading
 import time
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 
 def note(message: str, enabled: bool = True) -> None:
@@ -42,15 +42,21 @@ class Phases:
         self._start = 0.0
         self.durations: dict[str, float] = {}
 
-    def __enter__(self) -> "Phases":
+    def __enter__(self) -> Phases:
         self._start = time.perf_counter()
         if not self.enabled:
             return self
         if self.tty:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=len(self.steps), desc=f"[vlmrm-fast] {self.title}", unit="step", file=sys.stderr,
-                             bar_format="{desc}: {n_fmt}/{total_fmt} steps |{bar:20}| {elapsed}", leave=True)
+            self._bar = tqdm(
+                total=len(self.steps),
+                desc=f"[vlmrm-fast] {self.title}",
+                unit="step",
+                file=sys.stderr,
+                bar_format="{desc}: {n_fmt}/{total_fmt} steps |{bar:20}| {elapsed}",
+                leave=True,
+            )
             self._ticker = threading.Thread(target=self._tick, daemon=True)
             self._ticker.start()
         else:

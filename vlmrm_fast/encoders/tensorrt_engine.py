@@ -108,7 +108,12 @@ def _progress_monitor(trt):
                 depth = 0 if parent_phase is None else self._depth.get(parent_phase, 0) + 1
                 self._depth[phase_name] = depth
                 self._bars[phase_name] = tqdm(
-                    total=num_steps, desc=phase_name, position=depth, leave=depth == 0, file=sys.stderr, dynamic_ncols=True
+                    total=num_steps,
+                    desc=phase_name,
+                    position=depth,
+                    leave=depth == 0,
+                    file=sys.stderr,
+                    dynamic_ncols=True,
                 )
 
         def step_complete(self, phase_name, step):
@@ -150,7 +155,9 @@ def build_engine(
         errors = "\n".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise RuntimeError(f"TensorRT could not parse {onnx_path}:\n{errors}")
     if network.num_inputs != 1 or network.num_outputs != 1:
-        raise RuntimeError(f"expected one input and one output in {onnx_path}, got {network.num_inputs} and {network.num_outputs}")
+        raise RuntimeError(
+            f"expected one input and one output in {onnx_path}, got {network.num_inputs} and {network.num_outputs}"
+        )
 
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(workspace_gib * (1 << 30)))
@@ -177,7 +184,9 @@ class LoadedEngine:
     output_dtype: torch.dtype
 
 
-def deserialize_engine(data: bytes, *, device: torch.device, batch_size: int, image_size: int, embed_dim: int) -> LoadedEngine:
+def deserialize_engine(
+    data: bytes, *, device: torch.device, batch_size: int, image_size: int, embed_dim: int
+) -> LoadedEngine:
     """Loads a serialized engine on ``device`` and checks its I/O; StaleEngineError when it does not fit."""
     trt = require_tensorrt()
     dtypes = {trt.DataType.FLOAT: torch.float32, trt.DataType.HALF: torch.float16, trt.DataType.BF16: torch.bfloat16}
@@ -193,7 +202,9 @@ def deserialize_engine(data: bytes, *, device: torch.device, batch_size: int, im
         raise StaleEngineError(f"engine I/O is {inputs} -> {outputs}, expected [{INPUT_NAME!r}] -> [{OUTPUT_NAME!r}]")
     in_shape = tuple(engine.get_tensor_shape(INPUT_NAME))
     if in_shape[1:] != (3, image_size, image_size) or in_shape[0] not in (-1, batch_size):
-        raise StaleEngineError(f"engine input shape {in_shape} does not fit batch {batch_size} of {image_size}px images")
+        raise StaleEngineError(
+            f"engine input shape {in_shape} does not fit batch {batch_size} of {image_size}px images"
+        )
     out_shape = tuple(engine.get_tensor_shape(OUTPUT_NAME))
     if out_shape[-1] != embed_dim:
         raise StaleEngineError(f"engine output shape {out_shape} does not give {embed_dim}-d embeddings")
@@ -259,7 +270,9 @@ class TensorRTImageEncoder(ImageEncoder):
         return super().describe() + (f", engine {self.engine_path}" if self.engine_path else "")
 
 
-def engine_key(clip: Any, *, batch_size: int, dtype: torch.dtype, device: torch.device, tensorrt_version: str) -> EngineKey:
+def engine_key(
+    clip: Any, *, batch_size: int, dtype: torch.dtype, device: torch.device, tensorrt_version: str
+) -> EngineKey:
     """The cache key of ``clip``'s image tower built for this batch, precision and GPU."""
     weights = clip.weights_key
     if weights.startswith("random-"):
@@ -311,8 +324,11 @@ def make_tensorrt_encoder(
     what = f"{clip.architecture} image tower (batch {batch_size}, {key.precision}, {key.gpu}, TensorRT {key.tensorrt})"
 
     def build() -> bytes:
-        note(f"no cached TensorRT engine for the {what} in {cache.directory}; building one (minutes; "
-             "`vlmrm-fast export` builds it ahead of time)", progress)
+        note(
+            f"no cached TensorRT engine for the {what} in {cache.directory}; building one (minutes; "
+            "`vlmrm-fast export` builds it ahead of time)",
+            progress,
+        )
         cache.directory.mkdir(parents=True, exist_ok=True)
         # The ONNX file (weights included) sits beside the cache, where there is room for the engine too.
         with tempfile.TemporaryDirectory(prefix="onnx-", dir=cache.directory) as tmp:
@@ -331,6 +347,11 @@ def make_tensorrt_encoder(
     if not result.built:
         note(f"loaded the TensorRT engine for the {what} from {result.path}", progress)
     return TensorRTImageEncoder(
-        result.engine, device=device, batch_size=batch_size, image_size=size, embed_dim=clip.embed_dim,
-        engine_path=result.path, built=result.built,
+        result.engine,
+        device=device,
+        batch_size=batch_size,
+        image_size=size,
+        embed_dim=clip.embed_dim,
+        engine_path=result.path,
+        built=result.built,
     )

@@ -10,8 +10,16 @@ from vlmrm_fast.encoders.base import ImageEncoder
 class TorchImageEncoder(ImageEncoder):
     backend = "torch"
 
-    def __init__(self, visual: torch.nn.Module, *, device: torch.device, dtype: torch.dtype, image_size: int, embed_dim: int,
-                 precision: str | None = None):
+    def __init__(
+        self,
+        visual: torch.nn.Module,
+        *,
+        device: torch.device,
+        dtype: torch.dtype,
+        image_size: int,
+        embed_dim: int,
+        precision: str | None = None,
+    ):
         """``visual`` is prepared already (:func:`~vlmrm_fast.encoders.tower.prepare_image_tower`)."""
         self.device = torch.device(device)
         self.input_dtype = dtype

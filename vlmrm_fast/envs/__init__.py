@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium
 
@@ -40,15 +41,15 @@ HUMANOID_BASELINE = ("a humanoid robot",)
 class TaskSpec:
     name: str
     description: str
-    make_env: Callable[..., gymnasium.Env]   # one gymnasium env: make_env(render_mode=..., width=..., height=...)
+    make_env: Callable[..., gymnasium.Env]  # one gymnasium env: make_env(render_mode=..., width=..., height=...)
     target_prompts: tuple[str, ...] = ()
     baseline_prompts: tuple[str, ...] = ()
-    episode_length: int | None = None         # None: the env's own time limit
+    episode_length: int | None = None  # None: the env's own time limit
     render_size: tuple[int, int] | None = None  # (height, width) the paper renders at
-    batch: Any = None                          # MuJoCo batch-engine glue (envs.humanoid.HumanoidBatch); None: gymnasium envs only
-    resize_mode: str | None = None             # preprocess override; "squash" keeps a wide frame whole
-    hard: bool = False                         # the paper found CLIP could not teach it
-    scene: str | None = None                   # humanoid tasks: the scene frames are drawn in (envs.humanoid.SCENES)
+    batch: Any = None  # MuJoCo batch-engine glue (envs.humanoid.HumanoidBatch); None: gymnasium envs only
+    resize_mode: str | None = None  # preprocess override; "squash" keeps a wide frame whole
+    hard: bool = False  # the paper found CLIP could not teach it
+    scene: str | None = None  # humanoid tasks: the scene frames are drawn in (envs.humanoid.SCENES)
 
     def make(
         self,
@@ -69,7 +70,12 @@ class TaskSpec:
         return gymnasium.wrappers.TimeLimit(env, limit) if limit else env
 
 
-def _humanoid_env(render_mode: str | None = "rgb_array", width: int = humanoid.DEFAULT_RENDER_SIZE, height: int = humanoid.DEFAULT_RENDER_SIZE, **kwargs: Any) -> gymnasium.Env:
+def _humanoid_env(
+    render_mode: str | None = "rgb_array",
+    width: int = humanoid.DEFAULT_RENDER_SIZE,
+    height: int = humanoid.DEFAULT_RENDER_SIZE,
+    **kwargs: Any,
+) -> gymnasium.Env:
     return humanoid.HumanoidPoseEnv(render_mode=render_mode, width=width, height=height, **kwargs)
 
 
@@ -151,12 +157,26 @@ TASKS["mountain-car-textured"] = dataclasses.replace(
     make_env=_paper_env(PaperMountainCarContinuousTexturedEnv),
 )
 
-gymnasium.register(id="vlmrm_fast/HumanoidPose-v0", entry_point=_humanoid_env, max_episode_steps=humanoid.DEFAULT_EPISODE_LENGTH)
-gymnasium.register(id="vlmrm_fast/MountainCarContinuousTextured-v0", entry_point=MountainCarContinuousTexturedEnv, max_episode_steps=999)
-gymnasium.register(id="vlmrm_fast/PaperCartPole-v0", entry_point=PaperCartPoleEnv, max_episode_steps=PAPER_EPISODE_LENGTH)
-gymnasium.register(id="vlmrm_fast/PaperMountainCarContinuous-v0", entry_point=PaperMountainCarContinuousEnv, max_episode_steps=PAPER_EPISODE_LENGTH)
 gymnasium.register(
-    id="vlmrm_fast/PaperMountainCarContinuousTextured-v0", entry_point=PaperMountainCarContinuousTexturedEnv, max_episode_steps=PAPER_EPISODE_LENGTH
+    id="vlmrm_fast/HumanoidPose-v0", entry_point=_humanoid_env, max_episode_steps=humanoid.DEFAULT_EPISODE_LENGTH
+)
+gymnasium.register(
+    id="vlmrm_fast/MountainCarContinuousTextured-v0",
+    entry_point=MountainCarContinuousTexturedEnv,
+    max_episode_steps=999,
+)
+gymnasium.register(
+    id="vlmrm_fast/PaperCartPole-v0", entry_point=PaperCartPoleEnv, max_episode_steps=PAPER_EPISODE_LENGTH
+)
+gymnasium.register(
+    id="vlmrm_fast/PaperMountainCarContinuous-v0",
+    entry_point=PaperMountainCarContinuousEnv,
+    max_episode_steps=PAPER_EPISODE_LENGTH,
+)
+gymnasium.register(
+    id="vlmrm_fast/PaperMountainCarContinuousTextured-v0",
+    entry_point=PaperMountainCarContinuousTexturedEnv,
+    max_episode_steps=PAPER_EPISODE_LENGTH,
 )
 
 # Stock gymnasium ids of the built-in tasks: stock semantics, the task's prompts and frame handling.
@@ -171,7 +191,9 @@ def _humanoid_scene_task(name: str) -> TaskSpec:
     task, scene = name.split("@", 1)
     if task not in TASKS or TASKS[task].scene is None:
         humanoids = [t for t, spec in TASKS.items() if spec.scene is not None]
-        raise ValueError(f"task {name!r}: only humanoid tasks take a scene (humanoid-kneeling@builtin); they are: {', '.join(humanoids)}")
+        raise ValueError(
+            f"task {name!r}: only humanoid tasks take a scene (humanoid-kneeling@builtin); they are: {', '.join(humanoids)}"
+        )
     if scene not in humanoid.SCENES:
         raise ValueError(f"task {name!r}: unknown scene {scene!r}; scenes are: {', '.join(humanoid.SCENES)}")
     return dataclasses.replace(
@@ -196,12 +218,17 @@ def get_task(name: str | TaskSpec) -> TaskSpec:
         return _humanoid_scene_task(name)
     if name in gymnasium.registry:
         spec = gymnasium.registry[name]
-        task = TaskSpec(name=name, description=f"gymnasium {name}", make_env=_gym_env(name), episode_length=spec.max_episode_steps)
+        task = TaskSpec(
+            name=name, description=f"gymnasium {name}", make_env=_gym_env(name), episode_length=spec.max_episode_steps
+        )
         if name in _STOCK_IDS:
             borrowed = TASKS[_STOCK_IDS[name]]
             task = dataclasses.replace(
-                task, target_prompts=borrowed.target_prompts, baseline_prompts=borrowed.baseline_prompts,
-                render_size=borrowed.render_size, resize_mode=borrowed.resize_mode,
+                task,
+                target_prompts=borrowed.target_prompts,
+                baseline_prompts=borrowed.baseline_prompts,
+                render_size=borrowed.render_size,
+                resize_mode=borrowed.resize_mode,
             )
         return task
     close = difflib.get_close_matches(name, list(TASKS) + list(gymnasium.registry), n=4, cutoff=0.5)

@@ -14,7 +14,8 @@ finished envs.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import gymnasium
 import numpy as np
@@ -36,20 +37,22 @@ def make_renderer(kind: str, model, num_envs: int, render_size: tuple[int, int],
     if kind == "warp":
         from vlmrm_fast.warp_rendering import WarpBatchRenderer
 
-        return WarpBatchRenderer(model, num_envs, width, height, camera=camera, device="cpu" if gpu is None else f"cuda:{gpu}")
+        return WarpBatchRenderer(
+            model, num_envs, width, height, camera=camera, device="cpu" if gpu is None else f"cuda:{gpu}"
+        )
     raise ValueError(f"renderer {kind!r} is unknown; use one of {RENDERERS}")
 
 
 class BatchEnvView:
     """What ``get_attr``/``set_attr``/``env_method`` see of env ``index`` (no gymnasium object exists)."""
 
-    def __init__(self, engine: "MujocoBatchVecEnv", index: int):
+    def __init__(self, engine: MujocoBatchVecEnv, index: int):
         self._engine = engine
         self.index = index
         self.render_mode = "rgb_array"
 
     @property
-    def unwrapped(self) -> "BatchEnvView":
+    def unwrapped(self) -> BatchEnvView:
         return self
 
     @property
@@ -109,7 +112,12 @@ class MujocoBatchVecEnv(VecEnv):
         self.episode_length = episode_length
         self.model = batch.build_model(max(height, width))
         self.sim = BatchSimulator(
-            self.model, num_envs, frame_skip=batch.frame_skip, outputs=batch.outputs, rne_post_constraint=True, nthread=nthread
+            self.model,
+            num_envs,
+            frame_skip=batch.frame_skip,
+            outputs=batch.outputs,
+            rne_post_constraint=True,
+            nthread=nthread,
         )
         self.renderer = make_renderer(renderer, self.model, num_envs, render_size, batch.camera, gpu)
         obs_dim = batch.observation(self.sim.outputs).shape[1]
@@ -155,7 +163,9 @@ class MujocoBatchVecEnv(VecEnv):
             actions, self._actions = self._actions, None
             fields = self.sim.outputs
             obs = self.batch.observation(fields)
-            rewards, terms = self.batch.reward(self.model, self.sim.dt, self._xy_before, fields, np.asarray(actions, np.float64))
+            rewards, terms = self.batch.reward(
+                self.model, self.sim.dt, self._xy_before, fields, np.asarray(actions, np.float64)
+            )
             self._steps += 1
             truncated = self._steps >= self.episode_length if self.episode_length else np.zeros(self.num_envs, bool)
             dones = truncated.copy()

@@ -63,7 +63,7 @@ class PaperCartPoleEnv(CartPoleEnv):
         self.steps_beyond_terminated = None  # the stock "stepped after the end" bookkeeping does not apply
         super().step(action)
         success = self.is_success(self.state)  # before clipping: a cart pushed past an end fails this step
-        reward = 0.0 if self.failed else 1.0   # CartPole-v1 pays the step on which the pole falls too
+        reward = 0.0 if self.failed else 1.0  # CartPole-v1 pays the step on which the pole falls too
         self.failed = self.failed or not success
         x, x_dot, theta, theta_dot = self.state
         x = float(np.clip(x, -self.x_threshold, self.x_threshold))
@@ -100,4 +100,3 @@ class PaperMountainCarContinuousEnv(Continuous_MountainCarEnv):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         self.success = False
         return super().reset(seed=seed, options=options)
-

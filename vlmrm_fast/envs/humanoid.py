@@ -42,29 +42,55 @@ DEFAULT_RENDER_SIZE = 480
 
 # The paper's camera, as kube/job.yaml gives it to gymnasium (reward.camera_config): a free camera.
 PAPER_CAMERA = "vlmrm_paper"
-PAPER_CAMERA_CONFIG = {"trackbodyid": 1, "distance": 3.5, "lookat": (0.0, 0.0, 1.0), "elevation": -10.0, "azimuth": 180.0}
+PAPER_CAMERA_CONFIG = {
+    "trackbodyid": 1,
+    "distance": 3.5,
+    "lookat": (0.0, 0.0, 1.0),
+    "elevation": -10.0,
+    "azimuth": 180.0,
+}
 # This project's earlier camera: follows the centre of mass at a fixed offset, from the front left.
 FRONT_CAMERA = "vlmrm_front"
-FRONT_CAMERA_POSITION = (1.35, -2.15, 1.35)   # world frame at the initial pose
+FRONT_CAMERA_POSITION = (1.35, -2.15, 1.35)  # world frame at the initial pose
 FRONT_CAMERA_TARGET = (0.0, 0.0, 0.85)
-GYMNASIUM_CAMERA = "track"                     # in gymnasium's humanoid.xml: side view, follows the centre of mass
+GYMNASIUM_CAMERA = "track"  # in gymnasium's humanoid.xml: side view, follows the centre of mass
 
 
 @dataclasses.dataclass(frozen=True)
 class Scene:
     name: str
     description: str
-    look: str     # "paper", "builtin" or "gymnasium": sky, floor, robot, light
-    camera: str   # the model camera frames are drawn from
+    look: str  # "paper", "builtin" or "gymnasium": sky, floor, robot, light
+    camera: str  # the model camera frames are drawn from
 
 
 SCENES: dict[str, Scene] = {
     scene.name: scene
     for scene in (
-        Scene("paper", "Rocamonde et al.'s scene: generated sky, stone tiles and robot textures; their fixed front camera", "paper", PAPER_CAMERA),
-        Scene("paper-textures", "the paper's textures seen from gymnasium's side camera (their Fig. 3b)", "paper", GYMNASIUM_CAMERA),
-        Scene("gymnasium", "gymnasium's humanoid scene as shipped, seen from its side camera (their Fig. 3a)", "gymnasium", GYMNASIUM_CAMERA),
-        Scene("builtin", "MuJoCo built-in gradient sky, checker floor and flat robot; a front-left camera following the body", "builtin", FRONT_CAMERA),
+        Scene(
+            "paper",
+            "Rocamonde et al.'s scene: generated sky, stone tiles and robot textures; their fixed front camera",
+            "paper",
+            PAPER_CAMERA,
+        ),
+        Scene(
+            "paper-textures",
+            "the paper's textures seen from gymnasium's side camera (their Fig. 3b)",
+            "paper",
+            GYMNASIUM_CAMERA,
+        ),
+        Scene(
+            "gymnasium",
+            "gymnasium's humanoid scene as shipped, seen from its side camera (their Fig. 3a)",
+            "gymnasium",
+            GYMNASIUM_CAMERA,
+        ),
+        Scene(
+            "builtin",
+            "MuJoCo built-in gradient sky, checker floor and flat robot; a front-left camera following the body",
+            "builtin",
+            FRONT_CAMERA,
+        ),
     )
 }
 DEFAULT_SCENE = "paper"
@@ -144,8 +170,8 @@ def _builtin_look(spec: mujoco.MjSpec) -> None:
     for texture in spec.textures:
         if texture.type == mujoco.mjtTexture.mjTEXTURE_SKYBOX:
             texture.builtin = mujoco.mjtBuiltin.mjBUILTIN_GRADIENT
-            texture.rgb1 = [0.55, 0.75, 0.95]   # zenith
-            texture.rgb2 = [0.95, 0.97, 1.0]    # horizon haze
+            texture.rgb1 = [0.55, 0.75, 0.95]  # zenith
+            texture.rgb2 = [0.95, 0.97, 1.0]  # horizon haze
         elif texture.name == "texplane":
             texture.builtin = mujoco.mjtBuiltin.mjBUILTIN_CHECKER
             texture.rgb1 = [0.62, 0.60, 0.56]
@@ -177,7 +203,10 @@ def humanoid_spec(scene: str | Scene = DEFAULT_SCENE) -> mujoco.MjSpec:
     spec.worldbody.add_camera(name=PAPER_CAMERA, mode=mujoco.mjtCamLight.mjCAMLIGHT_FIXED, pos=position, xyaxes=xyaxes)
     position, target = np.array(FRONT_CAMERA_POSITION), np.array(FRONT_CAMERA_TARGET)
     spec.worldbody.add_camera(
-        name=FRONT_CAMERA, mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM, pos=position, xyaxes=look_at_xyaxes(position, target)
+        name=FRONT_CAMERA,
+        mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM,
+        pos=position,
+        xyaxes=look_at_xyaxes(position, target),
     )
     return spec
 
@@ -207,7 +236,14 @@ class HumanoidPoseEnv(HumanoidEnv):
     Use with a time limit (``episode_length``); the VecEnv adds it.
     """
 
-    def __init__(self, scene: str | Scene = DEFAULT_SCENE, render_mode: str | None = "rgb_array", width: int = DEFAULT_RENDER_SIZE, height: int = DEFAULT_RENDER_SIZE, **kwargs):
+    def __init__(
+        self,
+        scene: str | Scene = DEFAULT_SCENE,
+        render_mode: str | None = "rgb_array",
+        width: int = DEFAULT_RENDER_SIZE,
+        height: int = DEFAULT_RENDER_SIZE,
+        **kwargs,
+    ):
         self.scene = get_scene(scene)
         kwargs.setdefault("terminate_when_unhealthy", False)
         super().__init__(
@@ -268,14 +304,18 @@ class HumanoidBatch:
         xipos = fields["xipos"].reshape(fields["xipos"].shape[0], -1, 3)
         return (np.einsum("b,nbj->nj", model.body_mass, xipos) / model.body_mass.sum())[:, :2]
 
-    def reward(self, model: mujoco.MjModel, dt: float, xy_before: np.ndarray, fields: dict[str, np.ndarray], ctrl: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def reward(
+        self, model: mujoco.MjModel, dt: float, xy_before: np.ndarray, fields: dict[str, np.ndarray], ctrl: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         xy_after = self.mass_center_xy(model, fields)
         velocity = (xy_after - xy_before) / dt
         z = fields["qpos"][:, 2]
         healthy = ((HEALTHY_Z_RANGE[0] < z) & (z < HEALTHY_Z_RANGE[1])) * HEALTHY_REWARD
         forward = FORWARD_REWARD_WEIGHT * velocity[:, 0]
         ctrl_cost = CTRL_COST_WEIGHT * np.sum(np.square(ctrl), axis=1)
-        contact = np.clip(CONTACT_COST_WEIGHT * np.sum(np.square(fields["cfrc_ext"]), axis=1), -np.inf, CONTACT_COST_MAX)
+        contact = np.clip(
+            CONTACT_COST_WEIGHT * np.sum(np.square(fields["cfrc_ext"]), axis=1), -np.inf, CONTACT_COST_MAX
+        )
         reward = forward + healthy - (ctrl_cost + contact)
         info = {
             "x_position": fields["qpos"][:, 0],

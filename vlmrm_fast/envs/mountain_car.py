@@ -53,7 +53,7 @@ class TexturedRendering:
         w, h = self.width, self.height
         rows = np.linspace(0.0, 1.0, h)[:, None, None]
         zenith, horizon = np.array([70, 130, 200]), np.array([200, 225, 240])
-        sky = (zenith + (horizon - zenith) * rows ** 0.7).repeat(w, axis=1)
+        sky = (zenith + (horizon - zenith) * rows**0.7).repeat(w, axis=1)
         image = Image.fromarray(sky.astype(np.uint8))
         draw = ImageDraw.Draw(image)
         rng = np.random.default_rng(7)  # the scenery is fixed: same picture every episode
@@ -112,7 +112,13 @@ class TexturedRendering:
 class MountainCarContinuousTexturedEnv(TexturedRendering, Continuous_MountainCarEnv):
     """Same dynamics, rewards and termination as MountainCarContinuous-v0; ``render()`` draws a textured scene."""
 
-    def __init__(self, render_mode: str | None = "rgb_array", goal_velocity: float = 0.0, width: int = WIDTH, height: int = HEIGHT):
+    def __init__(
+        self,
+        render_mode: str | None = "rgb_array",
+        goal_velocity: float = 0.0,
+        width: int = WIDTH,
+        height: int = HEIGHT,
+    ):
         self._check_render_mode(render_mode)
         super().__init__(render_mode=render_mode, goal_velocity=goal_velocity)
         self.width, self.height = width, height
@@ -122,7 +128,14 @@ class PaperMountainCarContinuousTexturedEnv(TexturedRendering, PaperMountainCarC
     """The paper's MountainCar semantics (:class:`~vlmrm_fast.envs.classic_control.PaperMountainCarContinuousEnv`)
     drawn with textures."""
 
-    def __init__(self, render_mode: str | None = "rgb_array", goal_velocity: float = 0.0, absorbing: bool = False, width: int = WIDTH, height: int = HEIGHT):
+    def __init__(
+        self,
+        render_mode: str | None = "rgb_array",
+        goal_velocity: float = 0.0,
+        absorbing: bool = False,
+        width: int = WIDTH,
+        height: int = HEIGHT,
+    ):
         self._check_render_mode(render_mode)
         super().__init__(render_mode=render_mode, goal_velocity=goal_velocity, absorbing=absorbing)
         self.width, self.height = width, height

@@ -23,9 +23,9 @@ import functools
 
 import numpy as np
 
-SKY_FACE = 256       # texels per cube-map face side
-TILES_SIZE = 512     # the floor image, square
-METAL_FACE = 128     # texels per robot cube face side
+SKY_FACE = 256  # texels per cube-map face side
+TILES_SIZE = 512  # the floor image, square
+METAL_FACE = 128  # texels per robot cube face side
 
 
 def _smoothstep(t: np.ndarray) -> np.ndarray:
@@ -81,18 +81,18 @@ def cube_directions(face_size: int) -> np.ndarray:
     sc, tc = np.meshgrid(centres, centres)  # sc varies along a row (columns), tc down the rows
     one = np.ones_like(sc)
     gl = [  # OpenGL direction (x, y, z) of each face's texels
-        (one, -tc, -sc),    # +X
-        (-one, -tc, sc),    # -X
-        (sc, one, tc),      # +Y (world up)
-        (sc, -one, -tc),    # -Y (world down)
-        (sc, -tc, one),     # +Z (world -y)
-        (-sc, -tc, -one),   # -Z (world +y)
+        (one, -tc, -sc),  # +X
+        (-one, -tc, sc),  # -X
+        (sc, one, tc),  # +Y (world up)
+        (sc, -one, -tc),  # -Y (world down)
+        (sc, -tc, one),  # +Z (world -y)
+        (-sc, -tc, -one),  # -Z (world +y)
     ]
     world = np.stack([np.stack([x, -z, y], axis=-1) for x, y, z in gl])
     return world / np.linalg.norm(world, axis=-1, keepdims=True)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sky_cube(face_size: int = SKY_FACE) -> np.ndarray:
     """(6 * S, S, 3) uint8: the sky's six faces stacked in MuJoCo's order."""
     directions = cube_directions(face_size).reshape(-1, 3)
@@ -123,12 +123,12 @@ def sky_cube(face_size: int = SKY_FACE) -> np.ndarray:
     return _to_uint8(rgb.reshape(6 * face_size, face_size, 3))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def stone_tiles(size: int = TILES_SIZE, courses: int = 4) -> np.ndarray:
     """(S, S, 3) uint8: dark slate slabs in ``courses`` rows with offset joints; tiles seamlessly."""
     rng = np.random.default_rng(7)
     columns = np.arange(size)
-    slab = np.zeros((size, size), dtype=int)   # which slab each texel belongs to
+    slab = np.zeros((size, size), dtype=int)  # which slab each texel belongs to
     joint = np.zeros((size, size), dtype=bool)
     heights = rng.uniform(0.8, 1.2, courses)
     tops = np.floor(np.cumsum(np.append(0.0, heights[:-1])) / heights.sum() * size).astype(int)
@@ -157,7 +157,7 @@ def stone_tiles(size: int = TILES_SIZE, courses: int = 4) -> np.ndarray:
     return _to_uint8(rgb)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def brushed_metal(face_size: int = METAL_FACE) -> np.ndarray:
     """(6 * S, S, 3) uint8: light grey with fine diagonal streaks, the same on all six faces."""
     rng = np.random.default_rng(3)

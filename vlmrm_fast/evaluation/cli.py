@@ -1,9 +1,9 @@
 """``vlmrm-fast dataset | evaluate | landscape``: evaluating reward models from the command line.
 
-    vlmrm-fast dataset sample humanoid-kneeling -n 200 -o data/kneeling.npz [--policy runs/x/final_model.zip]
-    vlmrm-fast dataset label data/kneeling.npz data/kneeling_labels.csv
-    vlmrm-fast evaluate data/kneeling.npz --models ViT-B-32/laion2b_s34b_b79k ViT-L-14/laion2b_s32b_b82k -o eval/
-    vlmrm-fast landscape cartpole --variable pole_angle --model ViT-L-14/laion2b_s32b_b82k -o eval/
+vlmrm-fast dataset sample humanoid-kneeling -n 200 -o data/kneeling.npz [--policy runs/x/final_model.zip]
+vlmrm-fast dataset label data/kneeling.npz data/kneeling_labels.csv
+vlmrm-fast evaluate data/kneeling.npz --models ViT-B-32/laion2b_s34b_b79k ViT-L-14/laion2b_s32b_b82k -o eval/
+vlmrm-fast landscape cartpole --variable pole_angle --model ViT-L-14/laion2b_s32b_b82k -o eval/
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import argparse
 import csv
 import pathlib
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 DEFAULT_ALPHAS = [0.0, 0.25, 0.5, 0.75, 1.0]
 
@@ -48,7 +49,9 @@ def _dataset_sample(args: argparse.Namespace) -> int:
     from vlmrm_fast.evaluation.states import load_policy
 
     policy = load_policy(args.policy, args.algorithm) if args.policy else None
-    ds = StateDataset.sample(args.task, args.n, policy=policy, seed=args.seed, size=_size(args.size), thin=args.thin, progress=True)
+    ds = StateDataset.sample(
+        args.task, args.n, policy=policy, seed=args.seed, size=_size(args.size), thin=args.thin, progress=True
+    )
     if args.policy:
         ds.source = str(args.policy)
     out = ds.save(args.output)
@@ -60,7 +63,9 @@ def _dataset_sample(args: argparse.Namespace) -> int:
         print(f"labels: {labels} exists, left as it is")
     else:
         ds.write_label_template(labels)
-        print(f"labels: fill the `label` column of {labels} (1 = goal, 0 = not), then `vlmrm-fast dataset label {out} {labels}`")
+        print(
+            f"labels: fill the `label` column of {labels} (1 = goal, 0 = not), then `vlmrm-fast dataset label {out} {labels}`"
+        )
     return 0
 
 
@@ -72,7 +77,9 @@ def _dataset_label(args: argparse.Namespace) -> int:
     out = ds.save(args.output or args.dataset)
     ds.contact_sheet(out.with_name(out.stem + "_sheet.png"))
     labelled = ds.labels[ds.labelled]
-    print(f"{labelled.size} of {len(ds)} states labelled (mean label {labelled.mean() if labelled.size else float('nan'):.3g}): {out}")
+    print(
+        f"{labelled.size} of {len(ds)} states labelled (mean label {labelled.mean() if labelled.size else float('nan'):.3g}): {out}"
+    )
     return 0
 
 
@@ -93,9 +100,13 @@ def add_dataset(sub: argparse._SubParsersAction) -> None:
     s = jobs.add_parser("sample", help="sample states of a task (random actions or a saved policy) and render them")
     s.add_argument("task", help="task name (vlmrm_fast.envs.TASKS) or gymnasium id")
     s.add_argument("-n", type=int, default=100, help="number of states (default 100)")
-    s.add_argument("-o", "--output", required=True, help="dataset file (.npz); the contact sheet and label CSV go beside it")
+    s.add_argument(
+        "-o", "--output", required=True, help="dataset file (.npz); the contact sheet and label CSV go beside it"
+    )
     s.add_argument("--policy", help="SB3 model to roll out (final_model.zip or a checkpoint); default random actions")
-    s.add_argument("--algorithm", choices=["SAC", "PPO", "DQN"], help="the policy's algorithm if it cannot be told from its run")
+    s.add_argument(
+        "--algorithm", choices=["SAC", "PPO", "DQN"], help="the policy's algorithm if it cannot be told from its run"
+    )
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"), help="frame size (default: the task's)")
     s.add_argument("--thin", type=int, default=4, help="roll out n*thin steps and keep n states at random (default 4)")
@@ -159,7 +170,13 @@ def _save_pr_points(result: Any, path: pathlib.Path) -> pathlib.Path:
 
 
 def _add_prompt_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--alphas", type=float, nargs="+", default=DEFAULT_ALPHAS, help="goal-baseline strengths (default 0 .25 .5 .75 1)")
+    p.add_argument(
+        "--alphas",
+        type=float,
+        nargs="+",
+        default=DEFAULT_ALPHAS,
+        help="goal-baseline strengths (default 0 .25 .5 .75 1)",
+    )
     p.add_argument("--target", nargs="+", help="target prompts (default: the task's)")
     p.add_argument("--baseline", nargs="+", help="baseline prompts (default: the task's)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
@@ -169,12 +186,21 @@ def _add_prompt_options(p: argparse.ArgumentParser) -> None:
 def add_evaluate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help="EPIC distance of reward models to human labels, per model and alpha")
     p.add_argument("dataset", help="labelled dataset (.npz, from `vlmrm-fast dataset sample`)")
-    p.add_argument("--models", nargs="+", required=True, help="CLIP models, e.g. ViT-B-32/laion2b_s34b_b79k ViT-L-14/laion2b_s32b_b82k")
+    p.add_argument(
+        "--models",
+        nargs="+",
+        required=True,
+        help="CLIP models, e.g. ViT-B-32/laion2b_s34b_b79k ViT-L-14/laion2b_s32b_b82k",
+    )
     p.add_argument("--labels", help="labels CSV (index,label) to use instead of the dataset's")
     _add_prompt_options(p)
-    p.add_argument("--negatives", nargs="+", help="negative prompts of the binary reward (default: the baseline prompts)")
+    p.add_argument(
+        "--negatives", nargs="+", help="negative prompts of the binary reward (default: the baseline prompts)"
+    )
     p.add_argument("--threshold", type=float, default=0.5, help="binary reward threshold on the goal probability")
-    p.add_argument("-o", "--output", default="eval", help="folder for epic.csv, epic.png, precision_recall.* (default eval/)")
+    p.add_argument(
+        "-o", "--output", default="eval", help="folder for epic.csv, epic.png, precision_recall.* (default eval/)"
+    )
     p.set_defaults(func=_guarded(_evaluate))
 
 
@@ -197,7 +223,11 @@ def _landscape(args: argparse.Namespace) -> int:
         raise ValueError(f"task {args.task!r} has no prompts: give --target (and --baseline for alpha > 0)")
     goal = {"goal": None} if args.no_goal else {"goal": args.goal} if args.goal is not None else {}
     model = load_reward_model(
-        args.model, target_prompts=targets, device=args.device, batch_size=args.batch_size, resize_mode=get_task(args.task).resize_mode
+        args.model,
+        target_prompts=targets,
+        device=args.device,
+        batch_size=args.batch_size,
+        resize_mode=get_task(args.task).resize_mode,
     )
     try:
         land = reward_landscape(
@@ -235,9 +265,13 @@ def _file_safe(name: str) -> str:
 def add_landscape(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("landscape", help="plot the reward along one state variable for several alphas (PNG + CSV)")
     p.add_argument("task", help="task name or gymnasium id")
-    p.add_argument("--variable", required=True, help="state variable: pole_angle, position, qpos:<joint>, qpos[i], state[i]")
+    p.add_argument(
+        "--variable", required=True, help="state variable: pole_angle, position, qpos:<joint>, qpos[i], state[i]"
+    )
     p.add_argument("--model", required=True, help="CLIP model, e.g. ViT-L-14/laion2b_s32b_b82k")
-    p.add_argument("--range", type=float, nargs=2, metavar=("LOW", "HIGH"), help="sweep range (default: the variable's)")
+    p.add_argument(
+        "--range", type=float, nargs=2, metavar=("LOW", "HIGH"), help="sweep range (default: the variable's)"
+    )
     p.add_argument("--points", type=int, default=41, help="number of values (default 41)")
     marks = p.add_mutually_exclusive_group()
     marks.add_argument("--goal", type=float, help="mark the goal here (default: the task's goal for the variable)")

@@ -35,11 +35,11 @@ class StateDataset:
     """N states of ``task`` with their frames and labels (NaN where unlabelled)."""
 
     task: str
-    states: np.ndarray                  # (N, S) float64
-    frames: np.ndarray                  # (N, H, W, 3) uint8
+    states: np.ndarray  # (N, S) float64
+    frames: np.ndarray  # (N, H, W, 3) uint8
     state_names: tuple[str, ...]
-    labels: np.ndarray | None = None    # (N,) float64, NaN = unlabelled
-    source: str = "random"              # "random" or the policy file the states came from
+    labels: np.ndarray | None = None  # (N,) float64, NaN = unlabelled
+    source: str = "random"  # "random" or the policy file the states came from
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -48,8 +48,15 @@ class StateDataset:
         self.state_names = tuple(str(n) for n in self.state_names)
         n = self.states.shape[0]
         if self.states.ndim != 2 or self.states.shape[1] != len(self.state_names):
-            raise ValueError(f"states must be (N, {len(self.state_names)}) to match state_names, got {self.states.shape}")
-        if self.frames.dtype != np.uint8 or self.frames.ndim != 4 or self.frames.shape[0] != n or self.frames.shape[3] != 3:
+            raise ValueError(
+                f"states must be (N, {len(self.state_names)}) to match state_names, got {self.states.shape}"
+            )
+        if (
+            self.frames.dtype != np.uint8
+            or self.frames.ndim != 4
+            or self.frames.shape[0] != n
+            or self.frames.shape[3] != 3
+        ):
             raise ValueError(f"frames must be uint8 (N={n}, H, W, 3), got {self.frames.dtype} {self.frames.shape}")
         self.labels = np.full(n, np.nan) if self.labels is None else np.asarray(self.labels, dtype=np.float64)
         if self.labels.shape != (n,):
@@ -75,20 +82,26 @@ class StateDataset:
         size: tuple[int, int] | None = None,
         thin: int = 4,
         progress: bool = False,
-    ) -> "StateDataset":
+    ) -> StateDataset:
         """Samples ``n`` states (random actions, or ``policy``) and renders them at ``size`` (height, width)."""
         spec = get_task(task)
         states, names = sample_states(spec, n, policy=policy, seed=seed, thin=thin, progress=progress)
         frames = render_states(spec, states, size=size, progress=progress)
-        source = "random" if policy is None else str(policy) if isinstance(policy, (str, pathlib.Path)) else type(policy).__name__
+        source = (
+            "random"
+            if policy is None
+            else str(policy)
+            if isinstance(policy, (str, pathlib.Path))
+            else type(policy).__name__
+        )
         return cls(spec.name, states, frames, names, source=source, seed=seed)
 
-    def rendered(self, size: tuple[int, int] | None = None, *, progress: bool = False) -> "StateDataset":
+    def rendered(self, size: tuple[int, int] | None = None, *, progress: bool = False) -> StateDataset:
         """The same states and labels with frames rendered again at ``size`` (height, width)."""
         frames = render_states(self.task, self.states, size=size, progress=progress)
         return dataclasses.replace(self, frames=frames)
 
-    def with_labels(self, labels: Any) -> "StateDataset":
+    def with_labels(self, labels: Any) -> StateDataset:
         return dataclasses.replace(self, labels=np.asarray(labels, dtype=np.float64).copy())
 
     # ------------------------------------------------------------------- storage
@@ -109,7 +122,7 @@ class StateDataset:
         return path
 
     @classmethod
-    def load(cls, path: str | pathlib.Path) -> "StateDataset":
+    def load(cls, path: str | pathlib.Path) -> StateDataset:
         path = pathlib.Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"dataset {str(path)!r} does not exist (make one with `vlmrm-fast dataset sample`)")

@@ -37,9 +37,11 @@ the labelled states (:func:`state_epic_distance`).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+
 from vlmrm_fast.checks import positive_int
 
 RewardFn = Callable[[np.ndarray, np.ndarray, np.ndarray], Any]
@@ -97,11 +99,11 @@ class Coverage:
         self.pool = np.concatenate([self.states, self.next_states])  # D_S: states and next states pooled
         rng = np.random.default_rng(seed)
         n_pool, n_actions = self.pool.shape[0], self.actions.shape[0]
-        self.mean_actions = self.actions[rng.integers(0, n_actions, n_samples)]      # a_j
-        self.mean_next = self.pool[rng.integers(0, n_pool, n_samples)]              # s'_j
-        self.const_states = self.pool[rng.integers(0, n_pool, n_samples)]           # s_j
-        self.const_actions = self.actions[rng.integers(0, n_actions, n_samples)]    # a'_j
-        self.const_next = self.pool[rng.integers(0, n_pool, n_samples)]             # s''_j
+        self.mean_actions = self.actions[rng.integers(0, n_actions, n_samples)]  # a_j
+        self.mean_next = self.pool[rng.integers(0, n_pool, n_samples)]  # s'_j
+        self.const_states = self.pool[rng.integers(0, n_pool, n_samples)]  # s_j
+        self.const_actions = self.actions[rng.integers(0, n_actions, n_samples)]  # a'_j
+        self.const_next = self.pool[rng.integers(0, n_pool, n_samples)]  # s''_j
 
     @property
     def n_samples(self) -> int:
@@ -111,7 +113,9 @@ class Coverage:
         return self.states.shape[0]
 
 
-def canonicalize(reward: RewardFn, coverage: Coverage, *, gamma: float = 0.99, batch_size: int = DEFAULT_BATCH) -> np.ndarray:
+def canonicalize(
+    reward: RewardFn, coverage: Coverage, *, gamma: float = 0.99, batch_size: int = DEFAULT_BATCH
+) -> np.ndarray:
     """``C^(R)`` at every transition of ``coverage`` (see the module docstring), float64 (N,)."""
     gamma = _gamma(gamma)
     batch_size = positive_int(batch_size, "batch_size")
@@ -190,7 +194,9 @@ def _transitions(states: Any, actions: Any, next_states: Any) -> tuple[np.ndarra
         if x.ndim == 0:
             raise ValueError(f"{name} must be an array of N transitions, got a scalar")
     if not s.shape[0] == a.shape[0] == s2.shape[0]:
-        raise ValueError(f"states, actions and next_states must have the same length, got {s.shape[0]}, {a.shape[0]}, {s2.shape[0]}")
+        raise ValueError(
+            f"states, actions and next_states must have the same length, got {s.shape[0]}, {a.shape[0]}, {s2.shape[0]}"
+        )
     if s.shape != s2.shape:
         raise ValueError(f"states and next_states must have the same shape, got {s.shape} and {s2.shape}")
     if s.shape[0] < 2:
@@ -201,7 +207,9 @@ def _transitions(states: Any, actions: Any, next_states: Any) -> tuple[np.ndarra
 def _call(reward: RewardFn, s: np.ndarray, a: np.ndarray, s2: np.ndarray) -> np.ndarray:
     out = np.asarray(_to_numpy(reward(s, a, s2)), dtype=np.float64)
     if out.size != s.shape[0]:
-        raise ValueError(f"the reward returned shape {out.shape} for a batch of {s.shape[0]} transitions; it must return ({s.shape[0]},)")
+        raise ValueError(
+            f"the reward returned shape {out.shape} for a batch of {s.shape[0]} transitions; it must return ({s.shape[0]},)"
+        )
     out = out.reshape(-1)
     if not np.isfinite(out).all():
         raise ValueError("the reward returned NaN or infinity")
@@ -209,4 +217,9 @@ def _call(reward: RewardFn, s: np.ndarray, a: np.ndarray, s2: np.ndarray) -> np.
 
 
 def _call_batched(reward: RewardFn, s: np.ndarray, a: np.ndarray, s2: np.ndarray, batch_size: int) -> np.ndarray:
-    return np.concatenate([_call(reward, s[i : i + batch_size], a[i : i + batch_size], s2[i : i + batch_size]) for i in range(0, s.shape[0], batch_size)])
+    return np.concatenate(
+        [
+            _call(reward, s[i : i + batch_size], a[i : i + batch_size], s2[i : i + batch_size])
+            for i in range(0, s.shape[0], batch_size)
+        ]
+    )

@@ -11,17 +11,18 @@ import csv
 import dataclasses
 import math
 import pathlib
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from vlmrm_fast.envs import get_task
 from vlmrm_fast.evaluation.dataset import StateDataset
 from vlmrm_fast.evaluation.epic import state_epic_distance
 from vlmrm_fast.evaluation.plotting import new_figure, palette, save_figure
 from vlmrm_fast.evaluation.precision_recall import PrecisionRecall, plot_precision_recall, precision_recall
 from vlmrm_fast.evaluation.scoring import alpha_tasks, binary_task, check_alphas, parameter_count, score_frames
-from vlmrm_fast.envs import get_task
 from vlmrm_fast.reward import VLMRewardModel, load_reward_model
 
 
@@ -32,9 +33,9 @@ class ModelEvaluation:
     model: str
     parameters: int
     alphas: tuple[float, ...]
-    epic: np.ndarray                         # (K,) state-only EPIC distance to the labels, per alpha
-    rewards: np.ndarray                      # (N, K) rewards of every state, per alpha
-    binary: PrecisionRecall | None = None    # the binary reward against boolean labels
+    epic: np.ndarray  # (K,) state-only EPIC distance to the labels, per alpha
+    rewards: np.ndarray  # (N, K) rewards of every state, per alpha
+    binary: PrecisionRecall | None = None  # the binary reward against boolean labels
     threshold: float = 0.5
 
 
@@ -73,7 +74,9 @@ class Evaluation:
         from rich.table import Table
 
         alphas = list(dict.fromkeys(a for m in self.models for a in m.alphas))
-        table = Table(title=f"EPIC distance to human labels: {self.task} ({self.n_labelled} labelled states; lower is better)")
+        table = Table(
+            title=f"EPIC distance to human labels: {self.task} ({self.n_labelled} labelled states; lower is better)"
+        )
         table.add_column("model", overflow="fold")
         table.add_column("params", justify="right", no_wrap=True)
         for a in alphas:
@@ -172,7 +175,9 @@ def evaluate_models(
     results = []
     for entry in tqdm(models, desc="models", unit="model", disable=not progress or len(models) < 2):
         model = (
-            load_reward_model(entry, target_prompts=targets, device=device, batch_size=batch_size, resize_mode=spec.resize_mode)
+            load_reward_model(
+                entry, target_prompts=targets, device=device, batch_size=batch_size, resize_mode=spec.resize_mode
+            )
             if isinstance(entry, str)
             else entry
         )
@@ -181,7 +186,15 @@ def evaluate_models(
             epic = state_epic_distance(rewards[:, : len(alphas)], labels)
             binary = precision_recall(rewards[:, len(alphas)], labels) if len(tasks) > len(alphas) else None
             results.append(
-                ModelEvaluation(model.clip.model_id, parameter_count(model), alphas, epic, rewards[:, : len(alphas)], binary, threshold)
+                ModelEvaluation(
+                    model.clip.model_id,
+                    parameter_count(model),
+                    alphas,
+                    epic,
+                    rewards[:, : len(alphas)],
+                    binary,
+                    threshold,
+                )
             )
         finally:
             if isinstance(entry, str):

@@ -10,14 +10,14 @@ import csv
 import dataclasses
 import math
 import pathlib
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from vlmrm_fast.envs import TaskSpec
+from vlmrm_fast.envs import TaskSpec, get_task
 from vlmrm_fast.evaluation.plotting import new_figure, palette, save_figure
 from vlmrm_fast.evaluation.scoring import alpha_tasks, score_frames
-from vlmrm_fast.envs import get_task
 from vlmrm_fast.evaluation.states import StateAccess, initial_state, make_task_env, render_states, state_access
 from vlmrm_fast.reward import VLMRewardModel
 
@@ -26,7 +26,7 @@ _AUTO = object()
 
 # (variable, default range, goal) for the classic tasks; MuJoCo hinge and slide joints use their limits.
 _CLASSIC_SWEEPS = {
-    "pole_angle": ((-0.42, 0.42), 0.0),        # twice CartPole's termination angle; upright is the goal
+    "pole_angle": ((-0.42, 0.42), 0.0),  # twice CartPole's termination angle; upright is the goal
     "cart_position": ((-2.4, 2.4), None),
     "position": ((-1.2, 0.6), "goal_position"),  # MountainCar: the flag's position
 }
@@ -39,9 +39,9 @@ class Landscape:
     task: str
     model: str
     variable: str
-    values: np.ndarray           # (V,)
-    alphas: tuple[float, ...]    # (K,)
-    rewards: np.ndarray          # (V, K)
+    values: np.ndarray  # (V,)
+    alphas: tuple[float, ...]  # (K,)
+    rewards: np.ndarray  # (V, K)
     goal: float | None = None
     frames: np.ndarray | None = dataclasses.field(default=None, repr=False)  # (V, H, W, 3), for the plot's strip
 
@@ -118,7 +118,7 @@ def sweep_range(task: str | TaskSpec, variable: str) -> tuple[tuple[float, float
         if access.kind == "mujoco" and variable.startswith("qpos:") and variable.count(":") == 1:
             import mujoco
 
-            joint = mujoco.mj_name2id(base.model, mujoco.mjtObj.mjOBJ_JOINT, variable[len("qpos:"):])
+            joint = mujoco.mj_name2id(base.model, mujoco.mjtObj.mjOBJ_JOINT, variable[len("qpos:") :])
             if joint >= 0 and base.model.jnt_limited[joint]:
                 low, high = base.model.jnt_range[joint]
                 return (float(low), float(high)), None
@@ -184,4 +184,6 @@ def reward_landscape(
     if goal_value is not None and not math.isfinite(goal_value):
         raise ValueError(f"goal must be finite, got {goal_value}")
     values = states[:, access.index(variable)]
-    return Landscape(spec.name, model.clip.model_id, variable, values, tuple(t.alpha for t in tasks), rewards, goal_value, frames)
+    return Landscape(
+        spec.name, model.clip.model_id, variable, values, tuple(t.alpha for t in tasks), rewards, goal_value, frames
+    )

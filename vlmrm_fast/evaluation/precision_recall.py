@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import pathlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -23,11 +24,11 @@ from vlmrm_fast.evaluation.plotting import new_figure, palette, save_figure
 class PrecisionRecall:
     """A precision-recall curve, from the highest threshold down, and its area."""
 
-    precision: np.ndarray    # (T,) at each threshold
-    recall: np.ndarray       # (T,)
-    thresholds: np.ndarray   # (T,) distinct scores, descending: predicted positive when score >= threshold
+    precision: np.ndarray  # (T,) at each threshold
+    recall: np.ndarray  # (T,)
+    thresholds: np.ndarray  # (T,) distinct scores, descending: predicted positive when score >= threshold
     average_precision: float
-    positive_rate: float     # fraction of positive labels: the precision of a random guess
+    positive_rate: float  # fraction of positive labels: the precision of a random guess
 
     @property
     def auc(self) -> float:

@@ -19,7 +19,8 @@ import dataclasses
 import json
 import pathlib
 import zipfile
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import gymnasium
 import numpy as np
@@ -39,7 +40,7 @@ _CLASSIC_NAMES = {
 class StateAccess:
     """How to read and write one kind of environment's full state."""
 
-    kind: str                                   # "mujoco" or "classic"
+    kind: str  # "mujoco" or "classic"
     names: tuple[str, ...]
     get: Callable[[gymnasium.Env], np.ndarray]
     set: Callable[[gymnasium.Env, np.ndarray], None]
@@ -121,7 +122,9 @@ def _mujoco_names(model: Any) -> tuple[str, ...]:
     return tuple(qpos + qvel)
 
 
-def make_task_env(task: str | TaskSpec, *, render: bool = True, size: tuple[int, int] | None = None) -> tuple[gymnasium.Env, bool]:
+def make_task_env(
+    task: str | TaskSpec, *, render: bool = True, size: tuple[int, int] | None = None
+) -> tuple[gymnasium.Env, bool]:
     """One env of ``task``; returns it and whether its frames need resizing to ``size`` (height, width)."""
     spec = get_task(task)
     if not render:
@@ -162,7 +165,9 @@ def render_states(
         access = state_access(env)
         if states.shape[1] != len(access.names):
             shown = ", ".join(access.names[:8]) + (", ..." if len(access.names) > 8 else "")
-            raise ValueError(f"states have {states.shape[1]} entries; this task's state has {len(access.names)}: {shown}")
+            raise ValueError(
+                f"states have {states.shape[1]} entries; this task's state has {len(access.names)}: {shown}"
+            )
         frames = None
         for i, state in enumerate(tqdm(states, desc="render", unit="frame", disable=not progress, leave=False)):
             access.set(env, state)
@@ -224,7 +229,9 @@ def sample_states(
             while len(visited) < target:
                 visited.append(access.get(env))
                 bar.update(1)
-                action = env.action_space.sample() if policy is None else policy.predict(obs, deterministic=deterministic)[0]
+                action = (
+                    env.action_space.sample() if policy is None else policy.predict(obs, deterministic=deterministic)[0]
+                )
                 obs, _, terminated, truncated, _ = env.step(action)
                 if terminated or truncated:
                     visited.append(access.get(env))  # the final state of the episode counts too

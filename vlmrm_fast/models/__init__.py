@@ -15,7 +15,13 @@ and smoke runs. Weights come from a pretrained tag (Hugging Face cache first), a
 
 from vlmrm_fast.models.hub import WeightsUnavailableError, cached_hf_file, download_weights, network_reachable
 from vlmrm_fast.models.load import LoadedClip, load_clip
-from vlmrm_fast.models.names import MODEL_CONFIG_DIR, TINY_MODEL, known_models, parse_model_name, register_builtin_configs
+from vlmrm_fast.models.names import (
+    MODEL_CONFIG_DIR,
+    TINY_MODEL,
+    known_models,
+    parse_model_name,
+    register_builtin_configs,
+)
 from vlmrm_fast.models.prompts import PromptTruncatedWarning, check_prompt_lengths
 from vlmrm_fast.models.random_init import RandomWeightsWarning
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from vlmrm_fast.models.names import parse_model_name
 
-
 _HF_WEIGHT_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
 
 
@@ -33,15 +32,21 @@ def download_weights(model: str, pretrained: str | None = None, *, cache_dir: st
 
     name, tag = parse_model_name(model, pretrained)
     if name.startswith("hf-hub:"):
-        return Path(hub_folder(name[len("hf-hub:"):], cache_dir))
+        return Path(hub_folder(name[len("hf-hub:") :], cache_dir))
     if name.startswith("local-dir:"):
         raise ValueError(f"{model!r} is a local folder: nothing to download")
     if not tag:
         tags = open_clip.list_pretrained_tags_by_model(name)
-        raise ValueError(f"{name} needs a pretrained tag to download, e.g. {name}/{tags[0]}" if tags else f"{name} has no pretrained weights")
+        raise ValueError(
+            f"{name} needs a pretrained tag to download, e.g. {name}/{tags[0]}"
+            if tags
+            else f"{name} has no pretrained weights"
+        )
     pcfg = open_clip.get_pretrained_cfg(name, tag)
     if not pcfg:
-        raise ValueError(f"pretrained tag {tag!r} is unknown for {name}; known tags: {open_clip.list_pretrained_tags_by_model(name) or 'none'}")
+        raise ValueError(
+            f"pretrained tag {tag!r} is unknown for {name}; known tags: {open_clip.list_pretrained_tags_by_model(name) or 'none'}"
+        )
     return pretrained_file(name, tag, pcfg, cache_dir)
 
 
@@ -93,7 +98,14 @@ def cached_hf_file(repo_id: str, filenames: tuple[str, ...], cache_dir: str | No
     return None
 
 
-def _hf_file(repo_id: str, filenames: tuple[str, ...], cache_dir: str | None, what: str, model_id: str, advice_files: tuple[str, ...] = ()) -> str:
+def _hf_file(
+    repo_id: str,
+    filenames: tuple[str, ...],
+    cache_dir: str | None,
+    what: str,
+    model_id: str,
+    advice_files: tuple[str, ...] = (),
+) -> str:
     """The cached file, else a download (with progress) when the hub answers, else a clear error."""
     from huggingface_hub import hf_hub_download
     from huggingface_hub.constants import HF_HUB_CACHE
@@ -145,7 +157,9 @@ def pretrained_file(name: str, tag: str, pcfg: dict, cache_dir: str | None) -> P
 def hub_folder(repo_id: str, cache_dir: str | None) -> str:
     """The cache snapshot folder holding the repo's open_clip config and weights."""
     both = ('--include "open_clip_*"',)
-    config = _hf_file(repo_id, ("open_clip_config.json",), cache_dir, f"the hf-hub:{repo_id} config", f"hf-hub:{repo_id}", both)
+    config = _hf_file(
+        repo_id, ("open_clip_config.json",), cache_dir, f"the hf-hub:{repo_id} config", f"hf-hub:{repo_id}", both
+    )
     weights = _hf_file(repo_id, _HF_WEIGHT_FILES, cache_dir, f"the hf-hub:{repo_id} weights", f"hf-hub:{repo_id}", both)
     if Path(config).parent != Path(weights).parent:
         raise WeightsUnavailableError(

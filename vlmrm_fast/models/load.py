@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
-from vlmrm_fast.preprocess import PreprocessSpec
 from vlmrm_fast.models.hub import hub_folder, pretrained_file
 from vlmrm_fast.models.names import TINY_MODEL, parse_model_name
 from vlmrm_fast.models.random_init import RandomWeightsWarning, create_model
+from vlmrm_fast.preprocess import PreprocessSpec
 
 
 @dataclasses.dataclass
@@ -24,10 +24,10 @@ class LoadedClip:
     model: Any
     tokenizer: Any
     preprocess: PreprocessSpec
-    model_id: str          # as the user named it
-    architecture: str      # open_clip config name (or the hub/local id)
-    weights: str           # "random init (seed N)", a file path, or a tag
-    weights_key: str       # identifies the weights for engine caches
+    model_id: str  # as the user named it
+    architecture: str  # open_clip config name (or the hub/local id)
+    weights: str  # "random init (seed N)", a file path, or a tag
+    weights_key: str  # identifies the weights for engine caches
 
     @property
     def logit_scale(self) -> float:
@@ -57,7 +57,9 @@ def load_clip(
         raise ValueError(f"give either a pretrained tag ({tag!r}) or checkpoint=, not both")
 
     if name.startswith(("hf-hub:", "local-dir:")):
-        folder = hub_folder(name[len("hf-hub:"):], cache_dir) if name.startswith("hf-hub:") else name[len("local-dir:"):]
+        folder = (
+            hub_folder(name[len("hf-hub:") :], cache_dir) if name.startswith("hf-hub:") else name[len("local-dir:") :]
+        )
         if not Path(folder).is_dir():
             raise FileNotFoundError(f"local-dir {folder!r} does not exist")
         clip = create_model(f"local-dir:{folder}", device=device, seed=seed)
@@ -129,21 +131,39 @@ def _checkpoint_error(path: Path, model_name: str, exc: Exception) -> str:
     that would run arbitrary code from the file and does not mend a damaged one."""
     head = f"checkpoint {str(path)!r} could not be loaded into {model_name}"
     text = str(exc)
-    shape_error = isinstance(exc, RuntimeError) and ("size mismatch" in text or "Missing key" in text or "Unexpected key" in text)
+    shape_error = isinstance(exc, RuntimeError) and (
+        "size mismatch" in text or "Missing key" in text or "Unexpected key" in text
+    )
     if shape_error or isinstance(exc, AssertionError):  # open_clip asserts when resizing position embeddings
-        first = next((line.strip() for line in text.splitlines() if "size mismatch" in line or "Missing key" in line or "Unexpected key" in line), text)
+        first = next(
+            (
+                line.strip()
+                for line in text.splitlines()
+                if "size mismatch" in line or "Missing key" in line or "Unexpected key" in line
+            ),
+            text,
+        )
         return (
             f"{head}: it holds weights of another architecture ({first[:200] or type(exc).__name__}). "
             f"Name the model it was saved from (model=...), or give weights saved from {model_name}"
         )
-    detail = text.split("WeightsUnpickler error:", 1)[1].strip().split("\n\n")[0].strip() if "WeightsUnpickler error:" in text else ""
+    detail = (
+        text.split("WeightsUnpickler error:", 1)[1].strip().split("\n\n")[0].strip()
+        if "WeightsUnpickler error:" in text
+        else ""
+    )
     if "Unsupported global" in detail:
         return (
             f"{head}: it holds pickled Python objects ({detail.split(' was not')[0]}), not only tensors, and is not "
             f"run as code. If you trust its source, load it in your own code and save the weights alone: "
             f"torch.save(model.state_dict(), 'weights.pt')"
         )
-    if detail or isinstance(exc, (pickle.UnpicklingError, EOFError)) or "zip" in text.lower() or "safetensor" in text.lower():
+    if (
+        detail
+        or isinstance(exc, (pickle.UnpicklingError, EOFError))
+        or "zip" in text.lower()
+        or "safetensor" in text.lower()
+    ):
         return (
             f"{head}: it is not a readable weights file ({path.stat().st_size} bytes), neither a whole torch.save "
             f"state dict nor a safetensors file ({detail or _first_line(text)}). It may be damaged or cut short: "

@@ -5,9 +5,6 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-
-
-
 TINY_MODEL = "vlmrm-tiny"
 
 
@@ -41,7 +38,9 @@ def parse_model_name(model: str, pretrained: str | None) -> tuple[str, str | Non
     model = model.strip()
     if model.startswith(("hf-hub:", "local-dir:")):
         if pretrained is not None:
-            raise ValueError(f"pretrained={pretrained!r} cannot be combined with {model!r}: the hub or folder holds the weights")
+            raise ValueError(
+                f"pretrained={pretrained!r} cannot be combined with {model!r}: the hub or folder holds the weights"
+            )
         return model, None
     models = known_models()
     name, tag = model, pretrained

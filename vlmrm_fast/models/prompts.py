@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any, Sequence
-
-
+from collections.abc import Sequence
+from typing import Any
 
 
 class PromptTruncatedWarning(UserWarning):

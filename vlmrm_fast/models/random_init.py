@@ -13,7 +13,6 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 
-
 class RandomWeightsWarning(UserWarning):
     """A real architecture was created with random weights (fine for benchmarks, not for rewards)."""
 
@@ -28,11 +27,29 @@ class _LocalGenerator(TorchFunctionMode):
     nested calls no longer pass through the mode.
     """
 
-    _TENSOR_DRAWS = frozenset({
-        "uniform_", "normal_", "random_", "bernoulli_", "exponential_", "geometric_", "log_normal_", "cauchy_",
-        "rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "poisson",
-        "rand_like", "randn_like", "randint_like",
-    })
+    _TENSOR_DRAWS = frozenset(
+        {
+            "uniform_",
+            "normal_",
+            "random_",
+            "bernoulli_",
+            "exponential_",
+            "geometric_",
+            "log_normal_",
+            "cauchy_",
+            "rand",
+            "randn",
+            "randint",
+            "randperm",
+            "normal",
+            "bernoulli",
+            "multinomial",
+            "poisson",
+            "rand_like",
+            "randn_like",
+            "randint_like",
+        }
+    )
 
     def __init__(self, generator: torch.Generator):
         super().__init__()
@@ -64,7 +81,9 @@ class _QuietRandomInit(logging.Filter):
     _local = threading.local()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (getattr(self._local, "active", False) and record.getMessage().startswith("No pretrained weights loaded"))
+        return not (
+            getattr(self._local, "active", False) and record.getMessage().startswith("No pretrained weights loaded")
+        )
 
     @classmethod
     @contextlib.contextmanager

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from vlmrm_fast.checks import positive_int
 
 FILL_TARGET_TFLOP = 32.0
@@ -64,9 +65,9 @@ def _model_config(model: str) -> dict | None:
 
     if model.startswith(("hf-hub:", "local-dir:")):  # open_clip would ask the hub; read what is on disk
         if model.startswith("local-dir:"):
-            path = pathlib.Path(model[len("local-dir:"):]) / "open_clip_config.json"
+            path = pathlib.Path(model[len("local-dir:") :]) / "open_clip_config.json"
         else:
-            cached = cached_hf_file(model[len("hf-hub:"):], ("open_clip_config.json",), None)
+            cached = cached_hf_file(model[len("hf-hub:") :], ("open_clip_config.json",), None)
             path = pathlib.Path(cached) if cached else None
         return json.loads(path.read_text()).get("model_cfg") if path is not None and path.is_file() else None
     register_builtin_configs()
@@ -77,13 +78,14 @@ def _model_config(model: str) -> dict | None:
 def tower_gflops(shape: dict[str, int]) -> float:
     """FLOPs (a multiply-add counts 2) of one image through the transformer blocks, in GFLOP."""
     w, m, t, layers = shape["width"], shape["mlp"], shape["tokens"], shape["layers"]
-    linear = 2 * t * (4 * w * w + 2 * w * m)     # QKV, out projection, the MLP's two layers
-    attention = 2 * 2 * t * t * w                # q k^T and the weighted sum of v
+    linear = 2 * t * (4 * w * w + 2 * w * m)  # QKV, out projection, the MLP's two layers
+    attention = 2 * 2 * t * t * w  # q k^T and the weighted sum of v
     return layers * (linear + attention) / 1e9
 
 
-def fill_batch_size(model: str, device: torch.device | str, *, frame_shape: tuple[int, int] | None = None,
-                    memory_fraction: float = 0.5) -> int:
+def fill_batch_size(
+    model: str, device: torch.device | str, *, frame_shape: tuple[int, int] | None = None, memory_fraction: float = 0.5
+) -> int:
     """The default scoring batch for ``model`` on ``device`` (see the module docstring).
 
     ``frame_shape`` (height, width) of the rendered frames counts their staging memory too.
@@ -96,7 +98,9 @@ def fill_batch_size(model: str, device: torch.device | str, *, frame_shape: tupl
         return CPU_BATCH
     batch = 2 ** math.ceil(math.log2(max(1.0, FILL_TARGET_TFLOP * 1e3 / tower_gflops(shape))))
     batch = min(max(batch, MIN_FILL_BATCH), MAX_FILL_BATCH)
-    per_image = 2 * (_ACTIVATION_COPIES * shape["tokens"] * (shape["width"] + shape["mlp"]) + 3 * shape["image_size"] ** 2)
+    per_image = 2 * (
+        _ACTIVATION_COPIES * shape["tokens"] * (shape["width"] + shape["mlp"]) + 3 * shape["image_size"] ** 2
+    )
     if frame_shape is not None:
         per_image += 3 * frame_shape[0] * frame_shape[1]
     free, _ = torch.cuda.mem_get_info(device)
@@ -142,16 +146,22 @@ class FrameBatchScorer:
         if frames.dtype != torch.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
             raise ValueError(f"frames must be uint8 (n, H, W, 3), got {frames.dtype} {tuple(frames.shape)}")
         if self._staging is None:
-            self._staging = torch.empty((self.batch_size,) + tuple(frames.shape[1:]), dtype=torch.uint8, device=self.device)
+            self._staging = torch.empty(
+                (self.batch_size,) + tuple(frames.shape[1:]), dtype=torch.uint8, device=self.device
+            )
         elif tuple(frames.shape[1:]) != tuple(self._staging.shape[1:]):
-            raise ValueError(f"frames of shape {tuple(frames.shape[1:])} after frames of shape {tuple(self._staging.shape[1:])}")
+            raise ValueError(
+                f"frames of shape {tuple(frames.shape[1:])} after frames of shape {tuple(self._staging.shape[1:])}"
+            )
         # Same device: ordered on the stream, no wait. From the host: a blocking copy, since the
         # caller may refill its (pinned, reused) buffer as soon as this returns.
         asynchronous = frames.device == self._staging.device
         start = 0
         while start < frames.shape[0]:
             take = min(self.batch_size - self._filled, frames.shape[0] - start)
-            self._staging[self._filled : self._filled + take].copy_(frames[start : start + take], non_blocking=asynchronous)
+            self._staging[self._filled : self._filled + take].copy_(
+                frames[start : start + take], non_blocking=asynchronous
+            )
             self._filled += take
             start += take
             if self._filled == self.batch_size:
@@ -175,8 +185,13 @@ class FrameBatchScorer:
         return rewards
 
 
-def episode_batch_size(model: str, device: torch.device | str, *, frames_per_rollout: int | None = None,
-                       frame_shape: tuple[int, int] | None = None) -> int:
+def episode_batch_size(
+    model: str,
+    device: torch.device | str,
+    *,
+    frames_per_rollout: int | None = None,
+    frame_shape: tuple[int, int] | None = None,
+) -> int:
     """The default scoring batch for episode-batch training: :func:`fill_batch_size`, evened out over
     a rollout's frames when their number is known (a batch larger than a rollout would only pad)."""
     limit = fill_batch_size(model, device, frame_shape=frame_shape)

@@ -8,7 +8,7 @@ normalizes each image embedding and evaluates every task in O(D).
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -39,7 +39,9 @@ class RewardHead:
             entry.first_row = len(rows)
             if isinstance(task, GoalBaselineTask):
                 target = torch.stack([text_embedding(p) for p in task.target_prompts])
-                baseline = torch.stack([text_embedding(p) for p in task.baseline_prompts]) if task.baseline_prompts else None
+                baseline = (
+                    torch.stack([text_embedding(p) for p in task.baseline_prompts]) if task.baseline_prompts else None
+                )
                 g, u = rmath.goal_and_direction(target, baseline)
                 rows += [g, u]
                 entry.kind = kernels.RewardKind.goal_baseline
@@ -57,7 +59,9 @@ class RewardHead:
                 entry.scale = scale
                 entry.threshold = task.threshold
                 entry.probability = task.probability
-                self._reference.append(("binary", embs[0], torch.stack(embs[1:]), scale, task.threshold, task.probability))
+                self._reference.append(
+                    ("binary", embs[0], torch.stack(embs[1:]), scale, task.threshold, task.probability)
+                )
             else:  # pragma: no cover - as_reward_task guards this
                 raise TypeError(f"unknown task type {type(task).__name__}")
             table.append(entry)
@@ -98,8 +102,14 @@ class RewardHead:
         limit = kernels.MAX_CUDA_REWARD_TASKS
         for first in range(0, self.num_tasks, limit):
             tasks = self.table[first : first + limit]
-            part = out if len(tasks) == self.num_tasks else torch.empty((out.shape[0], len(tasks)), dtype=torch.float32, device=self.device)
-            kernels.reward_cuda(*args, self.text.data_ptr(), self.text.shape[0], tasks, part.data_ptr(), self.device.index, stream)
+            part = (
+                out
+                if len(tasks) == self.num_tasks
+                else torch.empty((out.shape[0], len(tasks)), dtype=torch.float32, device=self.device)
+            )
+            kernels.reward_cuda(
+                *args, self.text.data_ptr(), self.text.shape[0], tasks, part.data_ptr(), self.device.index, stream
+            )
             if part is not out:
                 out[:, first : first + len(tasks)] = part
 

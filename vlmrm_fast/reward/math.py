@@ -23,7 +23,9 @@ def goal_and_direction(target: torch.Tensor, baseline: torch.Tensor | None) -> t
     d = g - baseline.mean(dim=0)
     norm = d.norm()
     if norm <= 1e-6:
-        raise ValueError("the baseline and target prompts embed to the same point; the goal-baseline direction is undefined")
+        raise ValueError(
+            "the baseline and target prompts embed to the same point; the goal-baseline direction is undefined"
+        )
     return g, d / norm
 
 

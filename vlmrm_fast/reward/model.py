@@ -8,21 +8,21 @@ K tasks -> rewards (N,) or (N, K), on the model's device.
 from __future__ import annotations
 
 import dataclasses
-
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import torch
 
 from vlmrm_fast.device import resolve_device
 from vlmrm_fast.encoders import make_image_encoder
 from vlmrm_fast.frames import FrameView
+from vlmrm_fast.models import LoadedClip, check_prompt_lengths, load_clip
 from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec, as_frame_tensor
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
-from vlmrm_fast.models import LoadedClip, check_prompt_lengths, load_clip
 from vlmrm_fast.reward.head import RewardHead
 from vlmrm_fast.reward.math import normalize
 from vlmrm_fast.reward.spec import RewardModelSpec
-from vlmrm_fast.reward.tasks import GoalBaselineTask, Task, as_reward_tasks, normalize_prompts, unique_prompts
+from vlmrm_fast.reward.tasks import Task, as_reward_tasks, normalize_prompts, unique_prompts
 
 DEFAULT_CHUNK = 256
 
@@ -156,13 +156,17 @@ class VLMRewardModel:
         return self.head(self._raw_image_embeddings(frames))
 
     @torch.inference_mode()
-    def preprocess(self, view: FrameView, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER) -> torch.Tensor:
+    def preprocess(
+        self, view: FrameView, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER
+    ) -> torch.Tensor:
         """The frames of a :class:`~vlmrm_fast.frames.FrameView` -> encoder input (N, 3, S, S)."""
         with timer.stage("preprocess"):
             return self.preprocessor.run(view, out)
 
     @torch.inference_mode()
-    def score_pixels(self, pixels: torch.Tensor, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER) -> torch.Tensor:
+    def score_pixels(
+        self, pixels: torch.Tensor, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER
+    ) -> torch.Tensor:
         """Encoder input (N, 3, S, S) -> rewards (N,), or (N, K) with several tasks (into ``out``)."""
         with timer.stage("encode"):
             embeddings = self.encode_pixels(pixels)
@@ -202,7 +206,14 @@ def load_reward_model(model: str | RewardModelSpec, pretrained: str | None = Non
         spec = RewardModelSpec.from_kwargs(model=model, pretrained=pretrained, **fields)
     tasks, multi = spec.reward_tasks()
     resolved = resolve_device(spec.device)
-    clip = load_clip(spec.model, spec.pretrained, checkpoint=spec.checkpoint, device=resolved, cache_dir=spec.cache_dir, seed=spec.seed)
+    clip = load_clip(
+        spec.model,
+        spec.pretrained,
+        checkpoint=spec.checkpoint,
+        device=resolved,
+        cache_dir=spec.cache_dir,
+        seed=spec.seed,
+    )
     if spec.resize_mode is not None:
         clip.preprocess = dataclasses.replace(clip.preprocess, resize_mode=spec.resize_mode)
     return VLMRewardModel(

@@ -8,7 +8,8 @@ instead of spelling the same dozen arguments out in each signature.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from vlmrm_fast.checks import positive_int
 from vlmrm_fast.reward.tasks import GoalBaselineTask, Task, as_reward_tasks, normalize_prompts
@@ -38,26 +39,35 @@ class RewardModelSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
-            raise ValueError(f"model must be a model name such as 'ViT-L-14/laion2b_s32b_b82k' or 'vlmrm-tiny', got {self.model!r}")
+            raise ValueError(
+                f"model must be a model name such as 'ViT-L-14/laion2b_s32b_b82k' or 'vlmrm-tiny', got {self.model!r}"
+            )
         if self.target_prompts is not None:
             object.__setattr__(self, "target_prompts", normalize_prompts(self.target_prompts, "target_prompts"))
-        object.__setattr__(self, "baseline_prompts", normalize_prompts(self.baseline_prompts, "baseline_prompts", allow_empty=True))
+        object.__setattr__(
+            self, "baseline_prompts", normalize_prompts(self.baseline_prompts, "baseline_prompts", allow_empty=True)
+        )
         if self.tasks is not None:
             if self.target_prompts is not None or self.baseline_prompts or self.alpha:
                 raise ValueError("give either target_prompts/baseline_prompts/alpha or tasks=[...], not both")
             object.__setattr__(self, "tasks", tuple(as_reward_tasks(self.tasks)))
         object.__setattr__(self, "batch_size", positive_int(self.batch_size, "batch_size", allow_none=True))
-        object.__setattr__(self, "encoder_options", dict(self.encoder_options))  # a copy (a spec pickles to other ranks)
+        object.__setattr__(
+            self, "encoder_options", dict(self.encoder_options)
+        )  # a copy (a spec pickles to other ranks)
 
     @classmethod
-    def from_kwargs(cls, **kwargs: Any) -> "RewardModelSpec":
+    def from_kwargs(cls, **kwargs: Any) -> RewardModelSpec:
         """A spec from keyword arguments: the spec's own fields, the rest encoder options."""
         names = {field.name for field in dataclasses.fields(cls)} - {"encoder_options"}
         fields = {key: value for key, value in kwargs.items() if key in names}
-        options = {**kwargs.get("encoder_options", {}), **{k: v for k, v in kwargs.items() if k not in names and k != "encoder_options"}}
+        options = {
+            **kwargs.get("encoder_options", {}),
+            **{k: v for k, v in kwargs.items() if k not in names and k != "encoder_options"},
+        }
         return cls(**fields, encoder_options=options)
 
-    def replace(self, **changes: Any) -> "RewardModelSpec":
+    def replace(self, **changes: Any) -> RewardModelSpec:
         return dataclasses.replace(self, **changes)
 
     def reward_tasks(self) -> tuple[tuple[Task, ...], bool]:

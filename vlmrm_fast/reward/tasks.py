@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterable, Sequence, Union
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 
 def normalize_prompts(prompts: Any, what: str, *, allow_empty: bool = False) -> tuple[str, ...]:

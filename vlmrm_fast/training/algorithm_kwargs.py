@@ -52,7 +52,9 @@ def check_algorithm_kwargs(algorithm: str, kwargs: dict[str, Any]) -> dict[str, 
         if key in _SET_ELSEWHERE:
             raise KwargsError(f"{where}: set by the config's {_SET_ELSEWHERE[key]}, not in rl.kwargs")
         if key not in parameters:
-            close = difflib.get_close_matches(str(key), [p for p in parameters if p not in _SET_ELSEWHERE and p != "self"], n=1)
+            close = difflib.get_close_matches(
+                str(key), [p for p in parameters if p not in _SET_ELSEWHERE and p != "self"], n=1
+            )
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise KwargsError(f"{where}: {algorithm} has no argument {key!r}{hint}")
         annotation = parameters[key].annotation

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import collections
 import pathlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium
 import imageio
 import numpy as np
-import torch
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
@@ -89,7 +89,9 @@ class EpisodeStats:
             self.finished_success.extend(float(v) for v in state.get("success", []))
             self.finished_success_fraction.extend(float(v) for v in state.get("success_fraction", []))
             for name, values in state.get("per_task", {}).items():
-                self.finished_per_task.setdefault(name, collections.deque(maxlen=self.window)).extend(float(v) for v in values)
+                self.finished_per_task.setdefault(name, collections.deque(maxlen=self.window)).extend(
+                    float(v) for v in values
+                )
 
 
 def _gt_rewards(infos: list[dict]) -> np.ndarray:
@@ -113,7 +115,9 @@ class RewardLogger(BaseCallback):
         dones = np.asarray(self.locals["dones"])
         infos = self.locals["infos"]
         rewards = np.asarray(self.locals["rewards"], np.float64)
-        vlm = np.array([info.get("vlm_reward", r) for info, r in zip(infos, rewards)], np.float64)  # mixed rewards keep it apart
+        vlm = np.array(
+            [info.get("vlm_reward", r) for info, r in zip(infos, rewards)], np.float64
+        )  # mixed rewards keep it apart
         self.stats.add(vlm, _gt_rewards(infos), dones, infos)
         if dones.any():
             self.stats.record(self.logger)
@@ -149,7 +153,9 @@ class EpisodeBatchRewards(BaseCallback):
         self.scorer.add(frames)  # copied into the scorer's buffer: the env may reuse its frames
         infos = self.locals["infos"]
         successes = [{"success": info["success"]} if "success" in info else {} for info in infos]
-        self._pending.append((position, frames.shape[0], _gt_rewards(infos), np.asarray(self.locals["dones"]).copy(), successes))
+        self._pending.append(
+            (position, frames.shape[0], _gt_rewards(infos), np.asarray(self.locals["dones"]).copy(), successes)
+        )
         return True
 
     def _on_rollout_end(self) -> None:
@@ -196,7 +202,9 @@ class EpisodeBatchLogs(BaseCallback):
             return
         infos = self.model.ep_info_buffer
         count = min(new, len(infos), len(self.stats.finished_vlm))
-        for info, vlm in zip(list(infos)[len(infos) - count:], list(self.stats.finished_vlm)[len(self.stats.finished_vlm) - count:]):
+        for info, vlm in zip(
+            list(infos)[len(infos) - count :], list(self.stats.finished_vlm)[len(self.stats.finished_vlm) - count :]
+        ):
             info["r"] = vlm
         self.model.dump_logs()
 
@@ -204,7 +212,15 @@ class EpisodeBatchLogs(BaseCallback):
 class PolicyVideo(BaseCallback):
     """Every ``every`` env steps, films ``episodes`` episodes of the deterministic policy (mp4)."""
 
-    def __init__(self, make_env: Callable[[], gymnasium.Env], reward_model: Any, out_dir: pathlib.Path, every: int, episodes: int = 1, fps: int = 30):
+    def __init__(
+        self,
+        make_env: Callable[[], gymnasium.Env],
+        reward_model: Any,
+        out_dir: pathlib.Path,
+        every: int,
+        episodes: int = 1,
+        fps: int = 30,
+    ):
         super().__init__()
         self.make_env = make_env
         self.reward_model = reward_model
@@ -215,7 +231,9 @@ class PolicyVideo(BaseCallback):
         self._next = every
 
     def _on_training_start(self) -> None:
-        self._next = _next_multiple(self.model.num_timesteps, self.every)  # a resumed run films what is due, not at once
+        self._next = _next_multiple(
+            self.model.num_timesteps, self.every
+        )  # a resumed run films what is due, not at once
 
     def _on_step(self) -> bool:
         if self.num_timesteps >= self._next:

@@ -23,7 +23,8 @@ import json
 import os
 import pathlib
 import re
-from typing import Any, BinaryIO, Callable
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
 MANIFEST_FORMAT = 1
 PREFIX = "model"
@@ -84,7 +85,7 @@ class Checkpoint:
     manifest_path: pathlib.Path
     manifest: dict[str, Any]
     model: pathlib.Path
-    replay_buffer: pathlib.Path | None   # None: saved without one, or pruned by a newer checkpoint
+    replay_buffer: pathlib.Path | None  # None: saved without one, or pruned by a newer checkpoint
 
     @property
     def name(self) -> str:
@@ -101,8 +102,8 @@ class Checkpoint:
 
 @dataclasses.dataclass
 class CheckpointScan:
-    complete: list[Checkpoint]           # oldest first
-    incomplete: list[pathlib.Path]       # temporaries and files no manifest vouches for
+    complete: list[Checkpoint]  # oldest first
+    incomplete: list[pathlib.Path]  # temporaries and files no manifest vouches for
 
     def newest(self) -> Checkpoint | None:
         return self.complete[-1] if self.complete else None
@@ -155,19 +156,27 @@ def scan(folder: pathlib.Path) -> CheckpointScan:
         if path in vouched or path in damaged or not path.is_file():
             continue
         name = path.name
-        ours = _TEMPORARY.match(name) or _BUFFER.match(name) or (path.suffix in (".zip", ".json") and _STEM.match(path.stem))
+        ours = (
+            _TEMPORARY.match(name)
+            or _BUFFER.match(name)
+            or (path.suffix in (".zip", ".json") and _STEM.match(path.stem))
+        )
         if ours:
             incomplete.append(path)
     return CheckpointScan(complete, incomplete)
 
 
-def checkpoint_paths(folder: pathlib.Path, steps: int, tag: str = "") -> tuple[pathlib.Path, pathlib.Path, pathlib.Path]:
+def checkpoint_paths(
+    folder: pathlib.Path, steps: int, tag: str = ""
+) -> tuple[pathlib.Path, pathlib.Path, pathlib.Path]:
     """(model, replay buffer, manifest) paths of the checkpoint at ``steps`` (``tag``: e.g. ``"interrupted_"``)."""
     stem = f"{PREFIX}_{tag}{steps}_steps"
     return folder / f"{stem}.zip", folder / f"{PREFIX}_replay_buffer_{tag}{steps}_steps.pkl", folder / f"{stem}.json"
 
 
-def save_checkpoint(model: Any, folder: pathlib.Path, *, tag: str = "", reason: str, extra: dict[str, Any] | None = None) -> Checkpoint:
+def save_checkpoint(
+    model: Any, folder: pathlib.Path, *, tag: str = "", reason: str, extra: dict[str, Any] | None = None
+) -> Checkpoint:
     """Writes model, replay buffer (if the algorithm has one) and manifest, each atomically, the manifest last;
     then deletes older replay buffers (a newer complete pair now exists)."""
     folder = pathlib.Path(folder)
@@ -177,11 +186,14 @@ def save_checkpoint(model: Any, folder: pathlib.Path, *, tag: str = "", reason: 
     files = {"model": {"name": model_path.name, "bytes": write_atomically(model_path, model.save)}}
     has_buffer = getattr(model, "replay_buffer", None) is not None
     if has_buffer:
-        files["replay_buffer"] = {"name": buffer_path.name, "bytes": write_atomically(buffer_path, model.save_replay_buffer)}
+        files["replay_buffer"] = {
+            "name": buffer_path.name,
+            "bytes": write_atomically(buffer_path, model.save_replay_buffer),
+        }
     manifest = {
         "format": MANIFEST_FORMAT,
         "steps": steps,
-        "saved_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds"),
+        "saved_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds"),
         "reason": reason,
         "algorithm": type(model).__name__,
         "files": files,

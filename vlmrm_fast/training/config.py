@@ -27,8 +27,8 @@ class RewardConfig:
     model: str = "ViT-bigG-14/laion2b_s39b_b160k"
     pretrained: str | None = None
     checkpoint: str | None = None
-    target_prompts: list[str] | None = None      # default: the task's
-    baseline_prompts: list[str] | None = None    # default: the task's
+    target_prompts: list[str] | None = None  # default: the task's
+    baseline_prompts: list[str] | None = None  # default: the task's
     alpha: float = 0.0
     backend: str = "auto"
     precision: str = "auto"
@@ -39,19 +39,19 @@ class RewardConfig:
     # (rollout/ep_vlm_reward_mean/<name>), beside the target prompts that drive the reward:
     # {name: prompt or [prompts]}, each with the baseline prompts and alpha above.
     also_score: dict[str, Any] | None = None
-    env_reward_weight: float = 0.0   # rho: the agent learns from vlm + rho * env (FuRL's mix); 0: the VLM reward alone
+    env_reward_weight: float = 0.0  # rho: the agent learns from vlm + rho * env (FuRL's mix); 0: the VLM reward alone
     score_batch_size: int | None = None  # episode_batch: frames per encoder batch; default: what fills the GPU
 
 
 @dataclasses.dataclass
 class EnvConfig:
     n_envs: int = 4
-    episode_length: int | None = None   # default: the task's
-    render_size: int | None = None      # default: the task's
-    physics: str = "auto"               # "batch" (MuJoCo tasks in the batch engine), "gym" (gymnasium envs) or auto
-    renderer: str = "egl"               # MuJoCo tasks: "egl" (mujoco.Renderer's pixels) or "warp" (MuJoCo Warp)
-    pipeline_chunks: Any = "auto"       # ranges of envs a step is scored in while the next is simulated
-    rank_timeout: int = 1800            # seconds; under torchrun, how long a rank waits for another before it stops
+    episode_length: int | None = None  # default: the task's
+    render_size: int | None = None  # default: the task's
+    physics: str = "auto"  # "batch" (MuJoCo tasks in the batch engine), "gym" (gymnasium envs) or auto
+    renderer: str = "egl"  # MuJoCo tasks: "egl" (mujoco.Renderer's pixels) or "warp" (MuJoCo Warp)
+    pipeline_chunks: Any = "auto"  # ranges of envs a step is scored in while the next is simulated
+    rank_timeout: int = 1800  # seconds; under torchrun, how long a rank waits for another before it stops
 
 
 @dataclasses.dataclass
@@ -65,8 +65,8 @@ class RLConfig:
 
 @dataclasses.dataclass
 class LoggingConfig:
-    checkpoint_every: int = 10_000   # env steps (all envs counted)
-    video_every: int = 10_000        # env steps; 0 disables videos
+    checkpoint_every: int = 10_000  # env steps (all envs counted)
+    video_every: int = 10_000  # env steps; 0 disables videos
     video_episodes: int = 1
     tensorboard: bool = True
 
@@ -114,7 +114,11 @@ def _build(cls: type, data: Any, path: str) -> Any:
                 raise ConfigError(f"{where}: required field is missing")
             continue
         value = data[name]
-        nested = {"reward": RewardConfig, "env": EnvConfig, "rl": RLConfig, "logging": LoggingConfig}.get(name) if cls is TrainConfig else None
+        nested = (
+            {"reward": RewardConfig, "env": EnvConfig, "rl": RLConfig, "logging": LoggingConfig}.get(name)
+            if cls is TrainConfig
+            else None
+        )
         kwargs[name] = _build(nested, value, where) if nested else value
     return cls(**kwargs)
 
@@ -160,14 +164,24 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         raise ConfigError(f"reward.episode_batch: expected true or false, got {r.episode_batch!r}")
     _positive_int(r.score_batch_size, "reward.score_batch_size", allow_none=True)
     if r.score_batch_size is not None and not r.episode_batch:
-        raise ConfigError("reward.score_batch_size: applies with reward.episode_batch: true (per-step scoring encodes one batch of n_envs)")
-    if isinstance(r.env_reward_weight, bool) or not isinstance(r.env_reward_weight, (int, float)) or not math.isfinite(r.env_reward_weight):
-        raise ConfigError(f"reward.env_reward_weight: expected a number (rho in vlm + rho * env), got {r.env_reward_weight!r}")
+        raise ConfigError(
+            "reward.score_batch_size: applies with reward.episode_batch: true (per-step scoring encodes one batch of n_envs)"
+        )
+    if (
+        isinstance(r.env_reward_weight, bool)
+        or not isinstance(r.env_reward_weight, (int, float))
+        or not math.isfinite(r.env_reward_weight)
+    ):
+        raise ConfigError(
+            f"reward.env_reward_weight: expected a number (rho in vlm + rho * env), got {r.env_reward_weight!r}"
+        )
     r.env_reward_weight = float(r.env_reward_weight)
     if r.also_score is not None:
         if not isinstance(r.also_score, dict) or not r.also_score:
             raise ConfigError(f"reward.also_score: expected a mapping of names to prompts, got {r.also_score!r}")
-        r.also_score = {str(name): _prompt_list(prompts, f"reward.also_score.{name}") for name, prompts in r.also_score.items()}
+        r.also_score = {
+            str(name): _prompt_list(prompts, f"reward.also_score.{name}") for name, prompts in r.also_score.items()
+        }
         if "target" in r.also_score:
             raise ConfigError("reward.also_score.target: the name 'target' is the target prompts' own; choose another")
         if r.episode_batch:
@@ -178,8 +192,10 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     from vlmrm_fast.distributed.launch import launched
 
     if r.episode_batch and launched():
-        raise ConfigError("reward.episode_batch: not with several torchrun ranks (frames stay on the rank that drew them, "
-                          "which scores them every step); set it to false")
+        raise ConfigError(
+            "reward.episode_batch: not with several torchrun ranks (frames stay on the rank that drew them, "
+            "which scores them every step); set it to false"
+        )
     if e.renderer not in ("egl", "warp"):
         raise ConfigError(f"env.renderer: {e.renderer!r} is not one of egl, warp")
     if e.pipeline_chunks != "auto":
@@ -195,7 +211,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     if not isinstance(rl.kwargs, dict):
         raise ConfigError(f"rl.kwargs: expected a mapping of {rl.algorithm} arguments, got {rl.kwargs!r}")
     if r.episode_batch and rl.algorithm == "PPO":
-        raise ConfigError("reward.episode_batch: only for off-policy algorithms (SAC, DQN); PPO needs rewards at each step")
+        raise ConfigError(
+            "reward.episode_batch: only for off-policy algorithms (SAC, DQN); PPO needs rewards at each step"
+        )
     lg = cfg.logging
     _positive_int(lg.checkpoint_every, "logging.checkpoint_every")
     _positive_int(lg.video_every, "logging.video_every", allow_zero=True)
@@ -235,8 +253,16 @@ def resolved(cfg: TrainConfig) -> TrainConfig:
 _IDENTITY_FIELDS = {
     "task": None,
     "seed": None,
-    "reward": ("model", "pretrained", "checkpoint", "target_prompts", "baseline_prompts", "alpha", "episode_batch",
-               "env_reward_weight"),
+    "reward": (
+        "model",
+        "pretrained",
+        "checkpoint",
+        "target_prompts",
+        "baseline_prompts",
+        "alpha",
+        "episode_batch",
+        "env_reward_weight",
+    ),
     "env": ("n_envs", "episode_length", "render_size", "renderer"),
     "rl": ("algorithm", "policy", "kwargs"),
 }
@@ -245,7 +271,10 @@ _IDENTITY_FIELDS = {
 def run_identity(cfg: TrainConfig) -> dict[str, Any]:
     """The fields of a resolved config that define the run (see _IDENTITY_FIELDS), as plain data."""
     data = cfg.to_dict()
-    return {key: data[key] if fields is None else {f: data[key][f] for f in fields} for key, fields in _IDENTITY_FIELDS.items()}
+    return {
+        key: data[key] if fields is None else {f: data[key][f] for f in fields}
+        for key, fields in _IDENTITY_FIELDS.items()
+    }
 
 
 def identity_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:

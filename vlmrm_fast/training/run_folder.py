@@ -43,8 +43,8 @@ def identity_hash(identity: dict[str, Any]) -> str:
 
 @dataclasses.dataclass
 class ResumePoint:
-    candidates: list[checkpoints.Checkpoint]    # newest first; train loads the first that loads
-    removed: list[pathlib.Path]                 # incomplete checkpoint files deleted
+    candidates: list[checkpoints.Checkpoint]  # newest first; train loads the first that loads
+    removed: list[pathlib.Path]  # incomplete checkpoint files deleted
 
 
 class RunLock:
@@ -144,7 +144,9 @@ class RunFolder:
         except (ConfigError, OSError, yaml.YAMLError):
             return None
 
-    def resume_point(self, identity: dict[str, Any], *, needs_replay_buffer: bool, allow_empty_replay_buffer: bool) -> ResumePoint:
+    def resume_point(
+        self, identity: dict[str, Any], *, needs_replay_buffer: bool, allow_empty_replay_buffer: bool
+    ) -> ResumePoint:
         """This run's complete checkpoints to resume from, newest first (incomplete files removed), or a
         RunFolderError when the newest belongs to another config or lacks the replay buffer it needs."""
         identity = plain(identity)
@@ -160,14 +162,20 @@ class RunFolder:
             raise self._mismatch(f"checkpoint {newest.name}", newest.manifest.get("identity") or {}, identity)
         if needs_replay_buffer and newest.replay_buffer is None and not allow_empty_replay_buffer:
             entry = newest.manifest["files"].get("replay_buffer")
-            missing = f"its replay buffer {entry['name']} is missing" if isinstance(entry, dict) else "it was saved without a replay buffer"
+            missing = (
+                f"its replay buffer {entry['name']} is missing"
+                if isinstance(entry, dict)
+                else "it was saved without a replay buffer"
+            )
             raise RunFolderError(
                 f"checkpoint {newest.name}: {missing}, so the off-policy run would go on with an empty one. "
                 f"Pass --allow-empty-replay-buffer to accept that"
             )
         usable = [
-            c for c in reversed(scan.complete)
-            if c.manifest.get("identity") == identity and (c.replay_buffer is not None or not needs_replay_buffer or allow_empty_replay_buffer)
+            c
+            for c in reversed(scan.complete)
+            if c.manifest.get("identity") == identity
+            and (c.replay_buffer is not None or not needs_replay_buffer or allow_empty_replay_buffer)
         ]
         return ResumePoint(usable, removed)
 

@@ -13,7 +13,7 @@ import contextlib
 import os
 import signal
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 
@@ -50,7 +50,7 @@ class StopRequest:
         os.write(2, message.encode())
 
     @contextlib.contextmanager
-    def installed(self) -> Iterator["StopRequest"]:
+    def installed(self) -> Iterator[StopRequest]:
         """Handles SIGINT and SIGTERM inside the block (main thread only; elsewhere signals stay as they are)."""
         if threading.current_thread() is not threading.main_thread():
             yield self

@@ -21,8 +21,6 @@ import sys
 import threading
 from typing import Any
 
-import numpy as np
-import torch
 import yaml
 from stable_baselines3 import DQN, PPO, SAC
 from stable_baselines3.common.base_class import BaseAlgorithm
@@ -30,6 +28,9 @@ from stable_baselines3.common.logger import Logger, TensorBoardOutputFormat
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.vec_env import VecMonitor
 
+from vlmrm_fast.distributed import jobs as distributed_jobs
+from vlmrm_fast.distributed.channel import RankFailure
+from vlmrm_fast.distributed.launch import LayoutError
 from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.callbacks import (
     EpisodeBatchLogs,
@@ -41,9 +42,6 @@ from vlmrm_fast.training.callbacks import (
     TrainingControl,
     TrainingProgress,
 )
-from vlmrm_fast.distributed import jobs as distributed_jobs
-from vlmrm_fast.distributed.channel import RankFailure
-from vlmrm_fast.distributed.launch import LayoutError
 from vlmrm_fast.training.config import ConfigError, TrainConfig, algorithm_kwargs, load_config, resolved, run_identity
 from vlmrm_fast.training.run_folder import CONFIG_FILE, FINAL_MODEL, RunFolder, RunFolderError, identity_hash, plain
 from vlmrm_fast.training.signals import StopRequest
@@ -87,8 +85,14 @@ def reward_spec(cfg: TrainConfig):
     else:
         prompts = {"target_prompts": targets, "baseline_prompts": baselines, "alpha": r.alpha}
     return RewardModelSpec(
-        model=r.model, pretrained=r.pretrained, checkpoint=r.checkpoint, device=r.device, backend=r.backend,
-        precision=r.precision, cache_dir=r.cache_dir, resize_mode=task.resize_mode,
+        model=r.model,
+        pretrained=r.pretrained,
+        checkpoint=r.checkpoint,
+        device=r.device,
+        backend=r.backend,
+        precision=r.precision,
+        cache_dir=r.cache_dir,
+        resize_mode=task.resize_mode,
         # Episode-batch scoring never encodes per step: the encoder's batch is the scoring batch.
         batch_size=score_batch_size(cfg) if r.episode_batch else None,
         **prompts,
@@ -109,8 +113,12 @@ def score_batch_size(cfg: TrainConfig) -> int:
     steps = train_freq if isinstance(train_freq, int) and not isinstance(train_freq, bool) else None
     size = cfg.env.render_size or get_task(cfg.task).render_size
     frame_shape = (size, size) if isinstance(size, int) else size
-    return episode_batch_size(cfg.reward.model, resolve_device(cfg.reward.device),
-                              frames_per_rollout=steps * cfg.env.n_envs if steps else None, frame_shape=frame_shape)
+    return episode_batch_size(
+        cfg.reward.model,
+        resolve_device(cfg.reward.device),
+        frames_per_rollout=steps * cfg.env.n_envs if steps else None,
+        frame_shape=frame_shape,
+    )
 
 
 def latest_checkpoint(run_dir: pathlib.Path) -> pathlib.Path | None:
@@ -158,7 +166,9 @@ def _write_pending_logs(model: BaseAlgorithm) -> None:
         model.logger.dump(model.num_timesteps)
 
 
-def _resume_model(cfg: TrainConfig, candidates: list[checkpoints.Checkpoint], env) -> tuple[BaseAlgorithm, checkpoints.Checkpoint] | None:
+def _resume_model(
+    cfg: TrainConfig, candidates: list[checkpoints.Checkpoint], env
+) -> tuple[BaseAlgorithm, checkpoints.Checkpoint] | None:
     """The newest checkpoint that loads; one that fails to load is named and the next older one tried."""
     algo = ALGORITHM_CLASSES[cfg.rl.algorithm]
     for candidate in candidates:
@@ -167,7 +177,10 @@ def _resume_model(cfg: TrainConfig, candidates: list[checkpoints.Checkpoint], en
             if candidate.replay_buffer is not None and isinstance(model, OffPolicyAlgorithm):
                 model.load_replay_buffer(candidate.replay_buffer)
         except Exception as exc:  # a file that passed the size check yet does not load: skip it, say so
-            print(f"--resume: cannot load {candidate.name} ({type(exc).__name__}: {exc}); trying an older checkpoint", file=sys.stderr)
+            print(
+                f"--resume: cannot load {candidate.name} ({type(exc).__name__}: {exc}); trying an older checkpoint",
+                file=sys.stderr,
+            )
             continue
         return model, candidate
     return None
@@ -184,7 +197,9 @@ def _prepare_resumed(model: BaseAlgorithm, cfg: TrainConfig) -> None:
         buffer.dones[(buffer.pos - 1) % buffer.buffer_size] = True
 
 
-def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, allow_empty_replay_buffer: bool = False) -> int:
+def train(
+    cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, allow_empty_replay_buffer: bool = False
+) -> int:
     """Trains as the config says; returns the exit code (module docstring). Expected failures
     (ConfigError, RunFolderError, a missing model, ...) raise before anything is written."""
     if distributed_jobs.serving_rank():  # torchrun rank != 0: step, render and score envs for rank 0; write nothing
@@ -205,9 +220,14 @@ def _train(cfg: TrainConfig, *, resume: bool, overwrite: bool, allow_empty_repla
     candidates: list[checkpoints.Checkpoint] = []
     replaced: list[str] = []
     if resume:
-        point = folder.resume_point(identity, needs_replay_buffer=off_policy, allow_empty_replay_buffer=allow_empty_replay_buffer)
+        point = folder.resume_point(
+            identity, needs_replay_buffer=off_policy, allow_empty_replay_buffer=allow_empty_replay_buffer
+        )
         if point.removed:
-            print(f"--resume: removed incomplete checkpoint files (a kill cut their saving short): {', '.join(p.name for p in point.removed)}", file=sys.stderr)
+            print(
+                f"--resume: removed incomplete checkpoint files (a kill cut their saving short): {', '.join(p.name for p in point.removed)}",
+                file=sys.stderr,
+            )
         candidates = point.candidates
     else:
         replaced = folder.check_unused(overwrite=overwrite)
@@ -230,7 +250,9 @@ def _train(cfg: TrainConfig, *, resume: bool, overwrite: bool, allow_empty_repla
             monitored.close()
 
 
-def _setup_model(cfg: TrainConfig, env, candidates: list[checkpoints.Checkpoint], off_policy: bool, resume: bool) -> tuple[BaseAlgorithm, EpisodeStats, bool]:
+def _setup_model(
+    cfg: TrainConfig, env, candidates: list[checkpoints.Checkpoint], off_policy: bool, resume: bool
+) -> tuple[BaseAlgorithm, EpisodeStats, bool]:
     stats = EpisodeStats(env.num_envs)
     loaded = _resume_model(cfg, candidates, env) if candidates else None
     if loaded is None:
@@ -243,12 +265,26 @@ def _setup_model(cfg: TrainConfig, env, candidates: list[checkpoints.Checkpoint]
     stats.restore(checkpoint.manifest.get("episode_stats"))
     buffer_note = ""
     if off_policy:
-        buffer_note = " with its replay buffer" if checkpoint.replay_buffer else " with an EMPTY replay buffer (--allow-empty-replay-buffer)"
+        buffer_note = (
+            " with its replay buffer"
+            if checkpoint.replay_buffer
+            else " with an EMPTY replay buffer (--allow-empty-replay-buffer)"
+        )
     print(f"resuming from {checkpoint.name} at {model.num_timesteps} steps{buffer_note}", file=sys.stderr)
     return model, stats, True
 
 
-def _run(cfg: TrainConfig, model: BaseAlgorithm, venv, stats: EpisodeStats, folder: RunFolder, identity: dict, stop: StopRequest, *, resumed: bool) -> int:
+def _run(
+    cfg: TrainConfig,
+    model: BaseAlgorithm,
+    venv,
+    stats: EpisodeStats,
+    folder: RunFolder,
+    identity: dict,
+    stop: StopRequest,
+    *,
+    resumed: bool,
+) -> int:
     run_dir = folder.path
     run_dir.mkdir(parents=True, exist_ok=True)
     checkpoints.write_text_atomically(run_dir / CONFIG_FILE, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
@@ -257,7 +293,9 @@ def _run(cfg: TrainConfig, model: BaseAlgorithm, venv, stats: EpisodeStats, fold
     extra = {"identity": identity, "config_hash": identity_hash(identity)}
 
     def save(tag: str, reason: str) -> checkpoints.Checkpoint:
-        return checkpoints.save_checkpoint(model, folder.checkpoint_dir, tag=tag, reason=reason, extra={**extra, "episode_stats": stats.state()})
+        return checkpoints.save_checkpoint(
+            model, folder.checkpoint_dir, tag=tag, reason=reason, extra={**extra, "episode_stats": stats.state()}
+        )
 
     episode_batch = cfg.reward.episode_batch
     if episode_batch:
@@ -271,7 +309,15 @@ def _run(cfg: TrainConfig, model: BaseAlgorithm, venv, stats: EpisodeStats, fold
     progress = TrainingProgress(cfg.rl.total_timesteps)
     callbacks = [rewards] + ([EpisodeBatchLogs(stats)] if episode_batch else []) + [periodic, progress]
     if cfg.logging.video_every:
-        callbacks.append(PolicyVideo(_video_env_factory(venv), venv.reward_model, run_dir / "videos", cfg.logging.video_every, cfg.logging.video_episodes))
+        callbacks.append(
+            PolicyVideo(
+                _video_env_factory(venv),
+                venv.reward_model,
+                run_dir / "videos",
+                cfg.logging.video_every,
+                cfg.logging.video_episodes,
+            )
+        )
     control = TrainingControl(callbacks, stop, on_policy=not isinstance(model, OffPolicyAlgorithm))
 
     remaining = cfg.rl.total_timesteps - start_steps
@@ -288,8 +334,14 @@ def _run(cfg: TrainConfig, model: BaseAlgorithm, venv, stats: EpisodeStats, fold
         # The state mid-step may be inconsistent: no checkpoint of it; the ones on disk are whole.
         progress.close()
         newest = checkpoints.scan(folder.checkpoint_dir).newest()
-        where = f"the newest checkpoint is {newest.name} ({newest.steps} steps)" if newest else "no checkpoint was saved yet"
-        exc.add_note(f"training stopped at {model.num_timesteps} steps with this error; {where}. Fix the cause, then continue with --resume.")
+        where = (
+            f"the newest checkpoint is {newest.name} ({newest.steps} steps)"
+            if newest
+            else "no checkpoint was saved yet"
+        )
+        exc.add_note(
+            f"training stopped at {model.num_timesteps} steps with this error; {where}. Fix the cause, then continue with --resume."
+        )
         exc.during_training = True  # type: ignore[attr-defined]  (for the CLI: a crash, not a refusal)
         raise
     if control.stopped:
@@ -300,9 +352,14 @@ def _run(cfg: TrainConfig, model: BaseAlgorithm, venv, stats: EpisodeStats, fold
     if checkpoint is None or checkpoint.steps != model.num_timesteps:
         checkpoint = save("interrupted_", f"stopped by {stop.name}") if control.stopped else save("", "final")
     if remaining <= 0:
-        print(f"nothing to train: the run is at {model.num_timesteps} of {cfg.rl.total_timesteps} steps", file=sys.stderr)
+        print(
+            f"nothing to train: the run is at {model.num_timesteps} of {cfg.rl.total_timesteps} steps", file=sys.stderr
+        )
     if control.stopped:
-        print(f"{stop.name}: saved {checkpoint.model} at {model.num_timesteps} steps; continue with --resume", file=sys.stderr)
+        print(
+            f"{stop.name}: saved {checkpoint.model} at {model.num_timesteps} steps; continue with --resume",
+            file=sys.stderr,
+        )
         return stop.exit_code
     checkpoints.write_atomically(run_dir / FINAL_MODEL, model.save)
     note = f" ({stop.name} came after the last step)" if stop.requested else ""
@@ -324,9 +381,17 @@ def add_subcommand(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("config", help="YAML config (see configs/)")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in the run folder")
-    mode.add_argument("--overwrite", action="store_true", help="delete a previous run's files in the run folder and start over")
-    p.add_argument("--allow-empty-replay-buffer", action="store_true", help="--resume: accept a checkpoint without its replay buffer")
+    mode.add_argument(
+        "--resume", action="store_true", help="continue from the newest complete checkpoint in the run folder"
+    )
+    mode.add_argument(
+        "--overwrite", action="store_true", help="delete a previous run's files in the run folder and start over"
+    )
+    p.add_argument(
+        "--allow-empty-replay-buffer",
+        action="store_true",
+        help="--resume: accept a checkpoint without its replay buffer",
+    )
     p.add_argument("--output-dir", help="override output_dir")
     p.add_argument("--total-timesteps", type=int, help="override rl.total_timesteps")
     p.set_defaults(func=_main)
@@ -346,8 +411,13 @@ def _main(args: argparse.Namespace) -> int:
         print(f"config error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     try:
-        code = train(cfg, resume=args.resume, overwrite=args.overwrite, allow_empty_replay_buffer=args.allow_empty_replay_buffer)
-        if code in (128 + signal.SIGINT, 128 + signal.SIGTERM) and threading.current_thread() is threading.main_thread():
+        code = train(
+            cfg, resume=args.resume, overwrite=args.overwrite, allow_empty_replay_buffer=args.allow_empty_replay_buffer
+        )
+        if (
+            code in (128 + signal.SIGINT, 128 + signal.SIGTERM)
+            and threading.current_thread() is threading.main_thread()
+        ):
             # Stopped by a signal, checkpoint saved, the process exits now: a late repeat of the signal must not
             # turn that clean exit into a kill.
             for s in (signal.SIGINT, signal.SIGTERM):
