@@ -255,6 +255,7 @@ def test_train_under_torchrun(tmp_path):
         [*TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "vlmrm_fast.cli", "train", str(path)],
         env=THREADS,
         timeout=300,
+        cwd=str(tmp_path),  # torchrun runs `-m`: the working directory comes first on its children's path
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     assert "rank 0 (cpu on " in result.stdout and "): envs 0-1" in result.stdout and "): env 2" in result.stdout

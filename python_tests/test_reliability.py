@@ -227,12 +227,17 @@ def test_two_sigints_in_quick_succession_save_one_whole_checkpoint(tmp_path, mon
         return original(path, interrupted_write)
 
     monkeypatch.setattr(checkpoints, "write_atomically", write_atomically)
-    assert train(cfg) == 130
+    # Python's own handler to start from (a test runner started in the background inherits SIGINT ignored).
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert train(cfg) == 130
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     assert "SIGINT again" in capfd.readouterr().err
     scan = checkpoints.scan(cfg.run_dir / "checkpoints")
     assert not scan.incomplete and scan.newest().name.startswith("model_interrupted_")
     assert SAC.load(scan.newest().model).num_timesteps == scan.newest().steps
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
 
 
 class _ProgressRecord:
