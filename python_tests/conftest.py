@@ -83,3 +83,31 @@ def humanoid():
     from vlmrm_fast.envs.humanoid import gymnasium_humanoid_xml
 
     return mujoco.MjModel.from_xml_path(gymnasium_humanoid_xml())
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One intra-op thread for the tiny model's training runs: it gains nothing from more, and loses
+    much to a busy machine."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def humanoid_tiny_rm():
+    """The tiny CLIP with the humanoid tasks' prompts, alpha 0.5, on the CPU."""
+    from vlmrm_fast import load_reward_model
+    from vlmrm_fast.envs import get_task
+
+    spec = get_task("humanoid-kneeling")
+    return load_reward_model(
+        "vlmrm-tiny",
+        target_prompts=spec.target_prompts,
+        baseline_prompts=spec.baseline_prompts,
+        alpha=0.5,
+        device="cpu",
+    )

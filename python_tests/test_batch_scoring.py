@@ -25,16 +25,8 @@ NUM_ENVS, STEPS = 3, 7
 
 
 @pytest.fixture(scope="module")
-def rm():
-    spec = get_task("humanoid-kneeling")
-    return load_reward_model(
-        "vlmrm-tiny",
-        target_prompts=spec.target_prompts,
-        baseline_prompts=spec.baseline_prompts,
-        alpha=0.5,
-        device="cpu",
-        backend="torch",
-    )
+def rm(humanoid_tiny_rm):
+    return humanoid_tiny_rm  # backend "auto": eager torch on the CPU
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,8 @@ from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.config import load_config
 from vlmrm_fast.training.train import train
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
+
 CHILD = pathlib.Path(__file__).with_name("training_child.py")
 
 # Small enough to run in seconds on a 2-core CPU: 2 envs, 32 px frames, 32-unit networks.
@@ -50,17 +52,6 @@ BASE = {
     },
     "logging": {"checkpoint_every": 40, "video_every": 0},
 }
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """The tiny model gains nothing from intra-op threads and loses much to a busy machine."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _config(tmp_path: pathlib.Path, name: str = "run", **patch) -> pathlib.Path:

@@ -20,6 +20,8 @@ from vlmrm_fast.training.config import ConfigError, load_config
 from vlmrm_fast.training.train import latest_checkpoint, train
 from vlmrm_fast.vec_env import FastVLMRewardVecEnv
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
+
 CONFIG = {
     "task": "humanoid-kneeling",
     "seed": 1,
@@ -35,29 +37,6 @@ CONFIG = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """The tiny model gains nothing from intra-op threads and loses much to a busy machine."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def humanoid_rm():
-    spec = get_task("humanoid-kneeling")
-    return load_reward_model(
-        "vlmrm-tiny",
-        target_prompts=spec.target_prompts,
-        baseline_prompts=spec.baseline_prompts,
-        alpha=0.5,
-        device="cpu",
-    )
-
-
 @pytest.mark.parametrize(
     "algo, kwargs",
     [
@@ -65,9 +44,9 @@ def humanoid_rm():
         (PPO, {"n_steps": 32, "batch_size": 16, "n_epochs": 1}),
     ],
 )
-def test_sb3_trains_on_humanoid(humanoid_rm, algo, kwargs):
+def test_sb3_trains_on_humanoid(humanoid_tiny_rm, algo, kwargs):
     env = FastVLMRewardVecEnv(
-        "humanoid-kneeling", 2, reward_model=humanoid_rm, render_size=64, episode_length=25, seed=0
+        "humanoid-kneeling", 2, reward_model=humanoid_tiny_rm, render_size=64, episode_length=25, seed=0
     )
     model = algo("MlpPolicy", env, seed=0, device="cpu", **kwargs)
     model.learn(200)
@@ -162,7 +141,7 @@ def test_an_error_in_training_is_a_crash_that_names_the_last_checkpoint(tmp_path
     assert [c.name for c in [latest_checkpoint(cfg.run_dir)]] == ["model_60_steps.zip"]
 
 
-def test_episode_batch_rewards_fill_the_replay_buffer(tmp_path, humanoid_rm):
+def test_episode_batch_rewards_fill_the_replay_buffer(tmp_path, humanoid_tiny_rm):
     cfg = copy.deepcopy(CONFIG)
     cfg["reward"]["episode_batch"] = True
     cfg["logging"]["video_every"] = 0

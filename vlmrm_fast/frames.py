@@ -103,21 +103,32 @@ class FrameView:
 
 
 class FrameSource(Protocol):
-    """What the VecEnv needs of a renderer: draw frames ``rows`` of the reached states, lend them.
+    """What the batch engine needs of a renderer (``BatchRenderer``, ``WarpBatchRenderer``): draw
+    frames ``rows`` of a simulator's states, lend them in place, hand them out.
 
-    ``stream`` is the CUDA stream (torch) the source should draw and map on, or None on
-    the CPU. A lent view stays valid until the ``lend`` context exits.
+    ``stream`` is the CUDA stream (torch) the source should draw and map on, or None on the
+    CPU. A lent view stays valid until the ``lend`` context exits.
     """
 
-    num_envs: int
-    height: int
-    width: int
+    @property
+    def num_envs(self) -> int: ...
 
-    def draw(self, state: Any, rows: slice, stream: torch.cuda.Stream | None = None) -> None: ...
+    @property
+    def height(self) -> int: ...
+
+    @property
+    def width(self) -> int: ...
+
+    @property
+    def cuda_device(self) -> int | None: ...
+
+    def draw(self, sim: Any, rows: slice | None = None, stream: torch.cuda.Stream | None = None) -> None: ...
 
     def lend(
-        self, rows: slice, stream: torch.cuda.Stream | None = None
+        self, rows: slice | None = None, stream: torch.cuda.Stream | None = None
     ) -> contextlib.AbstractContextManager[FrameView]: ...
+
+    def render_sim(self, sim: Any, device: Any = None) -> Any: ...
 
     def frames(self, device: Any = None) -> Any: ...
 

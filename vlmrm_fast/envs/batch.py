@@ -22,6 +22,7 @@ import numpy as np
 from stable_baselines3.common.vec_env import VecEnv
 
 from vlmrm_fast.actions import check_actions
+from vlmrm_fast.frames import FrameSource
 from vlmrm_fast.profiling import NULL_TIMER
 from vlmrm_fast.rendering import BatchRenderer
 from vlmrm_fast.sim import BatchSimulator
@@ -29,7 +30,9 @@ from vlmrm_fast.sim import BatchSimulator
 RENDERERS = ("egl", "warp")
 
 
-def make_renderer(kind: str, model, num_envs: int, render_size: tuple[int, int], camera, gpu: int | None):
+def make_renderer(
+    kind: str, model, num_envs: int, render_size: tuple[int, int], camera, gpu: int | None
+) -> FrameSource:
     """A batch renderer of ``kind`` drawing ``num_envs`` frames of ``render_size`` (height, width)."""
     height, width = render_size
     if kind == "egl":
