@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -161,8 +162,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    from vlmrm_fast.training.signals import Terminated, sigterm_raises
+
+    try:
+        with sigterm_raises():  # importing a command's modules takes seconds: a SIGTERM then says so
+            parser = build_parser()
+            args = parser.parse_args(argv)
+    except Terminated:
+        print("vlmrm-fast: stopped by SIGTERM while starting; nothing was done", file=sys.stderr)
+        return 128 + signal.SIGTERM
     return int(args.func(args) or 0)
 
 

@@ -12,6 +12,8 @@ for the data path of one step.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -19,10 +21,11 @@ import gymnasium
 import numpy as np
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
-from vlmrm_fast.checks import positive_int
+from vlmrm_fast.checks import positive_int, seed_value
 from vlmrm_fast.device import resolve_device
 from vlmrm_fast.envs import TaskSpec, get_task
 from vlmrm_fast.envs.batch import RENDERERS, MujocoBatchVecEnv
+from vlmrm_fast.memory import release_freed_memory
 from vlmrm_fast.pipeline import plan_chunks
 from vlmrm_fast.rendering import egl_unavailable
 from vlmrm_fast.reward import load_reward_model
@@ -97,6 +100,27 @@ def _reward_spec(spec: TaskSpec, fields: dict[str, Any], batch_size: int) -> Rew
     return RewardModelSpec.from_kwargs(**fields)
 
 
+def _check_keywords(reward: dict[str, Any]) -> None:
+    """Keywords beyond the env's own go to the reward model: its spec's fields or encoder options. Anything
+    else is a misspelling, named as one of FastVLMRewardVecEnv's arguments, with the closest name."""
+    from vlmrm_fast.encoders import BACKEND_OPTIONS
+
+    fields = {f.name for f in dataclasses.fields(RewardModelSpec)} - {"encoder_options"}
+    options = {o for opts in BACKEND_OPTIONS.values() for o in opts}
+    own = [
+        name for name in inspect.signature(FastVLMRewardVecEnv.__init__).parameters if name not in ("self", "reward")
+    ]
+    for key, value in reward.items():
+        if key in fields or key in options or key == "encoder_options":
+            continue
+        close = difflib.get_close_matches(key, own + sorted(fields) + sorted(options), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}={value!r}?" if close else ""
+        raise TypeError(
+            f"FastVLMRewardVecEnv: unknown argument {key}={value!r}{hint} (it is neither an env argument nor a "
+            f"reward model field or encoder option)"
+        )
+
+
 class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
     """A VecEnv of ``num_envs`` copies of ``task`` rewarded by a CLIP model.
 
@@ -139,6 +163,8 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
         **reward: Any,
     ):
         num_envs = positive_int(num_envs, "num_envs")
+        seed = seed_value(seed, "seed", allow_none=True)
+        _check_keywords(reward)
         spec = get_task(task)
         self.task = spec
         self.render_size = _render_shape(render_size) or spec.render_size
@@ -147,6 +173,7 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
         self.renderer = renderer if self.physics == "batch" else None
         if self.physics == "batch" and env_kwargs:
             raise ValueError("env_kwargs apply to gymnasium envs; use physics='gym' to pass them")
+        self._owns_reward_model = reward_model is None  # loaded here: closed with the env
         reward_model = self._reward_model(spec, num_envs, pipeline_chunks, reward_model, reward_spec, reward)
         if self.physics == "batch":
             assert self.render_size is not None, "batch tasks have a frame size"
@@ -174,6 +201,14 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
             self.seed(seed)
             self.reset()
             self.seed(seed)
+
+    def close(self) -> None:
+        """Closes the envs (renderer, simulator) and the reward model this env loaded itself, then hands
+        the memory they freed back to the system (see :func:`vlmrm_fast.memory.release_freed_memory`)."""
+        super().close()
+        if self._owns_reward_model:
+            self.reward_model.close()
+        release_freed_memory()
 
     @staticmethod
     def _reward_model(

@@ -14,6 +14,7 @@ finished envs.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,7 +51,9 @@ class BatchEnvView:
     """What ``get_attr``/``set_attr``/``env_method`` see of env ``index`` (no gymnasium object exists)."""
 
     def __init__(self, engine: MujocoBatchVecEnv, index: int):
-        self._engine = engine
+        # A proxy, not a reference: views and engine in a cycle would keep the engine's simulator and
+        # renderer alive after close() until the garbage collector's next full pass.
+        self._engine = weakref.proxy(engine)
         self.index = index
         self.render_mode = "rgb_array"
 

@@ -182,7 +182,10 @@ class VLMRewardModel:
         return self._shape(self.rewards(frames))
 
     def close(self) -> None:
+        """Releases the encoder's graphs or engine, and the CLIP weights and tokenizer (freed unless
+        shared): the model scores no more frames; its spec and prompts still read."""
         self.encoder.close()
+        self.clip = dataclasses.replace(self.clip, model=None, tokenizer=None)
 
 
 def load_reward_model(model: str | RewardModelSpec, pretrained: str | None = None, **fields: Any) -> VLMRewardModel:

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from vlmrm_fast.checks import positive_int
+from vlmrm_fast.checks import positive_int, seed_value
 from vlmrm_fast.reward.tasks import GoalBaselineTask, Task, as_reward_tasks, normalize_prompts
 
 
@@ -52,6 +52,7 @@ class RewardModelSpec:
                 raise ValueError("give either target_prompts/baseline_prompts/alpha or tasks=[...], not both")
             object.__setattr__(self, "tasks", tuple(as_reward_tasks(self.tasks)))
         object.__setattr__(self, "batch_size", positive_int(self.batch_size, "batch_size", allow_none=True))
+        object.__setattr__(self, "seed", seed_value(self.seed, "seed"))
         object.__setattr__(
             self, "encoder_options", dict(self.encoder_options)
         )  # a copy (a spec pickles to other ranks)

@@ -1,4 +1,4 @@
-"""Checkpoints that survive a kill at any moment.
+"""Checkpoints that survive a kill at any moment, and damage that is found, never loaded, never deleted.
 
 A checkpoint at N steps is up to three files in ``checkpoints/``::
 
@@ -6,31 +6,56 @@ A checkpoint at N steps is up to three files in ``checkpoints/``::
     model_replay_buffer_N_steps.pkl    its replay buffer (off-policy algorithms)
     model_N_steps.json                 the manifest, written last
 
-(``model_interrupted_N_steps.*`` for the one saved on SIGINT/SIGTERM.) Every file is
-written under a hidden temporary name, flushed, fsynced and renamed into place, so a
-file under its final name is always whole. The manifest names the files with their
-sizes and the run's identity; a checkpoint counts only when its manifest exists and
-its files match it. Anything else (temporaries, files whose manifest never came) was
-cut short by a kill: :func:`scan` finds it and :meth:`CheckpointScan.remove_incomplete`
-deletes it. Replay buffers are large: only the newest checkpoint keeps one.
+(``model_interrupted_N_steps.*`` for the one saved on SIGINT/SIGTERM.) A save first
+creates the manifest's temporary ``.model_N_steps.json.tmp`` (the mark that a save is
+under way), then writes model and buffer, each under a hidden temporary name, flushed,
+fsynced and renamed into place, and last writes the manifest into its temporary and
+renames it into place: the mark becomes the manifest in one atomic rename. Each file is
+hashed (sha256) as it is written, so the checksum costs no extra read; the manifest
+records each file's name, size and sha256, and a sha256 of its own content.
+
+:func:`scan` sorts a checkpoint folder, reading manifests and comparing sizes (cheap);
+:func:`verify` compares a checkpoint's files with their checksums (reads them):
+
+- *complete*: the manifest reads back and its files have the recorded sizes;
+- *incomplete*: what a kill provably cut short, and only that: temporaries, and the files
+  of a checkpoint whose manifest is still under its temporary name. ``--resume`` removes them;
+- *damaged*: anything else that is not whole: a manifest that does not read back or fails
+  its own checksum, a file missing or of another size or checksum than its manifest says,
+  a model or buffer file that no manifest names and no save was under way for. Damage is
+  moved aside into ``checkpoints/damaged/``, never deleted (:func:`set_aside`).
+
+A save that fails (a full disk, any error) removes its own files at once; on a full disk
+it raises :class:`CheckpointSpaceError`, which names the folder and the space needed.
+Replay buffers are large: only the newest ``keep_replay_buffers`` checkpoints keep theirs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import errno
+import hashlib
+import io
 import json
 import os
 import pathlib
 import re
+import shutil
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 2  # 2: sha256 of each file and of the manifest; 1 (sizes only) still reads
+HASH = "sha256"
 PREFIX = "model"
+DAMAGED_DIR = "damaged"
 _STEM = re.compile(rf"^{PREFIX}_(?P<tag>[a-z]+_)?(?P<steps>\d+)_steps$")
 _BUFFER = re.compile(rf"^{PREFIX}_replay_buffer_(?P<tag>[a-z]+_)?(?P<steps>\d+)_steps\.pkl$")
-_TEMPORARY = re.compile(r"^\..+\.tmp$")
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp$")
+
+
+class CheckpointSpaceError(OSError):
+    """A checkpoint did not fit on the disk; its partial files were removed."""
 
 
 # ------------------------------------------------------------------ atomic files
@@ -52,40 +77,87 @@ def temporary_path(path: pathlib.Path) -> pathlib.Path:
     return path.with_name(f".{path.name}.tmp")
 
 
-def write_atomically(path: pathlib.Path, write: Callable[[BinaryIO], None]) -> int:
-    """``write(file)`` into a temporary beside ``path``, flush, fsync, rename; returns the size.
+class _HashingWriter(io.BufferedIOBase):
+    """Passes writes on to ``file`` and hashes them: the checksum of a file as it is written.
+
+    Not seekable, so that what passes through is the file's content in order (zipfile then
+    writes its sizes after each member instead of seeking back to patch its headers)."""
+
+    def __init__(self, file: BinaryIO):
+        super().__init__()
+        self._file = file
+        self.hash = hashlib.new(HASH)
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self._file.write(view)
+        self.hash.update(view)
+        self.size += view.nbytes
+        return view.nbytes
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        self._file.flush()
+
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+    path: pathlib.Path
+    bytes: int
+    sha256: str
+
+    def entry(self) -> dict[str, Any]:
+        return {"name": self.path.name, "bytes": self.bytes, HASH: self.sha256}
+
+
+def write_atomically(path: pathlib.Path, write: Callable[[BinaryIO], None]) -> Written:
+    """``write(file)`` into a temporary beside ``path``, flush, fsync, rename; returns size and sha256.
 
     A kill at any moment leaves either the old ``path`` (or none) or the whole new one,
-    plus at most a temporary file that :func:`scan` recognizes.
+    plus at most a temporary file that :func:`scan` recognizes; any error removes the temporary.
     """
     path = pathlib.Path(path)
     temporary = temporary_path(path)
     try:
         with open(temporary, "wb") as f:
-            write(f)
+            writer = _HashingWriter(f)
+            write(writer)
             f.flush()
             os.fsync(f.fileno())
         _publish(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-    return path.stat().st_size
+    return Written(path, writer.size, writer.hash.hexdigest())
 
 
-def write_text_atomically(path: pathlib.Path, text: str) -> int:
+def write_text_atomically(path: pathlib.Path, text: str) -> Written:
     return write_atomically(path, lambda f: f.write(text.encode()))
+
+
+def file_sha256(path: pathlib.Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, HASH).hexdigest()
 
 
 # -------------------------------------------------------------------- checkpoints
 @dataclasses.dataclass
 class Checkpoint:
-    """A complete checkpoint: its manifest was written and its files match it."""
+    """A complete checkpoint: its manifest reads back and its files have the recorded sizes
+    (:func:`verify` compares their checksums too)."""
 
     steps: int
     manifest_path: pathlib.Path
     manifest: dict[str, Any]
     model: pathlib.Path
     replay_buffer: pathlib.Path | None  # None: saved without one, or pruned by a newer checkpoint
+    buffer_problem: str | None = None  # the replay buffer file is there but not whole (see verify)
 
     @property
     def name(self) -> str:
@@ -99,11 +171,26 @@ class Checkpoint:
     def reason(self) -> str:
         return str(self.manifest.get("reason", ""))
 
+    def files(self) -> list[pathlib.Path]:
+        return [self.model] + ([self.replay_buffer] if self.replay_buffer else []) + [self.manifest_path]
+
+
+@dataclasses.dataclass
+class Damaged:
+    """Files of one checkpoint that are not whole (or not vouched for), and why."""
+
+    files: list[pathlib.Path]
+    why: str
+
+    def describe(self) -> str:
+        return f"{', '.join(p.name for p in self.files)} ({self.why})"
+
 
 @dataclasses.dataclass
 class CheckpointScan:
     complete: list[Checkpoint]  # oldest first
-    incomplete: list[pathlib.Path]  # temporaries and files no manifest vouches for
+    incomplete: list[pathlib.Path]  # what a kill provably cut short: temporaries, files of a save under way
+    damaged: list[Damaged]  # not whole, and not provably cut short: to be moved aside, never deleted
 
     def newest(self) -> Checkpoint | None:
         return self.complete[-1] if self.complete else None
@@ -114,56 +201,145 @@ class CheckpointScan:
         return self.incomplete
 
 
-def _file_matches(folder: pathlib.Path, entry: Any) -> pathlib.Path | None:
-    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-        return None
-    path = folder / entry["name"]
-    try:
-        return path if path.stat().st_size == entry.get("bytes") else None
-    except OSError:
-        return None
+def _manifest_checksum(data: dict[str, Any]) -> str:
+    body = {k: v for k, v in data.items() if k != "manifest_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def _read_manifest(path: pathlib.Path) -> dict[str, Any] | None:
+def _read_manifest(path: pathlib.Path) -> tuple[dict[str, Any] | None, str]:
+    """(the manifest, "") or (None, why it does not read back)."""
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT or not isinstance(data.get("files"), dict):
-        return None
-    return data
+    except (OSError, ValueError) as exc:
+        return None, f"the manifest does not read back: {type(exc).__name__}"
+    if not isinstance(data, dict) or data.get("format") not in (1, MANIFEST_FORMAT):
+        return None, "the manifest is not one this version writes"
+    if data["format"] >= 2 and data.get("manifest_sha256") != _manifest_checksum(data):
+        return None, "the manifest's content differs from its checksum"
+    if not isinstance(data.get("files"), dict) or not isinstance(data.get("steps"), int):
+        return None, "the manifest lacks its file list"
+    return data, ""
+
+
+def _entry_problem(folder: pathlib.Path, entry: Any) -> str | None:
+    """None when the file ``entry`` names exists with its recorded size, else what is wrong."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+        return "the manifest's file entry is unreadable"
+    path = folder / entry["name"]
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return f"{entry['name']} is missing"
+    if size != entry.get("bytes"):
+        return f"{entry['name']} has {size} bytes, its manifest says {entry.get('bytes')}"
+    return None
+
+
+def _stem_files(folder: pathlib.Path, stem: str) -> list[pathlib.Path]:
+    """The model, buffer and manifest files of checkpoint ``stem`` present in ``folder``."""
+    match = _STEM.match(stem)
+    assert match
+    tag, steps = match["tag"] or "", int(match["steps"])
+    return [p for p in checkpoint_paths(folder, steps, tag) if p.is_file()]
+
+
+def _stem_of(name: str) -> str | None:
+    """The checkpoint stem (``model_80_steps``) a model, buffer or manifest file name belongs to."""
+    buffer = _BUFFER.match(name)
+    if buffer:
+        return f"{PREFIX}_{buffer['tag'] or ''}{buffer['steps']}_steps"
+    stem, suffix = os.path.splitext(name)
+    return stem if suffix in (".zip", ".json") and _STEM.match(stem) else None
 
 
 def scan(folder: pathlib.Path) -> CheckpointScan:
-    """The complete checkpoints in ``folder`` (oldest first) and the files that belong to none."""
+    """The complete checkpoints in ``folder`` (oldest first), what a kill cut short, and what is damaged.
+    Reads the manifests and compares sizes; :func:`verify` compares checksums."""
     folder = pathlib.Path(folder)
     if not folder.is_dir():
-        return CheckpointScan([], [])
-    complete, vouched, damaged = [], set(), []
-    for manifest_path in folder.glob(f"{PREFIX}_*_steps.json"):
-        match = _STEM.match(manifest_path.stem)
-        data = _read_manifest(manifest_path) if match else None
-        model = _file_matches(folder, data["files"].get("model")) if data else None
-        if data is None or model is None:
-            damaged.append(manifest_path)
+        return CheckpointScan([], [], [])
+    complete, damaged, vouched = [], [], set()
+    for manifest_path in sorted(folder.glob(f"{PREFIX}_*_steps.json")):
+        if not _STEM.match(manifest_path.stem):
             continue
-        buffer = _file_matches(folder, data["files"].get("replay_buffer")) if "replay_buffer" in data["files"] else None
-        complete.append(Checkpoint(int(data["steps"]), manifest_path, data, model, buffer))
-        vouched.update({manifest_path, model} | ({buffer} if buffer else set()))
+        files = _stem_files(folder, manifest_path.stem)
+        vouched.update(files)
+        data, why = _read_manifest(manifest_path)
+        if data is not None:
+            why = _entry_problem(folder, data["files"].get("model")) or ""
+        if data is None or why:
+            damaged.append(Damaged(files, why))
+            continue
+        entry = data["files"].get("replay_buffer")
+        buffer = folder / entry["name"] if isinstance(entry, dict) and isinstance(entry.get("name"), str) else None
+        if buffer is not None and not buffer.exists():
+            buffer = None  # saved without one, pruned by a newer checkpoint, or lost (see resume)
+        model = folder / data["files"]["model"]["name"]
+        problem = _entry_problem(folder, entry) if buffer is not None else None
+        complete.append(Checkpoint(int(data["steps"]), manifest_path, data, model, buffer, problem))
     complete.sort(key=lambda c: (c.steps, c.manifest.get("saved_at", "")))
-    incomplete = list(damaged)
+    # A manifest under its temporary name marks a save under way: its files are what a kill cut short.
+    saving = set()
+    for path in folder.iterdir():
+        temporary = _TEMPORARY.match(path.name)
+        if temporary and temporary["name"].endswith(".json"):
+            saving.add(temporary["name"][: -len(".json")])
+    incomplete, orphans = [], {}
     for path in sorted(folder.iterdir()):
-        if path in vouched or path in damaged or not path.is_file():
+        if path in vouched or not path.is_file():
             continue
-        name = path.name
-        ours = (
-            _TEMPORARY.match(name)
-            or _BUFFER.match(name)
-            or (path.suffix in (".zip", ".json") and _STEM.match(path.stem))
-        )
-        if ours:
-            incomplete.append(path)
-    return CheckpointScan(complete, incomplete)
+        stem = _stem_of(path.name)
+        if _TEMPORARY.match(path.name) or stem in saving:
+            incomplete.append(path)  # a temporary, or a file of a save that never reached its manifest
+        elif stem is not None:
+            orphans.setdefault(stem, []).append(path)
+    for files in orphans.values():
+        damaged.append(Damaged(files, "no manifest names it, and no save of it was under way"))
+    return CheckpointScan(complete, incomplete, damaged)
+
+
+def verify(checkpoint: Checkpoint) -> tuple[str | None, str | None]:
+    """(what is wrong with the model, what is wrong with the replay buffer), each None when the file
+    matches its manifest's checksum (manifests of format 1 have sizes only: those were compared)."""
+
+    def check(role: str, path: pathlib.Path | None) -> str | None:
+        if role == "replay_buffer" and checkpoint.buffer_problem:
+            return checkpoint.buffer_problem
+        expected = checkpoint.manifest["files"].get(role, {}).get(HASH)
+        if path is None or expected is None:
+            return None
+        try:
+            actual = file_sha256(path)
+        except OSError as exc:
+            return f"{path.name} does not read back ({exc.strerror})"
+        return None if actual == expected else f"{path.name}: its {HASH} differs from the manifest's"
+
+    return check("model", checkpoint.model), check("replay_buffer", checkpoint.replay_buffer)
+
+
+def _aside_path(folder: pathlib.Path, name: str) -> pathlib.Path:
+    """A free name for ``name`` in ``folder``: the name itself, else ``name.2``, ``name.3``, ..."""
+    target, n = folder / name, 1
+    while target.exists():
+        n += 1
+        target = folder / f"{name}.{n}"
+    return target
+
+
+def set_aside(folder: pathlib.Path, files: list[pathlib.Path]) -> list[pathlib.Path]:
+    """Moves ``files`` into ``folder/damaged/`` (renamed ``NAME.2``, ... where a name is taken there);
+    returns their new paths. Nothing is deleted or overwritten."""
+    aside = pathlib.Path(folder) / DAMAGED_DIR
+    aside.mkdir(exist_ok=True)
+    moved = []
+    for path in files:
+        if path.exists():
+            target = _aside_path(aside, path.name)
+            os.rename(path, target)
+            moved.append(target)
+    _fsync_dir(aside)
+    _fsync_dir(pathlib.Path(folder))
+    return moved
 
 
 def checkpoint_paths(
@@ -174,34 +350,91 @@ def checkpoint_paths(
     return folder / f"{stem}.zip", folder / f"{PREFIX}_replay_buffer_{tag}{steps}_steps.pkl", folder / f"{stem}.json"
 
 
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def replay_buffer_bytes(model: Any) -> int:
+    """About what the model's replay buffer takes on disk: the bytes of its arrays."""
+    buffer = getattr(model, "replay_buffer", None)
+    if buffer is None:
+        return 0
+    arrays = [v for v in vars(buffer).values() if hasattr(v, "nbytes")]
+    arrays += [v for d in vars(buffer).values() if isinstance(d, dict) for v in d.values() if hasattr(v, "nbytes")]
+    return int(sum(a.nbytes for a in arrays))
+
+
+def _space_error(folder: pathlib.Path, steps: int, needed: int) -> CheckpointSpaceError:
+    free = shutil.disk_usage(folder).free
+    return CheckpointSpaceError(
+        errno.ENOSPC,
+        f"no space left on the disk of {folder} for the checkpoint at {steps} steps: it needs about "
+        f"{_mib(needed)}, {_mib(free)} are free. Its partial files were removed and the older checkpoints "
+        f"are whole; free space there (or move the run to a larger disk), then continue with --resume",
+    )
+
+
 def save_checkpoint(
-    model: Any, folder: pathlib.Path, *, tag: str = "", reason: str, extra: dict[str, Any] | None = None
+    model: Any,
+    folder: pathlib.Path,
+    *,
+    tag: str = "",
+    reason: str,
+    extra: dict[str, Any] | None = None,
+    keep_replay_buffers: int = 1,
 ) -> Checkpoint:
     """Writes model, replay buffer (if the algorithm has one) and manifest, each atomically, the manifest last;
-    then deletes older replay buffers (a newer complete pair now exists)."""
+    then deletes the replay buffers of all but the newest ``keep_replay_buffers`` complete checkpoints.
+    A failure removes what this save wrote (a full disk raises :class:`CheckpointSpaceError`)."""
     folder = pathlib.Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     steps = int(model.num_timesteps)
     model_path, buffer_path, manifest_path = checkpoint_paths(folder, steps, tag)
-    files = {"model": {"name": model_path.name, "bytes": write_atomically(model_path, model.save)}}
+    taken = [p for p in (model_path, buffer_path, manifest_path) if p.exists()]
+    if taken:
+        raise FileExistsError(f"checkpoint files {', '.join(p.name for p in taken)} exist in {folder}; not overwritten")
     has_buffer = getattr(model, "replay_buffer", None) is not None
-    if has_buffer:
-        files["replay_buffer"] = {
-            "name": buffer_path.name,
-            "bytes": write_atomically(buffer_path, model.save_replay_buffer),
+    previous = scan(folder).newest()
+    marker = temporary_path(manifest_path)  # the mark of a save under way; becomes the manifest at the end
+    written: list[pathlib.Path] = []
+    try:
+        with open(marker, "wb") as f:
+            f.write(f"saving since {datetime.datetime.now(datetime.UTC).isoformat()}\n".encode())
+            os.fsync(f.fileno())
+        _fsync_dir(folder)
+        files = {"model": write_atomically(model_path, model.save).entry()}
+        written.append(model_path)
+        if has_buffer:
+            files["replay_buffer"] = write_atomically(buffer_path, model.save_replay_buffer).entry()
+            written.append(buffer_path)
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "steps": steps,
+            "saved_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds"),
+            "reason": reason,
+            "algorithm": type(model).__name__,
+            "files": files,
+            **(extra or {}),
         }
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "steps": steps,
-        "saved_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds"),
-        "reason": reason,
-        "algorithm": type(model).__name__,
-        "files": files,
-        **(extra or {}),
-    }
-    write_text_atomically(manifest_path, json.dumps(manifest, indent=1))
+        manifest["manifest_sha256"] = _manifest_checksum(json.loads(json.dumps(manifest)))
+        write_text_atomically(manifest_path, json.dumps(manifest, indent=1))
+    except BaseException as exc:
+        for path in [*written, temporary_path(model_path), temporary_path(buffer_path), marker]:
+            path.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            prior = previous.manifest["files"] if previous else {}
+            needed = sum(int(prior.get(role, {}).get("bytes", 0)) for role in ("model", "replay_buffer"))
+            needed = max(needed, 2**20 + (replay_buffer_bytes(model) if has_buffer else 0))
+            raise _space_error(folder, steps, needed) from exc
+        raise
     if has_buffer:
-        for old in folder.glob(f"{PREFIX}_replay_buffer_*.pkl"):
-            if old != buffer_path:
-                old.unlink(missing_ok=True)
+        _prune_replay_buffers(folder, keep_replay_buffers)
     return Checkpoint(steps, manifest_path, manifest, model_path, buffer_path if has_buffer else None)
+
+
+def _prune_replay_buffers(folder: pathlib.Path, keep: int) -> None:
+    """Deletes the replay buffers of all but the newest ``keep`` complete checkpoints that have one."""
+    with_buffer = [c for c in scan(folder).complete if c.replay_buffer is not None]
+    for old in with_buffer[: max(len(with_buffer) - keep, 0)]:
+        assert old.replay_buffer is not None
+        old.replay_buffer.unlink(missing_ok=True)

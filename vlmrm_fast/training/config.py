@@ -69,6 +69,9 @@ class LoggingConfig:
     video_every: int = 10_000  # env steps; 0 disables videos
     video_episodes: int = 1
     tensorboard: bool = True
+    # Off-policy: how many of the newest checkpoints keep their replay buffer. 2 costs one more buffer file
+    # on disk (as large as model_replay_buffer_*.pkl) and lets --resume keep the buffer when the newest is damaged.
+    keep_replay_buffers: int = 1
 
 
 @dataclasses.dataclass
@@ -150,8 +153,8 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         get_task(cfg.task)
     except ValueError as exc:
         raise ConfigError(f"task: {exc}") from None
-    if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool):
-        raise ConfigError(f"seed: expected an integer, got {cfg.seed!r}")
+    if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or cfg.seed < 0:
+        raise ConfigError(f"seed: expected a non-negative integer (e.g. seed: 0), got {cfg.seed!r}")
     r = cfg.reward
     if not isinstance(r.model, str) or not r.model:
         raise ConfigError("reward.model: expected a model name such as ViT-L-14/laion2b_s32b_b82k or vlmrm-tiny")
@@ -218,6 +221,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _positive_int(lg.checkpoint_every, "logging.checkpoint_every")
     _positive_int(lg.video_every, "logging.video_every", allow_zero=True)
     _positive_int(lg.video_episodes, "logging.video_episodes")
+    _positive_int(lg.keep_replay_buffers, "logging.keep_replay_buffers")
     algorithm_kwargs(cfg)  # names the field of a wrong argument now, not minutes into training
     return cfg
 
@@ -292,6 +296,20 @@ def identity_differences(saved: dict[str, Any], current: dict[str, Any]) -> list
     return out
 
 
+def _yaml_error(path: pathlib.Path, exc: yaml.YAMLError) -> str:
+    """PyYAML's several lines in one: ``FILE:LINE:COLUMN: not valid YAML: the problem``."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+    context, start = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and start is not None and start is not mark:
+        context += f" begun at line {start.line + 1}"
+    context = f" ({' '.join(context.split())})" if context else ""
+    return (
+        f"{where}: not valid YAML: {problem}{context}; fix that line (check its indentation, and quote values with ':')"
+    )
+
+
 def load_config(source: str | pathlib.Path | dict) -> TrainConfig:
     """Reads and validates a YAML file (or an already-parsed mapping)."""
     if isinstance(source, dict):
@@ -303,5 +321,5 @@ def load_config(source: str | pathlib.Path | dict) -> TrainConfig:
         try:
             data = yaml.safe_load(path.read_text())
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+            raise ConfigError(_yaml_error(path, exc)) from None
     return validate(_build(TrainConfig, data, ""))

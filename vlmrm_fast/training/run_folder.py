@@ -43,8 +43,43 @@ def identity_hash(identity: dict[str, Any]) -> str:
 
 @dataclasses.dataclass
 class ResumePoint:
-    candidates: list[checkpoints.Checkpoint]  # newest first; train loads the first that loads
-    removed: list[pathlib.Path]  # incomplete checkpoint files deleted
+    """What ``--resume`` continues from, and what it does to the folder once the checkpoint has loaded."""
+
+    folder: pathlib.Path  # the checkpoint folder
+    checkpoint: checkpoints.Checkpoint  # the newest intact checkpoint (with its replay buffer, where one is needed)
+    replay_buffer: bool  # load the checkpoint's replay buffer (off-policy; False: --allow-empty-replay-buffer)
+    damaged: list[checkpoints.Damaged]  # moved into checkpoints/damaged/ by apply()
+    incomplete: list[pathlib.Path]  # what a kill cut short: removed by apply()
+
+    def apply(self) -> list[str]:
+        """Removes what a kill cut short, moves damage aside; returns one line for each."""
+        lines = []
+        if self.incomplete:
+            for path in self.incomplete:
+                path.unlink(missing_ok=True)
+            lines.append(
+                f"--resume: removed {', '.join(p.name for p in self.incomplete)} from {self.folder}: files of a "
+                f"checkpoint save that a kill cut short (temporary names, or a save whose manifest never came)"
+            )
+        for damage in self.damaged:
+            moved = checkpoints.set_aside(self.folder, damage.files)
+            lines.append(
+                f"--resume: {damage.why}: moved {', '.join(p.name for p in moved)} into "
+                f"{self.folder / checkpoints.DAMAGED_DIR} (kept, not loaded)"
+            )
+        return lines
+
+
+def _buffer_lack(checkpoint: checkpoints.Checkpoint, bad_buffers: dict[str, checkpoints.Damaged]) -> str:
+    """What is wrong with the replay buffer of an off-policy checkpoint that has none to load."""
+    if checkpoint.name in bad_buffers:
+        return f"its replay buffer is damaged ({bad_buffers[checkpoint.name].why})"
+    entry = checkpoint.manifest["files"].get("replay_buffer")
+    return (
+        f"its replay buffer {entry['name']} is missing"
+        if isinstance(entry, dict)
+        else "it was saved without a replay buffer"
+    )
 
 
 class RunLock:
@@ -147,37 +182,75 @@ class RunFolder:
     def resume_point(
         self, identity: dict[str, Any], *, needs_replay_buffer: bool, allow_empty_replay_buffer: bool
     ) -> ResumePoint:
-        """This run's complete checkpoints to resume from, newest first (incomplete files removed), or a
-        RunFolderError when the newest belongs to another config or lacks the replay buffer it needs."""
+        """The newest intact checkpoint of this run (checksums compared), preferring, for an off-policy run,
+        the newest whose replay buffer is intact too; or a RunFolderError, with nothing changed, when there is
+        none, when it belongs to another config, or when the off-policy run would go on with an empty buffer
+        without ``allow_empty_replay_buffer``. Changes nothing: :meth:`ResumePoint.apply` does."""
         identity = plain(identity)
         scan = checkpoints.scan(self.checkpoint_dir)
-        removed = scan.remove_incomplete()
-        if not scan.complete:
-            saved = self.saved_identity()
-            if saved is not None and saved != identity:
-                raise self._mismatch(str(self.path / CONFIG_FILE), saved, identity)
-            return ResumePoint([], removed)
-        newest = scan.complete[-1]
-        if newest.manifest.get("identity") != identity:
-            raise self._mismatch(f"checkpoint {newest.name}", newest.manifest.get("identity") or {}, identity)
-        if needs_replay_buffer and newest.replay_buffer is None and not allow_empty_replay_buffer:
-            entry = newest.manifest["files"].get("replay_buffer")
-            missing = (
-                f"its replay buffer {entry['name']} is missing"
-                if isinstance(entry, dict)
-                else "it was saved without a replay buffer"
-            )
+        damaged = list(scan.damaged)
+        intact: checkpoints.Checkpoint | None = None  # the newest whole model
+        with_buffer: checkpoints.Checkpoint | None = None  # the newest whole model with its whole replay buffer
+        bad_buffers: dict[str, checkpoints.Damaged] = {}  # checkpoint name -> its damaged replay buffer
+        for checkpoint in reversed(scan.complete):
+            if intact is not None and (not needs_replay_buffer or checkpoint.replay_buffer is None):
+                continue  # older than an intact model, and no buffer to offer: not read
+            model_problem, buffer_problem = checkpoints.verify(checkpoint)
+            if model_problem:
+                damaged.append(checkpoints.Damaged(checkpoint.files(), model_problem))
+                continue
+            if buffer_problem and checkpoint.replay_buffer is not None:
+                bad_buffers[checkpoint.name] = checkpoints.Damaged([checkpoint.replay_buffer], buffer_problem)
+                checkpoint.replay_buffer = None
+            intact = intact or checkpoint
+            if not needs_replay_buffer or checkpoint.replay_buffer is not None:
+                with_buffer = checkpoint
+                break
+        if intact is None:
+            raise self._nothing_intact(scan, damaged)
+        chosen = with_buffer or intact
+        if chosen.manifest.get("identity") != identity:
+            raise self._mismatch(f"checkpoint {chosen.name}", chosen.manifest.get("identity") or {}, identity)
+        if needs_replay_buffer and with_buffer is None and not allow_empty_replay_buffer:
             raise RunFolderError(
-                f"checkpoint {newest.name}: {missing}, so the off-policy run would go on with an empty one. "
-                f"Pass --allow-empty-replay-buffer to accept that"
+                f"checkpoint {intact.name}, the newest intact one: {_buffer_lack(intact, bad_buffers)}, and no older "
+                f"checkpoint kept its replay buffer, so the off-policy run would go on with an empty one. Nothing was "
+                f"changed. Pass --allow-empty-replay-buffer to accept that"
             )
-        usable = [
-            c
-            for c in reversed(scan.complete)
-            if c.manifest.get("identity") == identity
-            and (c.replay_buffer is not None or not needs_replay_buffer or allow_empty_replay_buffer)
-        ]
-        return ResumePoint(usable, removed)
+        # Intact models newer than the chosen checkpoint lack their buffer: set aside whole, so that the resumed
+        # run never writes over them; a damaged buffer of the chosen one is set aside alone.
+        for checkpoint in scan.complete[scan.complete.index(chosen) :]:
+            bad = bad_buffers.get(checkpoint.name)
+            if checkpoint is chosen:
+                damaged += [bad] if bad else []
+            elif not any(checkpoint.model in d.files for d in damaged):
+                files = (bad.files if bad else []) + checkpoint.files()
+                why = f"checkpoint {checkpoint.name}: {_buffer_lack(checkpoint, bad_buffers)}"
+                damaged.append(checkpoints.Damaged(files, why))
+        return ResumePoint(
+            self.checkpoint_dir,
+            chosen,
+            replay_buffer=needs_replay_buffer and chosen.replay_buffer is not None,
+            damaged=damaged,
+            incomplete=scan.incomplete,
+        )
+
+    def _nothing_intact(self, scan: checkpoints.CheckpointScan, damaged: list[checkpoints.Damaged]) -> RunFolderError:
+        if not damaged:
+            cut = (
+                f" (only {', '.join(p.name for p in scan.incomplete)}, which a kill cut short)"
+                if scan.incomplete
+                else ""
+            )
+            return RunFolderError(
+                f"--resume: {self.checkpoint_dir} holds no checkpoint to resume from{cut}; nothing was changed. "
+                f"Start the run without --resume (with --overwrite where the folder holds its files)"
+            )
+        return RunFolderError(
+            f"--resume: no intact checkpoint in {self.checkpoint_dir}: "
+            f"{'; '.join(d.describe() for d in damaged)}. Nothing was changed. Copy intact files back, start over "
+            f"with --overwrite (deletes them), or choose another folder (--output-dir)"
+        )
 
     def _mismatch(self, what: str, saved: dict[str, Any], current: dict[str, Any]) -> RunFolderError:
         changes = identity_differences(saved, current) or ["the saved run identity is unreadable"]

@@ -63,3 +63,26 @@ class StopRequest:
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
+
+
+class Terminated(BaseException):
+    """SIGTERM where there is nothing to save yet (a start), raised as SIGINT raises KeyboardInterrupt."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Inside the block SIGTERM raises :class:`Terminated` (main thread only): a start stopped by a scheduler
+    in its first seconds then says so, instead of vanishing with exit 143 and no word. ``StopRequest``
+    takes over once training starts."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

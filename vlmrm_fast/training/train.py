@@ -15,6 +15,7 @@ checkpoint.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pathlib
 import signal
 import sys
@@ -43,8 +44,16 @@ from vlmrm_fast.training.callbacks import (
     TrainingProgress,
 )
 from vlmrm_fast.training.config import ConfigError, TrainConfig, algorithm_kwargs, load_config, resolved, run_identity
-from vlmrm_fast.training.run_folder import CONFIG_FILE, FINAL_MODEL, RunFolder, RunFolderError, identity_hash, plain
-from vlmrm_fast.training.signals import StopRequest
+from vlmrm_fast.training.run_folder import (
+    CONFIG_FILE,
+    FINAL_MODEL,
+    ResumePoint,
+    RunFolder,
+    RunFolderError,
+    identity_hash,
+    plain,
+)
+from vlmrm_fast.training.signals import StopRequest, Terminated, sigterm_raises
 
 ALGORITHM_CLASSES = {"SAC": SAC, "PPO": PPO, "DQN": DQN}
 EXIT_DONE, EXIT_CRASHED, EXIT_REFUSED = 0, 1, 2
@@ -166,24 +175,21 @@ def _write_pending_logs(model: BaseAlgorithm) -> None:
         model.logger.dump(model.num_timesteps)
 
 
-def _resume_model(
-    cfg: TrainConfig, candidates: list[checkpoints.Checkpoint], env
-) -> tuple[BaseAlgorithm, checkpoints.Checkpoint] | None:
-    """The newest checkpoint that loads; one that fails to load is named and the next older one tried."""
-    algo = ALGORITHM_CLASSES[cfg.rl.algorithm]
-    for candidate in candidates:
-        try:
-            model = algo.load(candidate.model, env=env, device=cfg.rl.device)
-            if candidate.replay_buffer is not None and isinstance(model, OffPolicyAlgorithm):
-                model.load_replay_buffer(candidate.replay_buffer)
-        except Exception as exc:  # a file that passed the size check yet does not load: skip it, say so
-            print(
-                f"--resume: cannot load {candidate.name} ({type(exc).__name__}: {exc}); trying an older checkpoint",
-                file=sys.stderr,
-            )
-            continue
-        return model, candidate
-    return None
+def _load_checkpoint(cfg: TrainConfig, point: ResumePoint, env) -> BaseAlgorithm:
+    """The model (and replay buffer) of the checkpoint to resume from; a RunFolderError if it does not load."""
+    checkpoint = point.checkpoint
+    try:
+        model = ALGORITHM_CLASSES[cfg.rl.algorithm].load(checkpoint.model, env=env, device=cfg.rl.device)
+        if point.replay_buffer and isinstance(model, OffPolicyAlgorithm):
+            model.load_replay_buffer(checkpoint.replay_buffer)
+    except Exception as exc:
+        detail = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        raise RunFolderError(
+            f"--resume: checkpoint {checkpoint.name} is whole by its manifest but does not load "
+            f"({type(exc).__name__}: {detail}); nothing was changed. It may come from other versions of "
+            f"stable-baselines3 or torch (see system_info.txt inside the zip): resume with those"
+        ) from exc
+    return model
 
 
 def _prepare_resumed(model: BaseAlgorithm, cfg: TrainConfig) -> None:
@@ -206,7 +212,8 @@ def train(
         return distributed_jobs.serve_for_training(cfg.env.rank_timeout)
     cfg = resolved(cfg)
     algorithm_kwargs(cfg)
-    lock = RunFolder(cfg.run_dir).lock()
+    with sigterm_raises():
+        lock = RunFolder(cfg.run_dir).lock()
     try:
         return _train(cfg, resume=resume, overwrite=overwrite, allow_empty_replay_buffer=allow_empty_replay_buffer)
     finally:
@@ -217,61 +224,85 @@ def _train(cfg: TrainConfig, *, resume: bool, overwrite: bool, allow_empty_repla
     identity = plain(run_identity(cfg))
     folder = RunFolder(cfg.run_dir)
     off_policy = issubclass(ALGORITHM_CLASSES[cfg.rl.algorithm], OffPolicyAlgorithm)
-    candidates: list[checkpoints.Checkpoint] = []
+    point: ResumePoint | None = None
     replaced: list[str] = []
-    if resume:
-        point = folder.resume_point(
-            identity, needs_replay_buffer=off_policy, allow_empty_replay_buffer=allow_empty_replay_buffer
-        )
-        if point.removed:
-            print(
-                f"--resume: removed incomplete checkpoint files (a kill cut their saving short): {', '.join(p.name for p in point.removed)}",
-                file=sys.stderr,
+    with sigterm_raises():  # until training starts there is nothing to save: a SIGTERM stops the start
+        if resume:
+            point = folder.resume_point(
+                identity, needs_replay_buffer=off_policy, allow_empty_replay_buffer=allow_empty_replay_buffer
             )
-        candidates = point.candidates
-    else:
-        replaced = folder.check_unused(overwrite=overwrite)
-
-    venv = make_env(cfg)
-    monitored = VecMonitor(venv)
-    try:
-        model, stats, resumed = _setup_model(cfg, monitored, candidates, off_policy, resume)
-        if replaced:
-            folder.clear()
-            print(f"--overwrite: deleted the previous run's {', '.join(replaced)} in {folder.path}", file=sys.stderr)
-    except BaseException:
-        monitored.close()
-        raise
+        else:
+            replaced = folder.check_unused(overwrite=overwrite)
+        print(startup_summary(cfg, point), file=sys.stderr)
+        venv = make_env(cfg)
+        monitored = VecMonitor(venv)
+        try:
+            model, stats = _setup_model(cfg, monitored, point, off_policy)
+            if replaced:
+                folder.clear()
+                print(
+                    f"--overwrite: deleted the previous run's {', '.join(replaced)} in {folder.path}", file=sys.stderr
+                )
+        except BaseException:
+            monitored.close()
+            raise
     stop = StopRequest()
     with stop.installed():  # until the envs are closed: a second signal never cuts the wind-down short
         try:
-            return _run(cfg, model, venv, stats, folder, identity, stop, resumed=resumed)
+            return _run(cfg, model, venv, stats, folder, identity, stop, resumed=point is not None)
         finally:
             monitored.close()
 
 
+def _default(section: Any, name: str) -> str:
+    """ " (the default)" when the config field ``name`` of ``section`` has its default value, else ""."""
+    field = next(f for f in dataclasses.fields(section) if f.name == name)
+    return " (the default)" if getattr(section, name) == field.default else ""
+
+
+def startup_summary(cfg: TrainConfig, point: ResumePoint | None) -> str:
+    """What decides the run's cost, printed before anything is loaded: algorithm and steps, envs, model,
+    folder; the fields left at their defaults are marked."""
+    rl, r, lg = cfg.rl, cfg.reward, cfg.logging
+    start = f"from {point.checkpoint.name} ({point.checkpoint.steps:,} steps)" if point else "from scratch"
+    buffers = (
+        f", the newest {lg.keep_replay_buffers} with the replay buffer (logging.keep_replay_buffers)"
+        if issubclass(ALGORITHM_CLASSES[rl.algorithm], OffPolicyAlgorithm)
+        else ""
+    )
+    return "\n".join(
+        [
+            f"vlmrm-fast train: {cfg.task}, {cfg.env.n_envs} envs; {start}",
+            f"  rl.algorithm        {rl.algorithm}{_default(rl, 'algorithm')}",
+            f"  rl.total_timesteps  {rl.total_timesteps:,}{_default(rl, 'total_timesteps')}",
+            f"  reward.model        {r.model}{_default(r, 'model')} on {r.device}",
+            f"  output_dir          {cfg.run_dir.resolve()}{_default(cfg, 'output_dir')}",
+            f"  checkpoints         every {lg.checkpoint_every:,} steps{buffers}",
+        ]
+    )
+
+
 def _setup_model(
-    cfg: TrainConfig, env, candidates: list[checkpoints.Checkpoint], off_policy: bool, resume: bool
-) -> tuple[BaseAlgorithm, EpisodeStats, bool]:
+    cfg: TrainConfig, env, point: ResumePoint | None, off_policy: bool
+) -> tuple[BaseAlgorithm, EpisodeStats]:
     stats = EpisodeStats(env.num_envs)
-    loaded = _resume_model(cfg, candidates, env) if candidates else None
-    if loaded is None:
-        if resume:
-            why = "every checkpoint failed to load" if candidates else "no complete checkpoint in the run folder"
-            print(f"--resume: {why}; starting from scratch", file=sys.stderr)
-        return build_model(cfg, env), stats, False
-    model, checkpoint = loaded
+    if point is None:
+        return build_model(cfg, env), stats
+    model = _load_checkpoint(cfg, point, env)
+    for line in point.apply():  # the checkpoint loads: now remove what a kill cut short, set damage aside
+        print(line, file=sys.stderr)
+    checkpoint = point.checkpoint
     _prepare_resumed(model, cfg)
     stats.restore(checkpoint.manifest.get("episode_stats"))
     buffer_note = ""
     if off_policy:
         buffer_note = (
             " with its replay buffer"
-            if checkpoint.replay_buffer
+            if point.replay_buffer
             else " with an EMPTY replay buffer (--allow-empty-replay-buffer)"
         )
     print(f"resuming from {checkpoint.name} at {model.num_timesteps} steps{buffer_note}", file=sys.stderr)
-    return model, stats, True
+    return model, stats
 
 
 def _run(
@@ -294,7 +325,12 @@ def _run(
 
     def save(tag: str, reason: str) -> checkpoints.Checkpoint:
         return checkpoints.save_checkpoint(
-            model, folder.checkpoint_dir, tag=tag, reason=reason, extra={**extra, "episode_stats": stats.state()}
+            model,
+            folder.checkpoint_dir,
+            tag=tag,
+            reason=reason,
+            extra={**extra, "episode_stats": stats.state()},
+            keep_replay_buffers=cfg.logging.keep_replay_buffers,
         )
 
     episode_batch = cfg.reward.episode_batch
@@ -382,7 +418,9 @@ def add_subcommand(sub: argparse._SubParsersAction) -> None:
     p.add_argument("config", help="YAML config (see configs/)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument(
-        "--resume", action="store_true", help="continue from the newest complete checkpoint in the run folder"
+        "--resume",
+        action="store_true",
+        help="continue from the newest intact checkpoint in the run folder (damaged ones are moved aside)",
     )
     mode.add_argument(
         "--overwrite", action="store_true", help="delete a previous run's files in the run folder and start over"
@@ -432,11 +470,15 @@ def _main(args: argparse.Namespace) -> int:
     except LayoutError as exc:  # under torchrun: more ranks than envs, or than GPUs
         print(f"vlmrm-fast train: the job cannot run: {exc}", file=sys.stderr)
         return EXIT_REFUSED
-    except KeyboardInterrupt as exc:
+    except checkpoints.CheckpointSpaceError as exc:  # a full disk: the run stops, its checkpoints whole
+        print(f"vlmrm-fast train: {exc.strerror}", *getattr(exc, "__notes__", []), sep="\n", file=sys.stderr)
+        return EXIT_CRASHED
+    except (KeyboardInterrupt, Terminated) as exc:
         if getattr(exc, "during_training", False):
             raise
-        print("\ninterrupted before training started; nothing was written", file=sys.stderr)
-        return 130
+        name = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+        print(f"\nvlmrm-fast train: stopped by {name} before training started; nothing was written", file=sys.stderr)
+        return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
     except Exception as exc:
         if getattr(exc, "during_training", False) or not expected_failure(exc, setup=True):
             raise
