@@ -368,11 +368,19 @@ def test_atomic_writes_leave_whole_files_or_recognized_temporaries(tmp_path, mon
     with pytest.raises(KeyboardInterrupt):
         checkpoints.write_atomically(target, lambda f: f.write(b"new"))
     assert target.read_bytes() == b"old" and not checkpoints.temporary_path(target).exists()
-    # a temporary that a kill left behind is recognized, as are files no manifest vouches for
+    # a temporary that a kill left behind is recognized; a file no manifest vouches for, with no save of it
+    # under way, did not come from a kill: damaged, to be set aside, not removed
     checkpoints.temporary_path(target).write_bytes(b"ne")
     scan = checkpoints.scan(tmp_path)
-    assert scan.complete == [] and {p.name for p in scan.incomplete} == {
+    assert scan.complete == [] and [p.name for p in scan.incomplete] == [".model_40_steps.zip.tmp"]
+    assert [[p.name for p in d.files] for d in scan.damaged] == [["model_40_steps.zip"]]
+    assert "no manifest names it" in scan.damaged[0].why
+    # with its manifest still under the temporary name (the mark of a save under way), a kill cut it short
+    checkpoints.temporary_path(tmp_path / "model_40_steps.json").write_bytes(b"saving")
+    scan = checkpoints.scan(tmp_path)
+    assert not scan.damaged and {p.name for p in scan.incomplete} == {
         ".model_40_steps.zip.tmp",
+        ".model_40_steps.json.tmp",
         "model_40_steps.zip",
     }
 
@@ -390,25 +398,37 @@ def test_a_checkpoint_counts_only_once_its_manifest_is_written(tmp_path, monkeyp
 
     checkpoints.save_checkpoint(Model(), tmp_path, reason="periodic")
     assert [c.steps for c in checkpoints.scan(tmp_path).complete] == [80]
+    before = sorted(p.name for p in tmp_path.iterdir())
     original = checkpoints._publish
 
-    def killed_before_the_manifest(temporary, path):
+    def stopped_before_the_manifest(temporary, path):
         if path.suffix == ".json":
             raise SystemExit  # the process ends here; model and buffer of 120 are in place
         original(temporary, path)
 
-    monkeypatch.setattr(checkpoints, "_publish", killed_before_the_manifest)
+    monkeypatch.setattr(checkpoints, "_publish", stopped_before_the_manifest)
     Model.num_timesteps = 120
     with pytest.raises(SystemExit):
         checkpoints.save_checkpoint(Model(), tmp_path, reason="periodic")
-    scan = checkpoints.scan(tmp_path)
-    assert [c.steps for c in scan.complete] == [80] and scan.complete[0].replay_buffer is not None
-    assert {p.name for p in scan.incomplete} == {"model_120_steps.zip", "model_replay_buffer_120_steps.pkl"}
-    assert scan.remove_incomplete() and sorted(p.name for p in tmp_path.iterdir()) == [
+    # the failed save removed its own files at once
+    assert sorted(p.name for p in tmp_path.iterdir()) == before == [
         "model_80_steps.json",
         "model_80_steps.zip",
         "model_replay_buffer_80_steps.pkl",
     ]
+    # what a kill (which runs no clean-up) leaves at that moment: the mark of the save, model and buffer
+    checkpoints.temporary_path(tmp_path / "model_120_steps.json").write_bytes(b"saving")
+    (tmp_path / "model_120_steps.zip").write_bytes(b"model")
+    (tmp_path / "model_replay_buffer_120_steps.pkl").write_bytes(b"buffer")
+    scan = checkpoints.scan(tmp_path)
+    assert [c.steps for c in scan.complete] == [80] and scan.complete[0].replay_buffer is not None
+    assert {p.name for p in scan.incomplete} == {
+        ".model_120_steps.json.tmp",
+        "model_120_steps.zip",
+        "model_replay_buffer_120_steps.pkl",
+    }
+    assert not scan.damaged
+    assert scan.remove_incomplete() and sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 # ------------------------------------------------------------------ logged rewards

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import pickle
 import warnings
 from pathlib import Path
 from typing import Any
@@ -158,18 +157,15 @@ def _checkpoint_error(path: Path, model_name: str, exc: Exception) -> str:
             f"run as code. If you trust its source, load it in your own code and save the weights alone: "
             f"torch.save(model.state_dict(), 'weights.pt')"
         )
-    if (
-        detail
-        or isinstance(exc, (pickle.UnpicklingError, EOFError))
-        or "zip" in text.lower()
-        or "safetensor" in text.lower()
-    ):
-        return (
-            f"{head}: it is not a readable weights file ({path.stat().st_size} bytes), neither a whole torch.save "
-            f"state dict nor a safetensors file ({detail or _first_line(text)}). It may be damaged or cut short: "
-            f"download or copy it again"
-        )
-    return f"{head}: {type(exc).__name__}: {_first_line(text)}"
+    if isinstance(exc, OSError):  # the file is there but cannot be read
+        return f"{head}: {exc.strerror or _first_line(text)}; check its permissions and the disk it is on"
+    # Anything else the unpickler or the zip reader trips over (an IndexError, a KeyError, ...) is a file
+    # that is not weights: say so, whatever error its bytes happened to raise.
+    reason = detail or f"the loader stopped at {type(exc).__name__}: {_first_line(text)}".rstrip(": ")
+    return (
+        f"{head}: it is not a readable weights file ({path.stat().st_size} bytes), neither a whole torch.save "
+        f"state dict nor a safetensors file ({reason}). It may be damaged or cut short: download or copy it again"
+    )
 
 
 def _first_line(text: str) -> str:

@@ -77,11 +77,12 @@ def temporary_path(path: pathlib.Path) -> pathlib.Path:
     return path.with_name(f".{path.name}.tmp")
 
 
-class _HashingWriter(io.BufferedIOBase):
+class _HashingStream(io.RawIOBase):
     """Passes writes on to ``file`` and hashes them: the checksum of a file as it is written.
 
     Not seekable, so that what passes through is the file's content in order (zipfile then
-    writes its sizes after each member instead of seeking back to patch its headers)."""
+    writes its sizes after each member instead of seeking back to patch its headers).
+    Wrapped in an ``io.BufferedWriter``, the file type Stable-Baselines3's save functions take."""
 
     def __init__(self, file: BinaryIO):
         super().__init__()
@@ -101,9 +102,6 @@ class _HashingWriter(io.BufferedIOBase):
 
     def tell(self) -> int:
         return self.size
-
-    def flush(self) -> None:
-        self._file.flush()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,15 +124,17 @@ def write_atomically(path: pathlib.Path, write: Callable[[BinaryIO], None]) -> W
     temporary = temporary_path(path)
     try:
         with open(temporary, "wb") as f:
-            writer = _HashingWriter(f)
+            stream = _HashingStream(f)
+            writer = io.BufferedWriter(stream)
             write(writer)
+            writer.flush()
             f.flush()
             os.fsync(f.fileno())
         _publish(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-    return Written(path, writer.size, writer.hash.hexdigest())
+    return Written(path, stream.size, stream.hash.hexdigest())
 
 
 def write_text_atomically(path: pathlib.Path, text: str) -> Written:

@@ -94,9 +94,15 @@ class RunLock:
     def __init__(self, folder: pathlib.Path):
         self.folder = folder
         self.created = not folder.exists()
-        folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / ".lock"
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise RunFolderError(
+                f"output_dir: cannot write in {folder} ({exc.strerror}); choose a writable folder "
+                f"(output_dir in the config, or --output-dir)"
+            ) from None
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -142,6 +148,8 @@ class RunFolder:
                 files = sum(1 for p in target.iterdir()) if target.is_dir() else 0
                 if files:
                     found.append(f"{count} checkpoint{'s' if count != 1 else ''}" if count else "checkpoint files")
+                if (target / checkpoints.DAMAGED_DIR).is_dir():
+                    found.append(f"checkpoints/{checkpoints.DAMAGED_DIR}/ (files set aside by --resume)")
             elif target.is_dir():
                 if any(target.iterdir()):
                     found.append(f"{entry}/")
@@ -193,8 +201,12 @@ class RunFolder:
         with_buffer: checkpoints.Checkpoint | None = None  # the newest whole model with its whole replay buffer
         bad_buffers: dict[str, checkpoints.Damaged] = {}  # checkpoint name -> its damaged replay buffer
         for checkpoint in reversed(scan.complete):
-            if intact is not None and (not needs_replay_buffer or checkpoint.replay_buffer is None):
-                continue  # older than an intact model, and no buffer to offer: not read
+            if intact is not None and (
+                not needs_replay_buffer
+                or checkpoint.replay_buffer is None
+                or checkpoint.manifest.get("identity") != identity
+            ):
+                continue  # older than an intact model, and no buffer of this run to offer: not read
             model_problem, buffer_problem = checkpoints.verify(checkpoint)
             if model_problem:
                 damaged.append(checkpoints.Damaged(checkpoint.files(), model_problem))
@@ -208,9 +220,9 @@ class RunFolder:
                 break
         if intact is None:
             raise self._nothing_intact(scan, damaged)
+        if intact.manifest.get("identity") != identity:
+            raise self._mismatch(f"checkpoint {intact.name}", intact.manifest.get("identity") or {}, identity)
         chosen = with_buffer or intact
-        if chosen.manifest.get("identity") != identity:
-            raise self._mismatch(f"checkpoint {chosen.name}", chosen.manifest.get("identity") or {}, identity)
         if needs_replay_buffer and with_buffer is None and not allow_empty_replay_buffer:
             raise RunFolderError(
                 f"checkpoint {intact.name}, the newest intact one: {_buffer_lack(intact, bad_buffers)}, and no older "

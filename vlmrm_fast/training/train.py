@@ -233,7 +233,7 @@ def _train(cfg: TrainConfig, *, resume: bool, overwrite: bool, allow_empty_repla
             )
         else:
             replaced = folder.check_unused(overwrite=overwrite)
-        print(startup_summary(cfg, point), file=sys.stderr)
+        print(startup_summary(cfg, point), flush=True)
         venv = make_env(cfg)
         monitored = VecMonitor(venv)
         try:
