@@ -411,11 +411,15 @@ def test_a_checkpoint_counts_only_once_its_manifest_is_written(tmp_path, monkeyp
     with pytest.raises(SystemExit):
         checkpoints.save_checkpoint(Model(), tmp_path, reason="periodic")
     # the failed save removed its own files at once
-    assert sorted(p.name for p in tmp_path.iterdir()) == before == [
-        "model_80_steps.json",
-        "model_80_steps.zip",
-        "model_replay_buffer_80_steps.pkl",
-    ]
+    assert (
+        sorted(p.name for p in tmp_path.iterdir())
+        == before
+        == [
+            "model_80_steps.json",
+            "model_80_steps.zip",
+            "model_replay_buffer_80_steps.pkl",
+        ]
+    )
     # what a kill (which runs no clean-up) leaves at that moment: the mark of the save, model and buffer
     checkpoints.temporary_path(tmp_path / "model_120_steps.json").write_bytes(b"saving")
     (tmp_path / "model_120_steps.zip").write_bytes(b"model")

@@ -64,8 +64,8 @@ class ResumePoint:
         for damage in self.damaged:
             moved = checkpoints.set_aside(self.folder, damage.files)
             lines.append(
-                f"--resume: {damage.why}: moved {', '.join(p.name for p in moved)} into "
-                f"{self.folder / checkpoints.DAMAGED_DIR} (kept, not loaded)"
+                f"--resume: damaged checkpoint files ({damage.why}): moved {', '.join(p.name for p in moved)} "
+                f"into {self.folder / checkpoints.DAMAGED_DIR} (kept, not loaded)"
             )
         return lines
 
@@ -224,10 +224,11 @@ class RunFolder:
             raise self._mismatch(f"checkpoint {intact.name}", intact.manifest.get("identity") or {}, identity)
         chosen = with_buffer or intact
         if needs_replay_buffer and with_buffer is None and not allow_empty_replay_buffer:
+            found = f" (damaged: {'; '.join(d.describe() for d in damaged)})" if damaged else ""
             raise RunFolderError(
-                f"checkpoint {intact.name}, the newest intact one: {_buffer_lack(intact, bad_buffers)}, and no older "
-                f"checkpoint kept its replay buffer, so the off-policy run would go on with an empty one. Nothing was "
-                f"changed. Pass --allow-empty-replay-buffer to accept that"
+                f"checkpoint {intact.name}, the newest intact one{found}: {_buffer_lack(intact, bad_buffers)}, and "
+                f"no older checkpoint kept its replay buffer, so the off-policy run would go on with an empty one. "
+                f"Nothing was changed. Pass --allow-empty-replay-buffer to accept that"
             )
         # Intact models newer than the chosen checkpoint lack their buffer: set aside whole, so that the resumed
         # run never writes over them; a damaged buffer of the chosen one is set aside alone.

@@ -1,0 +1,276 @@
+"""Damaged checkpoints never cost a run its progress, and a full disk leaves no orphan.
+
+One short SAC run (tiny CLIP, 32-unit networks) saves checkpoints at 40, 80 and 120 steps,
+keeping the replay buffers of the newest two. Each test copies it and damages the newest
+checkpoint's model zip, manifest or replay buffer (bits flipped, cut short, deleted); then
+``--resume`` continues from the newest intact checkpoint, or refuses with exit 2 having
+changed nothing. Every file of the run's checkpoint folder is compared (name and sha256)
+before and after: none is lost or overwritten; damaged ones are found in
+``checkpoints/damaged/``.
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+import hashlib
+import pathlib
+import shutil
+
+import pytest
+import yaml
+from stable_baselines3 import SAC
+
+from vlmrm_fast.cli import main as cli_main
+from vlmrm_fast.training import checkpoints
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
+
+CONFIG = {
+    "task": "humanoid-kneeling",
+    "seed": 3,
+    "reward": {"model": "vlmrm-tiny", "alpha": 0.5, "device": "cpu"},
+    "env": {"n_envs": 2, "episode_length": 10, "render_size": 32},
+    "rl": {
+        "algorithm": "SAC",
+        "total_timesteps": 120,
+        "device": "cpu",
+        "kwargs": {
+            "learning_starts": 20,
+            "batch_size": 16,
+            "buffer_size": 1000,
+            "policy_kwargs": {"net_arch": [32, 32]},
+        },
+    },
+    "logging": {"checkpoint_every": 40, "video_every": 0, "tensorboard": False, "keep_replay_buffers": 2},
+}
+NEWEST = {
+    "zip": "model_120_steps.zip",
+    "manifest": "model_120_steps.json",
+    "buffer": "model_replay_buffer_120_steps.pkl",
+}
+
+
+def _write_config(folder: pathlib.Path, run: pathlib.Path, **logging) -> pathlib.Path:
+    cfg = copy.deepcopy(CONFIG)
+    cfg["output_dir"] = str(run)
+    cfg["logging"].update(logging)
+    path = folder / f"{run.name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, one_torch_thread_module) -> pathlib.Path:
+    """A run with checkpoints at 40, 80 and 120 steps; the buffers of 80 and 120 kept."""
+    folder = tmp_path_factory.mktemp("trained")
+    run = folder / "run"
+    assert cli_main(["train", str(_write_config(folder, run))]) == 0
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert names == sorted(
+        [f"model_{n}_steps.{ext}" for n in (40, 80, 120) for ext in ("zip", "json")]
+        + ["model_replay_buffer_80_steps.pkl", "model_replay_buffer_120_steps.pkl"]
+    )
+    return run
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread_module():
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _copy(trained: pathlib.Path, tmp_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    return run, _write_config(tmp_path, run)
+
+
+def _checksums(folder: pathlib.Path) -> dict[str, str]:
+    """{path relative to folder: sha256} of every file under folder."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _damage(path: pathlib.Path, how: str) -> None:
+    data = bytearray(path.read_bytes())
+    if how == "flip":  # 16 bytes XOR'd in the middle, the size unchanged
+        middle = len(data) // 2
+        data[middle : middle + 16] = bytes(b ^ 0x5A for b in data[middle : middle + 16])
+        path.write_bytes(bytes(data))
+    elif how == "truncate":
+        path.write_bytes(bytes(data[: len(data) // 2]))
+    else:
+        path.unlink()
+
+
+def _assert_nothing_lost(before: dict[str, str], run: pathlib.Path) -> None:
+    """Each checkpoint file of ``before`` is still there with its content: where it was, or set aside in
+    checkpoints/damaged/; the only exception is the replay buffer the keep_replay_buffers option prunes."""
+    after = _checksums(run / "checkpoints")
+    kept_buffers = sorted(
+        c.steps for c in checkpoints.scan(run / "checkpoints").complete if c.replay_buffer is not None
+    )
+    for name, digest in before.items():
+        if after.get(name) == digest or after.get(f"{checkpoints.DAMAGED_DIR}/{name}") == digest:
+            continue
+        pruned = name.startswith("model_replay_buffer_") and len(kept_buffers) >= 2
+        steps = int(name.split("_")[-2])
+        assert pruned and steps < kept_buffers[0], f"{name} was lost or overwritten"
+
+
+@pytest.mark.parametrize("how", ["flip", "truncate", "delete"])
+@pytest.mark.parametrize("which", ["zip", "manifest", "buffer"])
+def test_resume_continues_from_the_newest_intact_checkpoint(trained, tmp_path, capfd, which, how):
+    run, config = _copy(trained, tmp_path)
+    _damage(run / "checkpoints" / NEWEST[which], how)
+    before = _checksums(run / "checkpoints")
+    assert cli_main(["train", str(config), "--resume"]) == 0
+    err = capfd.readouterr().err
+    # the newest whole model with its whole replay buffer is that of 80 steps
+    assert "resuming from model_80_steps.zip at 80 steps with its replay buffer" in err, err
+    moved = f"into {run / 'checkpoints' / checkpoints.DAMAGED_DIR}"
+    assert moved in err and "model_120_steps" in err.split(moved)[0], err
+    _assert_nothing_lost(before, run)
+    aside = {p.name for p in (run / "checkpoints" / checkpoints.DAMAGED_DIR).iterdir()}
+    assert aside == {name for key, name in NEWEST.items() if not (key == which and how == "delete")}
+    # the resumed run saved a new, whole checkpoint at 120 beside the set-aside one
+    newest = checkpoints.scan(run / "checkpoints").newest()
+    assert newest.steps == 120 and checkpoints.verify(newest) == (None, None)
+    assert SAC.load(run / "final_model.zip").num_timesteps == 120
+
+
+@pytest.mark.parametrize("how", ["flip", "truncate", "delete"])
+@pytest.mark.parametrize("which", ["zip", "manifest", "buffer"])
+def test_resume_refuses_and_changes_nothing_where_the_buffer_would_be_lost(trained, tmp_path, capfd, which, how):
+    """As with the default keep_replay_buffers: 1, only the newest checkpoint has its buffer. Damage to it
+    leaves no intact checkpoint with a buffer: refused, nothing written, moved or removed."""
+    run, config = _copy(trained, tmp_path)
+    (run / "checkpoints" / "model_replay_buffer_80_steps.pkl").unlink()
+    (run / "checkpoints" / ".model_160_steps.zip.tmp").write_bytes(b"cut short")  # a kill's, kept on refusal too
+    _damage(run / "checkpoints" / NEWEST[which], how)
+    before = _checksums(run)
+    assert cli_main(["train", str(config), "--resume"]) == 2
+    err = capfd.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "Nothing was changed" in err and "--allow-empty-replay-buffer" in err, err
+    expected = {"zip": "model_80_steps.zip", "manifest": "model_80_steps.zip", "buffer": "model_120_steps.zip"}
+    assert f"checkpoint {expected[which]}, the newest intact one" in err, err
+    assert (which, how) == ("buffer", "delete") or "damaged" in err, err  # says what is wrong with the newer
+    assert _checksums(run) == before
+
+
+def test_an_empty_replay_buffer_accepted_continues_from_the_newest_intact_model(trained, tmp_path, capfd):
+    run, config = _copy(trained, tmp_path)
+    (run / "checkpoints" / "model_replay_buffer_80_steps.pkl").unlink()
+    _damage(run / "checkpoints" / NEWEST["buffer"], "flip")
+    before = _checksums(run / "checkpoints")
+    assert cli_main(["train", str(config), "--resume", "--allow-empty-replay-buffer"]) == 0
+    err = capfd.readouterr().err
+    assert "resuming from model_120_steps.zip at 120 steps with an EMPTY replay buffer" in err, err
+    assert "model_replay_buffer_120_steps.pkl: its sha256 differs from the manifest's" in err, err
+    assert [p.name for p in (run / "checkpoints" / checkpoints.DAMAGED_DIR).iterdir()] == [NEWEST["buffer"]]
+    _assert_nothing_lost(before, run)
+
+
+def test_no_intact_checkpoint_refuses_with_nothing_changed(trained, tmp_path, capfd):
+    run, config = _copy(trained, tmp_path)
+    for steps in (40, 80, 120):
+        _damage(run / "checkpoints" / f"model_{steps}_steps.zip", "flip")
+    before = _checksums(run)
+    assert cli_main(["train", str(config), "--resume", "--allow-empty-replay-buffer"]) == 2
+    err = capfd.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no intact checkpoint in" in err and "Nothing was changed" in err, err
+    assert "model_40_steps.zip" in err and "model_120_steps.zip" in err
+    assert _checksums(run) == before
+
+
+def test_resume_never_starts_from_scratch(tmp_path, capfd):
+    run = tmp_path / "run"
+    config = _write_config(tmp_path, run)
+    assert cli_main(["train", str(config), "--resume"]) == 2
+    err = capfd.readouterr().err.strip()
+    assert "holds no checkpoint to resume from; nothing was changed" in err and "without --resume" in err, err
+    assert not run.exists()
+
+
+def test_a_manifest_edited_to_still_parse_is_caught_by_its_own_checksum(trained, tmp_path):
+    folder = tmp_path / "checkpoints"
+    shutil.copytree(trained / "checkpoints", folder)
+    manifest = folder / NEWEST["manifest"]
+    manifest.write_text(manifest.read_text().replace('"steps": 120', '"steps": 121'))
+    scan = checkpoints.scan(folder)
+    assert [c.steps for c in scan.complete] == [40, 80]
+    assert [d.why for d in scan.damaged] == ["the manifest's content differs from its checksum"]
+
+
+# --------------------------------------------------------------------------- full disk
+def _full_disk_at(monkeypatch, save_number: int) -> None:
+    """The replay buffer of the ``save_number``-th checkpoint save hits a full disk after 4 KiB."""
+    original = SAC.save_replay_buffer
+    count = {"n": 0}
+
+    def save_replay_buffer(self, path):
+        count["n"] += 1
+        if count["n"] == save_number:
+            path.write(b"\0" * 4096)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return original(self, path)
+
+    monkeypatch.setattr(SAC, "save_replay_buffer", save_replay_buffer)
+
+
+def test_a_full_disk_leaves_no_orphan_and_names_the_space_needed(tmp_path, monkeypatch, capfd):
+    run = tmp_path / "run"
+    config = _write_config(tmp_path, run, keep_replay_buffers=1)
+    _full_disk_at(monkeypatch, 2)
+    assert cli_main(["train", str(config)]) == 1
+    err = capfd.readouterr().err.strip().splitlines()
+    first = next(line for line in err if line.startswith("vlmrm-fast train:"))
+    assert f"no space left on the disk of {run / 'checkpoints'} for the checkpoint at 80 steps" in first, err
+    assert "it needs about" in first and "are free" in first and "--resume" in first, err
+    # the failed save's model, buffer and mark are gone; the first checkpoint is whole
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
+        "model_40_steps.json",
+        "model_40_steps.zip",
+        "model_replay_buffer_40_steps.pkl",
+    ]
+    scan = checkpoints.scan(run / "checkpoints")
+    assert not scan.incomplete and not scan.damaged and checkpoints.verify(scan.newest()) == (None, None)
+
+
+def test_a_full_disk_at_any_file_of_a_save_removes_that_save(tmp_path, monkeypatch):
+    class Model:  # what save_checkpoint asks of an SB3 model
+        num_timesteps = 80
+        replay_buffer = None
+        fail = ""
+
+        def save(self, f):
+            f.write(b"model" * 1000)
+            if self.fail == "model":
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+    checkpoints.save_checkpoint(Model(), tmp_path, reason="periodic")
+    before = _checksums(tmp_path)
+    failing = Model()
+    failing.num_timesteps, failing.fail = 120, "model"
+    with pytest.raises(checkpoints.CheckpointSpaceError, match=rf"disk of {tmp_path} .* needs about"):
+        checkpoints.save_checkpoint(failing, tmp_path, reason="periodic")
+    assert _checksums(tmp_path) == before
+    # the manifest, written last, fails: the model already in place goes too
+
+    def manifest_fails(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoints, "write_text_atomically", manifest_fails)
+    failing.fail = ""
+    with pytest.raises(checkpoints.CheckpointSpaceError):
+        checkpoints.save_checkpoint(failing, tmp_path, reason="periodic")
+    assert _checksums(tmp_path) == before
