@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import gymnasium
 import numpy as np
 import pytest
@@ -449,3 +451,42 @@ def test_gymnasium_id_with_own_prompts():
     assert rewards.shape == (2,)
     assert isinstance(env.reward_model(np.zeros((1, 64, 64, 3), np.uint8)), torch.Tensor)
     env.close()
+
+
+_CYCLES = """
+import os, numpy as np, torch
+torch.set_num_threads(1)
+from vlmrm_fast import FastVLMRewardVecEnv
+
+def rss_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+def cycle():  # the reward model loaded by the env, as a user without one at hand makes it
+    env = FastVLMRewardVecEnv("humanoid-kneeling", 2, model="vlmrm-tiny", device="cpu", render_size=480, seed=0)
+    env.reset()
+    for _ in range(2):
+        env.step(np.zeros((2, 17), np.float32))
+    env.close()
+
+for _ in range(5):  # allocator and caches warm
+    cycle()
+start = rss_mib()
+for _ in range(30):
+    cycle()
+print(rss_mib() - start)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_create_close_cycles_leave_no_memory_behind():
+    """30 create/close cycles of an env with its own reward model and 480 px frames, in a fresh process:
+    the resident size grows by less than 20 MiB (0.67 MiB a cycle). Measured on a 2-core AMD EPYC: 36 to
+    38 MiB before close() freed the env's reward model and simulator at once and handed the freed heap
+    back (vlmrm_fast/memory.py), 7 to 9 MiB after, nearly all of it in the first cycles."""
+    from child_process import run_python
+
+    result = run_python(["-c", _CYCLES], env={"OMP_NUM_THREADS": "1"}, timeout=600)
+    assert result.returncode == 0, result.stderr
+    growth = float(result.stdout.strip().splitlines()[-1])
+    assert growth < 20.0, f"RSS grew {growth:.1f} MiB over 30 create/close cycles"

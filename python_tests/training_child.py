@@ -8,6 +8,8 @@ Environment:
                                WHAT file in this process, WHAT one of
         model-mid-write        the model zip, half written (its temporary cut to half its size)
         buffer-before-rename   the replay buffer, whole but not yet renamed (model already in place)
+    VLMRM_TEST_SLOW_SETUP=1    write "making the envs" to stderr when the envs are about to be made,
+                               then take 60 s over it (a start that a signal can land in)
 """
 
 from __future__ import annotations
@@ -56,7 +58,24 @@ def _install_kill(spec: str) -> None:
     checkpoints._publish = publish
 
 
+def _install_slow_setup() -> None:
+    import time
+
+    from vlmrm_fast.training import train
+
+    original = train.make_env
+
+    def make_env(cfg):
+        os.write(2, b"making the envs\n")
+        time.sleep(60)
+        return original(cfg)
+
+    train.make_env = make_env
+
+
 def main() -> int:
+    if os.environ.get("VLMRM_TEST_SLOW_SETUP"):
+        _install_slow_setup()
     if os.environ.get("VLMRM_TEST_PROGRESS"):
         _install_progress(os.environ["VLMRM_TEST_PROGRESS"])
     if os.environ.get("VLMRM_TEST_KILL"):
