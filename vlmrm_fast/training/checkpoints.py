@@ -364,6 +364,18 @@ def replay_buffer_bytes(model: Any) -> int:
     return int(sum(a.nbytes for a in arrays))
 
 
+def _disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was raised while handling, a full disk or quota (a library may wrap it)."""
+    seen: BaseException | None = exc
+    for _ in range(16):  # a chain of causes, not followed forever
+        if seen is None:
+            break
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _space_error(folder: pathlib.Path, steps: int, needed: int) -> CheckpointSpaceError:
     free = shutil.disk_usage(folder).free
     return CheckpointSpaceError(
@@ -421,7 +433,7 @@ def save_checkpoint(
     except BaseException as exc:
         for path in [*written, temporary_path(model_path), temporary_path(buffer_path), marker]:
             path.unlink(missing_ok=True)
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        if _disk_full(exc):
             prior = previous.manifest["files"] if previous else {}
             needed = sum(int(prior.get(role, {}).get("bytes", 0)) for role in ("model", "replay_buffer"))
             needed = max(needed, 2**20 + (replay_buffer_bytes(model) if has_buffer else 0))
