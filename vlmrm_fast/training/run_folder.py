@@ -3,7 +3,9 @@
 ``train`` without ``--resume`` refuses a folder that holds a run's files (unless told to
 overwrite them); ``--resume`` continues only from a checkpoint whose run identity (the
 config fields that define the run, :func:`~vlmrm_fast.training.config.run_identity`)
-matches the config given, and takes the newest complete one.
+matches the config given, and takes the newest intact one (checksums compared), never
+starting from scratch and never writing over a checkpoint: damaged files and checkpoints
+newer than the one resumed from are moved into ``checkpoints/damaged/``.
 """
 
 from __future__ import annotations

@@ -4,12 +4,13 @@ Writes into ``output_dir``: ``config.yaml`` (as resolved: the prompts and episod
 used), ``tensorboard/`` (VLM and ground-truth episode rewards side by side),
 ``videos/`` (policy mp4s), ``checkpoints/`` (model and replay buffer every
 ``checkpoint_every`` steps, at the end, and on SIGINT/SIGTERM; see checkpoints.py),
-``final_model.zip``. ``--resume`` continues from the newest complete checkpoint.
+``final_model.zip``. ``--resume`` continues from the newest intact checkpoint (damaged
+ones are moved into ``checkpoints/damaged/``; see run_folder.py).
 
-Exit codes: 0 finished; 1 crashed (traceback; the checkpoints on disk stay whole);
-2 refused before starting (bad config, missing model, folder in use, checkpoint of
-another run), nothing written; 130 / 143 stopped by SIGINT / SIGTERM after saving a
-checkpoint.
+Exit codes: 0 finished; 1 crashed (traceback; the checkpoints on disk stay whole) or a
+full disk (one line); 2 refused before starting (bad config, missing model, folder in use,
+checkpoint of another run, no intact checkpoint to resume), nothing written; 130 / 143
+stopped by SIGINT / SIGTERM after saving a checkpoint, or before training started.
 """
 
 from __future__ import annotations
