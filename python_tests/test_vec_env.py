@@ -246,7 +246,7 @@ def test_several_prompt_sets_scored_in_one_pass():
     rng = np.random.default_rng(1)
     for _ in range(3):
         _, rewards, _, infos = env.step(random_actions(env, rng))
-        every = env.reward_model.rewards(env.last_frames()).numpy()
+        every = env.reward_model(env.last_frames()).numpy()  # (N, 3): the model has 3 tasks
         assert_rewards_close(rewards, every[:, 0])
         got = np.array([[info["vlm_rewards"][name] for name in env.reward_tasks] for info in infos])
         assert_rewards_close(got, every)
