@@ -260,11 +260,10 @@ def test_arguments_that_cannot_travel_are_refused():
 def test_train_under_torchrun(tmp_path):
     """`vlmrm-fast train` on 2 ranks: rank 0 learns and alone writes the run; rank 1 serves and exits 0."""
     config = {
-        "task": "cartpole",
         "seed": 1,
         "output_dir": str(tmp_path / "run"),
         "reward": {"model": "vlmrm-tiny", "device": "cpu"},
-        "env": {"n_envs": 3, "episode_length": 10, "rank_timeout": 120},
+        "env": {"task": "cartpole", "n_envs": 3, "episode_length": 10, "rank_timeout": 120},
         "rl": {
             "algorithm": "DQN",
             "total_timesteps": 60,

@@ -78,11 +78,10 @@ def test_tasks_without_success_log_no_success_rate():
 
 def config(**reward):
     return {
-        "task": "cartpole",
         "output_dir": "unused",
         "seed": 0,
         "reward": {"model": "vlmrm-tiny", "device": "cpu", "alpha": 0.5, **reward},
-        "env": {"n_envs": 2, "episode_length": 5, "pipeline_chunks": 2},
+        "env": {"task": "cartpole", "n_envs": 2, "episode_length": 5, "pipeline_chunks": 2},
         "rl": {"algorithm": "DQN", "total_timesteps": 10},
     }
 
@@ -103,9 +102,9 @@ def test_also_score_builds_one_env_scoring_every_prompt_set():
     "fields, message",
     [
         ({"reward": {"also_score": {"target": "x"}}}, "the name 'target'"),
-        ({"reward": {"also_score": {"x": "a pole"}, "episode_batch": True}}, "not with reward.episode_batch"),
+        ({"reward": {"also_score": {"x": "a pole"}}, "rl": {"episode_batch": True}}, "not with rl.episode_batch"),
         ({"env": {"renderer": "vulkan"}}, "env.renderer: 'vulkan'"),
-        ({"reward": {"env_reward_weight": "0.1"}}, "reward.env_reward_weight"),
+        ({"env": {"env_reward_weight": "0.1"}}, "env.env_reward_weight: must be a finite number, got '0.1'"),
         ({"env": {"pipeline_chunks": 0}}, "env.pipeline_chunks"),
     ],
 )

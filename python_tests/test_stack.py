@@ -90,9 +90,9 @@ def test_spec_passed_whole_equals_its_fields(spec):
 def test_spec_refusals(spec):
     with pytest.raises(ValueError, match="not both"):
         RewardModelSpec(model="vlmrm-tiny", target_prompts="a", tasks=[{"target_prompts": "b"}])
-    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+    with pytest.raises(ValueError, match="batch_size: must be a positive integer"):
         RewardModelSpec(model="vlmrm-tiny", target_prompts="a", batch_size=True)
-    with pytest.raises(ValueError, match="model must be a model name"):
+    with pytest.raises(ValueError, match="model: must be a model name"):
         RewardModelSpec(model="", target_prompts="a")
     with pytest.raises(ValueError, match="alone"):
         load_reward_model(spec, device="cpu")

@@ -274,17 +274,19 @@ def test_env_reward_mixed_in_by_the_formula(tiny_rm):
         assert rewards.dtype == np.float32 and "vlm_reward" not in infos_p[0]
     plain.close()
     mixed.close()
-    with pytest.raises(ValueError, match="env_reward_weight must be a finite number"):
+    with pytest.raises(ValueError, match="env_reward_weight: must be a finite number"):
         make_fast(tiny_rm, env_reward_weight=float("nan"))
 
 
 def test_renderer_choice_is_checked(rms):
-    with pytest.raises(ValueError, match="renderer 'vulkan' is unknown"):
+    with pytest.raises(ValueError, match="renderer: 'vulkan' is not one of egl, warp"):
         FastVLMRewardVecEnv(HUMANOID, 1, reward_model=rms[HUMANOID], renderer="vulkan", **SMALL)
     with pytest.raises(ValueError, match="renderer='warp' draws the MuJoCo batch engine's tasks"):
         FastVLMRewardVecEnv(TASK, 1, reward_model=rms[TASK], renderer="warp")
-    with pytest.raises(ValueError, match="pipeline_chunks must be 'auto' or an integer in \\[1, num_envs=2\\]"):
+    with pytest.raises(ValueError, match="pipeline_chunks: must be 'auto' or an integer in \\[1, num_envs=2\\]"):
         FastVLMRewardVecEnv(HUMANOID, 2, reward_model=rms[HUMANOID], pipeline_chunks=3, **SMALL)
+    with pytest.raises(TypeError, match="unknown argument 'renderr'; did you mean 'renderer'\\?"):
+        FastVLMRewardVecEnv(HUMANOID, 1, reward_model=rms[HUMANOID], renderr="egl", **SMALL)
 
 
 def test_env_reward_kept_as_gt_reward(tiny_rm):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from vlmrm_fast.checks import chunk_count
 from vlmrm_fast.frames import FrameView
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
 from vlmrm_fast.reward.protocol import RewardModel
@@ -33,10 +34,9 @@ def plan_chunks(num_envs: int, chunks: int | str, device: torch.device) -> list[
     "auto": one chunk on the CPU (nothing runs alongside); on a GPU, up to 4 chunks of
     at least 32 envs, enough to hide the simulation and drawing of all chunks but the first.
     """
+    chunks = chunk_count(chunks, "pipeline_chunks", num_envs)
     if chunks == "auto":
         chunks = 1 if device.type != "cuda" else max(1, min(4, num_envs // 32))
-    if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or not 1 <= chunks <= num_envs:
-        raise ValueError(f"pipeline_chunks must be 'auto' or an integer in [1, num_envs={num_envs}], got {chunks!r}")
     base, extra = divmod(num_envs, int(chunks))
     bounds = np.cumsum([0] + [base + (i < extra) for i in range(int(chunks))])
     return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]

@@ -27,6 +27,7 @@ import torch
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 
 from vlmrm_fast.actions import check_actions
+from vlmrm_fast.checks import number
 from vlmrm_fast.frames import HostFrames, SteppedFrameSource
 from vlmrm_fast.pipeline import ChunkedScorer, plan_chunks
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
@@ -82,19 +83,11 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         defer_rewards: bool = False,
         env_reward_weight: float = 0.0,
     ):
-        if (
-            isinstance(env_reward_weight, bool)
-            or not isinstance(env_reward_weight, (int, float))
-            or not np.isfinite(env_reward_weight)
-        ):
-            raise ValueError(
-                f"env_reward_weight must be a finite number (rho in vlm + rho * env), got {env_reward_weight!r}"
-            )
         super().__init__(venv)
         self.reward_model = reward_model
         self.reward_tasks = _task_names(reward_model)
         self.defer_rewards = bool(defer_rewards)
-        self.env_reward_weight = float(env_reward_weight)
+        self.env_reward_weight = number(env_reward_weight, "env_reward_weight")
         self.timer = NULL_TIMER
         self._scorer = ChunkedScorer(reward_model, plan_chunks(venv.num_envs, pipeline_chunks, reward_model.device))
         self._source: SteppedFrameSource | None = venv if isinstance(venv, SteppedFrameSource) else None
@@ -106,7 +99,10 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         return self.venv.reset()
 
     def step_async(self, actions: np.ndarray) -> None:
-        self._actions = check_actions(actions, self.action_space, self.num_envs)
+        # The batch engine checks its actions itself; any other VecEnv gets them checked here.
+        self._actions = (
+            actions if self._source is not None else check_actions(actions, self.action_space, self.num_envs)
+        )
         self.venv.step_async(self._actions)
 
     def step_wait(self):

@@ -21,7 +21,7 @@ import yaml
 
 from vlmrm_fast.failures import ExpectedFailure
 from vlmrm_fast.training import checkpoints
-from vlmrm_fast.training.config import ConfigError, identity_differences
+from vlmrm_fast.training.config import ConfigError, identity_differences, upgraded_identity
 
 CONFIG_FILE = "config.yaml"
 FINAL_MODEL = "final_model.zip"
@@ -36,6 +36,11 @@ class RunFolderError(ExpectedFailure):
 def plain(identity: dict[str, Any]) -> dict[str, Any]:
     """The identity as it reads back from JSON (lists, not tuples), so saved and current compare equal."""
     return json.loads(json.dumps(identity, sort_keys=True))
+
+
+def _identity_of(checkpoint: checkpoints.Checkpoint) -> dict[str, Any]:
+    """The run identity a checkpoint's manifest holds, in the current layout."""
+    return upgraded_identity(checkpoint.manifest.get("identity") or {})
 
 
 def identity_hash(identity: dict[str, Any]) -> str:
@@ -159,8 +164,8 @@ class RunFolder:
                 raise self._mismatch(str(self.path / CONFIG_FILE), saved, identity)
             return ResumePoint([], removed)
         newest = scan.complete[-1]
-        if newest.manifest.get("identity") != identity:
-            raise self._mismatch(f"checkpoint {newest.name}", newest.manifest.get("identity") or {}, identity)
+        if _identity_of(newest) != identity:
+            raise self._mismatch(f"checkpoint {newest.name}", _identity_of(newest), identity)
         if needs_replay_buffer and newest.replay_buffer is None and not allow_empty_replay_buffer:
             entry = newest.manifest["files"].get("replay_buffer")
             missing = (
@@ -175,7 +180,7 @@ class RunFolder:
         usable = [
             c
             for c in reversed(scan.complete)
-            if c.manifest.get("identity") == identity
+            if _identity_of(c) == identity
             and (c.replay_buffer is not None or not needs_replay_buffer or allow_empty_replay_buffer)
         ]
         return ResumePoint(usable, removed)
