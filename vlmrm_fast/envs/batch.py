@@ -23,12 +23,12 @@ import numpy as np
 from stable_baselines3.common.vec_env import VecEnv
 
 from vlmrm_fast.actions import check_actions
+from vlmrm_fast.checks import one_of
+from vlmrm_fast.envs.spec import RENDERERS
 from vlmrm_fast.frames import FrameSource
 from vlmrm_fast.profiling import NULL_TIMER
 from vlmrm_fast.rendering import BatchRenderer
 from vlmrm_fast.sim import BatchSimulator
-
-RENDERERS = ("egl", "warp")
 
 
 class StepReward(Protocol):
@@ -64,17 +64,16 @@ class BatchTask(Protocol):
 def make_renderer(
     kind: str, model, num_envs: int, render_size: tuple[int, int], camera, gpu: int | None
 ) -> FrameSource:
-    """A batch renderer of ``kind`` drawing ``num_envs`` frames of ``render_size`` (height, width)."""
+    """A batch renderer of ``kind`` (one of ``envs.spec.RENDERERS``) drawing ``num_envs`` frames of
+    ``render_size`` (height, width)."""
     height, width = render_size
-    if kind == "egl":
+    if one_of(kind, "renderer", RENDERERS) == "egl":
         return BatchRenderer(model, num_envs, width, height, camera=camera, gpu=gpu)
-    if kind == "warp":
-        from vlmrm_fast.warp_rendering import WarpBatchRenderer
+    from vlmrm_fast.warp_rendering import WarpBatchRenderer
 
-        return WarpBatchRenderer(
-            model, num_envs, width, height, camera=camera, device="cpu" if gpu is None else f"cuda:{gpu}"
-        )
-    raise ValueError(f"renderer {kind!r} is unknown; use one of {RENDERERS}")
+    return WarpBatchRenderer(
+        model, num_envs, width, height, camera=camera, device="cpu" if gpu is None else f"cuda:{gpu}"
+    )
 
 
 class BatchEnvView:
