@@ -130,13 +130,19 @@ class VLMRewardModel:
         return torch.cat(outs) if len(outs) > 1 else outs[0]
 
     def _encode_chunk(self, pixels: torch.Tensor) -> torch.Tensor:
-        """At most ``chunk_size`` rows; a fixed-batch encoder gets them padded to its batch."""
+        """At most ``chunk_size`` rows; a fixed-batch encoder gets them padded to its batch.
+
+        The padding is the encoder's own input buffer where it has one: the rows are copied in
+        once, and the rows past them keep whatever they held (rows are encoded independently).
+        """
         fixed, n = self.encoder.batch_size, pixels.shape[0]
-        if fixed is not None and n < fixed:
+        if fixed is None or n == fixed:
+            return self.encoder(pixels)
+        padded = self.encoder.input_buffer()
+        if padded is None:
             padded = pixels.new_zeros((fixed,) + tuple(pixels.shape[1:]))
-            padded[:n] = pixels
-            return self.encoder(padded)[:n]
-        return self.encoder(pixels)
+        padded[:n].copy_(pixels)
+        return self.encoder(padded)[:n]
 
     # ---------------------------------------------------------------------- reward
     def _shape(self, rewards: torch.Tensor) -> torch.Tensor:
