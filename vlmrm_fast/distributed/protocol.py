@@ -29,8 +29,10 @@ class ShardSpec:
     env_kwargs: dict[str, Any]
 
     def build(self):
+        from vlmrm_fast.distributed.launch import use_device
         from vlmrm_fast.vec_env import FastVLMRewardVecEnv
 
+        use_device(self.device)
         kwargs = dict(self.env_kwargs)
         spec = kwargs.get("reward_spec")
         if spec is not None:  # the reward model's settings come whole: this rank's device goes into them

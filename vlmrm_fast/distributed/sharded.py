@@ -27,7 +27,7 @@ from vlmrm_fast.distributed.launch import (
     as_timeout,
     join,
     plan_shards,
-    shard_device,
+    shard_devices,
 )
 from vlmrm_fast.distributed.protocol import CLOSE, Call, Refuse, Reply, ShardSpec
 
@@ -72,8 +72,8 @@ def lay_out(
     """Each rank's envs, device and seed (env ``i`` of the run: ``seed + i``); :class:`LayoutError` if the job cannot run."""
     ranges = plan_shards(num_envs, len(launches))
     return [
-        ShardSpec(task, envs, shard_device(device, launch), None if seed is None else seed + envs.start, env_kwargs)
-        for envs, launch in zip(ranges, launches)
+        ShardSpec(task, envs, rank_device, None if seed is None else seed + envs.start, env_kwargs)
+        for envs, rank_device in zip(ranges, shard_devices(device, launches))
     ]
 
 
@@ -83,8 +83,9 @@ class ShardedVecEnv(VecEnv):
 
     ``env_kwargs`` are :class:`~vlmrm_fast.FastVLMRewardVecEnv`'s (sent to every rank, so they
     must pickle; no ``reward_model``, no ``defer_rewards``). ``device="auto"`` puts each rank
-    on ``cuda:LOCAL_RANK`` (the CPU without GPUs); an explicit ``"cuda:K"`` lets ranks share a
-    GPU. ``timeout`` (seconds or a timedelta) bounds every wait for another rank: a rank that
+    on its own GPU (``cuda:LOCAL_RANK``, or ``cuda:0`` of the GPUs a scheduler gave it through
+    CUDA_VISIBLE_DEVICES; the CPU without GPUs), which becomes the rank's current CUDA device;
+    an explicit ``"cuda:K"`` lets ranks share a GPU. ``timeout`` (seconds or a timedelta) bounds every wait for another rank: a rank that
     dies or hangs stops the run with a :class:`RankFailure` naming it. Rank ``r`` holds envs
     ``plan_shards(num_envs, world_size)[r]``; ``shards`` says where each runs.
     """
