@@ -42,7 +42,8 @@
 #                         random weights: FP8 and fp16 against bf16                        (~2-5 min)
 #   e2e MODEL [N..]       bench/run.py at 224 px, N envs (default 64), RENDERERS (default egl warp),
 #                         one range and the pipelined step side by side, the paper-style pipeline at
-#                         min(N, BASELINE_ENVS=64) envs (no DummyVecEnv reference)         (~3-8 min)
+#                         min(N, BASELINE_ENVS=64) envs (SKIP_PAPER=1: none; no DummyVecEnv reference)
+#                                                                                              (~3-8 min)
 #   distributed [MODEL] [N]  bench/bench_distributed.py: 2 torchrun ranks sharing GPU 0 against one
 #                         process, N envs (default B32, 64) at 224 px: bytes per step, the gather's
 #                         overhead, message round trips; then device=auto on 2 ranks and 1 GPU must
@@ -194,6 +195,7 @@ case "$step" in
     dry=0
     for a in "$@"; do [ "$a" = "--dry-run" ] && dry=1; done
     [ "${DRY_RUN:-0}" = 1 ] && [ $dry = 0 ] && { args+=(--dry-run); dry=1; }
+    export GPU_CHECK_STARTED=${GPU_CHECK_STARTED:-$(date +%s)}  # the call's 9 minutes count from here
     if [ "$step" = all ] && [ $dry = 0 ]; then setup; fi
     exec python3 -P tools/gpu_check_all.py "${args[@]}" ;;
   build) setup; build ;;
@@ -246,7 +248,8 @@ case "$step" in
     setup; build
     # shellcheck disable=SC2086  # RENDERERS is a list
     python3 -P bench/run.py --models "$model" --num-envs "${@:-64}" --resolutions "${RES:-224}" \
-      --renderers ${RENDERERS:-egl warp} --pipeline-chunks 1 auto --skip-reference --baseline-max-envs "${BASELINE_ENVS:-64}" \
+      --renderers ${RENDERERS:-egl warp} --pipeline-chunks 1 auto --skip-reference ${SKIP_PAPER:+--skip-paper} \
+      --baseline-max-envs "${BASELINE_ENVS:-64}" \
       --steps "${STEPS:-20}" --out "$out/e2e_$model.json" 2>&1 | tee "$out/e2e_$model.log" ;;
   distributed)
     model=$(model_name "${1:-B32}")
@@ -257,5 +260,5 @@ case "$step" in
     echo "--- device=auto, 2 ranks, $(nvidia-smi -L | wc -l) GPU(s): expect 'runs 2 ranks but shows 1 GPU(s)' on both ranks"
     { python3 -P -m torch.distributed.run --standalone --nproc-per-node 2 bench/bench_distributed.py --device auto \
       --model "$model" --num-envs 4 --steps 1 || true; } 2>&1 | grep -E "LayoutError|GPU\(s\)" | tee "$out/distributed_refusal.log" ;;
-  *) sed -n '2,55p' "$0"; exit 2 ;;
+  *) sed -n '2,56p' "$0"; exit 2 ;;
 esac
