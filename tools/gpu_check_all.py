@@ -263,7 +263,7 @@ def bench(script: str, *args: str) -> list[str]:
 
 def dry_e2e(envs: int, paper: bool) -> list[list[str]]:
     args = ["--models", "vlmrm-tiny", "--num-envs", str(envs), "--resolutions", "64", "--renderers", "warp"]
-    args += ["--pipeline-chunks", "1", "auto", "--skip-reference", "--steps", "3", "--warmup", "1"]
+    args += ["--pipeline-chunks", "1", "2", "--skip-reference", "--steps", "3", "--warmup", "1"]  # "auto" is 1 on a CPU
     args += ["--profile-steps", "1", "--device", "cpu", "--out", "{work}/e2e_vlmrm-tiny.json"]
     args += ["--baseline-max-envs", "2"] if paper else ["--skip-paper"]
     return [bench("run.py", *args)]
@@ -487,7 +487,8 @@ def run_check(check: Check, work: pathlib.Path, dry: bool, timeout: float) -> di
         rows = check.figures(work, dry)
     except Exception as error:  # a figure that cannot be read is a failure of the check, not of the run
         rows = [row(check.what, f"figures unreadable: {type(error).__name__}: {error}"[:200], False)]
-    command = " && ".join(" ".join(c) for c in commands) if dry else check.command()
+    shown = [["python3" if a == sys.executable else a for a in c] for c in commands]
+    command = " && ".join(" ".join(c) for c in shown) if dry else check.command()
     return {"exit": status, "timed_out": timed_out, "seconds": round(seconds, 1), "command": command, "rows": rows}
 
 
