@@ -11,6 +11,7 @@ import pytest
 import torch
 from stable_baselines3 import SAC
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+from tolerances import assert_rewards_close
 
 from vlmrm_fast import load_reward_model
 from vlmrm_fast.envs import get_task
@@ -54,7 +55,7 @@ def test_batches_of_any_size_give_the_per_step_rewards(rm, stepped, batch_size):
     assert scorer.pending == (STEPS * NUM_ENVS) % batch_size
     rewards = scorer.finish()
     assert rewards.shape == (STEPS * NUM_ENVS,) and scorer.pending == 0
-    np.testing.assert_allclose(rewards.reshape(STEPS, NUM_ENVS), per_step, rtol=1e-5, atol=1e-6)
+    assert_rewards_close(rewards.reshape(STEPS, NUM_ENVS), per_step)
     assert scorer.finish().shape == (0,)  # nothing left
 
 
@@ -130,7 +131,7 @@ def test_sac_replay_buffer_gets_the_rewards_of_its_frames(rm, batch_size):
     model.learn(9 * NUM_ENVS, callback=CallbackList([record, scoring]))
     stored = model.replay_buffer.rewards
     for position, frames in record.steps:
-        np.testing.assert_allclose(stored[position], rm(frames).numpy(), rtol=1e-5, atol=1e-6)
+        assert_rewards_close(stored[position], rm(frames).numpy())
     assert len(record.steps) >= 9 and np.all(stored[: len(record.steps)] != 0)  # whole rollouts of 4 steps
     env.close()
 

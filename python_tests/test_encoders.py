@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from vlmrm_fast.encoders import BACKEND_OPTIONS, choose_backend, make_image_encoder, tensorrt_engine
+from vlmrm_fast.encoders.base import ImageEncoder
 from vlmrm_fast.encoders.compiled import CompiledImageEncoder
 from vlmrm_fast.encoders.engine_cache import CACHE_ENV, EngineCache, EngineKey, StaleEngineError, default_cache_dir
 from vlmrm_fast.encoders.onnx_export import INPUT_NAME, OUTPUT_NAME, export_image_tower, export_module
@@ -598,18 +599,23 @@ def test_reward_model_auto_backend_uses_tensorrt(tmp_path):
 # ------------------------------------------------------------- short chunks of fixed-batch encoders
 
 
-class _FixedBatchEncoder:
+class _FixedBatchEncoder(ImageEncoder):
     """A fixed-batch encoder with a static input buffer that records what it is given."""
 
-    def __init__(self, batch_size: int, size: int, device: torch.device = CPU):
-        self.batch_size = batch_size
-        self._input = torch.full((batch_size, 3, size, size), 7.0, device=device)
+    backend = "fixed-batch stand-in"
+    input_dtype = torch.float32
+    image_size = 2
+    embed_dim = 1
+
+    def __init__(self, batch_size: int, device: torch.device = CPU):
+        self.device, self.batch_size = device, batch_size
+        self._input = torch.full((batch_size, 3, 2, 2), 7.0, device=device)
         self.given: list[torch.Tensor] = []
 
     def input_buffer(self) -> torch.Tensor:
         return self._input
 
-    def __call__(self, pixels: torch.Tensor) -> torch.Tensor:
+    def encode(self, pixels: torch.Tensor) -> torch.Tensor:
         self.given.append(pixels)
         return pixels.flatten(1).sum(dim=1, keepdim=True)
 
@@ -617,19 +623,16 @@ class _FixedBatchEncoder:
 def test_a_short_chunk_is_copied_once_into_the_encoders_input_buffer():
     """Issue 21, defect 9: no padded tensor of its own; the rows go straight into the buffer the
     encoder reads, and the rows past them are left as they were."""
-    from vlmrm_fast.reward.model import VLMRewardModel
-
-    encoder = _FixedBatchEncoder(4, 2)
-    model = types.SimpleNamespace(encoder=encoder)
+    encoder = _FixedBatchEncoder(4)
     pixels = torch.arange(2 * 3 * 2 * 2, dtype=torch.float32).reshape(2, 3, 2, 2)
-    out = VLMRewardModel._encode_chunk(model, pixels)
+    out = encoder.encode_rows(pixels)
     (given,) = encoder.given
     assert given is encoder.input_buffer()
     torch.testing.assert_close(given[:2], pixels)
     assert (given[2:] == 7.0).all()
     torch.testing.assert_close(out, pixels.flatten(1).sum(dim=1, keepdim=True))
     full = torch.ones((4, 3, 2, 2))
-    VLMRewardModel._encode_chunk(model, full)
+    encoder.encode_rows(full)
     assert encoder.given[-1] is full, "a full chunk goes to the encoder as it is"
 
 

@@ -19,13 +19,12 @@ preprocessed, encoded and scored on its own.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
 from vlmrm_fast.frames import FrameView
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
+from vlmrm_fast.reward.protocol import RewardModel
 
 
 def plan_chunks(num_envs: int, chunks: int | str, device: torch.device) -> list[slice]:
@@ -46,16 +45,14 @@ def plan_chunks(num_envs: int, chunks: int | str, device: torch.device) -> list[
 class ChunkedScorer:
     """Scores a step's frames chunk by chunk (see the module docstring)."""
 
-    def __init__(self, reward_model: Any, chunks: list[slice]):
+    def __init__(self, reward_model: RewardModel, chunks: list[slice]):
         self.reward_model = reward_model
         self.device = torch.device(reward_model.device)
         self.chunks = list(chunks)
         num_envs = self.chunks[-1].stop
         on_gpu = self.device.type == "cuda"
         self.render_stream = torch.cuda.Stream(self.device) if on_gpu else None
-        size = reward_model.image_size
-        dtype = reward_model.preprocessor.dtype
-        self._pixels = torch.empty((num_envs, 3, size, size), dtype=dtype, device=self.device)
+        self._pixels = reward_model.pixel_buffer(num_envs)
         shape = (num_envs, len(reward_model.tasks)) if reward_model.multi_task else (num_envs,)
         self._rewards = torch.empty(shape, dtype=torch.float32, device=self.device)
         self._host = torch.empty(shape, dtype=torch.float32, pin_memory=on_gpu)

@@ -26,6 +26,7 @@ from vlmrm_fast.envs.batch import RENDERERS, MujocoBatchVecEnv
 from vlmrm_fast.pipeline import plan_chunks
 from vlmrm_fast.rendering import egl_unavailable
 from vlmrm_fast.reward import load_reward_model
+from vlmrm_fast.reward.protocol import RewardModel
 from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.wrappers import RecordFrame, VLMRewardVecEnvWrapper
 
@@ -125,7 +126,7 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
         task: str,
         num_envs: int = 1,
         *,
-        reward_model: Any = None,
+        reward_model: RewardModel | None = None,
         reward_spec: RewardModelSpec | None = None,
         episode_length: int | None = None,
         render_size: int | tuple[int, int] | None = None,
@@ -149,7 +150,7 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
             raise ValueError("env_kwargs apply to gymnasium envs; use physics='gym' to pass them")
         reward_model = self._reward_model(spec, num_envs, pipeline_chunks, reward_model, reward_spec, reward)
         if self.physics == "batch":
-            assert self.render_size is not None, "batch tasks have a frame size"
+            assert self.render_size is not None and spec.batch is not None, "batch tasks have glue and a frame size"
             device = reward_model.device
             venv: VecEnv = MujocoBatchVecEnv(
                 spec.batch,
@@ -180,7 +181,7 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
         spec: TaskSpec,
         num_envs: int,
         pipeline_chunks: int | str,
-        given: Any,
+        given: RewardModel | None,
         spec_given: RewardModelSpec | None,
         fields: dict[str, Any],
     ):
@@ -207,7 +208,7 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
 
     @classmethod
     def from_env_fns(
-        cls, env_fns: Iterable[Callable[[], gymnasium.Env]], *, reward_model: Any = None, **reward: Any
+        cls, env_fns: Iterable[Callable[[], gymnasium.Env]], *, reward_model: RewardModel | None = None, **reward: Any
     ) -> VLMRewardVecEnvWrapper:
         """Your own env factories (each env made with ``render_mode='rgb_array'``) under the VLM reward:
         a ``VLMRewardVecEnvWrapper`` over a DummyVecEnv of :class:`RecordFrame`-wrapped envs."""

@@ -30,6 +30,7 @@ from vlmrm_fast.actions import check_actions
 from vlmrm_fast.frames import HostFrames, SteppedFrameSource
 from vlmrm_fast.pipeline import ChunkedScorer, plan_chunks
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
+from vlmrm_fast.reward.protocol import RewardModel
 
 FRAME_KEY = "vlmrm_frame"
 
@@ -63,7 +64,7 @@ def pop_frames(infos: list[dict[str, Any]]) -> list[np.ndarray]:
 class VLMRewardVecEnvWrapper(VecEnvWrapper):
     """Replaces a VecEnv's reward by a VLM reward model's; the env reward goes to ``info["gt_reward"]``.
 
-    ``reward_model``: a :class:`~vlmrm_fast.VLMRewardModel`. With several tasks the first is
+    ``reward_model``: a :class:`~vlmrm_fast.reward.protocol.RewardModel` (a loaded ``VLMRewardModel``). With several tasks the first is
     the reward and all are in ``info["vlm_rewards"]`` by name. ``pipeline_chunks``: the ranges
     of envs a step is scored in (see ``pipeline.plan_chunks``). ``defer_rewards``: return zero
     rewards and leave the frames to ``last_frames()`` (episode-batch scoring).
@@ -75,7 +76,7 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
     def __init__(
         self,
         venv: VecEnv,
-        reward_model: Any,
+        reward_model: RewardModel,
         *,
         pipeline_chunks: int | str = "auto",
         defer_rewards: bool = False,
@@ -180,9 +181,9 @@ def find_reward_wrapper(venv: VecEnv) -> VLMRewardVecEnvWrapper:
         venv = venv.venv
 
 
-def _task_names(reward_model: Any) -> tuple[str, ...]:
+def _task_names(reward_model: RewardModel) -> tuple[str, ...]:
     """The reward model's task names, unique (each is logged under its name)."""
-    names = tuple(task.name for task in reward_model.tasks)
+    names = tuple(str(task.name) for task in reward_model.tasks)
     if len(set(names)) != len(names):
         raise ValueError(
             f"reward task names must be unique to be logged apart, got {list(names)}; give each task a name="

@@ -34,6 +34,8 @@ class LayoutError(ValueError):
     """The job cannot be laid out (more ranks than envs, fewer GPUs than ranks on a node); raised
     on every rank before any env is built."""
 
+    label = "the job cannot run"
+
 
 @dataclasses.dataclass(frozen=True)
 class Launch:

@@ -21,6 +21,8 @@ ALGORITHMS = ("SAC", "PPO", "DQN")
 class ConfigError(ValueError):
     """A configuration field is missing, unknown or out of range."""
 
+    label = "config error"
+
 
 @dataclasses.dataclass
 class RewardConfig:

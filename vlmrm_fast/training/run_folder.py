@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from vlmrm_fast.failures import ExpectedFailure
 from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.config import ConfigError, identity_differences
 
@@ -28,7 +29,7 @@ FINAL_MODEL = "final_model.zip"
 RUN_ENTRIES = (CONFIG_FILE, "checkpoints", "tensorboard", "videos", FINAL_MODEL)
 
 
-class RunFolderError(Exception):
+class RunFolderError(ExpectedFailure):
     """The run folder cannot be used as asked (in use, another run's checkpoint, a missing replay buffer)."""
 
 

@@ -30,7 +30,7 @@ from stable_baselines3.common.vec_env import VecMonitor
 
 from vlmrm_fast.distributed import jobs as distributed_jobs
 from vlmrm_fast.distributed.channel import RankFailure
-from vlmrm_fast.distributed.launch import LayoutError
+from vlmrm_fast.failures import EXIT_CRASHED, EXIT_DONE, EXIT_SIGINT, EXIT_SIGTERM, mark_crash
 from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.callbacks import (
     EpisodeBatchLogs,
@@ -43,11 +43,10 @@ from vlmrm_fast.training.callbacks import (
     TrainingProgress,
 )
 from vlmrm_fast.training.config import ConfigError, TrainConfig, algorithm_kwargs, load_config, resolved, run_identity
-from vlmrm_fast.training.run_folder import CONFIG_FILE, FINAL_MODEL, RunFolder, RunFolderError, identity_hash, plain
+from vlmrm_fast.training.run_folder import CONFIG_FILE, FINAL_MODEL, RunFolder, identity_hash, plain
 from vlmrm_fast.training.signals import StopRequest
 
 ALGORITHM_CLASSES = {"SAC": SAC, "PPO": PPO, "DQN": DQN}
-EXIT_DONE, EXIT_CRASHED, EXIT_REFUSED = 0, 1, 2
 
 
 def make_env(cfg: TrainConfig):
@@ -342,7 +341,7 @@ def _run(
         exc.add_note(
             f"training stopped at {model.num_timesteps} steps with this error; {where}. Fix the cause, then continue with --resume."
         )
-        exc.during_training = True  # type: ignore[attr-defined]  (for the CLI: a crash, not a refusal)
+        mark_crash(exc)  # for the CLI: a crash, not a refusal
         raise
     if control.stopped:
         model.num_timesteps = control.resume_steps
@@ -394,51 +393,22 @@ def add_subcommand(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--output-dir", help="override output_dir")
     p.add_argument("--total-timesteps", type=int, help="override rl.total_timesteps")
-    p.set_defaults(func=_main)
+    p.set_defaults(func=_main, setup=True, interrupted="interrupted before training started; nothing was written")
 
 
 def _main(args: argparse.Namespace) -> int:
-    from vlmrm_fast.cli import expected_failure
-
-    try:
-        cfg = load_config(args.config)
-        if args.output_dir:
-            cfg.output_dir = args.output_dir
-        if args.total_timesteps is not None:
-            cfg.rl.total_timesteps = args.total_timesteps
-            load_config(cfg.to_dict())
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    try:
-        code = train(
-            cfg, resume=args.resume, overwrite=args.overwrite, allow_empty_replay_buffer=args.allow_empty_replay_buffer
-        )
-        if (
-            code in (128 + signal.SIGINT, 128 + signal.SIGTERM)
-            and threading.current_thread() is threading.main_thread()
-        ):
-            # Stopped by a signal, checkpoint saved, the process exits now: a late repeat of the signal must not
-            # turn that clean exit into a kill.
-            for s in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(s, signal.SIG_IGN)
-        return code
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    except RunFolderError as exc:
-        print(f"vlmrm-fast train: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    except LayoutError as exc:  # under torchrun: more ranks than envs, or than GPUs
-        print(f"vlmrm-fast train: the job cannot run: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    except KeyboardInterrupt as exc:
-        if getattr(exc, "during_training", False):
-            raise
-        print("\ninterrupted before training started; nothing was written", file=sys.stderr)
-        return 130
-    except Exception as exc:
-        if getattr(exc, "during_training", False) or not expected_failure(exc, setup=True):
-            raise
-        print(f"vlmrm-fast train: error: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
+    cfg = load_config(args.config)
+    if args.output_dir:
+        cfg.output_dir = args.output_dir
+    if args.total_timesteps is not None:
+        cfg.rl.total_timesteps = args.total_timesteps
+        load_config(cfg.to_dict())
+    code = train(
+        cfg, resume=args.resume, overwrite=args.overwrite, allow_empty_replay_buffer=args.allow_empty_replay_buffer
+    )
+    if code in (EXIT_SIGINT, EXIT_SIGTERM) and threading.current_thread() is threading.main_thread():
+        # Stopped by a signal, checkpoint saved, the process exits now: a late repeat of the signal must not
+        # turn that clean exit into a kill.
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+    return code
