@@ -27,7 +27,7 @@ from vlmrm_fast.distributed.launch import (
     as_timeout,
     join,
     plan_shards,
-    shard_device,
+    shard_devices,
 )
 from vlmrm_fast.distributed.protocol import CLOSE, Call, Refuse, Reply, ShardSpec
 from vlmrm_fast.envs.spec import EnvSpec
@@ -76,12 +76,12 @@ def lay_out(
     return [
         ShardSpec(
             env.replace(n_envs=len(envs)),
-            reward.replace(device=shard_device(reward.device, launch)),
+            reward.replace(device=rank_device),
             envs,
             None if seed is None else seed + envs.start,
             options,
         )
-        for envs, launch in zip(ranges, launches)
+        for envs, rank_device in zip(ranges, shard_devices(reward.device, launches))
     ]
 
 
@@ -104,8 +104,9 @@ class ShardedVecEnv(VecEnv):
 
     ``env_kwargs`` are :class:`~vlmrm_fast.FastVLMRewardVecEnv`'s (sent to every rank, so they
     must pickle; no ``reward_model``, no ``defer_rewards``). ``device="auto"`` puts each rank
-    on ``cuda:LOCAL_RANK`` (the CPU without GPUs); an explicit ``"cuda:K"`` lets ranks share a
-    GPU. ``timeout`` (seconds or a timedelta) bounds every wait for another rank: a rank that
+    on its own GPU (``cuda:LOCAL_RANK``, or ``cuda:0`` of the GPUs a scheduler gave it through
+    CUDA_VISIBLE_DEVICES; the CPU without GPUs), which becomes the rank's current CUDA device;
+    an explicit ``"cuda:K"`` lets ranks share a GPU. ``timeout`` (seconds or a timedelta) bounds every wait for another rank: a rank that
     dies or hangs stops the run with a :class:`RankFailure` naming it. Rank ``r`` holds envs
     ``plan_shards(num_envs, world_size)[r]``; ``shards`` says where each runs.
     """
