@@ -143,6 +143,26 @@ def run_build_error(out: pathlib.Path, rank: int) -> None:
         (out / f"build_error_rank{rank}.txt").write_text("\n".join([str(error), *getattr(error, "__notes__", [])]))
 
 
+def run_devices(out: pathlib.Path, rank: int) -> None:
+    """device="auto" on GPUs: where each rank's envs went, and each rank's current CUDA device."""
+    import torch
+
+    from vlmrm_fast.distributed import ShardedVecEnv, serve_shard
+
+    if rank != 0:
+        serve_shard(timeout=TIMEOUT)
+        (out / f"devices_rank{rank}.txt").write_text(str(torch.cuda.current_device()))
+        return
+    env = ShardedVecEnv("cartpole", 2, timeout=TIMEOUT, verbose=0, **{**env_kwargs("cartpole"), "device": "auto"})
+    try:
+        env.reset()
+        env.step(np.zeros(2, dtype=np.int64))
+        report = {"shards": [shard.device for shard in env.shards], "current_device": torch.cuda.current_device()}
+    finally:
+        env.close()
+    (out / "devices.json").write_text(json.dumps(report))
+
+
 def run_failure(out: pathlib.Path, rank: int, die_at: int | None, hang_at: int | None, timeout: float) -> None:
     """Rank 1 dies or hangs mid-run; rank 0 must stop with an error naming it."""
     from vlmrm_fast.distributed import ShardedVecEnv, serve_shard
@@ -190,6 +210,8 @@ def main() -> None:
             run_refusal(args.out, rank)
         elif case == "build_error":
             run_build_error(args.out, rank)
+        elif case == "devices":
+            run_devices(args.out, rank)
         elif case == "failure":
             run_failure(args.out, rank, args.die_at, args.hang_at, args.timeout)
         else:

@@ -11,6 +11,7 @@ import pytest
 import torch
 from stable_baselines3 import SAC
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+from tolerances import assert_rewards_close
 
 from vlmrm_fast import load_reward_model
 from vlmrm_fast.envs import get_task
@@ -54,7 +55,7 @@ def test_batches_of_any_size_give_the_per_step_rewards(rm, stepped, batch_size):
     assert scorer.pending == (STEPS * NUM_ENVS) % batch_size
     rewards = scorer.finish()
     assert rewards.shape == (STEPS * NUM_ENVS,) and scorer.pending == 0
-    np.testing.assert_allclose(rewards.reshape(STEPS, NUM_ENVS), per_step, rtol=1e-5, atol=1e-6)
+    assert_rewards_close(rewards.reshape(STEPS, NUM_ENVS), per_step)
     assert scorer.finish().shape == (0,)  # nothing left
 
 
@@ -130,31 +131,32 @@ def test_sac_replay_buffer_gets_the_rewards_of_its_frames(rm, batch_size):
     model.learn(9 * NUM_ENVS, callback=CallbackList([record, scoring]))
     stored = model.replay_buffer.rewards
     for position, frames in record.steps:
-        np.testing.assert_allclose(stored[position], rm(frames).numpy(), rtol=1e-5, atol=1e-6)
+        assert_rewards_close(stored[position], rm(frames).numpy())
     assert len(record.steps) >= 9 and np.all(stored[: len(record.steps)] != 0)  # whole rollouts of 4 steps
     env.close()
 
 
 def test_config_score_batch_size():
     base = {
-        "task": "humanoid-kneeling",
-        "reward": {"model": "vlmrm-tiny", "device": "cpu", "episode_batch": True},
-        "rl": {"algorithm": "SAC", "kwargs": {"train_freq": [20, "step"]}},
-        "env": {"n_envs": 4, "render_size": 64},
+        "reward": {"model": "vlmrm-tiny", "device": "cpu"},
+        "rl": {"algorithm": "SAC", "kwargs": {"train_freq": [20, "step"]}, "episode_batch": True},
+        "env": {"task": "humanoid-kneeling", "n_envs": 4, "render_size": 64},
     }
-    from vlmrm_fast.training.train import score_batch_size
+    from vlmrm_fast.training.train import reward_spec, score_batch_size
 
     assert score_batch_size(load_config(copy.deepcopy(base))) == 80  # one rollout of 20 steps x 4 envs, on the CPU
+    assert reward_spec(load_config(copy.deepcopy(base))).batch_size == 80  # the encoder's batch is the scoring batch
     given = copy.deepcopy(base)
-    given["reward"]["score_batch_size"] = 37
+    given["reward"]["batch_size"] = 37
     assert score_batch_size(load_config(given)) == 37
     wrong = copy.deepcopy(base)
-    wrong["reward"].update(score_batch_size=0)
-    with pytest.raises(ConfigError, match="reward.score_batch_size: expected a positive integer"):
+    wrong["reward"].update(batch_size=0)
+    with pytest.raises(ConfigError, match="reward.batch_size: must be a positive integer or null, got 0"):
         load_config(wrong)
-    wrong["reward"].update(score_batch_size=8, episode_batch=False)
-    with pytest.raises(ConfigError, match="applies with reward.episode_batch"):
-        load_config(wrong)
+    moved = copy.deepcopy(base)
+    moved["reward"].update(score_batch_size=8)
+    with pytest.raises(ConfigError, match="reward.score_batch_size: moved; write reward.batch_size"):
+        load_config(moved)
 
 
 @pytest.mark.gpu

@@ -27,10 +27,9 @@ from vlmrm_fast.training import checkpoints
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
 CONFIG = {
-    "task": "humanoid-kneeling",
     "seed": 3,
     "reward": {"model": "vlmrm-tiny", "alpha": 0.5, "device": "cpu"},
-    "env": {"n_envs": 2, "episode_length": 10, "render_size": 32},
+    "env": {"task": "humanoid-kneeling", "n_envs": 2, "episode_length": 10, "render_size": 32},
     "rl": {
         "algorithm": "SAC",
         "total_timesteps": 120,

@@ -1,5 +1,7 @@
-"""The envs split over torch.distributed ranks (gloo on the CPU) against one process, bit for bit;
-two "nodes" on 127.0.0.1; a dead and a hung rank named; refusals; `vlmrm-fast train` under torchrun.
+"""The envs split over torch.distributed ranks (gloo on the CPU) against one process: observations,
+dones, infos and env rewards bit for bit, VLM rewards to float precision (each rank encodes a smaller
+batch; see tolerances.py), and the same layout twice bit for bit; two "nodes" on 127.0.0.1; a dead and
+a hung rank named; refusals; `vlmrm-fast train` under torchrun.
 
 Jobs run python_tests/sharded_job.py in child processes (torchrun, or plain processes given
 torchrun's variables where the test must control each rank's process).
@@ -7,6 +9,7 @@ torchrun's variables where the test must control each rank's process).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -21,10 +24,11 @@ import sharded_job
 import torch
 import yaml
 from child_process import run_python
+from tolerances import assert_rewards_close
 
 import vlmrm_fast
 from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model
-from vlmrm_fast.distributed import Launch, LayoutError, ShardedVecEnv, plan_shards, shard_device
+from vlmrm_fast.distributed import Launch, LayoutError, ShardedVecEnv, plan_shards, shard_device, shard_devices
 
 JOB = str(pathlib.Path(sharded_job.__file__))
 TORCHRUN = ["-m", "torch.distributed.run"]
@@ -55,11 +59,23 @@ def single_process(case: str) -> dict[str, np.ndarray]:
 
 
 def assert_same_run(out: pathlib.Path, case: str) -> None:
+    """The sharded run against one process: exact but for the VLM rewards, which agree to float precision."""
     sharded = np.load(out / f"{case}.npz")
     reference = single_process(case)
     assert reference["dones"].any(), "the steps end episodes (terminal observations compared too)"
     for key, expected in reference.items():
-        np.testing.assert_array_equal(sharded[key], expected, err_msg=f"{case}: {key}")
+        if key == "rewards":
+            assert sharded[key].dtype == expected.dtype == np.float32
+            assert_rewards_close(sharded[key], expected, err_msg=f"{case}: {key}")
+        else:
+            np.testing.assert_array_equal(sharded[key], expected, err_msg=f"{case}: {key}")
+
+
+def assert_same_bits(a: pathlib.Path, b: pathlib.Path, case: str) -> None:
+    """Two runs of one layout: every array bit for bit, the rewards included."""
+    first, second = np.load(a / f"{case}.npz"), np.load(b / f"{case}.npz")
+    for key in ("obs", "rewards", "dones", "gt", "terminal", "actions"):
+        np.testing.assert_array_equal(first[key], second[key], err_msg=f"{case}: {key}")
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +128,16 @@ def test_a_rank_that_cannot_build_its_envs_stops_the_job(two_rank_job):
     assert "raised on rank 1 (env 1 on" in (two_rank_job[0] / "build_error_rank0.txt").read_text()
 
 
-def test_two_nodes_on_localhost(tmp_path):
-    """Two torchrun launchers, one rank each, meeting at a rendezvous endpoint on 127.0.0.1."""
+def test_one_layout_twice_gives_the_same_bits():
+    """Determinism where it holds: one process, the same batch layout, run twice."""
+    first, second = single_process("uneven"), single_process("uneven")
+    for key, expected in first.items():
+        np.testing.assert_array_equal(second[key], expected, err_msg=key)
+
+
+def test_two_nodes_on_localhost(tmp_path, two_rank_job):
+    """Two torchrun launchers, one rank each, meeting at a rendezvous endpoint on 127.0.0.1. Its layout
+    (envs 0-1 and 2-3) is the one-launcher job's, so the two runs agree bit for bit, rewards included."""
     endpoint = f"127.0.0.1:{free_port()}"
     command = [
         sys.executable,
@@ -140,6 +164,7 @@ def test_two_nodes_on_localhost(tmp_path):
     for node, (stdout, stderr) in zip(nodes, outputs):
         assert node.returncode == 0, stdout[-3000:] + stderr[-6000:]
     assert_same_run(tmp_path, "humanoid")
+    assert_same_bits(tmp_path, two_rank_job[0], "humanoid")
 
 
 def start_ranks(out: pathlib.Path, *args: str) -> list[subprocess.Popen]:
@@ -205,6 +230,84 @@ def test_layout_split_devices_and_refusals():
         shard_device("cuda", Launch(gpus=0))
 
 
+def node_of(gpus: int, visible: list[str | None], host: str = "node-a") -> list[Launch]:
+    """The launches of one node's ranks, each shown ``gpus`` GPUs through its CUDA_VISIBLE_DEVICES."""
+    n = len(visible)
+    return [
+        Launch(rank=r, world_size=n, local_rank=r, local_world_size=n, host=host, gpus=gpus, visible_devices=v)
+        for r, v in enumerate(visible)
+    ]
+
+
+def test_a_scheduler_giving_each_rank_its_own_gpus_is_laid_out_on_them():
+    """Issue 21, defect 7: one GPU per rank through CUDA_VISIBLE_DEVICES is each rank's cuda:0."""
+    assert shard_devices("auto", node_of(1, ["0", "1", "2", "3"])) == ["cuda:0"] * 4
+    assert shard_devices("cuda", node_of(1, ["GPU-aa", "GPU-bb"])) == ["cuda:0"] * 2
+    assert shard_devices("auto", node_of(2, ["0,1", "2,3"])) == ["cuda:0"] * 2, "two GPUs each: the first"
+    # The same variable on every rank (torchrun's own way): a GPU per rank by LOCAL_RANK.
+    assert shard_devices("auto", node_of(2, ["0,1", "0,1"])) == ["cuda:0", "cuda:1"]
+    assert shard_devices("auto", node_of(2, [None, None])) == ["cuda:0", "cuda:1"]
+    assert shard_devices("cuda:0", node_of(1, ["0", "0"])) == ["cuda:0"] * 2, "sharing on purpose stays possible"
+    # Ranks named the same GPU, or one rank sees nothing of its own: refused, on every rank.
+    for visible in (["0", "0"], ["0", "0,1"], ["0", None]):
+        with pytest.raises(LayoutError, match="runs 2 ranks but shows 1 GPU.*CUDA_VISIBLE_DEVICES"):
+            shard_devices("auto", node_of(1, visible))
+    # Ranks are judged with the ranks of their own node: two nodes may both name GPU 0.
+    two_nodes = node_of(1, ["0", "1"], "node-a") + node_of(1, ["0", "1"], "node-b")
+    two_nodes = [dataclasses.replace(launch, rank=i, world_size=4) for i, launch in enumerate(two_nodes)]
+    assert shard_devices("auto", two_nodes) == ["cuda:0"] * 4
+    assert shard_device("auto", node_of(1, ["3"])[0]) == "cuda:0", "one rank on its node"
+
+
+def test_a_ranks_spec_makes_its_gpu_the_current_device_before_building(monkeypatch):
+    """Issue 21, defect 7: resolve_device("cuda"), is_bf16_supported and Warp's "cuda" follow
+    torch's current device, which each rank sets to its own GPU before building its envs."""
+    from vlmrm_fast import EnvSpec, FastVLMRewardVecEnv, RewardModelSpec
+    from vlmrm_fast.distributed import use_device
+    from vlmrm_fast.distributed.protocol import ShardSpec
+
+    calls: list[object] = []
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("set_device", device)))
+    monkeypatch.setattr(
+        FastVLMRewardVecEnv, "from_specs", lambda env, reward, **options: calls.append(("build", reward.device))
+    )
+    env, reward = EnvSpec("cartpole", 2), RewardModelSpec("vlmrm-tiny")
+    ShardSpec(env, reward.replace(device="cuda:1"), range(4, 6), 7, {}).build()
+    assert calls == [("set_device", torch.device("cuda", 1)), ("build", "cuda:1")]
+    calls.clear()
+    ShardSpec(env, reward.replace(device="cpu"), range(0, 2), 7, {}).build()
+    assert calls == [("build", "cpu")]
+    use_device("cuda")  # no index: nothing to choose
+    assert calls == [("build", "cpu")]
+
+
+@pytest.mark.gpu
+def test_ranks_given_their_own_gpu_by_a_scheduler_run_there(tmp_path):
+    """Issue 21, defect 7, on a GPU: each rank gets CUDA_VISIBLE_DEVICES of its own (a scheduler's
+    way) and device="auto"; the job runs with every rank on its cuda:0, made its current device.
+    With one GPU, its index and its UUID stand for two GPUs: the layout compares the names."""
+    uuid = f"GPU-{torch.cuda.get_device_properties(0).uuid}"
+    out = tmp_path / "out"
+    out.mkdir()
+    base = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, JOB, str(out), "devices"],
+            env=child_env({**base, "RANK": str(rank), "LOCAL_RANK": str(rank), "CUDA_VISIBLE_DEVICES": visible}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank, visible in enumerate(["0", uuid])
+    ]
+    outputs = [rank.communicate(timeout=300) for rank in ranks]
+    for rank, (stdout, stderr) in zip(ranks, outputs):
+        assert rank.returncode == 0, stdout[-3000:] + stderr[-6000:]
+    report = json.loads((out / "devices.json").read_text())
+    assert report["shards"] == ["cuda:0", "cuda:0"]
+    assert report["current_device"] == 0 and (out / "devices_rank1.txt").read_text() == "0"
+
+
 def test_one_process_sharded_env_is_the_plain_env():
     """Without torchrun the sharded env is one rank holding every env (no group is made)."""
     kwargs = sharded_job.env_kwargs("cartpole")
@@ -236,11 +339,10 @@ def test_arguments_that_cannot_travel_are_refused():
 def test_train_under_torchrun(tmp_path):
     """`vlmrm-fast train` on 2 ranks: rank 0 learns and alone writes the run; rank 1 serves and exits 0."""
     config = {
-        "task": "cartpole",
         "seed": 1,
         "output_dir": str(tmp_path / "run"),
         "reward": {"model": "vlmrm-tiny", "device": "cpu"},
-        "env": {"n_envs": 3, "episode_length": 10, "rank_timeout": 120},
+        "env": {"task": "cartpole", "n_envs": 3, "episode_length": 10, "rank_timeout": 120},
         "rl": {
             "algorithm": "DQN",
             "total_timesteps": 60,

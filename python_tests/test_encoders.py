@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from vlmrm_fast.encoders import BACKEND_OPTIONS, choose_backend, make_image_encoder, tensorrt_engine
+from vlmrm_fast.encoders.base import ImageEncoder
 from vlmrm_fast.encoders.compiled import CompiledImageEncoder
 from vlmrm_fast.encoders.engine_cache import CACHE_ENV, EngineCache, EngineKey, StaleEngineError, default_cache_dir
 from vlmrm_fast.encoders.onnx_export import INPUT_NAME, OUTPUT_NAME, export_image_tower, export_module
@@ -593,3 +594,67 @@ def test_reward_model_auto_backend_uses_tensorrt(tmp_path):
     )
     assert gpu.encoder.backend == "tensorrt"
     assert_low_precision_close(gpu.embed_images(frames), cpu.embed_images(frames), max_rel=3e-2, min_cos=0.999)
+
+
+# ------------------------------------------------------------- short chunks of fixed-batch encoders
+
+
+class _FixedBatchEncoder(ImageEncoder):
+    """A fixed-batch encoder with a static input buffer that records what it is given."""
+
+    backend = "fixed-batch stand-in"
+    input_dtype = torch.float32
+    image_size = 2
+    embed_dim = 1
+
+    def __init__(self, batch_size: int, device: torch.device = CPU):
+        self.device, self.batch_size = device, batch_size
+        self._input = torch.full((batch_size, 3, 2, 2), 7.0, device=device)
+        self.given: list[torch.Tensor] = []
+
+    def input_buffer(self) -> torch.Tensor:
+        return self._input
+
+    def encode(self, pixels: torch.Tensor) -> torch.Tensor:
+        self.given.append(pixels)
+        return pixels.flatten(1).sum(dim=1, keepdim=True)
+
+
+def test_a_short_chunk_is_copied_once_into_the_encoders_input_buffer():
+    """Issue 21, defect 9: no padded tensor of its own; the rows go straight into the buffer the
+    encoder reads, and the rows past them are left as they were."""
+    encoder = _FixedBatchEncoder(4)
+    pixels = torch.arange(2 * 3 * 2 * 2, dtype=torch.float32).reshape(2, 3, 2, 2)
+    out = encoder.encode_rows(pixels)
+    (given,) = encoder.given
+    assert given is encoder.input_buffer()
+    torch.testing.assert_close(given[:2], pixels)
+    assert (given[2:] == 7.0).all()
+    torch.testing.assert_close(out, pixels.flatten(1).sum(dim=1, keepdim=True))
+    full = torch.ones((4, 3, 2, 2))
+    encoder.encode_rows(full)
+    assert encoder.given[-1] is full, "a full chunk goes to the encoder as it is"
+
+
+@pytest.mark.gpu
+def test_compiled_reward_model_on_cuda_encodes_a_short_chunk_in_its_input_buffer():
+    """Issue 21, defect 9, on the GPU: a short chunk is written into the CUDA graph's input buffer
+    (one copy) and its embeddings equal those of the same rows in a full batch."""
+    from vlmrm_fast import load_reward_model
+
+    model = load_reward_model(TINY, device="cuda", backend="compile", batch_size=4, progress=False, target_prompts="a")
+    encoder = model.encoder
+    buffer = encoder.input_buffer()
+    given: list[int] = []
+    encode = encoder.encode
+
+    def spy(pixels: torch.Tensor) -> torch.Tensor:
+        given.append(pixels.data_ptr())
+        return encode(pixels)
+
+    encoder.encode = spy
+    pixels = torch.randn((4, 3, TINY_SIZE, TINY_SIZE), device=CUDA).clamp_(-2, 2).to(encoder.input_dtype)
+    short = encoder.encode_rows(pixels[:3])
+    assert given[-1] == buffer.data_ptr()
+    torch.testing.assert_close(short, encoder.encode_rows(pixels.clone())[:3])
+    model.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tolerances import assert_rewards_close
 
 from vlmrm_fast.training.callbacks import EpisodeStats
 from vlmrm_fast.training.config import ConfigError, load_config
@@ -77,11 +78,10 @@ def test_tasks_without_success_log_no_success_rate():
 
 def config(**reward):
     return {
-        "task": "cartpole",
         "output_dir": "unused",
         "seed": 0,
         "reward": {"model": "vlmrm-tiny", "device": "cpu", "alpha": 0.5, **reward},
-        "env": {"n_envs": 2, "episode_length": 5, "pipeline_chunks": 2},
+        "env": {"task": "cartpole", "n_envs": 2, "episode_length": 5, "pipeline_chunks": 2},
         "rl": {"algorithm": "DQN", "total_timesteps": 10},
     }
 
@@ -93,7 +93,7 @@ def test_also_score_builds_one_env_scoring_every_prompt_set():
     env.reset()
     _, rewards, _, infos = env.step(np.array([0, 1]))
     assert set(infos[0]["vlm_rewards"]) == {"target", "falling", "cart"}
-    np.testing.assert_allclose(rewards, [info["vlm_rewards"]["target"] for info in infos], rtol=0, atol=1e-6)
+    assert_rewards_close(rewards, np.float32([info["vlm_rewards"]["target"] for info in infos]))
     assert all("success" in info for info in infos)
     env.close()
 
@@ -102,9 +102,9 @@ def test_also_score_builds_one_env_scoring_every_prompt_set():
     "fields, message",
     [
         ({"reward": {"also_score": {"target": "x"}}}, "the name 'target'"),
-        ({"reward": {"also_score": {"x": "a pole"}, "episode_batch": True}}, "not with reward.episode_batch"),
+        ({"reward": {"also_score": {"x": "a pole"}}, "rl": {"episode_batch": True}}, "not with rl.episode_batch"),
         ({"env": {"renderer": "vulkan"}}, "env.renderer: 'vulkan'"),
-        ({"reward": {"env_reward_weight": "0.1"}}, "reward.env_reward_weight"),
+        ({"env": {"env_reward_weight": "0.1"}}, "env.env_reward_weight: must be a finite number, got '0.1'"),
         ({"env": {"pipeline_chunks": 0}}, "env.pipeline_chunks"),
     ],
 )

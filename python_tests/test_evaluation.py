@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from tolerances import assert_rewards_close
 
 from vlmrm_fast import GoalBaselineTask, load_reward_model
 from vlmrm_fast.cli import main as cli_main
@@ -394,7 +395,7 @@ def test_score_frames_scores_every_task_from_one_pass(tiny):
     single = load_reward_model(
         TINY, target_prompts="a pole standing upright", baseline_prompts="a pole", alpha=0.5, device="cpu"
     )
-    np.testing.assert_allclose(rewards[:, 1], single(frames).double().numpy(), rtol=0, atol=1e-6)
+    assert_rewards_close(rewards[:, 1], single(frames).double().numpy())
 
 
 def test_sweep_ranges_and_goals():
@@ -455,7 +456,7 @@ def test_evaluate_models(tiny, labelled_cartpole, tmp_path):
     assert m.epic.shape == (3,) and np.all((0 <= m.epic) & (m.epic <= 1))
     np.testing.assert_allclose(m.epic, state_epic_distance(m.rewards, labelled_cartpole.labels), rtol=0, atol=0)
     tasks = [GoalBaselineTask(("pole vertically upright on top of the cart",), ("pole and cart",), a) for a in alphas]
-    np.testing.assert_allclose(m.rewards, score_frames(tiny, labelled_cartpole.frames, tasks), rtol=0, atol=1e-6)
+    assert_rewards_close(m.rewards, score_frames(tiny, labelled_cartpole.frames, tasks))
     assert m.binary is not None and 0 < m.binary.average_precision <= 1
 
     rows = list(csv.DictReader(open(result.save_csv(tmp_path / "epic.csv"))))

@@ -406,9 +406,9 @@ def test_paper_config_loads_and_builds_its_env(path, tmp_path):
         assert cfg.rl.algorithm == ("DQN" if cfg.task == "cartpole" else "SAC")
     # Build it for real with the tiny CLIP swapped in (nothing to download) and small sizes.
     small = copy.deepcopy(cfg)
-    small.reward.model, small.reward.device, small.rl.device = "vlmrm-tiny", "cpu", "cpu"
-    small.env.n_envs, small.env.render_size = 2, (48 if spec.batch is not None else None)
-    small.rl.kwargs = dict(kwargs, buffer_size=100)
+    small.reward = small.reward.replace(model="vlmrm-tiny", device="cpu")
+    small.env = small.env.replace(n_envs=2, render_size=48 if spec.batch is not None else None)
+    small.rl = small.rl.replace(device="cpu", kwargs=dict(kwargs, buffer_size=100))
     venv = make_env(small)
     try:
         assert venv.episode_length == cfg.env.episode_length

@@ -113,6 +113,45 @@ def test_lent_ranges_on_cuda_preprocess_as_the_host_twin(humanoid):
     assert_same_bits(torch.cat(parts), expected)
 
 
+def _gpu_ms(fn, reps: int = 30) -> float:
+    """Median milliseconds of ``fn`` on the current stream (CUDA events), after a warm-up."""
+    fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return float(np.median(times))
+
+
+@pytest.mark.egl
+def test_host_reads_leave_the_pixel_buffer_where_kernels_read_it_fast(humanoid):
+    """Issue 21, defect 4: host reads go through CUDA into page-locked memory, so the pixel buffer
+    stays in video memory: the preprocess kernel reads it as fast after host reads as before."""
+    n = 64
+    sim = BatchSimulator(humanoid, n)
+    sim.qpos[:] = poses(humanoid, n, seed=11)
+    spec = PreprocessSpec(size=224, mean=MEAN, std=STD)
+    with gpu_renderer(humanoid, n, 224, 224) as renderer:
+        assert renderer.host_reads_through_cuda
+        pre = FramePreprocessor(spec, torch.device("cuda", renderer.cuda_device), torch.bfloat16)
+        renderer.render_sim(sim, fetch=False)
+        before = _gpu_ms(lambda: preprocess_lent(pre, renderer))
+        frames = renderer.frames()  # host reads: copy_frames, lend_host
+        with renderer.lend() as view:
+            host_twin = FramePreprocessor(spec, "cpu", torch.bfloat16).run(view)
+        after = _gpu_ms(lambda: preprocess_lent(pre, renderer))
+        assert_same_bits(preprocess_lent(pre, renderer), host_twin)
+        np.testing.assert_array_equal(frames, renderer.frames("cuda").cpu().numpy())
+    sim.close()
+    assert after < 1.5 * before, (
+        f"the kernel reads the pixel buffer in {after:.3f} ms after a host read, {before:.3f} before"
+    )
+
+
 @pytest.mark.egl
 def test_copy_frames_cuda_refuses_host_memory(humanoid):
     with gpu_renderer(humanoid, 1, 16, 16) as renderer:

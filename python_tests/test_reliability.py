@@ -35,10 +35,9 @@ CHILD = pathlib.Path(__file__).with_name("training_child.py")
 
 # Small enough to run in seconds on a 2-core CPU: 2 envs, 32 px frames, 32-unit networks.
 BASE = {
-    "task": "humanoid-kneeling",
     "seed": 3,
     "reward": {"model": "vlmrm-tiny", "alpha": 0.5, "device": "cpu"},
-    "env": {"n_envs": 2, "episode_length": 10, "render_size": 32},
+    "env": {"task": "humanoid-kneeling", "n_envs": 2, "episode_length": 10, "render_size": 32},
     "rl": {
         "algorithm": "SAC",
         "total_timesteps": 120,
@@ -503,9 +502,13 @@ def test_logged_episode_rewards_equal_hand_computed_returns_at_their_steps(
     cfg = load_config(
         _config(
             tmp_path,
-            reward={"episode_batch": episode_batch},
             env={"n_envs": 3, "episode_length": 8, "render_size": 32},
-            rl={"algorithm": algorithm, "total_timesteps": 96 if algorithm == "PPO" else 90, "kwargs": kwargs},
+            rl={
+                "algorithm": algorithm,
+                "total_timesteps": 96 if algorithm == "PPO" else 90,
+                "kwargs": kwargs,
+                "episode_batch": episode_batch,
+            },
             logging={"checkpoint_every": 1000, "video_every": 0},
         )
     )
@@ -707,7 +710,7 @@ def test_rl_kwargs_in_yaml_forms_reach_sb3_as_it_wants_them(tmp_path):
     cfg = load_config(
         _config(tmp_path, rl={"kwargs": {"train_freq": [2, "step"], "policy_kwargs": {"activation_fn": "ReLU"}}})
     )
-    kwargs = algorithm_kwargs(cfg)
+    kwargs = algorithm_kwargs(cfg.rl)
     assert kwargs["train_freq"] == (2, "step") and kwargs["policy_kwargs"]["activation_fn"] is torch.nn.ReLU
 
 

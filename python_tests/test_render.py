@@ -162,6 +162,29 @@ def test_ranges_drawn_and_lent_in_place(humanoid):
     sim.close()
 
 
+def test_host_reads_go_through_cuda_only_on_a_cuda_egl_device(humanoid):
+    """Issue 21, defect 4: on a CUDA GPU's EGL device the host reads the pixel buffer through CUDA
+    into page-locked memory (mapping it on the host may move it out of video memory); on Mesa it
+    maps the buffer. Either way the host sees mujoco.Renderer's pixels, read after read."""
+    import torch
+
+    from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
+
+    qpos = random_qpos(humanoid, 3, seed=9, scale=0.3)
+    spec = PreprocessSpec(size=32, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
+    with BatchRenderer(humanoid, 3, 48, 40, camera="track") as renderer:
+        assert renderer.host_reads_through_cuda is (renderer.cuda_device is not None and native_cuda_usable())
+        expected = reference_frames(humanoid, qpos, 48, 40, "track")
+        assert_frames_equal(renderer.render(qpos), expected)
+        assert_frames_equal(renderer.frames(), expected)
+        with renderer.lend(slice(1, 3)) as view:
+            assert view.device == torch.device("cpu")
+            lent = FramePreprocessor(spec, "cpu").run(view)
+        assert torch.equal(lent, FramePreprocessor(spec, "cpu")(expected[1:3]))
+        renderer.render(qpos[::-1].copy())  # drawing after a host read, and reading again
+        assert_frames_equal(renderer.frames(), expected[::-1])
+
+
 def test_render_sim_leaves_the_physics_alone(humanoid):
     """Scene updates compute kinematics in the simulations' own mjData (persistent batch)."""
     n, rng = 2, np.random.default_rng(7)

@@ -7,7 +7,15 @@ import pytest
 import torch
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnvWrapper, VecMonitor
 
-from vlmrm_fast import FastVLMRewardVecEnv, RewardModelSpec, load_reward_model
+from vlmrm_fast import (
+    FastVLMRewardVecEnv,
+    FramePreprocessor,
+    GoalBaselineTask,
+    PreprocessSpec,
+    RewardModel,
+    RewardModelSpec,
+    load_reward_model,
+)
 from vlmrm_fast.envs import get_task
 from vlmrm_fast.envs.batch import MujocoBatchVecEnv
 from vlmrm_fast.frames import SteppedFrameSource
@@ -82,9 +90,9 @@ def test_spec_passed_whole_equals_its_fields(spec):
 def test_spec_refusals(spec):
     with pytest.raises(ValueError, match="not both"):
         RewardModelSpec(model="vlmrm-tiny", target_prompts="a", tasks=[{"target_prompts": "b"}])
-    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+    with pytest.raises(ValueError, match="batch_size: must be a positive integer"):
         RewardModelSpec(model="vlmrm-tiny", target_prompts="a", batch_size=True)
-    with pytest.raises(ValueError, match="model must be a model name"):
+    with pytest.raises(ValueError, match="model: must be a model name"):
         RewardModelSpec(model="", target_prompts="a")
     with pytest.raises(ValueError, match="alone"):
         load_reward_model(spec, device="cpu")
@@ -95,3 +103,46 @@ def test_spec_refusals(spec):
     assert spec.replace(alpha=0.2).alpha == 0.2 and spec.alpha == 0.5  # frozen: replace gives a new spec
     with pytest.raises(AttributeError):
         spec.alpha = 0.3
+
+
+class MeanBrightness:
+    """A reward model of one's own, written against the RewardModel protocol alone: the mean
+    brightness of a frame squashed to 16 x 16, in [0, 1], in the two halves a step uses."""
+
+    device = torch.device("cpu")
+    tasks = (GoalBaselineTask("a bright frame", name="brightness"),)
+    multi_task = False
+    chunk_size = 64
+
+    def __init__(self):
+        spec = PreprocessSpec(size=16, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), resize_mode="squash")
+        self.preprocessor = FramePreprocessor(spec, self.device)
+
+    def pixel_buffer(self, num_frames):
+        return torch.empty((num_frames, 3, 16, 16))
+
+    def preprocess(self, view, out=None, timer=None):
+        return self.preprocessor.run(view, out)
+
+    def score_pixels(self, pixels, out=None, timer=None):
+        rewards = pixels.mean(dim=(1, 2, 3))
+        return rewards if out is None else out.copy_(rewards)
+
+    def __call__(self, frames):
+        return self.score_pixels(self.preprocessor(frames))
+
+
+@pytest.mark.parametrize("task", [HUMANOID, "cartpole"])
+def test_a_reward_model_of_ones_own_through_the_protocol(task):
+    model = MeanBrightness()
+    assert isinstance(model, RewardModel)
+    env = FastVLMRewardVecEnv(task, 3, reward_model=model, seed=0, **(SMALL if task == HUMANOID else {}))
+    try:
+        env.reset()
+        for _ in range(2):
+            _, rewards, _, _ = env.step(np.stack([env.action_space.sample() for _ in range(3)]))
+            assert rewards.dtype == np.float32 and np.all((0 < rewards) & (rewards < 1))
+            np.testing.assert_array_equal(rewards, model(env.last_frames()).numpy())
+        assert env.reward_tasks == ("brightness",)
+    finally:
+        env.close()

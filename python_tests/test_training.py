@@ -23,10 +23,9 @@ from vlmrm_fast.vec_env import FastVLMRewardVecEnv
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
 CONFIG = {
-    "task": "humanoid-kneeling",
     "seed": 1,
     "reward": {"model": "vlmrm-tiny", "alpha": 0.5, "device": "cpu"},
-    "env": {"n_envs": 2, "episode_length": 20, "render_size": 64},
+    "env": {"task": "humanoid-kneeling", "n_envs": 2, "episode_length": 20, "render_size": 64},
     "rl": {
         "algorithm": "SAC",
         "total_timesteps": 120,
@@ -143,7 +142,7 @@ def test_an_error_in_training_is_a_crash_that_names_the_last_checkpoint(tmp_path
 
 def test_episode_batch_rewards_fill_the_replay_buffer(tmp_path, humanoid_tiny_rm):
     cfg = copy.deepcopy(CONFIG)
-    cfg["reward"]["episode_batch"] = True
+    cfg["rl"]["episode_batch"] = True
     cfg["logging"]["video_every"] = 0
     cfg["rl"]["kwargs"] = {"learning_starts": 40, "batch_size": 16, "train_freq": 20, "buffer_size": 1000}
     config = load_config(_write(tmp_path, cfg))
@@ -161,12 +160,15 @@ def test_episode_batch_rewards_fill_the_replay_buffer(tmp_path, humanoid_tiny_rm
     "patch, message",
     [
         ({"rl": {"algorithm": "SACC"}}, r"rl.algorithm: 'SACC' is not one of SAC, PPO, DQN"),
-        ({"reward": {"alpha": 2}}, r"reward.alpha: expected a number in \[0, 1\]"),
-        ({"env": {"n_envs": 0}}, "env.n_envs: expected a positive integer"),
+        ({"reward": {"alpha": 2}}, r"reward.alpha: must be a finite number in \[0, 1\], got 2"),
+        ({"env": {"n_envs": 0}}, "env.n_envs: must be a positive integer, got 0"),
         ({"rl": {"total_timsteps": 5}}, "rl.total_timsteps.*did you mean 'total_timesteps'|rl.total_timsteps: unknown"),
-        ({"task": "humanoid-kneel"}, "task: unknown task"),
+        ({"env": {"task": "humanoid-kneel"}}, "env.task: unknown task"),
+        ({"task": "cartpole"}, "task: moved; write env.task"),
+        ({"reward": {"episode_batch": True}}, "reward.episode_batch: moved; write rl.episode_batch"),
+        ({"seed": "abc"}, "seed: must be a non-negative integer, got 'abc'"),
         ({"reward": {"target_prompts": [""]}}, "reward.target_prompts"),
-        ({"reward": {"episode_batch": True}, "rl": {"algorithm": "PPO"}}, "episode_batch: only for off-policy"),
+        ({"rl": {"algorithm": "PPO", "episode_batch": True}}, "rl.episode_batch: only for off-policy"),
     ],
 )
 def test_config_errors_name_the_field(tmp_path, patch, message):

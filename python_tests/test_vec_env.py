@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor, VecNormalize
+from tolerances import assert_rewards_close
 
 from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model
 from vlmrm_fast.envs import get_task
@@ -196,7 +197,7 @@ def test_batch_engine_scores_the_reached_frames(rms, renderer):
     for _ in range(4):
         _, rewards, dones, _ = fast.step(random_actions(fast, rng))
         frames = fast.last_frames()
-        np.testing.assert_allclose(rewards, rm(frames).numpy(), rtol=0, atol=1e-6)
+        assert_rewards_close(rewards, rm(frames).numpy())  # scored in 2 ranges, here in one batch
         ended += int(dones.sum())
     assert ended == N, "the third step ended every episode and was scored on its own frames"
     fast.close()
@@ -226,7 +227,7 @@ def test_pipelined_step_gives_the_unpipelined_rewards(rms, task, renderer):
         obs_p, rew_p, done_p, info_p = piped.step(actions)
         np.testing.assert_array_equal(obs_w, obs_p)
         np.testing.assert_array_equal(done_w, done_p)
-        np.testing.assert_allclose(rew_p, rew_w, rtol=0, atol=1e-6)
+        assert_rewards_close(rew_p, rew_w)
         assert [i["gt_reward"] for i in info_w] == [i["gt_reward"] for i in info_p]
     whole.close()
     piped.close()
@@ -247,10 +248,10 @@ def test_several_prompt_sets_scored_in_one_pass():
     rng = np.random.default_rng(1)
     for _ in range(3):
         _, rewards, _, infos = env.step(random_actions(env, rng))
-        every = env.reward_model.rewards(env.last_frames()).numpy()
-        np.testing.assert_allclose(rewards, every[:, 0], rtol=0, atol=1e-6)
+        every = env.reward_model(env.last_frames()).numpy()  # (N, 3): the model has 3 tasks
+        assert_rewards_close(rewards, every[:, 0])
         got = np.array([[info["vlm_rewards"][name] for name in env.reward_tasks] for info in infos])
-        np.testing.assert_allclose(got, every, rtol=0, atol=1e-6)
+        assert_rewards_close(got, every)
     env.close()
     with pytest.raises(ValueError, match="not both"):
         FastVLMRewardVecEnv(HUMANOID, 1, model="vlmrm-tiny", device="cpu", tasks=tasks, alpha=0.5, **SMALL)
@@ -275,17 +276,19 @@ def test_env_reward_mixed_in_by_the_formula(tiny_rm):
         assert rewards.dtype == np.float32 and "vlm_reward" not in infos_p[0]
     plain.close()
     mixed.close()
-    with pytest.raises(ValueError, match="env_reward_weight must be a finite number"):
+    with pytest.raises(ValueError, match="env_reward_weight: must be a finite number"):
         make_fast(tiny_rm, env_reward_weight=float("nan"))
 
 
 def test_renderer_choice_is_checked(rms):
-    with pytest.raises(ValueError, match="renderer 'vulkan' is unknown"):
+    with pytest.raises(ValueError, match="renderer: 'vulkan' is not one of egl, warp"):
         FastVLMRewardVecEnv(HUMANOID, 1, reward_model=rms[HUMANOID], renderer="vulkan", **SMALL)
     with pytest.raises(ValueError, match="renderer='warp' draws the MuJoCo batch engine's tasks"):
         FastVLMRewardVecEnv(TASK, 1, reward_model=rms[TASK], renderer="warp")
-    with pytest.raises(ValueError, match="pipeline_chunks must be 'auto' or an integer in \\[1, num_envs=2\\]"):
+    with pytest.raises(ValueError, match="pipeline_chunks: must be 'auto' or an integer in \\[1, num_envs=2\\]"):
         FastVLMRewardVecEnv(HUMANOID, 2, reward_model=rms[HUMANOID], pipeline_chunks=3, **SMALL)
+    with pytest.raises(TypeError, match="unknown argument 'renderr'; did you mean 'renderer'\\?"):
+        FastVLMRewardVecEnv(HUMANOID, 1, reward_model=rms[HUMANOID], renderr="egl", **SMALL)
 
 
 def test_env_reward_kept_as_gt_reward(tiny_rm):
@@ -343,7 +346,7 @@ def test_terminal_step_is_scored_on_its_own_frame(tiny_rm):
     reset_frame_reward = tiny_rm(probe.render()[None]).item()
     rewards = [env.step(np.zeros(2, np.int64))[1] for _ in range(3)]
     for t in range(3):
-        np.testing.assert_allclose(rewards[t], expected[t], rtol=0, atol=1e-6)
+        assert_rewards_close(rewards[t], np.full(2, expected[t], np.float32))  # 2 envs, here 1 frame
     assert abs(expected[2] - reset_frame_reward) > 1e-4, "the test needs distinct terminal and reset frames"
 
 
@@ -354,7 +357,7 @@ def test_wrapper_adds_vlm_reward_to_any_vec_env(tiny_rm):
     _, rewards, _, infos = wrapped.step(np.zeros(2, np.int64))
     probe = CounterEnv()
     probe.t = 1
-    np.testing.assert_allclose(rewards, tiny_rm(probe.render()[None]).item(), atol=1e-6, rtol=0)
+    assert_rewards_close(rewards, np.full(2, tiny_rm(probe.render()[None]).item(), np.float32))
     assert infos[0]["gt_reward"] == 0.0 and "vlmrm_frame" not in infos[0]
 
 

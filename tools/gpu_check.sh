@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# The GPU checks, one step per device call (each well inside the 10-minute limit of a call;
-# the machine stays warm only ~30 s between calls, so every step sets up and builds itself,
-# reusing the build when the machine is still warm and the sources are unchanged).
+# The GPU checks. `all` runs every check of issue 21 (build, the gpu/egl/warp tests with skips
+# counted as failures, the render, encoder, FP8, compile-time and end-to-end figures) in as few
+# device calls of at most 9 minutes as it can: each call runs the next checks that fit, then
+# prints the summary table (target, measured, pass/fail) and writes it to bench/RESULTS.md.
+# The single steps below remain, one per device call (the machine stays warm only ~30 s between
+# calls, so every step sets up and builds itself, reusing the build when the machine is still
+# warm and the sources are unchanged).
 #
 # Once, on the development machine, from the checkout that the device tool sends:
 #   bash ../shared/hooks/device/prepare.sh --warp scikit-build-core pybind11 torchao==0.18.0   # fills .device/ (ignored)
@@ -11,13 +15,24 @@
 #   tools/gpu_check.sh STEP [ARGS]
 # (setup sources .device/setup.sh, which finds the unpacked payload while the machine is warm).
 #
-# Steps (results under $OUT when set, else /tmp/gpu_check):
+#   all [--dry-run]       every check, resumable: repeat the same call until it prints "all checks
+#                         done" (state in /tmp/gpu_check/state.json, or $GPU_CHECK_STATE; each call
+#                         returns state.json, RESULTS.md and logs.tar.gz in $OUT). --dry-run (or
+#                         DRY_RUN=1): every check on this machine's CPU at tiny sizes, no .device/
+#   plan                  the checks of `all`, their commands, estimates and the device calls they need
+#   report STATE.json..   the summary of fetched state files, written into bench/RESULTS.md
+#
+# Steps (results under $GPU_CHECK_OUT, else $OUT when set, else /tmp/gpu_check):
 #   build                 install the package (pip, CUDA on, sm_90 unless CUDA_ARCHS=...), print what it sees
-#   tests                 the gpu/egl/tensorrt-marked tests, skips turned into failures   (~3-6 min)
+#   tests                 the gpu/egl/warp-marked tests (FP8's among the gpu ones; not tensorrt, which is
+#                         not carried), skips turned into failures                              (~3-6 min)
+#   warp-first-call       the first WarpBatchRenderer's cost in a fresh process (Warp's kernel
+#                         cache as found), then in a second one (the cache warm)              (~1-4 min)
 #   suite                 the whole test suite on the GPU machine                          (~5-8 min)
 #   kernels               bench/bench_kernels.py, full grid                                (~1 min)
-#   render                bench/bench_render.py --device cuda (EGL, EGL on 2/4/8 threads, Warp), the
-#                         interop probe and the renderers' pictures compared                 (~5 min)
+#   render                bench/bench_render.py --device cuda (EGL, EGL on THREADS threads (default
+#                         2 4 8), Warp) at RENDER_ENVS envs (default 64 256 1024), the interop probe
+#                         (pixel-buffer reads, before and after host reads) and the pictures  (~3-5 min)
 #   encoders MODEL [B..]  bench/bench_encoders.py, torch and compile, batch B (default 64)  (~2-8 min)
 #   fp8 MODEL [B..]       bench_encoders: torch and compile, bf16 against fp8, batch B (default 256)  (~3-8 min)
 #   compile-time MODEL B [MODE]  compile cold then warm, each in a fresh process (MODE default:
@@ -25,8 +40,10 @@
 #   profile [MODEL..]     bench/profile_encoders.py at batch 256, bf16 and fp8 (default L14 bigG)  (~3-6 min)
 #   precision MODEL [N]   vlmrm-fast check-precision on N rendered humanoid frames (default 256),
 #                         random weights: FP8 and fp16 against bf16                        (~2-5 min)
-#   e2e MODEL [N..]       bench/run.py at 224 px, N envs (default 64), renderers egl and warp,
-#                         one range and the pipelined step side by side                      (~3-8 min)
+#   e2e MODEL [N..]       bench/run.py at 224 px, N envs (default 64), RENDERERS (default egl warp),
+#                         one range and the pipelined step side by side, the paper-style pipeline at
+#                         min(N, BASELINE_ENVS=64) envs (SKIP_PAPER=1: none; no DummyVecEnv reference)
+#                                                                                              (~3-8 min)
 #   distributed [MODEL] [N]  bench/bench_distributed.py: 2 torchrun ranks sharing GPU 0 against one
 #                         process, N envs (default B32, 64) at 224 px: bytes per step, the gather's
 #                         overhead, message round trips; then device=auto on 2 ranks and 1 GPU must
@@ -41,7 +58,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 step=${1:-}
 [ $# -gt 0 ] && shift
-out=${OUT:-/tmp/gpu_check}
+out=${GPU_CHECK_OUT:-${OUT:-/tmp/gpu_check}}
 mkdir -p "$out"
 site=/tmp/vlmrm  # the built package; `python3 -P` keeps the source tree off sys.path
 
@@ -72,11 +89,12 @@ build() {
     echo "$stamp" >"$site/.stamp"
     echo "built in $((SECONDS - start)) s"
   fi
-  python3 -P - <<'EOF'
-import json, torch, vlmrm_fast
+  python3 -P - "$out/build_info.json" <<'EOF'
+import json, sys, torch, vlmrm_fast
 info = vlmrm_fast.build_info()
 print("vlmrm_fast", vlmrm_fast.__file__, "| torch", torch.__version__, "| GPU", torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
 print(json.dumps(info, indent=1))
+json.dump({**info, "torch": torch.__version__}, open(sys.argv[1], "w"), indent=1)
 if not (info["cuda_compiled"] and info["cuda_available"]):
     raise SystemExit("the native core has no usable CUDA device: every CUDA path would be skipped")
 if not any(d["cuda_device"] >= 0 for d in info["egl_devices"]):
@@ -103,7 +121,7 @@ probe() {
   python3 -P - "$out/interop_probe.json" <<'EOF'
 import json, os, sys, time
 import gymnasium, mujoco, numpy as np, torch
-from vlmrm_fast import BatchRenderer
+from vlmrm_fast import BatchRenderer, BatchSimulator
 from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
 
 model = mujoco.MjModel.from_xml_path(os.path.join(os.path.dirname(gymnasium.__file__), "envs/mujoco/assets/humanoid.xml"))
@@ -112,6 +130,8 @@ qpos = np.tile(model.qpos0, (n, 1))
 spec = PreprocessSpec(size=224, mean=(0.48145466, 0.4578275, 0.40821073), std=(0.26862954, 0.26130258, 0.27577711))
 renderer = BatchRenderer(model, n, px, px)
 device = torch.device("cuda", renderer.cuda_device)
+sim = BatchSimulator(model, n)
+sim.reset(qpos=qpos)
 pre = FramePreprocessor(spec, device, torch.bfloat16)
 
 def gpu_ms(fn, reps=20):
@@ -136,9 +156,10 @@ def preprocess_lent():
     with renderer.lend(stream=stream) as view:
         pre.run(view)
 
-renderer.render(qpos)
+renderer.render_sim(sim, fetch=False)  # no host read yet: the pixel buffer as GL placed it
 preprocess_lent()  # first call: device plan upload and interop registration
-result = {"num_envs": n, "px": px}
+result = {"num_envs": n, "px": px, "host_reads_through_cuda": renderer.host_reads_through_cuda}
+result["preprocess_from_pixel_buffer_gpu_ms"] = gpu_ms(preprocess_lent)
 result["sleep_gpu_ms"] = gpu_ms(lambda: torch.cuda._sleep(100_000_000), reps=3)
 torch.cuda.synchronize()
 torch.cuda._sleep(100_000_000)
@@ -147,8 +168,8 @@ preprocess_lent()
 result["lend_preprocess_host_ms_behind_busy_stream"] = (time.perf_counter() - t) * 1e3
 torch.cuda.synchronize()
 result["lend_preprocess_host_ms_idle"] = host_ms(preprocess_lent)
-result["render_host_ms"] = host_ms(lambda: renderer.render(qpos), reps=5)
-result["preprocess_from_pixel_buffer_gpu_ms"] = gpu_ms(preprocess_lent)
+result["render_host_ms"] = host_ms(lambda: renderer.render(qpos), reps=5)  # host reads
+result["preprocess_from_pixel_buffer_after_host_read_gpu_ms"] = gpu_ms(preprocess_lent)
 frames = renderer.frames(device)
 result["preprocess_from_device_copy_gpu_ms"] = gpu_ms(lambda: pre(frames))
 result["frames_to_device_gpu_ms"] = gpu_ms(lambda: renderer.frames(device))
@@ -156,23 +177,40 @@ blocking = result["lend_preprocess_host_ms_behind_busy_stream"] > 0.5 * result["
 result["hand_off_blocks_host"] = blocking
 ratio = result["preprocess_from_pixel_buffer_gpu_ms"] / result["preprocess_from_device_copy_gpu_ms"]
 result["pixel_buffer_read_vs_device_memory"] = ratio
+after = result["preprocess_from_pixel_buffer_after_host_read_gpu_ms"] / result["preprocess_from_pixel_buffer_gpu_ms"]
+result["pixel_buffer_read_after_host_read_vs_before"] = after
 print(json.dumps(result, indent=1))
 print("hand-off:", "BLOCKS the host until the stream drains (map/unmap sync)" if blocking else "asynchronous")
 print(f"pixel buffer (GL_DYNAMIC_COPY): kernels read it {ratio:.1f}x slower than device memory (was 7.8x with GL_STREAM_READ)")
+print(f"after host reads ({'through CUDA' if renderer.host_reads_through_cuda else 'mapped'}): {after:.2f}x the read before them")
 json.dump(result, open(sys.argv[1], "w"), indent=1)
 renderer.close()
+sim.close()
 EOF
 }
 
 case "$step" in
+  all|plan|report)
+    args=("$step" "$@")
+    dry=0
+    for a in "$@"; do [ "$a" = "--dry-run" ] && dry=1; done
+    [ "${DRY_RUN:-0}" = 1 ] && [ $dry = 0 ] && { args+=(--dry-run); dry=1; }
+    export GPU_CHECK_STARTED=${GPU_CHECK_STARTED:-$(date +%s)}  # the call's 9 minutes count from here
+    if [ "$step" = all ] && [ $dry = 0 ]; then setup; fi
+    exec python3 -P tools/gpu_check_all.py "${args[@]}" ;;
   build) setup; build ;;
-  tests) setup; build; run_tests tests -m "gpu or egl or tensorrt or warp" ;;
+  tests) setup; build; run_tests tests -m "(gpu or egl or warp) and not tensorrt" ;;
+  warp-first-call)
+    setup; build
+    python3 -P bench/warp_first_call.py --device cuda --envs "${1:-256}" --size "${RES:-224}" \
+      --out "$out/warp_first_call.json" 2>&1 | tee "$out/warp_first_call.log" ;;
   suite) setup; build; run_tests suite ;;
   kernels) setup; build; python3 -P bench/bench_kernels.py --device cuda --out "$out/kernels.json" 2>&1 | tee "$out/kernels.log" ;;
   render)
     setup; build; probe || echo "interop probe failed (see above); running the render bench anyway"
-    python3 -P bench/bench_render.py --device cuda --min-time 2 --envs 64 256 1024 --sizes 224 --threads 2 4 8 \
-      --out "$out/render.json" 2>&1 | tee "$out/render.log"
+    # shellcheck disable=SC2086  # RENDER_ENVS and THREADS are lists
+    python3 -P bench/bench_render.py --device cuda --min-time 2 --envs ${RENDER_ENVS:-64 256 1024} --sizes 224 \
+      --threads ${THREADS-2 4 8} --out "$out/render.json" 2>&1 | tee "$out/render.log"
     python3 -P bench/compare_renderers.py --device cuda --out "$out/renderers.json" 2>&1 | tee "$out/renderers.log" ;;
   encoders)
     [ $# -ge 1 ] || { echo "usage: $0 encoders MODEL [BATCH ...]"; exit 2; }
@@ -208,8 +246,11 @@ case "$step" in
     [ $# -ge 1 ] || { echo "usage: $0 e2e MODEL [NUM_ENVS ...]"; exit 2; }
     model=$(model_name "$1"); shift
     setup; build
+    # shellcheck disable=SC2086  # RENDERERS is a list
     python3 -P bench/run.py --models "$model" --num-envs "${@:-64}" --resolutions "${RES:-224}" \
-      --renderers egl warp --pipeline-chunks 1 auto --out "$out/e2e_$model.json" 2>&1 | tee "$out/e2e_$model.log" ;;
+      --renderers ${RENDERERS:-egl warp} --pipeline-chunks 1 auto --skip-reference ${SKIP_PAPER:+--skip-paper} \
+      --baseline-max-envs "${BASELINE_ENVS:-64}" \
+      --steps "${STEPS:-20}" --out "$out/e2e_$model.json" 2>&1 | tee "$out/e2e_$model.log" ;;
   distributed)
     model=$(model_name "${1:-B32}")
     setup; build
@@ -219,5 +260,5 @@ case "$step" in
     echo "--- device=auto, 2 ranks, $(nvidia-smi -L | wc -l) GPU(s): expect 'runs 2 ranks but shows 1 GPU(s)' on both ranks"
     { python3 -P -m torch.distributed.run --standalone --nproc-per-node 2 bench/bench_distributed.py --device auto \
       --model "$model" --num-envs 4 --steps 1 || true; } 2>&1 | grep -E "LayoutError|GPU\(s\)" | tee "$out/distributed_refusal.log" ;;
-  *) sed -n '2,38p' "$0"; exit 2 ;;
+  *) sed -n '2,56p' "$0"; exit 2 ;;
 esac

@@ -37,6 +37,7 @@ from vlmrm_fast.reward import (
     GoalBaselineTask,
     PromptTruncatedWarning,
     RandomWeightsWarning,
+    RewardModel,
     RewardModelSpec,
     VLMRewardModel,
     WeightsUnavailableError,
@@ -50,6 +51,7 @@ __version__ = "0.1.0"
 
 # The RL-facing names pull in Stable-Baselines3: loaded on first use.
 _LAZY = {
+    "EnvSpec": "vlmrm_fast.envs.spec",
     "FastVLMRewardVecEnv": "vlmrm_fast.vec_env",
     "RecordFrame": "vlmrm_fast.wrappers",
     "VLMRewardVecEnvWrapper": "vlmrm_fast.wrappers",
@@ -69,6 +71,7 @@ __all__ = [
     "BatchRenderer",
     "BatchSimulator",
     "BinaryTask",
+    "EnvSpec",
     "FastVLMRewardVecEnv",
     "FramePreprocessor",
     "GoalBaselineTask",
@@ -76,6 +79,7 @@ __all__ = [
     "PromptTruncatedWarning",
     "RandomWeightsWarning",
     "RecordFrame",
+    "RewardModel",
     "RewardModelSpec",
     "VLMRewardModel",
     "VLMRewardVecEnvWrapper",

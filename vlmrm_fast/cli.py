@@ -15,22 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 from collections.abc import Callable, Sequence
 
-
-def expected_failure(exc: BaseException, *, setup: bool = False) -> bool:
-    """Failures that come from the input or the machine, not from a bug: a command reports them
-    in one line and exits with 2 (``VLMRM_TRACEBACK=1`` shows the traceback instead). ``setup``:
-    raised while a job gets ready (loading models, opening devices), where a RuntimeError is the
-    machine's answer (no EGL, no CUDA device) rather than a bug."""
-    from vlmrm_fast.models import WeightsUnavailableError
-
-    if os.environ.get("VLMRM_TRACEBACK") == "1":
-        return False
-    kinds = (ValueError, TypeError, OSError, WeightsUnavailableError) + ((RuntimeError,) if setup else ())
-    return isinstance(exc, kinds)
+from vlmrm_fast.failures import EXIT_SIGTERM, Terminated, run_command
 
 
 def nvidia_driver_present() -> bool:
@@ -73,7 +61,7 @@ def _info(args: argparse.Namespace) -> int:
             "a GPU driver is present: rebuild with nvcc on the PATH to use it" if nvidia_driver_present() else "no GPU"
         )
     if args.json:
-        print(json.dumps({**info, "cuda_summary": usable}, indent=2))
+        print(json.dumps({**info, "cuda_summary": usable, "warp": warp_renderer()}, indent=2))
         return 0
     cuda = f"compiled ({info['cuda_version']})" if info["cuda_compiled"] else "not compiled"
     egl = (
@@ -85,7 +73,20 @@ def _info(args: argparse.Namespace) -> int:
     print(f"  MuJoCo   {info['mujoco_version']}")
     print(f"  CUDA     {cuda}; {usable}")
     print(f"  EGL      {egl}; devices: {info['egl_devices']}")
+    print(f"  Warp     {warp_renderer()}")
     return 0
+
+
+def warp_renderer() -> str:
+    """Whether renderer="warp" can be used here, in words."""
+    from vlmrm_fast.warp_rendering import warp_available
+
+    missing = warp_available()
+    if missing is not None:
+        return f"unavailable: {missing}"
+    import warp
+
+    return f"MuJoCo Warp renderer available (warp {warp.__version__})"
 
 
 def _add_info(sub: argparse._SubParsersAction) -> None:
@@ -97,11 +98,7 @@ def _add_info(sub: argparse._SubParsersAction) -> None:
 def _download(args: argparse.Namespace) -> int:
     from vlmrm_fast.models import download_weights
 
-    try:
-        path = download_weights(args.model, args.pretrained, cache_dir=args.cache_dir)
-    except (ValueError, RuntimeError, OSError) as exc:
-        print(f"vlmrm-fast download: error: {exc}", file=sys.stderr)
-        return 2
+    path = download_weights(args.model, args.pretrained, cache_dir=args.cache_dir)
     print(f"weights: {path}")
     return 0
 
@@ -111,7 +108,7 @@ def _add_download(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", help="'name/tag' (e.g. ViT-L-14/laion2b_s32b_b82k) or 'hf-hub:org/repo'")
     p.add_argument("--pretrained", metavar="TAG", help="the tag, if not given as name/tag")
     p.add_argument("--cache-dir", metavar="DIR", help="cache folder (default: the Hugging Face cache, HF_HUB_CACHE)")
-    p.set_defaults(func=_download)
+    p.set_defaults(func=_download, setup=True)
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
@@ -127,7 +124,7 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_check_precision(sub: argparse._SubParsersAction) -> None:
-    from vlmrm_fast.encoders.check_precision import add_subcommand
+    from vlmrm_fast.evaluation.check_precision import add_subcommand
 
     add_subcommand(sub)
 
@@ -162,16 +159,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from vlmrm_fast.training.signals import Terminated, sigterm_raises
+    """Runs one subcommand under the package's failure policy (``vlmrm_fast.failures``): its parser's
+    defaults give the job (``func``), whether a RuntimeError while it runs is the machine's answer
+    (``setup``) and what a Ctrl-C means (``interrupted``)."""
+    from vlmrm_fast.training.signals import sigterm_raises
 
     try:
         with sigterm_raises():  # importing a command's modules takes seconds: a SIGTERM then says so
-            parser = build_parser()
-            args = parser.parse_args(argv)
+            args = build_parser().parse_args(argv)
     except Terminated:
         print("vlmrm-fast: stopped by SIGTERM while starting; nothing was done", file=sys.stderr)
-        return 128 + signal.SIGTERM
-    return int(args.func(args) or 0)
+        return EXIT_SIGTERM
+    name = " ".join(part for part in (args.command, getattr(args, "job", None)) if part)
+    return run_command(
+        name,
+        lambda: args.func(args),
+        setup=getattr(args, "setup", False),
+        interrupted=getattr(args, "interrupted", "interrupted"),
+        terminated=getattr(args, "terminated", "stopped by SIGTERM"),
+    )
 
 
 if __name__ == "__main__":

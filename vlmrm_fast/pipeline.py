@@ -19,13 +19,13 @@ preprocessed, encoded and scored on its own.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
+from vlmrm_fast.checks import chunk_count
 from vlmrm_fast.frames import FrameView
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
+from vlmrm_fast.reward.protocol import RewardModel
 
 
 def plan_chunks(num_envs: int, chunks: int | str, device: torch.device) -> list[slice]:
@@ -34,10 +34,9 @@ def plan_chunks(num_envs: int, chunks: int | str, device: torch.device) -> list[
     "auto": one chunk on the CPU (nothing runs alongside); on a GPU, up to 4 chunks of
     at least 32 envs, enough to hide the simulation and drawing of all chunks but the first.
     """
+    chunks = chunk_count(chunks, "pipeline_chunks", num_envs)
     if chunks == "auto":
         chunks = 1 if device.type != "cuda" else max(1, min(4, num_envs // 32))
-    if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or not 1 <= chunks <= num_envs:
-        raise ValueError(f"pipeline_chunks must be 'auto' or an integer in [1, num_envs={num_envs}], got {chunks!r}")
     base, extra = divmod(num_envs, int(chunks))
     bounds = np.cumsum([0] + [base + (i < extra) for i in range(int(chunks))])
     return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
@@ -46,16 +45,14 @@ def plan_chunks(num_envs: int, chunks: int | str, device: torch.device) -> list[
 class ChunkedScorer:
     """Scores a step's frames chunk by chunk (see the module docstring)."""
 
-    def __init__(self, reward_model: Any, chunks: list[slice]):
+    def __init__(self, reward_model: RewardModel, chunks: list[slice]):
         self.reward_model = reward_model
         self.device = torch.device(reward_model.device)
         self.chunks = list(chunks)
         num_envs = self.chunks[-1].stop
         on_gpu = self.device.type == "cuda"
         self.render_stream = torch.cuda.Stream(self.device) if on_gpu else None
-        size = reward_model.image_size
-        dtype = reward_model.preprocessor.dtype
-        self._pixels = torch.empty((num_envs, 3, size, size), dtype=dtype, device=self.device)
+        self._pixels = reward_model.pixel_buffer(num_envs)
         shape = (num_envs, len(reward_model.tasks)) if reward_model.multi_task else (num_envs,)
         self._rewards = torch.empty(shape, dtype=torch.float32, device=self.device)
         self._host = torch.empty(shape, dtype=torch.float32, pin_memory=on_gpu)

@@ -22,6 +22,9 @@ from vlmrm_fast.frames import FrameLayout, FrameView
 
 _FILTERS = {"bicubic": kernels.Filter.bicubic, "bilinear": kernels.Filter.bilinear}
 _RESIZE_MODES = {"shortest": kernels.ResizeMode.shortest, "squash": kernels.ResizeMode.squash}
+#: How a frame becomes the encoder's square input: open_clip's shortest-side resize and centre crop,
+#: or a squash of the whole frame (wide frames kept whole, as the paper's pipeline does).
+RESIZE_MODES = tuple(_RESIZE_MODES)
 
 
 def pillow_pass_order():

@@ -112,6 +112,14 @@ class BatchRenderer:
         return self._live().software
 
     @property
+    def host_reads_through_cuda(self) -> bool:
+        """True when frames read for the host (``render``, ``frames``, ``lend`` without a stream)
+        are copied through CUDA into page-locked memory: a renderer on a CUDA GPU's EGL device,
+        whose pixel buffer thus stays in video memory for the kernels. False on Mesa, where the
+        pixel buffer is mapped into host memory."""
+        return self._live().host_reads_through_cuda
+
+    @property
     def closed(self) -> bool:
         return self._native is None
 
@@ -157,7 +165,8 @@ class BatchRenderer:
     def lend(self, rows: slice | None = None, stream: torch.cuda.Stream | None = None) -> Iterator[FrameView]:
         """Lends frames ``rows`` of the pixel buffer in place as a :class:`FrameView`: mapped into
         CUDA on ``stream`` (a renderer on a CUDA device's EGL; GL's drawing completes before
-        work on ``stream`` reads them), else into host memory. No drawing until the block ends."""
+        work on ``stream`` reads them), else in host memory (see ``host_reads_through_cuda``).
+        No drawing until the block ends."""
         import torch
 
         native = self._live()

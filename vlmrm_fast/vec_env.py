@@ -4,54 +4,39 @@ The convenient constructor of an SB3 stack: a VecEnv that simulates the task (Mu
 tasks: :class:`~vlmrm_fast.envs.batch.MujocoBatchVecEnv`, all envs in the native core,
 drawn by the EGL or the MuJoCo Warp renderer; other tasks: gymnasium envs in SB3's
 DummyVecEnv, each wrapped in :class:`~vlmrm_fast.wrappers.RecordFrame`), under the VLM
-reward wrapper (:class:`~vlmrm_fast.wrappers.VLMRewardVecEnvWrapper`) with a reward model
-loaded from a :class:`~vlmrm_fast.reward.spec.RewardModelSpec`. See ``docs/architecture.md``
-for the data path of one step.
+reward wrapper (:class:`~vlmrm_fast.wrappers.VLMRewardVecEnvWrapper`). Its arguments are
+checked once, as an :class:`~vlmrm_fast.envs.spec.EnvSpec` and a
+:class:`~vlmrm_fast.reward.spec.RewardModelSpec`. See ``docs/architecture.md`` for the data
+path of one step.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import gymnasium
-import numpy as np
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
-from vlmrm_fast.checks import positive_int, seed_value
+from vlmrm_fast.checks import non_negative_int, positive_int
 from vlmrm_fast.device import resolve_device
 from vlmrm_fast.envs import TaskSpec, get_task
-from vlmrm_fast.envs.batch import RENDERERS, MujocoBatchVecEnv
+from vlmrm_fast.envs.batch import MujocoBatchVecEnv
+from vlmrm_fast.envs.spec import EnvSpec
 from vlmrm_fast.memory import release_freed_memory
 from vlmrm_fast.pipeline import plan_chunks
 from vlmrm_fast.rendering import egl_unavailable
 from vlmrm_fast.reward import load_reward_model
-from vlmrm_fast.reward.spec import RewardModelSpec
+from vlmrm_fast.reward.protocol import RewardModel
+from vlmrm_fast.reward.spec import RewardModelSpec, spec_fields
 from vlmrm_fast.wrappers import RecordFrame, VLMRewardVecEnvWrapper
 
-DEFAULT_MODEL = "ViT-bigG-14/laion2b_s39b_b160k"  # the paper's largest model
-PHYSICS = ("auto", "batch", "gym")
-
-
-def _render_shape(render_size: Any) -> tuple[int, int] | None:
-    if render_size is None:
-        return None
-    if isinstance(render_size, (int, np.integer)) and not isinstance(render_size, bool):
-        size = (int(render_size), int(render_size))
-    elif (
-        isinstance(render_size, Sequence)
-        and len(render_size) == 2
-        and all(isinstance(v, (int, np.integer)) for v in render_size)
-    ):
-        size = (int(render_size[0]), int(render_size[1]))
-    else:
-        raise ValueError(f"render_size must be an int or (height, width), got {render_size!r}")
-    if min(size) < 8 or max(size) > 4096:
-        raise ValueError(f"render_size {size} is outside [8, 4096] pixels; CLIP takes e.g. 224 or the paper's 480")
-    return size
+#: EnvSpec fields that FastVLMRewardVecEnv takes as keywords (task and num_envs come first).
+ENV_ARGUMENTS = ("episode_length", "render_size", "physics", "renderer", "pipeline_chunks", "env_reward_weight")
+#: FastVLMRewardVecEnv's keywords beside the two specs' fields.
+OPTIONS = ("reward_model", "reward_spec", "seed", "env_kwargs", "defer_rewards")
 
 
 def _recording(make: Callable[[], gymnasium.Env]) -> Callable[[], gymnasium.Env]:
@@ -59,17 +44,14 @@ def _recording(make: Callable[[], gymnasium.Env]) -> Callable[[], gymnasium.Env]
     return lambda: RecordFrame(make())
 
 
-def _choose_physics(physics: str, spec: TaskSpec, renderer: str) -> str:
-    """ "batch" (the MuJoCo batch engine) or "gym" (gymnasium envs) for ``spec``."""
-    if physics not in PHYSICS:
-        raise ValueError(f"physics {physics!r} is unknown; use one of {PHYSICS}")
-    if renderer not in RENDERERS:
-        raise ValueError(f"renderer {renderer!r} is unknown; use one of {RENDERERS}")
+def _choose_physics(env: EnvSpec, task: TaskSpec) -> str:
+    """ "batch" (the MuJoCo batch engine) or "gym" (gymnasium envs) for ``env``'s task on this machine."""
+    physics, renderer = env.physics, env.renderer
     if physics == "gym":
         chosen = "gym"
-    elif spec.batch is None:
+    elif task.batch is None:
         if physics == "batch":
-            raise ValueError(f"task {spec.name!r} has no batch-engine version; use physics='gym' (or 'auto')")
+            raise ValueError(f"task {task.name!r} has no batch-engine version; use physics='gym' (or 'auto')")
         chosen = "gym"
     elif renderer == "egl" and egl_unavailable():
         if physics == "batch":
@@ -81,44 +63,39 @@ def _choose_physics(physics: str, spec: TaskSpec, renderer: str) -> str:
         chosen = "batch"
     if renderer == "warp" and chosen != "batch":
         raise ValueError(
-            f"renderer='warp' draws the MuJoCo batch engine's tasks; task {spec.name!r} runs on gymnasium envs "
+            f"renderer='warp' draws the MuJoCo batch engine's tasks; task {task.name!r} runs on gymnasium envs "
             "(physics='gym'), which draw their own frames"
         )
     return chosen
 
 
-def _reward_spec(spec: TaskSpec, fields: dict[str, Any], batch_size: int) -> RewardModelSpec:
-    """The task's reward model: its prompts and preprocessing unless the caller gives others."""
-    fields = {"model": DEFAULT_MODEL, "batch_size": batch_size, "resize_mode": spec.resize_mode, **fields}
-    if "tasks" not in fields:
-        if fields.get("target_prompts") is None:
-            if not spec.target_prompts:
-                raise ValueError(f"task {spec.name!r} has no default prompts; pass target_prompts='...'")
-            fields["target_prompts"] = spec.target_prompts
-        if fields.get("baseline_prompts") is None:
-            fields["baseline_prompts"] = spec.baseline_prompts
-    return RewardModelSpec.from_kwargs(**fields)
+def reward_spec_of(reward_spec: RewardModelSpec | None, fields: dict[str, Any]) -> RewardModelSpec:
+    """The reward model's spec from ``reward_spec=`` or from its fields as keywords (not both)."""
+    if reward_spec is None:
+        return RewardModelSpec.from_kwargs(**fields)
+    if fields:
+        raise ValueError(f"give reward_spec= alone, or its fields, not both (got {sorted(fields)})")
+    return reward_spec
 
 
-def _check_keywords(reward: dict[str, Any]) -> None:
-    """Keywords beyond the env's own go to the reward model: its spec's fields or encoder options. Anything
-    else is a misspelling, named as one of FastVLMRewardVecEnv's arguments, with the closest name."""
+def stack_arguments(env: EnvSpec, reward: RewardModelSpec | RewardModel) -> dict[str, Any]:
+    """The keywords of FastVLMRewardVecEnv (and ShardedVecEnv) that rebuild ``env`` scored by ``reward``
+    (after ``env.task`` and ``env.n_envs``)."""
+    model = {"reward_spec": reward} if isinstance(reward, RewardModelSpec) else {"reward_model": reward}
+    return {**{name: getattr(env, name) for name in ENV_ARGUMENTS}, **model}
+
+
+def check_arguments(kwargs: dict[str, Any]) -> None:
+    """Refuses a keyword that is neither FastVLMRewardVecEnv's, nor a reward model field or encoder
+    option, naming the closest one of all of them."""
     from vlmrm_fast.encoders import BACKEND_OPTIONS
 
-    fields = {f.name for f in dataclasses.fields(RewardModelSpec)} - {"encoder_options"}
-    options = {o for opts in BACKEND_OPTIONS.values() for o in opts}
-    own = [
-        name for name in inspect.signature(FastVLMRewardVecEnv.__init__).parameters if name not in ("self", "reward")
-    ]
-    for key, value in reward.items():
-        if key in fields or key in options or key == "encoder_options":
-            continue
-        close = difflib.get_close_matches(key, own + sorted(fields) + sorted(options), n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]}={value!r}?" if close else ""
-        raise TypeError(
-            f"FastVLMRewardVecEnv: unknown argument {key}={value!r}{hint} (it is neither an env argument nor a "
-            f"reward model field or encoder option)"
-        )
+    known = {*ENV_ARGUMENTS, *OPTIONS, *spec_fields(), *(o for opts in BACKEND_OPTIONS.values() for o in opts)}
+    for key in kwargs:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"FastVLMRewardVecEnv got an unknown argument {key!r}{hint}")
 
 
 class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
@@ -149,7 +126,7 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
         task: str,
         num_envs: int = 1,
         *,
-        reward_model: Any = None,
+        reward_model: RewardModel | None = None,
         reward_spec: RewardModelSpec | None = None,
         episode_length: int | None = None,
         render_size: int | tuple[int, int] | None = None,
@@ -162,38 +139,56 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
         env_reward_weight: float = 0.0,
         **reward: Any,
     ):
-        num_envs = positive_int(num_envs, "num_envs")
-        seed = seed_value(seed, "seed", allow_none=True)
-        _check_keywords(reward)
-        spec = get_task(task)
-        self.task = spec
-        self.render_size = _render_shape(render_size) or spec.render_size
-        self.episode_length = positive_int(episode_length, "episode_length", allow_none=True) or spec.episode_length
-        self.physics = _choose_physics(physics, spec, renderer)
-        self.renderer = renderer if self.physics == "batch" else None
+        check_arguments(reward)
+        seed = None if seed is None else non_negative_int(seed, "seed")
+        env = EnvSpec(
+            task,
+            positive_int(num_envs, "num_envs"),  # named as the caller named it (n_envs in a config)
+            episode_length=episode_length,
+            render_size=render_size,
+            physics=physics,
+            renderer=renderer,
+            pipeline_chunks=pipeline_chunks,
+            env_reward_weight=env_reward_weight,
+        ).with_task_defaults()
+        task_spec = get_task(env.task)
+        self.env_spec = env
+        self.task = task_spec
+        self.render_size = env.frame_shape
+        self.episode_length = env.episode_length
+        self.physics = _choose_physics(env, task_spec)
+        self.renderer = env.renderer if self.physics == "batch" else None
         if self.physics == "batch" and env_kwargs:
             raise ValueError("env_kwargs apply to gymnasium envs; use physics='gym' to pass them")
         self._owns_reward_model = reward_model is None  # loaded here: closed with the env
-        reward_model = self._reward_model(spec, num_envs, pipeline_chunks, reward_model, reward_spec, reward)
+        if reward_model is not None:
+            if reward or reward_spec is not None:
+                raise ValueError(
+                    f"reward_model= is already loaded; drop the reward model fields {sorted(reward) or ['reward_spec']}"
+                )
+        else:
+            reward_model = _load_for(env, reward_spec_of(reward_spec, reward).with_task_defaults(task_spec))
         if self.physics == "batch":
-            assert self.render_size is not None, "batch tasks have a frame size"
+            assert self.render_size is not None and task_spec.batch is not None, (
+                "batch tasks have glue and a frame size"
+            )
             device = reward_model.device
             venv: VecEnv = MujocoBatchVecEnv(
-                spec.batch,
-                num_envs,
+                task_spec.batch,
+                env.n_envs,
                 render_size=self.render_size,
                 episode_length=self.episode_length,
-                gpu=device.index if device.type == "cuda" else None,
-                renderer=renderer,  # draw on the reward model's GPU
+                gpu=device.index if device.type == "cuda" else None,  # draw on the reward model's GPU
+                renderer=env.renderer,
             )
         else:
-            venv = DummyVecEnv([_recording(self._env_factory(spec, env_kwargs))] * num_envs)
+            venv = DummyVecEnv([_recording(self._env_factory(task_spec, env_kwargs))] * env.n_envs)
         super().__init__(
             venv,
             reward_model,
-            pipeline_chunks=pipeline_chunks,
+            pipeline_chunks=env.pipeline_chunks,
             defer_rewards=defer_rewards,
-            env_reward_weight=env_reward_weight,
+            env_reward_weight=env.env_reward_weight,
         )
         if seed is not None:
             # Applied now, so stepping without reset() starts from (and auto-resets with) seeded states;
@@ -206,35 +201,16 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
         """Closes the envs (renderer, simulator) and the reward model this env loaded itself, then hands
         the memory they freed back to the system (see :func:`vlmrm_fast.memory.release_freed_memory`)."""
         super().close()
-        if self._owns_reward_model:
-            self.reward_model.close()
+        close_model = getattr(self.reward_model, "close", None)
+        if self._owns_reward_model and close_model is not None:
+            close_model()
         release_freed_memory()
 
-    @staticmethod
-    def _reward_model(
-        spec: TaskSpec,
-        num_envs: int,
-        pipeline_chunks: int | str,
-        given: Any,
-        spec_given: RewardModelSpec | None,
-        fields: dict[str, Any],
-    ):
-        if given is not None:
-            if fields or spec_given is not None:
-                raise ValueError(
-                    f"reward_model= is already loaded; drop the reward model fields {sorted(fields) or ['reward_spec']}"
-                )
-            return given
-        device = resolve_device((spec_given.device if spec_given else None) or fields.get("device", "auto"))
-        # Fixed-batch backends (compile, TensorRT) are built for one range of envs.
-        largest = max(rows.stop - rows.start for rows in plan_chunks(num_envs, pipeline_chunks, device))
-        if spec_given is not None:
-            if fields:
-                raise ValueError(f"give reward_spec= alone, or its fields, not both (got {sorted(fields)})")
-            reward_spec = spec_given if spec_given.batch_size else dataclasses.replace(spec_given, batch_size=largest)
-        else:
-            reward_spec = _reward_spec(spec, fields, largest)
-        return load_reward_model(reward_spec)
+    @classmethod
+    def from_specs(cls, env: EnvSpec, reward: RewardModelSpec | RewardModel, **options: Any) -> FastVLMRewardVecEnv:
+        """The stack of ``env`` scored by ``reward`` (a spec to load, or a loaded reward model);
+        ``options``: ``seed``, ``env_kwargs``, ``defer_rewards``."""
+        return cls(env.task, env.n_envs, **stack_arguments(env, reward), **options)
 
     def _env_factory(self, spec: TaskSpec, env_kwargs: dict[str, Any] | None) -> Callable[[], gymnasium.Env]:
         size, limit, kwargs = self.render_size, self.episode_length, dict(env_kwargs or {})
@@ -242,7 +218,7 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
 
     @classmethod
     def from_env_fns(
-        cls, env_fns: Iterable[Callable[[], gymnasium.Env]], *, reward_model: Any = None, **reward: Any
+        cls, env_fns: Iterable[Callable[[], gymnasium.Env]], *, reward_model: RewardModel | None = None, **reward: Any
     ) -> VLMRewardVecEnvWrapper:
         """Your own env factories (each env made with ``render_mode='rgb_array'``) under the VLM reward:
         a ``VLMRewardVecEnvWrapper`` over a DummyVecEnv of :class:`RecordFrame`-wrapped envs."""
@@ -250,7 +226,16 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
         if not env_fns:
             raise ValueError("env_fns is empty")
         if reward_model is None:
-            reward_model = load_reward_model(RewardModelSpec.from_kwargs(**{"model": DEFAULT_MODEL, **reward}))
+            reward_model = load_reward_model(RewardModelSpec.from_kwargs(**reward))
         elif reward:
             raise ValueError(f"reward_model= is already loaded; drop the reward model fields {sorted(reward)}")
         return VLMRewardVecEnvWrapper(DummyVecEnv([_recording(fn) for fn in env_fns]), reward_model)
+
+
+def _load_for(env: EnvSpec, spec: RewardModelSpec) -> RewardModel:
+    """Loads ``spec``'s model; a fixed-batch encoder (compile, TensorRT) without a batch size is built
+    for the largest range of envs a step scores."""
+    if spec.batch_size is None:
+        ranges = plan_chunks(env.n_envs, env.pipeline_chunks, resolve_device(spec.device))
+        spec = dataclasses.replace(spec, batch_size=max(rows.stop - rows.start for rows in ranges))
+    return load_reward_model(spec)

@@ -10,6 +10,15 @@ MuJoCo Warp's packed pixels into RGB bytes all run there, captured once into a
 CUDA graph per range of envs. Warp's CPU backend runs the same code (slowly) on
 a machine without a GPU.
 
+Streams: a range is drawn on the caller's torch stream (torch's current one by default, which
+may be the legacy default stream). Its first draw runs eagerly there (loading Warp's modules),
+then the same launches are captured on a stream the renderer owns, since CUDA cannot capture
+on the legacy stream; later draws replay the graph on the caller's stream. Nothing here makes
+that stream wait for other work: the order comes from the qpos upload and the ``ready`` event.
+
+The first renderer of a process on a fresh machine compiles MuJoCo Warp's kernels into Warp's
+kernel cache (``WARP_CACHE_PATH``, else ``~/.cache/warp``); see the README for what that costs.
+
 The picture is a ray tracer's: the geometry is ``mujoco.Renderer``'s, the shading,
 shadows and edges differ in detail (the README gives the difference per scene).
 Physics stays elsewhere (the ``mjb_*`` engine); this module only draws states.
@@ -20,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -77,6 +87,36 @@ def _unpack_kernel():
     return _UNPACK_KERNEL
 
 
+_WARP_STREAMS: dict[tuple[str, int], Any] = {}
+_WARP_STREAMS_LOCK = threading.Lock()
+
+
+def warp_stream_of(stream: torch.cuda.Stream):
+    """The process's one ``wp.Stream`` for torch ``stream``'s handle, kept for the life of the process.
+
+    Warp registers external streams by raw handle, without counting, and a collected wrapper
+    unregisters its handle; torch hands the same pooled handles to new ``torch.cuda.Stream``
+    objects. A wrapper per renderer would thus drop a registration that another renderer, or
+    the user, still relies on. One wrapper per handle, never collected, drops none.
+    """
+    key = (str(stream.device), int(stream.cuda_stream))
+    with _WARP_STREAMS_LOCK:
+        wrapper = _WARP_STREAMS.get(key)
+        if wrapper is None:
+            wp, _ = _import_warp()
+            wrapper = _WARP_STREAMS[key] = wp.stream_from_torch(stream)
+        return wrapper
+
+
+def render_data_sizes() -> dict[str, int]:
+    """``mujoco_warp.make_data`` sizes for drawing only: no contact or constraint rows.
+
+    Drawing runs kinematics, centres of mass, cameras and lights, never collision or the
+    solver, so the contact and constraint buffers (about half of a humanoid's Data) stay empty.
+    """
+    return {"nconmax": 0, "njmax": 0}
+
+
 @dataclasses.dataclass
 class _Slot:
     """The device state for one range of envs: their data, render context and captured graph."""
@@ -85,9 +125,11 @@ class _Slot:
     data: Any  # mujoco_warp.Data with one world per env of the range
     context: Any  # mujoco_warp RenderContext
     qpos: torch.Tensor  # the data's qpos as a torch view (float32, on the device)
+    staging: torch.Tensor  # this range's own host rows for qpos (pinned on a GPU), shared with no other range
     frames: Any  # warp view of the renderer's frames for the range
     first_pixel: int  # where the camera's pixels start in the context's packed rows
     uploaded: Any = None  # CUDA event after the last qpos upload (the staging rows may be rewritten after it)
+    drawn: Any = None  # CUDA event after the last draw of the range (its memory is free to go after it)
     graph: Any = None
 
 
@@ -138,9 +180,8 @@ class WarpBatchRenderer:
         with wp.ScopedDevice(self._wp_device):
             self._model = mjw.put_model(self._render_model)
         self._frames = torch.zeros((self.num_envs, self.height, self.width, 3), dtype=torch.uint8, device=self.device)
-        self._qpos = torch.zeros((self.num_envs, model.nq), dtype=torch.float32, pin_memory=self.device.type == "cuda")
         self._ready: torch.cuda.Event | None = None
-        self._streams: dict[int, Any] = {}
+        self._capture_stream: Any = None  # a wp.Stream of this renderer's own, made at the first capture
         self._closed = False
 
     # ------------------------------------------------------------------ properties
@@ -201,8 +242,13 @@ class WarpBatchRenderer:
         return self._fetch(self._target(device))
 
     def close(self) -> None:
-        """Drops the device buffers (idempotent)."""
+        """Drops the device buffers (idempotent), after the uploads and draws queued on them have run."""
+        if self._closed:
+            return
+        for event in self._pending_events():
+            event.synchronize()
         self._slots.clear()
+        self._ready = None
         self._closed = True
 
     def __enter__(self) -> WarpBatchRenderer:
@@ -211,35 +257,48 @@ class WarpBatchRenderer:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def __del__(self) -> None:
+        if hasattr(self, "_closed"):
+            self.close()
+
     # ------------------------------------------------------------------- drawing
     def _draw(self, qpos: np.ndarray, rows: slice, stream: torch.cuda.Stream | None) -> None:
-        wp = self._wp
         slot = self._slot(rows)
         if slot.uploaded is not None:
             slot.uploaded.synchronize()  # the previous upload has left the staging rows
-        staging = self._qpos[rows]
-        staging.numpy()[:] = qpos[rows]
-        with contextlib.ExitStack() as scope:
-            scope.enter_context(wp.ScopedDevice(self._wp_device))
-            if stream is not None:
-                scope.enter_context(torch.cuda.stream(stream))
-                scope.enter_context(wp.ScopedStream(self._warp_stream(stream)))
-            slot.qpos.copy_(staging, non_blocking=self.device.type == "cuda")
-            if stream is not None:
-                slot.uploaded = torch.cuda.Event()
-                slot.uploaded.record(stream)
-            if slot.graph is not None:
-                wp.capture_launch(slot.graph)
-            else:
+        slot.staging.numpy()[:] = qpos[rows]
+        wp = self._wp
+        if stream is None:  # Warp's CPU backend: every call completes before it returns
+            slot.qpos.copy_(slot.staging)
+            with wp.ScopedDevice(self._wp_device):
                 self._launch(slot)
-                if self.cuda_graph and stream is not None:  # the first, eager run loaded the modules; now capture
-                    with wp.ScopedCapture(device=self._wp_device, stream=self._warp_stream(stream)) as capture:
-                        self._launch(slot)
-                    slot.graph = capture.graph
-            if stream is not None:
-                ready = torch.cuda.Event()
-                ready.record(stream)
-                self._ready = ready
+            return
+        caller = warp_stream_of(stream)
+        # sync_enter=False: Warp's ScopedStream would otherwise make the caller's stream wait for
+        # the device's previous Warp stream, a blocking stream that waits for the legacy stream,
+        # and so for all of torch's work there (the encoder's, in the pipelined step).
+        with torch.cuda.stream(stream), wp.ScopedStream(caller, sync_enter=False):
+            slot.qpos.copy_(slot.staging, non_blocking=True)
+            slot.uploaded = _recorded(stream)
+            if slot.graph is not None:
+                wp.capture_launch(slot.graph, stream=caller)
+            else:
+                self._launch(slot)  # the first, eager run loads Warp's modules
+                if self.cuda_graph:
+                    slot.graph = self._capture(slot)
+            slot.drawn = self._ready = _recorded(stream)
+
+    def _capture(self, slot: _Slot):
+        """The range's launches captured into a graph, on this renderer's own stream (nothing runs)."""
+        wp = self._wp
+        if self._capture_stream is None:
+            self._capture_stream = wp.Stream(self._wp_device)
+        with (
+            wp.ScopedStream(self._capture_stream, sync_enter=False),
+            wp.ScopedCapture(device=self._wp_device, stream=self._capture_stream) as capture,
+        ):
+            self._launch(slot)
+        return capture.graph
 
     def _launch(self, slot: _Slot) -> None:
         wp, mjw, m, d = self._wp, self._mjw, self._model, slot.data
@@ -262,7 +321,7 @@ class WarpBatchRenderer:
             wp, mjw = self._wp, self._mjw
             n = rows.stop - rows.start
             with wp.ScopedDevice(self._wp_device):
-                data = mjw.make_data(self._render_model, nworld=n)
+                data = mjw.make_data(self._render_model, nworld=n, **render_data_sizes())
                 context = mjw.create_render_context(
                     self._render_model,
                     nworld=n,
@@ -275,8 +334,9 @@ class WarpBatchRenderer:
                     cam_active=[self.camera_id],
                 )
                 first_pixel = int(context.rgb_adr.numpy()[0])
+                staging = torch.zeros((n, self.model.nq), dtype=torch.float32, pin_memory=self.device.type == "cuda")
                 slot = _Slot(
-                    rows, data, context, wp.to_torch(data.qpos), wp.from_torch(self._frames[rows]), first_pixel
+                    rows, data, context, wp.to_torch(data.qpos), staging, wp.from_torch(self._frames[rows]), first_pixel
                 )
             self._slots[key] = slot
         return slot
@@ -289,11 +349,10 @@ class WarpBatchRenderer:
     def _current_stream(self) -> torch.cuda.Stream | None:
         return torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
 
-    def _warp_stream(self, stream: torch.cuda.Stream):
-        handle = stream.cuda_stream
-        if handle not in self._streams:
-            self._streams[handle] = self._wp.stream_from_torch(stream)
-        return self._streams[handle]
+    def _pending_events(self) -> list[Any]:
+        """The events after the last upload and draw of every range (none on the CPU backend)."""
+        events = [e for slot in self._slots.values() for e in (slot.uploaded, slot.drawn) if e is not None]
+        return events + ([self._ready] if self._ready is not None else [])
 
     def _target(self, device) -> torch.device | None:
         """None for host output, else this renderer's CUDA device; checked before drawing."""
@@ -315,6 +374,12 @@ class WarpBatchRenderer:
         if target is None:
             return self._frames.cpu().numpy() if self.device.type == "cuda" else self._frames.numpy().copy()
         return self._frames.clone()
+
+
+def _recorded(stream: torch.cuda.Stream) -> torch.cuda.Event:
+    event = torch.cuda.Event()
+    event.record(stream)
+    return event
 
 
 def _camera_id(model: mujoco.MjModel, camera: int | str) -> int:

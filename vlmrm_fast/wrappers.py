@@ -27,9 +27,11 @@ import torch
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 
 from vlmrm_fast.actions import check_actions
+from vlmrm_fast.checks import number
 from vlmrm_fast.frames import HostFrames, SteppedFrameSource
 from vlmrm_fast.pipeline import ChunkedScorer, plan_chunks
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
+from vlmrm_fast.reward.protocol import RewardModel
 
 FRAME_KEY = "vlmrm_frame"
 
@@ -63,7 +65,7 @@ def pop_frames(infos: list[dict[str, Any]]) -> list[np.ndarray]:
 class VLMRewardVecEnvWrapper(VecEnvWrapper):
     """Replaces a VecEnv's reward by a VLM reward model's; the env reward goes to ``info["gt_reward"]``.
 
-    ``reward_model``: a :class:`~vlmrm_fast.VLMRewardModel`. With several tasks the first is
+    ``reward_model``: a :class:`~vlmrm_fast.reward.protocol.RewardModel` (a loaded ``VLMRewardModel``). With several tasks the first is
     the reward and all are in ``info["vlm_rewards"]`` by name. ``pipeline_chunks``: the ranges
     of envs a step is scored in (see ``pipeline.plan_chunks``). ``defer_rewards``: return zero
     rewards and leave the frames to ``last_frames()`` (episode-batch scoring).
@@ -75,25 +77,17 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
     def __init__(
         self,
         venv: VecEnv,
-        reward_model: Any,
+        reward_model: RewardModel,
         *,
         pipeline_chunks: int | str = "auto",
         defer_rewards: bool = False,
         env_reward_weight: float = 0.0,
     ):
-        if (
-            isinstance(env_reward_weight, bool)
-            or not isinstance(env_reward_weight, (int, float))
-            or not np.isfinite(env_reward_weight)
-        ):
-            raise ValueError(
-                f"env_reward_weight must be a finite number (rho in vlm + rho * env), got {env_reward_weight!r}"
-            )
         super().__init__(venv)
         self.reward_model = reward_model
         self.reward_tasks = _task_names(reward_model)
         self.defer_rewards = bool(defer_rewards)
-        self.env_reward_weight = float(env_reward_weight)
+        self.env_reward_weight = number(env_reward_weight, "env_reward_weight")
         self.timer = NULL_TIMER
         self._scorer = ChunkedScorer(reward_model, plan_chunks(venv.num_envs, pipeline_chunks, reward_model.device))
         self._source: SteppedFrameSource | None = venv if isinstance(venv, SteppedFrameSource) else None
@@ -105,7 +99,10 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         return self.venv.reset()
 
     def step_async(self, actions: np.ndarray) -> None:
-        self._actions = check_actions(actions, self.action_space, self.num_envs)
+        # The batch engine checks its actions itself; any other VecEnv gets them checked here.
+        self._actions = (
+            actions if self._source is not None else check_actions(actions, self.action_space, self.num_envs)
+        )
         self.venv.step_async(self._actions)
 
     def step_wait(self):
@@ -180,9 +177,9 @@ def find_reward_wrapper(venv: VecEnv) -> VLMRewardVecEnvWrapper:
         venv = venv.venv
 
 
-def _task_names(reward_model: Any) -> tuple[str, ...]:
+def _task_names(reward_model: RewardModel) -> tuple[str, ...]:
     """The reward model's task names, unique (each is logged under its name)."""
-    names = tuple(task.name for task in reward_model.tasks)
+    names = tuple(str(task.name) for task in reward_model.tasks)
     if len(set(names)) != len(names):
         raise ValueError(
             f"reward task names must be unique to be logged apart, got {list(names)}; give each task a name="

@@ -94,7 +94,9 @@ void bind_render(py::module_& m) {
             py::gil_scoped_release release;
             return reinterpret_cast<uintptr_t>(r.lend_host());
           },
-          "Map the pixel buffer into host memory; its address. Call release_frames() when done.")
+          "The pixel buffer in host memory (copied through CUDA on a CUDA EGL device, else mapped); its "
+          "address. "
+          "Call release_frames() when done.")
       .def(
           "lend_device",
           [](render::BatchRenderer& r, uintptr_t stream) {
@@ -129,7 +131,11 @@ void bind_render(py::module_& m) {
       .def_property_readonly("cuda_device", &render::BatchRenderer::cuda_device)
       .def_property_readonly("software", &render::BatchRenderer::software)
       .def_property_readonly("max_size", &render::BatchRenderer::max_size)
-      .def_property_readonly("offscreen_samples", &render::BatchRenderer::offscreen_samples);
+      .def_property_readonly("offscreen_samples", &render::BatchRenderer::offscreen_samples)
+      .def_property_readonly(
+          "host_reads_through_cuda", &render::BatchRenderer::host_reads_through_cuda,
+          "True when host reads copy the pixel buffer through CUDA into page-locked memory "
+          "(a CUDA EGL device); false when they map it (Mesa).");
 }
 
 }  // namespace vlmrm::bindings

@@ -75,6 +75,42 @@ void GlBufferInterop::with_mapped(void* stream, const std::function<void(const u
   unmap(stream);
 }
 
+HostMirror::HostMirror(size_t bytes, int device) : bytes_(bytes), device_(device) {
+  require_device(device);
+  DeviceGuard guard(device);
+  void* pixels = nullptr;
+  check(cudaHostAlloc(&pixels, bytes, cudaHostAllocDefault),
+        "cudaHostAlloc (the host mirror of the pixel buffer)");
+  pixels_ = static_cast<uint8_t*>(pixels);
+  cudaStream_t stream = nullptr;
+  cudaError_t status = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (status != cudaSuccess) {
+    cudaFreeHost(pixels_);
+    check(status, "cudaStreamCreateWithFlags");
+  }
+  stream_ = stream;
+}
+
+HostMirror::~HostMirror() {
+  DeviceGuard guard(device_);
+  cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+  cudaFreeHost(pixels_);
+}
+
+const uint8_t* HostMirror::read(GlBufferInterop& interop) {
+  if (interop.device() != device_)
+    throw std::invalid_argument("HostMirror::read: the buffer is on another device");
+  DeviceGuard guard(device_);
+  auto stream = static_cast<cudaStream_t>(stream_);
+  interop.with_mapped(stream_, [&](const uint8_t* mapped, size_t size) {
+    if (size < bytes_) throw std::runtime_error("the mapped pixel buffer is smaller than its host mirror");
+    check(cudaMemcpyAsync(pixels_, mapped, bytes_, cudaMemcpyDeviceToHost, stream),
+          "cudaMemcpyAsync (pixel buffer to its host mirror)");
+  });
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (pixel buffer to its host mirror)");
+  return pixels_;
+}
+
 #else
 
 namespace {
@@ -90,6 +126,9 @@ GlBufferInterop::~GlBufferInterop() = default;
 void GlBufferInterop::with_mapped(void*, const std::function<void(const uint8_t*, size_t)>&) { no_cuda(); }
 const uint8_t* GlBufferInterop::map(void*, size_t*) { no_cuda(); }
 void GlBufferInterop::unmap(void*) { no_cuda(); }
+HostMirror::HostMirror(size_t, int) { no_cuda(); }
+HostMirror::~HostMirror() = default;
+const uint8_t* HostMirror::read(GlBufferInterop&) { no_cuda(); }
 void copy_frames_rgb(const FrameLayout&, uint8_t*, void*) { no_cuda(); }
 
 #endif

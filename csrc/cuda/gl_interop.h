@@ -1,7 +1,8 @@
 // CUDA-GL interop for the renderer's pixel buffer: the GL buffer object is
 // registered with CUDA once and mapped on a stream each step, so frames go from
-// the GL framebuffer to CUDA memory without a host copy. A build without CUDA
-// has these entry points, and they throw saying so.
+// the GL framebuffer to CUDA memory without a host copy; reads for the host go
+// through CUDA too (HostMirror). A build without CUDA has these entry points,
+// and they throw saying so.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +36,31 @@ class GlBufferInterop {
 
  private:
   void* resource_ = nullptr;  // cudaGraphicsResource_t
+  int device_ = -1;
+};
+
+// The pixel buffer read for the host through CUDA: copied over DMA into
+// page-locked memory of its own. Mapping a video-memory (GL_DYNAMIC_COPY)
+// buffer on the host instead lets the driver move it to system memory, where
+// kernels then read it several times slower.
+class HostMirror {
+ public:
+  // `bytes` of page-locked memory and a stream of its own (one that waits for
+  // no other stream) on CUDA device `device`.
+  HostMirror(size_t bytes, int device);
+  ~HostMirror();
+  HostMirror(const HostMirror&) = delete;
+  HostMirror& operator=(const HostMirror&) = delete;
+
+  // Copies the first `bytes` of the buffer `interop` maps (GL work issued
+  // before completes first) into the mirror and waits for the copy; returns
+  // the mirror. The GL context owning the buffer must be current.
+  const uint8_t* read(GlBufferInterop& interop);
+
+ private:
+  uint8_t* pixels_ = nullptr;
+  size_t bytes_ = 0;
+  void* stream_ = nullptr;  // cudaStream_t
   int device_ = -1;
 };
 

@@ -7,6 +7,7 @@
 
 #include "cpu/parallel.h"
 #include "cuda/gl_interop.h"
+#include "cuda/runtime.h"
 #include "render/egl_context.h"
 #include "sim/batch_sim.h"
 #include "sim/mj_guard.h"
@@ -167,7 +168,7 @@ void BatchRenderer::release() {
   if (egl_) {
     try {
       egl_->make_current();
-      if (lent_ == Lent::kHost) {
+      if (lent_ == Lent::kHostMapped) {
         gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, pbo_);
         gl_.UnmapBuffer(GL_PIXEL_PACK_BUFFER);
         gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, 0);
@@ -175,6 +176,7 @@ void BatchRenderer::release() {
         interop_->unmap(lent_stream_);
       }
       lent_ = Lent::kNone;
+      host_mirror_.reset();
       interop_.reset();
       if (pbo_) gl_.DeleteBuffers(1, &pbo_);
       if (con_made_) mjr_freeContext(&con_);
@@ -240,6 +242,10 @@ int BatchRenderer::max_size() const {
 int BatchRenderer::offscreen_samples() const {
   check_open();
   return con_.offSamples;
+}
+bool BatchRenderer::host_reads_through_cuda() const {
+  check_open();
+  return egl_->device().cuda_device >= 0 && cuda::device_count() > egl_->device().cuda_device;
 }
 
 void BatchRenderer::render(const double* qpos) {
@@ -358,6 +364,16 @@ const uint8_t* BatchRenderer::map_host_locked() {
   check_not_lent();
   if (!has_frames_) throw std::runtime_error("no frames yet: render first");
   ContextScope scope(*egl_);
+  if (host_reads_through_cuda()) {
+    cuda::GlBufferInterop& interop = interop_locked();
+    if (!host_mirror_) {
+      host_mirror_ = std::make_unique<cuda::HostMirror>(static_cast<size_t>(frame_bytes_ * config_.num_envs),
+                                                        egl_->device().cuda_device);
+    }
+    const uint8_t* pixels = host_mirror_->read(interop);
+    lent_ = Lent::kHostCopy;
+    return pixels;
+  }
   gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, pbo_);
   auto* pixels = static_cast<const uint8_t*>(gl_.MapBufferRange(
       GL_PIXEL_PACK_BUFFER, 0, static_cast<GLsizeiptr>(frame_bytes_ * config_.num_envs), GL_MAP_READ_BIT));
@@ -366,11 +382,15 @@ const uint8_t* BatchRenderer::map_host_locked() {
     check_gl("mapping the pixel buffer");
     throw std::runtime_error("glMapBufferRange returned no memory for the pixel buffer");
   }
-  lent_ = Lent::kHost;
+  lent_ = Lent::kHostMapped;
   return pixels;
 }
 
 void BatchRenderer::unmap_host_locked() {
+  if (lent_ == Lent::kHostCopy) {  // the mirror stays; nothing of GL's is held
+    lent_ = Lent::kNone;
+    return;
+  }
   ContextScope scope(*egl_);
   lent_ = Lent::kNone;
   gl_.BindBuffer(GL_PIXEL_PACK_BUFFER, pbo_);
@@ -419,7 +439,7 @@ const uint8_t* BatchRenderer::lend_device(void* stream) {
 void BatchRenderer::release_frames() {
   std::lock_guard<std::mutex> lock(mutex_);
   check_open();
-  if (lent_ == Lent::kHost) {
+  if (lent_ == Lent::kHostMapped || lent_ == Lent::kHostCopy) {
     unmap_host_locked();
   } else if (lent_ == Lent::kDevice) {
     ContextScope scope(*egl_);

@@ -7,8 +7,11 @@
 // tile drawn at another viewport offset of a larger framebuffer differs in
 // interpolated colours and shadow-map tests (measured on llvmpipe: up to 148
 // levels at shadow edges). Each resolved frame is read into its slot of one
-// pixel buffer object (no CPU wait on a GPU); the host path maps that buffer
-// once per step, the CUDA path maps it into CUDA through GL interop.
+// pixel buffer object (no CPU wait on a GPU); the CUDA path maps it into CUDA
+// through GL interop. The host reads it once per step: on a CUDA EGL device
+// through that interop, copied into page-locked memory (mapping the buffer on
+// the host would let the driver move it out of video memory); elsewhere (Mesa)
+// by mapping it.
 //
 // Scene updates (kinematics for the current state, then mjv_updateScene) run in
 // parallel on a MuJoCo batch thread pool: the simulator's own when rendering
@@ -32,7 +35,8 @@ class BatchSim;
 }
 namespace vlmrm::cuda {
 class GlBufferInterop;
-}
+class HostMirror;
+}  // namespace vlmrm::cuda
 
 namespace vlmrm::render {
 
@@ -78,10 +82,11 @@ class BatchRenderer {
   void copy_frames_cuda(uint8_t* out, void* stream);
 
   // Lending the pixel buffer in place (see layout() for where the frames are).
-  // lend_host maps it into host memory; lend_device maps it into CUDA on
-  // `stream`: GL work issued before completes before CUDA work on `stream`
-  // reads it. Until release_frames (on the same stream, which orders the unmap
-  // after the work enqueued there), drawing throws. One lend at a time.
+  // lend_host gives it in host memory (see host_reads_through_cuda);
+  // lend_device maps it into CUDA on `stream`: GL work issued before completes
+  // before CUDA work on `stream` reads it. Until release_frames (on the same
+  // stream, which orders the unmap after the work enqueued there), drawing
+  // throws. One lend at a time.
   const uint8_t* lend_host();
   const uint8_t* lend_device(void* stream);
   void release_frames();
@@ -109,6 +114,9 @@ class BatchRenderer {
   bool software() const;    // Mesa llvmpipe
   int max_size() const;     // largest width/height this OpenGL accepts
   int offscreen_samples() const;
+  // True when host reads copy the pixel buffer through CUDA into page-locked
+  // memory (a CUDA EGL device with CUDA usable); false when they map it (Mesa).
+  bool host_reads_through_cuda() const;
 
  private:
   struct ContextScope;
@@ -136,11 +144,13 @@ class BatchRenderer {
   int64_t frame_bytes_ = 0;
   int max_size_ = 0;
   bool has_frames_ = false;
-  enum class Lent { kNone, kHost, kDevice } lent_ = Lent::kNone;
+  // kHostMapped: the GL buffer mapped on the host; kHostCopy: host_mirror_.
+  enum class Lent { kNone, kHostMapped, kHostCopy, kDevice } lent_ = Lent::kNone;
   void* lent_stream_ = nullptr;
   std::unique_ptr<sim::BatchSim> positions_;  // scene updates for render(qpos)
   std::unique_ptr<cuda::GlBufferInterop> interop_;
-  std::vector<int32_t> overflow_;  // per frame: the scene ran out of geoms
+  std::unique_ptr<cuda::HostMirror> host_mirror_;  // made at the first host read through CUDA
+  std::vector<int32_t> overflow_;                  // per frame: the scene ran out of geoms
   std::mutex mutex_;
 };
 

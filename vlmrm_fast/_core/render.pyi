@@ -34,7 +34,7 @@ class BatchRenderer:
         """
     def lend_host(self) -> int:
         """
-        Map the pixel buffer into host memory; its address. Call release_frames() when done.
+        The pixel buffer in host memory (copied through CUDA on a CUDA EGL device, else mapped); its address. Call release_frames() when done.
         """
     def release_frames(self) -> None:
         """
@@ -63,6 +63,11 @@ class BatchRenderer:
     @property
     def height(self) -> int:
         ...
+    @property
+    def host_reads_through_cuda(self) -> bool:
+        """
+        True when host reads copy the pixel buffer through CUDA into page-locked memory (a CUDA EGL device); false when they map it (Mesa).
+        """
     @property
     def max_size(self) -> int:
         ...

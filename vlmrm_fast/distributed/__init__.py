@@ -16,7 +16,16 @@ Modules: ``launch`` (torchrun's variables, the split, the devices, the group), `
 """
 
 from vlmrm_fast.distributed.channel import RankFailure
-from vlmrm_fast.distributed.launch import DEFAULT_TIMEOUT, Launch, LayoutError, launched, plan_shards, shard_device
+from vlmrm_fast.distributed.launch import (
+    DEFAULT_TIMEOUT,
+    Launch,
+    LayoutError,
+    launched,
+    plan_shards,
+    shard_device,
+    shard_devices,
+    use_device,
+)
 from vlmrm_fast.distributed.serve import serve_shard
 from vlmrm_fast.distributed.sharded import Shard, ShardedVecEnv
 
@@ -38,4 +47,6 @@ __all__ = [
     "plan_shards",
     "serve_shard",
     "shard_device",
+    "shard_devices",
+    "use_device",
 ]

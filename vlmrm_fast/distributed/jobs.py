@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import datetime
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vlmrm_fast.distributed.channel import RankFailure
 from vlmrm_fast.distributed.launch import DEFAULT_TIMEOUT, Launch, LayoutError
+
+if TYPE_CHECKING:
+    from vlmrm_fast.envs.spec import EnvSpec
+    from vlmrm_fast.reward.spec import RewardModelSpec
 
 
 def serving_rank() -> bool:
@@ -33,13 +37,14 @@ def serve_for_training(timeout: datetime.timedelta | float = DEFAULT_TIMEOUT) ->
     return 0
 
 
-def make_vec_env(task: str, num_envs: int, *, timeout: datetime.timedelta | float = DEFAULT_TIMEOUT, **env_kwargs: Any):
-    """A FastVLMRewardVecEnv in a single process; on rank 0 of a job of several ranks, the ShardedVecEnv
-    of the same arguments (the layout printed one line per rank)."""
+def make_vec_env(env: EnvSpec, reward: RewardModelSpec, **options: Any):
+    """A FastVLMRewardVecEnv of ``env`` scored by ``reward`` in a single process; on rank 0 of a job of
+    several ranks, the ShardedVecEnv of the same specs (the layout printed one line per rank).
+    ``options``: FastVLMRewardVecEnv's ``seed``, ``env_kwargs``, ``defer_rewards``."""
+    from vlmrm_fast.vec_env import FastVLMRewardVecEnv, stack_arguments
+
     if Launch.detect().world_size > 1:
         from vlmrm_fast.distributed.sharded import ShardedVecEnv
 
-        return ShardedVecEnv(task, num_envs, timeout=timeout, **env_kwargs)
-    from vlmrm_fast.vec_env import FastVLMRewardVecEnv
-
-    return FastVLMRewardVecEnv(task, num_envs, **env_kwargs)
+        return ShardedVecEnv(env.task, env.n_envs, timeout=env.rank_timeout, **stack_arguments(env, reward), **options)
+    return FastVLMRewardVecEnv.from_specs(env, reward, **options)

@@ -12,6 +12,7 @@ import dataclasses
 import datetime
 import os
 import socket
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -33,6 +34,8 @@ class LayoutError(ValueError):
     """The job cannot be laid out (more ranks than envs, fewer GPUs than ranks on a node); raised
     on every rank before any env is built."""
 
+    label = "the job cannot run"
+
 
 @dataclasses.dataclass(frozen=True)
 class Launch:
@@ -45,6 +48,8 @@ class Launch:
     node: int = 0
     host: str = dataclasses.field(default_factory=socket.gethostname)
     gpus: int = 0
+    #: CUDA_VISIBLE_DEVICES as the launcher or scheduler set it for this process (None: not set)
+    visible_devices: str | None = None
 
     @classmethod
     def detect(cls) -> Launch:
@@ -61,7 +66,25 @@ class Launch:
             local_world_size=int(env.get("LOCAL_WORLD_SIZE", world_size)),
             node=int(env.get("GROUP_RANK", 0)),
             gpus=torch.cuda.device_count() if torch.cuda.is_available() else 0,
+            visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
         )
+
+    def own_gpus(self, node: Sequence[Launch]) -> bool:
+        """True when a scheduler gave this rank GPUs of its own through CUDA_VISIBLE_DEVICES: it
+        sees some, and no other rank of ``node`` (the launches of the ranks on this rank's node)
+        names any of them. The GPUs are compared as the variables name them (indices or UUIDs)."""
+        mine = _named_gpus(self.visible_devices)
+        if self.gpus == 0 or not mine:
+            return False
+        return all(
+            not (mine & _named_gpus(peer.visible_devices)) and peer.visible_devices is not None
+            for peer in node
+            if peer.rank != self.rank
+        )
+
+
+def _named_gpus(visible_devices: str | None) -> frozenset[str]:
+    return frozenset(name.strip() for name in (visible_devices or "").split(",") if name.strip())
 
 
 def launched() -> bool:
@@ -81,12 +104,15 @@ def plan_shards(num_envs: int, world_size: int) -> list[range]:
     return [range(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def shard_device(device: str, launch: Launch) -> str:
+def shard_device(device: str, launch: Launch, node: Sequence[Launch] = ()) -> str:
     """The device of rank ``launch.rank``'s envs for the VecEnv's ``device`` argument.
 
-    "auto" and "cuda": ``cuda:LOCAL_RANK`` when the node has GPUs (one per rank; fewer is a
-    :class:`LayoutError`), else the CPU. An explicit "cuda:K" or "cpu" is taken as given, so
-    that several ranks may share one GPU on purpose.
+    "auto" and "cuda": the rank's own GPU, else the CPU when the node has none. A rank's own GPU
+    is ``cuda:0`` when a scheduler gave each rank of the node GPUs of its own through
+    CUDA_VISIBLE_DEVICES (``node``: the launches of the ranks on this rank's node, see
+    :meth:`Launch.own_gpus`); else ``cuda:LOCAL_RANK`` when the node shows a GPU per rank; fewer
+    is a :class:`LayoutError`. An explicit "cuda:K" or "cpu" is taken as given, so that several
+    ranks may share one GPU on purpose.
     """
     device = str(device)
     if device not in ("auto", "cuda"):
@@ -97,12 +123,33 @@ def shard_device(device: str, launch: Launch) -> str:
                 f"rank {launch.rank} on {launch.host}: device='cuda' but torch sees no GPU there; use device='auto' or 'cpu'"
             )
         return "cpu"
+    if launch.own_gpus(node):
+        return "cuda:0"
     if launch.local_world_size > launch.gpus:
         raise LayoutError(
             f"node {launch.host} runs {launch.local_world_size} ranks but shows {launch.gpus} GPU(s): one GPU per rank; "
-            f"launch with --nproc-per-node {launch.gpus}, or pass device='cuda:0' to share one GPU on purpose (or 'cpu')"
+            f"launch with --nproc-per-node {launch.gpus}, give each rank GPUs of its own through CUDA_VISIBLE_DEVICES, "
+            "or pass device='cuda:0' to share one GPU on purpose (or 'cpu')"
         )
     return f"cuda:{launch.local_rank}"
+
+
+def shard_devices(device: str, launches: Sequence[Launch]) -> list[str]:
+    """Every rank's device (:func:`shard_device`), each rank judged with the ranks of its node."""
+    return [
+        shard_device(
+            device, launch, [peer for peer in launches if (peer.host, peer.node) == (launch.host, launch.node)]
+        )
+        for launch in launches
+    ]
+
+
+def use_device(device: str | torch.device) -> None:
+    """Makes a rank's CUDA device torch's current one, so that what names "cuda" without an index
+    (``resolve_device``, ``torch.cuda.is_bf16_supported``, Warp's "cuda") lands on it, not on GPU 0."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)
 
 
 @dataclasses.dataclass

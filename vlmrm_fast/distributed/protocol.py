@@ -15,29 +15,35 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vlmrm_fast.envs.spec import EnvSpec
+    from vlmrm_fast.reward.spec import RewardModelSpec
 
 
 @dataclasses.dataclass(frozen=True)
 class ShardSpec:
-    """The envs one rank steps: envs ``envs`` of the whole run, seeded as env ``envs.start + i``."""
+    """The envs one rank steps: envs ``envs`` of the whole run (``env`` with their number), scored by
+    ``reward`` on this rank's device, seeded as env ``envs.start + i``; ``options``: FastVLMRewardVecEnv's other
+    arguments."""
 
-    task: str
+    env: EnvSpec
+    reward: RewardModelSpec
     envs: range
-    device: str
     seed: int | None
-    env_kwargs: dict[str, Any]
+    options: dict[str, Any]
+
+    @property
+    def device(self) -> str:
+        return str(self.reward.device)
 
     def build(self):
+        from vlmrm_fast.distributed.launch import use_device
         from vlmrm_fast.vec_env import FastVLMRewardVecEnv
 
-        kwargs = dict(self.env_kwargs)
-        spec = kwargs.get("reward_spec")
-        if spec is not None:  # the reward model's settings come whole: this rank's device goes into them
-            kwargs["reward_spec"] = spec.replace(device=self.device)
-        else:
-            kwargs["device"] = self.device
-        return FastVLMRewardVecEnv(self.task, len(self.envs), seed=self.seed, **kwargs)
+        use_device(self.device)  # this rank's GPU is torch's current device before anything is built
+        return FastVLMRewardVecEnv.from_specs(self.env, self.reward, seed=self.seed, **self.options)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,15 +27,17 @@ from vlmrm_fast.distributed.launch import (
     as_timeout,
     join,
     plan_shards,
-    shard_device,
+    shard_devices,
 )
 from vlmrm_fast.distributed.protocol import CLOSE, Call, Refuse, Reply, ShardSpec
+from vlmrm_fast.envs.spec import EnvSpec
+from vlmrm_fast.reward.spec import RewardModelSpec
 
 #: FastVLMRewardVecEnv arguments that cannot travel to other ranks, and why
 REFUSED_ARGUMENTS = {
     "reward_model": "a loaded model cannot be shared between processes: pass model=... and each rank loads its own",
     "defer_rewards": "episode-batch scoring needs every frame in one process; with several ranks each rank scores its "
-    "own frames at every step (set reward.episode_batch: false)",
+    "own frames at every step (set rl.episode_batch: false)",
 }
 
 
@@ -67,14 +69,33 @@ def _concat(parts: Sequence[Any]) -> Any:
 
 
 def lay_out(
-    task: str, num_envs: int, device: str, seed: int | None, env_kwargs: dict, launches: list[Launch]
+    env: EnvSpec, reward: RewardModelSpec, seed: int | None, options: dict, launches: list[Launch]
 ) -> list[ShardSpec]:
     """Each rank's envs, device and seed (env ``i`` of the run: ``seed + i``); :class:`LayoutError` if the job cannot run."""
-    ranges = plan_shards(num_envs, len(launches))
+    ranges = plan_shards(env.n_envs, len(launches))
     return [
-        ShardSpec(task, envs, shard_device(device, launch), None if seed is None else seed + envs.start, env_kwargs)
-        for envs, launch in zip(ranges, launches)
+        ShardSpec(
+            env.replace(n_envs=len(envs)),
+            reward.replace(device=rank_device),
+            envs,
+            None if seed is None else seed + envs.start,
+            options,
+        )
+        for envs, rank_device in zip(ranges, shard_devices(reward.device, launches))
     ]
+
+
+def split_arguments(task: str, num_envs: int, kwargs: dict[str, Any]) -> tuple[EnvSpec, RewardModelSpec, dict]:
+    """FastVLMRewardVecEnv's arguments as (the env spec, the reward model spec, the other options):
+    checked here, before they travel to the ranks."""
+    from vlmrm_fast.vec_env import ENV_ARGUMENTS, OPTIONS, check_arguments, reward_spec_of
+
+    kwargs = dict(kwargs)
+    check_arguments(kwargs)
+    env = EnvSpec(task, num_envs, **{name: kwargs.pop(name) for name in ENV_ARGUMENTS if name in kwargs})
+    fields = {name: kwargs.pop(name) for name in list(kwargs) if name not in OPTIONS}
+    reward = reward_spec_of(kwargs.pop("reward_spec", None), fields)
+    return env, reward, kwargs
 
 
 class ShardedVecEnv(VecEnv):
@@ -83,8 +104,9 @@ class ShardedVecEnv(VecEnv):
 
     ``env_kwargs`` are :class:`~vlmrm_fast.FastVLMRewardVecEnv`'s (sent to every rank, so they
     must pickle; no ``reward_model``, no ``defer_rewards``). ``device="auto"`` puts each rank
-    on ``cuda:LOCAL_RANK`` (the CPU without GPUs); an explicit ``"cuda:K"`` lets ranks share a
-    GPU. ``timeout`` (seconds or a timedelta) bounds every wait for another rank: a rank that
+    on its own GPU (``cuda:LOCAL_RANK``, or ``cuda:0`` of the GPUs a scheduler gave it through
+    CUDA_VISIBLE_DEVICES; the CPU without GPUs), which becomes the rank's current CUDA device;
+    an explicit ``"cuda:K"`` lets ranks share a GPU. ``timeout`` (seconds or a timedelta) bounds every wait for another rank: a rank that
     dies or hangs stops the run with a :class:`RankFailure` naming it. Rank ``r`` holds envs
     ``plan_shards(num_envs, world_size)[r]``; ``shards`` says where each runs.
     """
@@ -98,16 +120,13 @@ class ShardedVecEnv(VecEnv):
         verbose: int = 1,
         **env_kwargs: Any,
     ):
-        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-            raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
         for name, why in REFUSED_ARGUMENTS.items():
             if env_kwargs.get(name):
                 raise ValueError(f"ShardedVecEnv: {name}= is not supported: {why}")
-        spec = env_kwargs.get("reward_spec")
-        device = env_kwargs.pop("device", spec.device if spec is not None else "auto")
-        seed = env_kwargs.pop("seed", None)
+        env, reward, options = split_arguments(task, num_envs, env_kwargs)
+        seed = options.pop("seed", None)
         try:
-            pickle.dumps(env_kwargs)
+            pickle.dumps((env, reward, options))
         except Exception as exc:
             raise ValueError(f"ShardedVecEnv: the env arguments travel to every rank and must pickle: {exc}") from None
         self.launch = Launch.detect()
@@ -126,7 +145,7 @@ class ShardedVecEnv(VecEnv):
         try:
             launches = [self.launch] + [launch for _, launch in sorted(self._complete(None, "joining").items())]
             try:
-                specs = lay_out(task, int(num_envs), device, seed, env_kwargs, launches)
+                specs = lay_out(env, reward, seed, options, launches)
             except LayoutError as refusal:
                 self._refuse(str(refusal))
                 raise
@@ -141,10 +160,10 @@ class ShardedVecEnv(VecEnv):
             self.close()
             raise
         self.shards = [Shard(r, spec.envs, devices[r], launches[r].host) for r, spec in enumerate(specs)]
-        super().__init__(int(num_envs), self._local.observation_space, self._local.action_space)
+        super().__init__(env.n_envs, self._local.observation_space, self._local.action_space)
         self.render_mode = "rgb_array"
         if verbose:
-            print(f"{num_envs} envs of {task} over {len(self.shards)} rank(s):")
+            print(f"{env.n_envs} envs of {env.task} over {len(self.shards)} rank(s):")
             for shard in self.shards:
                 print("  " + shard.describe())
 

@@ -47,6 +47,23 @@ class ImageEncoder(abc.ABC):
         self._check(pixels)
         return self.encode(pixels)
 
+    def encode_rows(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Up to ``batch_size`` rows of pixels (any number when that is None) -> their (N, D)
+        embeddings: a fixed-batch encoder gets the rows padded to its batch, and the padding's
+        outputs are dropped (the rows of a batch are independent). The padding is the encoder's
+        own input buffer where it has one: the rows are copied in once, and the rows past them
+        keep whatever they held."""
+        fixed, n = self.batch_size, pixels.shape[0]
+        if fixed is None or n == fixed:
+            return self(pixels)
+        if n > fixed:
+            raise ValueError(f"the {self.backend} encoder runs batches of {fixed}, got {n} rows; encode them in chunks")
+        padded = self.input_buffer()
+        if padded is None:
+            padded = pixels.new_zeros((fixed,) + tuple(pixels.shape[1:]))
+        padded[:n].copy_(pixels)
+        return self(padded)[:n]
+
     def _check(self, pixels: torch.Tensor) -> None:
         expected = (3, self.image_size, self.image_size)
         if pixels.ndim != 4 or tuple(pixels.shape[1:]) != expected:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 import torch
@@ -77,23 +76,19 @@ def export_encoder(
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    try:
-        path = export_encoder(
-            args.model,
-            args.pretrained,
-            checkpoint=args.checkpoint,
-            batch_size=args.batch_size,
-            precision=args.precision,
-            onnx_only=args.onnx_only,
-            engine_cache_dir=args.cache_dir,
-            device=args.device,
-            workspace_gib=args.workspace_gib,
-            rebuild=args.rebuild,
-            seed=args.seed,
-        )
-    except (ValueError, RuntimeError, ImportError, OSError) as exc:
-        print(f"vlmrm-fast export: error: {exc}", file=sys.stderr)
-        return 2
+    path = export_encoder(
+        args.model,
+        args.pretrained,
+        checkpoint=args.checkpoint,
+        batch_size=args.batch_size,
+        precision=args.precision,
+        onnx_only=args.onnx_only,
+        engine_cache_dir=args.cache_dir,
+        device=args.device,
+        workspace_gib=args.workspace_gib,
+        rebuild=args.rebuild,
+        seed=args.seed,
+    )
     size = sum(p.stat().st_size for p in (path, Path(f"{path}.data")) if p.exists())
     print(f"{'ONNX' if args.onnx_only else 'engine'}: {path} ({size / 2**20:.1f} MiB)")
     return 0
@@ -127,4 +122,4 @@ def add_subcommand(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workspace-gib", type=float, default=8.0, help="TensorRT builder workspace limit (GiB)")
     p.add_argument("--rebuild", action="store_true", help="build even when a valid engine is cached")
     p.add_argument("--seed", type=int, default=0, help="seed of random weights (models without pretrained weights)")
-    p.set_defaults(func=_run_export)
+    p.set_defaults(func=_run_export, setup=True)

@@ -52,6 +52,15 @@ def check_precision_name(precision: str) -> None:
         raise ValueError(f"precision {precision!r} is unknown; use one of {', '.join(map(repr, PRECISION_NAMES))}")
 
 
+def named_precision(precision: str) -> Precision:
+    """The precision of an explicit name ("fp32", "fp16", "bf16", "fp8"), whatever the device."""
+    if precision == "fp8":
+        return Precision("fp8", torch.bfloat16)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} is not one of {', '.join(map(repr, [*PRECISIONS, 'fp8']))}")
+    return Precision(precision, PRECISIONS[precision])
+
+
 def resolve(
     precision: str,
     device: torch.device,
@@ -66,12 +75,12 @@ def resolve(
         from vlmrm_fast.encoders.fp8 import require_fp8
 
         require_fp8(device)
-        return Precision("fp8", torch.bfloat16)
+        return named_precision("fp8")
     dtype = resolve_precision(precision, device)
     name = next(n for n, d in PRECISIONS.items() if d == dtype)
     if precision == "auto" and dtype == torch.bfloat16 and visual is not None and batch_size is not None:
         if auto_prefers_fp8(visual, device, batch_size):
-            return Precision("fp8", torch.bfloat16)
+            return named_precision("fp8")
     return Precision(name, dtype)
 
 

@@ -26,13 +26,16 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium
 
 from vlmrm_fast.envs import humanoid
 from vlmrm_fast.envs.classic_control import PAPER_EPISODE_LENGTH, PaperCartPoleEnv, PaperMountainCarContinuousEnv
 from vlmrm_fast.envs.mountain_car import MountainCarContinuousTexturedEnv, PaperMountainCarContinuousTexturedEnv
+
+if TYPE_CHECKING:
+    from vlmrm_fast.envs.batch import BatchTask
 
 HUMANOID_BASELINE = ("a humanoid robot",)
 
@@ -46,7 +49,7 @@ class TaskSpec:
     baseline_prompts: tuple[str, ...] = ()
     episode_length: int | None = None  # None: the env's own time limit
     render_size: tuple[int, int] | None = None  # (height, width) the paper renders at
-    batch: Any = None  # MuJoCo batch-engine glue (envs.humanoid.HumanoidBatch); None: gymnasium envs only
+    batch: BatchTask | None = None  # MuJoCo batch-engine glue (envs.humanoid.HumanoidBatch); None: gymnasium envs only
     resize_mode: str | None = None  # preprocess override; "squash" keeps a wide frame whole
     hard: bool = False  # the paper found CLIP could not teach it
     scene: str | None = None  # humanoid tasks: the scene frames are drawn in (envs.humanoid.SCENES)

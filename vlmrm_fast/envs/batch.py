@@ -16,35 +16,65 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium
+import mujoco
 import numpy as np
 from stable_baselines3.common.vec_env import VecEnv
 
 from vlmrm_fast.actions import check_actions
+from vlmrm_fast.checks import one_of
+from vlmrm_fast.envs.spec import RENDERERS
 from vlmrm_fast.frames import FrameSource
 from vlmrm_fast.profiling import NULL_TIMER
 from vlmrm_fast.rendering import BatchRenderer
 from vlmrm_fast.sim import BatchSimulator
 
-RENDERERS = ("egl", "warp")
+
+class StepReward(Protocol):
+    """A task's own reward for the engine's envs, with whatever per-env state it needs."""
+
+    def before_step(self, fields: dict[str, np.ndarray], rows: slice) -> None:
+        """Envs ``rows`` are about to step; ``fields`` are the simulator's outputs of their current state."""
+
+    def __call__(
+        self, fields: dict[str, np.ndarray], ctrl: np.ndarray, dt: float
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """(rewards (N,), per-env info arrays) of the step every env took with controls ``ctrl``."""
+        ...
+
+
+class BatchTask(Protocol):
+    """What the batch engine needs of a MuJoCo task (e.g. :class:`~vlmrm_fast.envs.humanoid.HumanoidBatch`)."""
+
+    frame_skip: int
+    reset_noise_scale: float
+    outputs: tuple[str, ...]  # the mjData fields the simulator copies out after each step
+
+    @property
+    def camera(self) -> str: ...
+
+    def build_model(self, render_size: int) -> mujoco.MjModel: ...
+
+    def observation(self, fields: dict[str, np.ndarray]) -> np.ndarray: ...
+
+    def step_reward(self, model: mujoco.MjModel, num_envs: int) -> StepReward: ...
 
 
 def make_renderer(
     kind: str, model, num_envs: int, render_size: tuple[int, int], camera, gpu: int | None
 ) -> FrameSource:
-    """A batch renderer of ``kind`` drawing ``num_envs`` frames of ``render_size`` (height, width)."""
+    """A batch renderer of ``kind`` (one of ``envs.spec.RENDERERS``) drawing ``num_envs`` frames of
+    ``render_size`` (height, width)."""
     height, width = render_size
-    if kind == "egl":
+    if one_of(kind, "renderer", RENDERERS) == "egl":
         return BatchRenderer(model, num_envs, width, height, camera=camera, gpu=gpu)
-    if kind == "warp":
-        from vlmrm_fast.warp_rendering import WarpBatchRenderer
+    from vlmrm_fast.warp_rendering import WarpBatchRenderer
 
-        return WarpBatchRenderer(
-            model, num_envs, width, height, camera=camera, device="cpu" if gpu is None else f"cuda:{gpu}"
-        )
-    raise ValueError(f"renderer {kind!r} is unknown; use one of {RENDERERS}")
+    return WarpBatchRenderer(
+        model, num_envs, width, height, camera=camera, device="cpu" if gpu is None else f"cuda:{gpu}"
+    )
 
 
 class BatchEnvView:
@@ -96,7 +126,7 @@ class BatchEnvView:
 
 
 class MujocoBatchVecEnv(VecEnv):
-    """``num_envs`` envs of a MuJoCo ``batch`` task (e.g. :class:`~vlmrm_fast.envs.humanoid.HumanoidBatch`).
+    """``num_envs`` envs of a MuJoCo task (its :class:`BatchTask` glue, ``batch``).
 
     Env ``i`` is seeded with ``seed + i`` at the next reset, as SB3's vector envs do; the
     episode ends (a truncation) after ``episode_length`` steps.
@@ -104,7 +134,7 @@ class MujocoBatchVecEnv(VecEnv):
 
     def __init__(
         self,
-        batch: Any,
+        batch: BatchTask,
         num_envs: int,
         *,
         render_size: tuple[int, int],
@@ -137,7 +167,7 @@ class MujocoBatchVecEnv(VecEnv):
         self.render_mode = "rgb_array"
         self.timer = NULL_TIMER
         self._steps = np.zeros(num_envs, dtype=np.int64)
-        self._xy_before = np.zeros((num_envs, 2))
+        self._step_reward = batch.step_reward(self.model, num_envs)
         self._actions: np.ndarray | None = None
         self._advanced = 0  # envs [0, _advanced) of the pending step have been advanced
 
@@ -169,9 +199,7 @@ class MujocoBatchVecEnv(VecEnv):
             actions, self._actions = self._actions, None
             fields = self.sim.outputs
             obs = self.batch.observation(fields)
-            rewards, terms = self.batch.reward(
-                self.model, self.sim.dt, self._xy_before, fields, np.asarray(actions, np.float64)
-            )
+            rewards, terms = self._step_reward(fields, np.asarray(actions, np.float64), self.sim.dt)
             self._steps += 1
             truncated = self._steps >= self.episode_length if self.episode_length else np.zeros(self.num_envs, bool)
             dones = truncated.copy()
@@ -195,8 +223,7 @@ class MujocoBatchVecEnv(VecEnv):
         if rows.start != self._advanced or rows.stop <= rows.start:
             raise ValueError(f"advance envs in order: the next range starts at env {self._advanced}, got {rows}")
         with self.timer.stage("physics"):
-            fields = self.sim.outputs
-            self._xy_before[rows] = self.batch.mass_center_xy(self.model, {"xipos": fields["xipos"][rows]})
+            self._step_reward.before_step(self.sim.outputs, rows)
             self.sim.step(self._actions, rows)
         with self.timer.stage("render"):
             self.renderer.draw(self.sim, rows, stream)

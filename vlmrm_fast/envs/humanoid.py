@@ -268,7 +268,7 @@ class HumanoidPoseEnv(HumanoidEnv):
 
 class HumanoidBatch:
     """Humanoid-v5's observation, reward and info for the batch engine (terminate_when_unhealthy=False),
-    drawn in ``scene``."""
+    drawn in ``scene`` (a :class:`~vlmrm_fast.envs.batch.BatchTask`)."""
 
     frame_skip = FRAME_SKIP
     reset_noise_scale = RESET_NOISE_SCALE
@@ -298,17 +298,32 @@ class HumanoidBatch:
             axis=1,
         )
 
-    @staticmethod
-    def mass_center_xy(model: mujoco.MjModel, fields: dict[str, np.ndarray]) -> np.ndarray:
-        """(N, 2) mass-weighted centre of the bodies, as gymnasium's ``mass_center``."""
-        xipos = fields["xipos"].reshape(fields["xipos"].shape[0], -1, 3)
-        return (np.einsum("b,nbj->nj", model.body_mass, xipos) / model.body_mass.sum())[:, :2]
+    def step_reward(self, model: mujoco.MjModel, num_envs: int) -> HumanoidStepReward:
+        return HumanoidStepReward(model, num_envs)
 
-    def reward(
-        self, model: mujoco.MjModel, dt: float, xy_before: np.ndarray, fields: dict[str, np.ndarray], ctrl: np.ndarray
+
+class HumanoidStepReward:
+    """Humanoid-v5's reward of a step for ``num_envs`` envs: it needs each env's centre of mass from
+    before the step (the forward reward is its velocity), recorded by ``before_step``."""
+
+    def __init__(self, model: mujoco.MjModel, num_envs: int):
+        self.model = model
+        self._xy_before = np.zeros((num_envs, 2))
+
+    def mass_center_xy(self, xipos: np.ndarray) -> np.ndarray:
+        """(N, 2) mass-weighted centre of the bodies, as gymnasium's ``mass_center``."""
+        xipos = xipos.reshape(xipos.shape[0], -1, 3)
+        body_mass = self.model.body_mass
+        return (np.einsum("b,nbj->nj", body_mass, xipos) / body_mass.sum())[:, :2]
+
+    def before_step(self, fields: dict[str, np.ndarray], rows: slice) -> None:
+        self._xy_before[rows] = self.mass_center_xy(fields["xipos"][rows])
+
+    def __call__(
+        self, fields: dict[str, np.ndarray], ctrl: np.ndarray, dt: float
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        xy_after = self.mass_center_xy(model, fields)
-        velocity = (xy_after - xy_before) / dt
+        xy_after = self.mass_center_xy(fields["xipos"])
+        velocity = (xy_after - self._xy_before) / dt
         z = fields["qpos"][:, 2]
         healthy = ((HEALTHY_Z_RANGE[0] < z) & (z < HEALTHY_Z_RANGE[1])) * HEALTHY_REWARD
         forward = FORWARD_REWARD_WEIGHT * velocity[:, 0]

@@ -11,8 +11,6 @@ from __future__ import annotations
 import argparse
 import csv
 import pathlib
-import sys
-from collections.abc import Callable
 from typing import Any
 
 DEFAULT_ALPHAS = [0.0, 0.25, 0.5, 0.75, 1.0]
@@ -20,27 +18,6 @@ DEFAULT_ALPHAS = [0.0, 0.25, 0.5, 0.75, 1.0]
 
 def _size(values: list[int] | None) -> tuple[int, int] | None:
     return None if values is None else (values[0], values[1])
-
-
-def _fail(exc: Exception) -> int:
-    print(f"error: {exc}", file=sys.stderr)
-    return 2
-
-
-def _guarded(job: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Bad input or a missing model ends the command with its message and status 2, not a traceback."""
-
-    def run(args: argparse.Namespace) -> int:
-        from vlmrm_fast.cli import expected_failure
-
-        try:
-            return job(args)
-        except Exception as exc:
-            if not expected_failure(exc):
-                raise
-            return _fail(exc)
-
-    return run
 
 
 # ------------------------------------------------------------------------- dataset
@@ -95,7 +72,7 @@ def _dataset_render(args: argparse.Namespace) -> int:
 
 def add_dataset(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("dataset", help="labelled-state datasets: sample and render states, import labels")
-    jobs = p.add_subparsers(dest="dataset_command", required=True)
+    jobs = p.add_subparsers(dest="job", required=True)
 
     s = jobs.add_parser("sample", help="sample states of a task (random actions or a saved policy) and render them")
     s.add_argument("task", help="task name (vlmrm_fast.envs.TASKS) or gymnasium id")
@@ -110,19 +87,19 @@ def add_dataset(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"), help="frame size (default: the task's)")
     s.add_argument("--thin", type=int, default=4, help="roll out n*thin steps and keep n states at random (default 4)")
-    s.set_defaults(func=_guarded(_dataset_sample))
+    s.set_defaults(func=_dataset_sample)
 
     lab = jobs.add_parser("label", help="import labels from a CSV with columns index,label")
     lab.add_argument("dataset", help="dataset file (.npz)")
     lab.add_argument("labels", help="CSV with columns index,label (empty label = unlabelled)")
     lab.add_argument("-o", "--output", help="write here instead of updating the dataset in place")
-    lab.set_defaults(func=_guarded(_dataset_label))
+    lab.set_defaults(func=_dataset_label)
 
     r = jobs.add_parser("render", help="render a dataset's states again at another size")
     r.add_argument("dataset", help="dataset file (.npz)")
     r.add_argument("--size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"), help="frame size (default: the task's)")
     r.add_argument("-o", "--output", help="write here instead of updating the dataset in place")
-    r.set_defaults(func=_guarded(_dataset_render))
+    r.set_defaults(func=_dataset_render)
 
 
 # ------------------------------------------------------------------------ evaluate
@@ -201,7 +178,7 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "-o", "--output", default="eval", help="folder for epic.csv, epic.png, precision_recall.* (default eval/)"
     )
-    p.set_defaults(func=_guarded(_evaluate))
+    p.set_defaults(func=_evaluate)
 
 
 # ----------------------------------------------------------------------- landscape
@@ -281,4 +258,4 @@ def add_landscape(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="reset seed of the state the other variables keep")
     _add_prompt_options(p)
     p.add_argument("-o", "--output", default="eval", help="folder for the PNG and CSV (default eval/)")
-    p.set_defaults(func=_guarded(_landscape))
+    p.set_defaults(func=_landscape)

@@ -10,6 +10,7 @@ import threading
 import urllib.parse
 from pathlib import Path
 
+from vlmrm_fast.failures import ExpectedFailure
 from vlmrm_fast.models.names import parse_model_name
 
 _HF_WEIGHT_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
@@ -18,7 +19,7 @@ _HF_WEIGHT_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin"
 _NETWORK_TIMEOUT_S = 3.0
 
 
-class WeightsUnavailableError(RuntimeError):
+class WeightsUnavailableError(ExpectedFailure, RuntimeError):
     """Pretrained weights are neither cached nor downloadable right now."""
 
 

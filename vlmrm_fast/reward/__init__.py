@@ -9,6 +9,7 @@ from vlmrm_fast.models import (
     register_builtin_configs,
 )
 from vlmrm_fast.reward.model import VLMRewardModel, load_reward_model
+from vlmrm_fast.reward.protocol import RewardModel
 from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.reward.tasks import BinaryTask, GoalBaselineTask
 
@@ -20,6 +21,7 @@ __all__ = [
     "GoalBaselineTask",
     "PromptTruncatedWarning",
     "RandomWeightsWarning",
+    "RewardModel",
     "RewardModelSpec",
     "VLMRewardModel",
     "WeightsUnavailableError",

@@ -19,12 +19,12 @@ frames and ViT-B-32 gives exactly that.) On a CPU the default is :data:`CPU_BATC
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import torch
 
 from vlmrm_fast.checks import positive_int
+from vlmrm_fast.reward.protocol import RewardModel
 
 FILL_TARGET_TFLOP = 32.0
 MAX_FILL_BATCH = 4096
@@ -122,9 +122,9 @@ class FrameBatchScorer:
     """Accumulates frames (uint8 (n, H, W, 3), any device) and scores them ``batch_size`` at a time
     with ``reward_model`` (a single-task :class:`~vlmrm_fast.reward.model.VLMRewardModel`)."""
 
-    def __init__(self, reward_model: Any, batch_size: int):
+    def __init__(self, reward_model: RewardModel, batch_size: int):
         batch_size = positive_int(batch_size, "batch_size")
-        if getattr(reward_model, "multi_task", False):
+        if reward_model.multi_task:
             raise ValueError("FrameBatchScorer needs a single-task reward model (rewards (N,))")
         self.reward_model = reward_model
         self.batch_size = int(batch_size)

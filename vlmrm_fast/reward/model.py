@@ -28,7 +28,11 @@ DEFAULT_CHUNK = 256
 
 
 class VLMRewardModel:
-    """A CLIP model scoring frames against one or several reward tasks."""
+    """A CLIP model scoring frames against one or several reward tasks.
+
+    The env stack uses it through :class:`~vlmrm_fast.reward.protocol.RewardModel` (``__call__``,
+    ``preprocess``, ``score_pixels``, ``pixel_buffer``); evaluation also reads embeddings
+    (``embed_images``, ``embed_text``, ``reward_from_embeddings``) and swaps tasks (``set_tasks``)."""
 
     def __init__(
         self,
@@ -111,11 +115,6 @@ class VLMRewardModel:
 
     # ------------------------------------------------------------------ image side
     @torch.inference_mode()
-    def encode_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
-        """Raw image embeddings (N, D) of preprocessed pixels, in encoder-sized chunks."""
-        return self._in_chunks(pixels, self._encode_chunk)
-
-    @torch.inference_mode()
     def embed_images(self, frames: Any) -> torch.Tensor:
         """uint8 frames (N, H, W, 3), numpy or torch, any size -> normalized (N, D) float32."""
         frames = as_frame_tensor(frames)
@@ -123,20 +122,11 @@ class VLMRewardModel:
 
     def _raw_image_embeddings(self, frames: torch.Tensor) -> torch.Tensor:
         """Preprocess and encode, one encoder-sized chunk of frames at a time."""
-        return self._in_chunks(frames, lambda chunk: self._encode_chunk(self.preprocessor(chunk)))
+        return self._in_chunks(frames, lambda chunk: self.encoder.encode_rows(self.preprocessor(chunk)))
 
     def _in_chunks(self, batch: torch.Tensor, fn) -> torch.Tensor:
         outs = [fn(batch[start : start + self.chunk_size]) for start in range(0, batch.shape[0], self.chunk_size)]
         return torch.cat(outs) if len(outs) > 1 else outs[0]
-
-    def _encode_chunk(self, pixels: torch.Tensor) -> torch.Tensor:
-        """At most ``chunk_size`` rows; a fixed-batch encoder gets them padded to its batch."""
-        fixed, n = self.encoder.batch_size, pixels.shape[0]
-        if fixed is not None and n < fixed:
-            padded = pixels.new_zeros((fixed,) + tuple(pixels.shape[1:]))
-            padded[:n] = pixels
-            return self.encoder(padded)[:n]
-        return self.encoder(pixels)
 
     # ---------------------------------------------------------------------- reward
     def _shape(self, rewards: torch.Tensor) -> torch.Tensor:
@@ -149,11 +139,10 @@ class VLMRewardModel:
             embeddings = torch.as_tensor(embeddings)
         return self._shape(self.head(embeddings))
 
-    @torch.inference_mode()
-    def rewards(self, frames: Any) -> torch.Tensor:
-        """uint8 frames (N, H, W, 3) -> rewards (N, K) float32 for all K tasks."""
-        frames = as_frame_tensor(frames)
-        return self.head(self._raw_image_embeddings(frames))
+    def pixel_buffer(self, num_frames: int) -> torch.Tensor:
+        """An uninitialized encoder input (num_frames, 3, S, S) on the model's device."""
+        size = self.image_size
+        return torch.empty((num_frames, 3, size, size), dtype=self.preprocessor.dtype, device=self.device)
 
     @torch.inference_mode()
     def preprocess(
@@ -169,7 +158,7 @@ class VLMRewardModel:
     ) -> torch.Tensor:
         """Encoder input (N, 3, S, S) -> rewards (N,), or (N, K) with several tasks (into ``out``)."""
         with timer.stage("encode"):
-            embeddings = self.encode_pixels(pixels)
+            embeddings = self._in_chunks(pixels, self.encoder.encode_rows)
         with timer.stage("reward"):
             rewards = self._shape(self.head(embeddings))
             if out is None:
@@ -177,9 +166,10 @@ class VLMRewardModel:
             out.copy_(rewards)
             return out
 
+    @torch.inference_mode()
     def __call__(self, frames: Any) -> torch.Tensor:
         """uint8 frames (N, H, W, 3) -> rewards (N,) (or (N, K) when built with ``tasks=``)."""
-        return self._shape(self.rewards(frames))
+        return self._shape(self.head(self._raw_image_embeddings(as_frame_tensor(frames))))
 
     def close(self) -> None:
         """Releases the encoder's graphs or engine, and the CLIP weights and tokenizer (freed unless

@@ -1,33 +1,53 @@
-"""RewardModelSpec: everything that picks a reward model, passed whole.
+"""RewardModelSpec: everything that picks a reward model, checked once and passed whole.
 
-As open_clip passes its ``PreprocessCfg``, the package passes one frozen spec from the
-VecEnv, the training config and the export command down to :func:`load_reward_model`,
-instead of spelling the same dozen arguments out in each signature.
+As open_clip passes its ``PreprocessCfg``, the package passes one frozen spec from the VecEnv,
+the training config (its ``reward:`` section is this spec) and the export command down to
+:func:`load_reward_model`, instead of spelling the same dozen arguments out in each signature.
+Fields left None take the task's defaults where a task is known (:meth:`with_task_defaults`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vlmrm_fast.checks import positive_int, seed_value
+from vlmrm_fast.checks import FieldError, FieldTypeError, non_negative_int, number, one_of, positive_int
+from vlmrm_fast.encoders import BACKEND_OPTIONS, BACKENDS, PRECISION_NAMES
+from vlmrm_fast.preprocess import RESIZE_MODES
 from vlmrm_fast.reward.tasks import GoalBaselineTask, Task, as_reward_tasks, normalize_prompts
+
+if TYPE_CHECKING:
+    from vlmrm_fast.envs import TaskSpec
+
+#: The model when none is named: the paper's largest CLIP.
+DEFAULT_MODEL = "ViT-bigG-14/laion2b_s39b_b160k"
+#: ``also_score``'s name for the target prompts' own task.
+TARGET_TASK = "target"
 
 
 @dataclasses.dataclass(frozen=True)
 class RewardModelSpec:
-    """A CLIP reward model: which weights, which prompts (one goal-baseline task, or ``tasks``),
-    where and how the image tower runs. ``encoder_options`` go to the backend (e.g.
-    ``compile_mode``, ``attention``, ``engine_cache_dir``; see ``encoders.make_image_encoder``)."""
+    """A CLIP reward model: which weights, which prompts (one goal-baseline task, ``tasks``, or the
+    target prompts plus ``also_score``'s prompt sets), where and how the image tower runs.
 
-    model: str
+    ``baseline_prompts`` None: the task's (none without a task); ``()``: none. ``also_score``:
+    ``{name: prompt or [prompts]}``, more goal-baseline tasks with the same baseline prompts and
+    alpha, scored from the same encoder pass (the target prompts are then the task named
+    "target"). ``batch_size``: frames per encoder batch (the fixed batch of the compile and
+    TensorRT backends; episode-batch scoring's batch). ``encoder_options`` go to the backend
+    (``compile_mode``, ``attention``, ``engine_cache_dir``; see ``encoders.make_image_encoder``).
+    """
+
+    model: str = DEFAULT_MODEL
     pretrained: str | None = None
     checkpoint: str | None = None
     target_prompts: tuple[str, ...] | None = None
-    baseline_prompts: tuple[str, ...] = ()
+    baseline_prompts: tuple[str, ...] | None = None
     alpha: float = 0.0
     tasks: tuple[Any, ...] | None = None
+    also_score: Mapping[str, Any] | None = None
     device: Any = "auto"
     backend: str = "auto"
     precision: str = "auto"
@@ -38,43 +58,96 @@ class RewardModelSpec:
     encoder_options: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
         if not isinstance(self.model, str) or not self.model:
-            raise ValueError(
-                f"model must be a model name such as 'ViT-L-14/laion2b_s32b_b82k' or 'vlmrm-tiny', got {self.model!r}"
+            raise FieldError(
+                "model",
+                f"must be a model name such as 'ViT-L-14/laion2b_s32b_b82k' or 'vlmrm-tiny', got {self.model!r}",
             )
+        for name in ("pretrained", "checkpoint", "cache_dir"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise FieldTypeError(name, f"must be a string or null, got {value!r}")
         if self.target_prompts is not None:
-            object.__setattr__(self, "target_prompts", normalize_prompts(self.target_prompts, "target_prompts"))
-        object.__setattr__(
-            self, "baseline_prompts", normalize_prompts(self.baseline_prompts, "baseline_prompts", allow_empty=True)
-        )
+            put("target_prompts", normalize_prompts(self.target_prompts, "target_prompts"))
+        if self.baseline_prompts is not None:
+            put("baseline_prompts", normalize_prompts(self.baseline_prompts, "baseline_prompts", allow_empty=True))
+        put("alpha", number(self.alpha, "alpha", low=0.0, high=1.0))
         if self.tasks is not None:
-            if self.target_prompts is not None or self.baseline_prompts or self.alpha:
-                raise ValueError("give either target_prompts/baseline_prompts/alpha or tasks=[...], not both")
-            object.__setattr__(self, "tasks", tuple(as_reward_tasks(self.tasks)))
-        object.__setattr__(self, "batch_size", positive_int(self.batch_size, "batch_size", allow_none=True))
-        object.__setattr__(self, "seed", seed_value(self.seed, "seed"))
-        object.__setattr__(
-            self, "encoder_options", dict(self.encoder_options)
-        )  # a copy (a spec pickles to other ranks)
+            if self.target_prompts is not None or self.baseline_prompts or self.alpha or self.also_score:
+                raise FieldError(
+                    "tasks", "give either target_prompts/baseline_prompts/alpha/also_score or tasks, not both"
+                )
+            put("tasks", tuple(as_reward_tasks(self.tasks)))
+        if self.also_score is not None:
+            put("also_score", _prompt_sets(self.also_score))
+        one_of(self.backend, "backend", BACKENDS)
+        one_of(self.precision, "precision", PRECISION_NAMES)
+        put("batch_size", positive_int(self.batch_size, "batch_size", allow_none=True))
+        put("seed", non_negative_int(self.seed, "seed"))
+        if self.resize_mode is not None:
+            one_of(self.resize_mode, "resize_mode", RESIZE_MODES)
+        if not isinstance(self.encoder_options, Mapping):
+            raise FieldTypeError("encoder_options", f"must be a mapping of option names, got {self.encoder_options!r}")
+        put("encoder_options", dict(self.encoder_options))  # a copy (a spec pickles to other ranks)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> RewardModelSpec:
-        """A spec from keyword arguments: the spec's own fields, the rest encoder options."""
-        names = {field.name for field in dataclasses.fields(cls)} - {"encoder_options"}
+        """A spec from keyword arguments: the spec's own fields, the rest encoder options (an unknown
+        name is refused with the closest field or option)."""
+        names = spec_fields()
         fields = {key: value for key, value in kwargs.items() if key in names}
         options = {
             **kwargs.get("encoder_options", {}),
             **{k: v for k, v in kwargs.items() if k not in names and k != "encoder_options"},
         }
+        known_options = {o for opts in BACKEND_OPTIONS.values() for o in opts}
+        for key in options:
+            if key not in known_options:
+                close = difflib.get_close_matches(key, sorted(names | known_options), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise FieldTypeError(key, f"is neither a reward model field nor an encoder option{hint}")
         return cls(**fields, encoder_options=options)
 
     def replace(self, **changes: Any) -> RewardModelSpec:
         return dataclasses.replace(self, **changes)
+
+    def with_task_defaults(self, task: TaskSpec) -> RewardModelSpec:
+        """The task's prompts and preprocessing where this spec leaves them None."""
+        changes: dict[str, Any] = {}
+        if self.tasks is None and self.target_prompts is None:
+            if not task.target_prompts:
+                raise FieldError("target_prompts", f"is required: task {task.name!r} has no default prompts")
+            changes["target_prompts"] = task.target_prompts
+        if self.tasks is None and self.baseline_prompts is None:
+            changes["baseline_prompts"] = task.baseline_prompts
+        if self.resize_mode is None and task.resize_mode is not None:
+            changes["resize_mode"] = task.resize_mode
+        return self.replace(**changes) if changes else self
 
     def reward_tasks(self) -> tuple[tuple[Task, ...], bool]:
         """(the tasks, whether the model returns one column per task) for this spec."""
         if self.tasks is not None:
             return self.tasks, True
         if self.target_prompts is None:
-            raise ValueError("target_prompts is required (e.g. 'a humanoid robot kneeling'), or pass tasks=[...]")
-        return (GoalBaselineTask(self.target_prompts, self.baseline_prompts, self.alpha),), False
+            raise FieldError("target_prompts", "is required (e.g. 'a humanoid robot kneeling'), or pass tasks=[...]")
+        baselines = self.baseline_prompts or ()
+        if self.also_score:
+            sets = {TARGET_TASK: self.target_prompts, **self.also_score}
+            return tuple(GoalBaselineTask(p, baselines, self.alpha, name=name) for name, p in sets.items()), True
+        return (GoalBaselineTask(self.target_prompts, baselines, self.alpha),), False
+
+
+def spec_fields() -> set[str]:
+    """The names of a RewardModelSpec's fields but ``encoder_options``."""
+    return {field.name for field in dataclasses.fields(RewardModelSpec)} - {"encoder_options"}
+
+
+def _prompt_sets(sets: Any) -> dict[str, tuple[str, ...]]:
+    if not isinstance(sets, Mapping) or not sets:
+        raise FieldError("also_score", f"must be a mapping of names to prompts, got {sets!r}")
+    if TARGET_TASK in sets:
+        raise FieldError(f"also_score.{TARGET_TASK}", "the name 'target' is the target prompts' own; choose another")
+    return {str(name): normalize_prompts(prompts, f"also_score.{name}") for name, prompts in sets.items()}

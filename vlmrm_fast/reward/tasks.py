@@ -12,9 +12,10 @@ Two kinds, both scored from one image-embedding pass (docs/reward.md):
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from vlmrm_fast.checks import FieldError, FieldTypeError, number
 
 
 def normalize_prompts(prompts: Any, what: str, *, allow_empty: bool = False) -> tuple[str, ...]:
@@ -23,19 +24,21 @@ def normalize_prompts(prompts: Any, what: str, *, allow_empty: bool = False) -> 
         prompts = ()
     if isinstance(prompts, str):
         prompts = (prompts,)
+    if isinstance(prompts, Mapping):
+        raise FieldTypeError(what, f"must be a string or a list of strings, got a mapping {dict(prompts)!r}")
     try:
         items = tuple(prompts)
     except TypeError:
-        raise TypeError(f"{what} must be a string or a list of strings, got {type(prompts).__name__}") from None
+        raise FieldTypeError(what, f"must be a string or a list of strings, got {type(prompts).__name__}") from None
     out = []
     for p in items:
         if not isinstance(p, str):
-            raise TypeError(f"{what} must contain strings, got {type(p).__name__}: {p!r}")
+            raise FieldTypeError(what, f"must contain strings, got {type(p).__name__}: {p!r}")
         if not p.strip():
-            raise ValueError(f"{what} contains an empty prompt; write a sentence such as 'a humanoid robot kneeling'")
+            raise FieldError(what, "contains an empty prompt; write a sentence such as 'a humanoid robot kneeling'")
         out.append(p.strip())
     if not out and not allow_empty:
-        raise ValueError(f"{what} is empty; give at least one prompt, e.g. 'a humanoid robot kneeling'")
+        raise FieldError(what, "is empty; give at least one prompt, e.g. 'a humanoid robot kneeling'")
     return tuple(out)
 
 
@@ -53,16 +56,15 @@ class GoalBaselineTask:
         object.__setattr__(
             self, "baseline_prompts", normalize_prompts(self.baseline_prompts, "baseline_prompts", allow_empty=True)
         )
-        alpha = _finite_float(self.alpha, "alpha")
-        if not 0.0 <= alpha <= 1.0:
-            raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+        alpha = number(self.alpha, "alpha", low=0.0, high=1.0)
         if alpha > 0.0 and not self.baseline_prompts:
-            raise ValueError(
-                f"alpha={alpha} needs baseline_prompts (e.g. 'a humanoid robot'): the projection runs along the "
-                "baseline -> target direction; with no baseline use alpha=0"
+            raise FieldError(
+                "alpha",
+                f"{alpha} needs baseline_prompts (e.g. 'a humanoid robot'): the projection runs along the "
+                "baseline -> target direction; with no baseline use alpha=0",
             )
         if self.baseline_prompts and set(self.baseline_prompts) == set(self.target_prompts) and alpha > 0:
-            raise ValueError("baseline_prompts equal target_prompts: the goal-baseline direction is undefined")
+            raise FieldError("baseline_prompts", "equal target_prompts: the goal-baseline direction is undefined")
         object.__setattr__(self, "alpha", alpha)
         object.__setattr__(self, "name", self.name or self.target_prompts[0])
 
@@ -97,14 +99,11 @@ class BinaryTask:
         if len(negatives) > 63:
             raise ValueError(f"at most 63 negative prompts are supported, got {len(negatives)}")
         object.__setattr__(self, "negative_prompts", negatives)
-        threshold = _finite_float(self.threshold, "threshold")
-        if not 0.0 <= threshold <= 1.0:
-            raise ValueError(f"threshold must be in [0, 1], got {threshold}")
-        object.__setattr__(self, "threshold", threshold)
+        object.__setattr__(self, "threshold", number(self.threshold, "threshold", low=0.0, high=1.0))
         if self.temperature is not None:
-            temperature = _finite_float(self.temperature, "temperature")
+            temperature = number(self.temperature, "temperature")
             if temperature <= 0:
-                raise ValueError(f"temperature must be positive, got {temperature}")
+                raise FieldError("temperature", f"must be positive, got {temperature}")
             object.__setattr__(self, "temperature", temperature)
         object.__setattr__(self, "probability", bool(self.probability))
         object.__setattr__(self, "name", self.name or f"binary: {goal}")
@@ -142,15 +141,6 @@ def as_reward_tasks(specs: Iterable[Any]) -> tuple[Task, ...]:
     if not tasks:
         raise ValueError("tasks is empty; give at least one task")
     return tasks
-
-
-def _finite_float(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
-        raise TypeError(f"{what} must be a number, got {type(value).__name__}")
-    out = float(value)
-    if not math.isfinite(out):
-        raise ValueError(f"{what} must be finite, got {out}")
-    return out
 
 
 def unique_prompts(tasks: Sequence[Task]) -> tuple[str, ...]:

@@ -18,10 +18,12 @@ import types
 import typing
 from typing import Any
 
+from vlmrm_fast.checks import FieldError
+
 # Arguments the config sets through its own fields.
 _SET_ELSEWHERE = {
     "policy": "rl.policy",
-    "env": "task and env",
+    "env": "env section",
     "seed": "seed",
     "device": "rl.device",
     "tensorboard_log": "logging.tensorboard",
@@ -31,8 +33,9 @@ _SET_ELSEWHERE = {
 _NUMBER_AS_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
-class KwargsError(ValueError):
-    """``rl.kwargs`` holds a field the algorithm lacks, or a value of the wrong type."""
+class KwargsError(FieldError):
+    """``rl.kwargs`` holds a field the algorithm lacks, or a value of the wrong type (its field:
+    ``kwargs.<name>``, reported at ``rl``)."""
 
 
 def algorithm_class(name: str) -> type:
@@ -48,15 +51,15 @@ def check_algorithm_kwargs(algorithm: str, kwargs: dict[str, Any]) -> dict[str, 
     parameters = inspect.signature(cls.__init__).parameters
     out = {}
     for key, value in kwargs.items():
-        where = f"rl.kwargs.{key}"
+        where = f"kwargs.{key}"
         if key in _SET_ELSEWHERE:
-            raise KwargsError(f"{where}: set by the config's {_SET_ELSEWHERE[key]}, not in rl.kwargs")
+            raise KwargsError(where, f"set by the config's {_SET_ELSEWHERE[key]}, not in rl.kwargs")
         if key not in parameters:
             close = difflib.get_close_matches(
                 str(key), [p for p in parameters if p not in _SET_ELSEWHERE and p != "self"], n=1
             )
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise KwargsError(f"{where}: {algorithm} has no argument {key!r}{hint}")
+            raise KwargsError(where, f"{algorithm} has no argument {key!r}{hint}")
         annotation = parameters[key].annotation
         converted = _convert(value, annotation, where) if annotation is not inspect.Parameter.empty else value
         if key == "policy_kwargs" and isinstance(converted, dict):
@@ -73,72 +76,86 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
     try:
         return _match(value, hint)
     except _Mismatch:
-        raise KwargsError(f"{where}: expected {_describe(hint)}, got {_show(value)}{_text_hint(value, hint)}") from None
+        raise KwargsError(where, f"expected {_describe(hint)}, got {_show(value)}{_text_hint(value, hint)}") from None
 
 
 def _match(value: Any, hint: Any) -> Any:
     """``value`` converted to fit ``hint`` (lists to tuples), or _Mismatch."""
     if hint is Any or isinstance(hint, (str, typing.ForwardRef)):
         return value
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        for option in args:
-            try:
-                return _match(value, option)
-            except _Mismatch:
-                continue
-        raise _Mismatch
-    if hint is type(None):
-        if value is None:
-            return None
-        raise _Mismatch
-    if hint is bool:
-        if isinstance(value, bool):
+    if hint in _SCALARS:
+        if _SCALARS[hint](value):
             return value
         raise _Mismatch
-    if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise _Mismatch
-    if hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return value
-        raise _Mismatch
-    if hint is str:
-        if isinstance(value, str):
-            return value
-        raise _Mismatch
-    if origin is tuple or hint is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise _Mismatch
-        if args and args[-1] is not Ellipsis:
-            if len(value) != len(args):
-                raise _Mismatch
-            return tuple(_match(v, a) for v, a in zip(value, args))
-        return tuple(_match(v, args[0]) for v in value) if args else tuple(value)
-    if origin is list or hint is list:
-        if not isinstance(value, list):
-            raise _Mismatch
-        return [_match(v, args[0]) for v in value] if args else value
-    if origin is dict or hint is dict:
-        if not isinstance(value, dict):
-            raise _Mismatch
-        if args:
-            return {_match(k, args[0]): _match(v, args[1]) for k, v in value.items()}
-        return value
-    if origin is collections.abc.Callable or hint is collections.abc.Callable:
-        if callable(value):
-            return value
-        raise _Mismatch
-    if origin is type:
-        if isinstance(value, type) and (not args or not isinstance(args[0], type) or issubclass(value, args[0])):
-            return value
-        raise _Mismatch
+    container = _CONTAINERS.get(typing.get_origin(hint) or hint)
+    if container is not None:
+        return container(value, typing.get_args(hint))
     if isinstance(hint, type):
         if isinstance(value, hint):
             return value
         raise _Mismatch
     return value  # an annotation this checker does not know: SB3 decides
+
+
+def _union(value: Any, options: tuple) -> Any:
+    for option in options:
+        try:
+            return _match(value, option)
+        except _Mismatch:
+            continue
+    raise _Mismatch
+
+
+def _tuple(value: Any, args: tuple) -> tuple:
+    if not isinstance(value, (list, tuple)):
+        raise _Mismatch
+    if args and args[-1] is not Ellipsis:
+        if len(value) != len(args):
+            raise _Mismatch
+        return tuple(_match(v, a) for v, a in zip(value, args))
+    return tuple(_match(v, args[0]) for v in value) if args else tuple(value)
+
+
+def _list(value: Any, args: tuple) -> list:
+    if not isinstance(value, list):
+        raise _Mismatch
+    return [_match(v, args[0]) for v in value] if args else value
+
+
+def _dict(value: Any, args: tuple) -> dict:
+    if not isinstance(value, dict):
+        raise _Mismatch
+    return {_match(k, args[0]): _match(v, args[1]) for k, v in value.items()} if args else value
+
+
+def _callable(value: Any, args: tuple) -> Any:
+    if callable(value):
+        return value
+    raise _Mismatch
+
+
+def _class(value: Any, args: tuple) -> type:
+    if isinstance(value, type) and (not args or not isinstance(args[0], type) or issubclass(value, args[0])):
+        return value
+    raise _Mismatch
+
+
+_SCALARS = {
+    type(None): lambda v: v is None,
+    bool: lambda v: isinstance(v, bool),
+    int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    str: lambda v: isinstance(v, str),
+}
+_CONTAINERS = {
+    typing.Union: _union,
+    types.UnionType: _union,
+    tuple: _tuple,
+    list: _list,
+    dict: _dict,
+    collections.abc.Callable: _callable,
+    type: _class,
+}
 
 
 def _describe(hint: Any) -> str:
@@ -212,6 +229,6 @@ def _resolve_policy_classes(policy_kwargs: dict[str, Any], where: str) -> dict[s
             options = [n for n in dir(module) if isinstance(getattr(module, n), type) and not n.startswith("_")]
             close = [o for o in options if o.lower() == name.lower()] or difflib.get_close_matches(name, options, n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise KwargsError(f"{where}.{key}: {value!r} is not a class in {module_name}{hint}")
+            raise KwargsError(f"{where}.{key}", f"{value!r} is not a class in {module_name}{hint}")
         out[key] = cls
     return out

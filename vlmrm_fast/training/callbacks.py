@@ -14,6 +14,8 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
+from vlmrm_fast.reward.batch_scoring import FrameBatchScorer
+from vlmrm_fast.reward.protocol import RewardModel
 from vlmrm_fast.wrappers import find_reward_wrapper
 
 
@@ -140,7 +142,7 @@ class EpisodeBatchRewards(BaseCallback):
     reached states (recorded before auto-reset), as in the per-step mode.
     """
 
-    def __init__(self, stats: EpisodeStats, scorer: Any, env_reward_weight: float = 0.0):
+    def __init__(self, stats: EpisodeStats, scorer: FrameBatchScorer, env_reward_weight: float = 0.0):
         super().__init__()
         self.stats = stats
         self.scorer = scorer
@@ -215,7 +217,7 @@ class PolicyVideo(BaseCallback):
     def __init__(
         self,
         make_env: Callable[[], gymnasium.Env],
-        reward_model: Any,
+        reward_model: RewardModel,
         out_dir: pathlib.Path,
         every: int,
         episodes: int = 1,

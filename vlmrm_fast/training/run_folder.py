@@ -21,8 +21,9 @@ from typing import Any
 
 import yaml
 
+from vlmrm_fast.failures import ExpectedFailure
 from vlmrm_fast.training import checkpoints
-from vlmrm_fast.training.config import ConfigError, identity_differences
+from vlmrm_fast.training.config import ConfigError, identity_differences, upgraded_identity
 
 CONFIG_FILE = "config.yaml"
 FINAL_MODEL = "final_model.zip"
@@ -30,13 +31,18 @@ FINAL_MODEL = "final_model.zip"
 RUN_ENTRIES = (CONFIG_FILE, "checkpoints", "tensorboard", "videos", FINAL_MODEL)
 
 
-class RunFolderError(Exception):
+class RunFolderError(ExpectedFailure):
     """The run folder cannot be used as asked (in use, another run's checkpoint, a missing replay buffer)."""
 
 
 def plain(identity: dict[str, Any]) -> dict[str, Any]:
     """The identity as it reads back from JSON (lists, not tuples), so saved and current compare equal."""
     return json.loads(json.dumps(identity, sort_keys=True))
+
+
+def _identity_of(checkpoint: checkpoints.Checkpoint) -> dict[str, Any]:
+    """The run identity a checkpoint's manifest holds, in the current layout."""
+    return upgraded_identity(checkpoint.manifest.get("identity") or {})
 
 
 def identity_hash(identity: dict[str, Any]) -> str:
@@ -204,9 +210,7 @@ class RunFolder:
         bad_buffers: dict[str, checkpoints.Damaged] = {}  # checkpoint name -> its damaged replay buffer
         for checkpoint in reversed(scan.complete):
             if intact is not None and (
-                not needs_replay_buffer
-                or checkpoint.replay_buffer is None
-                or checkpoint.manifest.get("identity") != identity
+                not needs_replay_buffer or checkpoint.replay_buffer is None or _identity_of(checkpoint) != identity
             ):
                 continue  # older than an intact model, and no buffer of this run to offer: not read
             model_problem, buffer_problem = checkpoints.verify(checkpoint)
@@ -222,8 +226,8 @@ class RunFolder:
                 break
         if intact is None:
             raise self._nothing_intact(scan, damaged)
-        if intact.manifest.get("identity") != identity:
-            raise self._mismatch(f"checkpoint {intact.name}", intact.manifest.get("identity") or {}, identity)
+        if _identity_of(intact) != identity:
+            raise self._mismatch(f"checkpoint {intact.name}", _identity_of(intact), identity)
         chosen = with_buffer or intact
         if needs_replay_buffer and with_buffer is None and not allow_empty_replay_buffer:
             found = f" (damaged: {'; '.join(d.describe() for d in damaged)})" if damaged else ""

@@ -15,6 +15,8 @@ import signal
 import threading
 from collections.abc import Iterator
 
+from vlmrm_fast.failures import Terminated
+
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -63,10 +65,6 @@ class StopRequest:
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
-
-
-class Terminated(BaseException):
-    """SIGTERM where there is nothing to save yet (a start), raised as SIGINT raises KeyboardInterrupt."""
 
 
 def _raise_terminated(signum: int, frame: object) -> None:

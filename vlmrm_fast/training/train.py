@@ -32,7 +32,9 @@ from stable_baselines3.common.vec_env import VecMonitor
 
 from vlmrm_fast.distributed import jobs as distributed_jobs
 from vlmrm_fast.distributed.channel import RankFailure
-from vlmrm_fast.distributed.launch import LayoutError
+from vlmrm_fast.envs import get_task
+from vlmrm_fast.failures import EXIT_CRASHED, EXIT_DONE, EXIT_SIGINT, EXIT_SIGTERM, mark_crash
+from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.callbacks import (
     EpisodeBatchLogs,
@@ -54,80 +56,42 @@ from vlmrm_fast.training.run_folder import (
     identity_hash,
     plain,
 )
-from vlmrm_fast.training.signals import StopRequest, Terminated, sigterm_raises
+from vlmrm_fast.training.signals import StopRequest, sigterm_raises
 
 ALGORITHM_CLASSES = {"SAC": SAC, "PPO": PPO, "DQN": DQN}
-EXIT_DONE, EXIT_CRASHED, EXIT_REFUSED = 0, 1, 2
 
 
 def make_env(cfg: TrainConfig):
-    e = cfg.env
-    return distributed_jobs.make_vec_env(  # under torchrun: the envs split over the ranks
-        cfg.task,
-        e.n_envs,
-        reward_spec=reward_spec(cfg),
-        episode_length=e.episode_length,
-        render_size=e.render_size,
-        seed=cfg.seed,
-        physics=e.physics,
-        renderer=e.renderer,
-        pipeline_chunks=e.pipeline_chunks,
-        env_reward_weight=cfg.reward.env_reward_weight,
-        defer_rewards=cfg.reward.episode_batch,
-        timeout=e.rank_timeout,
-    )
+    """The run's envs (a config resolved with the task's defaults): split over the ranks under torchrun."""
+    return distributed_jobs.make_vec_env(cfg.env, reward_spec(cfg), seed=cfg.seed, defer_rewards=cfg.rl.episode_batch)
 
 
-def reward_spec(cfg: TrainConfig):
-    """The run's reward model as one RewardModelSpec: the task's prompts unless the config gives
-    others; with reward.also_score, one goal-baseline task per prompt set (the target prompts first,
-    named "target"), each with the same baseline prompts and alpha."""
-    from vlmrm_fast.envs import get_task
-    from vlmrm_fast.reward.spec import RewardModelSpec
-    from vlmrm_fast.reward.tasks import GoalBaselineTask
-
-    r, task = cfg.reward, get_task(cfg.task)
-    targets = r.target_prompts or task.target_prompts
-    baselines = r.baseline_prompts if r.baseline_prompts is not None else task.baseline_prompts
-    if r.also_score:
-        sets = {"target": targets, **r.also_score}
-        prompts = {"tasks": [GoalBaselineTask(p, baselines, r.alpha, name=name) for name, p in sets.items()]}
-    else:
-        prompts = {"target_prompts": targets, "baseline_prompts": baselines, "alpha": r.alpha}
-    return RewardModelSpec(
-        model=r.model,
-        pretrained=r.pretrained,
-        checkpoint=r.checkpoint,
-        device=r.device,
-        backend=r.backend,
-        precision=r.precision,
-        cache_dir=r.cache_dir,
-        resize_mode=task.resize_mode,
-        # Episode-batch scoring never encodes per step: the encoder's batch is the scoring batch.
-        batch_size=score_batch_size(cfg) if r.episode_batch else None,
-        **prompts,
-    )
+def reward_spec(cfg: TrainConfig) -> RewardModelSpec:
+    """The run's reward model: the config's, with the task's defaults; episode-batch scoring never
+    encodes per step, so its encoder batch is the scoring batch."""
+    spec = cfg.reward.with_task_defaults(get_task(cfg.env.task))
+    if cfg.rl.episode_batch and spec.batch_size is None:
+        spec = spec.replace(batch_size=score_batch_size(cfg))
+    return spec
 
 
 def score_batch_size(cfg: TrainConfig) -> int:
-    """reward.score_batch_size, else what fills the GPU, evened out over a rollout's frames."""
-    if cfg.reward.score_batch_size:
-        return cfg.reward.score_batch_size
+    """reward.batch_size, else what fills the GPU, evened out over a rollout's frames."""
+    if cfg.reward.batch_size:
+        return cfg.reward.batch_size
     from vlmrm_fast.device import resolve_device
-    from vlmrm_fast.envs import get_task
     from vlmrm_fast.reward.batch_scoring import episode_batch_size
 
     train_freq = cfg.rl.kwargs.get("train_freq", 1)
     if isinstance(train_freq, (list, tuple)) and len(train_freq) == 2 and train_freq[1] == "step":
         train_freq = train_freq[0]
     steps = train_freq if isinstance(train_freq, int) and not isinstance(train_freq, bool) else None
-    size = cfg.env.render_size or get_task(cfg.task).render_size
-    frame_shape = (size, size) if isinstance(size, int) else size
+    env = cfg.env.with_task_defaults()
     return episode_batch_size(
         cfg.reward.model,
         resolve_device(cfg.reward.device),
-        frames_per_rollout=steps * cfg.env.n_envs if steps else None,
-        frame_shape=frame_shape,
+        frames_per_rollout=steps * env.n_envs if steps else None,
+        frame_shape=env.frame_shape,
     )
 
 
@@ -140,7 +104,7 @@ def latest_checkpoint(run_dir: pathlib.Path) -> pathlib.Path | None:
 def build_model(cfg: TrainConfig, venv, run_dir: pathlib.Path | None = None) -> BaseAlgorithm:
     algo = ALGORITHM_CLASSES[cfg.rl.algorithm]
     try:
-        return algo(cfg.rl.policy, venv, seed=cfg.seed, device=cfg.rl.device, verbose=0, **algorithm_kwargs(cfg))
+        return algo(cfg.rl.policy, venv, seed=cfg.seed, device=cfg.rl.device, verbose=0, **algorithm_kwargs(cfg.rl))
     except TypeError as exc:
         raise ConfigError(f"rl.kwargs: {cfg.rl.algorithm} rejected the arguments: {exc}") from None
     except AssertionError as exc:  # SB3 checks spaces with asserts (e.g. DQN needs discrete actions)
@@ -212,7 +176,6 @@ def train(
     if distributed_jobs.serving_rank():  # torchrun rank != 0: step, render and score envs for rank 0; write nothing
         return distributed_jobs.serve_for_training(cfg.env.rank_timeout)
     cfg = resolved(cfg)
-    algorithm_kwargs(cfg)
     with sigterm_raises():
         lock = RunFolder(cfg.run_dir).lock()
     try:
@@ -334,12 +297,12 @@ def _run(
             keep_replay_buffers=cfg.logging.keep_replay_buffers,
         )
 
-    episode_batch = cfg.reward.episode_batch
+    episode_batch = cfg.rl.episode_batch
     if episode_batch:
         from vlmrm_fast.reward.batch_scoring import FrameBatchScorer
 
         scorer = FrameBatchScorer(venv.reward_model, venv.reward_model.chunk_size)
-        rewards = EpisodeBatchRewards(stats, scorer, cfg.reward.env_reward_weight)
+        rewards = EpisodeBatchRewards(stats, scorer, cfg.env.env_reward_weight)
     else:
         rewards = RewardLogger(stats)
     periodic = RolloutCheckpoints(lambda tag: save(tag, "periodic"), cfg.logging.checkpoint_every)
@@ -379,7 +342,7 @@ def _run(
         exc.add_note(
             f"training stopped at {model.num_timesteps} steps with this error; {where}. Fix the cause, then continue with --resume."
         )
-        exc.during_training = True  # type: ignore[attr-defined]  (for the CLI: a crash, not a refusal)
+        mark_crash(exc)  # for the CLI: a crash, not a refusal
         raise
     if control.stopped:
         model.num_timesteps = control.resume_steps
@@ -413,8 +376,8 @@ def add_subcommand(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
         help="train an SB3 agent with a VLM reward from a YAML config",
-        description="Exit codes: 0 finished; 1 crashed; 2 refused before starting (nothing written); "
-        "130/143 stopped by SIGINT/SIGTERM after saving a checkpoint.",
+        description="Exit codes: 0 finished; 1 crashed, or a full disk; 2 refused before starting (nothing "
+        "written); 130/143 stopped by SIGINT/SIGTERM after saving a checkpoint, or before training started.",
     )
     p.add_argument("config", help="YAML config (see configs/)")
     mode = p.add_mutually_exclusive_group()
@@ -433,55 +396,30 @@ def add_subcommand(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--output-dir", help="override output_dir")
     p.add_argument("--total-timesteps", type=int, help="override rl.total_timesteps")
-    p.set_defaults(func=_main)
+    p.set_defaults(
+        func=_main,
+        setup=True,
+        interrupted="interrupted before training started; nothing was written",
+        terminated="stopped by SIGTERM before training started; nothing was written",
+    )
 
 
 def _main(args: argparse.Namespace) -> int:
-    from vlmrm_fast.cli import expected_failure
-
-    try:
-        cfg = load_config(args.config)
-        if args.output_dir:
-            cfg.output_dir = args.output_dir
-        if args.total_timesteps is not None:
-            cfg.rl.total_timesteps = args.total_timesteps
-            load_config(cfg.to_dict())
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
+    cfg = load_config(args.config)
+    if args.output_dir:
+        cfg.output_dir = args.output_dir
+    if args.total_timesteps is not None:
+        cfg.rl = cfg.rl.replace(total_timesteps=args.total_timesteps)  # checked as the config's own
     try:
         code = train(
             cfg, resume=args.resume, overwrite=args.overwrite, allow_empty_replay_buffer=args.allow_empty_replay_buffer
         )
-        if (
-            code in (128 + signal.SIGINT, 128 + signal.SIGTERM)
-            and threading.current_thread() is threading.main_thread()
-        ):
-            # Stopped by a signal, checkpoint saved, the process exits now: a late repeat of the signal must not
-            # turn that clean exit into a kill.
-            for s in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(s, signal.SIG_IGN)
-        return code
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    except RunFolderError as exc:
-        print(f"vlmrm-fast train: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    except LayoutError as exc:  # under torchrun: more ranks than envs, or than GPUs
-        print(f"vlmrm-fast train: the job cannot run: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    except checkpoints.CheckpointSpaceError as exc:  # a full disk: the run stops, its checkpoints whole
+    except checkpoints.CheckpointSpaceError as exc:  # a full disk mid-run: said in a line; the checkpoints are whole
         print(f"vlmrm-fast train: {exc.strerror}", *getattr(exc, "__notes__", []), sep="\n", file=sys.stderr)
         return EXIT_CRASHED
-    except (KeyboardInterrupt, Terminated) as exc:
-        if getattr(exc, "during_training", False):
-            raise
-        name = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
-        print(f"\nvlmrm-fast train: stopped by {name} before training started; nothing was written", file=sys.stderr)
-        return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
-    except Exception as exc:
-        if getattr(exc, "during_training", False) or not expected_failure(exc, setup=True):
-            raise
-        print(f"vlmrm-fast train: error: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
+    if code in (EXIT_SIGINT, EXIT_SIGTERM) and threading.current_thread() is threading.main_thread():
+        # Stopped by a signal, checkpoint saved, the process exits now: a late repeat of the signal must not
+        # turn that clean exit into a kill.
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+    return code

@@ -26,7 +26,6 @@ import copy
 import dataclasses
 import json
 import pathlib
-import sys
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -134,20 +133,20 @@ def embed(
 ) -> tuple[torch.Tensor, str]:
     """Raw embeddings (N, D) float32 of ``frames`` through ``clip``'s tower in ``precision``; and how it ran."""
     from vlmrm_fast.encoders import make_image_encoder
-    from vlmrm_fast.encoders.precision import Precision
+    from vlmrm_fast.encoders.precision import named_precision
     from vlmrm_fast.encoders.torch_eager import TorchImageEncoder
     from vlmrm_fast.encoders.tower import prepare_image_tower
     from vlmrm_fast.preprocess import FramePreprocessor
 
     twin = _tower_only(clip)
-    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.bfloat16}[precision]
+    dtype = named_precision(precision).dtype
     if device.type == "cuda":
         options = dict(batch_size=batch_size, progress=False) if backend == "compile" else {}
         encoder = make_image_encoder(twin, backend, device=device, precision=precision, **options)
         how = encoder.describe()
     else:  # the encoder factory keeps the CPU at fp32; run the same arithmetic eagerly
         visual = prepare_image_tower(
-            twin.model.visual, device=device, precision=Precision(precision, dtype), emulate_fp8=emulate_fp8
+            twin.model.visual, device=device, precision=named_precision(precision), emulate_fp8=emulate_fp8
         )
         encoder = TorchImageEncoder(
             visual,
@@ -163,11 +162,7 @@ def embed(
     try:
         for start in range(0, len(frames), batch_size):
             chunk = torch.from_numpy(np.ascontiguousarray(frames[start : start + batch_size]))
-            pixels = preprocessor(chunk.to(device))
-            n = pixels.shape[0]
-            if encoder.batch_size is not None and n < encoder.batch_size:
-                pixels = torch.cat([pixels, pixels.new_zeros((encoder.batch_size - n,) + tuple(pixels.shape[1:]))])
-            out.append(encoder(pixels)[:n].float().cpu())
+            out.append(encoder.encode_rows(preprocessor(chunk.to(device))).float().cpu())
     finally:
         encoder.close()
     return torch.cat(out), how
@@ -323,44 +318,40 @@ def add_subcommand(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    p.set_defaults(func=_main)
+    p.set_defaults(func=_main, setup=True)
 
 
 def _main(args: argparse.Namespace) -> int:
     from vlmrm_fast.envs import get_task
 
-    try:
-        if args.num_frames < 3 or args.batch_size < 1:
-            raise ValueError("--num-frames must be at least 3 and --batch-size at least 1")
-        spec = get_task(args.task)
-        if not spec.target_prompts:
-            raise ValueError(f"task {args.task!r} has no prompts to score frames with; pick a task with prompts")
-        if args.frames:
-            frames = load_frames(args.frames)
-            source = f"{len(frames)} frames from {args.frames}"
-        else:
-            frames = render_task_frames(args.task, args.num_frames, seed=args.seed, size=args.render_size)
-            source = f"{len(frames)} rendered {args.task} frames ({frames.shape[2]}x{frames.shape[1]}, random actions, seed {args.seed})"
-        print(
-            f"check-precision {args.model}: {source}; prompts {list(spec.target_prompts)} vs {list(spec.baseline_prompts)}"
-        )
-        results = check_precision(
-            args.model,
-            frames,
-            pretrained=args.pretrained,
-            checkpoint=args.checkpoint,
-            target_prompts=spec.target_prompts,
-            baseline_prompts=spec.baseline_prompts,
-            alphas=args.alphas,
-            device=args.device,
-            backend=args.backend,
-            batch_size=args.batch_size,
-            emulate_fp8=args.emulate_fp8,
-            precisions=args.precisions,
-        )
-    except (ValueError, TypeError, FileNotFoundError, RuntimeError) as exc:
-        print(f"vlmrm-fast check-precision: error: {exc}", file=sys.stderr)
-        return 2
+    if args.num_frames < 3 or args.batch_size < 1:
+        raise ValueError("--num-frames must be at least 3 and --batch-size at least 1")
+    spec = get_task(args.task)
+    if not spec.target_prompts:
+        raise ValueError(f"task {args.task!r} has no prompts to score frames with; pick a task with prompts")
+    if args.frames:
+        frames = load_frames(args.frames)
+        source = f"{len(frames)} frames from {args.frames}"
+    else:
+        frames = render_task_frames(args.task, args.num_frames, seed=args.seed, size=args.render_size)
+        source = f"{len(frames)} rendered {args.task} frames ({frames.shape[2]}x{frames.shape[1]}, random actions, seed {args.seed})"
+    print(
+        f"check-precision {args.model}: {source}; prompts {list(spec.target_prompts)} vs {list(spec.baseline_prompts)}"
+    )
+    results = check_precision(
+        args.model,
+        frames,
+        pretrained=args.pretrained,
+        checkpoint=args.checkpoint,
+        target_prompts=spec.target_prompts,
+        baseline_prompts=spec.baseline_prompts,
+        alphas=args.alphas,
+        device=args.device,
+        backend=args.backend,
+        batch_size=args.batch_size,
+        emulate_fp8=args.emulate_fp8,
+        precisions=args.precisions,
+    )
     print()
     print(format_table(results))
     if args.json:

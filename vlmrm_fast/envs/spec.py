@@ -1,0 +1,107 @@
+"""EnvSpec: everything that picks the envs of a run, checked once and passed whole.
+
+The env-side twin of :class:`~vlmrm_fast.reward.spec.RewardModelSpec`: ``FastVLMRewardVecEnv``
+builds one from its arguments, the training config's ``env:`` section is one, and under torchrun
+it travels to every rank. Fields left None take the task's defaults (:meth:`with_task_defaults`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from vlmrm_fast.checks import FieldError, FieldTypeError, chunk_count, number, one_of, positive_int
+from vlmrm_fast.envs import get_task
+
+#: How a task's envs are simulated: the MuJoCo batch engine, gymnasium envs, or the former where it can.
+PHYSICS = ("auto", "batch", "gym")
+#: What draws the batch engine's frames: EGL (mujoco.Renderer's pixels) or MuJoCo Warp's ray tracer.
+RENDERERS = ("egl", "warp")
+#: Seconds a rank waits for another under torchrun (it must cover rank 0's updates and saves).
+DEFAULT_RANK_TIMEOUT = 1800.0
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """``n_envs`` envs of ``task`` (a built-in task or a gymnasium id) and how they are stepped.
+
+    ``render_size``: frames of (height, width), or a square's side; ``pipeline_chunks``: the ranges
+    of envs a step is scored in while the next is simulated (``"auto"``: up to 4 on a GPU, 1 on the
+    CPU); ``env_reward_weight`` (rho): the agent learns from ``vlm + rho * env``; ``rank_timeout``:
+    under torchrun, how long a rank waits for another (seconds).
+    """
+
+    task: str
+    n_envs: int = 1
+    episode_length: int | None = None
+    render_size: int | tuple[int, int] | None = None
+    physics: str = "auto"
+    renderer: str = "egl"
+    pipeline_chunks: int | str = "auto"
+    env_reward_weight: float = 0.0
+    rank_timeout: float = DEFAULT_RANK_TIMEOUT
+
+    def __post_init__(self) -> None:
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        if not isinstance(self.task, str) or not self.task:
+            raise FieldError(
+                "task", f"must be a task name (e.g. humanoid-kneeling) or a gymnasium id, got {self.task!r}"
+            )
+        try:
+            get_task(self.task)
+        except ValueError as exc:
+            raise FieldError("task", str(exc)) from None
+        put("n_envs", positive_int(self.n_envs, "n_envs"))
+        put("episode_length", positive_int(self.episode_length, "episode_length", allow_none=True))
+        shape = render_shape(self.render_size)
+        if shape is not None and not isinstance(self.render_size, (int, np.integer)):
+            put("render_size", shape)  # a list from YAML becomes the (height, width) it means
+        one_of(self.physics, "physics", PHYSICS)
+        one_of(self.renderer, "renderer", RENDERERS)
+        put("pipeline_chunks", chunk_count(self.pipeline_chunks, "pipeline_chunks", self.n_envs))
+        put("env_reward_weight", number(self.env_reward_weight, "env_reward_weight"))
+        timeout = number(self.rank_timeout, "rank_timeout")
+        if timeout <= 0:
+            raise FieldError("rank_timeout", f"must be a positive number of seconds, got {self.rank_timeout!r}")
+        put("rank_timeout", timeout)
+
+    @property
+    def frame_shape(self) -> tuple[int, int] | None:
+        """The frames' (height, width); None: the task's."""
+        return render_shape(self.render_size)
+
+    def replace(self, **changes: Any) -> EnvSpec:
+        return dataclasses.replace(self, **changes)
+
+    def with_task_defaults(self) -> EnvSpec:
+        """The task's episode length and frame size where this spec leaves them None."""
+        task = get_task(self.task)
+        return self.replace(
+            episode_length=self.episode_length or task.episode_length,
+            render_size=self.render_size or task.render_size,
+        )
+
+
+def render_shape(render_size: Any) -> tuple[int, int] | None:
+    """``render_size`` (an int, or (height, width)) as (height, width); None passes."""
+    if render_size is None:
+        return None
+    if isinstance(render_size, (int, np.integer)) and not isinstance(render_size, bool):
+        size = (int(render_size), int(render_size))
+    elif (
+        isinstance(render_size, Sequence)
+        and not isinstance(render_size, str)
+        and len(render_size) == 2
+        and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in render_size)
+    ):
+        size = (int(render_size[0]), int(render_size[1]))
+    else:
+        raise FieldTypeError("render_size", f"must be an int or (height, width), got {render_size!r}")
+    if min(size) < 8 or max(size) > 4096:
+        raise FieldError("render_size", f"{size} is outside [8, 4096] pixels; CLIP takes e.g. 224 or the paper's 480")
+    return size

@@ -1,0 +1,65 @@
+"""RewardModel: what the env stack asks of a reward model.
+
+The VLM reward wrapper, the step's pipeline (``pipeline.ChunkedScorer``), episode-batch scoring
+and the training callbacks use a reward model through this interface alone.
+:class:`~vlmrm_fast.reward.model.VLMRewardModel` implements it; so can a model of your own.
+
+A step scores frames in two halves, so that a GPU can overlap them with the next range's drawing:
+``preprocess`` (frames lent in place -> encoder input, on the render stream) and ``score_pixels``
+(encoder input -> rewards, on the current stream). ``__call__`` does both for frames in memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from vlmrm_fast.frames import FrameView
+from vlmrm_fast.profiling import NULL_TIMER, StageTimer
+from vlmrm_fast.reward.tasks import Task
+
+
+@runtime_checkable
+class RewardModel(Protocol):
+    """Frames in, rewards out: (N,) for one task, (N, K) for K tasks (``multi_task``)."""
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model scores; the frames it is lent are read there."""
+        ...
+
+    @property
+    def tasks(self) -> tuple[Task, ...]:
+        """The reward tasks, in column order; their names label infos and logs."""
+        ...
+
+    @property
+    def multi_task(self) -> bool:
+        """True: rewards (N, K), one column per task; False: (N,)."""
+        ...
+
+    @property
+    def chunk_size(self) -> int:
+        """Frames per encoder batch: the batch episode-batch scoring fills."""
+        ...
+
+    def pixel_buffer(self, num_frames: int) -> torch.Tensor:
+        """An (uninitialized) encoder input for ``num_frames`` frames, for ``preprocess(out=...)``."""
+        ...
+
+    def preprocess(
+        self, view: FrameView, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER
+    ) -> torch.Tensor:
+        """Lent frames -> encoder input (into ``out``, rows of a ``pixel_buffer``)."""
+        ...
+
+    def score_pixels(
+        self, pixels: torch.Tensor, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER
+    ) -> torch.Tensor:
+        """Encoder input -> rewards (into ``out`` when given); returns without waiting for the device."""
+        ...
+
+    def __call__(self, frames: Any) -> torch.Tensor:
+        """uint8 frames (N, H, W, 3), numpy or torch, on any device -> rewards on the model's device."""
+        ...
