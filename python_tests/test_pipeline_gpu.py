@@ -208,7 +208,7 @@ def test_vec_env_on_cuda_matches_the_same_env_on_cpu(task, backend):
     cpu = FastVLMRewardVecEnv(task, n, device="cpu", **common)
     assert gpu.reward_model.encoder.backend == backend and gpu.physics == cpu.physics
     if gpu.physics == "batch":
-        assert gpu.venv.renderer.cuda_device == gpu.reward_model.device.index
+        assert gpu.venv.frame_source.cuda_device == gpu.reward_model.device.index
     np.testing.assert_array_equal(gpu.reset(), cpu.reset())
     rng = np.random.default_rng(0)
     for _ in range(8):  # episodes of 5 steps: the auto-resets are crossed

@@ -222,7 +222,7 @@ def test_errors_are_clear(scene, humanoid, tmp_path, monkeypatch):
         BatchRenderer(scene, 1, 16, 16, camera=1.5)
     with pytest.raises(ValueError, match="exceeds this OpenGL's limit"):
         BatchRenderer(scene, 1, 1 << 20, 16)
-    with pytest.raises(ValueError, match="width and height"):
+    with pytest.raises(ValueError, match="width: must be a positive integer, got 0"):
         BatchRenderer(scene, 1, 0, 16)
     with pytest.raises(ValueError, match="gpu=99"):
         BatchRenderer(scene, 1, 16, 16, gpu=99)

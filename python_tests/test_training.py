@@ -16,8 +16,9 @@ from stable_baselines3.common.callbacks import BaseCallback
 from vlmrm_fast import load_reward_model
 from vlmrm_fast.cli import main as cli_main
 from vlmrm_fast.envs import get_task
+from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.config import ConfigError, load_config
-from vlmrm_fast.training.train import latest_checkpoint, train
+from vlmrm_fast.training.train import train
 from vlmrm_fast.vec_env import FastVLMRewardVecEnv
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
@@ -34,6 +35,11 @@ CONFIG = {
     },
     "logging": {"checkpoint_every": 60, "video_every": 120},
 }
+
+
+def latest_checkpoint(run_dir: pathlib.Path) -> pathlib.Path:
+    """The model file of the run's newest complete checkpoint."""
+    return checkpoints.scan(run_dir / "checkpoints").newest().model
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from vlmrm_fast.device import native_cuda_usable
 from vlmrm_fast.envs import humanoid
 from vlmrm_fast.sim import BatchSimulator
 
@@ -156,8 +157,16 @@ def test_bad_inputs_are_refused(humanoid_model, scene):
         bad[0, 0] = np.nan
         with pytest.raises(ValueError, match="non-finite"):
             renderer.render(bad)
-        with pytest.raises(ValueError, match="draws on cpu"):
+        # Frames asked on a GPU: refused, as the EGL renderer refuses them (render_base._target)
+        expected = (
+            (ValueError, "draws on the CPU") if native_cuda_usable() else (RuntimeError, "no CUDA device is usable")
+        )
+        with pytest.raises(expected[0], match=expected[1]):
             renderer.render(np.tile(scene.qpos0, (2, 1)), device="cuda")
+        with pytest.raises(ValueError, match="the renderer draws 2 of a model with nq=8"):
+            renderer.draw(BatchSimulator(scene, 3))
+    with pytest.raises(ValueError, match="width: must be at most 8192 pixels"):
+        WarpBatchRenderer(scene, 1, 9000, 16, camera="front", device="cpu")
     with pytest.raises(RuntimeError, match="closed"):
         renderer.frames()
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from vlmrm_fast import _core
+from vlmrm_fast._core import build_info as _native_build_info
+from vlmrm_fast._core import cuda_available as _native_cuda_available
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -29,9 +30,9 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 def build_info() -> dict:
     """What the native core was built with and what this machine offers (CUDA, EGL)."""
-    return _core.build_info()
+    return _native_build_info()
 
 
 def native_cuda_usable() -> bool:
     """True when the compiled core has CUDA and a device is usable."""
-    return bool(_core.cuda_available())
+    return bool(_native_cuda_available())

@@ -49,20 +49,6 @@ class FrameLayout:
         s = frames.stride()
         return cls(n, h, w, pixel_stride=s[2], row_stride=s[1], frame_row_stride=s[0])
 
-    @classmethod
-    def bottom_up(cls, num_frames: int, height: int, width: int, channels: int = 4) -> FrameLayout:
-        """Frames one after another as OpenGL reads them: rows bottom-up, ``channels`` bytes a pixel."""
-        row = width * channels
-        return cls(
-            num_frames,
-            height,
-            width,
-            pixel_stride=channels,
-            row_stride=-row,
-            frame_row_stride=height * row,
-            offset=(height - 1) * row,
-        )
-
     def rows(self, rows: slice) -> tuple[int, FrameLayout]:
         """(byte offset of frame ``rows.start``, the layout of frames ``rows``) for one frame per row."""
         if self.frames_per_row != 1:

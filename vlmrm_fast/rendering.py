@@ -22,8 +22,9 @@ import mujoco
 import numpy as np
 
 from vlmrm_fast._core import render as _native_render
-from vlmrm_fast.device import build_info, native_cuda_usable
+from vlmrm_fast.device import build_info
 from vlmrm_fast.frames import FrameLayout, FrameView
+from vlmrm_fast.render_base import BatchRendererBase
 from vlmrm_fast.sim import BatchSimulator
 
 if TYPE_CHECKING:
@@ -36,8 +37,8 @@ def egl_unavailable() -> str | None:
     return None if info["egl_available"] else str(info["egl_error"])
 
 
-class BatchRenderer:
-    """Renders ``num_envs`` frames of ``model`` per call.
+class BatchRenderer(BatchRendererBase):
+    """Renders ``num_envs`` frames of ``model`` per call (the calls: :class:`BatchRendererBase`).
 
     Args:
         model: the ``mujoco.MjModel`` (copied).
@@ -64,13 +65,11 @@ class BatchRenderer:
         nthread: int = 0,
     ) -> None:
         self._native = None
-        if not isinstance(model, mujoco.MjModel):
-            raise TypeError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
+        super().__init__(model, num_envs, width, height)
         if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, (int, np.integer)) or gpu < 0):
             raise ValueError(f"gpu must be None or a CUDA device index >= 0, got {gpu!r}")
         if isinstance(camera, np.integer):
             camera = int(camera)
-        self.model = model
         self._native = _native_render.BatchRenderer(
             model._address,
             int(num_envs),
@@ -85,31 +84,31 @@ class BatchRenderer:
     # ------------------------------------------------------------------ properties
     @property
     def num_envs(self) -> int:
-        return self._live().num_envs
+        return self._native_live().num_envs
 
     @property
     def width(self) -> int:
-        return self._live().width
+        return self._native_live().width
 
     @property
     def height(self) -> int:
-        return self._live().height
+        return self._native_live().height
 
     @property
     def camera_id(self) -> int:
         """-1 for the free camera, else the model's camera id."""
-        return self._live().camera
+        return self._native_live().camera
 
     @property
     def cuda_device(self) -> int | None:
         """CUDA index of the GPU the frames are drawn on; None for software EGL."""
-        index = self._live().cuda_device
+        index = self._native_live().cuda_device
         return None if index < 0 else index
 
     @property
     def software(self) -> bool:
         """True on Mesa's software rasterizer (llvmpipe)."""
-        return self._live().software
+        return self._native_live().software
 
     @property
     def host_reads_through_cuda(self) -> bool:
@@ -117,49 +116,19 @@ class BatchRenderer:
         are copied through CUDA into page-locked memory: a renderer on a CUDA GPU's EGL device,
         whose pixel buffer thus stays in video memory for the kernels. False on Mesa, where the
         pixel buffer is mapped into host memory."""
-        return self._live().host_reads_through_cuda
+        return self._native_live().host_reads_through_cuda
 
     @property
     def closed(self) -> bool:
         return self._native is None
 
-    # --------------------------------------------------------------------- calls
-    def render(self, qpos: np.ndarray, device: str | torch.device | None = None):
-        """Frames for positions ``qpos`` (num_envs, nq); the rest of the state at model defaults.
+    # ------------------------------------------------------------------- drawing
+    def _draw_qpos(self, qpos: np.ndarray) -> None:
+        self._native_live().render(qpos)
 
-        Returns uint8 (num_envs, height, width, 3), row 0 at the top: a numpy array on
-        the host (``device`` None or "cpu"), a torch tensor filled through CUDA-GL
-        interop for ``device="cuda"``.
-        """
-        native = self._live()
-        qpos = np.asarray(qpos, dtype=np.float64)
-        expected = (native.num_envs, native.nq)
-        if qpos.shape != expected:
-            raise ValueError(f"qpos must have shape {expected}, got {qpos.shape}")
-        if not np.isfinite(qpos).all():
-            raise ValueError("qpos has non-finite values (NaN or inf)")
-        target = self._target(device)
-        native.render(qpos)
-        return self._fetch(target)
-
-    def render_sim(self, sim: BatchSimulator, device: str | torch.device | None = None, *, fetch: bool = True):
-        """Frames of the current state of each of ``sim``'s simulations (same model and
-        num_envs), updated on the simulator's threads with no Python per env. Returns as
-        ``render``; with ``fetch=False`` the frames stay in the renderer (see ``frames``
-        and ``lend``) and None is returned."""
-        target = self._target(device) if fetch else None
-        self.draw(sim)
-        return self._fetch(target) if fetch else None
-
-    def draw(self, sim: BatchSimulator, rows: slice | None = None, stream: torch.cuda.Stream | None = None) -> None:
-        """Draws frames ``rows`` (default all) of the current states of ``sim``'s simulations
-        ``rows``; the other frames keep what they hold. GL orders its own work, so ``stream``
-        is not needed (it is part of the frame-source interface)."""
-        native = self._live()
-        if not isinstance(sim, BatchSimulator):
-            raise TypeError(f"sim must be a BatchSimulator, got {type(sim).__name__}")
-        start, count = sim._range(rows)
-        native.render_sim(sim._live(), start, count)
+    def _draw_sim(self, sim: BatchSimulator, start: int, count: int, stream=None) -> None:
+        # GL orders its own work: the stream of the frame-source interface is not needed here.
+        self._native_live().render_sim(sim.native, start, count)
 
     @contextlib.contextmanager
     def lend(self, rows: slice | None = None, stream: torch.cuda.Stream | None = None) -> Iterator[FrameView]:
@@ -169,8 +138,8 @@ class BatchRenderer:
         No drawing until the block ends."""
         import torch
 
-        native = self._live()
-        layout = FrameLayout.bottom_up(native.num_envs, native.height, native.width)
+        native = self._native_live()
+        layout = FrameLayout(**native.frame_layout)  # RGBA, rows bottom-up, as GL reads them
         offset, layout = layout.rows(rows if rows is not None else slice(None))
         if stream is not None and native.cuda_device >= 0:
             address = native.lend_device(stream.cuda_stream)
@@ -183,62 +152,8 @@ class BatchRenderer:
         finally:
             native.release_frames()
 
-    def frames(self, device: str | torch.device | None = None):
-        """The last drawn frames, as ``render`` returns them."""
-        return self._fetch(self._target(device))
-
-    def close(self) -> None:
-        """Free the GL context, buffers and threads now (idempotent)."""
-        native, self._native = getattr(self, "_native", None), None
-        if native is not None:
-            native.close()
-
-    def __enter__(self) -> BatchRenderer:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        self.close()
-
-    # ------------------------------------------------------------------- helpers
-    def _live(self):
-        if self._native is None:
-            raise RuntimeError("the renderer is closed")
-        return self._native
-
-    def _target(self, device):
-        """None for host output, else the torch CUDA device to fill; checked before drawing."""
-        if device is None or (isinstance(device, str) and device == "cpu"):
-            return None
-        import torch
-
-        try:
-            requested = torch.device(device)
-        except (RuntimeError, TypeError) as exc:
-            raise ValueError(f"device={device!r} is not a device; use None, 'cpu' or 'cuda[:N]'") from exc
-        if requested.type == "cpu":
-            return None
-        if requested.type != "cuda":
-            raise ValueError(f"device={device!r}: frames go to the host (None, 'cpu') or to 'cuda[:N]'")
-        if not (native_cuda_usable() and torch.cuda.is_available()):
-            raise RuntimeError(
-                f"device={device!r} requested but no CUDA device is usable "
-                f"({build_info()['cuda_error'] or 'torch sees none'}); use device=None for host frames"
-            )
-        own = self._native.cuda_device
-        if own < 0:
-            raise RuntimeError(
-                f"device={device!r} needs the renderer on a CUDA GPU's EGL device (NVIDIA driver), "
-                "but it runs on software EGL; use device=None for host frames"
-            )
-        if requested.index is not None and requested.index != own:
-            raise ValueError(f"device={device!r}: this renderer draws on cuda:{own}; pass gpu= to choose")
-        return torch.device("cuda", own)
-
     def _fetch(self, target):
-        native = self._live()
+        native = self._native_live()
         shape = (native.num_envs, native.height, native.width, 3)
         if target is None:
             frames = np.empty(shape, dtype=np.uint8)
@@ -250,3 +165,22 @@ class BatchRenderer:
         stream = torch.cuda.current_stream(target).cuda_stream
         native.copy_frames_cuda(frames.data_ptr(), stream)
         return frames
+
+    def _drawn_on(self) -> str:
+        own = self.cuda_device
+        return "the CPU (Mesa's software EGL)" if own is None else f"cuda:{own} (pass gpu= to choose)"
+
+    # ------------------------------------------------------------------ life cycle
+    def close(self) -> None:
+        """Free the GL context, buffers and threads now (idempotent)."""
+        native, self._native = getattr(self, "_native", None), None
+        if native is not None:
+            native.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def _native_live(self):
+        self._live()
+        assert self._native is not None
+        return self._native

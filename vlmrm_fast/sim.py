@@ -196,11 +196,16 @@ class BatchSimulator:
         stepped), SimulationError if MuJoCo raised in some simulations (those keep their
         state). Warns with SimulationWarning when MuJoCo raised warnings.
         """
-        start, count = self._range(rows)
+        start, count = self.env_range(rows)
         self._live().step(ctrl, start, count)
         self._warn("step", start, count)
 
-    def _range(self, rows: slice | None) -> tuple[int, int]:
+    @property
+    def native(self):
+        """The native simulator (``_core.sim.BatchSim``) a renderer draws from; raises once closed."""
+        return self._live()
+
+    def env_range(self, rows: slice | None) -> tuple[int, int]:
         """(start, count) of a slice of env indices; the whole batch for None."""
         if rows is None:
             return 0, self.num_envs

@@ -37,10 +37,13 @@ import mujoco
 import numpy as np
 import torch
 
+from vlmrm_fast.checks import FieldError
 from vlmrm_fast.device import resolve_device
 from vlmrm_fast.frames import FrameLayout, FrameView
+from vlmrm_fast.render_base import BatchRendererBase
 from vlmrm_fast.sim import BatchSimulator
 
+MAX_FRAME_SIDE = 8192
 INSTALL_HINT = "the Warp renderer needs MuJoCo Warp: pip install 'vlmrm-fast[warp]' (mujoco-warp, warp-lang)"
 
 
@@ -133,7 +136,7 @@ class _Slot:
     graph: Any = None
 
 
-class WarpBatchRenderer:
+class WarpBatchRenderer(BatchRendererBase):
     """Renders ``num_envs`` frames of ``model`` per call with MuJoCo Warp.
 
     Args:
@@ -160,22 +163,19 @@ class WarpBatchRenderer:
         cuda_graph: bool = True,
     ) -> None:
         self._slots: dict[tuple[int, int], _Slot] = {}
+        self._closed = True  # until built
         wp, mjw = _import_warp()
-        if not isinstance(model, mujoco.MjModel):
-            raise TypeError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
-        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-            raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
+        super().__init__(model, num_envs, width, height)
         for name, value in (("width", width), ("height", height)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= 8192:
-                raise ValueError(f"{name} must be an integer in [1, 8192], got {value!r}")
+            if value > MAX_FRAME_SIDE:
+                raise FieldError(name, f"must be at most {MAX_FRAME_SIDE} pixels, got {value!r}")
         self._wp, self._mjw = wp, mjw
-        self.num_envs, self.width, self.height = int(num_envs), int(width), int(height)
+        self._shape = (int(num_envs), int(height), int(width))
         self.camera_id = _camera_id(model, camera)
         self.device = resolve_device(device)
         self._wp_device = wp.get_device(str(self.device))
         self.shadows = bool(model.light_castshadow.any()) if shadows is None else bool(shadows)
         self.cuda_graph = bool(cuda_graph) and self.device.type == "cuda"
-        self.model = model
         self._render_model = _loadable_copy(model)
         with wp.ScopedDevice(self._wp_device):
             self._model = mjw.put_model(self._render_model)
@@ -186,6 +186,18 @@ class WarpBatchRenderer:
 
     # ------------------------------------------------------------------ properties
     @property
+    def num_envs(self) -> int:
+        return self._shape[0]
+
+    @property
+    def height(self) -> int:
+        return self._shape[1]
+
+    @property
+    def width(self) -> int:
+        return self._shape[2]
+
+    @property
     def cuda_device(self) -> int | None:
         """CUDA index of the GPU the frames are drawn on; None on the CPU backend."""
         return self.device.index if self.device.type == "cuda" else None
@@ -194,40 +206,12 @@ class WarpBatchRenderer:
     def closed(self) -> bool:
         return self._closed
 
-    # --------------------------------------------------------------------- calls
-    def render(self, qpos: np.ndarray, device: str | torch.device | None = None):
-        """Frames for positions ``qpos`` (num_envs, nq); velocities and the rest at model defaults.
-
-        Returns uint8 (num_envs, height, width, 3), row 0 at the top, RGB: a numpy array
-        (``device`` None or "cpu") or a torch tensor on this renderer's GPU (``device="cuda"``).
-        """
-        qpos = np.asarray(qpos, dtype=np.float64)
-        expected = (self.num_envs, self.model.nq)
-        if qpos.shape != expected:
-            raise ValueError(f"qpos must have shape {expected}, got {qpos.shape}")
-        if not np.isfinite(qpos).all():
-            raise ValueError("qpos has non-finite values (NaN or inf)")
-        target = self._target(device)
+    # ------------------------------------------------------------------- drawing
+    def _draw_qpos(self, qpos: np.ndarray) -> None:
         self._draw(qpos, slice(0, self.num_envs), self._current_stream())
-        return self._fetch(target)
 
-    def render_sim(self, sim: BatchSimulator, device: str | torch.device | None = None):
-        """Frames of the current state of each of ``sim``'s simulations (as ``render``)."""
-        target = self._target(device)
-        self.draw(sim)
-        return self._fetch(target)
-
-    def draw(self, sim: BatchSimulator, rows: slice | None = None, stream: torch.cuda.Stream | None = None) -> None:
-        """Draws frames ``rows`` (default all) of the current states of ``sim``'s simulations
-        ``rows``, on ``stream`` (default: torch's current stream); the host does not wait."""
-        self._live()
-        if not isinstance(sim, BatchSimulator):
-            raise TypeError(f"sim must be a BatchSimulator, got {type(sim).__name__}")
-        if sim.num_envs != self.num_envs or sim.model.nq != self.model.nq:
-            raise ValueError(
-                f"the simulator has {sim.num_envs} envs with nq={sim.model.nq}, the renderer {self.num_envs} with nq={self.model.nq}"
-            )
-        start, count = sim._range(rows)
+    def _draw_sim(self, sim: BatchSimulator, start: int, count: int, stream: torch.cuda.Stream | None) -> None:
+        """On ``stream`` (default: torch's current stream); the host does not wait."""
         self._draw(sim.qpos, slice(start, start + count), stream if stream is not None else self._current_stream())
 
     @contextlib.contextmanager
@@ -236,10 +220,6 @@ class WarpBatchRenderer:
         self._live()
         frames = self._frames[rows if rows is not None else slice(None)]
         yield FrameView(frames.data_ptr(), FrameLayout.stacked(frames), frames.device, ready=self._ready, owner=frames)
-
-    def frames(self, device: str | torch.device | None = None):
-        """The last drawn frames, as ``render`` returns them."""
-        return self._fetch(self._target(device))
 
     def close(self) -> None:
         """Drops the device buffers (idempotent), after the uploads and draws queued on them have run."""
@@ -250,12 +230,6 @@ class WarpBatchRenderer:
         self._slots.clear()
         self._ready = None
         self._closed = True
-
-    def __enter__(self) -> WarpBatchRenderer:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __del__(self) -> None:
         if hasattr(self, "_closed"):
@@ -342,10 +316,6 @@ class WarpBatchRenderer:
         return slot
 
     # ------------------------------------------------------------------- helpers
-    def _live(self) -> None:
-        if self._closed:
-            raise RuntimeError("the renderer is closed")
-
     def _current_stream(self) -> torch.cuda.Stream | None:
         return torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
 
@@ -353,19 +323,6 @@ class WarpBatchRenderer:
         """The events after the last upload and draw of every range (none on the CPU backend)."""
         events = [e for slot in self._slots.values() for e in (slot.uploaded, slot.drawn) if e is not None]
         return events + ([self._ready] if self._ready is not None else [])
-
-    def _target(self, device) -> torch.device | None:
-        """None for host output, else this renderer's CUDA device; checked before drawing."""
-        if device is None or (isinstance(device, str) and device == "cpu"):
-            return None
-        requested = torch.device(device)
-        if requested.type == "cpu":
-            return None
-        if self.device.type != "cuda" or requested.type != "cuda" or requested.index not in (None, self.device.index):
-            raise ValueError(
-                f"device={device!r}: this renderer draws on {self.device}; frames go to the host (None) or to it"
-            )
-        return self.device
 
     def _fetch(self, target: torch.device | None):
         self._live()

@@ -135,7 +135,21 @@ void bind_render(py::module_& m) {
       .def_property_readonly(
           "host_reads_through_cuda", &render::BatchRenderer::host_reads_through_cuda,
           "True when host reads copy the pixel buffer through CUDA into page-locked memory "
-          "(a CUDA EGL device); false when they map it (Mesa).");
+          "(a CUDA EGL device); false when they map it (Mesa).")
+      .def_property_readonly(
+          "frame_layout",
+          [](const render::BatchRenderer& r) {
+            const FrameLayout l = r.layout(nullptr);
+            return py::dict(
+                py::arg("num_frames") = l.num_frames, py::arg("height") = l.height,
+                py::arg("width") = l.width, py::arg("pixel_stride") = l.pixel_stride,
+                py::arg("row_stride") = l.row_stride, py::arg("frames_per_row") = l.frames_per_row,
+                py::arg("frame_col_stride") = l.frame_col_stride,
+                py::arg("frame_row_stride") = l.frame_row_stride, py::arg("offset") = r.top_row_offset());
+          },
+          "Where the frames lie in a lent pixel buffer, in bytes from its start "
+          "(vlmrm_fast.frames.FrameLayout's "
+          "fields; offset: frame 0's top row).");
 }
 
 }  // namespace vlmrm::bindings

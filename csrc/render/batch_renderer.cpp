@@ -344,10 +344,14 @@ void BatchRenderer::draw_and_read(int start, int count) {
   has_frames_ = true;
 }
 
+int64_t BatchRenderer::top_row_offset() const {
+  return static_cast<int64_t>(config_.height - 1) * config_.width * 4;
+}
+
 FrameLayout BatchRenderer::layout(const uint8_t* pixels) const {
   const int64_t row_bytes = static_cast<int64_t>(config_.width) * 4;
   FrameLayout l;
-  l.data = pixels + (config_.height - 1) * row_bytes;  // top row of frame 0
+  l.data = pixels ? pixels + top_row_offset() : nullptr;  // top row of frame 0 (none: strides only)
   l.num_frames = config_.num_envs;
   l.height = config_.height;
   l.width = config_.width;

@@ -101,8 +101,11 @@ class BatchRenderer {
 
   // The frames in a pixel buffer that starts at `pixels`: num_envs RGBA frames
   // of width x height, one after another, rows bottom-up (layout.data points at
-  // frame 0's top row, row_stride < 0, frames_per_row = 1).
+  // frame 0's top row, top_row_offset() bytes past `pixels`; row_stride < 0,
+  // frames_per_row = 1; pixels null: the strides alone). The one definition of
+  // where GL puts the frames: the Python side reads it through frame_layout.
   FrameLayout layout(const uint8_t* pixels) const;
+  int64_t top_row_offset() const;
 
   int num_envs() const { return config_.num_envs; }
   int nq() const;

@@ -61,6 +61,11 @@ class BatchRenderer:
     def egl_device(self) -> int:
         ...
     @property
+    def frame_layout(self) -> dict:
+        """
+        Where the frames lie in a lent pixel buffer, in bytes from its start (vlmrm_fast.frames.FrameLayout's fields; offset: frame 0's top row).
+        """
+    @property
     def height(self) -> int:
         ...
     @property

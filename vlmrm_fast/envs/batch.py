@@ -155,7 +155,8 @@ class MujocoBatchVecEnv(VecEnv):
             rne_post_constraint=True,
             nthread=nthread,
         )
-        self.renderer = make_renderer(renderer, self.model, num_envs, render_size, batch.camera, gpu)
+        self.renderer = renderer  # its name, as in EnvSpec; the object that draws is frame_source
+        self.frame_source = make_renderer(renderer, self.model, num_envs, render_size, batch.camera, gpu)
         obs_dim = batch.observation(self.sim.outputs).shape[1]
         low, high = self.model.actuator_ctrlrange.copy().astype(np.float32).T
         self.views = [BatchEnvView(self, i) for i in range(num_envs)]  # before the base class asks their render_mode
@@ -226,21 +227,21 @@ class MujocoBatchVecEnv(VecEnv):
             self._step_reward.before_step(self.sim.outputs, rows)
             self.sim.step(self._actions, rows)
         with self.timer.stage("render"):
-            self.renderer.draw(self.sim, rows, stream)
+            self.frame_source.draw(self.sim, rows, stream)
         self._advanced = rows.stop
 
     def lend(self, rows: slice, stream=None):
         """The frames ``advance`` drew for envs ``rows``, in place (see ``BatchRenderer.lend``)."""
-        return self.renderer.lend(rows, stream)
+        return self.frame_source.lend(rows, stream)
 
     def last_frames(self, device: Any = None):
         """The frames the last step drew, upright uint8 (N, H, W, 3): on ``device`` when the
         renderer draws on that GPU, else on the host."""
-        on_gpu = device is not None and self.renderer.cuda_device is not None
-        return self.renderer.frames(device if on_gpu else None)
+        on_gpu = device is not None and self.frame_source.cuda_device is not None
+        return self.frame_source.frames(device if on_gpu else None)
 
     def get_images(self) -> list[np.ndarray]:
-        return list(self.renderer.render_sim(self.sim))
+        return list(self.frame_source.render_sim(self.sim))
 
     # ------------------------------------------------------- SB3 env access
     def _targets(self, indices) -> list[BatchEnvView]:
@@ -260,5 +261,5 @@ class MujocoBatchVecEnv(VecEnv):
         return [False for _ in self._targets(indices)]
 
     def close(self) -> None:
-        self.renderer.close()
+        self.frame_source.close()
         self.sim.close()

@@ -95,12 +95,6 @@ def score_batch_size(cfg: TrainConfig) -> int:
     )
 
 
-def latest_checkpoint(run_dir: pathlib.Path) -> pathlib.Path | None:
-    """The model file of the newest complete checkpoint in ``run_dir`` (see checkpoints.py)."""
-    newest = checkpoints.scan(pathlib.Path(run_dir) / "checkpoints").newest()
-    return newest.model if newest else None
-
-
 def build_model(cfg: TrainConfig, venv, run_dir: pathlib.Path | None = None) -> BaseAlgorithm:
     algo = ALGORITHM_CLASSES[cfg.rl.algorithm]
     try:

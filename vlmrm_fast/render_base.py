@@ -1,0 +1,170 @@
+"""What the two batch renderers share, written once: the calls a user makes (``render``,
+``render_sim``, ``draw``, ``frames``), their checks (positions, simulator, the device frames go
+to), and closing.
+
+A renderer (:class:`~vlmrm_fast.rendering.BatchRenderer` on EGL,
+:class:`~vlmrm_fast.warp_rendering.WarpBatchRenderer` on MuJoCo Warp) supplies how it draws
+positions (``_draw_qpos``) and a simulator's envs (``_draw_sim``), how it lends frames in place
+(``lend``) and how it copies them out (``_fetch``). Both are ``frames.FrameSource``\\ s.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+import mujoco
+import numpy as np
+
+from vlmrm_fast.checks import positive_int
+from vlmrm_fast.device import build_info, native_cuda_usable
+from vlmrm_fast.frames import FrameView
+from vlmrm_fast.sim import BatchSimulator
+
+if TYPE_CHECKING:
+    import torch
+
+
+class BatchRendererBase(abc.ABC):
+    """``num_envs`` frames of ``model`` (width x height) per call; see the module docstring."""
+
+    model: mujoco.MjModel
+
+    def __init__(self, model: mujoco.MjModel, num_envs: int, width: int, height: int) -> None:
+        if not isinstance(model, mujoco.MjModel):
+            raise TypeError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
+        positive_int(num_envs, "num_envs")
+        positive_int(width, "width")
+        positive_int(height, "height")
+        self.model = model
+
+    # ------------------------------------------------------------ what a renderer supplies
+    @property
+    @abc.abstractmethod
+    def num_envs(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def width(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def height(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def cuda_device(self) -> int | None:
+        """CUDA index of the GPU the frames are drawn on; None when they are drawn on the CPU."""
+
+    @property
+    @abc.abstractmethod
+    def closed(self) -> bool: ...
+
+    @abc.abstractmethod
+    def _draw_qpos(self, qpos: np.ndarray) -> None:
+        """Draws every frame for positions ``qpos`` (checked: (num_envs, nq) float64, finite)."""
+
+    @abc.abstractmethod
+    def _draw_sim(self, sim: BatchSimulator, start: int, count: int, stream: Any) -> None:
+        """Draws frames ``start .. start + count - 1`` of ``sim``'s current states, on ``stream``."""
+
+    @abc.abstractmethod
+    def lend(self, rows: slice | None = None, stream: Any = None) -> contextlib.AbstractContextManager[FrameView]:
+        """Lends frames ``rows`` in place (see ``frames.FrameSource``)."""
+
+    @abc.abstractmethod
+    def _fetch(self, target: torch.device | None) -> Any:
+        """The last drawn frames, upright uint8 (N, H, W, 3): numpy on the host (None), else a
+        torch tensor on ``target``."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Frees what the renderer holds (idempotent)."""
+
+    def _drawn_on(self) -> str:
+        """Where the frames are drawn, in words (for errors)."""
+        return "the CPU" if self.cuda_device is None else f"cuda:{self.cuda_device}"
+
+    # -------------------------------------------------------------------- the calls
+    def render(self, qpos: np.ndarray, device: str | torch.device | None = None):
+        """Frames for positions ``qpos`` (num_envs, nq); the rest of the state at model defaults.
+
+        Returns uint8 (num_envs, height, width, 3), row 0 at the top, RGB: a numpy array on the
+        host (``device`` None or "cpu"), or a torch tensor on the renderer's GPU (``device="cuda"``).
+        """
+        self._live()
+        qpos = check_qpos(qpos, self.num_envs, self.model.nq)
+        target = self._target(device)
+        self._draw_qpos(qpos)
+        return self._fetch(target)
+
+    def render_sim(self, sim: BatchSimulator, device: str | torch.device | None = None):
+        """Frames of the current state of each of ``sim``'s simulations (as ``render``)."""
+        target = self._target(device)
+        self.draw(sim)
+        return self._fetch(target)
+
+    def draw(self, sim: BatchSimulator, rows: slice | None = None, stream: Any = None) -> None:
+        """Draws frames ``rows`` (default all) of the current states of ``sim``'s simulations ``rows``
+        (the other frames keep what they hold), on ``stream`` where the renderer uses one."""
+        self._live()
+        if not isinstance(sim, BatchSimulator):
+            raise TypeError(f"sim must be a BatchSimulator, got {type(sim).__name__}")
+        if sim.num_envs != self.num_envs or sim.model.nq != self.model.nq:
+            raise ValueError(
+                f"sim holds {sim.num_envs} simulations of a model with nq={sim.model.nq}; the renderer draws "
+                f"{self.num_envs} of a model with nq={self.model.nq}: give it a simulator of its model and size"
+            )
+        start, count = sim.env_range(rows)
+        self._draw_sim(sim, start, count, stream)
+
+    def frames(self, device: str | torch.device | None = None):
+        """The last drawn frames, as ``render`` returns them."""
+        return self._fetch(self._target(device))
+
+    # ------------------------------------------------------------------ life cycle
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _live(self) -> None:
+        if self.closed:
+            raise RuntimeError("the renderer is closed")
+
+    def _target(self, device: str | torch.device | None) -> torch.device | None:
+        """None for host frames, else this renderer's CUDA device; checked before drawing."""
+        if device is None or (isinstance(device, str) and device == "cpu"):
+            return None
+        import torch
+
+        try:
+            requested = torch.device(device)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(f"device={device!r} is not a device; use None, 'cpu' or 'cuda[:N]'") from exc
+        if requested.type == "cpu":
+            return None
+        if requested.type == "cuda" and not (native_cuda_usable() and torch.cuda.is_available()):
+            raise RuntimeError(
+                f"device={device!r} requested but no CUDA device is usable "
+                f"({build_info()['cuda_error'] or 'torch sees none'}); use device=None for host frames"
+            )
+        own = self.cuda_device
+        if requested.type != "cuda" or own is None or requested.index not in (None, own):
+            raise ValueError(
+                f"device={device!r}: this renderer draws on {self._drawn_on()}; frames go to the host "
+                f"(device=None){'' if own is None else f' or to cuda:{own}'}"
+            )
+        return torch.device("cuda", own)
+
+
+def check_qpos(qpos: Any, num_envs: int, nq: int) -> np.ndarray:
+    """Positions for every env: (num_envs, nq) float64, finite."""
+    qpos = np.asarray(qpos, dtype=np.float64)
+    if qpos.shape != (num_envs, nq):
+        raise ValueError(f"qpos must have shape {(num_envs, nq)}, got {qpos.shape}")
+    if not np.isfinite(qpos).all():
+        raise ValueError("qpos has non-finite values (NaN or inf)")
+    return qpos
