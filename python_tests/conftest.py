@@ -13,6 +13,16 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A package that cannot be imported (a clone's source tree without its compiled core, first on
+    sys.path under `python3 -m pytest` without -P; a broken install) stops the run with its one line,
+    instead of one collection error per test file."""
+    try:
+        import vlmrm_fast._native  # noqa: F401  (the native core, loaded)
+    except ImportError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
 @functools.cache
 def _build_info() -> dict:
     from vlmrm_fast import build_info

@@ -8,6 +8,7 @@ rewards = rm(frames)   # uint8 (N, H, W, 3) -> (N,)
 """
 
 import os as _os
+from typing import TYPE_CHECKING, Any
 
 # Headless rendering everywhere (gymnasium's MuJoCo renderer too) unless the user chose a backend.
 _os.environ.setdefault("MUJOCO_GL", "egl")
@@ -18,52 +19,95 @@ if _os.environ["MUJOCO_GL"] == "egl":
 if not _os.environ.get("DISPLAY") and not _os.environ.get("WAYLAND_DISPLAY"):
     _os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
-import mujoco as _mujoco  # noqa: E402,F401  (loads libmujoco before the native core links to it)
+def _source_tree_without_core() -> str | None:
+    """One line naming the fix when this package is a source tree whose native core was never built.
 
-try:
-    from vlmrm_fast import _core  # noqa: E402,F401  (first: a broken install says how to fix it)
-except ImportError as _exc:  # pragma: no cover - only on a broken install
-    raise ImportError(
-        f"vlmrm_fast's native core could not be imported ({_exc}). Reinstall with `pip install .` "
-        "(or tools/build_inplace.sh in a checkout)."
-    ) from _exc
+    A clone's ``vlmrm_fast/_core/`` holds only the core's ``.pyi`` stubs: imported from the clone's root
+    (``python3 -m pytest`` there puts it first on ``sys.path``), that folder would pass for the core
+    until its first submodule is looked up. Found without loading anything, so ``vlmrm-fast --help``
+    stays fast.
+    """
+    import importlib.machinery
+    import importlib.util
 
-from vlmrm_fast.device import build_info
-from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
-from vlmrm_fast.rendering import BatchRenderer
-from vlmrm_fast.reward import (
-    TINY_MODEL,
-    BinaryTask,
-    GoalBaselineTask,
-    PromptTruncatedWarning,
-    RandomWeightsWarning,
-    RewardModel,
-    RewardModelSpec,
-    VLMRewardModel,
-    WeightsUnavailableError,
-    load_reward_model,
-)
-from vlmrm_fast.sim import BatchSimulator
-from vlmrm_fast.warp_rendering import WarpBatchRenderer  # imports MuJoCo Warp only when one is made
+    spec = importlib.util.find_spec(f"{__name__}._core")
+    origin = getattr(spec, "origin", None) if spec is not None else None
+    if origin and origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
+        return None
+    return (
+        f"vlmrm_fast: {_os.path.dirname(__file__)} is a source tree without its compiled native core "
+        "(vlmrm_fast/_core/ holds only .pyi stubs): install it with `pip install -e .` (the developer "
+        "install), or, with the package installed by `pip install .`, run Python outside the clone or "
+        "with `python3 -P` so the installed package is imported"
+    )
+
+
+_missing_core = _source_tree_without_core()
+if _missing_core is not None:
+    raise ImportError(_missing_core)
 
 __version__ = "0.1.0"
 
-
-# The RL-facing names pull in Stable-Baselines3: loaded on first use.
+# Everything is loaded on first use: `import vlmrm_fast` (and `vlmrm-fast --help`) imports neither the
+# native core, torch nor Stable-Baselines3. vlmrm_fast._native loads the core (libmujoco first).
 _LAZY = {
+    "TINY_MODEL": "vlmrm_fast.reward",
+    "BinaryTask": "vlmrm_fast.reward",
+    "GoalBaselineTask": "vlmrm_fast.reward",
+    "PromptTruncatedWarning": "vlmrm_fast.reward",
+    "RandomWeightsWarning": "vlmrm_fast.reward",
+    "RewardModel": "vlmrm_fast.reward",
+    "RewardModelSpec": "vlmrm_fast.reward",
+    "VLMRewardModel": "vlmrm_fast.reward",
+    "WeightsUnavailableError": "vlmrm_fast.reward",
+    "load_reward_model": "vlmrm_fast.reward",
+    "BatchRenderer": "vlmrm_fast.rendering",
+    "BatchSimulator": "vlmrm_fast.sim",
+    "FramePreprocessor": "vlmrm_fast.preprocess",
+    "PreprocessSpec": "vlmrm_fast.preprocess",
+    "WarpBatchRenderer": "vlmrm_fast.warp_rendering",  # imports MuJoCo Warp only when one is made
+    "build_info": "vlmrm_fast.device",
     "EnvSpec": "vlmrm_fast.envs.spec",
     "FastVLMRewardVecEnv": "vlmrm_fast.vec_env",
     "RecordFrame": "vlmrm_fast.wrappers",
     "VLMRewardVecEnvWrapper": "vlmrm_fast.wrappers",
 }
 
+if TYPE_CHECKING:  # the names as the type checker sees them
+    from vlmrm_fast.device import build_info
+    from vlmrm_fast.envs.spec import EnvSpec
+    from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
+    from vlmrm_fast.rendering import BatchRenderer
+    from vlmrm_fast.reward import (
+        TINY_MODEL,
+        BinaryTask,
+        GoalBaselineTask,
+        PromptTruncatedWarning,
+        RandomWeightsWarning,
+        RewardModel,
+        RewardModelSpec,
+        VLMRewardModel,
+        WeightsUnavailableError,
+        load_reward_model,
+    )
+    from vlmrm_fast.sim import BatchSimulator
+    from vlmrm_fast.vec_env import FastVLMRewardVecEnv
+    from vlmrm_fast.warp_rendering import WarpBatchRenderer
+    from vlmrm_fast.wrappers import RecordFrame, VLMRewardVecEnvWrapper
 
-def __getattr__(name: str):
+
+def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'vlmrm_fast' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [

@@ -129,33 +129,73 @@ def _add_check_precision(sub: argparse._SubParsersAction) -> None:
     add_subcommand(sub)
 
 
-def _add_evaluation(sub: argparse._SubParsersAction) -> None:
+def _add_dataset(sub: argparse._SubParsersAction) -> None:
     from vlmrm_fast.evaluation import cli
 
     cli.add_dataset(sub)
+
+
+def _add_evaluate(sub: argparse._SubParsersAction) -> None:
+    from vlmrm_fast.evaluation import cli
+
     cli.add_evaluate(sub)
+
+
+def _add_landscape(sub: argparse._SubParsersAction) -> None:
+    from vlmrm_fast.evaluation import cli
+
     cli.add_landscape(sub)
 
 
-# Each entry adds one subcommand (or a family); the job's code lives in its own module.
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _add_info,
-    _add_download,
-    _add_train,
-    _add_export,
-    _add_check_precision,
-    _add_evaluation,
-]
+# Each entry adds one subcommand; the job's code lives in its own module, imported only when that
+# subcommand is the one asked for.
+SUBCOMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
+    "info": _add_info,
+    "download": _add_download,
+    "train": _add_train,
+    "export": _add_export,
+    "check-precision": _add_check_precision,
+    "dataset": _add_dataset,
+    "evaluate": _add_evaluate,
+    "landscape": _add_landscape,
+}
+
+# The one line `vlmrm-fast --help` shows per subcommand, so that it imports none of them (torch alone takes
+# seconds); each is the subcommand's own help (python_tests/test_cli.py compares them). A subcommand
+# missing here is built in full for --help.
+SUMMARIES: dict[str, str] = {
+    "info": "print what the native core was built with and what this machine offers",
+    "download": "fetch a CLIP model's pretrained weights into the local cache (needs network)",
+    "train": "train an SB3 agent with a VLM reward from a YAML config",
+    "export": "build the TensorRT engine of a CLIP image tower into the engine cache (or write its ONNX file)",
+    "check-precision": "embedding cosine and reward Spearman of FP8/fp16 against bf16 on task frames",
+    "dataset": "labelled-state datasets: sample and render states, import labels",
+    "evaluate": "EPIC distance of reward models to human labels, per model and alpha",
+    "landscape": "plot the reward along one state variable for several alphas (PNG + CSV)",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None, *, lazy: bool = False) -> argparse.ArgumentParser:
+    """The command line's parser. ``lazy``: only ``command``'s subparser is built in full (importing its
+    module); the others are their one-line summaries, enough for ``vlmrm-fast --help``."""
+    from vlmrm_fast import __version__
+
     parser = argparse.ArgumentParser(
         prog="vlmrm-fast", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"vlmrm-fast {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in SUBCOMMANDS:
-        add(sub)
+    for name, add in SUBCOMMANDS.items():
+        if lazy and name != command and name in SUMMARIES:
+            sub.add_parser(name, help=SUMMARIES[name], add_help=False)
+        else:
+            add(sub)
     return parser
+
+
+def _command_asked(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (the first word that is not an option), if any."""
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -166,7 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         with sigterm_raises():  # importing a command's modules takes seconds: a SIGTERM then says so
-            args = build_parser().parse_args(argv)
+            words = sys.argv[1:] if argv is None else list(argv)
+            args = build_parser(_command_asked(words), lazy=True).parse_args(words)
     except Terminated:
         print("vlmrm-fast: stopped by SIGTERM while starting; nothing was done", file=sys.stderr)
         return EXIT_SIGTERM

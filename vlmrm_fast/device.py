@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+import vlmrm_fast._native  # noqa: F401  (libmujoco, then the core)
 from vlmrm_fast._core import build_info as _native_build_info
 from vlmrm_fast._core import cuda_available as _native_cuda_available
 

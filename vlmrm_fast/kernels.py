@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+import vlmrm_fast._native  # noqa: F401  (libmujoco, then the core)
 from vlmrm_fast._core.kernels import (
     MAX_CUDA_REWARD_TASKS,
     DevicePreprocessPlan,

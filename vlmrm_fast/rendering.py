@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import mujoco
 import numpy as np
 
+import vlmrm_fast._native  # noqa: F401  (libmujoco, then the core)
 from vlmrm_fast._core import render as _native_render
 from vlmrm_fast.device import build_info
 from vlmrm_fast.frames import FrameLayout, FrameView

@@ -20,6 +20,7 @@ from typing import Any
 import mujoco
 import numpy as np
 
+import vlmrm_fast._native  # noqa: F401  (libmujoco, then the core)
 from vlmrm_fast._core import sim as _native_sim
 
 SimulationError = _native_sim.SimulationError
