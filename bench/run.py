@@ -348,8 +348,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tqdm import tqdm
-
     args = parse_args(argv)
     device = vlmrm_fast.device.resolve_device(args.device)
     mach = common.machine()
@@ -364,9 +362,12 @@ def main(argv: list[str] | None = None) -> int:
         for c in args.pipeline_chunks
     ]
     results, baselines = [], {}
-    for model, res, n, renderer, chunks in tqdm(configs, desc="bench", unit="config"):
+    # The table as it grows: its header with the first result, then one row per result (printed once).
+    print(f"bench: {len(configs)} configurations", flush=True)
+    for model, res, n, renderer, chunks in configs:
         results.append(measure(args, model, res, n, renderer, chunks, device, baselines))
-        tqdm.write(markdown(results[-1:], mach).splitlines()[-1])
+        rows = markdown(results[-1:], mach).splitlines()
+        print("\n".join(rows if len(results) == 1 else rows[-1:]), flush=True)
     out = pathlib.Path(args.out)
     summary = dict(results[0])
     summary.update(machine=mach, results=results)
@@ -374,7 +375,6 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown(results, mach)
     out.with_suffix(".md").write_text(table)
     plot(results, out.with_suffix(".png"))
-    print(table)
     print(f"wrote {out}, {out.with_suffix('.md')}, {out.with_suffix('.png')}")
     return 0
 

@@ -31,16 +31,15 @@ def _build_info() -> dict:
 
 
 def _gpu_missing() -> str | None:
-    info = _build_info()
-    if not info["cuda_compiled"]:
-        return "vlmrm_fast built without CUDA"
-    if not info["cuda_available"]:
-        return f"no usable CUDA device ({info['cuda_error']})"
+    """Why the GPU tests cannot run here, in the words of `vlmrm-fast info` (vlmrm_fast.device)."""
     import torch
 
-    if not torch.cuda.is_available():
-        return "torch sees no CUDA device"
-    return None
+    info = _build_info()
+    if info["cuda_compiled"] and info["cuda_available"] and torch.cuda.is_available():
+        return None
+    from vlmrm_fast.device import no_gpu_reason
+
+    return no_gpu_reason()
 
 
 def _egl_missing() -> str | None:

@@ -420,10 +420,33 @@ def test_cartpole_landscape(tiny, tmp_path):
     assert norm.min() == 0.0 and norm.max() == 1.0
     rows = list(csv.reader(open(land.save_csv(tmp_path / "l.csv"))))
     assert rows[0] == ["pole_angle", "reward_alpha=0", "reward_alpha=0.5", "reward_alpha=1"] and len(rows) == 8
-    for path, kwargs in ((tmp_path / "l.png", {}), (tmp_path / "raw.png", {"normalize": False, "thumbnails": 0})):
+    assert land.random_weights  # the tiny model: the plot says its rewards are noise
+    np.testing.assert_allclose(land.spreads(), land.rewards.max(0) - land.rewards.min(0))
+    for path, kwargs in ((tmp_path / "l.png", {}), (tmp_path / "norm.png", {"normalize": True, "thumbnails": 0})):
         land.plot(path, **kwargs)
         with Image.open(path) as image:
             assert image.format == "PNG" and image.size[0] > 500
+    # What the plot draws: the true scale by default; scaled per alpha only when asked, and then labelled so
+    import matplotlib.pyplot as plt
+
+    captured = {}
+    original = plt.Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+        captured["fig"] = fig
+        return original(fig, *args, **kwargs)
+
+    plt.Figure.savefig = keep
+    try:
+        for normalize in (False, True):
+            land.plot(tmp_path / "check.png", normalize=normalize, thumbnails=0)
+            ax = captured["fig"].axes[0]
+            drawn = np.stack([line.get_ydata() for line in ax.get_lines()[: len(land.alphas)]], axis=1)
+            np.testing.assert_allclose(drawn, land.normalized() if normalize else land.rewards)
+            assert ("scaled to [0, 1]" in ax.get_ylabel()) == normalize
+            assert any("random weights" in text.get_text() for text in ax.texts)
+    finally:
+        plt.Figure.savefig = original
 
 
 def test_landscape_with_values_and_errors(tiny):

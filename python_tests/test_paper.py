@@ -401,6 +401,7 @@ def test_paper_config_loads_and_builds_its_env(path, tmp_path):
             "buffer_size": 1_000_000,
         }
         assert cfg.rl.total_timesteps == 10_000_000 and cfg.logging.checkpoint_every == 128_000
+        assert cfg.env.renderer == "egl", "the paper's pixels: mujoco.Renderer's, whatever 'auto' would pick"
     else:
         assert cfg.env.episode_length == 200 and cfg.rl.total_timesteps == 3_000_000
         assert cfg.rl.algorithm == ("DQN" if cfg.task == "cartpole" else "SAC")

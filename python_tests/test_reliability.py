@@ -760,21 +760,22 @@ def test_a_missing_model_offline_is_one_line_in_every_command(tmp_path, monkeypa
 
 
 def test_info_on_a_machine_without_a_gpu_says_so(monkeypatch, capsys):
-    from vlmrm_fast import cli
+    from vlmrm_fast import cli, device
 
     info = {
+        "cuda_compiled": True,
         "cuda_available": False,
         "cuda_device_name": None,
         "cuda_version": "13.0",
         "cuda_device_count": 0,
         "cuda_error": "CUDA driver version is insufficient for CUDA runtime version",
     }
-    monkeypatch.setattr(cli, "nvidia_driver_present", lambda: False)
-    assert cli.describe_cuda_device(info) == "no GPU: this machine has no NVIDIA driver (CPU paths are used)"
-    monkeypatch.setattr(cli, "nvidia_driver_present", lambda: True)
-    assert "update the driver" in cli.describe_cuda_device(info)
+    monkeypatch.setattr(device, "nvidia_driver_present", lambda: False)
+    assert device.describe_cuda_device(info) == "no GPU: this machine has no NVIDIA driver (CPU paths are used)"
+    monkeypatch.setattr(device, "nvidia_driver_present", lambda: True)
+    assert "update the driver" in device.describe_cuda_device(info)
     monkeypatch.undo()
-    if not cli.nvidia_driver_present():  # this machine: the real command
+    if not device.nvidia_driver_present():  # this machine: the real command
         assert cli.main(["info"]) == 0
         out = capsys.readouterr().out
         assert "no GPU" in out and "insufficient" not in out
@@ -839,3 +840,27 @@ def test_a_folder_another_process_trains_in_is_refused(tmp_path, capsys):
     finally:
         held.release()
     assert not (tmp_path / "run").exists()  # the lock's folder goes with a refused start
+
+
+def test_the_lock_file_goes_with_its_release_and_a_stale_open_is_not_a_lock(tmp_path):
+    import fcntl
+
+    from vlmrm_fast.training.run_folder import RunFolder, RunFolderError
+
+    folder = RunFolder(tmp_path / "run")
+    (tmp_path / "run").mkdir()
+    first = folder.lock()
+    stale = os.open(tmp_path / "run" / ".lock", os.O_RDWR)  # a process that opened .lock before the release
+    with pytest.raises(RunFolderError, match="in use by another training process"):
+        folder.lock()
+    assert (tmp_path / "run" / ".lock").exists(), "a refused start leaves the holder's lock alone"
+    first.release()
+    assert not (tmp_path / "run" / ".lock").exists()
+    try:
+        fcntl.flock(stale, fcntl.LOCK_EX | fcntl.LOCK_NB)  # it now locks a file no name leads to
+        second = folder.lock()  # ... and a new start is not blocked by it
+        assert (tmp_path / "run" / ".lock").exists()
+        second.release()
+    finally:
+        os.close(stale)
+    assert (tmp_path / "run").is_dir() and not any((tmp_path / "run").iterdir())

@@ -85,6 +85,7 @@ def test_train_cli_writes_logs_video_checkpoints_and_resumes(tmp_path):
     assert list((run / "videos").glob("*.mp4"))
     assert list((run / "tensorboard").rglob("events.out.tfevents.*"))
     assert latest_checkpoint(run).name == "model_120_steps.zip"
+    assert not (run / ".lock").exists(), "a clean exit removes its lock"
     assert [p.name for p in (run / "checkpoints").glob("*.pkl")] == ["model_replay_buffer_120_steps.pkl"]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -94,6 +95,84 @@ def test_train_cli_writes_logs_video_checkpoints_and_resumes(tmp_path):
     # resume to a larger budget: continues from 120 steps
     assert cli_main(["train", str(path), "--resume", "--total-timesteps", "180"]) == 0
     assert SAC.load(run / "final_model.zip").num_timesteps >= 180
+
+
+def _scalar_steps(run: pathlib.Path) -> dict[str, list[int]]:
+    """Every scalar tag of the run's TensorBoard logs and the steps it was written at, in order."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    steps: dict[str, list[int]] = {}
+    for path in sorted((run / "tensorboard").rglob("events.out.tfevents.*")):
+        events = EventAccumulator(str(path))
+        events.Reload()
+        for tag in events.Tags()["scalars"]:
+            steps.setdefault(tag, []).extend(event.step for event in events.Scalars(tag))
+    return steps
+
+
+@pytest.mark.parametrize(
+    "rl",
+    [
+        # SAC: 2 x 4 episodes end at the last step; SB3 writes the logs there (every 4th episode) before
+        # that step's gradient update records new train/* values, which the run's end writes
+        {"total_timesteps": 160},
+        {"algorithm": "PPO", "total_timesteps": 96, "kwargs": {"n_steps": 16, "batch_size": 16, "n_epochs": 1}},
+    ],
+    ids=["SAC", "PPO"],
+)
+def test_tensorboard_writes_each_scalar_once_per_step(tmp_path, rl):
+    cfg = copy.deepcopy(CONFIG)
+    cfg["rl"] = {**cfg["rl"], **rl}
+    cfg["logging"]["video_every"] = 0
+    assert cli_main(["train", str(_write(tmp_path, cfg))]) == 0
+    steps = _scalar_steps(tmp_path / "run")
+    assert any(tag.startswith("train/") for tag in steps) and "rollout/ep_vlm_reward_mean" in steps
+    repeated = {tag: s for tag, s in steps.items() if len(s) != len(set(s))}
+    assert not repeated, f"scalars written twice at one step: {repeated}"
+
+
+def test_output_to_a_file_is_whole_lines(tmp_path):
+    """Written to a log (not a terminal), train and dataset sample print plain progress lines: no
+    carriage returns, counts of what was asked, and the mean VLM return of the last episodes."""
+    import subprocess
+    import sys
+
+    cfg = copy.deepcopy(CONFIG)
+    cfg["logging"]["video_every"] = 0
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "VLMRM_TRACEBACK": "1"}
+    log = tmp_path / "train.log"
+    with open(log, "w") as out:
+        done = subprocess.run(
+            [sys.executable, "-P", "-m", "vlmrm_fast.cli", "train", str(_write(tmp_path, cfg))],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            timeout=600,
+            check=False,
+        )
+    text = log.read_text()
+    assert done.returncode == 0, text
+    assert "\r" not in text and "\x1b" not in text, repr(text[-2000:])
+    progress = [line for line in text.splitlines() if line.startswith("train: ")]
+    assert progress and progress[-1].startswith("train: 120/120 step (100%)"), text
+    assert "vlm_reward" in progress[-1], text
+    assert "renderer " in text and "reward encoder" in text, text  # the start-up summary, once the envs are built
+
+    done = subprocess.run(
+        [sys.executable, "-P", "-m", "vlmrm_fast.cli", "dataset", "sample", "cartpole", "-n", "20"]
+        + ["-o", str(tmp_path / "data" / "cartpole.npz")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text
+    assert "\r" not in text, repr(text)
+    sample = [line for line in text.splitlines() if line.startswith("sample: ")]
+    assert sample and sample[0].startswith("sample: 0/20 state") and sample[-1].startswith("sample: 20/20 state"), text
 
 
 class _CtrlC(BaseCallback):
@@ -216,3 +295,6 @@ def test_quickstart_uses_the_tiny_model_offline():
     cfg = load_config(pathlib.Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
     assert cfg.reward.model == "vlmrm-tiny"
     assert len(CONFIGS) >= 8
+    # Its replay buffer holds the run and no more: a buffer as large as the run's transitions, not SB3's 1e6
+    buffer_size = cfg.rl.kwargs["buffer_size"]
+    assert cfg.rl.total_timesteps <= buffer_size <= 2 * cfg.rl.total_timesteps

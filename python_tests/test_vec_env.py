@@ -184,6 +184,24 @@ def test_humanoid_batch_engine_matches_gymnasium(rms, chunks):
     dummy.close()
 
 
+def test_auto_renderer_is_warp_on_the_cpu_when_installed(rms, monkeypatch):
+    """renderer="auto" (the default): MuJoCo Warp where the frames are scored on the CPU and it is
+    installed, EGL otherwise (on a GPU, or without MuJoCo Warp)."""
+    from vlmrm_fast import warp_rendering
+    from vlmrm_fast.envs.batch import choose_renderer
+
+    fast = make_fast(rms[HUMANOID], HUMANOID, physics="batch")
+    assert fast.env_spec.renderer == "auto"
+    assert fast.renderer == ("warp" if warp_rendering.warp_available() is None else "egl")
+    fast.close()
+    assert choose_renderer("auto", 0) == "egl"  # frames scored on cuda:0
+    assert choose_renderer("egl", None) == "egl" and choose_renderer("warp", 0) == "warp"  # a choice is kept
+    monkeypatch.setattr(warp_rendering, "warp_available", lambda: "MuJoCo Warp is not installed")
+    assert choose_renderer("auto", None) == "egl"
+    with pytest.raises(ValueError, match="renderer: 'vulkan' is not one of"):
+        choose_renderer("vulkan", None)
+
+
 @pytest.mark.parametrize("renderer", ["egl", pytest.param("warp", marks=pytest.mark.warp)])
 def test_batch_engine_scores_the_reached_frames(rms, renderer):
     """The reward of each step is the reward model's score of the frame of the state it reached."""
@@ -281,7 +299,7 @@ def test_env_reward_mixed_in_by_the_formula(tiny_rm):
 
 
 def test_renderer_choice_is_checked(rms):
-    with pytest.raises(ValueError, match="renderer: 'vulkan' is not one of egl, warp"):
+    with pytest.raises(ValueError, match="renderer: 'vulkan' is not one of auto, egl, warp"):
         FastVLMRewardVecEnv(HUMANOID, 1, reward_model=rms[HUMANOID], renderer="vulkan", **SMALL)
     with pytest.raises(ValueError, match="renderer='warp' draws the MuJoCo batch engine's tasks"):
         FastVLMRewardVecEnv(TASK, 1, reward_model=rms[TASK], renderer="warp")

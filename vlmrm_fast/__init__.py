@@ -19,6 +19,7 @@ if _os.environ["MUJOCO_GL"] == "egl":
 if not _os.environ.get("DISPLAY") and not _os.environ.get("WAYLAND_DISPLAY"):
     _os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
+
 def _source_tree_without_core() -> str | None:
     """One line naming the fix when this package is a source tree whose native core was never built.
 

@@ -14,52 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable, Sequence
 
 from vlmrm_fast.failures import EXIT_SIGTERM, Terminated, run_command
 
 
-def nvidia_driver_present() -> bool:
-    """True when this machine has an NVIDIA driver (its kernel module or its user-space library)."""
-    if os.path.exists("/proc/driver/nvidia/version"):
-        return True
-    import ctypes
-
-    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
-        try:
-            ctypes.CDLL(name)
-            return True
-        except OSError:
-            continue
-    return False
-
-
-def describe_cuda_device(info: dict) -> str:
-    """The CUDA device, or why there is none, in words a user can act on."""
-    if info["cuda_available"]:
-        return info["cuda_device_name"]
-    if not nvidia_driver_present():
-        return "no GPU: this machine has no NVIDIA driver (CPU paths are used)"
-    error = info.get("cuda_error") or "unknown error"
-    if "insufficient" in error.lower():
-        return f"no usable GPU: the NVIDIA driver is older than CUDA {info['cuda_version']} needs ({error}); update the driver"
-    if info.get("cuda_device_count", 0) == 0:
-        return f"no GPU: the NVIDIA driver sees no device ({error})"
-    return f"no usable GPU ({error})"
-
-
 def _info(args: argparse.Namespace) -> int:
     import vlmrm_fast
+    from vlmrm_fast.device import describe_cuda_device
 
     info = vlmrm_fast.build_info()
-    if info["cuda_compiled"]:
-        usable = describe_cuda_device(info)
-    else:
-        usable = (
-            "a GPU driver is present: rebuild with nvcc on the PATH to use it" if nvidia_driver_present() else "no GPU"
-        )
+    usable = describe_cuda_device(info)
     if args.json:
         print(json.dumps({**info, "cuda_summary": usable, "warp": warp_renderer()}, indent=2))
         return 0

@@ -18,7 +18,7 @@ import mujoco
 import numpy as np
 
 from vlmrm_fast.checks import positive_int
-from vlmrm_fast.device import build_info, native_cuda_usable
+from vlmrm_fast.device import native_cuda_usable, no_gpu_reason
 from vlmrm_fast.frames import FrameView
 from vlmrm_fast.sim import BatchSimulator
 
@@ -147,10 +147,7 @@ class BatchRendererBase(abc.ABC):
         if requested.type == "cpu":
             return None
         if requested.type == "cuda" and not (native_cuda_usable() and torch.cuda.is_available()):
-            raise RuntimeError(
-                f"device={device!r} requested but no CUDA device is usable "
-                f"({build_info()['cuda_error'] or 'torch sees none'}); use device=None for host frames"
-            )
+            raise RuntimeError(f"device={device!r} requested, but {no_gpu_reason()}; use device=None for host frames")
         own = self.cuda_device
         if requested.type != "cuda" or own is None or requested.index not in (None, own):
             raise ValueError(

@@ -23,7 +23,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 from vlmrm_fast.checks import non_negative_int, positive_int
 from vlmrm_fast.device import resolve_device
 from vlmrm_fast.envs import TaskSpec, get_task
-from vlmrm_fast.envs.batch import MujocoBatchVecEnv
+from vlmrm_fast.envs.batch import MujocoBatchVecEnv, choose_renderer
 from vlmrm_fast.envs.spec import EnvSpec
 from vlmrm_fast.memory import release_freed_memory
 from vlmrm_fast.pipeline import plan_chunks
@@ -44,9 +44,10 @@ def _recording(make: Callable[[], gymnasium.Env]) -> Callable[[], gymnasium.Env]
     return lambda: RecordFrame(make())
 
 
-def _choose_physics(env: EnvSpec, task: TaskSpec) -> str:
-    """ "batch" (the MuJoCo batch engine) or "gym" (gymnasium envs) for ``env``'s task on this machine."""
-    physics, renderer = env.physics, env.renderer
+def _choose_physics(env: EnvSpec, task: TaskSpec, renderer: str) -> str:
+    """ "batch" (the MuJoCo batch engine) or "gym" (gymnasium envs) for ``env``'s task on this machine,
+    ``renderer`` being the one that would draw the batch engine's frames (``env.renderer`` resolved)."""
+    physics = env.physics
     if physics == "gym":
         chosen = "gym"
     elif task.batch is None:
@@ -61,7 +62,7 @@ def _choose_physics(env: EnvSpec, task: TaskSpec) -> str:
         chosen = "gym"
     else:
         chosen = "batch"
-    if renderer == "warp" and chosen != "batch":
+    if env.renderer == "warp" and chosen != "batch":
         raise ValueError(
             f"renderer='warp' draws the MuJoCo batch engine's tasks; task {task.name!r} runs on gymnasium envs "
             "(physics='gym'), which draw their own frames"
@@ -114,7 +115,9 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
     The simulation: ``physics="batch"`` runs MuJoCo tasks in the batch engine, ``"gym"``
     through gymnasium envs, ``"auto"`` the former when it can. ``renderer`` draws the batch
     engine's frames: ``"egl"`` (OpenGL, the same pixels as ``mujoco.Renderer``) or ``"warp"``
-    (MuJoCo Warp's ray tracer, all envs in one launch; ``pip install 'vlmrm-fast[warp]'``).
+    (MuJoCo Warp's ray tracer, all envs in one launch; ``pip install 'vlmrm-fast[warp]'``);
+    ``"auto"`` (the default) is Warp when the reward model runs on the CPU and MuJoCo Warp is
+    installed, EGL otherwise; :attr:`renderer` says which draws.
     ``pipeline_chunks`` splits a step's envs into ranges scored while the next is simulated
     and drawn (``"auto"``: up to 4 on a GPU, 1 on the CPU); fixed-batch encoders are built for
     the largest range. ``env_reward_weight`` (rho) mixes in the env's own reward,
@@ -132,7 +135,7 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
         render_size: int | tuple[int, int] | None = None,
         seed: int | None = None,
         physics: str = "auto",
-        renderer: str = "egl",
+        renderer: str = "auto",
         pipeline_chunks: int | str = "auto",
         env_kwargs: dict[str, Any] | None = None,
         defer_rewards: bool = False,
@@ -156,18 +159,24 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
         self.task = task_spec
         self.render_size = env.frame_shape
         self.episode_length = env.episode_length
-        self.physics = _choose_physics(env, task_spec)
-        self.renderer = env.renderer if self.physics == "batch" else None
-        if self.physics == "batch" and env_kwargs:
-            raise ValueError("env_kwargs apply to gymnasium envs; use physics='gym' to pass them")
         self._owns_reward_model = reward_model is None  # loaded here: closed with the env
         if reward_model is not None:
             if reward or reward_spec is not None:
                 raise ValueError(
                     f"reward_model= is already loaded; drop the reward model fields {sorted(reward) or ['reward_spec']}"
                 )
+            scored_on = reward_model.device
         else:
-            reward_model = _load_for(env, reward_spec_of(reward_spec, reward).with_task_defaults(task_spec))
+            model_spec = reward_spec_of(reward_spec, reward).with_task_defaults(task_spec)
+            scored_on = resolve_device(model_spec.device)
+        # The frames are drawn where they are scored: "auto" picks the renderer for that device.
+        renderer = choose_renderer(env.renderer, scored_on.index if scored_on.type == "cuda" else None)
+        self.physics = _choose_physics(env, task_spec, renderer)
+        self.renderer = renderer if self.physics == "batch" else None
+        if self.physics == "batch" and env_kwargs:
+            raise ValueError("env_kwargs apply to gymnasium envs; use physics='gym' to pass them")
+        if reward_model is None:
+            reward_model = _load_for(env, model_spec)
         if self.physics == "batch":
             assert self.render_size is not None and task_spec.batch is not None, (
                 "batch tasks have glue and a frame size"
@@ -179,7 +188,7 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
                 render_size=self.render_size,
                 episode_length=self.episode_length,
                 gpu=device.index if device.type == "cuda" else None,  # draw on the reward model's GPU
-                renderer=env.renderer,
+                renderer=renderer,
             )
         else:
             venv = DummyVecEnv([_recording(self._env_factory(task_spec, env_kwargs))] * env.n_envs)

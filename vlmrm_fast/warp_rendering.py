@@ -55,7 +55,43 @@ def _import_warp():
         raise ImportError(f"{INSTALL_HINT} ({exc})") from None
     if warp.config.log_level == warp.LOG_INFO:  # Warp's default: quiet its banner and per-module notices
         warp.config.log_level = warp.LOG_WARNING if torch.cuda.is_available() else warp.LOG_ERROR
+    _init_warp(warp)
     return warp, mujoco_warp
+
+
+#: What Warp's native library prints (from C, whatever its log level) where there is no NVIDIA driver:
+#: on a CPU-only machine that is the expected state, said once by ``vlmrm-fast info``, not a warning.
+_NO_DRIVER_NOTICE = "Could not find or load the NVIDIA CUDA driver"
+
+
+_WARP_INITIALIZED = False
+
+
+def _init_warp(warp) -> None:
+    """``warp.init()`` with its no-driver notice dropped; anything else it prints goes to stderr as usual."""
+    global _WARP_INITIALIZED
+    if _WARP_INITIALIZED:
+        return
+    _WARP_INITIALIZED = True
+    import os
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as captured:
+        saved = os.dup(2)
+        os.dup2(captured.fileno(), 2)
+        try:
+            warp.init()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        printed = captured.read().decode(errors="replace")
+    kept = [line for line in printed.splitlines(keepends=True) if _NO_DRIVER_NOTICE not in line]
+    if kept:
+        sys.stderr.write("".join(kept))
+        sys.stderr.flush()
 
 
 def warp_available() -> str | None:

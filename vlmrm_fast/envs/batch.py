@@ -62,13 +62,28 @@ class BatchTask(Protocol):
     def step_reward(self, model: mujoco.MjModel, num_envs: int) -> StepReward: ...
 
 
+def choose_renderer(renderer: str, gpu: int | None) -> str:
+    """The renderer that draws for ``renderer`` (one of ``envs.spec.RENDERERS``) when frames are scored on
+    CUDA device ``gpu`` (None: the CPU). ``"auto"`` is ``"warp"`` on the CPU when MuJoCo Warp is installed
+    (Warp's CPU backend draws the humanoid several times faster than Mesa's llvmpipe, bench/RESULTS.md),
+    and ``"egl"`` otherwise: on a GPU, EGL draws ``mujoco.Renderer``'s own pixels into CUDA memory."""
+    if one_of(renderer, "renderer", RENDERERS) != "auto":
+        return renderer
+    if gpu is None:
+        from vlmrm_fast.warp_rendering import warp_available
+
+        if warp_available() is None:
+            return "warp"
+    return "egl"
+
+
 def make_renderer(
     kind: str, model, num_envs: int, render_size: tuple[int, int], camera, gpu: int | None
 ) -> FrameSource:
     """A batch renderer of ``kind`` (one of ``envs.spec.RENDERERS``) drawing ``num_envs`` frames of
     ``render_size`` (height, width)."""
     height, width = render_size
-    if one_of(kind, "renderer", RENDERERS) == "egl":
+    if choose_renderer(kind, gpu) == "egl":
         return BatchRenderer(model, num_envs, width, height, camera=camera, gpu=gpu)
     from vlmrm_fast.warp_rendering import WarpBatchRenderer
 
@@ -155,8 +170,8 @@ class MujocoBatchVecEnv(VecEnv):
             rne_post_constraint=True,
             nthread=nthread,
         )
-        self.renderer = renderer  # its name, as in EnvSpec; the object that draws is frame_source
-        self.frame_source = make_renderer(renderer, self.model, num_envs, render_size, batch.camera, gpu)
+        self.renderer = choose_renderer(renderer, gpu)  # its name ("auto" resolved); what draws is frame_source
+        self.frame_source = make_renderer(self.renderer, self.model, num_envs, render_size, batch.camera, gpu)
         obs_dim = batch.observation(self.sim.outputs).shape[1]
         low, high = self.model.actuator_ctrlrange.copy().astype(np.float32).T
         self.views = [BatchEnvView(self, i) for i in range(num_envs)]  # before the base class asks their render_mode

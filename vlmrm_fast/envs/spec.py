@@ -18,8 +18,10 @@ from vlmrm_fast.envs import get_task
 
 #: How a task's envs are simulated: the MuJoCo batch engine, gymnasium envs, or the former where it can.
 PHYSICS = ("auto", "batch", "gym")
-#: What draws the batch engine's frames: EGL (mujoco.Renderer's pixels) or MuJoCo Warp's ray tracer.
-RENDERERS = ("egl", "warp")
+#: What draws the batch engine's frames: EGL (mujoco.Renderer's pixels), MuJoCo Warp's ray tracer, or
+#: "auto": Warp where the frames are scored on the CPU and MuJoCo Warp is installed (there its ray tracer
+#: is several times faster than Mesa's llvmpipe), EGL otherwise (envs.batch.choose_renderer).
+RENDERERS = ("auto", "egl", "warp")
 #: Seconds a rank waits for another under torchrun (it must cover rank 0's updates and saves).
 DEFAULT_RANK_TIMEOUT = 1800.0
 
@@ -28,7 +30,8 @@ DEFAULT_RANK_TIMEOUT = 1800.0
 class EnvSpec:
     """``n_envs`` envs of ``task`` (a built-in task or a gymnasium id) and how they are stepped.
 
-    ``render_size``: frames of (height, width), or a square's side; ``pipeline_chunks``: the ranges
+    ``render_size``: frames of (height, width), or a square's side; ``renderer``: one of
+    :data:`RENDERERS` (``"auto"``: Warp on a CPU when installed, EGL otherwise); ``pipeline_chunks``: the ranges
     of envs a step is scored in while the next is simulated (``"auto"``: up to 4 on a GPU, 1 on the
     CPU); ``env_reward_weight`` (rho): the agent learns from ``vlm + rho * env``; ``rank_timeout``:
     under torchrun, how long a rank waits for another (seconds).
@@ -39,7 +42,7 @@ class EnvSpec:
     episode_length: int | None = None
     render_size: int | tuple[int, int] | None = None
     physics: str = "auto"
-    renderer: str = "egl"
+    renderer: str = "auto"
     pipeline_chunks: int | str = "auto"
     env_reward_weight: float = 0.0
     rank_timeout: float = DEFAULT_RANK_TIMEOUT

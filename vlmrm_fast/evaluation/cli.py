@@ -225,8 +225,14 @@ def _landscape(args: argparse.Namespace) -> int:
         model.close()
     stem = pathlib.Path(args.output) / f"landscape_{land.task}_{_file_safe(args.variable)}"
     csv_path = land.save_csv(stem.with_suffix(".csv"))
-    png_path = land.plot(stem.with_suffix(".png"), normalize=not args.raw)
+    png_path = land.plot(stem.with_suffix(".png"), normalize=args.normalize)
     print(f"wrote {png_path}, {csv_path}")
+    if land.random_weights:
+        print(
+            f"{land.model} has random weights: the landscape is noise (spread per alpha: "
+            + ", ".join(f"{a:g}: {s:.2g}" for a, s in zip(land.alphas, land.spreads()))
+            + ")"
+        )
     if land.goal is None and not args.no_goal:
         print(
             f"no goal marked: {land.task} defines no goal value for {args.variable} (its goal is what the prompt "
@@ -253,7 +259,11 @@ def add_landscape(sub: argparse._SubParsersAction) -> None:
     marks = p.add_mutually_exclusive_group()
     marks.add_argument("--goal", type=float, help="mark the goal here (default: the task's goal for the variable)")
     marks.add_argument("--no-goal", action="store_true", help="mark no goal")
-    p.add_argument("--raw", action="store_true", help="plot raw rewards instead of min-max normalized per alpha")
+    p.add_argument(
+        "--normalize",
+        action="store_true",
+        help="scale each alpha's curve to [0, 1] (the legend gives each curve's true spread); default: the rewards as they are",
+    )
     p.add_argument("--size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"), help="frame size (default: the task's)")
     p.add_argument("--seed", type=int, default=0, help="reset seed of the state the other variables keep")
     _add_prompt_options(p)

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from vlmrm_fast.envs import get_task
 from vlmrm_fast.evaluation.dataset import StateDataset
@@ -23,6 +22,7 @@ from vlmrm_fast.evaluation.epic import state_epic_distance
 from vlmrm_fast.evaluation.plotting import new_figure, palette, save_figure
 from vlmrm_fast.evaluation.precision_recall import PrecisionRecall, plot_precision_recall, precision_recall
 from vlmrm_fast.evaluation.scoring import alpha_tasks, binary_task, check_alphas, parameter_count, score_frames
+from vlmrm_fast.progress import progress_iter
 from vlmrm_fast.reward import VLMRewardModel, load_reward_model
 
 
@@ -173,7 +173,7 @@ def evaluate_models(
     if boolean and negatives:
         tasks.append(binary_task(targets, negatives, threshold))
     results = []
-    for entry in tqdm(models, desc="models", unit="model", disable=not progress or len(models) < 2):
+    for entry in progress_iter(models, desc="models", unit="model", enabled=progress and len(models) >= 2):
         model = (
             load_reward_model(
                 entry, target_prompts=targets, device=device, batch_size=batch_size, resize_mode=spec.resize_mode

@@ -44,6 +44,7 @@ class Landscape:
     rewards: np.ndarray  # (V, K)
     goal: float | None = None
     frames: np.ndarray | None = dataclasses.field(default=None, repr=False)  # (V, H, W, 3), for the plot's strip
+    random_weights: bool = False  # the model's weights are a random initialization: its rewards are noise
 
     def normalized(self) -> np.ndarray:
         """Rewards min-max scaled to [0, 1] per alpha (a constant column becomes 0.5)."""
@@ -62,22 +63,48 @@ class Landscape:
                 writer.writerow([f"{value:.6g}"] + [f"{r:.8g}" for r in row])
         return path
 
-    def plot(self, path: str | pathlib.Path, *, normalize: bool = True, thumbnails: int = 5) -> pathlib.Path:
-        """Reward against the variable, one line per alpha, the goal marked; frames of the sweep below."""
+    def spreads(self) -> np.ndarray:
+        """Each alpha's range of rewards along the sweep (max - min), (K,)."""
+        return self.rewards.max(axis=0) - self.rewards.min(axis=0)
+
+    def plot(self, path: str | pathlib.Path, *, normalize: bool = False, thumbnails: int = 5) -> pathlib.Path:
+        """Reward against the variable, one line per alpha, the goal marked; frames of the sweep below.
+
+        The rewards keep their scale; ``normalize`` min-max scales each alpha's curve to [0, 1], which
+        the axis says with each curve's true spread (a spread of 0.001 drawn as a full-height peak is
+        noise). A model with random weights is marked as such on the plot."""
         strip = thumbnails > 0 and self.frames is not None
         if strip:
             fig, (ax, strip_ax) = new_figure((7.5, 6.4), 2, 1, height_ratios=(4, 1.3))
         else:
             fig, ax = new_figure((7.5, 4.8))
         y = self.normalized() if normalize else self.rewards
+        spreads = self.spreads()
         for k, (alpha, color) in enumerate(zip(self.alphas, palette(len(self.alphas)))):
-            ax.plot(self.values, y[:, k], color=color, lw=2, label=f"α = {alpha:g}")
+            label = f"α = {alpha:g}" + (f" (spread {spreads[k]:.2g})" if normalize else "")
+            ax.plot(self.values, y[:, k], color=color, lw=2, label=label)
         if self.goal is not None:
             ax.axvline(self.goal, color="#d62728", ls="--", lw=1.5, label=f"goal ({self.variable} = {self.goal:g})")
         ax.set_xlim(self.values.min(), self.values.max())
         ax.set_xlabel(self.variable)
-        ax.set_ylabel("CLIP reward (min-max per α)" if normalize else "CLIP reward")
+        ax.set_ylabel(
+            "CLIP reward, each α's curve scaled to [0, 1]\n(its true spread in the legend)"
+            if normalize
+            else "CLIP reward"
+        )
         ax.set_title(f"{self.task}: reward landscape\n{self.model}", fontsize=10)
+        if self.random_weights:
+            ax.text(
+                0.5,
+                0.97,
+                "random weights: these rewards are noise, not a judgement of the frames",
+                transform=ax.transAxes,
+                ha="center",
+                va="top",
+                fontsize=9,
+                color="#d62728",
+                bbox={"facecolor": "white", "edgecolor": "#d62728", "alpha": 0.9},
+            )
         ax.legend(fontsize=8, framealpha=0.9, loc="best")
         if strip:
             self._thumbnail_strip(strip_ax, thumbnails)
@@ -185,5 +212,13 @@ def reward_landscape(
         raise ValueError(f"goal must be finite, got {goal_value}")
     values = states[:, access.index(variable)]
     return Landscape(
-        spec.name, model.clip.model_id, variable, values, tuple(t.alpha for t in tasks), rewards, goal_value, frames
+        spec.name,
+        model.clip.model_id,
+        variable,
+        values,
+        tuple(t.alpha for t in tasks),
+        rewards,
+        goal_value,
+        frames,
+        random_weights=model.clip.weights.startswith("random init"),
     )

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
+from vlmrm_fast.progress import progress_iter
 from vlmrm_fast.reward import BinaryTask, GoalBaselineTask, VLMRewardModel
 from vlmrm_fast.reward.tasks import normalize_prompts
 
@@ -23,7 +23,7 @@ def score_frames(model: VLMRewardModel, frames: Any, tasks: Sequence[Any], *, pr
         raise ValueError(f"frames must be (N, H, W, 3) with N >= 1, got shape {frames.shape}")
     chunk = model.chunk_size
     embeddings = []
-    for start in tqdm(range(0, frames.shape[0], chunk), desc="encode", unit="batch", disable=not progress, leave=False):
+    for start in progress_iter(range(0, frames.shape[0], chunk), desc="encode", unit="batch", enabled=progress):
         embeddings.append(model.embed_images(frames[start : start + chunk]))
     embeddings = torch.cat(embeddings)
     previous, previous_multi = model.tasks, model.multi_task

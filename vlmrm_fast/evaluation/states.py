@@ -25,9 +25,9 @@ from typing import Any
 import gymnasium
 import numpy as np
 from PIL import Image
-from tqdm.auto import tqdm
 
 from vlmrm_fast.envs import TaskSpec, get_task
+from vlmrm_fast.progress import progress_bar, progress_iter
 
 _CLASSIC_NAMES = {
     "CartPoleEnv": ("cart_position", "cart_velocity", "pole_angle", "pole_angular_velocity"),
@@ -169,7 +169,7 @@ def render_states(
                 f"states have {states.shape[1]} entries; this task's state has {len(access.names)}: {shown}"
             )
         frames = None
-        for i, state in enumerate(tqdm(states, desc="render", unit="frame", disable=not progress, leave=False)):
+        for i, state in enumerate(progress_iter(states, desc="render", unit="frame", enabled=progress)):
             access.set(env, state)
             frame = np.asarray(env.render())
             if resize:
@@ -225,18 +225,18 @@ def sample_states(
         obs, _ = env.reset(seed=seed)
         access = state_access(env)
         target = n * thin
-        with tqdm(total=target, desc="sample", unit="state", disable=not progress, leave=False) as bar:
+        # Counted in the states asked for: n of them are drawn from the n * thin visited.
+        with progress_bar(total=n, desc="sample", unit="state", enabled=progress) as bar:
             while len(visited) < target:
                 visited.append(access.get(env))
-                bar.update(1)
                 action = (
                     env.action_space.sample() if policy is None else policy.predict(obs, deterministic=deterministic)[0]
                 )
                 obs, _, terminated, truncated, _ = env.step(action)
                 if terminated or truncated:
                     visited.append(access.get(env))  # the final state of the episode counts too
-                    bar.update(1)
                     obs, _ = env.reset(seed=int(rng.integers(2**31)))
+                bar.update(min(n, len(visited) // thin) - bar.n)
     finally:
         env.close()
     chosen = np.sort(rng.choice(len(visited), size=n, replace=False))

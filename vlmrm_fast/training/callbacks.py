@@ -343,32 +343,39 @@ class TrainingControl(CallbackList):
 
 
 class TrainingProgress(BaseCallback):
-    """A progress bar of the run's env steps out of ``total`` (a resumed run starts where it left off)."""
+    """The run's env steps out of ``total`` (a resumed run starts where it left off) and the mean VLM
+    return of the last episodes (``stats``): a bar on a terminal, plain lines in a log (vlmrm_fast.progress)."""
 
-    def __init__(self, total: int):
+    def __init__(self, total: int, stats: EpisodeStats | None = None):
         super().__init__()
         self.total = total
-        self.bar = None
+        self.stats = stats
+        self.bar: Any = None
+        self._shown = -1  # the episode count whose mean the bar shows
 
     def _on_training_start(self) -> None:
-        import warnings
+        from vlmrm_fast.progress import progress_bar
 
-        from tqdm import TqdmExperimentalWarning
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", TqdmExperimentalWarning)
-            from tqdm.rich import tqdm
-
-            self.bar = tqdm(total=self.total, initial=self.model.num_timesteps, unit="step")
+        self.bar = progress_bar(
+            total=self.total, initial=self.model.num_timesteps, desc="train", unit="step", leave=True, rich=True
+        )
+        self._show_reward()
 
     def _on_step(self) -> bool:
+        self._show_reward()
         self.bar.update(self.model.num_timesteps - self.bar.n)
         return True
+
+    def _show_reward(self) -> None:
+        stats = self.stats
+        if stats is None or not stats.finished_vlm or stats.episodes == self._shown:
+            return
+        self._shown = stats.episodes
+        self.bar.set_postfix({"vlm_reward": f"{np.mean(stats.finished_vlm):.4g}"}, refresh=False)
 
     def close(self, steps: int | None = None) -> None:
         if self.bar is not None:
             if steps is not None and steps != self.bar.n:
-                self.bar.n = steps
-                self.bar.refresh()
+                self.bar.update(steps - self.bar.n)
             self.bar.close()
             self.bar = None

@@ -95,41 +95,69 @@ class RunLock:
 
     Two processes in one folder would interleave checkpoints, and a resume would delete
     the other's files in the making as incomplete. The kernel drops the lock when the
-    holder dies, even by SIGKILL. A folder created only to hold the lock of a start that
-    is then refused is removed again on release.
+    holder dies, even by SIGKILL (the file then stays, and the next run takes it over).
+    On release ``.lock`` is removed, while still locked: a process that opened the file
+    before that finds, once it holds the lock, that the name no longer leads to the
+    file it locked, and tries again. A folder created only to hold the lock of a start
+    that is then refused is removed again on release.
     """
 
     def __init__(self, folder: pathlib.Path):
         self.folder = folder
         self.created = not folder.exists()
         self.path = folder / ".lock"
+        self.fd: int | None = None
+        for _ in range(100):  # another process removing the file between our open and flock: open again
+            self._open()
+            assert self.fd is not None
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                os.close(self.fd)  # not ours: the holder's .lock stays
+                self.fd = None
+                raise RunFolderError(
+                    f"{folder} is in use by another training process (pid {holder}); wait for it to end or stop it, "
+                    f"or choose another folder (--output-dir)"
+                ) from None
+            if self._holds_the_name():
+                break
+            os.close(self.fd)
+            self.fd = None
+        else:  # pragma: no cover - a folder whose .lock is replaced a hundred times in a row
+            raise RunFolderError(f"{folder}: could not take the lock {self.path}; try again")
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+
+    def _open(self) -> None:
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            self.folder.mkdir(parents=True, exist_ok=True)
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise RunFolderError(
-                f"output_dir: cannot write in {folder} ({exc.strerror}); choose a writable folder "
+                f"output_dir: cannot write in {self.folder} ({exc.strerror}); choose a writable folder "
                 f"(output_dir in the config, or --output-dir)"
             ) from None
+
+    def _holds_the_name(self) -> bool:
+        """True when ``.lock`` is still the file this process opened (and locked)."""
+        assert self.fd is not None
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            self.release()
-            raise RunFolderError(
-                f"{folder} is in use by another training process (pid {holder}); wait for it to end or stop it, "
-                f"or choose another folder (--output-dir)"
-            ) from None
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+            return os.stat(self.path).st_ino == os.fstat(self.fd).st_ino
+        except FileNotFoundError:
+            return False
 
     def release(self) -> None:
         if self.fd is None:
             return
+        try:
+            if self._holds_the_name():
+                self.path.unlink(missing_ok=True)  # while locked: see the class's docstring
+        except OSError:
+            pass  # a folder that turned read-only keeps its .lock; the next run takes it over
         os.close(self.fd)  # closing drops the flock
         self.fd = None
-        if self.created and self.folder.is_dir() and {p.name for p in self.folder.iterdir()} <= {".lock"}:
-            self.path.unlink(missing_ok=True)
+        if self.created and self.folder.is_dir() and not any(self.folder.iterdir()):
             self.folder.rmdir()
 
 

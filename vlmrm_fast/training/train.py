@@ -116,13 +116,41 @@ class _TensorBoard(TensorBoardOutputFormat):
         self._is_closed = False
 
 
+class OncePerStepLogger(Logger):
+    """SB3's Logger, writing each scalar at most once per step.
+
+    SB3 writes an off-policy run's logs when an episode ends, before that rollout's gradient steps
+    record new ``train/*`` values; an on-policy run's last ``train/*`` values come after its last
+    write. Written again at the same step (the run's last, or an episode end followed by another write
+    at the same count), such a value would be a second point at one step, and TensorBoard would draw
+    the curve back and forth. A write at the step already written keeps the values written first and
+    adds only the keys that step has not had.
+    """
+
+    def __init__(self, folder: str | None, output_formats: list):
+        super().__init__(folder, output_formats)
+        self._written_step: int | None = None
+        self._written: set[str] = set()
+
+    def dump(self, step: int = 0) -> None:
+        if step == self._written_step:
+            for key in self._written & set(self.name_to_value):
+                del self.name_to_value[key]
+                self.name_to_count.pop(key, None)
+                self.name_to_excluded.pop(key, None)
+        else:
+            self._written_step, self._written = step, set()
+        self._written |= set(self.name_to_value)
+        super().dump(step)
+
+
 def _logger(cfg: TrainConfig, run_dir: pathlib.Path, start_steps: int) -> Logger:
     if not cfg.logging.tensorboard:
-        return Logger(None, [])
+        return OncePerStepLogger(None, [])
     folder = run_dir / "tensorboard" / f"{cfg.rl.algorithm}_1"
     # Logs of an earlier process of this run past the resume step describe work the resume discards.
     purge_step = start_steps + 1 if folder.exists() else None
-    return Logger(str(folder), [_TensorBoard(str(folder), purge_step)])
+    return OncePerStepLogger(str(folder), [_TensorBoard(str(folder), purge_step)])
 
 
 def _write_pending_logs(model: BaseAlgorithm) -> None:
@@ -193,6 +221,7 @@ def _train(cfg: TrainConfig, *, resume: bool, overwrite: bool, allow_empty_repla
             replaced = folder.check_unused(overwrite=overwrite)
         print(startup_summary(cfg, point), flush=True)
         venv = make_env(cfg)
+        print(ready_summary(cfg, venv), flush=True)
         monitored = VecMonitor(venv)
         try:
             model, stats = _setup_model(cfg, monitored, point, off_policy)
@@ -238,6 +267,21 @@ def startup_summary(cfg: TrainConfig, point: ResumePoint | None) -> str:
             f"  checkpoints         every {lg.checkpoint_every:,} steps{buffers}",
         ]
     )
+
+
+def ready_summary(cfg: TrainConfig, venv: Any) -> str:
+    """What the envs and the reward model came out as on this machine, printed once they are built: the
+    renderer ``env.renderer: auto`` chose, and the encoder's backend, precision, batch and device."""
+    renderer = getattr(venv, "renderer", None)
+    how = "gymnasium envs draw their own frames" if renderer is None else f"renderer {renderer}"
+    if renderer is not None and cfg.env.renderer == "auto":
+        how += " (env.renderer: auto)"
+    encoder = getattr(getattr(venv, "reward_model", None), "encoder", None)
+    describe = getattr(encoder, "describe", None)
+    lines = [f"  env                 {venv.num_envs} envs of {cfg.task}; {how}"]
+    if describe is not None:
+        lines.append(f"  reward encoder      {describe()}")
+    return "\n".join(lines)
 
 
 def _setup_model(
@@ -300,7 +344,7 @@ def _run(
     else:
         rewards = RewardLogger(stats)
     periodic = RolloutCheckpoints(lambda tag: save(tag, "periodic"), cfg.logging.checkpoint_every)
-    progress = TrainingProgress(cfg.rl.total_timesteps)
+    progress = TrainingProgress(cfg.rl.total_timesteps, stats)
     callbacks = [rewards] + ([EpisodeBatchLogs(stats)] if episode_batch else []) + [periodic, progress]
     if cfg.logging.video_every:
         callbacks.append(
