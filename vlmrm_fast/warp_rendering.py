@@ -17,10 +17,10 @@ on the legacy stream; later draws replay the graph on the caller's stream. Nothi
 that stream wait for other work: the order comes from the qpos upload and the ``ready`` event.
 
 The first renderer of a process on a fresh machine compiles MuJoCo Warp's kernels into Warp's
-kernel cache (``WARP_CACHE_PATH``, else ``~/.cache/warp``); see the README for what that costs.
+kernel cache (``WARP_CACHE_PATH``, else ``~/.cache/warp``); docs/renderers.md says what that costs.
 
 The picture is a ray tracer's: the geometry is ``mujoco.Renderer``'s, the shading,
-shadows and edges differ in detail (the README gives the difference per scene).
+shadows and edges differ in detail (docs/renderers.md gives the difference per scene).
 Physics stays elsewhere (the ``mjb_*`` engine); this module only draws states.
 """
 

@@ -1,0 +1,58 @@
+"""The README's tour runs as printed: its Python block, taken from README.md itself, on a CPU, offline."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MARK = "<!-- python_tests/test_readme.py runs the next Python block as printed -->"
+
+
+def readme_snippet() -> str:
+    text = (ROOT / "README.md").read_text()
+    assert text.count(MARK) == 1, "the README marks the one block this test runs"
+    match = re.search(r"```python\n(.*?)```", text[text.index(MARK) :], re.S)
+    assert match, "a Python block follows the mark"
+    return match.group(1)
+
+
+def test_the_readme_snippet_runs_as_printed(tmp_path):
+    snippet = readme_snippet()
+    assert "vlmrm-tiny" in snippet  # nothing to download
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", snippet],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    renderer, shape = done.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert renderer in ("egl", "warp") and shape == "torch.Size([4])", done.stdout
+    assert "\r" not in done.stderr and "NVIDIA CUDA driver" not in done.stderr, done.stderr
+    assert not list(tmp_path.iterdir()), "the tour writes nothing"
+
+
+def test_the_readme_commands():
+    """The three commands: an apt line that works with and without sudo, `pip install .` for use, the
+    test extras and the test command CI runs, and the main job."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"## Install, test, run\n.*?```bash\n(.*?)```", text, re.S)
+    assert block
+    commands = [line for line in block.group(1).splitlines() if line and not line.startswith("#")]
+    assert len(commands) == 3
+    install, test, job = commands
+    assert install.startswith("$(command -v sudo) apt-get update && $(command -v sudo) apt-get install -y ")
+    assert install.endswith("&& pip install .")
+    assert test == 'pip install ".[dev]" && python3 -P -m pytest python_tests'
+    assert job == "vlmrm-fast train configs/quickstart.yaml"
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "python3 -m pip install .\n" in ci and 'python3 -m pip install ".[dev]"' in ci
+    assert ci.rstrip().endswith("python3 -P -m pytest python_tests")
