@@ -95,11 +95,26 @@ def _source_tree(tmp_path: pathlib.Path) -> pathlib.Path:
 MESSAGE = "is a source tree without its compiled native core"
 
 
+def _clone_env() -> dict[str, str]:
+    """An environment in which Python started in the clone finds the clone's package first, with
+    site-packages on PYTHONPATH for pytest and the libraries, and (with -S) without the .pth hooks
+    an editable install of this package puts ahead of sys.path."""
+    import pytest
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(pathlib.Path(pytest.__file__).resolve().parents[1])
+    return env
+
+
 def test_import_from_a_source_tree_without_core_names_the_fix(tmp_path):
     tree = _source_tree(tmp_path)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
-        [sys.executable, "-c", "import vlmrm_fast"], cwd=tree, capture_output=True, text=True, env=env, check=False
+        [sys.executable, "-S", "-c", "import vlmrm_fast"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        env=_clone_env(),
+        check=False,
     )
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
@@ -116,13 +131,12 @@ def test_pytest_from_a_source_tree_without_core_stops_with_that_line(tmp_path):
     shutil.copy(pathlib.Path(__file__).parent / "conftest.py", tests / "conftest.py")
     for name in ("test_a.py", "test_b.py"):
         (tests / name).write_text("from vlmrm_fast import load_reward_model\n\ndef test_x():\n    pass\n")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "python_tests", "-p", "no:cacheprovider"],
+        [sys.executable, "-S", "-m", "pytest", "python_tests", "-p", "no:cacheprovider"],
         cwd=tree,
         capture_output=True,
         text=True,
-        env=env,
+        env=_clone_env(),
         check=False,
         timeout=300,
     )

@@ -348,6 +348,11 @@ class ShardedVecEnv(VecEnv):
         return self._local.render_size
 
     @property
+    def renderer(self):
+        """The renderer rank 0's envs draw with (None: gymnasium envs); ``"auto"`` resolves on each rank."""
+        return self._local.renderer
+
+    @property
     def episode_length(self):
         return self._local.episode_length
 

@@ -274,6 +274,8 @@ def ready_summary(cfg: TrainConfig, venv: Any) -> str:
     renderer ``env.renderer: auto`` chose, and the encoder's backend, precision, batch and device."""
     renderer = getattr(venv, "renderer", None)
     how = "gymnasium envs draw their own frames" if renderer is None else f"renderer {renderer}"
+    if renderer is not None and type(venv).__name__ == "ShardedVecEnv":
+        how += " on rank 0"
     if renderer is not None and cfg.env.renderer == "auto":
         how += " (env.renderer: auto)"
     encoder = getattr(getattr(venv, "reward_model", None), "encoder", None)
