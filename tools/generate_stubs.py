@@ -32,8 +32,9 @@ def generate(out: Path) -> dict[str, str]:
     command = [
         sys.executable,
         "-P",  # the modules of the environment (or PYTHONPATH), not a source tree in the working directory
-        "-m",
-        "pybind11_stubgen",
+        "-c",
+        # The native core links to libmujoco: loaded through vlmrm_fast._native, as the package's modules do.
+        "import runpy, vlmrm_fast._native; runpy.run_module('pybind11_stubgen', run_name='__main__', alter_sys=True)",
         "--exit-code",
         "--output-dir",
         str(out),
