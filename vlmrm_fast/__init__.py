@@ -98,6 +98,11 @@ if TYPE_CHECKING:  # the names as the type checker sees them
 
 
 def __getattr__(name: str) -> Any:
+    if name in ("_core", "_cuda_emulation"):  # `from vlmrm_fast import _core`: the native modules, libmujoco first
+        import importlib
+
+        importlib.import_module("vlmrm_fast._native")
+        return importlib.import_module(f"{__name__}.{name}")
     if name in _LAZY:
         import importlib
 
