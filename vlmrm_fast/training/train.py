@@ -331,8 +331,10 @@ def _run(
 
 
 def _video_env_factory(venv) -> Any:
+    """One env of the run's task as the run draws it (its frame size and scene assets)."""
     task, episode_length, render_size = venv.task, venv.episode_length, venv.render_size
-    return lambda: task.make(render_size=render_size, episode_length=episode_length)
+    time_limit = venv.time_limit
+    return lambda: task.make(render_size=render_size, episode_length=episode_length, time_limit=time_limit)
 
 
 def add_subcommand(sub: argparse._SubParsersAction) -> None:
