@@ -216,7 +216,7 @@ def _train(cfg: TrainConfig, *, resume: bool, overwrite: bool, allow_empty_repla
 def _setup_model(
     cfg: TrainConfig, env, candidates: list[checkpoints.Checkpoint], off_policy: bool, resume: bool
 ) -> tuple[BaseAlgorithm, EpisodeStats, bool]:
-    stats = EpisodeStats(env.num_envs)
+    stats = EpisodeStats(env.num_envs, success_rule=get_task(cfg.task).success_rule)
     loaded = _resume_model(cfg, candidates, env) if candidates else None
     if loaded is None:
         if resume:
