@@ -135,6 +135,25 @@ def test_rollouts_report_the_papers_success(task, act, success):
     assert all(e.length == 200 for e in rollout.episodes)
 
 
+def test_a_gpu_precision_is_refused_on_the_cpu_naming_the_fix(quickstart_run, tmp_path, capsys):
+    """A run of configs/paper scores in fp16 (the paper's autocast), which the CPU cannot: rollout and
+    best say so and name --precision, which then lets them run there."""
+    cfg = yaml.safe_load((quickstart_run / "config.yaml").read_text())
+    cfg["reward"]["precision"] = "fp16"
+    config = tmp_path / "fp16.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    checkpoint = quickstart_run / "final_model.zip"
+    rollout = ["rollout", str(checkpoint), "--episodes", "1", "--film", "0", "--out", str(tmp_path)]
+    assert cli_main([*rollout, "--config", str(config)]) == 2
+    assert "scored its frames in fp16, which the CPU does not run; pass --precision fp32" in capsys.readouterr().err
+    assert cli_main(["best", str(quickstart_run), "--episodes", "1", "--config", str(config)]) == 2
+    assert "pass --precision fp32" in capsys.readouterr().err
+    assert cli_main([*rollout, "--config", str(config), "--precision", "fp32"]) == 0
+    assert "1 episodes of humanoid-kneeling" in capsys.readouterr().out
+    assert cli_main([*rollout, "--precision", "fp12"]) == 2
+    assert "--precision must be one of auto, fp32, fp16, bf16, fp8, got 'fp12'" in capsys.readouterr().err
+
+
 def test_best_and_rollout_refuse_what_they_cannot_use(tmp_path, capsys):
     assert cli_main(["best", str(tmp_path), "--episodes", "2"]) == 2
     assert "holds no complete checkpoint" in capsys.readouterr().err

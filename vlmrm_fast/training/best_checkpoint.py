@@ -41,6 +41,7 @@ def rank_checkpoints(
     seed: int = DEFAULT_SEED,
     deterministic: bool = True,
     device: str | None = None,
+    precision: str | None = None,
     config: str | None = None,
     report: Any = None,
 ) -> list[tuple[checkpoints.Checkpoint, Rollout]]:
@@ -51,7 +52,7 @@ def rank_checkpoints(
     if not saved:
         raise RolloutError(f"{run_dir / 'checkpoints'} holds no complete checkpoint to rank")
     cfg = run_config(run_dir, config)
-    venv = rollout_env(cfg, episodes, device=device, seed=seed)
+    venv = rollout_env(cfg, episodes, device=device, precision=precision, seed=seed)
     results = []
     try:
         with progress_bar(len(saved) * (venv.episode_length or 0), "checkpoints") as bar:
@@ -112,6 +113,7 @@ def _main(args: argparse.Namespace) -> int:
         seed=args.seed,
         deterministic=not args.stochastic,
         device=args.device,
+        precision=args.precision,
         config=args.config,
         report=tqdm.write,
     )

@@ -93,14 +93,34 @@ def run_config(run_dir: pathlib.Path, config: str | pathlib.Path | None = None) 
     return resolved(load_config(path))
 
 
-def rollout_env(cfg: TrainConfig, episodes: int, *, device: str | None = None, seed: int = DEFAULT_SEED):
-    """One env per episode, as the run drew and scored them (rewards scored at every step)."""
+def rollout_env(
+    cfg: TrainConfig,
+    episodes: int,
+    *,
+    device: str | None = None,
+    precision: str | None = None,
+    seed: int = DEFAULT_SEED,
+):
+    """One env per episode, as the run drew and scored them (rewards scored at every step); the
+    reward model on ``device`` in ``precision`` where given (default the run's)."""
+    from vlmrm_fast.device import resolve_device
+    from vlmrm_fast.encoders import PRECISION_NAMES
     from vlmrm_fast.vec_env import FastVLMRewardVecEnv
 
     env = cfg.env.replace(n_envs=episodes, pipeline_chunks="auto")
     reward = cfg.reward.with_task_defaults(get_task(cfg.env.task))
     if device is not None:
         reward = reward.replace(device=device)
+    if precision is not None:
+        if precision not in PRECISION_NAMES:
+            raise RolloutError(f"--precision must be one of {', '.join(PRECISION_NAMES)}, got {precision!r}")
+        reward = reward.replace(precision=precision)
+    elif reward.precision not in ("auto", "fp32") and resolve_device(reward.device).type == "cpu":
+        # A run of configs/paper pins fp16 (the paper's autocast), which the CPU does not compute.
+        raise RolloutError(
+            f"the run scored its frames in {reward.precision}, which the CPU does not run; "
+            "pass --precision fp32 (or auto) to score them on the CPU"
+        )
     return FastVLMRewardVecEnv.from_specs(env, reward, seed=seed)
 
 
@@ -224,6 +244,11 @@ def add_rollout_options(p: argparse.ArgumentParser) -> None:
         help="sample actions (the paper's evaluation did) instead of the policy's deterministic ones",
     )
     p.add_argument("--device", help="the reward model's device (default the run's)")
+    p.add_argument(
+        "--precision",
+        help="the reward model's precision (default the run's; a configs/paper run's fp16 needs a GPU: "
+        "fp32 on the CPU)",
+    )
     p.add_argument("--config", help="the run's config (default RUN_DIR/config.yaml)")
 
 
@@ -242,7 +267,7 @@ def _main(args: argparse.Namespace) -> int:
     cfg = run_config(run_dir, args.config)
     policy = load_policy(cfg, checkpoint)
     out = pathlib.Path(args.out) if args.out else run_dir / ROLLOUTS
-    venv = rollout_env(cfg, episodes, device=args.device, seed=args.seed)
+    venv = rollout_env(cfg, episodes, device=args.device, precision=args.precision, seed=args.seed)
     try:
         with progress_bar(venv.episode_length or 0, checkpoint.name) as bar:
             result = roll_out(
