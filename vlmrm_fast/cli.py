@@ -3,6 +3,8 @@
 vlmrm-fast info                         what the build and the machine offer
 vlmrm-fast download MODEL               fetch pretrained weights into the local cache
 vlmrm-fast train CONFIG.yaml            train an agent with a VLM reward
+vlmrm-fast rollout CHECKPOINT.zip       play a saved policy: VLM and ground-truth returns, success, a video
+vlmrm-fast best RUN_DIR                 rank a run's checkpoints by their rollouts' VLM return
 vlmrm-fast export MODEL --batch-size N  build a TensorRT engine of MODEL's image tower ahead of time
 vlmrm-fast check-precision MODEL        embedding cosine and reward Spearman of FP8/fp16 against bf16
 vlmrm-fast dataset sample|label|render  labelled-state datasets
@@ -117,6 +119,18 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     add_subcommand(sub)
 
 
+def _add_rollout(sub: argparse._SubParsersAction) -> None:
+    from vlmrm_fast.training.policy_rollouts import add_subcommand
+
+    add_subcommand(sub)
+
+
+def _add_best(sub: argparse._SubParsersAction) -> None:
+    from vlmrm_fast.training.best_checkpoint import add_subcommand
+
+    add_subcommand(sub)
+
+
 def _add_export(sub: argparse._SubParsersAction) -> None:
     from vlmrm_fast.encoders.export import add_subcommand
 
@@ -142,6 +156,8 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_info,
     _add_download,
     _add_train,
+    _add_rollout,
+    _add_best,
     _add_export,
     _add_check_precision,
     _add_evaluation,

@@ -352,6 +352,10 @@ class ShardedVecEnv(VecEnv):
         return self._local.episode_length
 
     @property
+    def time_limit(self) -> str:
+        return self._local.time_limit
+
+    @property
     def traffic(self) -> dict[str, int]:
         """Bytes rank 0 sent to and received from the other ranks so far (payload and length words)."""
         return {

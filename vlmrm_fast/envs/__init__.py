@@ -15,6 +15,11 @@ The 600x400 classic-control frames are squashed to the encoder's square input, a
 the paper's pipeline does; open_clip's centre crop would cut the flag and the
 track's ends out of view.
 
+Tasks drawn with the paper's textures (the humanoid's ``paper`` and ``paper-textures`` scenes,
+``mountain-car-textured``) can load the paper's own image files instead of the generated ones
+(``TaskSpec.with_scene_assets``; see ``envs.paper_assets``). How an episode ends at its length,
+a truncation or (as in the paper's code) a termination, is ``time_limit`` (``envs.time_limits``).
+
 ``get_task(name)`` returns a :class:`TaskSpec`. MuJoCo tasks (those with ``batch`` glue)
 run entirely in the batch engine (``envs/batch.py``); the others go through gymnasium environments
 (``env.render()`` frames) on the generic path. Any gymnasium id works as a task
@@ -30,9 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium
 
-from vlmrm_fast.envs import humanoid
+from vlmrm_fast.envs import humanoid, paper_assets
 from vlmrm_fast.envs.classic_control import PAPER_EPISODE_LENGTH, PaperCartPoleEnv, PaperMountainCarContinuousEnv
 from vlmrm_fast.envs.mountain_car import MountainCarContinuousTexturedEnv, PaperMountainCarContinuousTexturedEnv
+from vlmrm_fast.envs.time_limits import with_time_limit
 
 if TYPE_CHECKING:
     from vlmrm_fast.envs.batch import BatchTask
@@ -53,6 +59,9 @@ class TaskSpec:
     resize_mode: str | None = None  # preprocess override; "squash" keeps a wide frame whole
     hard: bool = False  # the paper found CLIP could not teach it
     scene: str | None = None  # humanoid tasks: the scene frames are drawn in (envs.humanoid.SCENES)
+    success_rule: str | None = None  # the paper's episode success: "every_step" or "any_step" of info["success"]
+    asset_files: tuple[str, ...] = ()  # the paper's image files its look can load (envs.paper_assets)
+    scene_assets: str | None = None  # the folder they are loaded from; None: the generated textures
 
     def make(
         self,
@@ -60,17 +69,45 @@ class TaskSpec:
         render_mode: str | None = "rgb_array",
         render_size: tuple[int, int] | None = None,
         episode_length: int | None = None,
+        time_limit: str = "truncate",
         **env_kwargs: Any,
     ) -> gymnasium.Env:
         """One gymnasium env of the task: frames of ``render_size`` (height, width; batch tasks' envs
         take it, classic-control envs draw their own size), episodes of ``episode_length`` steps
-        (default the task's; None and no default: the env's own limit)."""
+        (default the task's; None and no default: the env's own limit) that end as ``time_limit``
+        says (``envs.time_limits``: a truncation or a termination)."""
         if render_size is not None and self.batch is not None:
             env_kwargs.setdefault("height", render_size[0])
             env_kwargs.setdefault("width", render_size[1])
         env = self.make_env(render_mode=render_mode, **env_kwargs)
         limit = episode_length or self.episode_length
-        return gymnasium.wrappers.TimeLimit(env, limit) if limit else env
+        return with_time_limit(env, limit, time_limit) if limit else env
+
+    def with_scene_assets(self, folder: str | None) -> TaskSpec:
+        """This task drawn with the paper's image files from ``folder`` (None: as it is). Refuses a
+        task that draws none of them, and a folder that lacks one (naming how to get them)."""
+        if folder is None:
+            return self
+        if not self.asset_files:
+            takers = ", ".join(name for name, task in TASKS.items() if task.asset_files)
+            raise ValueError(
+                f"scene_assets: task {self.name!r} draws none of the paper's image files; the tasks that do are "
+                f"{takers} (humanoid tasks in the paper or paper-textures scene)"
+            )
+        folder = paper_assets.normalized_folder(folder)
+        missing = paper_assets.missing_assets(folder, self.asset_files)
+        if missing:
+            raise FileNotFoundError(
+                f"scene_assets: {folder} lacks {', '.join(missing)} (looked in the folder and where the paper's "
+                f"repository keeps them); {paper_assets.HOW_TO_GET}"
+            )
+        make_env = self.make_env
+
+        def make(render_mode: str | None = "rgb_array", **kwargs: Any) -> gymnasium.Env:
+            return make_env(render_mode=render_mode, scene_assets=folder, **kwargs)
+
+        batch = self.batch.with_scene_assets(folder) if self.batch is not None else None
+        return dataclasses.replace(self, make_env=make, batch=batch, scene_assets=folder)
 
 
 def _humanoid_env(
@@ -129,6 +166,7 @@ TASKS: dict[str, TaskSpec] = {
         batch=humanoid.HumanoidBatch(humanoid.DEFAULT_SCENE),
         hard=hard,
         scene=humanoid.DEFAULT_SCENE,
+        asset_files=paper_assets.HUMANOID_FILES,
     )
     for pose, prompt, hard in _HUMANOID_POSES
 }
@@ -142,6 +180,7 @@ TASKS["cartpole"] = TaskSpec(
     episode_length=PAPER_EPISODE_LENGTH,
     render_size=(400, 600),
     resize_mode="squash",
+    success_rule="every_step",  # the paper's evaluation: upright on every step of the episode
 )
 TASKS["mountain-car"] = TaskSpec(
     name="mountain-car",
@@ -152,12 +191,14 @@ TASKS["mountain-car"] = TaskSpec(
     episode_length=PAPER_EPISODE_LENGTH,
     render_size=(400, 600),
     resize_mode="squash",
+    success_rule="any_step",  # the paper's evaluation: the car reached the flag at some step
 )
 TASKS["mountain-car-textured"] = dataclasses.replace(
     TASKS["mountain-car"],
     name="mountain-car-textured",
     description="MountainCarContinuous as the paper ran it, drawn with realistic textures",
     make_env=_paper_env(PaperMountainCarContinuousTexturedEnv),
+    asset_files=paper_assets.MOUNTAIN_CAR_FILES,
 )
 
 gymnasium.register(
@@ -206,6 +247,7 @@ def _humanoid_scene_task(name: str) -> TaskSpec:
         make_env=_humanoid_scene_env(scene),
         batch=humanoid.HumanoidBatch(scene),
         scene=scene,
+        asset_files=paper_assets.HUMANOID_FILES if humanoid.SCENES[scene].look == "paper" else (),
     )
 
 

@@ -26,6 +26,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from vlmrm_fast.actions import check_actions
 from vlmrm_fast.checks import one_of
 from vlmrm_fast.envs.spec import RENDERERS
+from vlmrm_fast.envs.time_limits import TIME_LIMITS
 from vlmrm_fast.frames import FrameSource
 from vlmrm_fast.profiling import NULL_TIMER
 from vlmrm_fast.rendering import BatchRenderer
@@ -129,7 +130,8 @@ class MujocoBatchVecEnv(VecEnv):
     """``num_envs`` envs of a MuJoCo task (its :class:`BatchTask` glue, ``batch``).
 
     Env ``i`` is seeded with ``seed + i`` at the next reset, as SB3's vector envs do; the
-    episode ends (a truncation) after ``episode_length`` steps.
+    episode ends after ``episode_length`` steps, as ``time_limit`` says: a truncation
+    (``TimeLimit.truncated``, SB3 bootstraps) or a termination (the paper's code; no bootstrap).
     """
 
     def __init__(
@@ -139,6 +141,7 @@ class MujocoBatchVecEnv(VecEnv):
         *,
         render_size: tuple[int, int],
         episode_length: int | None,
+        time_limit: str = "truncate",
         gpu: int | None = None,
         renderer: str = "egl",
         nthread: int = 0,
@@ -146,6 +149,7 @@ class MujocoBatchVecEnv(VecEnv):
         height, width = render_size
         self.batch = batch
         self.episode_length = episode_length
+        self.time_limit = one_of(time_limit, "time_limit", TIME_LIMITS)
         self.model = batch.build_model(max(height, width))
         self.sim = BatchSimulator(
             self.model,
@@ -202,8 +206,9 @@ class MujocoBatchVecEnv(VecEnv):
             obs = self.batch.observation(fields)
             rewards, terms = self._step_reward(fields, np.asarray(actions, np.float64), self.sim.dt)
             self._steps += 1
-            truncated = self._steps >= self.episode_length if self.episode_length else np.zeros(self.num_envs, bool)
-            dones = truncated.copy()
+            at_limit = self._steps >= self.episode_length if self.episode_length else np.zeros(self.num_envs, bool)
+            dones = at_limit.copy()
+            truncated = at_limit if self.time_limit == "truncate" else np.zeros(self.num_envs, bool)
             infos = [{key: value[i] for key, value in terms.items()} for i in range(self.num_envs)]
             for i, info in enumerate(infos):
                 info["TimeLimit.truncated"] = bool(truncated[i])

@@ -187,7 +187,16 @@ def resolved(cfg: TrainConfig) -> TrainConfig:
 _IDENTITY_FIELDS = {
     "seed": None,
     "reward": ("model", "pretrained", "checkpoint", "target_prompts", "baseline_prompts", "alpha"),
-    "env": ("task", "n_envs", "episode_length", "render_size", "renderer", "env_reward_weight"),
+    "env": (
+        "task",
+        "n_envs",
+        "episode_length",
+        "render_size",
+        "renderer",
+        "env_reward_weight",
+        "time_limit",
+        "scene_assets",
+    ),
     "rl": ("algorithm", "policy", "kwargs", "episode_batch"),
 }
 
@@ -201,15 +210,22 @@ def run_identity(cfg: TrainConfig) -> dict[str, Any]:
     }
 
 
+# Identity fields added since checkpoints were first written, with the value older runs had.
+_ADDED_ENV_FIELDS = {"time_limit": "truncate", "scene_assets": None}
+
+
 def upgraded_identity(saved: dict[str, Any]) -> dict[str, Any]:
-    """A run identity saved before fields moved (``MOVED``), in the current layout."""
-    if "task" not in saved:
-        return saved
+    """A run identity saved before fields moved (``MOVED``) or were added, in the current layout."""
     saved = json.loads(json.dumps(saved))
-    reward = saved.get("reward", {})
-    saved.setdefault("env", {})["task"] = saved.pop("task")
-    saved["env"]["env_reward_weight"] = reward.pop("env_reward_weight", 0.0)
-    saved.setdefault("rl", {})["episode_batch"] = reward.pop("episode_batch", False)
+    if "task" in saved:
+        reward = saved.get("reward", {})
+        saved.setdefault("env", {})["task"] = saved.pop("task")
+        saved["env"]["env_reward_weight"] = reward.pop("env_reward_weight", 0.0)
+        saved.setdefault("rl", {})["episode_batch"] = reward.pop("episode_batch", False)
+    env = saved.get("env")
+    if isinstance(env, dict) and env:
+        for name, value in _ADDED_ENV_FIELDS.items():
+            env.setdefault(name, value)
     return saved
 
 

@@ -27,8 +27,10 @@ from vlmrm_fast.training.config import ConfigError, identity_differences, upgrad
 
 CONFIG_FILE = "config.yaml"
 FINAL_MODEL = "final_model.zip"
-# What a run writes; --overwrite deletes exactly these.
-RUN_ENTRIES = (CONFIG_FILE, "checkpoints", "tensorboard", "videos", FINAL_MODEL)
+ROLLOUTS = "rollouts"  # vlmrm-fast rollout's CSVs and videos
+RANKING_FILE = "best_checkpoints.csv"  # vlmrm-fast best's ranking
+# What a run writes (and what the commands that read it add); --overwrite deletes exactly these.
+RUN_ENTRIES = (CONFIG_FILE, "checkpoints", "tensorboard", "videos", FINAL_MODEL, ROLLOUTS, RANKING_FILE)
 
 
 class RunFolderError(ExpectedFailure):

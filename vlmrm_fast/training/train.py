@@ -243,7 +243,7 @@ def startup_summary(cfg: TrainConfig, point: ResumePoint | None) -> str:
 def _setup_model(
     cfg: TrainConfig, env, point: ResumePoint | None, off_policy: bool
 ) -> tuple[BaseAlgorithm, EpisodeStats]:
-    stats = EpisodeStats(env.num_envs)
+    stats = EpisodeStats(env.num_envs, success_rule=get_task(cfg.task).success_rule)
     if point is None:
         return build_model(cfg, env), stats
     model = _load_checkpoint(cfg, point, env)
@@ -362,8 +362,10 @@ def _run(
 
 
 def _video_env_factory(venv) -> Any:
+    """One env of the run's task as the run draws it (its frame size and scene assets)."""
     task, episode_length, render_size = venv.task, venv.episode_length, venv.render_size
-    return lambda: task.make(render_size=render_size, episode_length=episode_length)
+    time_limit = venv.time_limit
+    return lambda: task.make(render_size=render_size, episode_length=episode_length, time_limit=time_limit)
 
 
 def add_subcommand(sub: argparse._SubParsersAction) -> None:
