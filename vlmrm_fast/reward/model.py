@@ -7,6 +7,7 @@ K tasks -> rewards (N,) or (N, K), on the model's device.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
