@@ -24,7 +24,7 @@ TIMEOUT = 60.0
 TRAJECTORIES = {
     "humanoid": ("humanoid-kneeling", 4, 8),
     "cartpole": ("cartpole", 4, 8),
-    "uneven": ("humanoid-kneeling", 5, 8),  # 3 envs on rank 0, 2 on rank 1
+    "uneven": ("humanoid-kneeling", 5, 8),  # 2 envs on rank 0, 3 on rank 1
 }
 
 

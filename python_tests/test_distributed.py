@@ -92,14 +92,14 @@ def two_rank_job(tmp_path_factory):
 
 @pytest.mark.parametrize("case", list(sharded_job.TRAJECTORIES))
 def test_two_ranks_equal_one_process(two_rank_job, case):
-    """humanoid: the batch engine; cartpole: gymnasium envs; uneven: 5 envs as 3 + 2."""
+    """humanoid: the batch engine; cartpole: gymnasium envs; uneven: 5 envs as 2 + 3."""
     out, stdout = two_rank_job
     assert_same_run(out, case)
     layout = list(np.load(out / f"{case}.npz")["layout"])
-    if case == "uneven":
+    if case == "uneven":  # rank 0 also learns: it takes the smaller share
         assert (
-            layout[0].endswith("envs 0-2")
-            and layout[1].endswith("envs 3-4")
+            layout[0].endswith("envs 0-1")
+            and layout[1].endswith("envs 2-4")
             and layout[1].startswith("rank 1 (cpu on ")
         )
     assert "\n".join(f"  {line}" for line in layout) in stdout, "the run prints its layout, one line per rank"
@@ -109,10 +109,10 @@ def test_per_env_calls_go_to_the_rank_that_holds_the_env(two_rank_job):
     report = json.loads((two_rank_job[0] / "routing.json").read_text())
     assert report["seeds"] == [100, 101, 102]
     assert report["tags"] == ["far", "far"]
-    assert report["index_of"] == [0, 0, 1], "env 2 is env 0 of rank 1's shard; envs 0 and 1 are rank 0's"
+    assert report["index_of"] == [1, 0, 0], "env 2 is env 1 of rank 1's shard, env 1 its env 0; env 0 is rank 0's"
     assert report["qpos_rows"] == 1 and report["images"] == 3 and report["wrapped"] == [False] * 3
     assert report["has_missing"] is False, "an AttributeError on a serving rank stays an AttributeError"
-    assert any("raised on rank 1 (env 2 on" in note for note in report["error_notes"])
+    assert any("raised on rank 1 (envs 1-2 on" in note for note in report["error_notes"])
 
 
 def test_more_ranks_than_envs_is_refused_on_every_rank(two_rank_job):
@@ -211,7 +211,7 @@ def test_a_dead_or_hung_rank_is_named_by_the_survivor(tmp_path):
 
 
 def test_layout_split_devices_and_refusals():
-    assert plan_shards(5, 2) == [range(0, 3), range(3, 5)]
+    assert plan_shards(5, 2) == [range(0, 2), range(2, 5)], "rank 0 also learns: never more envs than another"
     assert plan_shards(4, 4) == [range(i, i + 1) for i in range(4)]
     with pytest.raises(LayoutError, match="the job has 3 ranks but n_envs=2"):
         plan_shards(2, 3)
@@ -342,7 +342,8 @@ def test_train_under_torchrun(tmp_path):
         "seed": 1,
         "output_dir": str(tmp_path / "run"),
         "reward": {"model": "vlmrm-tiny", "device": "cpu"},
-        "env": {"task": "cartpole", "n_envs": 3, "episode_length": 10, "rank_timeout": 120},
+        "env": {"task": "cartpole", "n_envs": 3, "episode_length": 10},
+        "distributed": {"timeout": 120},
         "rl": {
             "algorithm": "DQN",
             "total_timesteps": 60,
@@ -360,7 +361,7 @@ def test_train_under_torchrun(tmp_path):
         cwd=str(tmp_path),  # torchrun runs `-m`: the working directory comes first on its children's path
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    assert "rank 0 (cpu on " in result.stdout and "): envs 0-1" in result.stdout and "): env 2" in result.stdout
+    assert "rank 0 (cpu on " in result.stdout and "): env 0" in result.stdout and "): envs 1-2" in result.stdout
     run = tmp_path / "run"
     assert (run / "final_model.zip").is_file() and (run / "config.yaml").is_file()
     assert list((run / "checkpoints").glob("model_*_steps.zip"))

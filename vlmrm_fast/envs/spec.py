@@ -20,8 +20,6 @@ from vlmrm_fast.envs import get_task
 PHYSICS = ("auto", "batch", "gym")
 #: What draws the batch engine's frames: EGL (mujoco.Renderer's pixels) or MuJoCo Warp's ray tracer.
 RENDERERS = ("egl", "warp")
-#: Seconds a rank waits for another under torchrun (it must cover rank 0's updates and saves).
-DEFAULT_RANK_TIMEOUT = 1800.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +28,8 @@ class EnvSpec:
 
     ``render_size``: frames of (height, width), or a square's side; ``pipeline_chunks``: the ranges
     of envs a step is scored in while the next is simulated (``"auto"``: up to 4 on a GPU, 1 on the
-    CPU); ``env_reward_weight`` (rho): the agent learns from ``vlm + rho * env``; ``rank_timeout``:
-    under torchrun, how long a rank waits for another (seconds).
+    CPU); ``env_reward_weight`` (rho): the agent learns from ``vlm + rho * env``. How the envs
+    spread over torchrun's ranks is :class:`~vlmrm_fast.distributed.DistributedConfig`'s.
     """
 
     task: str
@@ -42,7 +40,6 @@ class EnvSpec:
     renderer: str = "egl"
     pipeline_chunks: int | str = "auto"
     env_reward_weight: float = 0.0
-    rank_timeout: float = DEFAULT_RANK_TIMEOUT
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -65,10 +62,6 @@ class EnvSpec:
         one_of(self.renderer, "renderer", RENDERERS)
         put("pipeline_chunks", chunk_count(self.pipeline_chunks, "pipeline_chunks", self.n_envs))
         put("env_reward_weight", number(self.env_reward_weight, "env_reward_weight"))
-        timeout = number(self.rank_timeout, "rank_timeout")
-        if timeout <= 0:
-            raise FieldError("rank_timeout", f"must be a positive number of seconds, got {self.rank_timeout!r}")
-        put("rank_timeout", timeout)
 
     @property
     def frame_shape(self) -> tuple[int, int] | None:
