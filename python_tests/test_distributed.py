@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
@@ -61,7 +62,7 @@ def single_process(case: str) -> dict[str, np.ndarray]:
 def assert_same_run(out: pathlib.Path, case: str) -> None:
     """The sharded run against one process: exact but for the VLM rewards, which agree to float precision."""
     sharded = np.load(out / f"{case}.npz")
-    reference = single_process(case)
+    reference = single_process(sharded_job.THREE_RANKS.get(case, (case,))[0])
     assert reference["dones"].any(), "the steps end episodes (terminal observations compared too)"
     for key, expected in reference.items():
         if key == "rewards":
@@ -82,7 +83,7 @@ def assert_same_bits(a: pathlib.Path, b: pathlib.Path, case: str) -> None:
 def two_rank_job(tmp_path_factory):
     """One torchrun job of 2 ranks running every case in turn (each case its own sharded env)."""
     out = tmp_path_factory.mktemp("sharded")
-    cases = [*sharded_job.TRAJECTORIES, "routing", "refusal", "build_error"]
+    cases = [*sharded_job.TRAJECTORIES, "routing", "refusal", "build_error", "messages"]
     result = run_python(
         [*TORCHRUN, "--standalone", "--nproc-per-node", "2", JOB, str(out), *cases], env=THREADS, timeout=300
     )
@@ -128,6 +129,36 @@ def test_a_rank_that_cannot_build_its_envs_stops_the_job(two_rank_job):
     assert "raised on rank 1 (env 1 on" in (two_rank_job[0] / "build_error_rank0.txt").read_text()
 
 
+def test_messages_around_the_receive_capacity_arrive_whole(two_rank_job):
+    """A receive is posted before the message's size is known: shorter messages, one of exactly the
+    capacity, one byte over it, several megabytes (sent in two parts), then short again."""
+    report = json.loads((two_rank_job[0] / "messages.json").read_text())
+    assert all(report["equal"]), report
+    assert report["bytes"][0] == report["bytes"][1], "every message came back as it went"
+
+
+def test_three_ranks_gather_in_parallel_and_rank_0_may_only_learn(tmp_path):
+    """Two serving ranks answer each step in parallel (5 envs as 1 + 2 + 2), and with learner_envs=0
+    rank 0 holds no env (4 envs as 0 + 2 + 2) while per-rank tables are gathered between steps: the
+    same trajectories as one process, observations exact and rewards to float precision."""
+    cases = list(sharded_job.THREE_RANKS)
+    result = run_python(
+        [*TORCHRUN, "--standalone", "--nproc-per-node", "3", JOB, str(tmp_path), *cases], env=THREADS, timeout=300
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    for case in cases:
+        assert_same_run(tmp_path, case)
+    uneven, learner_only = (list(np.load(tmp_path / f"{case}.npz")["layout"]) for case in cases)
+    assert [line.split(": ")[1] for line in uneven] == ["env 0", "envs 1-2", "envs 3-4"]
+    assert [line.split(": ")[1] for line in learner_only] == ["no envs (the learner only)", "envs 0-1", "envs 2-3"]
+    tables = [block for block in result.stdout.split("per-rank times over ")[1:]]
+    assert len(tables) >= 8, "a table after every step (report_every), and one at the end"
+    rows = tables[-1].splitlines()[2:5]
+    assert [row.split()[0] for row in rows] == ["0", "1", "2"] and "<- slowest step" in tables[-1]
+    head = tables[-1].splitlines()[1].split()
+    assert {"physics", "render", "encode"} <= set(head), f"profile(): each rank's stage times, got {head}"
+
+
 def test_one_layout_twice_gives_the_same_bits():
     """Determinism where it holds: one process, the same batch layout, run twice."""
     first, second = single_process("uneven"), single_process("uneven")
@@ -167,43 +198,69 @@ def test_two_nodes_on_localhost(tmp_path, two_rank_job):
     assert_same_bits(tmp_path, two_rank_job[0], "humanoid")
 
 
-def start_ranks(out: pathlib.Path, *args: str) -> list[subprocess.Popen]:
-    """Two ranks as plain processes with torchrun's variables, so that the test owns each one."""
+def start_ranks(out: pathlib.Path, case: str, *args: str, ranks: int = 2) -> list[subprocess.Popen]:
+    """Ranks as plain processes with torchrun's variables, so that the test owns each one."""
     out.mkdir()
-    base = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    base = {
+        "WORLD_SIZE": str(ranks),
+        "LOCAL_WORLD_SIZE": str(ranks),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }
     return [
         subprocess.Popen(
-            [sys.executable, JOB, str(out), "failure", *args],
+            [sys.executable, JOB, str(out), case, *args],
             env=child_env({**base, "RANK": str(rank), "LOCAL_RANK": str(rank)}),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for rank in (0, 1)
+        for rank in range(ranks)
     ]
 
 
-def test_a_dead_or_hung_rank_is_named_by_the_survivor(tmp_path):
-    """Rank 1 is killed at its third step (rank 0 waits up to 60 s), or hangs there (rank 0 waits
-    3 s): rank 0 stops with an error naming rank 1, at once / after its timeout. Both jobs run at once."""
-    killed = start_ranks(tmp_path / "killed", "--die-at", "3", "--timeout", "60")
-    hung = start_ranks(tmp_path / "hung", "--hang-at", "3", "--timeout", "3")
+def test_dead_hung_and_frozen_ranks_are_named(tmp_path):
+    """Three jobs at once. killed: ranks 1 and 2 of 3 kill themselves at their third step (rank 0
+    waits up to 60 s): rank 0 stops at once, naming both. hung: rank 1 sleeps in its third step
+    (rank 0 waits 3 s for a reply): named once the timeout has passed. frozen: rank 0 sleeps in a
+    long "update" (90 s) after a step, and the test stops rank 1 (SIGSTOP): its heartbeat stops, and
+    rank 0 names it within the heartbeat timeout (4 s, beats every 0.5 s), long before the update
+    ends; its next step raises at once."""
+    killed = start_ranks(
+        tmp_path / "killed", "failure", "--die-at", "3", "--timeout", "60", "--failing", "1", "2", ranks=3
+    )
+    hung = start_ranks(tmp_path / "hung", "failure", "--hang-at", "3", "--timeout", "3")
+    frozen = start_ranks(tmp_path / "frozen", "frozen")
     try:
+        updating = tmp_path / "frozen" / "updating"
+        deadline = time.time() + 120
+        while not updating.exists() and time.time() < deadline and frozen[0].poll() is None:
+            time.sleep(0.05)
+        assert updating.exists(), frozen[0].communicate(timeout=10)
+        frozen[1].send_signal(signal.SIGSTOP)
+        stopped_at = time.time()
         stderr, elapsed = {}, {}
-        for name, (rank0, _) in {"killed": killed, "hung": hung}.items():
-            stderr[name] = rank0.communicate(timeout=120)[1]
-            elapsed[name] = time.time() - float((tmp_path / name / "started").read_text())
+        for name, job in {"killed": killed, "hung": hung, "frozen": frozen}.items():
+            stderr[name] = job[0].communicate(timeout=120)[1]
+            if name != "frozen":
+                elapsed[name] = time.time() - float((tmp_path / name / "started").read_text())
     finally:
-        for process in killed + hung:
+        for process in killed + hung + frozen:
             if process.poll() is None:
-                process.kill()  # the hung rank, asleep in its step
+                process.kill()  # the hung rank, asleep in its step; the frozen one
             process.communicate()
-    assert killed[1].returncode == -9 and killed[0].returncode != 0 and hung[0].returncode != 0
-    assert (
-        "RankFailure: rank 1 (env 1 on" in stderr["killed"]
-        and "closed its connection: its process died" in stderr["killed"]
-    ), stderr["killed"][-3000:]
+    assert killed[1].returncode == killed[2].returncode == -9 and killed[0].returncode != 0 and hung[0].returncode != 0
+    assert "RankFailure: 2 ranks failed:" in stderr["killed"], stderr["killed"][-3000:]
+    for rank in (1, 2):
+        assert f"rank {rank} (env {rank} on" in stderr["killed"], stderr["killed"][-3000:]
+    assert stderr["killed"].count("closed its connection: its process died") >= 2, stderr["killed"][-3000:]
     assert elapsed["killed"] < 60, "the survivor stops at once, well within its timeout"
+    report = json.loads((tmp_path / "frozen" / "frozen.json").read_text())
+    named_after = report["named_at"] - stopped_at
+    assert 3 < named_after < 30, f"named {named_after:.1f} s after the rank froze (heartbeat timeout 4 s)"
+    assert "rank 1 (env 1 on" in report["silent"]["1"] and "stopped beating" in report["silent"]["1"]
+    assert report["ranks"] == [1] and "stopped beating" in report["failure"] and report["step_s"] < 5
+    assert "rank 0: rank 1 (env 1 on" in stderr["frozen"], "named in rank 0's log as it happens"
     assert "RankFailure: rank 1 (env 1 on" in stderr["hung"] and "did not answer within 3 s" in stderr["hung"], stderr[
         "hung"
     ][-3000:]
@@ -365,3 +422,71 @@ def test_train_under_torchrun(tmp_path):
     run = tmp_path / "run"
     assert (run / "final_model.zip").is_file() and (run / "config.yaml").is_file()
     assert list((run / "checkpoints").glob("model_*_steps.zip"))
+
+
+def test_a_killed_rank_restarts_and_the_run_resumes(tmp_path):
+    """torchrun --max-restarts 1 with --resume, rank 0 only learning (distributed.learner_envs: 0):
+    rank 1, which holds every env, is killed at its 40th step; rank 0 names it, saves a checkpoint
+    and exits; torchrun restarts both ranks (through python -m vlmrm_fast.distributed.run, which gives
+    each restart a store of its own), rank 0 resumes from the newest checkpoint and the run finishes."""
+    config = {
+        "seed": 1,
+        "output_dir": str(tmp_path / "run"),
+        "reward": {"model": "vlmrm-tiny", "device": "cpu"},
+        "env": {"task": "cartpole", "n_envs": 2, "episode_length": 10},
+        "rl": {
+            "algorithm": "DQN",
+            "total_timesteps": 120,
+            "device": "cpu",
+            "kwargs": {"learning_starts": 20, "batch_size": 8, "buffer_size": 500},
+        },
+        "logging": {"checkpoint_every": 30, "video_every": 0},
+        "distributed": {"learner_envs": 0, "heartbeat": 0.5, "heartbeat_timeout": 5},
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    launcher = ["-m", "vlmrm_fast.distributed.run", "--standalone", "--nproc-per-node", "2", "--max-restarts", "1"]
+    job = str(pathlib.Path(sharded_job.__file__).with_name("restart_job.py"))
+    result = run_python(
+        [*launcher, job, "40", "train", str(path), "--resume"], env=THREADS, timeout=400, cwd=str(tmp_path)
+    )
+    output = result.stdout[-4000:] + result.stderr[-8000:]
+    assert result.returncode == 0, output
+    assert "rank 1: killing itself at its step 40" in result.stderr, output
+    assert "RankFailure: rank 1 (envs 0-1 on" in result.stderr or "SIGTERM" in result.stderr, output
+    assert "resuming from " in result.stderr, output
+    assert "rank 0 (cpu on " in result.stdout and "no envs (the learner only)" in result.stdout
+    run = tmp_path / "run"
+    assert (run / "final_model.zip").is_file()
+    assert "done: 120 steps" in result.stdout, output
+
+
+def test_launches_that_cannot_work_are_refused_with_the_fix():
+    from vlmrm_fast.distributed.launch import check_launcher
+
+    check_launcher({})  # one process
+    check_launcher({"SLURM_STEP_NUM_TASKS": "1", "SLURM_PROCID": "0"})  # srun -n 1
+    torchrun = {"RANK": "0", "WORLD_SIZE": "4", "SLURM_STEP_NUM_TASKS": "2"}  # torchrun under srun
+    check_launcher(torchrun)
+    with pytest.raises(LayoutError, match=r"task 3 of 4 \(srun\).*srun --ntasks-per-node=1 torchrun"):
+        check_launcher({"SLURM_STEP_NUM_TASKS": "4", "SLURM_PROCID": "3"})
+    restarts = {**torchrun, "TORCHELASTIC_MAX_RESTARTS": "2", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    with pytest.raises(LayoutError, match="135712.*TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1.*vlmrm_fast.distributed.run"):
+        check_launcher(restarts)
+    check_launcher({**restarts, "TORCHELASTIC_USE_AGENT_STORE": "False"})  # the store of each restart its own
+    check_launcher({**restarts, "TORCHELASTIC_MAX_RESTARTS": "0"})  # no restarts: nothing to read stale
+
+
+def test_rank_0_takes_learner_envs_and_the_others_split_the_rest():
+    assert plan_shards(8, 3) == [range(0, 2), range(2, 5), range(5, 8)]
+    assert plan_shards(8, 3, learner_envs=0) == [range(0, 0), range(0, 4), range(4, 8)]
+    assert plan_shards(8, 3, learner_envs=1) == [range(0, 1), range(1, 5), range(5, 8)]
+    assert plan_shards(3, 4, learner_envs=0) == [range(0, 0), range(0, 1), range(1, 2), range(2, 3)]
+    assert plan_shards(7, 1, learner_envs=0) == [range(0, 7)], "one process holds every env"
+    for n, ranks, own in [(64, w, None) for w in (2, 3, 5, 8, 16)]:
+        sizes = [len(r) for r in plan_shards(n, ranks, own)]
+        assert sum(sizes) == n and sizes[0] == min(sizes) and max(sizes) - min(sizes) <= 1
+    with pytest.raises(LayoutError, match="learner_envs=7 leaves 1 of n_envs=8 envs for 2 serving ranks.*at most 6"):
+        plan_shards(8, 3, learner_envs=7)
+    with pytest.raises(LayoutError, match="the job has 4 serving ranks but n_envs=3.*at most 4 ranks"):
+        plan_shards(3, 5, learner_envs=0)

@@ -142,10 +142,16 @@ class Link:
         self._sending: list[tuple[dist.Work, Any]] = []  # gloo reads the buffers until the sends complete
         self._posted: tuple[dist.Work, torch.Tensor] | None = None  # the receive of the next message
         self._arrival: _Arrival | None = None
+        self._buffer = torch.empty(0, dtype=torch.uint8)  # reused: unpickling copies what it keeps
 
     @property
     def who(self) -> str:
         return f"rank {self.peer} ({self.name})"
+
+    @property
+    def complete(self) -> bool:
+        """True when the message :meth:`arrive` waited for came whole (no rest to wait for)."""
+        return self._arrival is not None and self._arrival.rest is None
 
     def send(self, message: Any) -> None:
         """Posts ``message``; it is delivered when the peer receives (confirmed by the next call)."""
@@ -170,7 +176,9 @@ class Link:
         """Posts the receive of the peer's next message (once): it then lands as soon as it is sent."""
         self._check()
         if self._posted is None and self._arrival is None:
-            buffer = torch.empty(self._receive_capacity, dtype=torch.uint8)
+            if self._buffer.numel() != self._receive_capacity:
+                self._buffer = torch.empty(self._receive_capacity, dtype=torch.uint8)
+            buffer = self._buffer
             with self._failing("posting a receive"):  # posting fails at once on a pair that is already closed
                 self._posted = (dist.irecv(buffer, self.peer, self.group), buffer)
 
@@ -293,17 +301,21 @@ def receive_all(
             link.expect()
         except RankFailure as failure:
             out[rank] = failure
+    split: list[int] = []  # messages longer than the capacity: their rest is read after every first part
     for rank, link in links.items():
         if rank in out:
             continue
         try:
             link.arrive(doing, deadline=deadline)
+            if link.complete:  # read now, while the later ranks' replies are still on their way
+                out[rank] = link.take(doing, deadline=deadline)
+            else:
+                split.append(rank)
         except RankFailure as failure:
             out[rank] = failure
-    for rank, link in links.items():
-        if rank not in out:
-            try:
-                out[rank] = link.take(doing, deadline=deadline)
-            except RankFailure as failure:
-                out[rank] = failure
+    for rank in split:
+        try:
+            out[rank] = links[rank].take(doing, deadline=deadline)
+        except RankFailure as failure:
+            out[rank] = failure
     return {rank: out[rank] for rank in links}

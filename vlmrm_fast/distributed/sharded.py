@@ -182,6 +182,7 @@ class ShardedVecEnv(VecEnv):
         self._lock = threading.Lock()  # between the heartbeat's thread and a gather: see _gather
         self._waiting = False
         self._abandoned = False
+        self._profiling = False
         self._last_step_end: float | None = None
         self._last_report = time.monotonic()
         self._heartbeat: Heartbeat | None = None
@@ -273,7 +274,19 @@ class ShardedVecEnv(VecEnv):
             if failure.rank in named or (failure.kind == "collateral" and self._abandoned):
                 continue
             named[failure.rank] = failure
-        return RankFailure.of(named.values() or failures)
+        return RankFailure.of(list(named.values()) or failures)
+
+    def _raise_failure(self) -> None:
+        """Raises the run's failure: an earlier one, or ranks the heartbeat found silent since."""
+        if self._failure is None and self.silent_ranks:
+            self._failure = self._failure_of([])
+        if self._failure is not None:
+            raise self._failure
+
+    @property
+    def silent_ranks(self) -> dict[int, str]:
+        """The ranks the heartbeat found dead or frozen, and why (the run stops at its next call)."""
+        return dict(self._heartbeat.silent) if self._heartbeat is not None else {}
 
     # ------------------------------------------------------------------ messages
     def _post(self, messages: dict[int, Any]) -> None:
@@ -281,6 +294,7 @@ class ShardedVecEnv(VecEnv):
         reply left by an interrupted call)."""
         if self._closed:
             raise RuntimeError("the sharded env is closed")
+        self._raise_failure()
         self._drain()
         for rank, message in messages.items():
             with signals_held():
@@ -490,6 +504,7 @@ class ShardedVecEnv(VecEnv):
             self._local.profile(enabled)
         self._complete(None, "starting its profile")
         self.clock.reset()
+        self._profiling = enabled
         return ShardedProfile(self)
 
     def rank_times(self, *, reset: bool = False) -> list[RankTimes]:
@@ -511,9 +526,9 @@ class ShardedVecEnv(VecEnv):
             if s.rank == 0 or s.rank in remote
         ]
         if reset:
-            self._post({s.rank: Call("profile", (self._profiled(),)) for s in self._holding() if s.rank != 0})
+            self._post({s.rank: Call("profile", (self._profiling,)) for s in self._holding() if s.rank != 0})
             if self._local is not None:
-                self._local.profile(self._profiled())
+                self._local.profile(self._profiling)
             self._complete(None, "starting its clock over")
             self.clock.reset()
         return rows
@@ -521,10 +536,6 @@ class ShardedVecEnv(VecEnv):
     def rank_table(self, *, reset: bool = False) -> str:
         """:meth:`rank_times` as a table, one line per rank, the slowest step marked."""
         return table(self.rank_times(reset=reset))
-
-    def _profiled(self) -> bool:
-        timer = getattr(self._local, "timer", None)
-        return bool(timer is not None and timer.enabled)
 
     def _report(self) -> None:
         self._last_report = time.monotonic()

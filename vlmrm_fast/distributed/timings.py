@@ -4,8 +4,8 @@ Every rank keeps a :class:`RankClock` (two clock reads per call). A serving rank
 and its idle time (waiting for rank 0's next call: rank 0's share of the step, its learner
 included); rank 0 times its own step, its wait for the other ranks' replies after it (the gather),
 and its time outside the env between two steps (the policy, gradient updates, checkpoints,
-videos). After ``ShardedVecEnv.profile()`` each rank's stage times (physics_render, preprocess,
-encode, ... as ``env.profile()`` measures them) come along.
+videos). After ``ShardedVecEnv.profile()`` each rank's stage times (physics, render, encode,
+preprocess, ... as ``env.profile()`` measures them) come along.
 """
 
 from __future__ import annotations
