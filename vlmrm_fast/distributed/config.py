@@ -57,7 +57,8 @@ class DistributedConfig:
         report = number(self.report_every, "report_every")
         if report < 0:
             raise FieldError(
-                "report_every", f"must be 0 (only at the end) or a positive number of seconds, got {report}"
+                "report_every",
+                f"must be 0 (only at the end) or a positive number of seconds, got {self.report_every!r}",
             )
         put("report_every", report)
 
