@@ -22,8 +22,6 @@ from vlmrm_fast.envs.time_limits import TIME_LIMITS
 PHYSICS = ("auto", "batch", "gym")
 #: What draws the batch engine's frames: EGL (mujoco.Renderer's pixels) or MuJoCo Warp's ray tracer.
 RENDERERS = ("egl", "warp")
-#: Seconds a rank waits for another under torchrun (it must cover rank 0's updates and saves).
-DEFAULT_RANK_TIMEOUT = 1800.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,12 +30,12 @@ class EnvSpec:
 
     ``render_size``: frames of (height, width), or a square's side; ``pipeline_chunks``: the ranges
     of envs a step is scored in while the next is simulated (``"auto"``: up to 4 on a GPU, 1 on the
-    CPU); ``env_reward_weight`` (rho): the agent learns from ``vlm + rho * env``; ``rank_timeout``:
-    under torchrun, how long a rank waits for another (seconds). ``time_limit``: how an episode
-    ends at ``episode_length``, ``"truncate"`` (SB3 bootstraps, the default) or ``"terminal"`` (no
-    bootstrap, as the paper's code; see ``envs.time_limits``). ``scene_assets``: a folder with the
-    paper's own image files (a checkout of its repository), drawn instead of the generated
-    textures (see ``envs.paper_assets``).
+    CPU); ``env_reward_weight`` (rho): the agent learns from ``vlm + rho * env``. ``time_limit``: how
+    an episode ends at ``episode_length``, ``"truncate"`` (SB3 bootstraps, the default) or
+    ``"terminal"`` (no bootstrap, as the paper's code; see ``envs.time_limits``). ``scene_assets``: a
+    folder with the paper's own image files (a checkout of its repository), drawn instead of the
+    generated textures (see ``envs.paper_assets``). How the envs spread over torchrun's ranks is
+    :class:`~vlmrm_fast.distributed.DistributedConfig`'s.
     """
 
     task: str
@@ -48,7 +46,6 @@ class EnvSpec:
     renderer: str = "egl"
     pipeline_chunks: int | str = "auto"
     env_reward_weight: float = 0.0
-    rank_timeout: float = DEFAULT_RANK_TIMEOUT
     time_limit: str = "truncate"
     scene_assets: str | None = None
 
@@ -73,10 +70,6 @@ class EnvSpec:
         one_of(self.renderer, "renderer", RENDERERS)
         put("pipeline_chunks", chunk_count(self.pipeline_chunks, "pipeline_chunks", self.n_envs))
         put("env_reward_weight", number(self.env_reward_weight, "env_reward_weight"))
-        timeout = number(self.rank_timeout, "rank_timeout")
-        if timeout <= 0:
-            raise FieldError("rank_timeout", f"must be a positive number of seconds, got {self.rank_timeout!r}")
-        put("rank_timeout", timeout)
         one_of(self.time_limit, "time_limit", TIME_LIMITS)
         if self.scene_assets is not None:
             if not isinstance(self.scene_assets, str) or not self.scene_assets:

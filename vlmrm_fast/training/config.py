@@ -5,6 +5,7 @@
     env:      an EnvSpec (vlmrm_fast.envs.spec): task, n_envs, episode_length, render_size, renderer, ...
     rl:       RLConfig: the SB3 algorithm, its arguments (checked against its signature), episode_batch
     logging:  LoggingConfig: checkpoints, videos, TensorBoard
+    distributed: DistributedConfig (vlmrm_fast.distributed.config): rank 0's envs, timeout, heartbeat
 
 One generic loader (:func:`_build`) turns the YAML mapping into these dataclasses; each dataclass
 checks its own fields, and every error names the field's place, e.g.
@@ -23,6 +24,7 @@ from typing import Any
 import yaml
 
 from vlmrm_fast.checks import FieldError, FieldTypeError, boolean, non_negative_int, one_of, positive_int
+from vlmrm_fast.distributed.config import DistributedConfig
 from vlmrm_fast.envs.spec import EnvSpec
 from vlmrm_fast.reward.spec import RewardModelSpec
 
@@ -37,6 +39,8 @@ MOVED = {
     "reward.score_batch_size": "reward.batch_size",
     "reward.env_reward_weight": "env.env_reward_weight",
     "env.engine": "env.physics (batch, gym or auto; batch was called mujoco)",
+    "env.rank_timeout": "distributed.timeout (a rank's answer to one call; rank 0's updates and saves between "
+    "calls are covered by distributed.heartbeat_timeout)",
 }
 
 
@@ -100,6 +104,7 @@ class TrainConfig:
     reward: RewardModelSpec = dataclasses.field(default_factory=RewardModelSpec)
     rl: RLConfig = dataclasses.field(default_factory=RLConfig)
     logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
+    distributed: DistributedConfig = dataclasses.field(default_factory=DistributedConfig)
     output_dir: str = "runs/train"
     seed: int = 0
 
@@ -107,6 +112,9 @@ class TrainConfig:
         if not isinstance(self.output_dir, str) or not self.output_dir:
             raise FieldTypeError("output_dir", f"must be a folder path, got {self.output_dir!r}")
         self.seed = non_negative_int(self.seed, "seed")
+        learner_envs = self.distributed.learner_envs
+        if learner_envs is not None and learner_envs > self.env.n_envs:
+            raise FieldError("distributed.learner_envs", f"{learner_envs} is more than env.n_envs={self.env.n_envs}")
         if self.rl.episode_batch:
             if self.reward.also_score:
                 raise FieldError("reward.also_score", "scored at each step; not with rl.episode_batch: true")

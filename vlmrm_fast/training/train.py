@@ -63,7 +63,9 @@ ALGORITHM_CLASSES = {"SAC": SAC, "PPO": PPO, "DQN": DQN}
 
 def make_env(cfg: TrainConfig):
     """The run's envs (a config resolved with the task's defaults): split over the ranks under torchrun."""
-    return distributed_jobs.make_vec_env(cfg.env, reward_spec(cfg), seed=cfg.seed, defer_rewards=cfg.rl.episode_batch)
+    return distributed_jobs.make_vec_env(
+        cfg.env, reward_spec(cfg), cfg.distributed, seed=cfg.seed, defer_rewards=cfg.rl.episode_batch
+    )
 
 
 def reward_spec(cfg: TrainConfig) -> RewardModelSpec:
@@ -167,8 +169,9 @@ def train(
 ) -> int:
     """Trains as the config says; returns the exit code (module docstring). Expected failures
     (ConfigError, RunFolderError, a missing model, ...) raise before anything is written."""
+    distributed_jobs.check_launch()  # srun tasks without torchrun, torchrun restarts on a shared store: refused
     if distributed_jobs.serving_rank():  # torchrun rank != 0: step, render and score envs for rank 0; write nothing
-        return distributed_jobs.serve_for_training(cfg.env.rank_timeout)
+        return distributed_jobs.serve_for_training(cfg.distributed)
     cfg = resolved(cfg)
     with sigterm_raises():
         lock = RunFolder(cfg.run_dir).lock()
