@@ -1,7 +1,7 @@
 """``vlmrm-fast train`` on every rank of a torchrun job, where rank 1 kills itself (SIGKILL) at its
 K-th step in torchrun's first attempt (TORCHELASTIC_RESTART_COUNT=0), for the restart test:
 
-    python -m vlmrm_fast.distributed.run --max-restarts 1 ... restart_job.py K train CONFIG --resume
+    python -m vlmrm_fast.distributed.run --max-restarts 1 ... restart_job.py K train CONFIG --resume --start-if-new
 """
 
 from __future__ import annotations

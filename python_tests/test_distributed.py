@@ -451,13 +451,14 @@ def test_a_killed_rank_restarts_and_the_run_resumes(tmp_path):
     launcher = ["-m", "vlmrm_fast.distributed.run", "--standalone", "--nproc-per-node", "2", "--max-restarts", "1"]
     job = str(pathlib.Path(sharded_job.__file__).with_name("restart_job.py"))
     result = run_python(
-        [*launcher, job, "40", "train", str(path), "--resume"], env=THREADS, timeout=400, cwd=str(tmp_path)
+        [*launcher, job, "40", "train", str(path), "--resume", "--start-if-new"], env=THREADS, timeout=400, cwd=str(tmp_path)
     )
     output = result.stdout[-4000:] + result.stderr[-8000:]
     assert result.returncode == 0, output
     assert "rank 1: killing itself at its step 40" in result.stderr, output
     assert "RankFailure: rank 1 (envs 0-1 on" in result.stderr or "SIGTERM" in result.stderr, output
     assert "resuming from " in result.stderr, output
+    assert "--resume --start-if-new: no checkpoint in" in result.stderr, output  # the first start
     assert "rank 0 (cpu on " in result.stdout and "no envs (the learner only)" in result.stdout
     run = tmp_path / "run"
     assert (run / "final_model.zip").is_file()

@@ -1,6 +1,6 @@
 """torchrun with what its restarts need for a gloo job:
 
-    python -m vlmrm_fast.distributed.run [torchrun's arguments] -m vlmrm_fast.cli train CONFIG --resume
+    python -m vlmrm_fast.distributed.run [torchrun's arguments] -m vlmrm_fast.cli train CONFIG --resume --start-if-new
 
 The same as ``python -m torch.distributed.run``, with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``
 unless set otherwise: torchrun (since torch 2.5) lets the ranks share its rendezvous store, and

@@ -197,6 +197,11 @@ class RunFolder:
         except (ConfigError, OSError, yaml.YAMLError):
             return None
 
+    def holds_checkpoints(self) -> bool:
+        """Whether a checkpoint, whole or damaged, is in the folder (files a kill cut short do not count)."""
+        scan = checkpoints.scan(self.checkpoint_dir)
+        return bool(scan.complete or scan.damaged)
+
     def resume_point(
         self, identity: dict[str, Any], *, needs_replay_buffer: bool, allow_empty_replay_buffer: bool
     ) -> ResumePoint:

@@ -5,7 +5,8 @@ used), ``tensorboard/`` (VLM and ground-truth episode rewards side by side),
 ``videos/`` (policy mp4s), ``checkpoints/`` (model and replay buffer every
 ``checkpoint_every`` steps, at the end, and on SIGINT/SIGTERM; see checkpoints.py),
 ``final_model.zip``. ``--resume`` continues from the newest intact checkpoint (damaged
-ones are moved into ``checkpoints/damaged/``; see run_folder.py).
+ones are moved into ``checkpoints/damaged/``; see run_folder.py); with ``--start-if-new`` it
+starts the run when the folder holds no checkpoint yet (the first start of a restartable job).
 
 Exit codes: 0 finished; 1 crashed (traceback; the checkpoints on disk stay whole) or a
 full disk (one line); 2 refused before starting (bad config, missing model, folder in use,
@@ -33,7 +34,7 @@ from stable_baselines3.common.vec_env import VecMonitor
 from vlmrm_fast.distributed import jobs as distributed_jobs
 from vlmrm_fast.distributed.channel import RankFailure
 from vlmrm_fast.envs import get_task
-from vlmrm_fast.failures import EXIT_CRASHED, EXIT_DONE, EXIT_SIGINT, EXIT_SIGTERM, mark_crash
+from vlmrm_fast.failures import EXIT_CRASHED, EXIT_DONE, EXIT_SIGINT, EXIT_SIGTERM, ExpectedFailure, mark_crash
 from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.callbacks import (
@@ -165,7 +166,12 @@ def _prepare_resumed(model: BaseAlgorithm, cfg: TrainConfig) -> None:
 
 
 def train(
-    cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, allow_empty_replay_buffer: bool = False
+    cfg: TrainConfig,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    allow_empty_replay_buffer: bool = False,
+    start_if_new: bool = False,
 ) -> int:
     """Trains as the config says; returns the exit code (module docstring). Expected failures
     (ConfigError, RunFolderError, a missing model, ...) raise before anything is written."""
@@ -176,19 +182,34 @@ def train(
     with sigterm_raises():
         lock = RunFolder(cfg.run_dir).lock()
     try:
-        return _train(cfg, resume=resume, overwrite=overwrite, allow_empty_replay_buffer=allow_empty_replay_buffer)
+        return _train(
+            cfg,
+            resume=resume,
+            overwrite=overwrite,
+            allow_empty_replay_buffer=allow_empty_replay_buffer,
+            start_if_new=start_if_new,
+        )
     finally:
         lock.release()
 
 
-def _train(cfg: TrainConfig, *, resume: bool, overwrite: bool, allow_empty_replay_buffer: bool) -> int:
+def _train(
+    cfg: TrainConfig, *, resume: bool, overwrite: bool, allow_empty_replay_buffer: bool, start_if_new: bool
+) -> int:
     identity = plain(run_identity(cfg))
     folder = RunFolder(cfg.run_dir)
     off_policy = issubclass(ALGORITHM_CLASSES[cfg.rl.algorithm], OffPolicyAlgorithm)
     point: ResumePoint | None = None
     replaced: list[str] = []
     with sigterm_raises():  # until training starts there is nothing to save: a SIGTERM stops the start
-        if resume:
+        if resume and start_if_new and not folder.holds_checkpoints():
+            # A restarted or requeued job cut short before its first checkpoint: nothing to lose but its logs.
+            replaced = folder.check_unused(overwrite=True)
+            print(
+                f"--resume --start-if-new: no checkpoint in {folder.checkpoint_dir} yet; starting the run",
+                file=sys.stderr,
+            )
+        elif resume:
             point = folder.resume_point(
                 identity, needs_replay_buffer=off_policy, allow_empty_replay_buffer=allow_empty_replay_buffer
             )
@@ -389,6 +410,12 @@ def add_subcommand(sub: argparse._SubParsersAction) -> None:
         "--overwrite", action="store_true", help="delete a previous run's files in the run folder and start over"
     )
     p.add_argument(
+        "--start-if-new",
+        action="store_true",
+        help="--resume: start the run when the folder holds no checkpoint yet (the first start of a job that "
+        "torchrun restarts or SLURM requeues with the same command); a damaged checkpoint still refuses",
+    )
+    p.add_argument(
         "--allow-empty-replay-buffer",
         action="store_true",
         help="--resume: accept a checkpoint without its replay buffer",
@@ -404,6 +431,8 @@ def add_subcommand(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    if args.start_if_new and not args.resume:
+        raise ExpectedFailure("--start-if-new goes with --resume: add --resume")
     cfg = load_config(args.config)
     if args.output_dir:
         cfg.output_dir = args.output_dir
@@ -411,7 +440,11 @@ def _main(args: argparse.Namespace) -> int:
         cfg.rl = cfg.rl.replace(total_timesteps=args.total_timesteps)  # checked as the config's own
     try:
         code = train(
-            cfg, resume=args.resume, overwrite=args.overwrite, allow_empty_replay_buffer=args.allow_empty_replay_buffer
+            cfg,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            allow_empty_replay_buffer=args.allow_empty_replay_buffer,
+            start_if_new=args.start_if_new,
         )
     except checkpoints.CheckpointSpaceError as exc:  # a full disk mid-run: said in a line; the checkpoints are whole
         print(f"vlmrm-fast train: {exc.strerror}", *getattr(exc, "__notes__", []), sep="\n", file=sys.stderr)
