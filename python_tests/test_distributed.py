@@ -451,7 +451,10 @@ def test_a_killed_rank_restarts_and_the_run_resumes(tmp_path):
     launcher = ["-m", "vlmrm_fast.distributed.run", "--standalone", "--nproc-per-node", "2", "--max-restarts", "1"]
     job = str(pathlib.Path(sharded_job.__file__).with_name("restart_job.py"))
     result = run_python(
-        [*launcher, job, "40", "train", str(path), "--resume", "--start-if-new"], env=THREADS, timeout=400, cwd=str(tmp_path)
+        [*launcher, job, "40", "train", str(path), "--resume", "--start-if-new"],
+        env=THREADS,
+        timeout=400,
+        cwd=str(tmp_path),
     )
     output = result.stdout[-4000:] + result.stderr[-8000:]
     assert result.returncode == 0, output
