@@ -203,6 +203,7 @@ def load_reward_model(model: str | RewardModelSpec, pretrained: str | None = Non
         device=resolved,
         cache_dir=spec.cache_dir,
         seed=spec.seed,
+        tokenizer=spec.tokenizer,
     )
     if spec.resize_mode is not None:
         clip.preprocess = dataclasses.replace(clip.preprocess, resize_mode=spec.resize_mode)
