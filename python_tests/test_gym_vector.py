@@ -193,3 +193,20 @@ def test_cartpole_make_vec_is_sync_under_the_reward_wrapper(rm):
     np.testing.assert_array_equal(rewards[3], 0.0)  # the step after the third one is the reset step
     assert np.all(rewards[0] != 0.0)
     env.close()
+
+
+@pytest.mark.egl
+def test_cleanrl_style_ppo_example_runs(capsys):
+    """examples/cleanrl_ppo.py: two PPO iterations on make_vec's vector env (tiny model, CPU)."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "cleanrl_ppo.py"
+    module_spec = importlib.util.spec_from_file_location("cleanrl_ppo", path)
+    assert module_spec is not None and module_spec.loader is not None
+    example = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(example)
+    args = "--device cpu --num-envs 2 --num-steps 8 --total-timesteps 32 --render-size 48 --episode-length 6"
+    returns = example.main(args.split())
+    assert len(returns) >= 2 and all(np.isfinite(returns))  # episodes ended and were counted
+    assert "steps 32: VLM episode return" in capsys.readouterr().out
