@@ -48,7 +48,13 @@ FAMILIES = [
     ),
     TinyFamily("mobileclip", "MobileCLIP-S1", "datacompdr", 64, dict(layers=(1, 1, 1, 1), embed_dims=(8, 16, 32, 64))),
     TinyFamily("vitamin", "ViTamin-L", "datacomp1b", 64, "vitamin"),  # type: ignore[arg-type]
-    TinyFamily("convnext", "convnext_large_d_320", "laion2b_s29b_b131k_ft_soup", 64, dict(depths=(1, 1, 1, 1), dims=(8, 16, 32, 32))),
+    TinyFamily(
+        "convnext",
+        "convnext_large_d_320",
+        "laion2b_s29b_b131k_ft_soup",
+        64,
+        dict(depths=(1, 1, 1, 1), dims=(8, 16, 32, 32)),
+    ),
     TinyFamily("coca", "coca_ViT-B-32", "laion2b_s13b_b90k", 64, None),
 ]
 BY_NAME = {family.name: family for family in FAMILIES}
@@ -116,12 +122,16 @@ def register(family: TinyFamily) -> str:
         config["multimodal_cfg"].update(width=32, heads=2, layers=1)
     else:
         overrides = _vitamin_overrides() if family.timm_overrides == "vitamin" else family.timm_overrides
-        vision.update(image_size=family.image_size, timm_model_name=_register_timm(vision["timm_model_name"], overrides))
+        vision.update(
+            image_size=family.image_size, timm_model_name=_register_timm(vision["timm_model_name"], overrides)
+        )
     config["embed_dim"] = 32
     _shrink_text(config["text_cfg"])
     pcfg = open_clip.get_pretrained_cfg(family.real, family.tag)
     preprocess = {k: pcfg[k] for k in ("mean", "std", "interpolation", "resize_mode")}
-    register_model_config(family.name, {"model_cfg": config, "preprocess_cfg": {**preprocess, "size": family.image_size}})
+    register_model_config(
+        family.name, {"model_cfg": config, "preprocess_cfg": {**preprocess, "size": family.image_size}}
+    )
     return family.name
 
 

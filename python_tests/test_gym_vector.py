@@ -32,7 +32,11 @@ LENGTH = 4  # short episodes: the tests see two autoresets
 def rm():
     spec = get_task(HUMANOID)
     return load_reward_model(
-        "vlmrm-tiny", target_prompts=spec.target_prompts, baseline_prompts=spec.baseline_prompts, alpha=0.5, device="cpu"
+        "vlmrm-tiny",
+        target_prompts=spec.target_prompts,
+        baseline_prompts=spec.baseline_prompts,
+        alpha=0.5,
+        device="cpu",
     )
 
 
@@ -139,7 +143,9 @@ def test_vector_env_matches_gymnasiums_sync_vector_env(rm, mode):
             np.testing.assert_array_equal(info_f["_final_obs"], info_s["_final_obs"])
             for i in np.flatnonzero(trunc_s):
                 np.testing.assert_array_equal(info_f["final_obs"][i], info_s["final_obs"][i])
-            np.testing.assert_allclose(info_f["final_info"]["x_position"], info_s["final_info"]["x_position"], rtol=1e-12)
+            np.testing.assert_allclose(
+                info_f["final_info"]["x_position"], info_s["final_info"]["x_position"], rtol=1e-12
+            )
         resets += int(trunc_f.sum())
         done_before = term_s | trunc_s
     assert resets == 2 * N

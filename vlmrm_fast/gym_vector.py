@@ -28,7 +28,9 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
 
+import vlmrm_fast.envs  # noqa: F401  (registers the tasks as vlmrm_fast/<task>)
 from vlmrm_fast.checks import number
+from vlmrm_fast.envs.batch import MujocoBatchVecEnv
 from vlmrm_fast.reward.protocol import RewardModel
 
 #: The keys of the SB3 stack's infos that the gymnasium API says otherwise (terminated/truncated, final_obs).
@@ -54,7 +56,7 @@ def _seeds(seed: int | Sequence[int] | None, num_envs: int) -> list[int] | None:
         return None
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
         return [int(seed) + i for i in range(num_envs)]
-    seeds = list(seed)
+    seeds = list(seed) if not isinstance(seed, (bool, int, np.integer)) else []
     if len(seeds) != num_envs or not all(isinstance(s, (int, np.integer)) for s in seeds):
         raise ValueError(f"seed must be an int or {num_envs} ints (one per env), got {seed!r}")
     return [int(s) for s in seeds]
@@ -98,7 +100,9 @@ class VLMRewardVectorEnv(VectorEnv):
             )
         mode = _autoreset_mode(autoreset_mode)
         self.stack = FastVLMRewardVecEnv(task, num_envs, **stack)
-        self.engine = self.stack.venv  # the MujocoBatchVecEnv under the VLM reward
+        engine = self.stack.venv  # the MujocoBatchVecEnv under the VLM reward
+        assert isinstance(engine, MujocoBatchVecEnv), "physics='batch' builds the batch engine"
+        self.engine: MujocoBatchVecEnv = engine
         self.engine.reset_on_next_step = mode == AutoresetMode.NEXT_STEP
         self.num_envs = int(num_envs)
         self.single_observation_space = self.engine.observation_space
@@ -119,7 +123,7 @@ class VLMRewardVectorEnv(VectorEnv):
         seeds = _seeds(seed, self.num_envs)
         super().reset(seed=None if seeds is None else seeds[0])
         if seeds is not None:
-            self.engine._seeds = seeds  # SB3's VecEnv applies them at the next reset
+            self.engine._seeds = list(seeds)  # SB3's VecEnv applies them at the next reset
         obs = self.stack.reset()
         return obs, {}
 
@@ -142,7 +146,7 @@ class VLMRewardVectorEnv(VectorEnv):
     def render(self) -> tuple[np.ndarray, ...] | None:
         if self.render_mode is None:
             return None
-        return tuple(self.engine.get_images())
+        return tuple(frame for frame in self.engine.get_images() if frame is not None)
 
     def close_extras(self, **kwargs: Any) -> None:
         self.stack.close()
@@ -170,7 +174,7 @@ class VLMRewardVectorWrapper(VectorWrapper):
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):
         self._done[:] = False
-        return self.env.reset(seed=seed, options=options)
+        return self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]  # vector envs take a list
 
     def step(self, actions):
         obs, env_rewards, terminated, truncated, infos = self.env.step(actions)

@@ -59,7 +59,12 @@ FAMILIES: tuple[Family, ...] = (
     Family("vitamin", "ViTamin", "ViTamin-L", "timm hybrid (MBConv stem + ViT) towers"),
     Family("convnext", "ConvNeXt", "convnext_large_d_320", "timm ConvNeXt towers"),
     Family("coca", "CoCa", "coca_ViT-B-32", "contrastive captioners: a ViT with an attentional pooler"),
-    Family("timm", "other timm towers", "swin_base_patch4_window7_224", "other timm image towers (Swin, relative-position ViTs)"),
+    Family(
+        "timm",
+        "other timm towers",
+        "swin_base_patch4_window7_224",
+        "other timm image towers (Swin, relative-position ViTs)",
+    ),
     Family(
         "hf-text",
         "Hugging Face text towers",

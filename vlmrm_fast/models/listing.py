@@ -48,7 +48,10 @@ def print_models(names: Sequence[str] = (), *, family: str | None = None, as_jso
         ]
         widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS))]
         for row in table:
-            print("  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
+            print(
+                "  "
+                + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+            )
     if failed:
         print("\nnot measurable here (their config needs the hub, or a package):")
         for name, entry in sorted(failed.items()):
