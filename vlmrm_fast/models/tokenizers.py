@@ -108,11 +108,21 @@ def download_tokenizer(repo: str, cache_dir: str | None, *, model_id: str) -> Pa
         return_hint = f" --cache-dir {cache_dir}" if cache_dir else ""
         raise TokenizerUnavailableError(
             f"the tokenizer of {model_id} ({repo}) is not in the local cache ({cache_dir or HF_HUB_CACHE}) and "
-            f"{reason}. On a machine with network run `vlmrm-fast download {model_id}{return_hint}` (it fetches "
+            f"{reason}. On a machine with network run `vlmrm-fast download {_downloadable(model_id)}{return_hint}` (it fetches "
             f"the tokenizer with the weights) and copy the cache here, or give a tokenizer folder "
             f"(tokenizer='/path', reward.tokenizer in a training config)"
         )
     return Path(snapshot_download(repo, cache_dir=cache_dir, allow_patterns=list(TOKENIZER_FILES)))
+
+
+def _downloadable(model_id: str) -> str:
+    """``model_id`` as `vlmrm-fast download` takes it: with a pretrained tag (the first one) if it has none."""
+    if "/" in model_id or model_id.startswith(("hf-hub:", "local-dir:")):
+        return model_id
+    import open_clip
+
+    tags = open_clip.list_pretrained_tags_by_model(model_id)
+    return f"{model_id}/{tags[0]}" if tags else model_id
 
 
 def _first_line(exc: BaseException) -> str:
