@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import pathlib
 import sys
 import time
@@ -61,12 +62,14 @@ def measure(name: str, device: torch.device, precision: str, batch_size: int, mi
         encoder(pixels)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     sync()
-    calls, start = 0, time.perf_counter()
+    load_before = os.getloadavg()[0]
+    calls, start, cpu_start = 0, time.perf_counter(), time.process_time()
     while calls < 2 or time.perf_counter() - start < min_seconds:
         encoder(pixels)
         calls += 1
     sync()
     seconds = time.perf_counter() - start
+    cpu_seconds = time.process_time() - cpu_start
     ips = calls * batch_size / seconds
     return {
         **info,
@@ -74,7 +77,12 @@ def measure(name: str, device: torch.device, precision: str, batch_size: int, mi
         "batch_size": batch_size,
         "img_per_s": round(ips, 2),
         "achieved_gflops": round(ips * info["image_gflops"], 1),
+        # the process's CPU time (all its threads) per image: what other processes on the machine change least
+        "cpu_ms_per_img": round(1000 * cpu_seconds / (calls * batch_size), 1),
         "device": str(device),
+        "threads": torch.get_num_threads(),
+        # 1-minute load average before and after the timing: above the core count, other processes shared the CPU
+        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
 
 
@@ -90,14 +98,15 @@ def main(argv=None) -> int:
     logging.disable(logging.WARNING)
     device = torch.device(args.device)
     rows = []
-    print("| model | family | px | img GFLOPs | img Mparams | batch | img/s | GFLOP/s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| model | family | px | img GFLOPs | img Mparams | batch | img/s | GFLOP/s | CPU ms/img | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.models:
         row = measure(name, device, args.precision, args.batch_size, args.min_seconds)
         rows.append(row)
         print(
             f"| {name} | {row['family']} | {row['image_size']} | {row['image_gflops']:.1f} | "
-            f"{row['image_params_m']:.1f} | {row['batch_size']} | {row['img_per_s']:.2f} | {row['achieved_gflops']:.0f} |",
+            f"{row['image_params_m']:.1f} | {row['batch_size']} | {row['img_per_s']:.2f} | {row['achieved_gflops']:.0f} | "
+            f"{row['cpu_ms_per_img']:.0f} | {row['load_average'][0]:.1f}-{row['load_average'][1]:.1f} |",
             flush=True,
         )
     if args.out:
