@@ -3,9 +3,10 @@
 Each model's image tower is built with random weights (the compute is that of trained weights),
 prepared as the reward model prepares it (eval, no gradients, MobileCLIP reparameterized,
 ``encoders.tower.prepare_image_tower``) and timed through the torch backend on one fixed batch:
-wall clock around back-to-back calls after two warm-up calls (CUDA events on a GPU). FLOPs per image
-are torch's count on the meta device (``vlmrm_fast.models.families.describe``: a multiply-add is
-2 FLOPs), the same numbers ``vlmrm-fast models`` prints. Towers only: no tokenizer or text tower
+wall clock around back-to-back calls after two warm-up calls (the GPU synchronized before and
+after), with the process's CPU time and the load average around it. FLOPs per image are torch's
+count on the meta device (``vlmrm_fast.models.families.describe``: a multiply-add is 2 FLOPs), the
+same numbers ``vlmrm-fast models`` prints. Towers only: no tokenizer or text tower
 is built, so models whose tokenizer lives on the hub (SigLIP) run offline.
 
     python bench/bench_families.py                                  # CPU, fp32, batch 4
