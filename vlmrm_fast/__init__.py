@@ -55,6 +55,8 @@ _LAZY = {
     "FastVLMRewardVecEnv": "vlmrm_fast.vec_env",
     "RecordFrame": "vlmrm_fast.wrappers",
     "VLMRewardVecEnvWrapper": "vlmrm_fast.wrappers",
+    "VLMRewardVectorEnv": "vlmrm_fast.gym_vector",
+    "VLMRewardVectorWrapper": "vlmrm_fast.gym_vector",
 }
 
 
@@ -83,6 +85,8 @@ __all__ = [
     "RewardModelSpec",
     "VLMRewardModel",
     "VLMRewardVecEnvWrapper",
+    "VLMRewardVectorEnv",
+    "VLMRewardVectorWrapper",
     "WarpBatchRenderer",
     "WeightsUnavailableError",
     "build_info",

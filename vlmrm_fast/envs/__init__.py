@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from vlmrm_fast.envs.batch import BatchTask
 
 HUMANOID_BASELINE = ("a humanoid robot",)
+#: gymnasium's namespace of the package's envs: the built-in tasks are registered as vlmrm_fast/<task>
+GYM_NAMESPACE = "vlmrm_fast"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,6 +253,28 @@ def _humanoid_scene_task(name: str) -> TaskSpec:
     )
 
 
+def _vector_entry_point(task: str) -> Callable[..., Any]:
+    """``gymnasium.make_vec``'s entry point of a built-in task (vlmrm_fast.gym_vector.make_vector_env)."""
+
+    def make(num_envs: int = 1, **kwargs: Any) -> Any:
+        from vlmrm_fast.gym_vector import make_vector_env
+
+        return make_vector_env(task, num_envs, **kwargs)
+
+    return make
+
+
+# Every built-in task under gymnasium's registry as vlmrm_fast/<task>: gymnasium.make gives one env,
+# gymnasium.make_vec a vector env with VLM rewards (docs/gymnasium.md).
+for _name, _spec in TASKS.items():
+    gymnasium.register(
+        id=f"{GYM_NAMESPACE}/{_name}",
+        entry_point=_spec.make_env,
+        vector_entry_point=_vector_entry_point(_name),
+        max_episode_steps=_spec.episode_length,
+    )
+
+
 def get_task(name: str | TaskSpec) -> TaskSpec:
     """A built-in task by name, or a task wrapping any registered gymnasium id (a TaskSpec passes through)."""
     if isinstance(name, TaskSpec):
@@ -259,6 +283,8 @@ def get_task(name: str | TaskSpec) -> TaskSpec:
         raise TypeError(f"task must be a task name or a gymnasium id, got {name!r}")
     if name in TASKS:
         return TASKS[name]
+    if name.startswith(f"{GYM_NAMESPACE}/") and name.split("/", 1)[1] in TASKS:  # its gymnasium id
+        return TASKS[name.split("/", 1)[1]]
     if "@" in name:
         return _humanoid_scene_task(name)
     if name in gymnasium.registry:

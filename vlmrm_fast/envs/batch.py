@@ -132,6 +132,14 @@ class MujocoBatchVecEnv(VecEnv):
     Env ``i`` is seeded with ``seed + i`` at the next reset, as SB3's vector envs do; the
     episode ends after ``episode_length`` steps, as ``time_limit`` says: a truncation
     (``TimeLimit.truncated``, SB3 bootstraps) or a termination (the paper's code; no bootstrap).
+
+    Finished envs are reset inside ``step_wait`` (SB3's convention, gymnasium's
+    ``AutoresetMode.SAME_STEP``: the final observation goes to ``info["terminal_observation"]``).
+    With ``reset_on_next_step = True`` (gymnasium's default ``AutoresetMode.NEXT_STEP``, set by
+    :class:`~vlmrm_fast.gym_vector.VLMRewardVectorEnv`) a finished env returns its final
+    observation and is reset by the next step instead, whose action it ignores: that step returns
+    the reset observation with reward 0, not done, and its frame is drawn from the reset state
+    (``autoreset_envs`` marks those envs).
     """
 
     def __init__(
@@ -175,6 +183,9 @@ class MujocoBatchVecEnv(VecEnv):
         self._step_reward = batch.step_reward(self.model, num_envs)
         self._actions: np.ndarray | None = None
         self._advanced = 0  # envs [0, _advanced) of the pending step have been advanced
+        self.reset_on_next_step = False
+        self._reset_next = np.zeros(num_envs, dtype=bool)  # envs the next step resets (next-step autoreset)
+        self.autoreset_envs = np.zeros(num_envs, dtype=bool)  # envs the last step reset instead of stepping
 
     # ------------------------------------------------------------------ VecEnv API
     def reset(self) -> np.ndarray:
@@ -184,6 +195,8 @@ class MujocoBatchVecEnv(VecEnv):
         self.sim.reset(seed=seeds, noise_scale=self.batch.reset_noise_scale)
         self._reset_seeds()
         self._steps[:] = 0
+        self._reset_next[:] = False
+        self.autoreset_envs[:] = False
         return self.batch.observation(self.sim.outputs)
 
     def seed(self, seed: int | None = None) -> Sequence[int | None]:
@@ -206,13 +219,19 @@ class MujocoBatchVecEnv(VecEnv):
             obs = self.batch.observation(fields)
             rewards, terms = self._step_reward(fields, np.asarray(actions, np.float64), self.sim.dt)
             self._steps += 1
+            reset_now = self._reset_next.copy()  # next-step autoreset: these envs were reset by advance()
+            self._steps[reset_now] = 0
+            rewards[reset_now] = 0.0
+            self.autoreset_envs[:] = reset_now
             at_limit = self._steps >= self.episode_length if self.episode_length else np.zeros(self.num_envs, bool)
             dones = at_limit.copy()
             truncated = at_limit if self.time_limit == "truncate" else np.zeros(self.num_envs, bool)
             infos = [{key: value[i] for key, value in terms.items()} for i in range(self.num_envs)]
             for i, info in enumerate(infos):
                 info["TimeLimit.truncated"] = bool(truncated[i])
-            if dones.any():
+            if self.reset_on_next_step:
+                self._reset_next[:] = dones
+            elif dones.any():
                 ids = np.flatnonzero(dones)
                 for i in ids:
                     infos[i]["terminal_observation"] = obs[i].copy()
@@ -231,6 +250,9 @@ class MujocoBatchVecEnv(VecEnv):
         with self.timer.stage("physics"):
             self._step_reward.before_step(self.sim.outputs, rows)
             self.sim.step(self._actions, rows)
+            resets = np.flatnonzero(self._reset_next[rows]) + rows.start
+            if resets.size:  # next-step autoreset: the step of a finished env is its reset
+                self.sim.reset(resets, noise_scale=self.batch.reset_noise_scale)
         with self.timer.stage("render"):
             self.frame_source.draw(self.sim, rows, stream)
         self._advanced = rows.stop

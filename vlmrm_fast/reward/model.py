@@ -207,6 +207,7 @@ def load_reward_model(model: str | RewardModelSpec, pretrained: str | None = Non
         device=resolved,
         cache_dir=spec.cache_dir,
         seed=spec.seed,
+        tokenizer=spec.tokenizer,
     )
     if spec.resize_mode is not None:
         clip.preprocess = clip.preprocess.with_resize_mode(spec.resize_mode)

@@ -80,6 +80,25 @@ class RLConfig:
         return dataclasses.replace(self, **changes)
 
 
+#: W&B's modes a run may log in (``disabled``: leave ``logging.wandb`` out instead)
+WANDB_MODES = ("online", "offline")
+
+
+@dataclasses.dataclass
+class WandbConfig:
+    """``logging.wandb``: the run's config, scalars and videos also go to Weights & Biases (``pip
+    install 'vlmrm-fast[wandb]'``), in ``project``; ``mode: offline`` writes them under the run folder
+    for ``wandb sync`` later. A ``--resume`` continues the same W&B run (docs/training.md)."""
+
+    project: str
+    mode: str = "online"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.project, str) or not self.project.strip():
+            raise FieldTypeError("project", f"must be a W&B project name, got {self.project!r}")
+        one_of(self.mode, "mode", WANDB_MODES)
+
+
 @dataclasses.dataclass
 class LoggingConfig:
     checkpoint_every: int = 10_000  # env steps (all envs counted)
@@ -89,6 +108,7 @@ class LoggingConfig:
     # Off-policy: how many of the newest checkpoints keep their replay buffer. 2 costs one more buffer file
     # on disk (as large as model_replay_buffer_*.pkl) and lets --resume keep the buffer when the newest is damaged.
     keep_replay_buffers: int = 1
+    wandb: WandbConfig | None = None
 
     def __post_init__(self) -> None:
         self.checkpoint_every = positive_int(self.checkpoint_every, "checkpoint_every")
@@ -96,6 +116,10 @@ class LoggingConfig:
         self.video_episodes = positive_int(self.video_episodes, "video_episodes")
         self.tensorboard = boolean(self.tensorboard, "tensorboard")
         self.keep_replay_buffers = positive_int(self.keep_replay_buffers, "keep_replay_buffers")
+        if self.wandb is not None and not isinstance(self.wandb, WandbConfig):
+            raise FieldTypeError("wandb", f"must be {{project: NAME, mode: online|offline}}, got {self.wandb!r}")
+        if self.wandb is not None and not self.tensorboard:
+            raise FieldError("wandb", "mirrors the TensorBoard logs (wandb's TensorBoard sync): keep tensorboard: true")
 
 
 @dataclasses.dataclass
@@ -140,6 +164,14 @@ class TrainConfig:
         return json.loads(json.dumps(dataclasses.asdict(self), default=str))
 
 
+def _dataclass_of(hint: Any) -> type | None:
+    """The dataclass a field holds: its type, or the dataclass of ``Dataclass | None``."""
+    if dataclasses.is_dataclass(hint):
+        return hint  # type: ignore[return-value]
+    members = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+    return members[0] if len(members) == 1 and dataclasses.is_dataclass(members[0]) else None  # type: ignore[return-value]
+
+
 def _build(cls: type, data: Any, path: str) -> Any:
     """An instance of the dataclass ``cls`` from a YAML mapping: nested dataclasses by their field's
     type, unknown and moved fields named, and the dataclass's own checks reported at ``path``."""
@@ -164,8 +196,8 @@ def _build(cls: type, data: Any, path: str) -> Any:
             if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
                 raise ConfigError(f"{where}: required field is missing")
             continue
-        nested = hints[name] if dataclasses.is_dataclass(hints[name]) else None
-        kwargs[name] = _build(nested, data[name], where) if nested else data[name]
+        nested = _dataclass_of(hints[name])
+        kwargs[name] = _build(nested, data[name], where) if nested and data[name] is not None else data[name]
     try:
         return cls(**kwargs)
     except FieldError as exc:

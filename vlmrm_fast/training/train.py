@@ -119,13 +119,18 @@ class _TensorBoard(TensorBoardOutputFormat):
         self._is_closed = False
 
 
-def _logger(cfg: TrainConfig, run_dir: pathlib.Path, start_steps: int) -> Logger:
+def _logger(cfg: TrainConfig, run_dir: pathlib.Path, start_steps: int, wandb_run: Any = None) -> Logger:
     if not cfg.logging.tensorboard:
         return Logger(None, [])
     folder = run_dir / "tensorboard" / f"{cfg.rl.algorithm}_1"
     # Logs of an earlier process of this run past the resume step describe work the resume discards.
     purge_step = start_steps + 1 if folder.exists() else None
-    return Logger(str(folder), [_TensorBoard(str(folder), purge_step)])
+    formats: list = [_TensorBoard(str(folder), purge_step)]
+    if wandb_run is not None:  # W&B mirrors the TensorBoard files; videos go to it here (wandb_logging.py)
+        from vlmrm_fast.training.wandb_logging import WandbVideos
+
+        formats.append(WandbVideos(wandb_run))
+    return Logger(str(folder), formats)
 
 
 def _write_pending_logs(model: BaseAlgorithm) -> None:
@@ -302,7 +307,12 @@ def _run(
     run_dir.mkdir(parents=True, exist_ok=True)
     checkpoints.write_text_atomically(run_dir / CONFIG_FILE, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     start_steps = int(model.num_timesteps)
-    model.set_logger(_logger(cfg, run_dir, start_steps))
+    wandb_run = None
+    if cfg.logging.wandb is not None:  # before the TensorBoard writer, which W&B's sync then mirrors
+        from vlmrm_fast.training.wandb_logging import start_run
+
+        wandb_run = start_run(cfg, run_dir, resumed=resumed)
+    model.set_logger(_logger(cfg, run_dir, start_steps, wandb_run))
     extra = {"identity": identity, "config_hash": identity_hash(identity)}
 
     def save(tag: str, reason: str) -> checkpoints.Checkpoint:
@@ -366,6 +376,9 @@ def _run(
         model.num_timesteps = control.resume_steps
     progress.close(model.num_timesteps)
     _write_pending_logs(model)
+    if wandb_run is not None:  # the TensorBoard files complete, then W&B's last sync of them
+        model.logger.close()
+        wandb_run.finish()
     checkpoint = checkpoints.scan(folder.checkpoint_dir).newest()
     if checkpoint is None or checkpoint.steps != model.num_timesteps:
         checkpoint = save("interrupted_", f"stopped by {stop.name}") if control.stopped else save("", "final")
