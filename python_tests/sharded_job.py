@@ -4,7 +4,8 @@
 
 Rank 0 builds a ShardedVecEnv per case and writes OUT/<case>.npz (a trajectory, see
 ``trajectory``) or OUT/<case>.json; the other ranks serve. ``--die-at K`` / ``--hang-at K``
-make rank 1 kill itself / stop answering at its K-th step.
+make the serving ranks ``--failing`` (default: rank 1) kill themselves / stop answering at their
+K-th step; ``frozen`` waits in a long "update" while the test stops rank 1 (SIGSTOP).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import json
 import os
 import pathlib
+import pickle
 import signal
 import time
 
@@ -24,7 +26,13 @@ TIMEOUT = 60.0
 TRAJECTORIES = {
     "humanoid": ("humanoid-kneeling", 4, 8),
     "cartpole": ("cartpole", 4, 8),
-    "uneven": ("humanoid-kneeling", 5, 8),  # 3 envs on rank 0, 2 on rank 1
+    "uneven": ("humanoid-kneeling", 5, 8),  # 2 envs on rank 0, 3 on rank 1
+}
+# Cases of a job of 3 ranks: (a TRAJECTORIES case, ShardedVecEnv's distributed arguments).
+THREE_RANKS = {
+    "uneven_3": ("uneven", {}),  # 1 + 2 + 2: two serving ranks answer in parallel
+    # 0 + 2 + 2: rank 0 only learns; per-rank tables (timings calls) between every two steps
+    "learner_only_3": ("humanoid", {"learner_envs": 0, "report_every": 1e-9}),
 }
 
 
@@ -67,12 +75,15 @@ def trajectory(env, steps: int) -> dict[str, np.ndarray]:
 def run_trajectory(case: str, out: pathlib.Path, rank: int) -> None:
     from vlmrm_fast.distributed import ShardedVecEnv, serve_shard
 
-    task, num_envs, steps = TRAJECTORIES[case]
+    base, distributed = THREE_RANKS.get(case, (case, {}))
+    task, num_envs, steps = TRAJECTORIES[base]
     if rank != 0:
         serve_shard(timeout=TIMEOUT)
         return
-    env = ShardedVecEnv(task, num_envs, timeout=TIMEOUT, **env_kwargs(task))
+    env = ShardedVecEnv(task, num_envs, timeout=TIMEOUT, **distributed, **env_kwargs(task))
     try:
+        if distributed:
+            env.profile()  # every rank's stage times in the tables
         result = trajectory(env, steps)
         traffic = env.traffic
         result["bytes_per_step"] = np.array([traffic["sent"], traffic["received"]]) / (steps + 1)
@@ -143,6 +154,71 @@ def run_build_error(out: pathlib.Path, rank: int) -> None:
         (out / f"build_error_rank{rank}.txt").write_text("\n".join([str(error), *getattr(error, "__notes__", [])]))
 
 
+def run_messages(out: pathlib.Path, rank: int) -> None:
+    """Link messages around the receive capacity (shorter, exactly it, one byte over, many times it,
+    then short again), arrays compared after the next messages reused the receive buffer."""
+    from vlmrm_fast.distributed.channel import HEADER, MIN_CAPACITY, Link
+    from vlmrm_fast.distributed.launch import DEFAULT_TIMEOUT, join
+
+    membership = join(DEFAULT_TIMEOUT)
+    link = Link(membership.group, 1 - rank, "the other rank", DEFAULT_TIMEOUT)
+    envelope = len(pickle.dumps(np.zeros(0, np.uint8), protocol=pickle.HIGHEST_PROTOCOL)) + HEADER.size
+    sizes = [10, MIN_CAPACITY - envelope, MIN_CAPACITY - envelope + 1, 5_000_000, 100, 300_000, 64, 3 * MIN_CAPACITY]
+    messages = [np.random.default_rng(size).integers(0, 255, size, dtype=np.uint8) for size in sizes]
+    try:
+        if rank == 0:
+            received = []
+            for message in messages:
+                link.send(message)
+                link.expect()
+                received.append(link.receive())
+            report = {
+                "equal": [bool(np.array_equal(a, b)) for a, b in zip(messages, received)],
+                "sizes": [int(m.size) for m in received],
+                "bytes": [link.bytes_sent, link.bytes_received],
+            }
+            (out / "messages.json").write_text(json.dumps(report))
+        else:
+            for _ in messages:
+                link.send(link.receive())
+        link.flush()
+    finally:
+        membership.leave()
+
+
+def run_frozen(out: pathlib.Path, rank: int) -> None:
+    """Rank 0 steps, then sleeps in a long "update" while the test freezes rank 1 (SIGSTOP): the
+    heartbeat names rank 1 within its timeout, long before the update ends, and the next step raises."""
+    from vlmrm_fast.distributed import RankFailure, ShardedVecEnv, serve_shard
+
+    if rank != 0:
+        serve_shard(timeout=TIMEOUT)
+        return
+    env = ShardedVecEnv(
+        "cartpole", 2, timeout=TIMEOUT, heartbeat=0.5, heartbeat_timeout=4.0, verbose=0, **env_kwargs("cartpole")
+    )
+    report: dict = {}
+    try:
+        env.reset()
+        env.step(np.zeros(2, dtype=np.int64))
+        (out / "updating").write_text(str(time.time()))
+        update_ends = time.monotonic() + 90
+        while not env.silent_ranks and time.monotonic() < update_ends:
+            time.sleep(0.05)
+        report["named_at"] = time.time()
+        report["silent"] = {str(r): why for r, why in env.silent_ranks.items()}
+        start = time.monotonic()
+        try:
+            env.step(np.zeros(2, dtype=np.int64))
+        except RankFailure as failure:
+            report["failure"] = str(failure)
+            report["ranks"] = list(failure.ranks)
+        report["step_s"] = time.monotonic() - start
+    finally:
+        env.close()
+    (out / "frozen.json").write_text(json.dumps(report))
+
+
 def run_devices(out: pathlib.Path, rank: int) -> None:
     """device="auto" on GPUs: where each rank's envs went, and each rank's current CUDA device."""
     import torch
@@ -163,11 +239,16 @@ def run_devices(out: pathlib.Path, rank: int) -> None:
     (out / "devices.json").write_text(json.dumps(report))
 
 
-def run_failure(out: pathlib.Path, rank: int, die_at: int | None, hang_at: int | None, timeout: float) -> None:
-    """Rank 1 dies or hangs mid-run; rank 0 must stop with an error naming it."""
-    from vlmrm_fast.distributed import ShardedVecEnv, serve_shard
+def run_failure(
+    out: pathlib.Path, rank: int, die_at: int | None, hang_at: int | None, timeout: float, failing: list[int]
+) -> None:
+    """Ranks ``failing`` die or hang mid-run; rank 0 must stop with an error naming each of them."""
+    from vlmrm_fast.distributed import Launch, ShardedVecEnv, serve_shard
     from vlmrm_fast.vec_env import FastVLMRewardVecEnv
 
+    if rank != 0 and rank not in failing:
+        serve_shard(timeout=3600)
+        return
     if rank != 0:
         stepped = 0
         step = FastVLMRewardVecEnv.step_wait
@@ -184,11 +265,12 @@ def run_failure(out: pathlib.Path, rank: int, die_at: int | None, hang_at: int |
         FastVLMRewardVecEnv.step_wait = failing_step
         serve_shard(timeout=3600)
         return
-    env = ShardedVecEnv("cartpole", 2, timeout=timeout, verbose=0, **env_kwargs("cartpole"))
+    envs = Launch.detect().world_size
+    env = ShardedVecEnv("cartpole", envs, timeout=timeout, verbose=0, **env_kwargs("cartpole"))
     env.reset()
     (out / "started").write_text(str(time.time()))
     for _ in range(50):
-        env.step(np.zeros(2, dtype=np.int64))
+        env.step(np.zeros(envs, dtype=np.int64))
     env.close()
 
 
@@ -199,11 +281,16 @@ def main() -> None:
     parser.add_argument("--die-at", type=int)
     parser.add_argument("--hang-at", type=int)
     parser.add_argument("--timeout", type=float, default=TIMEOUT)
+    parser.add_argument("--failing", type=int, nargs="+", default=[1])
     args = parser.parse_args()
     rank = int(os.environ["RANK"])
     for case in args.cases:
-        if case in TRAJECTORIES:
+        if case in TRAJECTORIES or case in THREE_RANKS:
             run_trajectory(case, args.out, rank)
+        elif case == "messages":
+            run_messages(args.out, rank)
+        elif case == "frozen":
+            run_frozen(args.out, rank)
         elif case == "routing":
             run_routing(args.out, rank)
         elif case == "refusal":
@@ -213,7 +300,7 @@ def main() -> None:
         elif case == "devices":
             run_devices(args.out, rank)
         elif case == "failure":
-            run_failure(args.out, rank, args.die_at, args.hang_at, args.timeout)
+            run_failure(args.out, rank, args.die_at, args.hang_at, args.timeout, args.failing)
         else:
             raise SystemExit(f"unknown case {case!r}")
 

@@ -26,3 +26,16 @@ def test_quick_bench_writes_json_markdown_and_plot(tmp_path):
         assert r["encoder_gflops_per_image"] > 0
     assert out.with_suffix(".md").read_text().count("| vlmrm-tiny |") == 2
     assert out.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_paper_preprocess_bench_compares_both_transforms(tmp_path):
+    """bench/paper_preprocess.py: the same frames scored after both resizes; identical inputs would
+    give a zero difference, so a nonzero one shows that the two modes really differ."""
+    out = tmp_path / "paper.json"
+    command = [str(ROOT / "bench" / "paper_preprocess.py"), "--tasks", "cartpole", "--frames", "4", "--out", str(out)]
+    result = run_python(command, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = json.loads(out.read_text())
+    assert (row["model"], row["task"], row["open_clip_mode"], row["frames"]) == ("vlmrm-tiny", "cartpole", "squash", 4)
+    assert 0 < row["mean_abs_difference"] <= row["max_abs_difference"] < 0.1
+    assert abs(row["mean_difference"]) <= row["mean_abs_difference"] and row["reward_std"] > 0

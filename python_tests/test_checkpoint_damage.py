@@ -273,3 +273,30 @@ def test_a_full_disk_at_any_file_of_a_save_removes_that_save(tmp_path, monkeypat
     with pytest.raises(checkpoints.CheckpointSpaceError):
         checkpoints.save_checkpoint(failing, tmp_path, reason="periodic")
     assert _checksums(tmp_path) == before
+
+
+def test_start_if_new_starts_a_folder_without_checkpoints_and_only_that(trained, tmp_path, capfd):
+    """--resume --start-if-new (the command a restarted or requeued job repeats): a folder with no checkpoint,
+    or with only what a kill cut short before the first one, starts the run; a folder whose only checkpoints
+    are damaged still refuses with nothing changed; without --resume the flag is refused."""
+    run = tmp_path / "run"
+    config = _write_config(tmp_path, run)
+    assert cli_main(["train", str(config), "--start-if-new"]) == 2
+    assert "--start-if-new goes with --resume" in capfd.readouterr().err
+    assert not run.exists()
+
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / ".model_40_steps.zip.tmp").write_bytes(b"cut short")  # killed during its first save
+    assert cli_main(["train", str(config), "--resume", "--start-if-new"]) == 0
+    err = capfd.readouterr().err
+    assert f"--resume --start-if-new: no checkpoint in {run / 'checkpoints'} yet; starting the run" in err, err
+    assert SAC.load(run / "final_model.zip").num_timesteps == 120
+    assert not (run / "checkpoints" / ".model_40_steps.zip.tmp").exists()
+
+    damaged, damaged_config = _copy(trained, tmp_path / "damaged")
+    for steps in (40, 80, 120):
+        _damage(damaged / "checkpoints" / f"model_{steps}_steps.zip", "flip")
+    before = _checksums(damaged)
+    assert cli_main(["train", str(damaged_config), "--resume", "--start-if-new"]) == 2
+    assert "no intact checkpoint in" in capfd.readouterr().err
+    assert _checksums(damaged) == before

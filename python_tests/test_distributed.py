@@ -13,6 +13,8 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -61,7 +63,7 @@ def single_process(case: str) -> dict[str, np.ndarray]:
 def assert_same_run(out: pathlib.Path, case: str) -> None:
     """The sharded run against one process: exact but for the VLM rewards, which agree to float precision."""
     sharded = np.load(out / f"{case}.npz")
-    reference = single_process(case)
+    reference = single_process(sharded_job.THREE_RANKS.get(case, (case,))[0])
     assert reference["dones"].any(), "the steps end episodes (terminal observations compared too)"
     for key, expected in reference.items():
         if key == "rewards":
@@ -82,7 +84,7 @@ def assert_same_bits(a: pathlib.Path, b: pathlib.Path, case: str) -> None:
 def two_rank_job(tmp_path_factory):
     """One torchrun job of 2 ranks running every case in turn (each case its own sharded env)."""
     out = tmp_path_factory.mktemp("sharded")
-    cases = [*sharded_job.TRAJECTORIES, "routing", "refusal", "build_error"]
+    cases = [*sharded_job.TRAJECTORIES, "routing", "refusal", "build_error", "messages"]
     result = run_python(
         [*TORCHRUN, "--standalone", "--nproc-per-node", "2", JOB, str(out), *cases], env=THREADS, timeout=300
     )
@@ -92,14 +94,14 @@ def two_rank_job(tmp_path_factory):
 
 @pytest.mark.parametrize("case", list(sharded_job.TRAJECTORIES))
 def test_two_ranks_equal_one_process(two_rank_job, case):
-    """humanoid: the batch engine; cartpole: gymnasium envs; uneven: 5 envs as 3 + 2."""
+    """humanoid: the batch engine; cartpole: gymnasium envs; uneven: 5 envs as 2 + 3."""
     out, stdout = two_rank_job
     assert_same_run(out, case)
     layout = list(np.load(out / f"{case}.npz")["layout"])
-    if case == "uneven":
+    if case == "uneven":  # rank 0 also learns: it takes the smaller share
         assert (
-            layout[0].endswith("envs 0-2")
-            and layout[1].endswith("envs 3-4")
+            layout[0].endswith("envs 0-1")
+            and layout[1].endswith("envs 2-4")
             and layout[1].startswith("rank 1 (cpu on ")
         )
     assert "\n".join(f"  {line}" for line in layout) in stdout, "the run prints its layout, one line per rank"
@@ -109,10 +111,10 @@ def test_per_env_calls_go_to_the_rank_that_holds_the_env(two_rank_job):
     report = json.loads((two_rank_job[0] / "routing.json").read_text())
     assert report["seeds"] == [100, 101, 102]
     assert report["tags"] == ["far", "far"]
-    assert report["index_of"] == [0, 0, 1], "env 2 is env 0 of rank 1's shard; envs 0 and 1 are rank 0's"
+    assert report["index_of"] == [1, 0, 0], "env 2 is env 1 of rank 1's shard, env 1 its env 0; env 0 is rank 0's"
     assert report["qpos_rows"] == 1 and report["images"] == 3 and report["wrapped"] == [False] * 3
     assert report["has_missing"] is False, "an AttributeError on a serving rank stays an AttributeError"
-    assert any("raised on rank 1 (env 2 on" in note for note in report["error_notes"])
+    assert any("raised on rank 1 (envs 1-2 on" in note for note in report["error_notes"])
 
 
 def test_more_ranks_than_envs_is_refused_on_every_rank(two_rank_job):
@@ -126,6 +128,36 @@ def test_a_rank_that_cannot_build_its_envs_stops_the_job(two_rank_job):
         message = (two_rank_job[0] / f"build_error_rank{rank}.txt").read_text()
         assert message.startswith("no EGL device here")
     assert "raised on rank 1 (env 1 on" in (two_rank_job[0] / "build_error_rank0.txt").read_text()
+
+
+def test_messages_around_the_receive_capacity_arrive_whole(two_rank_job):
+    """A receive is posted before the message's size is known: shorter messages, one of exactly the
+    capacity, one byte over it, several megabytes (sent in two parts), then short again."""
+    report = json.loads((two_rank_job[0] / "messages.json").read_text())
+    assert all(report["equal"]), report
+    assert report["bytes"][0] == report["bytes"][1], "every message came back as it went"
+
+
+def test_three_ranks_gather_in_parallel_and_rank_0_may_only_learn(tmp_path):
+    """Two serving ranks answer each step in parallel (5 envs as 1 + 2 + 2), and with learner_envs=0
+    rank 0 holds no env (4 envs as 0 + 2 + 2) while per-rank tables are gathered between steps: the
+    same trajectories as one process, observations exact and rewards to float precision."""
+    cases = list(sharded_job.THREE_RANKS)
+    result = run_python(
+        [*TORCHRUN, "--standalone", "--nproc-per-node", "3", JOB, str(tmp_path), *cases], env=THREADS, timeout=300
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    for case in cases:
+        assert_same_run(tmp_path, case)
+    uneven, learner_only = (list(np.load(tmp_path / f"{case}.npz")["layout"]) for case in cases)
+    assert [line.split(": ")[1] for line in uneven] == ["env 0", "envs 1-2", "envs 3-4"]
+    assert [line.split(": ")[1] for line in learner_only] == ["no envs (the learner only)", "envs 0-1", "envs 2-3"]
+    tables = [block for block in result.stdout.split("per-rank times over ")[1:]]
+    assert len(tables) >= 8, "a table after every step (report_every), and one at the end"
+    rows = tables[-1].splitlines()[2:5]
+    assert [row.split()[0] for row in rows] == ["0", "1", "2"] and "<- slowest step" in tables[-1]
+    head = tables[-1].splitlines()[1].split()
+    assert {"physics", "render", "encode"} <= set(head), f"profile(): each rank's stage times, got {head}"
 
 
 def test_one_layout_twice_gives_the_same_bits():
@@ -167,43 +199,71 @@ def test_two_nodes_on_localhost(tmp_path, two_rank_job):
     assert_same_bits(tmp_path, two_rank_job[0], "humanoid")
 
 
-def start_ranks(out: pathlib.Path, *args: str) -> list[subprocess.Popen]:
-    """Two ranks as plain processes with torchrun's variables, so that the test owns each one."""
+def start_ranks(out: pathlib.Path, case: str, *args: str, ranks: int = 2) -> list[subprocess.Popen]:
+    """Ranks as plain processes with torchrun's variables, so that the test owns each one."""
     out.mkdir()
-    base = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    base = {
+        "WORLD_SIZE": str(ranks),
+        "LOCAL_WORLD_SIZE": str(ranks),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }
     return [
         subprocess.Popen(
-            [sys.executable, JOB, str(out), "failure", *args],
+            [sys.executable, JOB, str(out), case, *args],
             env=child_env({**base, "RANK": str(rank), "LOCAL_RANK": str(rank)}),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for rank in (0, 1)
+        for rank in range(ranks)
     ]
 
 
-def test_a_dead_or_hung_rank_is_named_by_the_survivor(tmp_path):
-    """Rank 1 is killed at its third step (rank 0 waits up to 60 s), or hangs there (rank 0 waits
-    3 s): rank 0 stops with an error naming rank 1, at once / after its timeout. Both jobs run at once."""
-    killed = start_ranks(tmp_path / "killed", "--die-at", "3", "--timeout", "60")
-    hung = start_ranks(tmp_path / "hung", "--hang-at", "3", "--timeout", "3")
+def test_dead_hung_and_frozen_ranks_are_named(tmp_path):
+    """frozen, alone first (its timing is the test's): rank 0 sleeps in a long "update" (90 s) after
+    a step, and the test stops rank 1 (SIGSTOP): its heartbeat stops, and rank 0 names it within the
+    heartbeat timeout (4 s, beats every 0.5 s), long before the update ends; its next step raises at
+    once. Then two jobs at once. killed: ranks 1 and 2 of 3 kill themselves at their third step (rank
+    0 waits up to 60 s): rank 0 stops at once, naming both. hung: rank 1 sleeps in its third step
+    (rank 0 waits 3 s for a reply): named once the timeout has passed."""
+    frozen = start_ranks(tmp_path / "frozen", "frozen")
+    killed: list[subprocess.Popen] = []
+    hung: list[subprocess.Popen] = []
     try:
-        stderr, elapsed = {}, {}
-        for name, (rank0, _) in {"killed": killed, "hung": hung}.items():
-            stderr[name] = rank0.communicate(timeout=120)[1]
+        updating = tmp_path / "frozen" / "updating"
+        deadline = time.time() + 300
+        while not updating.exists() and time.time() < deadline and frozen[0].poll() is None:
+            time.sleep(0.05)
+        assert updating.exists(), "rank 0 of the frozen job did not reach its update"
+        frozen[1].send_signal(signal.SIGSTOP)
+        stopped_at = time.time()
+        stderr, elapsed = {"frozen": frozen[0].communicate(timeout=120)[1]}, {}
+        killed = start_ranks(
+            tmp_path / "killed", "failure", "--die-at", "3", "--timeout", "60", "--failing", "1", "2", ranks=3
+        )
+        hung = start_ranks(tmp_path / "hung", "failure", "--hang-at", "3", "--timeout", "3")
+        for name, job in {"killed": killed, "hung": hung}.items():
+            stderr[name] = job[0].communicate(timeout=300)[1]
             elapsed[name] = time.time() - float((tmp_path / name / "started").read_text())
     finally:
-        for process in killed + hung:
+        for process in frozen + killed + hung:
             if process.poll() is None:
-                process.kill()  # the hung rank, asleep in its step
+                process.kill()  # the frozen rank; the hung rank, asleep in its step
             process.communicate()
-    assert killed[1].returncode == -9 and killed[0].returncode != 0 and hung[0].returncode != 0
-    assert (
-        "RankFailure: rank 1 (env 1 on" in stderr["killed"]
-        and "closed its connection: its process died" in stderr["killed"]
-    ), stderr["killed"][-3000:]
+    assert killed[1].returncode == killed[2].returncode == -9 and killed[0].returncode != 0 and hung[0].returncode != 0
+    assert "RankFailure: 2 ranks failed:" in stderr["killed"], stderr["killed"][-3000:]
+    for rank in (1, 2):
+        assert f"rank {rank} (env {rank} on" in stderr["killed"], stderr["killed"][-3000:]
+    assert stderr["killed"].count("closed its connection: its process died") >= 2, stderr["killed"][-3000:]
     assert elapsed["killed"] < 60, "the survivor stops at once, well within its timeout"
+    report = json.loads((tmp_path / "frozen" / "frozen.json").read_text())
+    named_after = report["named_at"] - stopped_at
+    # named after it froze (not before), and within the heartbeat timeout plus the load's delays
+    assert 0 < named_after < 30, f"named {named_after:.1f} s after the rank froze (heartbeat timeout 4 s)"
+    assert "rank 1 (env 1 on" in report["silent"]["1"] and "stopped beating" in report["silent"]["1"]
+    assert report["ranks"] == [1] and "stopped beating" in report["failure"] and report["step_s"] < 5
+    assert "rank 0: rank 1 (env 1 on" in stderr["frozen"], "named in rank 0's log as it happens"
     assert "RankFailure: rank 1 (env 1 on" in stderr["hung"] and "did not answer within 3 s" in stderr["hung"], stderr[
         "hung"
     ][-3000:]
@@ -211,7 +271,7 @@ def test_a_dead_or_hung_rank_is_named_by_the_survivor(tmp_path):
 
 
 def test_layout_split_devices_and_refusals():
-    assert plan_shards(5, 2) == [range(0, 3), range(3, 5)]
+    assert plan_shards(5, 2) == [range(0, 2), range(2, 5)], "rank 0 also learns: never more envs than another"
     assert plan_shards(4, 4) == [range(i, i + 1) for i in range(4)]
     with pytest.raises(LayoutError, match="the job has 3 ranks but n_envs=2"):
         plan_shards(2, 3)
@@ -342,7 +402,8 @@ def test_train_under_torchrun(tmp_path):
         "seed": 1,
         "output_dir": str(tmp_path / "run"),
         "reward": {"model": "vlmrm-tiny", "device": "cpu"},
-        "env": {"task": "cartpole", "n_envs": 3, "episode_length": 10, "rank_timeout": 120},
+        "env": {"task": "cartpole", "n_envs": 3, "episode_length": 10},
+        "distributed": {"timeout": 120},
         "rl": {
             "algorithm": "DQN",
             "total_timesteps": 60,
@@ -360,7 +421,159 @@ def test_train_under_torchrun(tmp_path):
         cwd=str(tmp_path),  # torchrun runs `-m`: the working directory comes first on its children's path
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    assert "rank 0 (cpu on " in result.stdout and "): envs 0-1" in result.stdout and "): env 2" in result.stdout
+    assert "rank 0 (cpu on " in result.stdout and "): env 0" in result.stdout and "): envs 1-2" in result.stdout
     run = tmp_path / "run"
     assert (run / "final_model.zip").is_file() and (run / "config.yaml").is_file()
     assert list((run / "checkpoints").glob("model_*_steps.zip"))
+
+
+def test_a_killed_rank_restarts_and_the_run_resumes(tmp_path):
+    """torchrun --max-restarts 1 with --resume, rank 0 only learning (distributed.learner_envs: 0):
+    rank 1, which holds every env, is killed at its 40th step; rank 0 names it, saves a checkpoint
+    and exits; torchrun restarts both ranks (through python -m vlmrm_fast.distributed.run, which gives
+    each restart a store of its own), rank 0 resumes from the newest checkpoint and the run finishes."""
+    config = {
+        "seed": 1,
+        "output_dir": str(tmp_path / "run"),
+        "reward": {"model": "vlmrm-tiny", "device": "cpu"},
+        "env": {"task": "cartpole", "n_envs": 2, "episode_length": 10},
+        "rl": {
+            "algorithm": "DQN",
+            "total_timesteps": 120,
+            "device": "cpu",
+            "kwargs": {"learning_starts": 20, "batch_size": 8, "buffer_size": 500},
+        },
+        "logging": {"checkpoint_every": 30, "video_every": 0},
+        "distributed": {"learner_envs": 0, "heartbeat": 0.5, "heartbeat_timeout": 5},
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    launcher = ["-m", "vlmrm_fast.distributed.run", "--standalone", "--nproc-per-node", "2", "--max-restarts", "1"]
+    job = str(pathlib.Path(sharded_job.__file__).with_name("restart_job.py"))
+    result = run_python(
+        [*launcher, job, "40", "train", str(path), "--resume", "--start-if-new"],
+        env=THREADS,
+        timeout=400,
+        cwd=str(tmp_path),
+    )
+    output = result.stdout[-4000:] + result.stderr[-8000:]
+    assert result.returncode == 0, output
+    assert "rank 1: killing itself at its step 40" in result.stderr, output
+    assert "RankFailure: rank 1 (envs 0-1 on" in result.stderr or "SIGTERM" in result.stderr, output
+    assert "resuming from " in result.stderr, output
+    assert "--resume --start-if-new: no checkpoint in" in result.stderr, output  # the first start
+    assert "rank 0 (cpu on " in result.stdout and "no envs (the learner only)" in result.stdout
+    run = tmp_path / "run"
+    assert (run / "final_model.zip").is_file()
+    done = re.search(r"done: (\d+) steps", result.stdout)
+    assert done and int(done.group(1)) >= 120, output  # SB3 stops at the first multiple of n_envs past 120
+
+
+def test_launches_that_cannot_work_are_refused_with_the_fix():
+    from vlmrm_fast.distributed.launch import check_launcher
+
+    check_launcher({})  # one process
+    check_launcher({"SLURM_STEP_NUM_TASKS": "1", "SLURM_PROCID": "0"})  # srun -n 1
+    torchrun = {"RANK": "0", "WORLD_SIZE": "4", "SLURM_STEP_NUM_TASKS": "2"}  # torchrun under srun
+    check_launcher(torchrun)
+    with pytest.raises(LayoutError, match=r"task 3 of 4 \(srun\).*srun --ntasks-per-node=1 torchrun"):
+        check_launcher({"SLURM_STEP_NUM_TASKS": "4", "SLURM_PROCID": "3"})
+    restarts = {**torchrun, "TORCHELASTIC_MAX_RESTARTS": "2", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    with pytest.raises(LayoutError, match="135712.*TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1.*vlmrm_fast.distributed.run"):
+        check_launcher(restarts)
+    check_launcher({**restarts, "TORCHELASTIC_USE_AGENT_STORE": "False"})  # the store of each restart its own
+    check_launcher({**restarts, "TORCHELASTIC_MAX_RESTARTS": "0"})  # no restarts: nothing to read stale
+
+
+def test_rank_0_takes_learner_envs_and_the_others_split_the_rest():
+    assert plan_shards(8, 3) == [range(0, 2), range(2, 5), range(5, 8)]
+    assert plan_shards(8, 3, learner_envs=0) == [range(0, 0), range(0, 4), range(4, 8)]
+    assert plan_shards(8, 3, learner_envs=1) == [range(0, 1), range(1, 5), range(5, 8)]
+    assert plan_shards(3, 4, learner_envs=0) == [range(0, 0), range(0, 1), range(1, 2), range(2, 3)]
+    assert plan_shards(7, 1, learner_envs=0) == [range(0, 7)], "one process holds every env"
+    for n, ranks, own in [(64, w, None) for w in (2, 3, 5, 8, 16)]:
+        sizes = [len(r) for r in plan_shards(n, ranks, own)]
+        assert sum(sizes) == n and sizes[0] == min(sizes) and max(sizes) - min(sizes) <= 1
+    with pytest.raises(LayoutError, match="learner_envs=7 leaves 1 of n_envs=8 envs for 2 serving ranks.*at most 6"):
+        plan_shards(8, 3, learner_envs=7)
+    with pytest.raises(LayoutError, match="the job has 4 serving ranks but n_envs=3.*at most 4 ranks"):
+        plan_shards(3, 5, learner_envs=0)
+
+
+def test_the_slurm_script_saves_before_the_time_limit_and_requeues(tmp_path):
+    """examples/slurm/train.sbatch on one "node" of 2 CPU ranks, srun and scontrol stood in for:
+    SLURM's signal before the time limit (USR1 to the script) makes rank 0 save a checkpoint and
+    the script requeue the job once torchrun has ended; the requeued job, the same script again,
+    resumes from that checkpoint (and is stopped the same way)."""
+    script = pathlib.Path(sharded_job.__file__).resolve().parents[1] / "examples" / "slurm" / "train.sbatch"
+    if not script.is_file():
+        pytest.skip("examples/ is not installed with the package")
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for name, body in {
+        "srun": 'exec "$@"',  # one task on this "node": its torchrun
+        "scontrol": 'if [ "$1" = show ]; then echo 127.0.0.1; elif [ "$1" = requeue ]; then echo "$2" >> "$REQUEUED"; fi',
+        "python": f'exec {sys.executable} -P "$@"',
+    }.items():
+        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
+        (stubs / name).chmod(0o755)
+    config = {
+        "seed": 1,
+        "output_dir": str(tmp_path / "run"),
+        "reward": {"model": "vlmrm-tiny", "device": "cpu"},
+        "env": {"task": "cartpole", "n_envs": 2, "episode_length": 10},
+        "rl": {
+            "algorithm": "DQN",
+            "total_timesteps": 1_000_000,
+            "device": "cpu",
+            "kwargs": {"learning_starts": 20, "batch_size": 8, "buffer_size": 500},
+        },
+        "logging": {"checkpoint_every": 1_000_000, "video_every": 0},
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    requeued = tmp_path / "requeued"
+    slurm = {
+        "PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}",
+        "SLURM_JOB_NODELIST": "node-a",
+        "SLURM_JOB_NUM_NODES": "1",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_CPUS_PER_TASK": "2",
+        "GPUS_PER_NODE": "2",
+        "REQUEUED": str(requeued),
+    }
+
+    def start_and_signal(log: pathlib.Path, ready: str) -> tuple[int, str]:
+        """The script until ``ready`` is in its log and a few steps later; then USR1; its status and log."""
+        with log.open("w") as out:
+            job = subprocess.Popen(
+                ["bash", str(script), str(tmp_path / "config.yaml")],
+                env=child_env({**slurm, "PORT": str(free_port())}),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=tmp_path,
+                start_new_session=True,
+            )
+            try:
+                deadline = time.time() + 240
+                while ready not in log.read_text() and time.time() < deadline and job.poll() is None:
+                    time.sleep(0.2)
+                assert ready in log.read_text(), log.read_text()[-6000:]
+                time.sleep(3)  # some steps
+                job.send_signal(signal.SIGUSR1)
+                status = job.wait(timeout=180)
+            finally:
+                if job.poll() is None:
+                    os.killpg(job.pid, signal.SIGKILL)
+                    job.wait()
+        return status, log.read_text()
+
+    saved = re.compile(r"saved \S+/model_interrupted_(\d+)_steps\.zip at \d+ steps; continue with --resume")
+    status, first = start_and_signal(tmp_path / "first.log", "envs of cartpole over 2 rank(s)")
+    # SIGTERM reaches every rank: rank 0 saves, at the rollout's end or when it finds a serving rank gone
+    assert "the time limit is near: checkpoint, then requeue" in first, first[-6000:]
+    assert saved.search(first), first[-6000:]
+    assert status != 0 and requeued.read_text().split() == ["4242"], first[-6000:]
+    status, second = start_and_signal(tmp_path / "second.log", "resuming from model_interrupted_")
+    assert saved.search(second), second[-6000:]
+    assert int(saved.search(second).group(1)) > int(saved.search(first).group(1)), "it went on from the first"
+    assert requeued.read_text().split() == ["4242", "4242"], second[-6000:]

@@ -6,6 +6,9 @@ import numpy as np
 import pytest
 from tolerances import assert_rewards_close
 
+from vlmrm_fast.envs import get_task
+from vlmrm_fast.envs.classic_control import PaperCartPoleEnv
+from vlmrm_fast.envs.success import episode_success
 from vlmrm_fast.training.callbacks import EpisodeStats
 from vlmrm_fast.training.config import ConfigError, load_config
 from vlmrm_fast.training.train import make_env
@@ -57,7 +60,7 @@ def test_success_rate_and_per_task_returns_by_hand():
     # env 1 ends at step 2 (last step failed: 1 of 2 steps succeeded); env 0 at step 3 (success, 2 of 3).
     assert logger.values["rollout/ep_vlm_reward_mean"] == pytest.approx(np.mean([0.3, 1.4]))
     assert logger.values["rollout/ep_gt_reward_mean"] == pytest.approx(np.mean([1, 3]))
-    assert logger.values["rollout/success_rate"] == pytest.approx(0.5)
+    assert logger.values["rollout/success_at_last_step_rate"] == pytest.approx(0.5)
     assert logger.values["rollout/ep_success_fraction"] == pytest.approx(np.mean([1 / 2, 2 / 3]))
     assert logger.values["rollout/ep_vlm_reward_mean/a"] == pytest.approx(np.mean([0.3, 1.4]))
     assert logger.values["rollout/ep_vlm_reward_mean/b"] == pytest.approx(np.mean([4.0, 3.0]))
@@ -73,7 +76,63 @@ def test_tasks_without_success_log_no_success_rate():
     stats.add(np.array([1.0]), np.array([1.0]), np.array([True]), [{}])
     logger = RecordingLogger()
     stats.record(logger)
-    assert "rollout/success_rate" not in logger.values and "rollout/ep_vlm_reward_mean" in logger.values
+    assert not any("success" in key for key in logger.values) and "rollout/ep_vlm_reward_mean" in logger.values
+
+
+def _run_episodes(stats: EpisodeStats, episodes: list[list[bool]]) -> RecordingLogger:
+    """Feeds one env's episodes of per-step info["success"] through ``stats``."""
+    for successes in episodes:
+        for t, success in enumerate(successes):
+            done = t == len(successes) - 1
+            stats.add(np.zeros(1), np.zeros(1), np.array([done]), [{"success": success}])
+    logger = RecordingLogger()
+    stats.record(logger)
+    return logger
+
+
+def test_the_papers_success_per_episode_by_hand():
+    """CartPole: upright on every step (a pole that falls and swings back up has failed, though its
+    last step succeeds); MountainCar: at the flag at any step (even if it rolls back down)."""
+    cartpole = [[True, True, True], [True, False, True], [False, False, True], [True, True, False]]
+    values = _run_episodes(EpisodeStats(1, success_rule="every_step"), cartpole)
+    assert values.values["rollout/success_every_step_rate"] == pytest.approx(1 / 4)
+    assert values.values["rollout/success_at_last_step_rate"] == pytest.approx(3 / 4)
+    assert values.values["rollout/ep_success_fraction"] == pytest.approx(np.mean([1, 2 / 3, 1 / 3, 2 / 3]))
+    assert "rollout/success_any_step_rate" not in values.values
+    mountain_car = [[False, False, False], [False, True, True], [False, True, False], [True, False, False]]
+    stats = EpisodeStats(1, success_rule="any_step")
+    values = _run_episodes(stats, mountain_car)
+    assert values.values["rollout/success_any_step_rate"] == pytest.approx(3 / 4)
+    assert values.values["rollout/success_at_last_step_rate"] == pytest.approx(1 / 4)
+    for successes, rule in [*((e, "every_step") for e in cartpole), *((e, "any_step") for e in mountain_car)]:
+        assert episode_success(successes, rule) == (all(successes) if rule == "every_step" else any(successes))
+    restored = EpisodeStats(1, success_rule="any_step")
+    restored.restore(stats.state())
+    again = RecordingLogger()
+    restored.record(again)
+    assert again.values == values.values
+    with pytest.raises(ValueError, match="success rule 'most_steps' is not one of every_step, any_step"):
+        EpisodeStats(1, success_rule="most_steps")
+
+
+def test_a_pole_that_falls_and_swings_back_up_fails_the_episode():
+    """The paper's CartPole, stepped through hand-set states: upright, fallen past 12 degrees, upright again."""
+    env = PaperCartPoleEnv()
+    env.reset(seed=0)
+    infos = []
+    for angle in (0.0, 0.5, 0.0):
+        env.state = np.array([0.0, 0.0, angle, 0.0])
+        infos.append(env.step(0)[4])
+    assert [info["success"] for info in infos] == [True, False, True]
+    stats = EpisodeStats(1, success_rule=get_task("cartpole").success_rule)
+    for t, info in enumerate(infos):
+        stats.add(np.zeros(1), np.zeros(1), np.array([t == 2]), [info])
+    logger = RecordingLogger()
+    stats.record(logger)
+    assert logger.values["rollout/success_every_step_rate"] == 0.0
+    assert logger.values["rollout/success_at_last_step_rate"] == 1.0
+    assert get_task("mountain-car").success_rule == get_task("mountain-car-textured").success_rule == "any_step"
+    assert get_task("humanoid-kneeling").success_rule is None
 
 
 def config(**reward):

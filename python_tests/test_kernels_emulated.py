@@ -106,6 +106,10 @@ PREPROCESS_CASES = [
     (2, 300, 90, 64, "squash", "bilinear", "horizontal_first", ONE_SM),
     (1, 1200, 1600, 224, "shortest", "bicubic", "horizontal_first", H100),  # > 48 KiB of shared memory
     (1, 33, 33, 32, "squash", "bicubic", "horizontal_first", H100),  # taps read to the buffer's unaligned last byte
+    # The paper's float bicubic (cubic_preprocess_kernel): down, up, wide, odd, one multiprocessor.
+    (2, 120, 180, 64, "paper", "bicubic", "horizontal_first", H100),
+    (2, 20, 20, 32, "paper", "bicubic", "horizontal_first", TURING),
+    (3, 33, 47, 32, "paper", "bicubic", "horizontal_first", ONE_SM),
 ]
 
 
@@ -119,6 +123,16 @@ def test_emulated_preprocess_matches_twin(case, layout):
         got, launch = emulated(plan, buffer, frame_layout, dtype, device)
         assert_same_bits(got, twin(plan, buffer, frame_layout, dtype))
     assert launch["vertical_first"] == plan.vertical_first
+    assert launch["float_cubic"] == (mode == "paper")
+
+
+def test_paper_mode_480_to_224_matches_twin():
+    """The humanoid's frame size in the paper, on the GPU layout the EGL renderer lends (RGBA, bottom-up)."""
+    plan = make_plan(480, 480, 224, "paper")
+    buffer, layout = frame_buffer(random_frames(1, 480, 480, seed=9), "gl_rgba")
+    got, launch = emulated(plan, buffer, layout, torch.float16, H100)
+    assert launch["float_cubic"] and launch["shared_bytes"] == 1024
+    assert_same_bits(got, twin(plan, buffer, layout, torch.float16))
 
 
 def test_both_pass_orders_are_exercised():
@@ -143,8 +157,8 @@ def test_every_tile_height_matches_twin(order):
 @pytest.mark.parametrize("thread_order", ["reverse", "shuffled"])
 def test_result_does_not_depend_on_thread_order(thread_order):
     """A missing barrier between a shared-memory write and its read shows up here."""
-    for order in ("horizontal_first", "pillow13"):
-        plan = make_plan(300, 90, 64, "squash", "bicubic", order)
+    for mode, order in (("squash", "horizontal_first"), ("squash", "pillow13"), ("paper", "horizontal_first")):
+        plan = make_plan(300, 90, 64, mode, "bicubic", order)
         buffer, layout = frame_buffer(random_frames(2, 300, 90, seed=6), "stacked")
         expected = twin(plan, buffer, layout, torch.float32)
         for seed in (0, 1):

@@ -57,6 +57,11 @@ PREPROCESS_CASES = [
     (5, 64, 40, 32, "bicubic", "squash"),
     (4, 300, 90, 64, "bilinear", "squash"),
     (2, 1200, 1600, 224, "bicubic", "shortest"),
+    # The paper's float bicubic: its humanoid and classic-control frame sizes, a batch, upscaling.
+    (3, 480, 480, 224, "bicubic", "paper"),
+    (2, 400, 600, 224, "bicubic", "paper"),
+    (64, 120, 180, 64, "bicubic", "paper"),
+    (2, 20, 20, 32, "bicubic", "paper"),
 ]
 
 

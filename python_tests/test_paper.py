@@ -387,6 +387,8 @@ def test_paper_config_loads_and_builds_its_env(path, tmp_path):
     )
     architecture, tag = cfg.reward.model.split("/")
     assert tag in open_clip.list_pretrained_tags_by_model(architecture), "a checkpoint open_clip knows"
+    # As the paper's code ran: fp16 autocast, torchvision's resize on tensors, a time limit that terminates.
+    assert (cfg.reward.precision, cfg.reward.resize_mode, cfg.env.time_limit) == ("fp16", "paper", "terminal")
     kwargs = cfg.rl.kwargs
     if spec.batch is not None:  # Appendix C.2 and kube/job.yaml, the same for every humanoid run
         assert (cfg.rl.algorithm, cfg.env.n_envs, cfg.env.episode_length, cfg.env.render_size) == ("SAC", 32, 100, 480)
@@ -405,9 +407,11 @@ def test_paper_config_loads_and_builds_its_env(path, tmp_path):
     else:
         assert cfg.env.episode_length == 200 and cfg.rl.total_timesteps == 3_000_000
         assert cfg.rl.algorithm == ("DQN" if cfg.task == "cartpole" else "SAC")
+        # The paper's code refuses a CLIP-rewarded run unless updates come after whole episodes.
+        assert kwargs["train_freq"] % cfg.env.episode_length == 0 and cfg.rl.episode_batch
     # Build it for real with the tiny CLIP swapped in (nothing to download) and small sizes.
     small = copy.deepcopy(cfg)
-    small.reward = small.reward.replace(model="vlmrm-tiny", device="cpu")
+    small.reward = small.reward.replace(model="vlmrm-tiny", device="cpu", precision="fp32")  # fp16 is for GPUs
     small.env = small.env.replace(n_envs=2, render_size=48 if spec.batch is not None else None)
     small.rl = small.rl.replace(device="cpu", kwargs=dict(kwargs, buffer_size=100))
     venv = make_env(small)

@@ -254,13 +254,22 @@ def test_episode_batch_rewards_fill_the_replay_buffer(tmp_path, humanoid_tiny_rm
         ({"seed": "abc"}, "seed: must be a non-negative integer, got 'abc'"),
         ({"reward": {"target_prompts": [""]}}, "reward.target_prompts"),
         ({"rl": {"algorithm": "PPO", "episode_batch": True}}, "rl.episode_batch: only for off-policy"),
+        ({"distributed": {"learner_envs": -1}}, "distributed.learner_envs: must be a non-negative integer, got -1"),
+        ({"distributed": {"learner_envs": 99}}, "distributed.learner_envs: 99 is more than env.n_envs="),
+        (
+            {"distributed": {"heartbeat": 5, "heartbeat_timeout": 6}},
+            "distributed.heartbeat_timeout: must be at least twice",
+        ),
+        ({"distributed": {"timout": 5}}, "distributed.timout: unknown field; did you mean 'timeout'"),
+        ({"distributed": {"report_every": -1}}, "distributed.report_every: must be 0 .* got -1$"),
+        ({"env": {"rank_timeout": 60}}, "env.rank_timeout: moved; write distributed.timeout"),
     ],
 )
 def test_config_errors_name_the_field(tmp_path, patch, message):
     cfg = copy.deepcopy(CONFIG)
     for key, value in patch.items():
         if isinstance(value, dict):
-            cfg[key].update(value)
+            cfg.setdefault(key, {}).update(value)
         else:
             cfg[key] = value
     with pytest.raises(ConfigError, match=message):

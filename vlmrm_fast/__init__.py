@@ -72,6 +72,8 @@ _LAZY = {
     "FastVLMRewardVecEnv": "vlmrm_fast.vec_env",
     "RecordFrame": "vlmrm_fast.wrappers",
     "VLMRewardVecEnvWrapper": "vlmrm_fast.wrappers",
+    "VLMRewardVectorEnv": "vlmrm_fast.gym_vector",
+    "VLMRewardVectorWrapper": "vlmrm_fast.gym_vector",
 }
 
 if TYPE_CHECKING:  # the names as the type checker sees them
@@ -133,6 +135,8 @@ __all__ = [
     "RewardModelSpec",
     "VLMRewardModel",
     "VLMRewardVecEnvWrapper",
+    "VLMRewardVectorEnv",
+    "VLMRewardVectorWrapper",
     "WarpBatchRenderer",
     "WeightsUnavailableError",
     "build_info",

@@ -1,8 +1,11 @@
 """``vlmrm-fast`` command line: one subcommand per job.
 
 vlmrm-fast info                         what the build and the machine offer
-vlmrm-fast download MODEL               fetch pretrained weights into the local cache
+vlmrm-fast models [NAME ...]            the model families and sizes: input size, FLOPs per image
+vlmrm-fast download MODEL               fetch pretrained weights (and a hub tokenizer) into the local cache
 vlmrm-fast train CONFIG.yaml            train an agent with a VLM reward
+vlmrm-fast rollout CHECKPOINT.zip       play a saved policy: VLM and ground-truth returns, success, a video
+vlmrm-fast best RUN_DIR                 rank a run's checkpoints by their rollouts' VLM return
 vlmrm-fast export MODEL --batch-size N  build a TensorRT engine of MODEL's image tower ahead of time
 vlmrm-fast check-precision MODEL        embedding cosine and reward Spearman of FP8/fp16 against bf16
 vlmrm-fast dataset sample|label|render  labelled-state datasets
@@ -62,23 +65,62 @@ def _add_info(sub: argparse._SubParsersAction) -> None:
 
 
 def _download(args: argparse.Namespace) -> int:
-    from vlmrm_fast.models import download_weights
+    from vlmrm_fast.models import download_model
 
-    path = download_weights(args.model, args.pretrained, cache_dir=args.cache_dir)
-    print(f"weights: {path}")
+    found = download_model(args.model, args.pretrained, cache_dir=args.cache_dir)
+    for what, path in found.items():
+        print(f"{what}: {path}")
     return 0
 
 
 def _add_download(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("download", help="fetch a CLIP model's pretrained weights into the local cache (needs network)")
+    p = sub.add_parser(
+        "download",
+        help="fetch a model's pretrained weights, and its tokenizer where that lives on the hub, into the local cache "
+        "(needs network)",
+    )
     p.add_argument("model", help="'name/tag' (e.g. ViT-L-14/laion2b_s32b_b82k) or 'hf-hub:org/repo'")
     p.add_argument("--pretrained", metavar="TAG", help="the tag, if not given as name/tag")
     p.add_argument("--cache-dir", metavar="DIR", help="cache folder (default: the Hugging Face cache, HF_HUB_CACHE)")
     p.set_defaults(func=_download, setup=True)
 
 
+def _models(args: argparse.Namespace) -> int:
+    from vlmrm_fast.models.listing import print_models
+
+    return print_models(args.names, family=args.family, as_json=args.json)
+
+
+def _add_models(sub: argparse._SubParsersAction) -> None:
+    from vlmrm_fast.models.families import FAMILIES
+
+    p = sub.add_parser(
+        "models",
+        help="list the model families and their sizes: input size, embedding size, image-tower parameters and "
+        "GFLOPs per image",
+        description="Without names: every open_clip architecture, by family, from the table shipped with the "
+        "package. With names: those architectures, measured now (on the meta device: no weights, no memory).",
+    )
+    p.add_argument("names", nargs="*", metavar="NAME", help="architectures to measure now (e.g. one you registered)")
+    p.add_argument("--family", choices=[f.key for f in FAMILIES], help="only this family")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_models)
+
+
 def _add_train(sub: argparse._SubParsersAction) -> None:
     from vlmrm_fast.training.train import add_subcommand
+
+    add_subcommand(sub)
+
+
+def _add_rollout(sub: argparse._SubParsersAction) -> None:
+    from vlmrm_fast.training.policy_rollouts import add_subcommand
+
+    add_subcommand(sub)
+
+
+def _add_best(sub: argparse._SubParsersAction) -> None:
+    from vlmrm_fast.training.best_checkpoint import add_subcommand
 
     add_subcommand(sub)
 
@@ -117,8 +159,11 @@ def _add_landscape(sub: argparse._SubParsersAction) -> None:
 # subcommand is the one asked for.
 SUBCOMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "info": _add_info,
+    "models": _add_models,
     "download": _add_download,
     "train": _add_train,
+    "rollout": _add_rollout,
+    "best": _add_best,
     "export": _add_export,
     "check-precision": _add_check_precision,
     "dataset": _add_dataset,
@@ -131,8 +176,13 @@ SUBCOMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
 # missing here is built in full for --help.
 SUMMARIES: dict[str, str] = {
     "info": "print what the native core was built with and what this machine offers",
-    "download": "fetch a CLIP model's pretrained weights into the local cache (needs network)",
+    "models": "list the model families and their sizes: input size, embedding size, image-tower parameters and "
+    "GFLOPs per image",
+    "download": "fetch a model's pretrained weights, and its tokenizer where that lives on the hub, into the local "
+    "cache (needs network)",
     "train": "train an SB3 agent with a VLM reward from a YAML config",
+    "rollout": "play a saved policy: VLM and ground-truth returns, the paper's success, a video",
+    "best": "rank a run's checkpoints by their rollouts' mean VLM return (the paper's choice of result)",
     "export": "build the TensorRT engine of a CLIP image tower into the engine cache (or write its ONNX file)",
     "check-precision": "embedding cosine and reward Spearman of FP8/fp16 against bf16 on task frames",
     "dataset": "labelled-state datasets: sample and render states, import labels",

@@ -6,6 +6,13 @@ kernel (``csrc/cpu/preprocess.cpp`` on the CPU, ``csrc/cuda/preprocess.cu`` on
 the GPU) does the same arithmetic for a whole batch, in place, in the encoder's
 dtype. Frames can be a stack of upright images or the renderer's tiled,
 bottom-up framebuffer (see :class:`FrameLayout`).
+
+``resize_mode="paper"`` is the paper's own preprocessing instead: its code converted the
+frames to a float tensor and called torchvision's ``Resize((S, S))`` on it, which PyTorch
+computes as bicubic interpolation without antialiasing (the default for tensors in the
+torchvision of the time), then normalized with OpenAI's mean and std.
+:meth:`PreprocessSpec.paper_transform` is that reference written with torchvision; the
+kernels match PyTorch's portable CPU arithmetic to the bit (see ``csrc/cpu/preprocess.h``).
 """
 
 from __future__ import annotations
@@ -21,9 +28,14 @@ from vlmrm_fast.device import native_cuda_usable
 from vlmrm_fast.frames import FrameLayout, FrameView
 
 _FILTERS = {"bicubic": kernels.Filter.bicubic, "bilinear": kernels.Filter.bilinear}
-_RESIZE_MODES = {"shortest": kernels.ResizeMode.shortest, "squash": kernels.ResizeMode.squash}
-#: How a frame becomes the encoder's square input: open_clip's shortest-side resize and centre crop,
-#: or a squash of the whole frame (wide frames kept whole, as the paper's pipeline does).
+_RESIZE_MODES = {
+    "shortest": kernels.ResizeMode.shortest,
+    "squash": kernels.ResizeMode.squash,
+    "paper": kernels.ResizeMode.paper,
+}
+#: How a frame becomes the encoder's square input: open_clip's shortest-side resize and centre crop;
+#: a squash of the whole frame (wide frames kept whole) with the same antialiased resampling; or
+#: the paper's code's squash by PyTorch's float bicubic without antialiasing.
 RESIZE_MODES = tuple(_RESIZE_MODES)
 
 
@@ -52,6 +64,21 @@ class PreprocessSpec:
             raise ValueError(
                 f"resize_mode {self.resize_mode!r} is not supported by the fused preprocess; use {sorted(_RESIZE_MODES)}"
             )
+        if self.resize_mode == "paper" and self.interpolation != "bicubic":
+            raise ValueError(
+                "resize_mode 'paper' is bicubic (the paper's torchvision Resize); use interpolation='bicubic'"
+            )
+
+    def with_resize_mode(self, resize_mode: str) -> PreprocessSpec:
+        """This spec with another resize mode; ``"paper"`` also takes the paper's bicubic filter and
+        OpenAI's mean and std, which its code used for every model."""
+        if resize_mode != "paper":
+            return dataclasses.replace(self, resize_mode=resize_mode)
+        import open_clip
+
+        r, g, b = (float(v) for v in open_clip.OPENAI_DATASET_MEAN)
+        sr, sg, sb = (float(v) for v in open_clip.OPENAI_DATASET_STD)
+        return dataclasses.replace(self, resize_mode="paper", interpolation="bicubic", mean=(r, g, b), std=(sr, sg, sb))
 
     @classmethod
     def from_open_clip(cls, model: Any) -> PreprocessSpec:
@@ -74,9 +101,29 @@ class PreprocessSpec:
             resize_mode=cfg.get("resize_mode", "shortest") or "shortest",
         )
 
+    def paper_transform(self):
+        """The paper's preprocessing for this spec, written with torchvision on tensors: the reference
+        of ``resize_mode="paper"``. Takes uint8 (N, H, W, 3) frames, returns float32 (N, 3, S, S)."""
+        from torchvision import transforms
+
+        resize = transforms.Resize(
+            (self.size, self.size), interpolation=transforms.InterpolationMode.BICUBIC, antialias=False
+        )
+        normalize = transforms.Normalize(self.mean, self.std)
+
+        def transform(frames: Any) -> torch.Tensor:
+            pixels = as_frame_tensor(frames).permute(0, 3, 1, 2).to(torch.float32) / 255.0
+            return normalize(resize(pixels))
+
+        return transform
+
     def open_clip_transform(self):
-        """open_clip's own PIL transform for this spec: the reference we match."""
+        """open_clip's own PIL transform for this spec: the reference we match (for resize modes
+        other than ``"paper"``, whose reference is :meth:`paper_transform`)."""
         import open_clip
+
+        if self.resize_mode == "paper":
+            raise ValueError("resize_mode 'paper' is not open_clip's transform; its reference is paper_transform()")
 
         return open_clip.image_transform(
             self.size,

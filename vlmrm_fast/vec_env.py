@@ -22,7 +22,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from vlmrm_fast.checks import non_negative_int, positive_int
 from vlmrm_fast.device import resolve_device
-from vlmrm_fast.envs import TaskSpec, get_task
+from vlmrm_fast.envs import TaskSpec
 from vlmrm_fast.envs.batch import MujocoBatchVecEnv, choose_renderer
 from vlmrm_fast.envs.spec import EnvSpec
 from vlmrm_fast.memory import release_freed_memory
@@ -34,7 +34,16 @@ from vlmrm_fast.reward.spec import RewardModelSpec, spec_fields
 from vlmrm_fast.wrappers import RecordFrame, VLMRewardVecEnvWrapper
 
 #: EnvSpec fields that FastVLMRewardVecEnv takes as keywords (task and num_envs come first).
-ENV_ARGUMENTS = ("episode_length", "render_size", "physics", "renderer", "pipeline_chunks", "env_reward_weight")
+ENV_ARGUMENTS = (
+    "episode_length",
+    "render_size",
+    "physics",
+    "renderer",
+    "pipeline_chunks",
+    "env_reward_weight",
+    "time_limit",
+    "scene_assets",
+)
 #: FastVLMRewardVecEnv's keywords beside the two specs' fields.
 OPTIONS = ("reward_model", "reward_spec", "seed", "env_kwargs", "defer_rewards")
 
@@ -140,6 +149,8 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
         env_kwargs: dict[str, Any] | None = None,
         defer_rewards: bool = False,
         env_reward_weight: float = 0.0,
+        time_limit: str = "truncate",
+        scene_assets: str | None = None,
         **reward: Any,
     ):
         check_arguments(reward)
@@ -153,12 +164,15 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
             renderer=renderer,
             pipeline_chunks=pipeline_chunks,
             env_reward_weight=env_reward_weight,
+            time_limit=time_limit,
+            scene_assets=scene_assets,
         ).with_task_defaults()
-        task_spec = get_task(env.task)
+        task_spec = env.task_spec()
         self.env_spec = env
         self.task = task_spec
         self.render_size = env.frame_shape
         self.episode_length = env.episode_length
+        self.time_limit = env.time_limit
         self._owns_reward_model = reward_model is None  # loaded here: closed with the env
         if reward_model is not None:
             if reward or reward_spec is not None:
@@ -187,6 +201,7 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
                 env.n_envs,
                 render_size=self.render_size,
                 episode_length=self.episode_length,
+                time_limit=env.time_limit,
                 gpu=device.index if device.type == "cuda" else None,  # draw on the reward model's GPU
                 renderer=renderer,
             )
@@ -223,7 +238,8 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
 
     def _env_factory(self, spec: TaskSpec, env_kwargs: dict[str, Any] | None) -> Callable[[], gymnasium.Env]:
         size, limit, kwargs = self.render_size, self.episode_length, dict(env_kwargs or {})
-        return lambda: spec.make(render_size=size, episode_length=limit, **kwargs)
+        time_limit = self.time_limit
+        return lambda: spec.make(render_size=size, episode_length=limit, time_limit=time_limit, **kwargs)
 
     @classmethod
     def from_env_fns(

@@ -46,10 +46,14 @@ void bind_preprocess(py::module_& m) {
   py::enum_<Filter>(m, "Filter", "The resample filter (open_clip's interpolation, as Pillow does it).")
       .value("bilinear", Filter::kBilinear)
       .value("bicubic", Filter::kBicubic);
-  py::enum_<ResizeMode>(m, "ResizeMode",
-                        "shortest: the shorter side to S, then a center crop; squash: both sides to S.")
+  py::enum_<ResizeMode>(
+      m, "ResizeMode",
+      "shortest: the shorter side to S, then a center crop; squash: both sides to S; paper: "
+      "both sides to S by PyTorch's float bicubic without antialiasing (the paper's "
+      "torchvision Resize on tensors).")
       .value("shortest", ResizeMode::kShortest)
-      .value("squash", ResizeMode::kSquash);
+      .value("squash", ResizeMode::kSquash)
+      .value("paper", ResizeMode::kPaper);
 
   py::enum_<PassOrder>(m, "PassOrder", "Which axis Pillow resamples first (Pillow >= 13: pillow13).")
       .value("horizontal_first", PassOrder::kHorizontalFirst)
@@ -78,6 +82,8 @@ void bind_preprocess(py::module_& m) {
       .def_readonly("crop_top", &PreprocessPlan::crop_top)
       .def_readonly("crop_left", &PreprocessPlan::crop_left)
       .def_readonly("vertical_first", &PreprocessPlan::vertical_first, "The pass order (see PassOrder).")
+      .def_readonly("float_cubic", &PreprocessPlan::float_cubic,
+                    "ResizeMode.paper: PyTorch's float bicubic instead of Pillow's fixed-point taps.")
       .def_property_readonly("horizontal_taps", [](const PreprocessPlan& p) { return p.horizontal.taps; })
       .def_property_readonly("vertical_taps", [](const PreprocessPlan& p) { return p.vertical.taps; });
 

@@ -89,6 +89,43 @@ AxisPlan resample_axis(int in_size, int resized, int offset, int out_size, Filte
   return plan;
 }
 
+// PyTorch's cubic convolution weights of the four taps around a source
+// position with fraction t (get_cubic_upsample_coefficients, A = -0.75), in
+// float and in PyTorch's order of operations.
+void cubic_weights(float t, float w[kCubicTaps]) {
+  constexpr float a = -0.75f;
+  auto near = [](float x) { return ((a + 2.0f) * x - (a + 3.0f)) * x * x + 1.0f; };       // |x| <= 1
+  auto far = [](float x) { return ((a * x - 5.0f * a) * x + 8.0f * a) * x - 4.0f * a; };  // 1 < |x| < 2
+  w[0] = far(t + 1.0f);
+  w[1] = near(t);
+  w[2] = near(1.0f - t);
+  w[3] = far((1.0f - t) + 1.0f);
+}
+
+// PyTorch's upsample_bicubic2d indices and weights for one axis, in_size ->
+// out_size, align_corners=False and no scale factor given (as torchvision's
+// Resize calls it): the scale is in_size / out_size in float, the source
+// position scale * (o + 0.5) - 0.5, and the taps floor(position) - 1 .. + 2,
+// clamped to the frame.
+CubicAxis cubic_axis(int in_size, int out_size) {
+  CubicAxis axis;
+  axis.out_size = out_size;
+  axis.index.resize(static_cast<size_t>(out_size) * kCubicTaps);
+  axis.weight.resize(static_cast<size_t>(out_size) * kCubicTaps);
+  const float scale = static_cast<float>(in_size) / static_cast<float>(out_size);
+  for (int o = 0; o < out_size; ++o) {
+    const float position = scale * (static_cast<float>(o) + 0.5f) - 0.5f;
+    const int first = std::min(static_cast<int>(std::floor(position)), in_size - 1);
+    const float t = std::min(std::max(position - static_cast<float>(first), 0.0f), 1.0f);
+    float* w = axis.weight.data() + static_cast<size_t>(o) * kCubicTaps;
+    cubic_weights(t, w);
+    for (int j = 0; j < kCubicTaps; ++j) {
+      axis.index[static_cast<size_t>(o) * kCubicTaps + j] = std::max(std::min(first - 1 + j, in_size - 1), 0);
+    }
+  }
+  return axis;
+}
+
 inline uint8_t clip8(int32_t acc) {
   if (acc >= (1 << kResamplePrecisionBits << 8)) return 255;
   if (acc <= 0) return 0;
@@ -170,8 +207,72 @@ void resample_frame(const FrameLayout& frames, const PreprocessPlan& plan, int i
   }
 }
 
+inline void store(void* out, size_t idx, float value, DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: static_cast<float*>(out)[idx] = value; break;
+    case DType::kFloat16: static_cast<uint16_t*>(out)[idx] = cpu::float_to_half(value); break;
+    case DType::kBFloat16: static_cast<uint16_t*>(out)[idx] = cpu::float_to_bfloat16(value); break;
+  }
+}
+
+// ResizeMode::kPaper for frame i: every source row the vertical taps read is
+// interpolated along x (a float sum of the four products, left to right), then
+// each output along y from those rows, then normalized. The per-row sums are
+// the same values PyTorch computes inside its 4 x 4 loop, so keeping them is
+// only a saving.
+void cubic_frame(const FrameLayout& frames, const PreprocessPlan& plan, int i, void* out, DType dtype) {
+  const CubicAxis& h = plan.cubic_horizontal;
+  const CubicAxis& v = plan.cubic_vertical;
+  const int S = plan.out_size;
+  const int64_t ps = frames.pixel_stride;
+  const uint8_t* origin = frame_origin(frames, i);
+  float unit[256];
+  for (int k = 0; k < 256; ++k) unit[k] = static_cast<float>(k) / 255.0f;
+  std::vector<int> slot(plan.in_height, -1);  // where a source row's x-interpolation is kept
+  std::vector<int> rows;
+  for (const int32_t r : v.index) {
+    if (slot[r] < 0) {
+      slot[r] = static_cast<int>(rows.size());
+      rows.push_back(r);
+    }
+  }
+  std::vector<float> along_x(rows.size() * S * 3);
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const uint8_t* src = origin + static_cast<int64_t>(rows[k]) * frames.row_stride;
+    float* dst = along_x.data() + k * S * 3;
+    for (int x = 0; x < S; ++x) {
+      const int32_t* index = h.index.data() + static_cast<size_t>(x) * kCubicTaps;
+      const float* w = h.weight.data() + static_cast<size_t>(x) * kCubicTaps;
+      for (int c = 0; c < 3; ++c) {
+        float acc = unit[src[index[0] * ps + c]] * w[0];
+        for (int j = 1; j < kCubicTaps; ++j) acc += unit[src[index[j] * ps + c]] * w[j];
+        dst[x * 3 + c] = acc;
+      }
+    }
+  }
+  const size_t plane = static_cast<size_t>(S) * S;
+  const size_t base = static_cast<size_t>(i) * 3 * plane;
+  for (int y = 0; y < S; ++y) {
+    const int32_t* index = v.index.data() + static_cast<size_t>(y) * kCubicTaps;
+    const float* w = v.weight.data() + static_cast<size_t>(y) * kCubicTaps;
+    for (int x = 0; x < S; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        float acc = along_x[(static_cast<size_t>(slot[index[0]]) * S + x) * 3 + c] * w[0];
+        for (int j = 1; j < kCubicTaps; ++j)
+          acc += along_x[(static_cast<size_t>(slot[index[j]]) * S + x) * 3 + c] * w[j];
+        store(out, base + c * plane + static_cast<size_t>(y) * S + x, (acc - plan.mean[c]) / plan.std[c],
+              dtype);
+      }
+    }
+  }
+}
+
 // Resample, then (x / 255 - mean) / std in float32, planar output.
 void preprocess_frame(const FrameLayout& frames, const PreprocessPlan& plan, int i, void* out, DType dtype) {
+  if (plan.float_cubic) {
+    cubic_frame(frames, plan, i, out, dtype);
+    return;
+  }
   const int S = plan.out_size;
   std::vector<uint8_t> resized(static_cast<size_t>(S) * S * 3);
   resample_frame(frames, plan, i, resized);
@@ -180,12 +281,7 @@ void preprocess_frame(const FrameLayout& frames, const PreprocessPlan& plan, int
   for (size_t p = 0; p < plane; ++p) {
     for (int c = 0; c < 3; ++c) {
       float value = (static_cast<float>(resized[p * 3 + c]) / 255.0f - plan.mean[c]) / plan.std[c];
-      size_t idx = base + c * plane + p;
-      switch (dtype) {
-        case DType::kFloat32: static_cast<float*>(out)[idx] = value; break;
-        case DType::kFloat16: static_cast<uint16_t*>(out)[idx] = cpu::float_to_half(value); break;
-        case DType::kBFloat16: static_cast<uint16_t*>(out)[idx] = cpu::float_to_bfloat16(value); break;
-      }
+      store(out, base + c * plane + p, value, dtype);
     }
   }
 }
@@ -201,6 +297,22 @@ PreprocessPlan make_preprocess_plan(int in_height, int in_width, int out_size, R
   plan.in_height = in_height;
   plan.in_width = in_width;
   plan.out_size = out_size;
+  for (int c = 0; c < 3; ++c) {
+    if (!(std[c] > 0.0f)) throw std::invalid_argument("preprocess: std must be positive");
+    plan.mean[c] = mean[c];
+    plan.std[c] = std[c];
+  }
+  if (mode == ResizeMode::kPaper) {
+    if (filter != Filter::kBicubic) {
+      throw std::invalid_argument(
+          "preprocess: the paper resize mode is bicubic (PyTorch's); use Filter.bicubic");
+    }
+    plan.resized_height = plan.resized_width = out_size;
+    plan.float_cubic = true;
+    plan.cubic_horizontal = cubic_axis(in_width, out_size);
+    plan.cubic_vertical = cubic_axis(in_height, out_size);
+    return plan;
+  }
   if (mode == ResizeMode::kSquash) {
     plan.resized_height = plan.resized_width = out_size;
   } else {
@@ -219,11 +331,6 @@ PreprocessPlan make_preprocess_plan(int in_height, int in_width, int out_size, R
   plan.vertical = resample_axis(in_height, plan.resized_height, plan.crop_top, out_size, filter);
   const int shrink_h = in_height - plan.resized_height, shrink_w = in_width - plan.resized_width;
   plan.vertical_first = order == PassOrder::kPillow13 && shrink_h > 0 && shrink_h > 2 * shrink_w;
-  for (int c = 0; c < 3; ++c) {
-    if (!(std[c] > 0.0f)) throw std::invalid_argument("preprocess: std must be positive");
-    plan.mean[c] = mean[c];
-    plan.std[c] = std[c];
-  }
   return plan;
 }
 

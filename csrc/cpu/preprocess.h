@@ -3,6 +3,17 @@
 // two-pass fixed-point resampling with its uint8 rounding after each pass, then
 // (x / 255 - mean) / std in float32. The plan (filter taps) is built on the
 // host; the CPU twin here and the CUDA kernel in cuda/preprocess.cu apply it.
+//
+// ResizeMode::kPaper is the preprocessing of the paper's code instead
+// (torchvision Resize((S, S)) on a float tensor, which PyTorch computes as
+// bicubic interpolation without antialiasing): x / 255 in float32, PyTorch's
+// cubic convolution along x, then along y, in float32 with no rounding or
+// clamping in between, then (v - mean) / std. Every operation is the IEEE
+// float one in PyTorch's order (no fused multiply-add): the result is the bits
+// of PyTorch's portable CPU kernel (ATEN_CPU_CAPABILITY=default). Its AVX2 and
+// AVX-512 kernels and its CUDA kernel contract some of these operations into
+// fused multiply-adds, the source position scale * (o + 0.5) - 0.5 among them,
+// which moves that position by up to an ulp and the values by about 1e-5.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +22,7 @@
 namespace vlmrm {
 
 enum class Filter : int { kBilinear = 0, kBicubic = 1 };
-enum class ResizeMode : int { kShortest = 0, kSquash = 1 };
+enum class ResizeMode : int { kShortest = 0, kSquash = 1, kPaper = 2 };
 // The dtypes the kernels read and write: the one definition (Python gets it as
 // vlmrm_fast._core.kernels.DType, bound in bindings/kernels.cpp).
 enum class DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
@@ -56,6 +67,19 @@ struct AxisPlan {
   std::vector<int32_t> coeffs;
 };
 
+// PyTorch's cubic convolution reads four source samples per output.
+constexpr int kCubicTaps = 4;
+
+// One axis of PyTorch's bicubic interpolation (upsample_bicubic2d with
+// align_corners=False, A = -0.75) for ResizeMode::kPaper: output o reads source
+// indices index[o * kCubicTaps + j] (clamped to the frame, so a border sample
+// may repeat) with float weights weight[o * kCubicTaps + j], in order j = 0..3.
+struct CubicAxis {
+  int out_size = 0;
+  std::vector<int32_t> index;
+  std::vector<float> weight;
+};
+
 struct PreprocessPlan {
   int in_height = 0, in_width = 0;
   int resized_height = 0, resized_width = 0;  // before the crop
@@ -64,6 +88,11 @@ struct PreprocessPlan {
   AxisPlan horizontal;          // over output columns
   AxisPlan vertical;            // over output rows
   bool vertical_first = false;  // pass order (see PassOrder)
+  // ResizeMode::kPaper: the float bicubic axes below replace the fixed-point
+  // taps above (which stay empty).
+  bool float_cubic = false;
+  CubicAxis cubic_horizontal;  // over output columns
+  CubicAxis cubic_vertical;    // over output rows
   float mean[3] = {0, 0, 0};
   float std[3] = {1, 1, 1};
 };

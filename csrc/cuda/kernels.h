@@ -32,6 +32,7 @@ class DevicePreprocessPlan {
   PreprocessPlan plan_;          // host copy: sizes, taps, mean/std
   PreprocessGeometry geometry_;  // column span, tile heights, the tables uploaded
   int32_t* tables_ = nullptr;    // device copy of geometry_.tables
+  float* weights_ = nullptr;     // device copy of geometry_.weights (float_cubic plans)
   int multiprocessors_ = 0;
   int max_shared_bytes_ = 0;  // per block, opt-in limit of the device
 };

@@ -7,7 +7,42 @@
 
 namespace vlmrm {
 
+namespace {
+
+// The geometry of a float_cubic plan (ResizeMode::kPaper): its index and
+// weight tables, tap-major.
+PreprocessGeometry cubic_geometry(const PreprocessPlan& plan) {
+  const int S = plan.out_size;
+  const size_t taps = static_cast<size_t>(S) * kCubicTaps;
+  const CubicAxis* axes[2] = {&plan.cubic_horizontal, &plan.cubic_vertical};
+  const int limits[2] = {plan.in_width, plan.in_height};
+  PreprocessGeometry g;
+  for (int a = 0; a < 2; ++a) {
+    const CubicAxis& axis = *axes[a];
+    if (S <= 0 || axis.out_size != S || axis.index.size() != taps || axis.weight.size() != taps) {
+      throw std::invalid_argument("DevicePreprocessPlan: the plan's tap tables are inconsistent");
+    }
+    for (const int32_t index : axis.index) {
+      if (index < 0 || index >= limits[a]) {
+        throw std::invalid_argument("DevicePreprocessPlan: a tap reads outside the frame");
+      }
+    }
+    for (int j = 0; j < kCubicTaps; ++j) {
+      for (int o = 0; o < S; ++o) {
+        g.tables.push_back(axis.index[static_cast<size_t>(o) * kCubicTaps + j]);
+        g.weights.push_back(axis.weight[static_cast<size_t>(o) * kCubicTaps + j]);
+      }
+    }
+  }
+  g.col_first = 0;
+  g.col_end = plan.in_width;
+  return g;
+}
+
+}  // namespace
+
 PreprocessGeometry make_preprocess_geometry(const PreprocessPlan& plan) {
+  if (plan.float_cubic) return cubic_geometry(plan);
   const AxisPlan& h = plan.horizontal;
   const AxisPlan& v = plan.vertical;
   const int S = plan.out_size;
@@ -52,7 +87,8 @@ PreprocessGeometry make_preprocess_geometry(const PreprocessPlan& plan) {
 
 PreprocessLaunch plan_preprocess_launch(const FrameLayout& frames, const PreprocessPlan& plan,
                                         const PreprocessGeometry& geometry, const int32_t* device_tables,
-                                        int multiprocessors, int max_shared_bytes) {
+                                        const float* device_weights, int multiprocessors,
+                                        int max_shared_bytes) {
   if (frames.height != plan.in_height || frames.width != plan.in_width) {
     throw std::invalid_argument("preprocess_cuda: frames are " + std::to_string(frames.height) + "x" +
                                 std::to_string(frames.width) + " but the plan was made for " +
@@ -64,7 +100,7 @@ PreprocessLaunch plan_preprocess_launch(const FrameLayout& frames, const Preproc
   }
   if (frames.frames_per_row <= 0)
     throw std::invalid_argument("preprocess_cuda: frames_per_row must be positive");
-  if (frames.data == nullptr || device_tables == nullptr)
+  if (frames.data == nullptr || device_tables == nullptr || (plan.float_cubic && device_weights == nullptr))
     throw std::invalid_argument("preprocess_cuda: null pointer");
 
   const int S = plan.out_size;
@@ -81,8 +117,9 @@ PreprocessLaunch plan_preprocess_launch(const FrameLayout& frames, const Preproc
       break;
     }
   }
-  int stage_rows = vertical_first ? 0 : kMaxPreprocessStageRows;
+  int stage_rows = vertical_first || plan.float_cubic ? 0 : kMaxPreprocessStageRows;
   auto shared_bytes = [&]() -> int64_t {
+    if (plan.float_cubic) return kCubicTableBytes;  // the taps read global memory through the cache
     if (vertical_first) return kPreprocessTableBytes + static_cast<int64_t>(tile_rows) * 3 * cols;
     return kPreprocessTableBytes + stage_rows * stage_words * 4 +
            static_cast<int64_t>(geometry.rows_spanned[tile_rows]) * 3 * S;
@@ -101,6 +138,7 @@ PreprocessLaunch plan_preprocess_launch(const FrameLayout& frames, const Preproc
   if (blocks > INT_MAX) throw std::invalid_argument("preprocess_cuda: too many frames for one launch");
 
   PreprocessLaunch launch;
+  launch.float_cubic = plan.float_cubic;
   launch.vertical_first = vertical_first;
   launch.blocks = static_cast<unsigned>(blocks);
   launch.shared_bytes = static_cast<size_t>(shared_bytes());
@@ -119,12 +157,19 @@ PreprocessLaunch plan_preprocess_launch(const FrameLayout& frames, const Preproc
   a.span_bytes = static_cast<int>(span_bytes);
   a.col_first = geometry.col_first;
   a.cols = cols;
-  a.h_start = device_tables;
-  a.h_count = a.h_start + S;
-  a.h_coeffs = a.h_count + S;
-  a.v_start = a.h_coeffs + static_cast<size_t>(S) * plan.horizontal.taps;
-  a.v_count = a.v_start + S;
-  a.v_coeffs = a.v_count + S;
+  if (plan.float_cubic) {
+    a.h_index = device_tables;
+    a.v_index = device_tables + static_cast<size_t>(S) * kCubicTaps;
+    a.h_weight = device_weights;
+    a.v_weight = device_weights + static_cast<size_t>(S) * kCubicTaps;
+  } else {
+    a.h_start = device_tables;
+    a.h_count = a.h_start + S;
+    a.h_coeffs = a.h_count + S;
+    a.v_start = a.h_coeffs + static_cast<size_t>(S) * plan.horizontal.taps;
+    a.v_count = a.v_start + S;
+    a.v_coeffs = a.v_count + S;
+  }
   for (int c = 0; c < 3; ++c) {
     a.mean[c] = plan.mean[c];
     a.std[c] = plan.std[c];

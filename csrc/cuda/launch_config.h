@@ -28,6 +28,8 @@ constexpr int kRewardThreads = 128;
 // Shared memory the preprocess kernel reserves for its 3 x 256 table of
 // normalized values (sized for float, the widest output type).
 constexpr int kPreprocessTableBytes = 3 * 256 * 4;
+// Shared memory of the float bicubic kernel (kPaper): its table of v / 255.
+constexpr int kCubicTableBytes = 256 * 4;
 // Source rows the horizontal-first pass stages in shared memory at a time.
 constexpr int kMaxPreprocessStageRows = 8;
 
@@ -52,6 +54,12 @@ struct PreprocessArgs {
   const int32_t* v_start;
   const int32_t* v_count;
   const int32_t* v_coeffs;
+  // ResizeMode::kPaper (float_cubic): kCubicTaps source indices and float
+  // weights per output, tap-major like the coefficients above.
+  const int32_t* h_index;
+  const float* h_weight;
+  const int32_t* v_index;
+  const float* v_weight;
   float mean[3];
   float std[3];
 };
@@ -64,8 +72,11 @@ struct PreprocessGeometry {
   // start, count, coefficients [tap][output] of the horizontal axis, then the
   // same for the vertical axis: the table uploaded to the device. Tap-major,
   // so the threads of a warp (neighbouring outputs) read one tap's
-  // coefficients from consecutive addresses.
+  // coefficients from consecutive addresses. A float_cubic plan (kPaper) has
+  // its horizontal source indices [tap][output], then the vertical ones, here,
+  // and its weights in the same layout in `weights`.
   std::vector<int32_t> tables;
+  std::vector<float> weights;
 };
 
 // Throws std::invalid_argument when the plan's tap tables are inconsistent.
@@ -73,6 +84,7 @@ PreprocessGeometry make_preprocess_geometry(const PreprocessPlan& plan);
 
 struct PreprocessLaunch {
   PreprocessArgs args{};
+  bool float_cubic = false;  // the paper's float bicubic kernel (cubic_preprocess_kernel)
   bool vertical_first = false;
   unsigned blocks = 0;
   size_t shared_bytes = 0;
@@ -82,11 +94,13 @@ struct PreprocessLaunch {
 // `multiprocessors` and `max_shared_bytes` per block: the tallest tile that
 // still gives every multiprocessor two blocks, then shorter tiles (and fewer
 // staged rows) until a block fits in shared memory. `device_tables` is where
-// geometry.tables lives on the device. Throws std::invalid_argument on bad
-// input or a frame too large for one block.
+// geometry.tables lives on the device, `device_weights` where geometry.weights
+// does (null unless the plan is float_cubic). Throws std::invalid_argument on
+// bad input or a frame too large for one block.
 PreprocessLaunch plan_preprocess_launch(const FrameLayout& frames, const PreprocessPlan& plan,
                                         const PreprocessGeometry& geometry, const int32_t* device_tables,
-                                        int multiprocessors, int max_shared_bytes);
+                                        const float* device_weights, int multiprocessors,
+                                        int max_shared_bytes);
 
 struct RewardArgs {
   RewardTask tasks[kMaxRewardTasks];

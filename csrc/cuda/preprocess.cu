@@ -9,6 +9,7 @@
 namespace vlmrm {
 namespace {
 
+using preprocess_device::cubic_preprocess_kernel;
 using preprocess_device::preprocess_kernel;
 
 template <typename OutT>
@@ -24,7 +25,9 @@ void set_shared_limit(int bytes) {
 template <typename OutT>
 void launch(const PreprocessLaunch& l, cudaStream_t stream, void* out) {
   OutT* dst = static_cast<OutT*>(out);
-  if (l.vertical_first) {
+  if (l.float_cubic) {
+    cubic_preprocess_kernel<OutT><<<l.blocks, kPreprocessThreads, l.shared_bytes, stream>>>(l.args, dst);
+  } else if (l.vertical_first) {
     preprocess_kernel<OutT, true><<<l.blocks, kPreprocessThreads, l.shared_bytes, stream>>>(l.args, dst);
   } else {
     preprocess_kernel<OutT, false><<<l.blocks, kPreprocessThreads, l.shared_bytes, stream>>>(l.args, dst);
@@ -48,10 +51,18 @@ DevicePreprocessPlan::DevicePreprocessPlan(const PreprocessPlan& plan, int devic
   const std::vector<int32_t>& host = geometry_.tables;
   const size_t bytes = host.size() * sizeof(int32_t);
   cuda::check(cudaMalloc(reinterpret_cast<void**>(&tables_), bytes), "cudaMalloc(preprocess taps)");
-  const cudaError_t copied = cudaMemcpy(tables_, host.data(), bytes, cudaMemcpyHostToDevice);
+  cudaError_t copied = cudaMemcpy(tables_, host.data(), bytes, cudaMemcpyHostToDevice);
+  if (copied == cudaSuccess && !geometry_.weights.empty()) {
+    const size_t weight_bytes = geometry_.weights.size() * sizeof(float);
+    copied = cudaMalloc(reinterpret_cast<void**>(&weights_), weight_bytes);
+    if (copied == cudaSuccess)
+      copied = cudaMemcpy(weights_, geometry_.weights.data(), weight_bytes, cudaMemcpyHostToDevice);
+  }
   if (copied != cudaSuccess) {
     cudaFree(tables_);
+    cudaFree(weights_);  // null-safe
     tables_ = nullptr;
+    weights_ = nullptr;
     cuda::check(copied, "cudaMemcpy(preprocess taps)");
   }
 }
@@ -62,14 +73,15 @@ DevicePreprocessPlan::~DevicePreprocessPlan() {
   const bool switched =
       cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
   cudaFree(tables_);  // fails harmlessly once the runtime is torn down at exit
+  cudaFree(weights_);
   if (switched) cudaSetDevice(previous);
 }
 
 void preprocess_cuda(const FrameLayout& frames, const DevicePreprocessPlan& device_plan, void* out,
                      DType dtype, void* stream) {
-  const PreprocessLaunch l =
-      plan_preprocess_launch(frames, device_plan.plan_, device_plan.geometry_, device_plan.tables_,
-                             device_plan.multiprocessors_, device_plan.max_shared_bytes_);
+  const PreprocessLaunch l = plan_preprocess_launch(
+      frames, device_plan.plan_, device_plan.geometry_, device_plan.tables_, device_plan.weights_,
+      device_plan.multiprocessors_, device_plan.max_shared_bytes_);
   if (out == nullptr) throw std::invalid_argument("preprocess_cuda: null pointer");
   cuda::DeviceGuard guard(device_plan.device_);
   cuda::require_device_pointer(frames.data, device_plan.device_, "frames");

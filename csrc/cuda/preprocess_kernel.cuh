@@ -17,6 +17,13 @@
 // are read through FrameLayout's strides, so the EGL renderer's bottom-up
 // RGBA frames (negative row stride) need no copy. The launch (tile height, shared
 // memory, tap tables) is planned by plan_preprocess_launch (launch_config.h).
+//
+// cubic_preprocess_kernel is ResizeMode::kPaper, the paper's float bicubic
+// (PyTorch's upsample_bicubic2d): each thread computes one output pixel's three
+// channels from its 4 x 4 source samples (v / 255 from a shared table), along x
+// for each of the four rows, then along y, with __fmul_rn / __fadd_rn so that
+// nvcc contracts nothing into FMAs: the same bits as cubic_frame in
+// cpu/preprocess.cpp.
 #pragma once
 
 #include <climits>
@@ -215,6 +222,52 @@ __global__ void __launch_bounds__(kThreads)
     vertical_then_horizontal(a, origin, work, table, frame_out, y0, rows_out);
   } else {
     horizontal_then_vertical(a, origin, work, table, frame_out, y0, rows_out);
+  }
+}
+
+// One row of the float bicubic: the four samples of channel c along x, summed
+// left to right in float.
+__device__ __forceinline__ float cubic_along_x(const PreprocessArgs& a, const uint8_t* row, const float* unit,
+                                               int x, int c) {
+  const int S = a.size;
+  float acc = 0.0f;
+  for (int j = 0; j < kCubicTaps; ++j) {
+    const uint8_t sample =
+        __ldg(row + static_cast<int64_t>(__ldg(a.h_index + j * S + x)) * a.pixel_stride + c);
+    const float term = __fmul_rn(unit[sample], __ldg(a.h_weight + j * S + x));
+    acc = j == 0 ? term : __fadd_rn(acc, term);
+  }
+  return acc;
+}
+
+template <typename OutT>
+__global__ void __launch_bounds__(kThreads)
+    cubic_preprocess_kernel(const PreprocessArgs a, OutT* __restrict__ out) {
+  VLMRM_DYNAMIC_SHARED(float, unit);  // v / 255 for every byte value
+  const int S = a.size;
+  const int frame = blockIdx.x / a.tiles;
+  const int y0 = (blockIdx.x - frame * a.tiles) * a.tile_rows;
+  const int rows_out = min(a.tile_rows, S - y0);
+  for (int i = threadIdx.x; i < 256; i += kThreads) unit[i] = __fdiv_rn(static_cast<float>(i), 255.0f);
+  __syncthreads();
+
+  const uint8_t* origin = a.frames + (frame % a.frames_per_row) * a.frame_col_stride +
+                          (frame / a.frames_per_row) * a.frame_row_stride;
+  OutT* frame_out = out + static_cast<size_t>(frame) * 3 * S * S;
+  const size_t plane = static_cast<size_t>(S) * S;
+  for (int i = threadIdx.x; i < rows_out * S; i += kThreads) {
+    const int y = y0 + i / S;
+    const int x = i - (i / S) * S;
+    const size_t at = static_cast<size_t>(y) * S + x;
+    for (int c = 0; c < 3; ++c) {
+      float acc = 0.0f;
+      for (int r = 0; r < kCubicTaps; ++r) {
+        const uint8_t* row = origin + static_cast<int64_t>(__ldg(a.v_index + r * S + y)) * a.row_stride;
+        const float term = __fmul_rn(cubic_along_x(a, row, unit, x, c), __ldg(a.v_weight + r * S + y));
+        acc = r == 0 ? term : __fadd_rn(acc, term);
+      }
+      frame_out[c * plane + at] = convert<OutT>(__fdiv_rn(__fsub_rn(acc, a.mean[c]), a.std[c]));
+    }
   }
 }
 

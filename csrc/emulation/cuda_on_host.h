@@ -100,6 +100,8 @@ inline float __bfloat162float(__nv_bfloat16 v) { return vlmrm::cpu::bfloat16_to_
 // compiled without floating-point contraction.
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
 
 template <typename T>
 inline T __ldg(const T* ptr) {

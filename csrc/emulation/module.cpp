@@ -36,7 +36,9 @@ emulation::Order to_order(const std::string& order) {
 template <typename OutT>
 void run_preprocess(const PreprocessLaunch& l, const emulation::LaunchConfig& config, void* out) {
   OutT* dst = static_cast<OutT*>(out);
-  if (l.vertical_first) {
+  if (l.float_cubic) {
+    emulation::launch(config, [&] { preprocess_device::cubic_preprocess_kernel<OutT>(l.args, dst); });
+  } else if (l.vertical_first) {
     emulation::launch(config, [&] { preprocess_device::preprocess_kernel<OutT, true>(l.args, dst); });
   } else {
     emulation::launch(config, [&] { preprocess_device::preprocess_kernel<OutT, false>(l.args, dst); });
@@ -52,8 +54,9 @@ py::dict preprocess(const PreprocessPlan& plan, uintptr_t frames, int num_frames
                                                 frames_per_row, frame_col_stride, frame_row_stride);
   void* dst = address<void>(out, "out");
   const PreprocessGeometry geometry = make_preprocess_geometry(plan);
-  const PreprocessLaunch l = plan_preprocess_launch(layout, plan, geometry, geometry.tables.data(),
-                                                    multiprocessors, max_shared_bytes);
+  const PreprocessLaunch l = plan_preprocess_launch(
+      layout, plan, geometry, geometry.tables.data(),
+      geometry.weights.empty() ? nullptr : geometry.weights.data(), multiprocessors, max_shared_bytes);
   emulation::LaunchConfig config;
   config.blocks = l.blocks;
   config.threads = kPreprocessThreads;
@@ -61,7 +64,8 @@ py::dict preprocess(const PreprocessPlan& plan, uintptr_t frames, int num_frames
   config.order = to_order(order);
   config.seed = seed;
   config.readable = {{address<const void>(buffer, "buffer"), buffer_bytes},
-                     {geometry.tables.data(), geometry.tables.size() * sizeof(int32_t)}};
+                     {geometry.tables.data(), geometry.tables.size() * sizeof(int32_t)},
+                     {geometry.weights.data(), geometry.weights.size() * sizeof(float)}};
   switch (args::checked_dtype(dtype)) {
     case DType::kFloat32: run_preprocess<float>(l, config, dst); break;
     case DType::kFloat16: run_preprocess<__half>(l, config, dst); break;
@@ -73,6 +77,7 @@ py::dict preprocess(const PreprocessPlan& plan, uintptr_t frames, int num_frames
   launch["stage_rows"] = l.args.stage_rows;
   launch["shared_bytes"] = l.shared_bytes;
   launch["vertical_first"] = l.vertical_first;
+  launch["float_cubic"] = l.float_cubic;
   return launch;
 }
 

@@ -105,15 +105,18 @@ class Filter:
         ...
 class ResizeMode:
     """
-    shortest: the shorter side to S, then a center crop; squash: both sides to S.
+    shortest: the shorter side to S, then a center crop; squash: both sides to S; paper: both sides to S by PyTorch's float bicubic without antialiasing (the paper's torchvision Resize on tensors).
     
     Members:
     
       shortest
     
       squash
+    
+      paper
     """
     __members__: typing.ClassVar[dict[str, ResizeMode]]
+    paper: typing.ClassVar[ResizeMode]
     shortest: typing.ClassVar[ResizeMode]
     squash: typing.ClassVar[ResizeMode]
     @typing.overload
@@ -211,6 +214,11 @@ class PreprocessPlan:
     @property
     def crop_top(self) -> int:
         ...
+    @property
+    def float_cubic(self) -> bool:
+        """
+        ResizeMode.paper: PyTorch's float bicubic instead of Pillow's fixed-point taps.
+        """
     @property
     def horizontal_taps(self) -> int:
         ...

@@ -10,12 +10,17 @@
     else:
         serve_shard()
 
-Modules: ``launch`` (torchrun's variables, the split, the devices, the group), ``channel``
-(messages with one rank, bounded waits, :class:`RankFailure`), ``protocol`` (what is said),
-``sharded`` (the VecEnv on rank 0), ``serve`` (the other ranks), ``jobs`` (``vlmrm-fast train``).
+Modules: ``config`` (DistributedConfig: rank 0's envs, the timeout, the heartbeat), ``launch``
+(torchrun's variables, the split, the devices, the group, the launches refused), ``channel``
+(messages with one rank, receives posted ahead, bounded waits, :class:`RankFailure`), ``heartbeat``
+(every rank shows it is alive), ``protocol`` (what is said), ``timings`` (per-rank step times),
+``sharded`` (the VecEnv on rank 0), ``serve`` (the other ranks), ``jobs`` (``vlmrm-fast train``),
+``run`` (torchrun with what its restarts need: ``python -m vlmrm_fast.distributed.run``).
+See docs/scale-out.md.
 """
 
 from vlmrm_fast.distributed.channel import RankFailure
+from vlmrm_fast.distributed.config import DistributedConfig
 from vlmrm_fast.distributed.launch import (
     DEFAULT_TIMEOUT,
     Launch,
@@ -37,6 +42,7 @@ def launched_rank() -> int:
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "DistributedConfig",
     "Launch",
     "LayoutError",
     "RankFailure",

@@ -3,16 +3,23 @@ rank 0 trains on the sharded env (and alone writes checkpoints, logs and videos)
 
 from __future__ import annotations
 
-import datetime
+import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any
 
 from vlmrm_fast.distributed.channel import RankFailure
-from vlmrm_fast.distributed.launch import DEFAULT_TIMEOUT, Launch, LayoutError
+from vlmrm_fast.distributed.config import DEFAULTS, DistributedConfig
+from vlmrm_fast.distributed.launch import Launch, LayoutError, check_launcher
 
 if TYPE_CHECKING:
     from vlmrm_fast.envs.spec import EnvSpec
     from vlmrm_fast.reward.spec import RewardModelSpec
+
+
+def check_launch() -> None:
+    """Refuses a launch that cannot work, with the fix (srun tasks without torchrun, torchrun
+    restarts on a shared store; see ``launch.check_launcher``)."""
+    check_launcher()
 
 
 def serving_rank() -> bool:
@@ -21,13 +28,13 @@ def serving_rank() -> bool:
     return launch.world_size > 1 and launch.rank != 0
 
 
-def serve_for_training(timeout: datetime.timedelta | float = DEFAULT_TIMEOUT) -> int:
+def serve_for_training(distributed: DistributedConfig) -> int:
     """Serves this rank's envs until rank 0 closes; the exit status (0: rank 0 closed the run)."""
     from vlmrm_fast.distributed.serve import serve_shard
 
     rank = Launch.detect().rank
     try:
-        serve_shard(timeout=timeout)
+        serve_shard(timeout=distributed.timeout)
     except LayoutError as error:
         print(f"rank {rank}: the job cannot run: {error}", file=sys.stderr)
         return 2
@@ -37,14 +44,16 @@ def serve_for_training(timeout: datetime.timedelta | float = DEFAULT_TIMEOUT) ->
     return 0
 
 
-def make_vec_env(env: EnvSpec, reward: RewardModelSpec, **options: Any):
+def make_vec_env(env: EnvSpec, reward: RewardModelSpec, distributed: DistributedConfig = DEFAULTS, **options: Any):
     """A FastVLMRewardVecEnv of ``env`` scored by ``reward`` in a single process; on rank 0 of a job of
-    several ranks, the ShardedVecEnv of the same specs (the layout printed one line per rank).
-    ``options``: FastVLMRewardVecEnv's ``seed``, ``env_kwargs``, ``defer_rewards``."""
+    several ranks, the ShardedVecEnv of the same specs laid out as ``distributed`` says (the layout
+    printed one line per rank). ``options``: FastVLMRewardVecEnv's ``seed``, ``env_kwargs``, ``defer_rewards``."""
     from vlmrm_fast.vec_env import FastVLMRewardVecEnv, stack_arguments
 
     if Launch.detect().world_size > 1:
         from vlmrm_fast.distributed.sharded import ShardedVecEnv
 
-        return ShardedVecEnv(env.task, env.n_envs, timeout=env.rank_timeout, **stack_arguments(env, reward), **options)
+        return ShardedVecEnv(
+            env.task, env.n_envs, **dataclasses.asdict(distributed), **stack_arguments(env, reward), **options
+        )
     return FastVLMRewardVecEnv.from_specs(env, reward, **options)

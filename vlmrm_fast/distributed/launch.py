@@ -2,7 +2,9 @@
 
 torchrun (``python -m torch.distributed.run``) starts one process per rank and sets
 RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (the node) and the
-rendezvous address; ``init_process_group`` reads the address from there.
+rendezvous address; ``init_process_group`` reads the address from there. Launches that
+cannot work are refused here, with the fix (:func:`check_launcher`): SLURM tasks started
+without torchrun, and torchrun restarts on a store that the restarted ranks cannot use.
 """
 
 from __future__ import annotations
@@ -12,14 +14,16 @@ import dataclasses
 import datetime
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-#: how long a rank waits for another before it stops with an error naming it (torch's own default)
-DEFAULT_TIMEOUT = dist.default_pg_timeout
+from vlmrm_fast.distributed import config
+
+#: how long rank 0 waits for one rank's answer to one call (torch's own default for a wait)
+DEFAULT_TIMEOUT = datetime.timedelta(seconds=config.DEFAULT_TIMEOUT)
 
 
 def as_timeout(timeout: datetime.timedelta | float) -> datetime.timedelta:
@@ -92,15 +96,33 @@ def launched() -> bool:
     return Launch.detect().world_size > 1
 
 
-def plan_shards(num_envs: int, world_size: int) -> list[range]:
-    """The envs of each rank: ``num_envs`` in ``world_size`` contiguous ranges, the first ones one larger."""
-    if world_size > num_envs:
+def plan_shards(num_envs: int, world_size: int, learner_envs: int | None = None) -> list[range]:
+    """The envs of each rank, in ``world_size`` contiguous ranges of ``num_envs``.
+
+    Rank 0 also runs the learner, so it never holds more than another rank: ``learner_envs``
+    (None: ``num_envs // world_size``; 0: none, rank 0 only learns), and the other ranks split the
+    rest evenly, the first ones one larger. One process holds every env whatever ``learner_envs``.
+    """
+    if world_size == 1:
+        return [range(num_envs)]
+    if learner_envs is None and world_size > num_envs:
         raise LayoutError(
             f"the job has {world_size} ranks but n_envs={num_envs}: every rank steps at least one env; "
             f"launch at most {num_envs} rank{'s' if num_envs > 1 else ''} (torchrun --nproc-per-node/--nnodes) or raise n_envs"
         )
-    base, extra = divmod(num_envs, world_size)
-    bounds = np.cumsum([0] + [base + (r < extra) for r in range(world_size)])
+    own = num_envs // world_size if learner_envs is None else learner_envs
+    serving = world_size - 1
+    if num_envs - own < serving:
+        raise LayoutError(
+            f"distributed.learner_envs={learner_envs} leaves {max(num_envs - own, 0)} of n_envs={num_envs} envs for "
+            f"{serving} serving rank{'s' if serving > 1 else ''}: every serving rank steps at least one env; "
+            f"set learner_envs to at most {num_envs - serving}, or launch fewer ranks"
+            if num_envs >= serving
+            else f"the job has {serving} serving ranks but n_envs={num_envs}: every serving rank steps at least one "
+            f"env; launch at most {num_envs + 1} ranks (torchrun --nproc-per-node/--nnodes) or raise n_envs"
+        )
+    base, extra = divmod(num_envs - own, serving)
+    bounds = np.cumsum([0, own] + [base + (r < extra) for r in range(serving)])
     return [range(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
@@ -152,6 +174,10 @@ def use_device(device: str | torch.device) -> None:
         torch.cuda.set_device(device)
 
 
+#: the tag of :meth:`Membership.abandon`'s receive, which no message uses
+ABANDON_TAG = 0x7ABA
+
+
 @dataclasses.dataclass
 class Membership:
     """The gloo group one sharded env's messages travel on: its own, so that closing one env never
@@ -164,6 +190,20 @@ class Membership:
         if self.group is not None and dist.is_initialized():
             dist.destroy_process_group(self.group)
         self.group = None
+
+    def abandon(self, peer: int) -> None:
+        """Ends every wait on the group at once, here and on the other ranks (their connections to
+        this rank close): gloo closes all pairs of a group when one of its waits runs out, so this
+        waits a millisecond for a message from ``peer`` on a tag that nothing else uses. Any thread
+        may call it; the group is then unusable (each Link raises its failure)."""
+        if self.group is None:
+            return
+        try:
+            dist.irecv(torch.empty(1, dtype=torch.uint8), peer, self.group, tag=ABANDON_TAG).wait(
+                datetime.timedelta(milliseconds=1)
+            )
+        except RuntimeError:
+            pass  # the expected timeout (or the pair was closed already)
 
 
 def _destroy_default_group() -> None:
@@ -178,6 +218,7 @@ def join(timeout: datetime.timedelta) -> Membership:
     the same rendezvous); a group the user made (NCCL, say) only serves to make the gloo one."""
     if not dist.is_available():
         raise RuntimeError("this torch build has no torch.distributed")
+    check_launcher()
     if not dist.is_initialized():
         missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
         if missing:
@@ -188,3 +229,34 @@ def join(timeout: datetime.timedelta) -> Membership:
         dist.init_process_group("gloo", timeout=timeout)
         atexit.register(_destroy_default_group)
     return Membership(dist.new_group(backend="gloo", timeout=timeout))
+
+
+def check_launcher(environ: Mapping[str, str] | None = None) -> None:
+    """Refuses launches that cannot work, with the fix (a :class:`LayoutError` on every rank):
+
+    - SLURM tasks (``srun -n N``) without torchrun: each would run alone, N separate runs.
+    - ``torchrun --max-restarts N`` sharing its rendezvous store with the ranks (torch's default since
+      2.5): a restarted gloo group reads the addresses of the ranks that died and cannot connect
+      (torch issue 135712). ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in torchrun's environment gives
+      each restart a store of its own; ``python -m vlmrm_fast.distributed.run`` is torchrun with it set.
+    """
+    env = os.environ if environ is None else environ
+    host = socket.gethostname()
+    tasks = int(env.get("SLURM_STEP_NUM_TASKS", "1") or 1)
+    if tasks > 1 and "RANK" not in env and "WORLD_SIZE" not in env:
+        raise LayoutError(
+            f"SLURM started this process on {host} as task {env.get('SLURM_PROCID', '?')} of {tasks} (srun), but "
+            "torchrun's variables (RANK, WORLD_SIZE) are not set: each task would run alone, as a separate run. "
+            "Start one torchrun per node under srun instead: srun --ntasks-per-node=1 torchrun --nnodes=$SLURM_JOB_NUM_NODES "
+            "--nproc-per-node=GPUS_PER_NODE --rdzv-backend=c10d --rdzv-endpoint=FIRST_NODE:29500 --rdzv-id=$SLURM_JOB_ID "
+            "-m vlmrm_fast.cli train CONFIG (see examples/slurm/train.sbatch)"
+        )
+    restarts = int(env.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+    if restarts > 0 and env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and int(env.get("WORLD_SIZE", "1")) > 1:
+        raise LayoutError(
+            f"rank {env.get('RANK', '?')} on {host}: torchrun --max-restarts {restarts} shares its rendezvous store "
+            "with the ranks, and a restarted gloo group then reads the addresses of the ranks that died and cannot "
+            "connect (torch issue 135712). Set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in torchrun's environment "
+            "(each restart then gets a store of its own), or launch with python -m vlmrm_fast.distributed.run, "
+            "which is torchrun with it set"
+        )

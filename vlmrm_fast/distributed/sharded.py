@@ -1,9 +1,11 @@
 """ShardedVecEnv: on rank 0, the whole VecEnv of a torchrun job whose envs are split over its ranks.
 
-Rank 0 steps its own envs (a FastVLMRewardVecEnv) while every other rank steps, renders
-and scores its envs on its own device (``serve.serve_shard``); then their observations,
-rewards, dones and infos are gathered. Env ``i`` of the whole run is seeded ``seed + i``
-on whichever rank it lives, so the run equals one process with all the envs.
+Rank 0 steps its own envs (a FastVLMRewardVecEnv; none with ``learner_envs=0``) while every other
+rank steps, renders and scores its envs on its own device (``serve.serve_shard``); their
+observations, rewards, dones and infos come back in parallel (``channel.receive_all``). Env ``i``
+of the whole run is seeded ``seed + i`` on whichever rank it lives, so the run equals one process
+with all the envs. Every rank beats on the job's store (``heartbeat``): a dead or frozen rank is
+named within the heartbeat timeout, also while rank 0 learns or saves between steps.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import pickle
+import sys
+import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +24,9 @@ import numpy as np
 from stable_baselines3.common.vec_env import VecEnv
 
 from vlmrm_fast.actions import check_actions
-from vlmrm_fast.distributed.channel import Link, RankFailure, signals_held
+from vlmrm_fast.distributed.channel import Link, RankFailure, receive_all, signals_held
+from vlmrm_fast.distributed.config import DEFAULTS, DistributedConfig
+from vlmrm_fast.distributed.heartbeat import Heartbeat
 from vlmrm_fast.distributed.launch import (
     DEFAULT_TIMEOUT,
     Launch,
@@ -29,7 +36,8 @@ from vlmrm_fast.distributed.launch import (
     plan_shards,
     shard_devices,
 )
-from vlmrm_fast.distributed.protocol import CLOSE, Call, Refuse, Reply, ShardSpec
+from vlmrm_fast.distributed.protocol import CLOSE, Built, Call, Refuse, Reply, ShardSpec, rank_timings
+from vlmrm_fast.distributed.timings import RankClock, RankTimes, table
 from vlmrm_fast.envs.spec import EnvSpec
 from vlmrm_fast.reward.spec import RewardModelSpec
 
@@ -55,6 +63,8 @@ class Shard:
 
 
 def envs_text(envs: range) -> str:
+    if not len(envs):
+        return "no envs (the learner only)"
     return f"env {envs.start}" if len(envs) == 1 else f"envs {envs.start}-{envs.stop - 1}"
 
 
@@ -69,20 +79,31 @@ def _concat(parts: Sequence[Any]) -> Any:
 
 
 def lay_out(
-    env: EnvSpec, reward: RewardModelSpec, seed: int | None, options: dict, launches: list[Launch]
-) -> list[ShardSpec]:
-    """Each rank's envs, device and seed (env ``i`` of the run: ``seed + i``); :class:`LayoutError` if the job cannot run."""
-    ranges = plan_shards(env.n_envs, len(launches))
-    return [
+    env: EnvSpec,
+    reward: RewardModelSpec,
+    seed: int | None,
+    options: dict,
+    launches: list[Launch],
+    distributed: DistributedConfig = DEFAULTS,
+) -> tuple[list[range], list[str], list[ShardSpec | None]]:
+    """Each rank's envs, device and spec (env ``i`` of the run seeded ``seed + i``; None: a rank
+    without envs); :class:`LayoutError` if the job cannot run."""
+    ranges = plan_shards(env.n_envs, len(launches), distributed.learner_envs)
+    devices = shard_devices(reward.device, launches)
+    specs = [
         ShardSpec(
             env.replace(n_envs=len(envs)),
             reward.replace(device=rank_device),
             envs,
             None if seed is None else seed + envs.start,
             options,
+            distributed,
         )
-        for envs, rank_device in zip(ranges, shard_devices(reward.device, launches))
+        if len(envs)
+        else None
+        for envs, rank_device in zip(ranges, devices)
     ]
+    return ranges, devices, specs
 
 
 def split_arguments(task: str, num_envs: int, kwargs: dict[str, Any]) -> tuple[EnvSpec, RewardModelSpec, dict]:
@@ -106,9 +127,14 @@ class ShardedVecEnv(VecEnv):
     must pickle; no ``reward_model``, no ``defer_rewards``). ``device="auto"`` puts each rank
     on its own GPU (``cuda:LOCAL_RANK``, or ``cuda:0`` of the GPUs a scheduler gave it through
     CUDA_VISIBLE_DEVICES; the CPU without GPUs), which becomes the rank's current CUDA device;
-    an explicit ``"cuda:K"`` lets ranks share a GPU. ``timeout`` (seconds or a timedelta) bounds every wait for another rank: a rank that
-    dies or hangs stops the run with a :class:`RankFailure` naming it. Rank ``r`` holds envs
-    ``plan_shards(num_envs, world_size)[r]``; ``shards`` says where each runs.
+    an explicit ``"cuda:K"`` lets ranks share a GPU.
+
+    The split and the failure bounds are :class:`~vlmrm_fast.distributed.DistributedConfig`'s
+    (``learner_envs``: rank 0's envs, 0 for none; ``timeout``: seconds or a timedelta rank 0 waits
+    for one rank's answer to one call; ``heartbeat`` and ``heartbeat_timeout``: a rank that dies or
+    freezes is named within the latter, also between steps; ``report_every``: seconds between two
+    per-rank time tables). A failed rank stops the run with a :class:`RankFailure` naming every
+    failed rank. Rank ``r`` holds envs ``shards[r].envs``.
     """
 
     def __init__(
@@ -117,6 +143,10 @@ class ShardedVecEnv(VecEnv):
         num_envs: int,
         *,
         timeout: datetime.timedelta | float = DEFAULT_TIMEOUT,
+        learner_envs: int | None = None,
+        heartbeat: float = DistributedConfig.heartbeat,
+        heartbeat_timeout: float = DistributedConfig.heartbeat_timeout,
+        report_every: float = DistributedConfig.report_every,
         verbose: int = 1,
         **env_kwargs: Any,
     ):
@@ -125,6 +155,13 @@ class ShardedVecEnv(VecEnv):
                 raise ValueError(f"ShardedVecEnv: {name}= is not supported: {why}")
         env, reward, options = split_arguments(task, num_envs, env_kwargs)
         seed = options.pop("seed", None)
+        self.config = DistributedConfig(
+            learner_envs=learner_envs,
+            timeout=as_timeout(timeout).total_seconds(),
+            heartbeat=heartbeat,
+            heartbeat_timeout=heartbeat_timeout,
+            report_every=report_every,
+        )
         try:
             pickle.dumps((env, reward, options))
         except Exception as exc:
@@ -134,38 +171,69 @@ class ShardedVecEnv(VecEnv):
             raise RuntimeError(
                 f"rank {self.launch.rank}: ShardedVecEnv is built on rank 0; the other ranks call serve_shard()"
             )
-        self.timeout = as_timeout(timeout)
+        self.timeout = as_timeout(self.config.timeout)
+        self.verbose = verbose
+        self.clock = RankClock()
         self._closed = False
         self._local = None
         self._local_actions: np.ndarray | None = None
+        self._learner_model = None
+        self._failure: RankFailure | None = None
+        self._lock = threading.Lock()  # between the heartbeat's thread and a gather: see _gather
+        self._waiting = False
+        self._abandoned = False
+        self._profiling = False
+        self._last_step_end: float | None = None
+        self._last_report = time.monotonic()
+        self._heartbeat: Heartbeat | None = None
         self._membership = join(self.timeout) if self.launch.world_size > 1 else None
         group = self._membership.group if self._membership else None
         self._links = {r: Link(group, r, "a serving rank", self.timeout) for r in range(1, self.launch.world_size)}
         self._awaiting: set[int] = set(self._links)  # ranks whose next message is not read yet: first, who they are
         try:
+            if self._membership is not None:
+                self._heartbeat = Heartbeat(
+                    self._membership.group,
+                    0,
+                    interval=self.config.heartbeat,
+                    timeout=self.config.heartbeat_timeout,
+                    on_silence=self._on_silence,
+                )
             launches = [self.launch] + [launch for _, launch in sorted(self._complete(None, "joining").items())]
             try:
-                specs = lay_out(env, reward, seed, options, launches)
+                ranges, devices, specs = lay_out(env, reward, seed, options, launches, self.config)
             except LayoutError as refusal:
                 self._refuse(str(refusal))
                 raise
             for rank, link in self._links.items():
-                link.name = f"{envs_text(specs[rank].envs)} on {launches[rank].host}"
+                link.name = f"{envs_text(ranges[rank])} on {launches[rank].host}"
             self._post({rank: spec for rank, spec in enumerate(specs) if rank != 0})
-            self._local = specs[0].build()
-            devices = {0: str(self._local.reward_model.device), **self._complete(None, "building its envs")}
+            if self._heartbeat is not None:
+                self._heartbeat.watch({rank: link.name for rank, link in self._links.items()})
+            self._local_spec = specs[0]
+            self._learner_spec = (env, reward.replace(device=devices[0]))
+            self._local = specs[0].build() if specs[0] is not None else None
+            built: dict[int, Built] = self._complete(None, "building its envs")
         except LayoutError:
             raise
         except BaseException:
             self.close()
             raise
-        self.shards = [Shard(r, spec.envs, devices[r], launches[r].host) for r, spec in enumerate(specs)]
-        super().__init__(env.n_envs, self._local.observation_space, self._local.action_space)
+        if self._local is not None:
+            built[0] = Built.of(self._local)
+        self.shards = [
+            Shard(r, envs, built[r].device if r in built else devices[r], launches[r].host)
+            for r, envs in enumerate(ranges)
+        ]
+        first = built[min(built)]
+        self._built = first
+        super().__init__(env.n_envs, first.observation_space, first.action_space)
         self.render_mode = "rgb_array"
         if verbose:
             print(f"{env.n_envs} envs of {env.task} over {len(self.shards)} rank(s):")
             for shard in self.shards:
                 print("  " + shard.describe())
+            sys.stdout.flush()
 
     # ------------------------------------------------------------------ layout
     def _refuse(self, message: str) -> None:
@@ -179,40 +247,111 @@ class ShardedVecEnv(VecEnv):
         except RankFailure:
             pass
         finally:
+            if self._heartbeat is not None:
+                self._heartbeat.close()
             if self._membership is not None:
                 self._membership.leave()
 
+    # ------------------------------------------------------------------ failures
+    def _on_silence(self, found: dict[int, str]) -> None:
+        """The heartbeat's thread found ranks silent: names them now; a gather under way is ended at
+        once (the group is given up), else the run stops at rank 0's next call to the envs."""
+        for why in found.values():
+            print(f"rank 0: {why}; the run stops at rank 0's next call to the envs", file=sys.stderr, flush=True)
+        with self._lock:
+            if self._waiting and self._membership is not None and not self._abandoned:
+                self._abandoned = True
+                assert self._heartbeat is not None
+                self._heartbeat.announce_stop("; ".join(found.values()))
+                self._membership.abandon(min(found))
+
+    def _failure_of(self, failures: list[RankFailure]) -> RankFailure:
+        """One failure naming every failed rank: the heartbeat's silent ranks, then the others whose
+        own wait failed (not those whose wait only ended because the group was given up)."""
+        silent = dict(self._heartbeat.silent) if self._heartbeat is not None else {}
+        named: dict[int, RankFailure] = {rank: RankFailure(why, rank, kind="silent") for rank, why in silent.items()}
+        for failure in failures:
+            if failure.rank in named or (failure.kind == "collateral" and self._abandoned):
+                continue
+            named[failure.rank] = failure
+        return RankFailure.of(list(named.values()) or failures)
+
+    def _raise_failure(self) -> None:
+        """Raises the run's failure: an earlier one, or ranks the heartbeat found silent since."""
+        if self._failure is None and self.silent_ranks:
+            self._failure = self._failure_of([])
+        if self._failure is not None:
+            raise self._failure
+
+    @property
+    def silent_ranks(self) -> dict[int, str]:
+        """The ranks the heartbeat found dead or frozen, and why (the run stops at its next call)."""
+        return dict(self._heartbeat.silent) if self._heartbeat is not None else {}
+
     # ------------------------------------------------------------------ messages
     def _post(self, messages: dict[int, Any]) -> None:
-        """Sends each serving rank its message (after reading any reply left by an interrupted call)."""
+        """Sends each serving rank its message and posts the receive of its reply (after reading any
+        reply left by an interrupted call)."""
         if self._closed:
             raise RuntimeError("the sharded env is closed")
+        self._raise_failure()
         self._drain()
         for rank, message in messages.items():
             with signals_held():
                 self._links[rank].send(message)
                 self._awaiting.add(rank)
+                self._links[rank].expect()
+
+    def _gather(self, doing: str) -> dict[int, Any]:
+        """Every awaited reply by rank, read in parallel within one timeout (a RankFailure for a rank
+        that failed; a rank the heartbeat found silent is not waited for)."""
+        with self._lock:  # the heartbeat's thread gives the group up only while this waits: see _on_silence
+            silent = dict(self._heartbeat.silent) if self._heartbeat is not None else {}
+            self._waiting = True
+        try:
+            for rank, why in silent.items():
+                self._links[rank].fail(RankFailure(why, rank, kind="silent"))
+            deadline = time.monotonic() + self.timeout.total_seconds()
+            with signals_held():
+                replies = receive_all(
+                    {rank: self._links[rank] for rank in sorted(self._awaiting)}, doing, deadline=deadline
+                )
+                self._awaiting.clear()
+        finally:
+            with self._lock:
+                self._waiting = False
+        return replies
 
     def _complete(self, local: Call | None, doing: str = "answering") -> dict[int, Any]:
         """Runs ``local`` on rank 0's envs, then reads every awaited reply; returns the results by rank.
-        All replies are read before any error is raised, so every rank stays in step."""
+        All replies are read before any error is raised, so every rank stays in step. A step
+        (``doing="stepping"``) is timed on rank 0's clock: its own step, then the gather."""
+        clock = self.clock if doing == "stepping" else None
         outcomes: dict[int, Reply] = {}
         local_error: BaseException | None = None
-        if local is not None:
+        if local is not None and self._local is not None:
+            start = time.perf_counter()
             try:
                 outcomes[0] = Reply(value=getattr(self._local, local.method)(*local.args, **local.kwargs))
             except Exception as error:
                 local_error = error
-        failure: RankFailure | None = None
-        for rank in sorted(self._awaiting):
-            with signals_held():
-                try:
-                    outcomes[rank] = self._links[rank].receive(doing)
-                except RankFailure as error:
-                    failure = failure or error
-                self._awaiting.discard(rank)
-        if failure is not None:
-            raise failure
+            if clock is not None:
+                clock.add("step", time.perf_counter() - start)
+        if self._failure is not None:
+            raise self._failure
+        failures: list[RankFailure] = []
+        if self._awaiting:
+            start = time.perf_counter()
+            for rank, reply in self._gather(doing).items():
+                if isinstance(reply, RankFailure):
+                    failures.append(reply)
+                else:
+                    outcomes[rank] = reply
+            if clock is not None:
+                clock.add("gather", time.perf_counter() - start)
+        if failures:
+            self._failure = self._failure_of(failures)
+            raise self._failure
         if local_error is not None:
             raise local_error
         return {
@@ -226,16 +365,16 @@ class ShardedVecEnv(VecEnv):
         return [value for _, value in sorted(self._complete(calls.get(0)).items())]
 
     def _drain(self) -> None:
-        for rank in sorted(self._awaiting):
-            with signals_held():
-                try:
-                    self._links[rank].receive("finishing an interrupted call")
-                except RankFailure:
-                    pass  # kept by the link: its next use raises it
-                self._awaiting.discard(rank)
+        """Reads the replies an interrupted call left (a failure stays with its link)."""
+        if self._awaiting:
+            self._gather("finishing an interrupted call")
+
+    def _holding(self) -> list[Shard]:
+        """The ranks that hold envs (rank 0 may hold none)."""
+        return [shard for shard in self.shards if len(shard.envs)]
 
     def _each(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        return self._call({shard.rank: Call(method, args, kwargs) for shard in self.shards})
+        return self._call({shard.rank: Call(method, args, kwargs) for shard in self._holding()})
 
     def _indexed(self, method: str, args: tuple, kwargs: dict, indices) -> list[Any]:
         """A per-env call on the envs ``indices`` (in that order), each asked of the rank that holds it."""
@@ -263,6 +402,10 @@ class ShardedVecEnv(VecEnv):
         return _concat(self._each("reset"))
 
     def step_async(self, actions: np.ndarray) -> None:
+        now = time.perf_counter()
+        if self._last_step_end is not None:
+            self.clock.add("outside", now - self._last_step_end)
+            self._last_step_end = None
         actions = check_actions(actions, self.action_space, self.num_envs)
         self._post({s.rank: Call("step", (actions[s.envs.start : s.envs.stop],)) for s in self.shards[1:]})
         local = self.shards[0].envs
@@ -272,20 +415,24 @@ class ShardedVecEnv(VecEnv):
         if self._local_actions is None:
             raise RuntimeError("step_wait() called without step_async()")
         actions, self._local_actions = self._local_actions, None
-        parts = [value for _, value in sorted(self._complete(Call("step", (actions,))).items())]
-        obs, rewards, dones, infos = zip(*parts)
+        results = self._complete(Call("step", (actions,)) if self._local is not None else None, "stepping")
+        obs, rewards, dones, infos = zip(*(value for _, value in sorted(results.items())))
+        self.clock.steps += 1
+        self._last_step_end = time.perf_counter()
+        if self.config.report_every and self._last_step_end - self._last_report >= self.config.report_every:
+            self._report()
         return _concat(obs), np.concatenate(rewards), np.concatenate(dones), [info for part in infos for info in part]
 
     def seed(self, seed: int | None = None) -> Sequence[int | None]:
         """Env ``i`` of the whole run gets ``seed + i`` at the next reset, on whichever rank it lives."""
-        calls = {s.rank: Call("seed", (None if seed is None else seed + s.envs.start,)) for s in self.shards}
+        calls = {s.rank: Call("seed", (None if seed is None else seed + s.envs.start,)) for s in self._holding()}
         return [value for part in self._call(calls) for value in part]
 
     def set_options(self, options: list[dict] | dict | None = None) -> None:
         if isinstance(options, list):
-            calls = {s.rank: Call("set_options", (options[s.envs.start : s.envs.stop],)) for s in self.shards}
+            calls = {s.rank: Call("set_options", (options[s.envs.start : s.envs.stop],)) for s in self._holding()}
         else:
-            calls = {s.rank: Call("set_options", (options,)) for s in self.shards}
+            calls = {s.rank: Call("set_options", (options,)) for s in self._holding()}
         self._call(calls)
 
     def get_images(self) -> Sequence[np.ndarray | None]:
@@ -304,48 +451,127 @@ class ShardedVecEnv(VecEnv):
         return self._indexed("env_is_wrapped", (wrapper_class,), {}, indices)
 
     def close(self) -> None:
-        """Closes every rank's envs: the serving ranks answer and leave; then this rank leaves the group."""
+        """Closes every rank's envs: the serving ranks answer and leave; then this rank leaves the group.
+        After a failure, the serving ranks still connected are closed as well, and the others find
+        rank 0's reason on the store."""
         if self._closed:
             return
-        self._closed = True
         try:
-            self._drain()
+            if self._failure is None and self.verbose and self.clock.steps:
+                try:
+                    print(self.rank_table(), flush=True)
+                except RankFailure:
+                    pass  # the failure is the caller's to report
+        finally:
+            self._closed = True
+            self._close()
+
+    def _close(self) -> None:
+        try:
+            if self._failure is not None and self._heartbeat is not None:
+                self._heartbeat.announce_stop(f"rank 0 ended the run: {self._failure}")
+            try:
+                self._drain()
+            except RankFailure:
+                pass
             with signals_held():
-                live = [link for link in self._links.values() if link.failure is None]
-                for link in live:
-                    try:
-                        link.send(CLOSE)
-                    except RankFailure:
-                        pass
-                for link in live:
-                    try:
-                        link.receive("closing")
-                    except RankFailure:
-                        pass
+                for rank, link in self._links.items():
+                    if link.failure is None:
+                        try:
+                            link.send(CLOSE)
+                            link.expect()
+                            self._awaiting.add(rank)
+                        except RankFailure:
+                            pass
+            if self._awaiting:
+                self._gather("closing")
         finally:
             if self._local is not None:
                 self._local.close()
+            if self._heartbeat is not None:
+                self._heartbeat.close(keys=tuple(self._links))
             if self._membership is not None:
                 self._membership.leave()
+
+    # ------------------------------------------------------------------ per-rank times
+    def profile(self, enabled: bool = True) -> ShardedProfile:
+        """Times each stage of every rank's step from now on (``env.profile()`` on every rank, see
+        :mod:`vlmrm_fast.profiling`) and starts every rank's clock over; ``.table()`` of the result is
+        :meth:`rank_table`."""
+        calls = {s.rank: Call("profile", (enabled,)) for s in self._holding() if s.rank != 0}
+        self._post(calls)
+        if self._local is not None:
+            self._local.profile(enabled)
+        self._complete(None, "starting its profile")
+        self.clock.reset()
+        self._profiling = enabled
+        return ShardedProfile(self)
+
+    def rank_times(self, *, reset: bool = False) -> list[RankTimes]:
+        """Every rank's steps and milliseconds per step since the last reset (or :meth:`profile`)."""
+        self._post({s.rank: Call("timings") for s in self._holding() if s.rank != 0})
+        remote = self._complete(None, "reporting its times")
+        mine = (
+            rank_timings(self._local, self.clock)
+            if self._local is not None
+            else {
+                "steps": self.clock.steps,
+                "ms": self.clock.per_step_ms(),
+                "stages": {},
+            }
+        )
+        rows = [
+            RankTimes(s.rank, f"{s.device} on {s.host}", envs_text(s.envs), **(mine if s.rank == 0 else remote[s.rank]))
+            for s in self.shards
+            if s.rank == 0 or s.rank in remote
+        ]
+        if reset:
+            self._post({s.rank: Call("profile", (self._profiling,)) for s in self._holding() if s.rank != 0})
+            if self._local is not None:
+                self._local.profile(self._profiling)
+            self._complete(None, "starting its clock over")
+            self.clock.reset()
+        return rows
+
+    def rank_table(self, *, reset: bool = False) -> str:
+        """:meth:`rank_times` as a table, one line per rank, the slowest step marked."""
+        return table(self.rank_times(reset=reset))
+
+    def _report(self) -> None:
+        self._last_report = time.monotonic()
+        if self.verbose:
+            print(self.rank_table(reset=True), flush=True)
 
     # ------------------------------------------------------------------ rank 0's envs
     @property
     def local_env(self):
-        """Rank 0's own FastVLMRewardVecEnv (envs ``shards[0].envs``)."""
+        """Rank 0's own FastVLMRewardVecEnv (envs ``shards[0].envs``; None with ``learner_envs=0``)."""
         return self._local
 
     @property
     def reward_model(self):
-        """Rank 0's reward model (each rank has its own copy)."""
-        return self._local.reward_model
+        """Rank 0's reward model (each rank has its own copy); with ``learner_envs=0``, loaded here on
+        first use (to score videos) on rank 0's device."""
+        if self._local is not None:
+            return self._local.reward_model
+        if self._learner_model is None:
+            from vlmrm_fast.envs import get_task
+            from vlmrm_fast.vec_env import _load_for
+
+            env, reward = self._learner_spec
+            env = env.replace(n_envs=1).with_task_defaults()
+            self._learner_model = _load_for(env, reward.with_task_defaults(get_task(env.task)))
+        return self._learner_model
 
     @property
     def task(self):
-        return self._local.task
+        from vlmrm_fast.envs import get_task
+
+        return self._local.task if self._local is not None else get_task(self._learner_spec[0].task)
 
     @property
     def render_size(self):
-        return self._local.render_size
+        return self._built.render_size
 
     @property
     def renderer(self):
@@ -354,7 +580,11 @@ class ShardedVecEnv(VecEnv):
 
     @property
     def episode_length(self):
-        return self._local.episode_length
+        return self._built.episode_length
+
+    @property
+    def time_limit(self) -> str:
+        return self._local.time_limit
 
     @property
     def traffic(self) -> dict[str, int]:
@@ -363,3 +593,16 @@ class ShardedVecEnv(VecEnv):
             "sent": sum(link.bytes_sent for link in self._links.values()),
             "received": sum(link.bytes_received for link in self._links.values()),
         }
+
+
+class ShardedProfile:
+    """What :meth:`ShardedVecEnv.profile` returns: ``table()`` prints every rank's times."""
+
+    def __init__(self, env: ShardedVecEnv):
+        self.env = env
+
+    def table(self) -> str:
+        return self.env.rank_table()
+
+    def __str__(self) -> str:
+        return self.table()

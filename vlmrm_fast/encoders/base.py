@@ -23,7 +23,10 @@ def resolve_precision(precision: str, device: torch.device) -> torch.dtype:
             f"precision {precision!r} is unknown here; use 'auto', {', '.join(map(repr, PRECISIONS))}{hint}"
         )
     if device.type == "cpu" and precision != "fp32":
-        raise ValueError(f"precision={precision!r} on the CPU is not supported; use 'fp32' (or 'auto')")
+        raise ValueError(
+            f"precision={precision!r} on the CPU is not supported; use 'fp32' (or 'auto'), in a training "
+            "config reward.precision (configs/paper pins the paper's fp16, for GPUs)"
+        )
     return PRECISIONS[precision]
 
 

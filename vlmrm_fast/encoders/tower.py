@@ -41,7 +41,11 @@ def prepare_image_tower(
                 "load the model again for another precision"
             )
         return visual.to(device=device)
-    visual = visual.to(device=device, dtype=precision.dtype).eval().requires_grad_(False)
+    visual.eval().requires_grad_(False)
+    if getattr(visual, "output_tokens", False):
+        visual.output_tokens = False  # CoCa's tower also returns its tokens: the encoders take the embedding
+    reparameterize(visual)
+    visual = visual.to(device=device, dtype=precision.dtype)
     if attention == "fused" or precision.fp8:
         fuse_attention(visual)
     if precision.fp8:
@@ -51,3 +55,17 @@ def prepare_image_tower(
                 "run (a ViT's, with dimensions divisible by 16); use precision='bf16'"
             )
     return visual
+
+
+def reparameterize(visual: nn.Module) -> int:
+    """Folds the training-time branches of reparameterizable blocks (MobileCLIP's FastViT/MCi:
+    MobileOne and RepMixer blocks, in fp32) into single convolutions, in place, as the model's
+    authors do for inference; returns how many blocks were folded. The embeddings agree with the
+    unfolded tower to float precision (tests/test_families.py)."""
+    blocks = [m for m in visual.modules() if callable(getattr(m, "reparameterize", None))]
+    if not blocks:
+        return 0
+    from timm.utils.model import reparameterize_model  # the towers that have such blocks are timm's
+
+    reparameterize_model(visual, inplace=True)
+    return len(blocks)

@@ -15,6 +15,11 @@ The 600x400 classic-control frames are squashed to the encoder's square input, a
 the paper's pipeline does; open_clip's centre crop would cut the flag and the
 track's ends out of view.
 
+Tasks drawn with the paper's textures (the humanoid's ``paper`` and ``paper-textures`` scenes,
+``mountain-car-textured``) can load the paper's own image files instead of the generated ones
+(``TaskSpec.with_scene_assets``; see ``envs.paper_assets``). How an episode ends at its length,
+a truncation or (as in the paper's code) a termination, is ``time_limit`` (``envs.time_limits``).
+
 ``get_task(name)`` returns a :class:`TaskSpec`. MuJoCo tasks (those with ``batch`` glue)
 run entirely in the batch engine (``envs/batch.py``); the others go through gymnasium environments
 (``env.render()`` frames) on the generic path. Any gymnasium id works as a task
@@ -30,14 +35,17 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium
 
-from vlmrm_fast.envs import humanoid
+from vlmrm_fast.envs import humanoid, paper_assets
 from vlmrm_fast.envs.classic_control import PAPER_EPISODE_LENGTH, PaperCartPoleEnv, PaperMountainCarContinuousEnv
 from vlmrm_fast.envs.mountain_car import MountainCarContinuousTexturedEnv, PaperMountainCarContinuousTexturedEnv
+from vlmrm_fast.envs.time_limits import with_time_limit
 
 if TYPE_CHECKING:
     from vlmrm_fast.envs.batch import BatchTask
 
 HUMANOID_BASELINE = ("a humanoid robot",)
+#: gymnasium's namespace of the package's envs: the built-in tasks are registered as vlmrm_fast/<task>
+GYM_NAMESPACE = "vlmrm_fast"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +61,9 @@ class TaskSpec:
     resize_mode: str | None = None  # preprocess override; "squash" keeps a wide frame whole
     hard: bool = False  # the paper found CLIP could not teach it
     scene: str | None = None  # humanoid tasks: the scene frames are drawn in (envs.humanoid.SCENES)
+    success_rule: str | None = None  # the paper's episode success: "every_step" or "any_step" of info["success"]
+    asset_files: tuple[str, ...] = ()  # the paper's image files its look can load (envs.paper_assets)
+    scene_assets: str | None = None  # the folder they are loaded from; None: the generated textures
 
     def make(
         self,
@@ -60,17 +71,45 @@ class TaskSpec:
         render_mode: str | None = "rgb_array",
         render_size: tuple[int, int] | None = None,
         episode_length: int | None = None,
+        time_limit: str = "truncate",
         **env_kwargs: Any,
     ) -> gymnasium.Env:
         """One gymnasium env of the task: frames of ``render_size`` (height, width; batch tasks' envs
         take it, classic-control envs draw their own size), episodes of ``episode_length`` steps
-        (default the task's; None and no default: the env's own limit)."""
+        (default the task's; None and no default: the env's own limit) that end as ``time_limit``
+        says (``envs.time_limits``: a truncation or a termination)."""
         if render_size is not None and self.batch is not None:
             env_kwargs.setdefault("height", render_size[0])
             env_kwargs.setdefault("width", render_size[1])
         env = self.make_env(render_mode=render_mode, **env_kwargs)
         limit = episode_length or self.episode_length
-        return gymnasium.wrappers.TimeLimit(env, limit) if limit else env
+        return with_time_limit(env, limit, time_limit) if limit else env
+
+    def with_scene_assets(self, folder: str | None) -> TaskSpec:
+        """This task drawn with the paper's image files from ``folder`` (None: as it is). Refuses a
+        task that draws none of them, and a folder that lacks one (naming how to get them)."""
+        if folder is None:
+            return self
+        if not self.asset_files:
+            takers = ", ".join(name for name, task in TASKS.items() if task.asset_files)
+            raise ValueError(
+                f"scene_assets: task {self.name!r} draws none of the paper's image files; the tasks that do are "
+                f"{takers} (humanoid tasks in the paper or paper-textures scene)"
+            )
+        folder = paper_assets.normalized_folder(folder)
+        missing = paper_assets.missing_assets(folder, self.asset_files)
+        if missing:
+            raise FileNotFoundError(
+                f"scene_assets: {folder} lacks {', '.join(missing)} (looked in the folder and where the paper's "
+                f"repository keeps them); {paper_assets.HOW_TO_GET}"
+            )
+        make_env = self.make_env
+
+        def make(render_mode: str | None = "rgb_array", **kwargs: Any) -> gymnasium.Env:
+            return make_env(render_mode=render_mode, scene_assets=folder, **kwargs)
+
+        batch = self.batch.with_scene_assets(folder) if self.batch is not None else None
+        return dataclasses.replace(self, make_env=make, batch=batch, scene_assets=folder)
 
 
 def _humanoid_env(
@@ -129,6 +168,7 @@ TASKS: dict[str, TaskSpec] = {
         batch=humanoid.HumanoidBatch(humanoid.DEFAULT_SCENE),
         hard=hard,
         scene=humanoid.DEFAULT_SCENE,
+        asset_files=paper_assets.HUMANOID_FILES,
     )
     for pose, prompt, hard in _HUMANOID_POSES
 }
@@ -142,6 +182,7 @@ TASKS["cartpole"] = TaskSpec(
     episode_length=PAPER_EPISODE_LENGTH,
     render_size=(400, 600),
     resize_mode="squash",
+    success_rule="every_step",  # the paper's evaluation: upright on every step of the episode
 )
 TASKS["mountain-car"] = TaskSpec(
     name="mountain-car",
@@ -152,12 +193,14 @@ TASKS["mountain-car"] = TaskSpec(
     episode_length=PAPER_EPISODE_LENGTH,
     render_size=(400, 600),
     resize_mode="squash",
+    success_rule="any_step",  # the paper's evaluation: the car reached the flag at some step
 )
 TASKS["mountain-car-textured"] = dataclasses.replace(
     TASKS["mountain-car"],
     name="mountain-car-textured",
     description="MountainCarContinuous as the paper ran it, drawn with realistic textures",
     make_env=_paper_env(PaperMountainCarContinuousTexturedEnv),
+    asset_files=paper_assets.MOUNTAIN_CAR_FILES,
 )
 
 gymnasium.register(
@@ -206,6 +249,29 @@ def _humanoid_scene_task(name: str) -> TaskSpec:
         make_env=_humanoid_scene_env(scene),
         batch=humanoid.HumanoidBatch(scene),
         scene=scene,
+        asset_files=paper_assets.HUMANOID_FILES if humanoid.SCENES[scene].look == "paper" else (),
+    )
+
+
+def _vector_entry_point(task: str) -> Callable[..., Any]:
+    """``gymnasium.make_vec``'s entry point of a built-in task (vlmrm_fast.gym_vector.make_vector_env)."""
+
+    def make(num_envs: int = 1, **kwargs: Any) -> Any:
+        from vlmrm_fast.gym_vector import make_vector_env
+
+        return make_vector_env(task, num_envs, **kwargs)
+
+    return make
+
+
+# Every built-in task under gymnasium's registry as vlmrm_fast/<task>: gymnasium.make gives one env,
+# gymnasium.make_vec a vector env with VLM rewards (docs/gymnasium.md).
+for _name, _spec in TASKS.items():
+    gymnasium.register(
+        id=f"{GYM_NAMESPACE}/{_name}",
+        entry_point=_spec.make_env,
+        vector_entry_point=_vector_entry_point(_name),
+        max_episode_steps=_spec.episode_length,
     )
 
 
@@ -217,6 +283,8 @@ def get_task(name: str | TaskSpec) -> TaskSpec:
         raise TypeError(f"task must be a task name or a gymnasium id, got {name!r}")
     if name in TASKS:
         return TASKS[name]
+    if name.startswith(f"{GYM_NAMESPACE}/") and name.split("/", 1)[1] in TASKS:  # its gymnasium id
+        return TASKS[name.split("/", 1)[1]]
     if "@" in name:
         return _humanoid_scene_task(name)
     if name in gymnasium.registry:

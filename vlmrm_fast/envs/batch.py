@@ -26,6 +26,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from vlmrm_fast.actions import check_actions
 from vlmrm_fast.checks import one_of
 from vlmrm_fast.envs.spec import RENDERERS
+from vlmrm_fast.envs.time_limits import TIME_LIMITS
 from vlmrm_fast.frames import FrameSource
 from vlmrm_fast.profiling import NULL_TIMER
 from vlmrm_fast.rendering import BatchRenderer
@@ -144,7 +145,16 @@ class MujocoBatchVecEnv(VecEnv):
     """``num_envs`` envs of a MuJoCo task (its :class:`BatchTask` glue, ``batch``).
 
     Env ``i`` is seeded with ``seed + i`` at the next reset, as SB3's vector envs do; the
-    episode ends (a truncation) after ``episode_length`` steps.
+    episode ends after ``episode_length`` steps, as ``time_limit`` says: a truncation
+    (``TimeLimit.truncated``, SB3 bootstraps) or a termination (the paper's code; no bootstrap).
+
+    Finished envs are reset inside ``step_wait`` (SB3's convention, gymnasium's
+    ``AutoresetMode.SAME_STEP``: the final observation goes to ``info["terminal_observation"]``).
+    With ``reset_on_next_step = True`` (gymnasium's default ``AutoresetMode.NEXT_STEP``, set by
+    :class:`~vlmrm_fast.gym_vector.VLMRewardVectorEnv`) a finished env returns its final
+    observation and is reset by the next step instead, whose action it ignores: that step returns
+    the reset observation with reward 0, not done, and its frame is drawn from the reset state
+    (``autoreset_envs`` marks those envs).
     """
 
     def __init__(
@@ -154,6 +164,7 @@ class MujocoBatchVecEnv(VecEnv):
         *,
         render_size: tuple[int, int],
         episode_length: int | None,
+        time_limit: str = "truncate",
         gpu: int | None = None,
         renderer: str = "egl",
         nthread: int = 0,
@@ -161,6 +172,7 @@ class MujocoBatchVecEnv(VecEnv):
         height, width = render_size
         self.batch = batch
         self.episode_length = episode_length
+        self.time_limit = one_of(time_limit, "time_limit", TIME_LIMITS)
         self.model = batch.build_model(max(height, width))
         self.sim = BatchSimulator(
             self.model,
@@ -186,6 +198,9 @@ class MujocoBatchVecEnv(VecEnv):
         self._step_reward = batch.step_reward(self.model, num_envs)
         self._actions: np.ndarray | None = None
         self._advanced = 0  # envs [0, _advanced) of the pending step have been advanced
+        self.reset_on_next_step = False
+        self._reset_next = np.zeros(num_envs, dtype=bool)  # envs the next step resets (next-step autoreset)
+        self.autoreset_envs = np.zeros(num_envs, dtype=bool)  # envs the last step reset instead of stepping
 
     # ------------------------------------------------------------------ VecEnv API
     def reset(self) -> np.ndarray:
@@ -195,6 +210,8 @@ class MujocoBatchVecEnv(VecEnv):
         self.sim.reset(seed=seeds, noise_scale=self.batch.reset_noise_scale)
         self._reset_seeds()
         self._steps[:] = 0
+        self._reset_next[:] = False
+        self.autoreset_envs[:] = False
         return self.batch.observation(self.sim.outputs)
 
     def seed(self, seed: int | None = None) -> Sequence[int | None]:
@@ -217,12 +234,19 @@ class MujocoBatchVecEnv(VecEnv):
             obs = self.batch.observation(fields)
             rewards, terms = self._step_reward(fields, np.asarray(actions, np.float64), self.sim.dt)
             self._steps += 1
-            truncated = self._steps >= self.episode_length if self.episode_length else np.zeros(self.num_envs, bool)
-            dones = truncated.copy()
+            reset_now = self._reset_next.copy()  # next-step autoreset: these envs were reset by advance()
+            self._steps[reset_now] = 0
+            rewards[reset_now] = 0.0
+            self.autoreset_envs[:] = reset_now
+            at_limit = self._steps >= self.episode_length if self.episode_length else np.zeros(self.num_envs, bool)
+            dones = at_limit.copy()
+            truncated = at_limit if self.time_limit == "truncate" else np.zeros(self.num_envs, bool)
             infos = [{key: value[i] for key, value in terms.items()} for i in range(self.num_envs)]
             for i, info in enumerate(infos):
                 info["TimeLimit.truncated"] = bool(truncated[i])
-            if dones.any():
+            if self.reset_on_next_step:
+                self._reset_next[:] = dones
+            elif dones.any():
                 ids = np.flatnonzero(dones)
                 for i in ids:
                     infos[i]["terminal_observation"] = obs[i].copy()
@@ -241,6 +265,9 @@ class MujocoBatchVecEnv(VecEnv):
         with self.timer.stage("physics"):
             self._step_reward.before_step(self.sim.outputs, rows)
             self.sim.step(self._actions, rows)
+            resets = np.flatnonzero(self._reset_next[rows]) + rows.start
+            if resets.size:  # next-step autoreset: the step of a finished env is its reset
+                self.sim.reset(resets, noise_scale=self.batch.reset_noise_scale)
         with self.timer.stage("render"):
             self.frame_source.draw(self.sim, rows, stream)
         self._advanced = rows.stop

@@ -20,7 +20,13 @@ materials, the light and cameras change. A scene fixes what the frames look like
   checker floor and flat light robot, seen from ``vlmrm_front``, a camera that
   follows the centre of mass from the front left.
 
-There is no early termination; episodes have a fixed length (a truncation).
+The paper-look scenes draw generated textures unless given ``scene_assets``, a folder holding
+the paper's own image files (``sky.png``, ``tiles.png``, ``robot.png``; a checkout of the
+paper's repository will do, see :mod:`vlmrm_fast.envs.paper_assets`): MuJoCo then loads those
+files as the paper's ``humanoid_textured.xml`` does.
+
+There is no early termination; episodes have a fixed length (``time_limit``: a truncation, or a
+termination as in the paper's code; see :mod:`vlmrm_fast.envs.time_limits`).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import mujoco
 import numpy as np
 from gymnasium.envs.mujoco.humanoid_v5 import HumanoidEnv
 
-from vlmrm_fast.envs import textures
+from vlmrm_fast.envs import paper_assets, textures
 
 FRAME_SKIP = 5
 RESET_NOISE_SCALE = 1e-2
@@ -144,15 +150,33 @@ def _set_texture_data(texture: mujoco.MjsTexture, image: np.ndarray) -> None:
     texture.data = image.tobytes()
 
 
-def _paper_look(spec: mujoco.MjSpec) -> None:
-    """The paper's textures, materials and light (its humanoid_textured.xml), with our own pictures."""
+def _set_texture_file(texture: mujoco.MjsTexture, path: str) -> None:
+    """Makes MuJoCo load a texture's picture from an image file, as an XML ``file=`` attribute does."""
+    texture.builtin = mujoco.mjtBuiltin.mjBUILTIN_NONE
+    texture.mark = mujoco.mjtMark.mjMARK_NONE
+    texture.random = 0.0
+    texture.data = b""
+    texture.nchannel = 3
+    texture.file = path
+
+
+def _paper_look(spec: mujoco.MjSpec, scene_assets: str | None = None) -> None:
+    """The paper's textures, materials and light (its humanoid_textured.xml): our own pictures, or
+    the paper's files from ``scene_assets``."""
+    drawn = {"sky.png": textures.sky_cube, "tiles.png": textures.stone_tiles, "robot.png": textures.brushed_metal}
     for texture in spec.textures:
         if texture.type == mujoco.mjtTexture.mjTEXTURE_SKYBOX:
-            _set_texture_data(texture, textures.sky_cube())
+            name = "sky.png"
         elif texture.name == "texplane":
-            _set_texture_data(texture, textures.stone_tiles())
+            name = "tiles.png"
         elif texture.name == "texgeom":
-            _set_texture_data(texture, textures.brushed_metal())
+            name = "robot.png"
+        else:
+            continue
+        if scene_assets is None:
+            _set_texture_data(texture, drawn[name]())
+        else:
+            _set_texture_file(texture, str(paper_assets.find_asset(scene_assets, name)))
     for material in spec.materials:
         if material.name == "MatPlane":
             material.reflectance, material.shininess, material.specular = 0.0, 0.0, 0.0
@@ -190,13 +214,19 @@ def _builtin_look(spec: mujoco.MjSpec) -> None:
         geom.rgba = [1, 1, 1, 1]
 
 
-def humanoid_spec(scene: str | Scene = DEFAULT_SCENE) -> mujoco.MjSpec:
+def humanoid_spec(scene: str | Scene = DEFAULT_SCENE, scene_assets: str | None = None) -> mujoco.MjSpec:
     """gymnasium's humanoid.xml with ``scene``'s look; every scene's model holds all the cameras
-    (``track``, ``vlmrm_paper``, ``vlmrm_front``), so any of them can draw any scene."""
+    (``track``, ``vlmrm_paper``, ``vlmrm_front``), so any of them can draw any scene.
+    ``scene_assets``: a folder with the paper's image files, for a scene of the paper's look."""
     scene = get_scene(scene)
+    if scene_assets is not None and scene.look != "paper":
+        raise ValueError(
+            f"scene_assets: the {scene.name!r} scene draws no paper textures; "
+            f"use a scene of the paper's look ({', '.join(s.name for s in SCENES.values() if s.look == 'paper')})"
+        )
     spec = mujoco.MjSpec.from_file(gymnasium_humanoid_xml())
     if scene.look == "paper":
-        _paper_look(spec)
+        _paper_look(spec, scene_assets)
     elif scene.look == "builtin":
         _builtin_look(spec)
     position, xyaxes = free_camera_pose(**{k: v for k, v in PAPER_CAMERA_CONFIG.items() if k != "trackbodyid"})
@@ -220,9 +250,11 @@ def shadow_map_size(render_size: int) -> int:
     return size
 
 
-def humanoid_model(scene: str | Scene = DEFAULT_SCENE, render_size: int | None = None) -> mujoco.MjModel:
+def humanoid_model(
+    scene: str | Scene = DEFAULT_SCENE, render_size: int | None = None, scene_assets: str | None = None
+) -> mujoco.MjModel:
     """The compiled scene; the offscreen buffer and shadow map are sized for ``render_size``."""
-    model = humanoid_spec(scene).compile()
+    model = humanoid_spec(scene, scene_assets).compile()
     if render_size is not None:
         model.vis.quality.shadowsize = shadow_map_size(render_size)
         model.vis.global_.offwidth = max(model.vis.global_.offwidth, render_size)
@@ -242,9 +274,11 @@ class HumanoidPoseEnv(HumanoidEnv):
         render_mode: str | None = "rgb_array",
         width: int = DEFAULT_RENDER_SIZE,
         height: int = DEFAULT_RENDER_SIZE,
+        scene_assets: str | None = None,
         **kwargs,
     ):
         self.scene = get_scene(scene)
+        self.scene_assets = scene_assets
         kwargs.setdefault("terminate_when_unhealthy", False)
         super().__init__(
             xml_file=gymnasium_humanoid_xml(),
@@ -256,7 +290,7 @@ class HumanoidPoseEnv(HumanoidEnv):
         )
 
     def _initialize_simulation(self):
-        model = humanoid_model(self.scene, max(self.width, self.height))
+        model = humanoid_model(self.scene, max(self.width, self.height), self.scene_assets)
         return model, mujoco.MjData(model)
 
 
@@ -268,21 +302,26 @@ class HumanoidPoseEnv(HumanoidEnv):
 
 class HumanoidBatch:
     """Humanoid-v5's observation, reward and info for the batch engine (terminate_when_unhealthy=False),
-    drawn in ``scene`` (a :class:`~vlmrm_fast.envs.batch.BatchTask`)."""
+    drawn in ``scene`` (a :class:`~vlmrm_fast.envs.batch.BatchTask`), with the paper's image files from
+    ``scene_assets`` if given."""
 
     frame_skip = FRAME_SKIP
     reset_noise_scale = RESET_NOISE_SCALE
     outputs = ("qpos", "qvel", "cinert", "cvel", "qfrc_actuator", "cfrc_ext", "xipos")
 
-    def __init__(self, scene: str | Scene = DEFAULT_SCENE):
+    def __init__(self, scene: str | Scene = DEFAULT_SCENE, scene_assets: str | None = None):
         self.scene = get_scene(scene)
+        self.scene_assets = scene_assets
 
     @property
     def camera(self) -> str:
         return self.scene.camera
 
+    def with_scene_assets(self, scene_assets: str) -> HumanoidBatch:
+        return HumanoidBatch(self.scene, scene_assets)
+
     def build_model(self, render_size: int) -> mujoco.MjModel:
-        return humanoid_model(self.scene, render_size)
+        return humanoid_model(self.scene, render_size, self.scene_assets)
 
     def observation(self, fields: dict[str, np.ndarray]) -> np.ndarray:
         n = fields["qpos"].shape[0]

@@ -9,6 +9,10 @@ texture, a red car with wheels tilted along the slope, and the goal flag.
   (the episode ends at the flag).
 * :class:`PaperMountainCarContinuousTexturedEnv`: the paper's semantics (no early
   termination, sticky ``info["success"]``; see :mod:`vlmrm_fast.envs.classic_control`).
+
+Both draw the paper's own pictures instead when given ``scene_assets``, a folder holding its
+``mountain_car_background.png`` and ``mountain_car.png`` (see :mod:`vlmrm_fast.envs.paper_assets`):
+:class:`PaperPictures` places them as the paper's code did.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import numpy as np
 from gymnasium.envs.classic_control.continuous_mountain_car import Continuous_MountainCarEnv
 from PIL import Image, ImageDraw, ImageFilter
 
+from vlmrm_fast.envs import paper_assets
 from vlmrm_fast.envs.classic_control import PaperMountainCarContinuousEnv
 
 WIDTH, HEIGHT = 600, 400
@@ -28,12 +33,57 @@ def hill_height(x: np.ndarray | float) -> np.ndarray | float:
     return np.sin(3 * np.asarray(x)) * 0.45 + 0.55
 
 
+class PaperPictures:
+    """The paper's MountainCar frame: its background image on a white 600 x 400 canvas, and its car
+    image tilted along the slope, centred 15 pixels above the hill at the car's position.
+
+    Drawn with pygame, the library the paper's code drew with, in the same steps: the paper draws
+    in a canvas whose y axis points up (both images flipped upside down first) and flips the
+    finished canvas, so that the car's rotation and placement round exactly as they did there.
+    """
+
+    CLEARANCE = 15  # pixels between the hill and the car's centre
+
+    def __init__(self, folder: str):
+        import pygame
+
+        self._pygame = pygame
+        load = lambda name: pygame.image.load(str(paper_assets.find_asset(folder, name)))
+        self.background = pygame.transform.flip(load("mountain_car_background.png"), False, True)
+        self.car = pygame.transform.flip(load("mountain_car.png"), False, True)
+
+    def draw(self, position: float, min_position: float, max_position: float) -> np.ndarray:
+        """The (400, 600, 3) uint8 frame with the car at ``position``."""
+        pygame = self._pygame
+        scale = WIDTH / (max_position - min_position)
+        canvas = pygame.Surface((WIDTH, HEIGHT))
+        canvas.fill((255, 255, 255))
+        canvas.blit(self.background, (0, 0))
+        slope = np.arctan(np.cos(3 * position) * 0.45 * 3)  # the hill's slope angle, as the paper computes it
+        car = pygame.transform.rotate(self.car, -math.degrees(slope))
+        centre = ((position - min_position) * scale, self.CLEARANCE + hill_height(position) * scale)
+        canvas.blit(car, car.get_rect(center=centre))
+        canvas = pygame.transform.flip(canvas, False, True)
+        return np.ascontiguousarray(pygame.surfarray.array3d(canvas).transpose(1, 0, 2))
+
+
 class TexturedRendering:
-    """``render()`` draws the textured scene; mixed into a ``Continuous_MountainCarEnv``."""
+    """``render()`` draws the textured scene (or the paper's pictures, :attr:`scene_assets`); mixed
+    into a ``Continuous_MountainCarEnv``."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
     width, height = WIDTH, HEIGHT
+    scene_assets: str | None = None  # a folder with the paper's pictures; None: the drawn scene
     _background: Image.Image | None = None
+    _paper_pictures: PaperPictures | None = None
+
+    def _use_scene_assets(self, scene_assets: str | None) -> None:
+        if scene_assets is not None and (self.width, self.height) != (WIDTH, HEIGHT):
+            raise ValueError(f"scene_assets: the paper's pictures are {WIDTH} x {HEIGHT}; leave width and height be")
+        if scene_assets is not None:
+            paper_assets.find_asset(scene_assets, "mountain_car_background.png")  # refused now, not at render
+            paper_assets.find_asset(scene_assets, "mountain_car.png")
+        self.scene_assets = scene_assets
 
     @staticmethod
     def _check_render_mode(render_mode: str | None) -> None:
@@ -102,6 +152,10 @@ class TexturedRendering:
     def render(self):
         if self.render_mode != "rgb_array":
             return None
+        if self.scene_assets is not None:
+            if self._paper_pictures is None:
+                self._paper_pictures = PaperPictures(self.scene_assets)
+            return self._paper_pictures.draw(float(self.state[0]), self.min_position, self.max_position)
         if self._background is None:
             self._background = self._draw_background()
         image = self._background.copy()
@@ -118,10 +172,12 @@ class MountainCarContinuousTexturedEnv(TexturedRendering, Continuous_MountainCar
         goal_velocity: float = 0.0,
         width: int = WIDTH,
         height: int = HEIGHT,
+        scene_assets: str | None = None,
     ):
         self._check_render_mode(render_mode)
         super().__init__(render_mode=render_mode, goal_velocity=goal_velocity)
         self.width, self.height = width, height
+        self._use_scene_assets(scene_assets)
 
 
 class PaperMountainCarContinuousTexturedEnv(TexturedRendering, PaperMountainCarContinuousEnv):
@@ -135,7 +191,9 @@ class PaperMountainCarContinuousTexturedEnv(TexturedRendering, PaperMountainCarC
         absorbing: bool = False,
         width: int = WIDTH,
         height: int = HEIGHT,
+        scene_assets: str | None = None,
     ):
         self._check_render_mode(render_mode)
         super().__init__(render_mode=render_mode, goal_velocity=goal_velocity, absorbing=absorbing)
         self.width, self.height = width, height
+        self._use_scene_assets(scene_assets)

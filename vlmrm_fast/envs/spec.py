@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 
 from vlmrm_fast.checks import FieldError, FieldTypeError, chunk_count, number, one_of, positive_int
-from vlmrm_fast.envs import get_task
+from vlmrm_fast.envs import TaskSpec, get_task
+from vlmrm_fast.envs.paper_assets import normalized_folder
+from vlmrm_fast.envs.time_limits import TIME_LIMITS
 
 #: How a task's envs are simulated: the MuJoCo batch engine, gymnasium envs, or the former where it can.
 PHYSICS = ("auto", "batch", "gym")
@@ -22,8 +24,6 @@ PHYSICS = ("auto", "batch", "gym")
 #: "auto": Warp where the frames are scored on the CPU and MuJoCo Warp is installed (there its ray tracer
 #: is several times faster than Mesa's llvmpipe), EGL otherwise (envs.batch.choose_renderer).
 RENDERERS = ("auto", "egl", "warp")
-#: Seconds a rank waits for another under torchrun (it must cover rank 0's updates and saves).
-DEFAULT_RANK_TIMEOUT = 1800.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,8 +33,12 @@ class EnvSpec:
     ``render_size``: frames of (height, width), or a square's side; ``renderer``: one of
     :data:`RENDERERS` (``"auto"``: Warp on a CPU when installed, EGL otherwise); ``pipeline_chunks``: the ranges
     of envs a step is scored in while the next is simulated (``"auto"``: up to 4 on a GPU, 1 on the
-    CPU); ``env_reward_weight`` (rho): the agent learns from ``vlm + rho * env``; ``rank_timeout``:
-    under torchrun, how long a rank waits for another (seconds).
+    CPU); ``env_reward_weight`` (rho): the agent learns from ``vlm + rho * env``. ``time_limit``: how
+    an episode ends at ``episode_length``, ``"truncate"`` (SB3 bootstraps, the default) or
+    ``"terminal"`` (no bootstrap, as the paper's code; see ``envs.time_limits``). ``scene_assets``: a
+    folder with the paper's own image files (a checkout of its repository), drawn instead of the
+    generated textures (see ``envs.paper_assets``). How the envs spread over torchrun's ranks is
+    :class:`~vlmrm_fast.distributed.DistributedConfig`'s.
     """
 
     task: str
@@ -45,7 +49,8 @@ class EnvSpec:
     renderer: str = "auto"
     pipeline_chunks: int | str = "auto"
     env_reward_weight: float = 0.0
-    rank_timeout: float = DEFAULT_RANK_TIMEOUT
+    time_limit: str = "truncate"
+    scene_assets: str | None = None
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -68,10 +73,21 @@ class EnvSpec:
         one_of(self.renderer, "renderer", RENDERERS)
         put("pipeline_chunks", chunk_count(self.pipeline_chunks, "pipeline_chunks", self.n_envs))
         put("env_reward_weight", number(self.env_reward_weight, "env_reward_weight"))
-        timeout = number(self.rank_timeout, "rank_timeout")
-        if timeout <= 0:
-            raise FieldError("rank_timeout", f"must be a positive number of seconds, got {self.rank_timeout!r}")
-        put("rank_timeout", timeout)
+        one_of(self.time_limit, "time_limit", TIME_LIMITS)
+        if self.scene_assets is not None:
+            if not isinstance(self.scene_assets, str) or not self.scene_assets:
+                raise FieldTypeError(
+                    "scene_assets", f"must be a folder holding the paper's image files, got {self.scene_assets!r}"
+                )
+            put("scene_assets", normalized_folder(self.scene_assets))
+            try:
+                get_task(self.task).with_scene_assets(self.scene_assets)
+            except (ValueError, OSError) as exc:
+                raise FieldError("scene_assets", str(exc).removeprefix("scene_assets: ")) from None
+
+    def task_spec(self) -> TaskSpec:
+        """The task, drawn with ``scene_assets`` when given."""
+        return get_task(self.task).with_scene_assets(self.scene_assets)
 
     @property
     def frame_shape(self) -> tuple[int, int] | None:

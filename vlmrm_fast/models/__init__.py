@@ -6,14 +6,23 @@ paper's configs (``"ViT-L-14/laion2b_s32b_b82k"``), ``"hf-hub:org/repo"``,
 and smoke runs. Weights come from a pretrained tag (Hugging Face cache first), a local
 ``checkpoint`` file, or random initialization.
 
-    names.py        the accepted forms, the registered configs (model_configs/)
+    names.py        the accepted forms, the registered configs (model_configs/, register_model_config)
+    families.py     the families (SigLIP, PE, EVA, MobileCLIP, ...), their optional packages, FLOPs
+    tokenizers.py   hub tokenizers (SigLIP) from a folder or the cache, offline
     hub.py          the Hugging Face cache and hub: probing, downloading, what to do offline
     random_init.py  random weights from a thread-local generator
     load.py         load_clip, checkpoints
     prompts.py      prompts against the text context length
 """
 
-from vlmrm_fast.models.hub import WeightsUnavailableError, cached_hf_file, download_weights, network_reachable
+from vlmrm_fast.models.families import FAMILIES, Family, MissingDependencyError, family_of
+from vlmrm_fast.models.hub import (
+    WeightsUnavailableError,
+    cached_hf_file,
+    download_model,
+    download_weights,
+    network_reachable,
+)
 from vlmrm_fast.models.load import LoadedClip, load_clip
 from vlmrm_fast.models.names import (
     MODEL_CONFIG_DIR,
@@ -21,23 +30,32 @@ from vlmrm_fast.models.names import (
     known_models,
     parse_model_name,
     register_builtin_configs,
+    register_model_config,
 )
 from vlmrm_fast.models.prompts import PromptTruncatedWarning, check_prompt_lengths
 from vlmrm_fast.models.random_init import RandomWeightsWarning
+from vlmrm_fast.models.tokenizers import TokenizerUnavailableError
 
 __all__ = [
+    "FAMILIES",
     "MODEL_CONFIG_DIR",
     "TINY_MODEL",
+    "Family",
     "LoadedClip",
+    "MissingDependencyError",
     "PromptTruncatedWarning",
     "RandomWeightsWarning",
+    "TokenizerUnavailableError",
     "WeightsUnavailableError",
     "cached_hf_file",
     "check_prompt_lengths",
+    "download_model",
     "download_weights",
+    "family_of",
     "known_models",
     "load_clip",
     "network_reachable",
     "parse_model_name",
     "register_builtin_configs",
+    "register_model_config",
 ]

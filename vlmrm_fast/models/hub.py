@@ -27,15 +27,29 @@ def download_weights(model: str, pretrained: str | None = None, *, cache_dir: st
     """Fetches a model's pretrained weights into the local cache (or finds them there); returns the path.
 
     Run once on a machine with network; copy the cache (HF_HUB_CACHE, or ``cache_dir``)
-    to machines without it.
+    to machines without it. (:func:`download_model` fetches the tokenizer too.)
     """
+    return download_model(model, pretrained, cache_dir=cache_dir)["weights"]
+
+
+def download_model(model: str, pretrained: str | None = None, *, cache_dir: str | None = None) -> dict[str, Path]:
+    """Fetches what loading ``model`` offline needs into the local cache (or finds it there): its
+    pretrained weights and, for a model whose tokenizer lives on the hub (SigLIP), that tokenizer.
+    Returns ``{"weights": path, "tokenizer": folder}`` (tokenizer only where there is one)."""
     import open_clip
+
+    from vlmrm_fast.models.families import check_requirements, model_config
+    from vlmrm_fast.models.tokenizers import download_tokenizer, hub_tokenizer_name
 
     name, tag = parse_model_name(model, pretrained)
     if name.startswith("hf-hub:"):
-        return Path(hub_folder(name[len("hf-hub:") :], cache_dir))
+        return {"weights": Path(hub_folder(name[len("hf-hub:") :], cache_dir))}
     if name.startswith("local-dir:"):
         raise ValueError(f"{model!r} is a local folder: nothing to download")
+    config = model_config(name)
+    repo = hub_tokenizer_name(config)
+    if repo:
+        check_requirements(name, config)  # transformers reads the tokenizer: say so before the download
     if not tag:
         tags = open_clip.list_pretrained_tags_by_model(name)
         raise ValueError(
@@ -48,7 +62,10 @@ def download_weights(model: str, pretrained: str | None = None, *, cache_dir: st
         raise ValueError(
             f"pretrained tag {tag!r} is unknown for {name}; known tags: {open_clip.list_pretrained_tags_by_model(name) or 'none'}"
         )
-    return pretrained_file(name, tag, pcfg, cache_dir)
+    found = {"weights": pretrained_file(name, tag, pcfg, cache_dir)}
+    if repo:
+        found["tokenizer"] = download_tokenizer(repo, cache_dir, model_id=f"{name}/{tag}")
+    return found
 
 
 def _hf_endpoint() -> str:
@@ -166,4 +183,23 @@ def hub_folder(repo_id: str, cache_dir: str | None) -> str:
         raise WeightsUnavailableError(
             f"hf-hub:{repo_id}: config and weights are cached under different revisions; re-download both"
         )
+    _hub_tokenizer_files(repo_id, Path(config), cache_dir)
     return str(Path(config).parent)
+
+
+def _hub_tokenizer_files(repo_id: str, config: Path, cache_dir: str | None) -> None:
+    """A hub model whose config names a Hugging Face tokenizer is read by open_clip from the model's own
+    folder: its tokenizer files go into the same snapshot (cached ones kept)."""
+    import json
+
+    from vlmrm_fast.models.tokenizers import download_tokenizer, hub_tokenizer_name
+
+    try:
+        model_cfg = json.loads(config.read_text()).get("model_cfg")
+    except (OSError, ValueError):
+        return  # open_clip reports a broken config itself
+    if not hub_tokenizer_name(model_cfg):
+        return
+    if any((config.parent / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        return
+    download_tokenizer(repo_id, cache_dir, model_id=f"hf-hub:{repo_id}")

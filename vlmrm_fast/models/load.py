@@ -10,9 +10,11 @@ from typing import Any
 
 import torch
 
+from vlmrm_fast.models.families import check_requirements, family_of_config, model_config
 from vlmrm_fast.models.hub import hub_folder, pretrained_file
-from vlmrm_fast.models.names import TINY_MODEL, parse_model_name
+from vlmrm_fast.models.names import TINY_MODEL, parse_model_name, registered_preprocess_cfg
 from vlmrm_fast.models.random_init import RandomWeightsWarning, create_model
+from vlmrm_fast.models.tokenizers import load_tokenizer
 from vlmrm_fast.preprocess import PreprocessSpec
 
 
@@ -27,13 +29,24 @@ class LoadedClip:
     architecture: str  # open_clip config name (or the hub/local id)
     weights: str  # "random init (seed N)", a file path, or a tag
     weights_key: str  # identifies the weights for engine caches
+    family: str = "clip"  # models.families key
+    embed_size: int | None = None  # the config's embed_dim (timm towers have no output_dim)
 
     @property
     def logit_scale(self) -> float:
         return float(self.model.logit_scale.detach().exp().float().item())
 
     @property
+    def logit_bias(self) -> float | None:
+        """SigLIP's learned logit bias (its logits are ``scale * cos + bias``, read through a sigmoid);
+        None for models trained with a softmax. See docs/models.md for what it does to the rewards."""
+        bias = getattr(self.model, "logit_bias", None)
+        return None if bias is None else float(bias.detach().float().item())
+
+    @property
     def embed_dim(self) -> int:
+        if self.embed_size is not None:
+            return int(self.embed_size)
         return int(self.model.visual.output_dim)
 
 
@@ -46,8 +59,16 @@ def load_clip(
     cache_dir: str | None = None,
     seed: int = 0,
     quick_gelu: bool | None = None,
+    tokenizer: str | os.PathLike | None = None,
 ) -> LoadedClip:
-    """Builds the open_clip model named ``model`` with its weights, in eval mode on ``device``."""
+    """Builds the open_clip model named ``model`` with its weights, in eval mode on ``device``.
+
+    ``tokenizer``: a folder holding the Hugging Face tokenizer of a model whose tokenizer lives on
+    the hub (SigLIP), instead of the cache (see models/tokenizers.py). Without a pretrained tag the
+    preprocessing is the architecture's own: a registered config's ``preprocess_cfg``, else that
+    of its pretrained tags when they all agree (a SigLIP's squash and 0.5 mean/std), else
+    open_clip's default.
+    """
     import open_clip
 
     device = torch.device(device)
@@ -61,8 +82,14 @@ def load_clip(
         )
         if not Path(folder).is_dir():
             raise FileNotFoundError(f"local-dir {folder!r} does not exist")
+        config = _folder_config(folder)
+        check_requirements(model, config)
         clip = create_model(f"local-dir:{folder}", device=device, seed=seed)
-        tokenizer = open_clip.get_tokenizer(f"local-dir:{folder}")
+        text_tokenizer = (
+            open_clip.get_tokenizer(f"local-dir:{folder}")
+            if tokenizer is None
+            else load_tokenizer(folder, model_id=model, tokenizer=str(tokenizer), config=config)
+        )
         weights, key = folder, _file_key(folder)
         if checkpoint is not None:
             _load_checkpoint(clip, checkpoint, model)
@@ -73,6 +100,11 @@ def load_clip(
             tags = open_clip.list_pretrained_tags_by_model(name)
             raise ValueError(f"pretrained tag {tag!r} is unknown for {name}; known tags: {tags or 'none'}")
         gelu = pcfg.get("quick_gelu", False) if quick_gelu is None else quick_gelu
+        config = model_config(name) or {}
+        check_requirements(name, config)
+        text_tokenizer = load_tokenizer(
+            name, model_id=model, tokenizer=None if tokenizer is None else str(tokenizer), cache_dir=cache_dir
+        )
         weights_file = None
         if tag:
             weights_file = Path(tag) if not pcfg else pretrained_file(name, tag, pcfg, cache_dir)
@@ -91,21 +123,52 @@ def load_clip(
                     RandomWeightsWarning,
                     stacklevel=3,
                 )
-        if pcfg:
-            merged = open_clip.transform.merge_preprocess_dict(open_clip.get_model_preprocess_cfg(clip), pcfg)
+        own = pcfg or architecture_preprocess_cfg(name)
+        if own:
+            merged = open_clip.transform.merge_preprocess_dict(open_clip.get_model_preprocess_cfg(clip), own)
             open_clip.set_model_preprocess_cfg(clip, merged)
-        tokenizer = open_clip.get_tokenizer(name)
     clip.eval().requires_grad_(False)
     clip.to(device)
     return LoadedClip(
         model=clip,
-        tokenizer=tokenizer,
+        tokenizer=text_tokenizer,
         preprocess=PreprocessSpec.from_open_clip(clip),
         model_id=model if tag is None or "/" in model else f"{model}/{tag}",
         architecture=name,
         weights=weights,
         weights_key=key,
+        family=family_of_config(config, name).key if config else "clip",
+        embed_size=int(config["embed_dim"]) if config.get("embed_dim") else None,
     )
+
+
+_PREPROCESS_KEYS = ("size", "mean", "std", "interpolation", "resize_mode", "fill_color")
+
+
+def architecture_preprocess_cfg(name: str) -> dict[str, Any]:
+    """The preprocessing of architecture ``name`` when no pretrained tag says it: the config's own
+    (register_model_config), else its pretrained tags' when they all agree, else {} (open_clip's
+    default: CLIP's mean/std, bicubic, shortest side)."""
+    import open_clip
+
+    registered = registered_preprocess_cfg(name)
+    if registered:
+        return registered
+    cfgs = [open_clip.get_pretrained_cfg(name, tag) for tag in open_clip.list_pretrained_tags_by_model(name)]
+    own = [{k: cfg[k] for k in _PREPROCESS_KEYS if k in cfg and k != "size"} for cfg in cfgs if cfg]
+    if own and all(cfg == own[0] for cfg in own):
+        return own[0]
+    return {}
+
+
+def _folder_config(folder: str) -> dict[str, Any]:
+    import json
+
+    path = Path(folder) / "open_clip_config.json"
+    try:
+        return dict(json.loads(path.read_text()).get("model_cfg") or {})
+    except (OSError, ValueError):
+        return {}  # open_clip reports a missing or broken config itself
 
 
 def _load_checkpoint(clip, path: str | os.PathLike, model_name: str) -> None:

@@ -106,3 +106,8 @@ def create_model(name: str, *, device: torch.device, seed: int, quick_gelu: bool
     # process or thread, and the global torch generator untouched.
     with _QuietRandomInit.active(), _LocalGenerator(torch.Generator().manual_seed(seed)):
         return open_clip.create_model(name, pretrained=None, force_quick_gelu=quick_gelu, device="cpu")
+
+
+def quiet_random_init():
+    """A context in which open_clip's "No pretrained weights loaded" record of this thread is dropped."""
+    return _QuietRandomInit.active()

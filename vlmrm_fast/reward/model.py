@@ -188,8 +188,9 @@ def load_reward_model(model: str | RewardModelSpec, pretrained: str | None = Non
     (:class:`GoalBaselineTask`, :class:`BinaryTask` or dicts) for several; the
     model then returns (N, K) rewards. ``resize_mode="squash"`` resizes frames to the
     encoder's square input instead of open_clip's shortest-side resize and centre crop
-    (the paper's pipeline squashes; keeps wide frames whole). Other keywords are
-    encoder options (see :class:`RewardModelSpec`).
+    (keeps wide frames whole); ``resize_mode="paper"`` does what the paper's code did
+    (a squash by PyTorch's float bicubic without antialiasing, OpenAI's mean and std; see
+    ``vlmrm_fast.preprocess``). Other keywords are encoder options (see :class:`RewardModelSpec`).
     """
     if isinstance(model, RewardModelSpec):
         if pretrained is not None or fields:
@@ -206,9 +207,10 @@ def load_reward_model(model: str | RewardModelSpec, pretrained: str | None = Non
         device=resolved,
         cache_dir=spec.cache_dir,
         seed=spec.seed,
+        tokenizer=spec.tokenizer,
     )
     if spec.resize_mode is not None:
-        clip.preprocess = dataclasses.replace(clip.preprocess, resize_mode=spec.resize_mode)
+        clip.preprocess = clip.preprocess.with_resize_mode(spec.resize_mode)
     return VLMRewardModel(
         clip,
         tasks,

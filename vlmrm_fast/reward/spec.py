@@ -36,8 +36,10 @@ class RewardModelSpec:
     ``{name: prompt or [prompts]}``, more goal-baseline tasks with the same baseline prompts and
     alpha, scored from the same encoder pass (the target prompts are then the task named
     "target"). ``batch_size``: frames per encoder batch (the fixed batch of the compile and
-    TensorRT backends; episode-batch scoring's batch). ``encoder_options`` go to the backend
-    (``compile_mode``, ``attention``, ``engine_cache_dir``; see ``encoders.make_image_encoder``).
+    TensorRT backends; episode-batch scoring's batch). ``tokenizer``: a folder holding the Hugging
+    Face tokenizer of a model whose tokenizer lives on the hub (SigLIP), instead of the cache
+    (docs/models.md). ``encoder_options`` go to the backend (``compile_mode``, ``attention``,
+    ``engine_cache_dir``; see ``encoders.make_image_encoder``).
     """
 
     model: str = DEFAULT_MODEL
@@ -55,6 +57,7 @@ class RewardModelSpec:
     cache_dir: str | None = None
     seed: int = 0
     resize_mode: str | None = None
+    tokenizer: str | None = None
     encoder_options: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
@@ -66,7 +69,7 @@ class RewardModelSpec:
                 "model",
                 f"must be a model name such as 'ViT-L-14/laion2b_s32b_b82k' or 'vlmrm-tiny', got {self.model!r}",
             )
-        for name in ("pretrained", "checkpoint", "cache_dir"):
+        for name in ("pretrained", "checkpoint", "cache_dir", "tokenizer"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise FieldTypeError(name, f"must be a string or null, got {value!r}")

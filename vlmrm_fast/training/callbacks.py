@@ -14,6 +14,7 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
+from vlmrm_fast.envs.success import LAST_STEP_RATE, RATE_NAMES, check_rule
 from vlmrm_fast.reward.batch_scoring import FrameBatchScorer
 from vlmrm_fast.reward.protocol import RewardModel
 from vlmrm_fast.wrappers import find_reward_wrapper
@@ -22,20 +23,26 @@ from vlmrm_fast.wrappers import find_reward_wrapper
 class EpisodeStats:
     """Running per-env episode sums of the VLM and ground-truth rewards, and what the infos add:
     ``info["vlm_rewards"]`` (every prompt set of a multi-task env, by name) and
-    ``info["success"]`` (the tasks that define one: an episode succeeds when its last step does;
-    the fraction of its steps that succeeded is kept too)."""
+    ``info["success"]`` (the tasks that define one, see :mod:`vlmrm_fast.envs.success`): per
+    episode, the task's own verdict (``success_rule``: CartPole upright on every step, MountainCar
+    at the flag at any step, as the paper evaluated them), whether its last step succeeded, and the
+    share of its steps that did."""
 
-    def __init__(self, n_envs: int, window: int = 100):
+    def __init__(self, n_envs: int, window: int = 100, success_rule: str | None = None):
         self.window = window
+        self.success_rule = check_rule(success_rule)
         self.vlm = np.zeros(n_envs)
         self.gt = np.zeros(n_envs)
         self.steps = np.zeros(n_envs)
         self.successes = np.zeros(n_envs)
+        self.every_step = np.ones(n_envs, dtype=bool)  # every step of the episode so far succeeded
+        self.any_step = np.zeros(n_envs, dtype=bool)  # some step of the episode so far succeeded
         self.per_task: dict[str, np.ndarray] = {}
         self.finished_vlm: collections.deque = collections.deque(maxlen=window)
         self.finished_gt: collections.deque = collections.deque(maxlen=window)
-        self.finished_success: collections.deque = collections.deque(maxlen=window)
+        self.finished_success: collections.deque = collections.deque(maxlen=window)  # at the last step
         self.finished_success_fraction: collections.deque = collections.deque(maxlen=window)
+        self.finished_rule_success: collections.deque = collections.deque(maxlen=window)  # success_rule's
         self.finished_per_task: dict[str, collections.deque] = {}
         self.episodes = 0  # finished since the start of this process
 
@@ -47,7 +54,10 @@ class EpisodeStats:
         success = [info.get("success") for info in infos]
         has_success = any(value is not None for value in success)
         if has_success:
-            self.successes += np.array([bool(value) for value in success], dtype=np.float64)
+            step_success = np.array([bool(value) for value in success])
+            self.successes += step_success
+            self.every_step &= step_success
+            self.any_step |= step_success
         for i, info in enumerate(infos):
             for name, value in info.get("vlm_rewards", {}).items():
                 self.per_task.setdefault(name, np.zeros_like(self.vlm))[i] += value
@@ -57,10 +67,14 @@ class EpisodeStats:
             if has_success:
                 self.finished_success.append(float(bool(success[i])))
                 self.finished_success_fraction.append(float(self.successes[i] / self.steps[i]))
+                if self.success_rule is not None:
+                    verdict = self.every_step[i] if self.success_rule == "every_step" else self.any_step[i]
+                    self.finished_rule_success.append(float(verdict))
             for name, sums in self.per_task.items():
                 self.finished_per_task.setdefault(name, collections.deque(maxlen=self.window)).append(float(sums[i]))
                 sums[i] = 0.0
             self.vlm[i] = self.gt[i] = self.steps[i] = self.successes[i] = 0.0
+            self.every_step[i], self.any_step[i] = True, False
             self.episodes += 1
 
     def record(self, logger) -> None:
@@ -68,8 +82,10 @@ class EpisodeStats:
             logger.record("rollout/ep_vlm_reward_mean", float(np.mean(self.finished_vlm)))
             logger.record("rollout/ep_gt_reward_mean", float(np.mean(self.finished_gt)))
         if self.finished_success:
-            logger.record("rollout/success_rate", float(np.mean(self.finished_success)))
+            logger.record(f"rollout/{LAST_STEP_RATE}", float(np.mean(self.finished_success)))
             logger.record("rollout/ep_success_fraction", float(np.mean(self.finished_success_fraction)))
+        if self.finished_rule_success and self.success_rule is not None:
+            logger.record(f"rollout/{RATE_NAMES[self.success_rule]}", float(np.mean(self.finished_rule_success)))
         for name, finished in self.finished_per_task.items():
             if finished:
                 logger.record(f"rollout/ep_vlm_reward_mean/{name}", float(np.mean(finished)))
@@ -81,6 +97,7 @@ class EpisodeStats:
             "gt": list(self.finished_gt),
             "success": list(self.finished_success),
             "success_fraction": list(self.finished_success_fraction),
+            "rule_success": list(self.finished_rule_success),
             "per_task": {name: list(values) for name, values in self.finished_per_task.items()},
         }
 
@@ -90,6 +107,7 @@ class EpisodeStats:
             self.finished_gt.extend(float(v) for v in state.get("gt", []))
             self.finished_success.extend(float(v) for v in state.get("success", []))
             self.finished_success_fraction.extend(float(v) for v in state.get("success_fraction", []))
+            self.finished_rule_success.extend(float(v) for v in state.get("rule_success", []))
             for name, values in state.get("per_task", {}).items():
                 self.finished_per_task.setdefault(name, collections.deque(maxlen=self.window)).extend(
                     float(v) for v in values

@@ -5,6 +5,7 @@
     env:      an EnvSpec (vlmrm_fast.envs.spec): task, n_envs, episode_length, render_size, renderer, ...
     rl:       RLConfig: the SB3 algorithm, its arguments (checked against its signature), episode_batch
     logging:  LoggingConfig: checkpoints, videos, TensorBoard
+    distributed: DistributedConfig (vlmrm_fast.distributed.config): rank 0's envs, timeout, heartbeat
 
 One generic loader (:func:`_build`) turns the YAML mapping into these dataclasses; each dataclass
 checks its own fields, and every error names the field's place, e.g.
@@ -23,6 +24,7 @@ from typing import Any
 import yaml
 
 from vlmrm_fast.checks import FieldError, FieldTypeError, boolean, non_negative_int, one_of, positive_int
+from vlmrm_fast.distributed.config import DistributedConfig
 from vlmrm_fast.envs.spec import EnvSpec
 from vlmrm_fast.reward.spec import RewardModelSpec
 
@@ -37,6 +39,8 @@ MOVED = {
     "reward.score_batch_size": "reward.batch_size",
     "reward.env_reward_weight": "env.env_reward_weight",
     "env.engine": "env.physics (batch, gym or auto; batch was called mujoco)",
+    "env.rank_timeout": "distributed.timeout (a rank's answer to one call; rank 0's updates and saves between "
+    "calls are covered by distributed.heartbeat_timeout)",
 }
 
 
@@ -76,6 +80,25 @@ class RLConfig:
         return dataclasses.replace(self, **changes)
 
 
+#: W&B's modes a run may log in (``disabled``: leave ``logging.wandb`` out instead)
+WANDB_MODES = ("online", "offline")
+
+
+@dataclasses.dataclass
+class WandbConfig:
+    """``logging.wandb``: the run's config, scalars and videos also go to Weights & Biases (``pip
+    install 'vlmrm-fast[wandb]'``), in ``project``; ``mode: offline`` writes them under the run folder
+    for ``wandb sync`` later. A ``--resume`` continues the same W&B run (docs/training.md)."""
+
+    project: str
+    mode: str = "online"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.project, str) or not self.project.strip():
+            raise FieldTypeError("project", f"must be a W&B project name, got {self.project!r}")
+        one_of(self.mode, "mode", WANDB_MODES)
+
+
 @dataclasses.dataclass
 class LoggingConfig:
     checkpoint_every: int = 10_000  # env steps (all envs counted)
@@ -85,6 +108,7 @@ class LoggingConfig:
     # Off-policy: how many of the newest checkpoints keep their replay buffer. 2 costs one more buffer file
     # on disk (as large as model_replay_buffer_*.pkl) and lets --resume keep the buffer when the newest is damaged.
     keep_replay_buffers: int = 1
+    wandb: WandbConfig | None = None
 
     def __post_init__(self) -> None:
         self.checkpoint_every = positive_int(self.checkpoint_every, "checkpoint_every")
@@ -92,6 +116,10 @@ class LoggingConfig:
         self.video_episodes = positive_int(self.video_episodes, "video_episodes")
         self.tensorboard = boolean(self.tensorboard, "tensorboard")
         self.keep_replay_buffers = positive_int(self.keep_replay_buffers, "keep_replay_buffers")
+        if self.wandb is not None and not isinstance(self.wandb, WandbConfig):
+            raise FieldTypeError("wandb", f"must be {{project: NAME, mode: online|offline}}, got {self.wandb!r}")
+        if self.wandb is not None and not self.tensorboard:
+            raise FieldError("wandb", "mirrors the TensorBoard logs (wandb's TensorBoard sync): keep tensorboard: true")
 
 
 @dataclasses.dataclass
@@ -100,6 +128,7 @@ class TrainConfig:
     reward: RewardModelSpec = dataclasses.field(default_factory=RewardModelSpec)
     rl: RLConfig = dataclasses.field(default_factory=RLConfig)
     logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
+    distributed: DistributedConfig = dataclasses.field(default_factory=DistributedConfig)
     output_dir: str = "runs/train"
     seed: int = 0
 
@@ -107,6 +136,9 @@ class TrainConfig:
         if not isinstance(self.output_dir, str) or not self.output_dir:
             raise FieldTypeError("output_dir", f"must be a folder path, got {self.output_dir!r}")
         self.seed = non_negative_int(self.seed, "seed")
+        learner_envs = self.distributed.learner_envs
+        if learner_envs is not None and learner_envs > self.env.n_envs:
+            raise FieldError("distributed.learner_envs", f"{learner_envs} is more than env.n_envs={self.env.n_envs}")
         if self.rl.episode_batch:
             if self.reward.also_score:
                 raise FieldError("reward.also_score", "scored at each step; not with rl.episode_batch: true")
@@ -130,6 +162,14 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         """The config as plain YAML data (lists, not tuples)."""
         return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+
+
+def _dataclass_of(hint: Any) -> type | None:
+    """The dataclass a field holds: its type, or the dataclass of ``Dataclass | None``."""
+    if dataclasses.is_dataclass(hint):
+        return hint  # type: ignore[return-value]
+    members = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+    return members[0] if len(members) == 1 and dataclasses.is_dataclass(members[0]) else None  # type: ignore[return-value]
 
 
 def _build(cls: type, data: Any, path: str) -> Any:
@@ -156,8 +196,8 @@ def _build(cls: type, data: Any, path: str) -> Any:
             if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
                 raise ConfigError(f"{where}: required field is missing")
             continue
-        nested = hints[name] if dataclasses.is_dataclass(hints[name]) else None
-        kwargs[name] = _build(nested, data[name], where) if nested else data[name]
+        nested = _dataclass_of(hints[name])
+        kwargs[name] = _build(nested, data[name], where) if nested and data[name] is not None else data[name]
     try:
         return cls(**kwargs)
     except FieldError as exc:
@@ -187,7 +227,16 @@ def resolved(cfg: TrainConfig) -> TrainConfig:
 _IDENTITY_FIELDS = {
     "seed": None,
     "reward": ("model", "pretrained", "checkpoint", "target_prompts", "baseline_prompts", "alpha"),
-    "env": ("task", "n_envs", "episode_length", "render_size", "renderer", "env_reward_weight"),
+    "env": (
+        "task",
+        "n_envs",
+        "episode_length",
+        "render_size",
+        "renderer",
+        "env_reward_weight",
+        "time_limit",
+        "scene_assets",
+    ),
     "rl": ("algorithm", "policy", "kwargs", "episode_batch"),
 }
 
@@ -201,15 +250,22 @@ def run_identity(cfg: TrainConfig) -> dict[str, Any]:
     }
 
 
+# Identity fields added since checkpoints were first written, with the value older runs had.
+_ADDED_ENV_FIELDS = {"time_limit": "truncate", "scene_assets": None}
+
+
 def upgraded_identity(saved: dict[str, Any]) -> dict[str, Any]:
-    """A run identity saved before fields moved (``MOVED``), in the current layout."""
-    if "task" not in saved:
-        return saved
+    """A run identity saved before fields moved (``MOVED``) or were added, in the current layout."""
     saved = json.loads(json.dumps(saved))
-    reward = saved.get("reward", {})
-    saved.setdefault("env", {})["task"] = saved.pop("task")
-    saved["env"]["env_reward_weight"] = reward.pop("env_reward_weight", 0.0)
-    saved.setdefault("rl", {})["episode_batch"] = reward.pop("episode_batch", False)
+    if "task" in saved:
+        reward = saved.get("reward", {})
+        saved.setdefault("env", {})["task"] = saved.pop("task")
+        saved["env"]["env_reward_weight"] = reward.pop("env_reward_weight", 0.0)
+        saved.setdefault("rl", {})["episode_batch"] = reward.pop("episode_batch", False)
+    env = saved.get("env")
+    if isinstance(env, dict) and env:
+        for name, value in _ADDED_ENV_FIELDS.items():
+            env.setdefault(name, value)
     return saved
 
 

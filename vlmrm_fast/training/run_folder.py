@@ -27,8 +27,10 @@ from vlmrm_fast.training.config import ConfigError, identity_differences, upgrad
 
 CONFIG_FILE = "config.yaml"
 FINAL_MODEL = "final_model.zip"
-# What a run writes; --overwrite deletes exactly these.
-RUN_ENTRIES = (CONFIG_FILE, "checkpoints", "tensorboard", "videos", FINAL_MODEL)
+ROLLOUTS = "rollouts"  # vlmrm-fast rollout's CSVs and videos
+RANKING_FILE = "best_checkpoints.csv"  # vlmrm-fast best's ranking
+# What a run writes (and what the commands that read it add); --overwrite deletes exactly these.
+RUN_ENTRIES = (CONFIG_FILE, "checkpoints", "tensorboard", "videos", FINAL_MODEL, ROLLOUTS, RANKING_FILE)
 
 
 class RunFolderError(ExpectedFailure):
@@ -222,6 +224,11 @@ class RunFolder:
             return plain(run_identity(resolved(load_config(path))))
         except (ConfigError, OSError, yaml.YAMLError):
             return None
+
+    def holds_checkpoints(self) -> bool:
+        """Whether a checkpoint, whole or damaged, is in the folder (files a kill cut short do not count)."""
+        scan = checkpoints.scan(self.checkpoint_dir)
+        return bool(scan.complete or scan.damaged)
 
     def resume_point(
         self, identity: dict[str, Any], *, needs_replay_buffer: bool, allow_empty_replay_buffer: bool

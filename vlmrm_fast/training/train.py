@@ -5,7 +5,8 @@ used), ``tensorboard/`` (VLM and ground-truth episode rewards side by side),
 ``videos/`` (policy mp4s), ``checkpoints/`` (model and replay buffer every
 ``checkpoint_every`` steps, at the end, and on SIGINT/SIGTERM; see checkpoints.py),
 ``final_model.zip``. ``--resume`` continues from the newest intact checkpoint (damaged
-ones are moved into ``checkpoints/damaged/``; see run_folder.py).
+ones are moved into ``checkpoints/damaged/``; see run_folder.py); with ``--start-if-new`` it
+starts the run when the folder holds no checkpoint yet (the first start of a restartable job).
 
 Exit codes: 0 finished; 1 crashed (traceback; the checkpoints on disk stay whole) or a
 full disk (one line); 2 refused before starting (bad config, missing model, folder in use,
@@ -33,7 +34,7 @@ from stable_baselines3.common.vec_env import VecMonitor
 from vlmrm_fast.distributed import jobs as distributed_jobs
 from vlmrm_fast.distributed.channel import RankFailure
 from vlmrm_fast.envs import get_task
-from vlmrm_fast.failures import EXIT_CRASHED, EXIT_DONE, EXIT_SIGINT, EXIT_SIGTERM, mark_crash
+from vlmrm_fast.failures import EXIT_CRASHED, EXIT_DONE, EXIT_SIGINT, EXIT_SIGTERM, ExpectedFailure, mark_crash
 from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.callbacks import (
@@ -63,7 +64,9 @@ ALGORITHM_CLASSES = {"SAC": SAC, "PPO": PPO, "DQN": DQN}
 
 def make_env(cfg: TrainConfig):
     """The run's envs (a config resolved with the task's defaults): split over the ranks under torchrun."""
-    return distributed_jobs.make_vec_env(cfg.env, reward_spec(cfg), seed=cfg.seed, defer_rewards=cfg.rl.episode_batch)
+    return distributed_jobs.make_vec_env(
+        cfg.env, reward_spec(cfg), cfg.distributed, seed=cfg.seed, defer_rewards=cfg.rl.episode_batch
+    )
 
 
 def reward_spec(cfg: TrainConfig) -> RewardModelSpec:
@@ -144,13 +147,18 @@ class OncePerStepLogger(Logger):
         super().dump(step)
 
 
-def _logger(cfg: TrainConfig, run_dir: pathlib.Path, start_steps: int) -> Logger:
+def _logger(cfg: TrainConfig, run_dir: pathlib.Path, start_steps: int, wandb_run: Any = None) -> Logger:
     if not cfg.logging.tensorboard:
         return OncePerStepLogger(None, [])
     folder = run_dir / "tensorboard" / f"{cfg.rl.algorithm}_1"
     # Logs of an earlier process of this run past the resume step describe work the resume discards.
     purge_step = start_steps + 1 if folder.exists() else None
-    return OncePerStepLogger(str(folder), [_TensorBoard(str(folder), purge_step)])
+    formats: list = [_TensorBoard(str(folder), purge_step)]
+    if wandb_run is not None:  # W&B mirrors the TensorBoard files; videos go to it here (wandb_logging.py)
+        from vlmrm_fast.training.wandb_logging import WandbVideos
+
+        formats.append(WandbVideos(wandb_run))
+    return OncePerStepLogger(str(folder), formats)
 
 
 def _write_pending_logs(model: BaseAlgorithm) -> None:
@@ -191,29 +199,50 @@ def _prepare_resumed(model: BaseAlgorithm, cfg: TrainConfig) -> None:
 
 
 def train(
-    cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, allow_empty_replay_buffer: bool = False
+    cfg: TrainConfig,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    allow_empty_replay_buffer: bool = False,
+    start_if_new: bool = False,
 ) -> int:
     """Trains as the config says; returns the exit code (module docstring). Expected failures
     (ConfigError, RunFolderError, a missing model, ...) raise before anything is written."""
+    distributed_jobs.check_launch()  # srun tasks without torchrun, torchrun restarts on a shared store: refused
     if distributed_jobs.serving_rank():  # torchrun rank != 0: step, render and score envs for rank 0; write nothing
-        return distributed_jobs.serve_for_training(cfg.env.rank_timeout)
+        return distributed_jobs.serve_for_training(cfg.distributed)
     cfg = resolved(cfg)
     with sigterm_raises():
         lock = RunFolder(cfg.run_dir).lock()
     try:
-        return _train(cfg, resume=resume, overwrite=overwrite, allow_empty_replay_buffer=allow_empty_replay_buffer)
+        return _train(
+            cfg,
+            resume=resume,
+            overwrite=overwrite,
+            allow_empty_replay_buffer=allow_empty_replay_buffer,
+            start_if_new=start_if_new,
+        )
     finally:
         lock.release()
 
 
-def _train(cfg: TrainConfig, *, resume: bool, overwrite: bool, allow_empty_replay_buffer: bool) -> int:
+def _train(
+    cfg: TrainConfig, *, resume: bool, overwrite: bool, allow_empty_replay_buffer: bool, start_if_new: bool
+) -> int:
     identity = plain(run_identity(cfg))
     folder = RunFolder(cfg.run_dir)
     off_policy = issubclass(ALGORITHM_CLASSES[cfg.rl.algorithm], OffPolicyAlgorithm)
     point: ResumePoint | None = None
     replaced: list[str] = []
     with sigterm_raises():  # until training starts there is nothing to save: a SIGTERM stops the start
-        if resume:
+        if resume and start_if_new and not folder.holds_checkpoints():
+            # A restarted or requeued job cut short before its first checkpoint: nothing to lose but its logs.
+            replaced = folder.check_unused(overwrite=True)
+            print(
+                f"--resume --start-if-new: no checkpoint in {folder.checkpoint_dir} yet; starting the run",
+                file=sys.stderr,
+            )
+        elif resume:
             point = folder.resume_point(
                 identity, needs_replay_buffer=off_policy, allow_empty_replay_buffer=allow_empty_replay_buffer
             )
@@ -289,7 +318,7 @@ def ready_summary(cfg: TrainConfig, venv: Any) -> str:
 def _setup_model(
     cfg: TrainConfig, env, point: ResumePoint | None, off_policy: bool
 ) -> tuple[BaseAlgorithm, EpisodeStats]:
-    stats = EpisodeStats(env.num_envs)
+    stats = EpisodeStats(env.num_envs, success_rule=get_task(cfg.task).success_rule)
     if point is None:
         return build_model(cfg, env), stats
     model = _load_checkpoint(cfg, point, env)
@@ -324,7 +353,12 @@ def _run(
     run_dir.mkdir(parents=True, exist_ok=True)
     checkpoints.write_text_atomically(run_dir / CONFIG_FILE, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     start_steps = int(model.num_timesteps)
-    model.set_logger(_logger(cfg, run_dir, start_steps))
+    wandb_run = None
+    if cfg.logging.wandb is not None:  # before the TensorBoard writer, which W&B's sync then mirrors
+        from vlmrm_fast.training.wandb_logging import start_run
+
+        wandb_run = start_run(cfg, run_dir, resumed=resumed)
+    model.set_logger(_logger(cfg, run_dir, start_steps, wandb_run))
     extra = {"identity": identity, "config_hash": identity_hash(identity)}
 
     def save(tag: str, reason: str) -> checkpoints.Checkpoint:
@@ -388,6 +422,9 @@ def _run(
         model.num_timesteps = control.resume_steps
     progress.close(model.num_timesteps)
     _write_pending_logs(model)
+    if wandb_run is not None:  # the TensorBoard files complete, then W&B's last sync of them
+        model.logger.close()
+        wandb_run.finish()
     checkpoint = checkpoints.scan(folder.checkpoint_dir).newest()
     if checkpoint is None or checkpoint.steps != model.num_timesteps:
         checkpoint = save("interrupted_", f"stopped by {stop.name}") if control.stopped else save("", "final")
@@ -408,8 +445,10 @@ def _run(
 
 
 def _video_env_factory(venv) -> Any:
+    """One env of the run's task as the run draws it (its frame size and scene assets)."""
     task, episode_length, render_size = venv.task, venv.episode_length, venv.render_size
-    return lambda: task.make(render_size=render_size, episode_length=episode_length)
+    time_limit = venv.time_limit
+    return lambda: task.make(render_size=render_size, episode_length=episode_length, time_limit=time_limit)
 
 
 def add_subcommand(sub: argparse._SubParsersAction) -> None:
@@ -430,6 +469,12 @@ def add_subcommand(sub: argparse._SubParsersAction) -> None:
         "--overwrite", action="store_true", help="delete a previous run's files in the run folder and start over"
     )
     p.add_argument(
+        "--start-if-new",
+        action="store_true",
+        help="--resume: start the run when the folder holds no checkpoint yet (the first start of a job that "
+        "torchrun restarts or SLURM requeues with the same command); a damaged checkpoint still refuses",
+    )
+    p.add_argument(
         "--allow-empty-replay-buffer",
         action="store_true",
         help="--resume: accept a checkpoint without its replay buffer",
@@ -445,6 +490,8 @@ def add_subcommand(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    if args.start_if_new and not args.resume:
+        raise ExpectedFailure("--start-if-new goes with --resume: add --resume")
     cfg = load_config(args.config)
     if args.output_dir:
         cfg.output_dir = args.output_dir
@@ -452,7 +499,11 @@ def _main(args: argparse.Namespace) -> int:
         cfg.rl = cfg.rl.replace(total_timesteps=args.total_timesteps)  # checked as the config's own
     try:
         code = train(
-            cfg, resume=args.resume, overwrite=args.overwrite, allow_empty_replay_buffer=args.allow_empty_replay_buffer
+            cfg,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            allow_empty_replay_buffer=args.allow_empty_replay_buffer,
+            start_if_new=args.start_if_new,
         )
     except checkpoints.CheckpointSpaceError as exc:  # a full disk mid-run: said in a line; the checkpoints are whole
         print(f"vlmrm-fast train: {exc.strerror}", *getattr(exc, "__notes__", []), sep="\n", file=sys.stderr)

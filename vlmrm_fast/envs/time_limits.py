@@ -1,0 +1,50 @@
+"""How an episode that reaches its length ends: a truncation or a termination.
+
+``time_limit="truncate"`` (the default) ends it as gymnasium's ``TimeLimit`` does: the last step
+is *truncated*, SB3 stores it with ``TimeLimit.truncated=True`` and bootstraps from the value of
+the state it reached, because the task itself would have gone on. That is the correct practice
+for a limit that only bounds the episodes.
+
+``time_limit="terminal"`` ends it as the paper's code did (Rocamonde et al.'s envs set
+``terminated = num_steps >= episode_length``): the last step is *terminal*, SB3 stores done=1
+and does not bootstrap, so the agent values the states near the end as if nothing came after
+them. It matters most with a long horizon (MountainCar's gamma 0.9999). Use it to reproduce
+the paper's runs.
+"""
+
+from __future__ import annotations
+
+import gymnasium
+
+#: The ways an episode can end at its length (see the module docstring).
+TIME_LIMITS = ("truncate", "terminal")
+
+
+class TerminalTimeLimit(gymnasium.Wrapper):
+    """Ends an episode after ``max_episode_steps`` steps as a termination (``terminated=True``,
+    ``truncated=False``), as the paper's envs did; an earlier end of the env passes through."""
+
+    def __init__(self, env: gymnasium.Env, max_episode_steps: int):
+        super().__init__(env)
+        self.max_episode_steps = int(max_episode_steps)
+        self._elapsed = 0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._elapsed += 1
+        if self._elapsed >= self.max_episode_steps:
+            terminated, truncated = True, False
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs):
+        self._elapsed = 0
+        return self.env.reset(**kwargs)
+
+
+def with_time_limit(env: gymnasium.Env, max_episode_steps: int, time_limit: str = "truncate") -> gymnasium.Env:
+    """``env`` ending its episodes after ``max_episode_steps`` steps, as ``time_limit`` says."""
+    if time_limit == "terminal":
+        return TerminalTimeLimit(env, max_episode_steps)
+    if time_limit != "truncate":
+        raise ValueError(f"time_limit: {time_limit!r} is not one of {', '.join(TIME_LIMITS)}")
+    return gymnasium.wrappers.TimeLimit(env, max_episode_steps)

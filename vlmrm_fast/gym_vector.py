@@ -1,0 +1,262 @@
+"""VLM rewards behind gymnasium's vector API (CleanRL, TorchRL, Tianshou, RLlib), beside SB3's VecEnv.
+
+- :class:`VLMRewardVectorEnv`: a ``gymnasium.vector.VectorEnv`` of a MuJoCo task driven by the same
+  batch engine and scoring pipeline as :class:`~vlmrm_fast.FastVLMRewardVecEnv` (it wraps that
+  stack: every env simulated in the native core, drawn by one batch renderer, scored range by
+  range while the next range is simulated). ``gymnasium.make_vec("vlmrm_fast/humanoid-kneeling",
+  num_envs=64, vectorization_mode="vector_entry_point", model=..., alpha=...)`` returns one.
+- :class:`VLMRewardVectorWrapper`: a ``gymnasium.vector.VectorWrapper`` that replaces the reward of
+  any gymnasium vector env whose sub-envs render ``rgb_array`` (``SyncVectorEnv``,
+  ``AsyncVectorEnv``, ``make_vec(..., vectorization_mode="sync")``) by a reward model's.
+
+Both follow gymnasium 1.x: ``reset(seed=s)`` seeds env ``i`` with ``s + i`` (or one seed per env from
+a list); autoreset follows ``metadata["autoreset_mode"]`` (``NEXT_STEP``, gymnasium's default: a
+finished env's next step is its reset, with reward 0 and its action ignored; ``SAME_STEP``: it is
+reset in the step that ends it, the final observation and info under ``infos["final_obs"]`` and
+``infos["final_info"]``); infos are a dict of arrays with a ``"_key"`` mask per key. The VLM
+reward's parts go where the SB3 wrapper puts them: the env's own reward in ``infos["gt_reward"]``,
+each task's in ``infos["vlm_rewards"][name]`` with several tasks. See docs/gymnasium.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
+from gymnasium.vector.utils import batch_space
+
+import vlmrm_fast.envs  # noqa: F401  (registers the tasks as vlmrm_fast/<task>)
+from vlmrm_fast.checks import number
+from vlmrm_fast.envs.batch import MujocoBatchVecEnv
+from vlmrm_fast.reward.protocol import RewardModel
+
+#: The keys of the SB3 stack's infos that the gymnasium API says otherwise (terminated/truncated, final_obs).
+_SB3_KEYS = ("terminal_observation", "TimeLimit.truncated")
+_MODES = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP)
+
+
+def _autoreset_mode(mode: Any) -> AutoresetMode:
+    try:
+        mode = AutoresetMode(mode)
+    except ValueError:
+        raise ValueError(f"autoreset_mode {mode!r} is unknown; use one of {[m.value for m in AutoresetMode]}") from None
+    if mode not in _MODES:
+        raise ValueError(
+            f"autoreset_mode={mode.value!r}: the batch engine resets finished envs itself; use "
+            f"{' or '.join(repr(m.value) for m in _MODES)} (gymnasium's default is 'NextStep')"
+        )
+    return mode
+
+
+def _seeds(seed: int | Sequence[int] | None, num_envs: int) -> list[int] | None:
+    if seed is None:
+        return None
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        return [int(seed) + i for i in range(num_envs)]
+    seeds = list(seed) if not isinstance(seed, (bool, int, np.integer)) else []
+    if len(seeds) != num_envs or not all(isinstance(s, (int, np.integer)) for s in seeds):
+        raise ValueError(f"seed must be an int or {num_envs} ints (one per env), got {seed!r}")
+    return [int(s) for s in seeds]
+
+
+class VLMRewardVectorEnv(VectorEnv):
+    """``num_envs`` envs of a MuJoCo task with VLM rewards, as a ``gymnasium.vector.VectorEnv``.
+
+    Takes :class:`~vlmrm_fast.FastVLMRewardVecEnv`'s arguments (the reward model's fields, or
+    ``reward_model=`` / ``reward_spec=``; ``episode_length``, ``render_size``, ``renderer``,
+    ``pipeline_chunks``, ``env_reward_weight``) and builds that stack on the batch engine, whose
+    finished envs it resets by ``autoreset_mode``. Episodes end by truncation after
+    ``episode_length`` steps (gymnasium's ``max_episode_steps``), as the paper's tasks never
+    terminate.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(
+        self,
+        task: str,
+        num_envs: int = 1,
+        *,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        render_mode: str | None = "rgb_array",
+        max_episode_steps: int | None = None,
+        **stack: Any,
+    ):
+        from vlmrm_fast.vec_env import FastVLMRewardVecEnv
+
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode={render_mode!r}: the batch engine renders 'rgb_array' frames")
+        if max_episode_steps is not None:
+            if stack.get("episode_length") not in (None, max_episode_steps):
+                raise ValueError("give episode_length or max_episode_steps, not both")
+            stack["episode_length"] = max_episode_steps
+        if stack.setdefault("physics", "batch") != "batch":
+            raise ValueError(
+                "VLMRewardVectorEnv drives the MuJoCo batch engine (physics='batch'); for gymnasium envs use "
+                "gymnasium.make_vec(..., vectorization_mode='sync') under VLMRewardVectorWrapper"
+            )
+        mode = _autoreset_mode(autoreset_mode)
+        self.stack = FastVLMRewardVecEnv(task, num_envs, **stack)
+        engine = self.stack.venv  # the MujocoBatchVecEnv under the VLM reward
+        assert isinstance(engine, MujocoBatchVecEnv), "physics='batch' builds the batch engine"
+        self.engine: MujocoBatchVecEnv = engine
+        self.engine.reset_on_next_step = mode == AutoresetMode.NEXT_STEP
+        self.num_envs = int(num_envs)
+        self.single_observation_space = self.engine.observation_space
+        self.single_action_space = self.engine.action_space
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.metadata = {**self.metadata, "autoreset_mode": mode}
+        self.render_mode = render_mode
+        self.spec = None
+
+    @property
+    def reward_model(self) -> RewardModel:
+        return self.stack.reward_model
+
+    def reset(self, *, seed: int | Sequence[int] | None = None, options: dict[str, Any] | None = None):
+        if options:
+            raise ValueError(f"the batch engine takes no reset options, got {sorted(options)}")
+        seeds = _seeds(seed, self.num_envs)
+        super().reset(seed=None if seeds is None else seeds[0])
+        if seeds is not None:
+            self.engine._seeds = list(seeds)  # SB3's VecEnv applies them at the next reset
+        obs = self.stack.reset()
+        return obs, {}
+
+    def step(self, actions):
+        obs, rewards, dones, step_infos = self.stack.step(np.asarray(actions))
+        truncated = np.array([info["TimeLimit.truncated"] for info in step_infos], dtype=bool)
+        terminated = dones & ~truncated
+        rewards = np.asarray(rewards, dtype=np.float64)
+        reset_now = self.engine.autoreset_envs
+        rewards[reset_now] = 0.0  # NEXT_STEP: a reset step has reward 0 and the reset's (empty) info
+        same_step = self.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
+        infos: dict[str, Any] = {}
+        for i, raw in enumerate(step_infos):
+            info = {} if reset_now[i] else {k: v for k, v in raw.items() if k not in _SB3_KEYS}
+            if same_step and dones[i]:  # as SyncVectorEnv: the step's info under final_info, the reset's on top
+                info = {"final_obs": raw["terminal_observation"], "final_info": info}
+            infos = self._add_info(infos, info, i)
+        return obs, rewards, terminated, truncated, infos
+
+    def render(self) -> tuple[np.ndarray, ...] | None:
+        if self.render_mode is None:
+            return None
+        return tuple(frame for frame in self.engine.get_images() if frame is not None)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        self.stack.close()
+
+
+class VLMRewardVectorWrapper(VectorWrapper):
+    """Replaces a gymnasium vector env's reward by a reward model's score of each step's frame.
+
+    The frame is the sub-env's ``render()`` after the step (the state it reached), or the
+    ``info["vlmrm_frame"]`` of sub-envs wrapped in :class:`~vlmrm_fast.RecordFrame`, which a
+    ``SAME_STEP`` vector env needs (it resets a finished env before ``render()`` could show the
+    state that ended it). Under ``NEXT_STEP`` a reset step gets reward 0. ``env_reward_weight``
+    (rho): the reward is ``vlm + rho * env``; the env's own reward is in ``infos["gt_reward"]``,
+    each task's in ``infos["vlm_rewards"][name]`` with several tasks.
+    """
+
+    def __init__(self, env: VectorEnv, reward_model: RewardModel, *, env_reward_weight: float = 0.0):
+        super().__init__(env)
+        self.reward_model = reward_model
+        self.env_reward_weight = number(env_reward_weight, "env_reward_weight")
+        self.reward_tasks = tuple(str(task.name) for task in reward_model.tasks)
+        self._mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+        self._checked = False
+        self._done = np.zeros(env.num_envs, dtype=bool)
+
+    def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):
+        self._done[:] = False
+        return self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]  # vector envs take a list
+
+    def step(self, actions):
+        obs, env_rewards, terminated, truncated, infos = self.env.step(actions)
+        frames = self._frames(infos)
+        scores = np.asarray(self.reward_model(frames).cpu().numpy(), dtype=np.float64)
+        infos = dict(infos)
+        if scores.ndim == 2:
+            infos["vlm_rewards"] = {name: scores[:, k] for k, name in enumerate(self.reward_tasks)}
+            infos["_vlm_rewards"] = np.ones(self.num_envs, dtype=bool)
+            scores = scores[:, 0]
+        infos["gt_reward"] = np.asarray(env_rewards, dtype=np.float64)
+        infos["_gt_reward"] = np.ones(self.num_envs, dtype=bool)
+        rewards = scores + self.env_reward_weight * infos["gt_reward"] if self.env_reward_weight else scores.copy()
+        if self._mode == AutoresetMode.NEXT_STEP:
+            rewards[self._done] = 0.0  # these envs' step was their reset
+        self._done = np.logical_or(terminated, truncated)
+        return obs, rewards, terminated, truncated, infos
+
+    def _frames(self, infos: dict[str, Any]) -> np.ndarray:
+        from vlmrm_fast.wrappers import FRAME_KEY
+
+        final = infos.get("final_info") or {}
+        if FRAME_KEY in infos or FRAME_KEY in final:  # RecordFrame-wrapped sub-envs
+            frames = infos.pop(FRAME_KEY, None)
+            infos.pop("_" + FRAME_KEY, None)
+            if FRAME_KEY in final:  # SAME_STEP: a finished env's frame is in its final info
+                ended, mask = final.pop(FRAME_KEY), final.pop("_" + FRAME_KEY)
+                frames = np.array(ended) if frames is None else np.array(frames)
+                frames[mask] = ended[mask]
+            return np.ascontiguousarray(frames)
+        if self._mode == AutoresetMode.SAME_STEP:
+            raise ValueError(
+                "a SAME_STEP vector env resets finished envs before render() shows the state that ended them: "
+                "wrap each sub-env in vlmrm_fast.RecordFrame (its frame then rides in the step's info)"
+            )
+        frames = self.env.render()
+        if frames is None:
+            raise ValueError("the vector env renders nothing: make its sub-envs with render_mode='rgb_array'")
+        return np.stack(frames)
+
+
+def make_vector_env(task: str, num_envs: int = 1, **kwargs: Any) -> VectorEnv:
+    """The vector entry point of the tasks registered as ``vlmrm_fast/<task>`` (``gymnasium.make_vec``):
+    MuJoCo tasks get :class:`VLMRewardVectorEnv`; the others gymnasium's ``SyncVectorEnv`` of the
+    task's envs under :class:`VLMRewardVectorWrapper`. ``kwargs``: the reward model's fields (or
+    ``reward_model=``), ``autoreset_mode``, ``max_episode_steps``, ``render_size``, ..."""
+    from vlmrm_fast.envs import get_task
+
+    spec = get_task(task)
+    if spec.batch is not None:
+        return VLMRewardVectorEnv(task, num_envs, **kwargs)
+    return _sync_vector_env(spec, num_envs, **kwargs)
+
+
+def _sync_vector_env(
+    spec: Any,
+    num_envs: int,
+    *,
+    autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+    render_mode: str | None = "rgb_array",
+    max_episode_steps: int | None = None,
+    episode_length: int | None = None,
+    reward_model: RewardModel | None = None,
+    env_reward_weight: float = 0.0,
+    **reward: Any,
+) -> VectorEnv:
+    from vlmrm_fast.reward import load_reward_model
+    from vlmrm_fast.reward.spec import RewardModelSpec
+    from vlmrm_fast.wrappers import RecordFrame
+
+    if render_mode != "rgb_array":
+        raise ValueError(f"render_mode={render_mode!r}: VLM rewards score 'rgb_array' frames")
+    limit = max_episode_steps or episode_length or spec.episode_length
+    mode = AutoresetMode(autoreset_mode)
+    if reward_model is None:
+        reward_model = load_reward_model(RewardModelSpec.from_kwargs(**reward).with_task_defaults(spec))
+    elif reward:
+        raise ValueError(f"reward_model= is already loaded; drop the reward model fields {sorted(reward)}")
+
+    def make() -> gymnasium.Env:
+        env = spec.make(episode_length=limit)
+        return RecordFrame(env) if mode == AutoresetMode.SAME_STEP else env
+
+    vector = gymnasium.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=mode)
+    return VLMRewardVectorWrapper(vector, reward_model, env_reward_weight=env_reward_weight)

@@ -1,0 +1,70 @@
+"""Weights & Biases for ``vlmrm-fast train`` (``logging.wandb: {project, mode}``, ``pip install 'vlmrm-fast[wandb]'``).
+
+W&B's own TensorBoard integration carries the scalars: ``wandb.init(sync_tensorboard=True)`` mirrors
+every TensorBoard event file the run writes, so W&B gets exactly TensorBoard's curves (SB3's
+records, the VLM and ground-truth episode rewards) at the same steps, with no second logging path
+to keep in step with the first. What TensorBoard does not hold, the policy videos (mp4 files whose
+path the video callback records as ``video/path``), goes through :class:`WandbVideos`, an SB3 output
+format that logs each as a ``wandb.Video``. The run's resolved config is the W&B run's config.
+
+A run's W&B id is kept in the run folder (``wandb_run_id``): ``--resume`` continues that W&B run
+(``resume="allow"``). ``mode: offline`` writes everything under ``<run>/wandb/`` for ``wandb sync``.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import secrets
+from typing import Any
+
+from stable_baselines3.common.logger import KVWriter
+
+from vlmrm_fast.models.families import MissingDependencyError, installed
+
+RUN_ID_FILE = "wandb_run_id"
+
+
+def start_run(cfg: Any, run_dir: pathlib.Path, *, resumed: bool) -> Any:
+    """Starts (or, for a resumed training run, continues) the W&B run of ``cfg.logging.wandb``."""
+    settings = cfg.logging.wandb
+    if not installed("wandb"):
+        raise MissingDependencyError(
+            "logging.wandb needs wandb, which is not installed: pip install 'vlmrm-fast[wandb]' "
+            "(from a checkout: pip install '.[wandb]')"
+        )
+    import wandb
+
+    id_file = run_dir / RUN_ID_FILE
+    run_id = id_file.read_text().strip() if resumed and id_file.is_file() else secrets.token_hex(6)
+    id_file.write_text(run_id + "\n")
+    return wandb.init(
+        project=settings.project,
+        mode=settings.mode,
+        id=run_id,
+        resume="allow",
+        dir=str(run_dir),
+        config=cfg.to_dict(),
+        sync_tensorboard=True,
+    )
+
+
+class WandbVideos(KVWriter):
+    """An SB3 output format that sends each recorded policy video (``video/path``) to W&B."""
+
+    def __init__(self, run: Any):
+        self.run = run
+
+    def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
+        path = key_values.get("video/path")
+        if path:
+            import wandb
+
+            self.run.log({"video/policy": wandb.Video(str(path), format="mp4"), "global_step": step})
+
+    def close(self) -> None:
+        pass
+
+
+def finish(run: Any) -> None:
+    if run is not None:
+        run.finish()
