@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import pathlib
 import re
 import subprocess
 import sys
+
+from child_process import package_env
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MARK = "<!-- python_tests/test_readme.py runs the next Python block as printed -->"
@@ -23,7 +24,7 @@ def readme_snippet() -> str:
 def test_the_readme_snippet_runs_as_printed(tmp_path):
     snippet = readme_snippet()
     assert "vlmrm-tiny" in snippet  # nothing to download
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env = package_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     done = subprocess.run(
         [sys.executable, "-P", "-c", snippet],
         cwd=tmp_path,

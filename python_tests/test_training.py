@@ -10,6 +10,7 @@ import signal
 import numpy as np
 import pytest
 import yaml
+from child_process import package_env
 from stable_baselines3 import DQN, PPO, SAC
 from stable_baselines3.common.callbacks import BaseCallback
 
@@ -139,8 +140,7 @@ def test_output_to_a_file_is_whole_lines(tmp_path):
 
     cfg = copy.deepcopy(CONFIG)
     cfg["logging"]["video_every"] = 0
-    root = pathlib.Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": str(root), "VLMRM_TRACEBACK": "1"}
+    env = package_env(VLMRM_TRACEBACK="1")
     log = tmp_path / "train.log"
     with open(log, "w") as out:
         done = subprocess.run(
