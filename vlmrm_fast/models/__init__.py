@@ -21,7 +21,6 @@ from vlmrm_fast.models.hub import (
     cached_hf_file,
     download_model,
     download_weights,
-    network_reachable,
 )
 from vlmrm_fast.models.load import LoadedClip, load_clip
 from vlmrm_fast.models.names import (
@@ -32,6 +31,7 @@ from vlmrm_fast.models.names import (
     register_builtin_configs,
     register_model_config,
 )
+from vlmrm_fast.models.network import network_reachable
 from vlmrm_fast.models.prompts import PromptTruncatedWarning, check_prompt_lengths
 from vlmrm_fast.models.random_init import RandomWeightsWarning
 from vlmrm_fast.models.tokenizers import TokenizerUnavailableError

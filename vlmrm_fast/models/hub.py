@@ -5,18 +5,13 @@ probed with a short timeout, so a missing download fails in seconds with what to
 from __future__ import annotations
 
 import os
-import socket
-import threading
-import urllib.parse
 from pathlib import Path
 
 from vlmrm_fast.failures import ExpectedFailure
 from vlmrm_fast.models.names import parse_model_name
+from vlmrm_fast.models.network import hf_endpoint, hub_offline, network_reachable
 
 _HF_WEIGHT_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
-
-
-_NETWORK_TIMEOUT_S = 3.0
 
 
 class WeightsUnavailableError(ExpectedFailure, RuntimeError):
@@ -68,37 +63,9 @@ def download_model(model: str, pretrained: str | None = None, *, cache_dir: str 
     return found
 
 
-def _hf_endpoint() -> str:
-    return os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-
-
-def _offline_env() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
-
-
-def network_reachable(url: str, timeout: float = _NETWORK_TIMEOUT_S) -> bool:
-    """True when a TCP connection to ``url``'s host opens within ``timeout`` (DNS included)."""
-    parsed = urllib.parse.urlparse(url)
-    host = parsed.hostname or ""
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    result = {"ok": False}
-
-    def probe() -> None:
-        try:
-            with socket.create_connection((host, port), timeout=timeout):
-                result["ok"] = True
-        except OSError:
-            pass
-
-    thread = threading.Thread(target=probe, daemon=True)  # getaddrinfo ignores socket timeouts
-    thread.start()
-    thread.join(timeout + 0.5)
-    return result["ok"]
-
-
 def _unavailable(what: str, where: str, model_id: str, source: str) -> WeightsUnavailableError:
     """``source``: the command that fetches the file by hand (``hf download REPO FILE``, or a URL)."""
-    reason = "HF_HUB_OFFLINE is set" if _offline_env() else f"{_hf_endpoint()} is unreachable"
+    reason = "HF_HUB_OFFLINE is set" if hub_offline() else f"{hf_endpoint()} is unreachable"
     return WeightsUnavailableError(
         f"{what}: not in the local cache ({where}) and {reason}. On a machine with network run "
         f"`vlmrm-fast download {model_id}` (or {source}), then copy the cache folder here (or point HF_HUB_CACHE "
@@ -131,7 +98,7 @@ def _hf_file(
     hit = cached_hf_file(repo_id, filenames, cache_dir)
     if hit:
         return hit
-    if _offline_env() or not network_reachable(_hf_endpoint()):
+    if hub_offline() or not network_reachable(hf_endpoint()):
         cache_option = f" --cache-dir {cache_dir}" if cache_dir else ""
         files = " ".join(advice_files or filenames[-1:])
         raise _unavailable(what, cache_dir or HF_HUB_CACHE, model_id, f"`hf download {repo_id} {files}{cache_option}`")

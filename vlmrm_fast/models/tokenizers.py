@@ -14,6 +14,7 @@ from typing import Any
 
 from vlmrm_fast.failures import ExpectedFailure
 from vlmrm_fast.models.families import check_requirements, installed, missing_dependency
+from vlmrm_fast.models.network import hf_endpoint, hub_offline, network_reachable
 
 #: The files a Hugging Face tokenizer is made of (whichever of them a repo has).
 TOKENIZER_FILES = (
@@ -99,12 +100,10 @@ def download_tokenizer(repo: str, cache_dir: str | None, *, model_id: str) -> Pa
     from huggingface_hub import snapshot_download
     from huggingface_hub.constants import HF_HUB_CACHE
 
-    from vlmrm_fast.models.hub import _hf_endpoint, _offline_env, network_reachable
-
     if not installed("transformers"):
         raise missing_dependency(model_id, "transformers", f"its tokenizer is the Hugging Face tokenizer {repo}")
-    if _offline_env() or not network_reachable(_hf_endpoint()):
-        reason = "HF_HUB_OFFLINE is set" if _offline_env() else f"{_hf_endpoint()} is unreachable"
+    if hub_offline() or not network_reachable(hf_endpoint()):
+        reason = "HF_HUB_OFFLINE is set" if hub_offline() else f"{hf_endpoint()} is unreachable"
         return_hint = f" --cache-dir {cache_dir}" if cache_dir else ""
         raise TokenizerUnavailableError(
             f"the tokenizer of {model_id} ({repo}) is not in the local cache ({cache_dir or HF_HUB_CACHE}) and "
