@@ -15,7 +15,7 @@ if importlib.util.find_spec("triton") is not None:
     import triton._C.libtriton  # noqa: F401
 
 try:
-    from vlmrm_fast import _core  # noqa: F401
+    import vlmrm_fast._core  # noqa: F401
 except ImportError as _exc:  # pragma: no cover - only on a broken install
     raise ImportError(
         f"vlmrm_fast's native core could not be imported ({_exc}). Reinstall with `pip install .` "

@@ -253,25 +253,21 @@ def _humanoid_scene_task(name: str) -> TaskSpec:
     )
 
 
-def _vector_entry_point(task: str) -> Callable[..., Any]:
-    """``gymnasium.make_vec``'s entry point of a built-in task (vlmrm_fast.gym_vector.make_vector_env)."""
-
-    def make(num_envs: int = 1, **kwargs: Any) -> Any:
-        from vlmrm_fast.gym_vector import make_vector_env
-
-        return make_vector_env(task, num_envs, **kwargs)
-
-    return make
+def make_task_env(task: str, **kwargs: Any) -> gymnasium.Env:
+    """``gymnasium.make``'s entry point of the built-in task ``task`` (registered as vlmrm_fast/<task>)."""
+    return TASKS[task].make_env(**kwargs)
 
 
 # Every built-in task under gymnasium's registry as vlmrm_fast/<task>: gymnasium.make gives one env,
-# gymnasium.make_vec a vector env with VLM rewards (docs/gymnasium.md).
+# gymnasium.make_vec a vector env with VLM rewards (docs/gymnasium.md). The entry points are named,
+# not imported: the vector one lives above this package (gym_vector.py builds on the reward stack).
 for _name, _spec in TASKS.items():
     gymnasium.register(
         id=f"{GYM_NAMESPACE}/{_name}",
-        entry_point=_spec.make_env,
-        vector_entry_point=_vector_entry_point(_name),
+        entry_point=f"{__name__}:make_task_env",
+        vector_entry_point="vlmrm_fast.gym_vector:make_vector_env",
         max_episode_steps=_spec.episode_length,
+        kwargs={"task": _name},
     )
 
 
