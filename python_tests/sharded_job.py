@@ -88,6 +88,7 @@ def run_trajectory(case: str, out: pathlib.Path, rank: int) -> None:
         traffic = env.traffic
         result["bytes_per_step"] = np.array([traffic["sent"], traffic["received"]]) / (steps + 1)
         result["layout"] = np.array([s.describe() for s in env.shards])
+        result["rank0_sees"] = np.array([env.task.name, env.time_limit, str(env.renderer)])  # what videos read
     finally:
         env.close()
     np.savez(out / f"{case}.npz", **result)

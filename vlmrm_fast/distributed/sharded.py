@@ -210,8 +210,8 @@ class ShardedVecEnv(VecEnv):
             self._post({rank: spec for rank, spec in enumerate(specs) if rank != 0})
             if self._heartbeat is not None:
                 self._heartbeat.watch({rank: link.name for rank, link in self._links.items()})
-            self._local_spec = specs[0]
-            self._learner_spec = (env, reward.replace(device=devices[0]))
+            self._env = env
+            self._learner_reward = reward.replace(device=devices[0])
             self._local = specs[0].build() if specs[0] is not None else None
             built: dict[int, Built] = self._complete(None, "building its envs")
         except LayoutError:
@@ -555,19 +555,15 @@ class ShardedVecEnv(VecEnv):
         if self._local is not None:
             return self._local.reward_model
         if self._learner_model is None:
-            from vlmrm_fast.envs import get_task
             from vlmrm_fast.vec_env import _load_for
 
-            env, reward = self._learner_spec
-            env = env.replace(n_envs=1).with_task_defaults()
-            self._learner_model = _load_for(env, reward.with_task_defaults(get_task(env.task)))
+            env = self._env.replace(n_envs=1).with_task_defaults()
+            self._learner_model = _load_for(env, self._learner_reward.with_task_defaults(env.task_spec()))
         return self._learner_model
 
     @property
     def task(self):
-        from vlmrm_fast.envs import get_task
-
-        return self._local.task if self._local is not None else get_task(self._learner_spec[0].task)
+        return self._local.task if self._local is not None else self._env.task_spec()
 
     @property
     def render_size(self):
@@ -575,8 +571,9 @@ class ShardedVecEnv(VecEnv):
 
     @property
     def renderer(self):
-        """The renderer rank 0's envs draw with (None: gymnasium envs); ``"auto"`` resolves on each rank."""
-        return self._local.renderer
+        """The renderer rank 0's envs draw with (None: gymnasium envs, or none on rank 0); ``"auto"`` resolves on each
+        rank."""
+        return self._local.renderer if self._local is not None else None
 
     @property
     def episode_length(self):
@@ -584,7 +581,7 @@ class ShardedVecEnv(VecEnv):
 
     @property
     def time_limit(self) -> str:
-        return self._local.time_limit
+        return self._env.time_limit
 
     @property
     def traffic(self) -> dict[str, int]:
