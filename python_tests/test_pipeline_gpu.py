@@ -138,7 +138,7 @@ def test_host_reads_leave_the_pixel_buffer_where_kernels_read_it_fast(humanoid):
     with gpu_renderer(humanoid, n, 224, 224) as renderer:
         assert renderer.host_reads_through_cuda
         pre = FramePreprocessor(spec, torch.device("cuda", renderer.cuda_device), torch.bfloat16)
-        renderer.render_sim(sim, fetch=False)
+        renderer.draw(sim)  # no host read yet: the pixel buffer as GL placed it
         before = _gpu_ms(lambda: preprocess_lent(pre, renderer))
         frames = renderer.frames()  # host reads: copy_frames, lend_host
         with renderer.lend() as view:
@@ -158,7 +158,7 @@ def test_copy_frames_cuda_refuses_host_memory(humanoid):
         renderer.render(poses(humanoid, 1, seed=3))
         host = np.zeros((1, 16, 16, 3), np.uint8)
         with pytest.raises(ValueError, match="out is ordinary host memory"):
-            renderer._live().copy_frames_cuda(host.ctypes.data, 0)
+            renderer._native_live().copy_frames_cuda(host.ctypes.data, 0)
         np.testing.assert_array_equal(renderer.frames("cuda").cpu().numpy(), renderer.frames())
 
 

@@ -156,7 +156,7 @@ def preprocess_lent():
     with renderer.lend(stream=stream) as view:
         pre.run(view)
 
-renderer.render_sim(sim, fetch=False)  # no host read yet: the pixel buffer as GL placed it
+renderer.draw(sim)  # no host read yet: the pixel buffer as GL placed it
 preprocess_lent()  # first call: device plan upload and interop registration
 result = {"num_envs": n, "px": px, "host_reads_through_cuda": renderer.host_reads_through_cuda}
 result["preprocess_from_pixel_buffer_gpu_ms"] = gpu_ms(preprocess_lent)
