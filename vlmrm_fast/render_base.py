@@ -18,7 +18,7 @@ import mujoco
 import numpy as np
 
 from vlmrm_fast.checks import positive_int
-from vlmrm_fast.device import native_cuda_usable, no_gpu_reason
+from vlmrm_fast.device import no_gpu_reason
 from vlmrm_fast.frames import FrameView
 from vlmrm_fast.sim import BatchSimulator
 
@@ -146,7 +146,7 @@ class BatchRendererBase(abc.ABC):
             raise ValueError(f"device={device!r} is not a device; use None, 'cpu' or 'cuda[:N]'") from exc
         if requested.type == "cpu":
             return None
-        if requested.type == "cuda" and not (native_cuda_usable() and torch.cuda.is_available()):
+        if requested.type == "cuda" and not torch.cuda.is_available():
             raise RuntimeError(f"device={device!r} requested, but {no_gpu_reason()}; use device=None for host frames")
         own = self.cuda_device
         if requested.type != "cuda" or own is None or requested.index not in (None, own):
@@ -154,7 +154,13 @@ class BatchRendererBase(abc.ABC):
                 f"device={device!r}: this renderer draws on {self._drawn_on()}; frames go to the host "
                 f"(device=None){'' if own is None else f' or to cuda:{own}'}"
             )
+        if not self._cuda_output_ready():
+            raise RuntimeError(f"device={device!r} requested, but {no_gpu_reason()}; use device=None for host frames")
         return torch.device("cuda", own)
+
+    def _cuda_output_ready(self) -> bool:
+        """Whether frames can be handed over on this renderer's GPU, beyond torch's CUDA (checked first)."""
+        return True
 
 
 def check_qpos(qpos: Any, num_envs: int, nq: int) -> np.ndarray:

@@ -23,7 +23,7 @@ import numpy as np
 
 import vlmrm_fast._native  # noqa: F401  (libmujoco, then the core)
 from vlmrm_fast._core import render as _native_render
-from vlmrm_fast.device import build_info
+from vlmrm_fast.device import build_info, native_cuda_usable
 from vlmrm_fast.frames import FrameLayout, FrameView
 from vlmrm_fast.render_base import BatchRendererBase
 from vlmrm_fast.sim import BatchSimulator
@@ -180,6 +180,9 @@ class BatchRenderer(BatchRendererBase):
 
     def __del__(self) -> None:
         self.close()
+
+    def _cuda_output_ready(self) -> bool:
+        return native_cuda_usable()  # the pixel buffer reaches torch through the core's CUDA-GL interop
 
     def _native_live(self):
         self._live()
