@@ -152,6 +152,9 @@ def test_three_ranks_gather_in_parallel_and_rank_0_may_only_learn(tmp_path):
     uneven, learner_only = (list(np.load(tmp_path / f"{case}.npz")["layout"]) for case in cases)
     assert [line.split(": ")[1] for line in uneven] == ["env 0", "envs 1-2", "envs 3-4"]
     assert [line.split(": ")[1] for line in learner_only] == ["no envs (the learner only)", "envs 0-1", "envs 2-3"]
+    # a learner-only rank 0 still knows the run's task and time limit (train's videos need them); no renderer
+    rank0 = list(np.load(tmp_path / f"{cases[1]}.npz")["rank0_sees"])
+    assert rank0 == ["humanoid-kneeling", "truncate", "None"], rank0
     tables = [block for block in result.stdout.split("per-rank times over ")[1:]]
     assert len(tables) >= 8, "a table after every step (report_every), and one at the end"
     rows = tables[-1].splitlines()[2:5]
@@ -427,25 +430,30 @@ def test_train_under_torchrun(tmp_path):
     assert list((run / "checkpoints").glob("model_*_steps.zip"))
 
 
-def test_a_killed_rank_restarts_and_the_run_resumes(tmp_path):
-    """torchrun --max-restarts 1 with --resume, rank 0 only learning (distributed.learner_envs: 0):
-    rank 1, which holds every env, is killed at its 40th step; rank 0 names it, saves a checkpoint
-    and exits; torchrun restarts both ranks (through python -m vlmrm_fast.distributed.run, which gives
-    each restart a store of its own), rank 0 resumes from the newest checkpoint and the run finishes."""
-    config = {
+def _dqn_cartpole_config(tmp_path, *, total_timesteps: int, checkpoint_every: int) -> dict:
+    """A short DQN run on 2 CartPole envs with the tiny CLIP, writing into tmp_path/run."""
+    return {
         "seed": 1,
         "output_dir": str(tmp_path / "run"),
         "reward": {"model": "vlmrm-tiny", "device": "cpu"},
         "env": {"task": "cartpole", "n_envs": 2, "episode_length": 10},
         "rl": {
             "algorithm": "DQN",
-            "total_timesteps": 120,
+            "total_timesteps": total_timesteps,
             "device": "cpu",
             "kwargs": {"learning_starts": 20, "batch_size": 8, "buffer_size": 500},
         },
-        "logging": {"checkpoint_every": 30, "video_every": 0},
-        "distributed": {"learner_envs": 0, "heartbeat": 0.5, "heartbeat_timeout": 5},
+        "logging": {"checkpoint_every": checkpoint_every, "video_every": 0},
     }
+
+
+def test_a_killed_rank_restarts_and_the_run_resumes(tmp_path):
+    """torchrun --max-restarts 1 with --resume, rank 0 only learning (distributed.learner_envs: 0):
+    rank 1, which holds every env, is killed at its 40th step; rank 0 names it, saves a checkpoint
+    and exits; torchrun restarts both ranks (through python -m vlmrm_fast.distributed.run, which gives
+    each restart a store of its own), rank 0 resumes from the newest checkpoint and the run finishes."""
+    config = _dqn_cartpole_config(tmp_path, total_timesteps=120, checkpoint_every=30)
+    config["distributed"] = {"learner_envs": 0, "heartbeat": 0.5, "heartbeat_timeout": 5}
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     launcher = ["-m", "vlmrm_fast.distributed.run", "--standalone", "--nproc-per-node", "2", "--max-restarts", "1"]
@@ -517,19 +525,7 @@ def test_the_slurm_script_saves_before_the_time_limit_and_requeues(tmp_path):
     }.items():
         (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
         (stubs / name).chmod(0o755)
-    config = {
-        "seed": 1,
-        "output_dir": str(tmp_path / "run"),
-        "reward": {"model": "vlmrm-tiny", "device": "cpu"},
-        "env": {"task": "cartpole", "n_envs": 2, "episode_length": 10},
-        "rl": {
-            "algorithm": "DQN",
-            "total_timesteps": 1_000_000,
-            "device": "cpu",
-            "kwargs": {"learning_starts": 20, "batch_size": 8, "buffer_size": 500},
-        },
-        "logging": {"checkpoint_every": 1_000_000, "video_every": 0},
-    }
+    config = _dqn_cartpole_config(tmp_path, total_timesteps=1_000_000, checkpoint_every=1_000_000)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     requeued = tmp_path / "requeued"
     slurm = {

@@ -60,12 +60,6 @@ def _quotes_hint(value: Any) -> str:
     return "; remove the quotes" if isinstance(value, str) and value.strip().lstrip("+-").isdigit() else ""
 
 
-def integer(value: Any, name: str) -> int:
-    if not _is_int(value):
-        raise FieldTypeError(name, f"must be an integer, got {value!r}{_quotes_hint(value)}")
-    return int(value)
-
-
 def number(value: Any, name: str, *, low: float | None = None, high: float | None = None) -> float:
     """A finite float (ints accepted), optionally in [low, high]."""
     span = f" in [{low:g}, {high:g}]" if low is not None and high is not None else ""

@@ -32,6 +32,7 @@ import vlmrm_fast.envs  # noqa: F401  (registers the tasks as vlmrm_fast/<task>)
 from vlmrm_fast.checks import number
 from vlmrm_fast.envs.batch import MujocoBatchVecEnv
 from vlmrm_fast.reward.protocol import RewardModel
+from vlmrm_fast.wrappers import task_names
 
 #: The keys of the SB3 stack's infos that the gymnasium API says otherwise (terminated/truncated, final_obs).
 _SB3_KEYS = ("terminal_observation", "TimeLimit.truncated")
@@ -167,7 +168,7 @@ class VLMRewardVectorWrapper(VectorWrapper):
         super().__init__(env)
         self.reward_model = reward_model
         self.env_reward_weight = number(env_reward_weight, "env_reward_weight")
-        self.reward_tasks = tuple(str(task.name) for task in reward_model.tasks)
+        self.reward_tasks = task_names(reward_model)
         self._mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         self._checked = False
         self._done = np.zeros(env.num_envs, dtype=bool)

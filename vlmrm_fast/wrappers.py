@@ -85,7 +85,7 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
     ):
         super().__init__(venv)
         self.reward_model = reward_model
-        self.reward_tasks = _task_names(reward_model)
+        self.reward_tasks = task_names(reward_model)
         self.defer_rewards = bool(defer_rewards)
         self.env_reward_weight = number(env_reward_weight, "env_reward_weight")
         self.timer = NULL_TIMER
@@ -177,7 +177,7 @@ def find_reward_wrapper(venv: VecEnv) -> VLMRewardVecEnvWrapper:
         venv = venv.venv
 
 
-def _task_names(reward_model: RewardModel) -> tuple[str, ...]:
+def task_names(reward_model: RewardModel) -> tuple[str, ...]:
     """The reward model's task names, unique (each is logged under its name)."""
     names = tuple(str(task.name) for task in reward_model.tasks)
     if len(set(names)) != len(names):

@@ -81,10 +81,10 @@ def choose_renderer(renderer: str, gpu: int | None) -> str:
 def make_renderer(
     kind: str, model, num_envs: int, render_size: tuple[int, int], camera, gpu: int | None
 ) -> FrameSource:
-    """A batch renderer of ``kind`` (one of ``envs.spec.RENDERERS``) drawing ``num_envs`` frames of
+    """A batch renderer of ``kind`` (``"egl"`` or ``"warp"``, as :func:`choose_renderer` resolved it) drawing ``num_envs`` frames of
     ``render_size`` (height, width)."""
     height, width = render_size
-    if choose_renderer(kind, gpu) == "egl":
+    if kind == "egl":  # already chosen: "auto" resolved by choose_renderer
         return BatchRenderer(model, num_envs, width, height, camera=camera, gpu=gpu)
     from vlmrm_fast.warp_rendering import WarpBatchRenderer
 

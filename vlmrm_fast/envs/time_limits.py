@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import gymnasium
 
+from vlmrm_fast.checks import one_of
+
 #: The ways an episode can end at its length (see the module docstring).
 TIME_LIMITS = ("truncate", "terminal")
 
@@ -43,8 +45,6 @@ class TerminalTimeLimit(gymnasium.Wrapper):
 
 def with_time_limit(env: gymnasium.Env, max_episode_steps: int, time_limit: str = "truncate") -> gymnasium.Env:
     """``env`` ending its episodes after ``max_episode_steps`` steps, as ``time_limit`` says."""
-    if time_limit == "terminal":
+    if one_of(time_limit, "time_limit", TIME_LIMITS) == "terminal":
         return TerminalTimeLimit(env, max_episode_steps)
-    if time_limit != "truncate":
-        raise ValueError(f"time_limit: {time_limit!r} is not one of {', '.join(TIME_LIMITS)}")
     return gymnasium.wrappers.TimeLimit(env, max_episode_steps)

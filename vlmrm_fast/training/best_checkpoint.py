@@ -17,6 +17,7 @@ import csv
 import pathlib
 from typing import Any
 
+from vlmrm_fast.progress import on_terminal, progress_bar
 from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.policy_rollouts import (
     DEFAULT_SEED,
@@ -26,7 +27,6 @@ from vlmrm_fast.training.policy_rollouts import (
     check_episodes,
     describe,
     load_policy,
-    progress_bar,
     roll_out,
     rollout_env,
     run_config,
@@ -55,7 +55,8 @@ def rank_checkpoints(
     venv = rollout_env(cfg, episodes, device=device, precision=precision, seed=seed)
     results = []
     try:
-        with progress_bar(len(saved) * (venv.episode_length or 0), "checkpoints") as bar:
+        total = len(saved) * (venv.episode_length or 0)
+        with progress_bar(total=total, desc="checkpoints", unit="step", enabled=on_terminal()) as bar:
             for checkpoint in saved:
                 bar.set_description(checkpoint.name)
                 policy = load_policy(cfg, checkpoint.model)

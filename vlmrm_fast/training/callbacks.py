@@ -34,9 +34,7 @@ class EpisodeStats:
         self.vlm = np.zeros(n_envs)
         self.gt = np.zeros(n_envs)
         self.steps = np.zeros(n_envs)
-        self.successes = np.zeros(n_envs)
-        self.every_step = np.ones(n_envs, dtype=bool)  # every step of the episode so far succeeded
-        self.any_step = np.zeros(n_envs, dtype=bool)  # some step of the episode so far succeeded
+        self.successes = np.zeros(n_envs)  # the episode's steps so far that succeeded (of self.steps)
         self.per_task: dict[str, np.ndarray] = {}
         self.finished_vlm: collections.deque = collections.deque(maxlen=window)
         self.finished_gt: collections.deque = collections.deque(maxlen=window)
@@ -54,10 +52,7 @@ class EpisodeStats:
         success = [info.get("success") for info in infos]
         has_success = any(value is not None for value in success)
         if has_success:
-            step_success = np.array([bool(value) for value in success])
-            self.successes += step_success
-            self.every_step &= step_success
-            self.any_step |= step_success
+            self.successes += np.array([bool(value) for value in success])
         for i, info in enumerate(infos):
             for name, value in info.get("vlm_rewards", {}).items():
                 self.per_task.setdefault(name, np.zeros_like(self.vlm))[i] += value
@@ -68,13 +63,13 @@ class EpisodeStats:
                 self.finished_success.append(float(bool(success[i])))
                 self.finished_success_fraction.append(float(self.successes[i] / self.steps[i]))
                 if self.success_rule is not None:
-                    verdict = self.every_step[i] if self.success_rule == "every_step" else self.any_step[i]
+                    every, some = self.successes[i] == self.steps[i], self.successes[i] > 0
+                    verdict = every if self.success_rule == "every_step" else some
                     self.finished_rule_success.append(float(verdict))
             for name, sums in self.per_task.items():
                 self.finished_per_task.setdefault(name, collections.deque(maxlen=self.window)).append(float(sums[i]))
                 sums[i] = 0.0
             self.vlm[i] = self.gt[i] = self.steps[i] = self.successes[i] = 0.0
-            self.every_step[i], self.any_step[i] = True, False
             self.episodes += 1
 
     def record(self, logger) -> None:

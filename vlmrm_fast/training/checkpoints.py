@@ -406,7 +406,6 @@ def save_checkpoint(
     if taken:
         raise FileExistsError(f"checkpoint files {', '.join(p.name for p in taken)} exist in {folder}; not overwritten")
     has_buffer = getattr(model, "replay_buffer", None) is not None
-    previous = scan(folder).newest()
     marker = temporary_path(manifest_path)  # the mark of a save under way; becomes the manifest at the end
     written: list[pathlib.Path] = []
     try:
@@ -433,7 +432,8 @@ def save_checkpoint(
     except BaseException as exc:
         for path in [*written, temporary_path(model_path), temporary_path(buffer_path), marker]:
             path.unlink(missing_ok=True)
-        if _disk_full(exc):
+        if _disk_full(exc):  # this save's files are gone: the newest left is the previous checkpoint
+            previous = scan(folder).newest()
             prior = previous.manifest["files"] if previous else {}
             needed = sum(int(prior.get(role, {}).get("bytes", 0)) for role in ("model", "replay_buffer"))
             needed = max(needed, 2**20 + (replay_buffer_bytes(model) if has_buffer else 0))

@@ -22,7 +22,6 @@ import argparse
 import csv
 import dataclasses
 import pathlib
-import sys
 from typing import Any
 
 import numpy as np
@@ -30,6 +29,7 @@ import numpy as np
 from vlmrm_fast.envs import get_task
 from vlmrm_fast.envs.success import episode_success
 from vlmrm_fast.failures import ExpectedFailure
+from vlmrm_fast.progress import on_terminal, progress_bar
 from vlmrm_fast.training.config import TrainConfig, load_config, resolved
 from vlmrm_fast.training.run_folder import CONFIG_FILE, ROLLOUTS
 
@@ -188,13 +188,6 @@ def roll_out(
     return Rollout(episodes, [np.stack(f) for f in frames])
 
 
-def progress_bar(total: int, desc: str):
-    """A step bar on a terminal; nothing elsewhere (the commands print a line per result instead)."""
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="step", file=sys.stderr, leave=False, disable=not sys.stderr.isatty())
-
-
 def describe(rollout: Rollout) -> str:
     """``VLM return 12.3 +- 0.4, ground-truth return 150.0, success 80% (every step)`` for one policy."""
     text = (
@@ -269,7 +262,10 @@ def _main(args: argparse.Namespace) -> int:
     out = pathlib.Path(args.out) if args.out else run_dir / ROLLOUTS
     venv = rollout_env(cfg, episodes, device=args.device, precision=args.precision, seed=args.seed)
     try:
-        with progress_bar(venv.episode_length or 0, checkpoint.name) as bar:
+        # a bar on a terminal only: the commands print a line per result
+        with progress_bar(
+            total=venv.episode_length or 0, desc=checkpoint.name, unit="step", enabled=on_terminal()
+        ) as bar:
             result = roll_out(
                 policy, venv, seed=args.seed, deterministic=not args.stochastic, film=args.film, progress=bar
             )

@@ -63,8 +63,3 @@ class WandbVideos(KVWriter):
 
     def close(self) -> None:
         pass
-
-
-def finish(run: Any) -> None:
-    if run is not None:
-        run.finish()
