@@ -225,16 +225,13 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One row of the float bicubic: the four samples of channel c along x, summed
-// left to right in float.
-__device__ __forceinline__ float cubic_along_x(const PreprocessArgs& a, const uint8_t* row, const float* unit,
-                                               int x, int c) {
-  const int S = a.size;
+// One row of the float bicubic: the four samples of channel c along x (at byte
+// offsets `offset`, weights `weight`), summed left to right in float.
+__device__ __forceinline__ float cubic_along_x(const uint8_t* row, const float* unit, const int64_t* offset,
+                                               const float* weight, int c) {
   float acc = 0.0f;
   for (int j = 0; j < kCubicTaps; ++j) {
-    const uint8_t sample =
-        __ldg(row + static_cast<int64_t>(__ldg(a.h_index + j * S + x)) * a.pixel_stride + c);
-    const float term = __fmul_rn(unit[sample], __ldg(a.h_weight + j * S + x));
+    const float term = __fmul_rn(unit[__ldg(row + offset[j] + c)], weight[j]);
     acc = j == 0 ? term : __fadd_rn(acc, term);
   }
   return acc;
@@ -259,11 +256,21 @@ __global__ void __launch_bounds__(kThreads)
     const int y = y0 + i / S;
     const int x = i - (i / S) * S;
     const size_t at = static_cast<size_t>(y) * S + x;
+    // The pixel's taps, read once for its three channels.
+    int64_t h_offset[kCubicTaps];
+    float h_weight[kCubicTaps];
+    const uint8_t* rows[kCubicTaps];
+    float v_weight[kCubicTaps];
+    for (int j = 0; j < kCubicTaps; ++j) {
+      h_offset[j] = static_cast<int64_t>(__ldg(a.h_index + j * S + x)) * a.pixel_stride;
+      h_weight[j] = __ldg(a.h_weight + j * S + x);
+      rows[j] = origin + static_cast<int64_t>(__ldg(a.v_index + j * S + y)) * a.row_stride;
+      v_weight[j] = __ldg(a.v_weight + j * S + y);
+    }
     for (int c = 0; c < 3; ++c) {
       float acc = 0.0f;
       for (int r = 0; r < kCubicTaps; ++r) {
-        const uint8_t* row = origin + static_cast<int64_t>(__ldg(a.v_index + r * S + y)) * a.row_stride;
-        const float term = __fmul_rn(cubic_along_x(a, row, unit, x, c), __ldg(a.v_weight + r * S + y));
+        const float term = __fmul_rn(cubic_along_x(rows[r], unit, h_offset, h_weight, c), v_weight[r]);
         acc = r == 0 ? term : __fadd_rn(acc, term);
       }
       frame_out[c * plane + at] = convert<OutT>(__fdiv_rn(__fsub_rn(acc, a.mean[c]), a.std[c]));
