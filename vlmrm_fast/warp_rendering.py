@@ -264,7 +264,8 @@ class WarpBatchRenderer(BatchRendererBase):
         for event in self._pending_events():
             event.synchronize()
         self._slots.clear()
-        self._ready = None
+        # The device model and frames go now, not when a reference cycle through this renderer is collected.
+        self._model = self._frames = self._render_model = self._ready = None
         self._closed = True
 
     def __del__(self) -> None:
