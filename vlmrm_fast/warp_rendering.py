@@ -265,7 +265,8 @@ class WarpBatchRenderer(BatchRendererBase):
             event.synchronize()
         self._slots.clear()
         # The device model and frames go now, not when a reference cycle through this renderer is collected.
-        self._model = self._frames = self._render_model = self._ready = None
+        self._model = self._render_model = self._ready = None
+        self._frames = self._frames.new_empty(0)
         self._closed = True
 
     def __del__(self) -> None:
