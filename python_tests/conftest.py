@@ -8,9 +8,28 @@ import os
 
 import pytest
 
-# Before any test module imports mujoco's renderers: headless GL everywhere.
-os.environ.setdefault("MUJOCO_GL", "egl")
-os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
+
+def _is_user_setting(name: str) -> bool:
+    """Whether environment variable ``name`` is a setting of the caller's that the suite must not
+    depend on: the Hugging Face hub's (HF_HUB_OFFLINE turns "unreachable" into "not in the local
+    cache", HF_HOME moves the cache), Weights & Biases', this package's own (but the switches the
+    suite is told to run with), its caches', and a launcher's (a suite started inside a SLURM
+    allocation or a torchrun job would otherwise look like one of its ranks)."""
+    if name.startswith(("VLMRM_REQUIRE_", "VLMRM_TEST_")):
+        return False
+    prefixes = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "WANDB_", "VLMRM_", "SLURM_", "TORCHELASTIC_")
+    launcher = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"}
+    return name.startswith(prefixes) or name in launcher or name == "TORCHINDUCTOR_CACHE_DIR"
+
+
+# Before anything reads them (huggingface_hub reads HF_HUB_OFFLINE once, at import), and for the
+# child processes the tests start, which inherit this environment.
+for _name in [n for n in os.environ if _is_user_setting(n)]:
+    del os.environ[_name]
+
+# Before any test module imports mujoco's renderers: headless GL everywhere, whatever the caller chose.
+os.environ["MUJOCO_GL"] = "egl"
+os.environ["PYOPENGL_PLATFORM"] = "egl"
 
 
 def pytest_configure(config: pytest.Config) -> None:
