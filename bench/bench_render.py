@@ -139,7 +139,7 @@ def bench_warp(model, qpos, size, min_time, methods, device: str) -> dict:
     """MuJoCo Warp drawing the simulator's states into device frames (what the VecEnv does each step)."""
     import torch
 
-    from vlmrm_fast.warp_rendering import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer
 
     n = len(qpos)
     out = {}

@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 
 from vlmrm_fast import BatchRenderer  # noqa: E402
 from vlmrm_fast.envs import humanoid  # noqa: E402
-from vlmrm_fast.warp_rendering import WarpBatchRenderer  # noqa: E402
+from vlmrm_fast.rendering.warp import WarpBatchRenderer  # noqa: E402
 
 BOXES = """
 <mujoco>

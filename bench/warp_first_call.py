@@ -26,7 +26,7 @@ def child(device: str, num_envs: int, size: int) -> dict:
     import warp
 
     from vlmrm_fast.envs import humanoid
-    from vlmrm_fast.warp_rendering import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer
 
     imported = time.perf_counter()
     model = humanoid.humanoid_model(humanoid.DEFAULT_SCENE, size)

@@ -61,7 +61,7 @@ def test_paper_scene_frames_are_gymnasiums_free_camera_with_the_papers_numbers()
     180, lookat (0, 0, 1).
     Measured at 480 x 480 with Mesa: 0 pixels differ. gymnasium renders a free camera, so
     ``trackbodyid`` does nothing: the view stays put when the robot moves 1.5 m."""
-    from vlmrm_fast.rendering import BatchRenderer
+    from vlmrm_fast.rendering.egl import BatchRenderer
 
     size = 96
     env = get_task("humanoid-kneeling").make_env(width=size, height=size)

@@ -51,7 +51,7 @@ def rendered_frames() -> dict[str, np.ndarray]:
             shots.append(env.render())
         frames[task] = np.stack(shots)
         env.close()
-    from vlmrm_fast.rendering import egl_unavailable
+    from vlmrm_fast.rendering.egl import egl_unavailable
 
     if egl_unavailable() is None:
         env = get_task("humanoid-kneeling").make(render_size=(480, 480))

@@ -16,8 +16,8 @@ from vlmrm_fast import (
     RewardModelSpec,
     load_reward_model,
 )
+from vlmrm_fast.engine import MujocoBatchVecEnv
 from vlmrm_fast.envs import get_task
-from vlmrm_fast.envs.batch import MujocoBatchVecEnv
 from vlmrm_fast.frames import SteppedFrameSource
 from vlmrm_fast.wrappers import VLMRewardVecEnvWrapper, find_reward_wrapper
 

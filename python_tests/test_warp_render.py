@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from vlmrm_fast.envs import humanoid
-from vlmrm_fast.sim import BatchSimulator
+from vlmrm_fast.physics.batch import BatchSimulator
 
 pytestmark = pytest.mark.warp
 
@@ -82,7 +82,7 @@ def poses(model: mujoco.MjModel, n: int, spread: float = 0.6) -> np.ndarray:
 
 @pytest.mark.egl
 def test_humanoid_matches_mujoco_renderer(humanoid_model):
-    from vlmrm_fast.warp_rendering import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer
 
     n = 4
     qpos = poses(humanoid_model, n)
@@ -99,7 +99,7 @@ def test_humanoid_matches_mujoco_renderer(humanoid_model):
 
 @pytest.mark.egl
 def test_scene_orientation_and_channels(scene):
-    from vlmrm_fast.warp_rendering import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer
 
     qpos = np.tile(scene.qpos0, (2, 1))
     qpos[1, 7] = 0.4  # the blue ball slides up in env 1
@@ -124,7 +124,7 @@ def test_scene_orientation_and_channels(scene):
 
 
 def test_ranges_draw_the_same_frames_as_one_call(humanoid_model):
-    from vlmrm_fast.warp_rendering import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer
 
     n = 5
     sim = BatchSimulator(humanoid_model, n)
@@ -141,7 +141,7 @@ def test_ranges_draw_the_same_frames_as_one_call(humanoid_model):
 
 
 def test_bad_inputs_are_refused(humanoid_model, scene):
-    from vlmrm_fast.warp_rendering import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer
 
     with pytest.raises(ValueError, match="free camera"):
         WarpBatchRenderer(scene, 1, 16, 16, camera=-1, device="cpu")
@@ -156,7 +156,7 @@ def test_bad_inputs_are_refused(humanoid_model, scene):
         bad[0, 0] = np.nan
         with pytest.raises(ValueError, match="non-finite"):
             renderer.render(bad)
-        # Frames asked on a GPU: refused, as the EGL renderer refuses them (render_base._target)
+        # Frames asked on a GPU: refused, as the EGL renderer refuses them (rendering.base._target)
         expected = (
             (ValueError, "draws on the CPU")
             if torch.cuda.is_available()  # only torch's CUDA matters to Warp's frames (not the core's)
@@ -175,7 +175,7 @@ def test_bad_inputs_are_refused(humanoid_model, scene):
 @pytest.mark.gpu
 def test_cuda_frames_equal_cpu_frames_up_to_the_bound(humanoid_model):
     """On a GPU: frames as a CUDA tensor (no host copy), close to the CPU backend's, graph replays repeat."""
-    from vlmrm_fast.warp_rendering import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer
 
     n = 3
     qpos = poses(humanoid_model, n)
@@ -196,7 +196,7 @@ def test_cuda_frames_equal_cpu_frames_up_to_the_bound(humanoid_model):
 
 def test_overlapping_ranges_have_their_own_staging_rows(humanoid_model):
     """A whole-batch range and a range inside it never share the host rows an upload reads."""
-    from vlmrm_fast.warp_rendering import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer
 
     n = 4
     sim = BatchSimulator(humanoid_model, n)
@@ -227,7 +227,7 @@ class _Event:
 
 
 def test_close_waits_for_the_queued_uploads_and_draws_before_it_frees(scene):
-    from vlmrm_fast.warp_rendering import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer
 
     renderer = WarpBatchRenderer(scene, 2, 16, 16, camera="front", device="cpu")
     renderer.render(np.tile(scene.qpos0, (2, 1)))
@@ -250,7 +250,7 @@ def test_one_warp_stream_per_torch_stream_handle_for_the_process(monkeypatch):
 
     import warp
 
-    from vlmrm_fast import warp_rendering
+    from vlmrm_fast.rendering import warp as warp_rendering
 
     made: list[object] = []
 
@@ -275,7 +275,7 @@ def test_one_warp_stream_per_torch_stream_handle_for_the_process(monkeypatch):
 
 
 def test_drawing_allocates_no_contact_or_constraint_rows(scene):
-    from vlmrm_fast.warp_rendering import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer
 
     with WarpBatchRenderer(scene, 3, 16, 16, camera="front", device="cpu") as renderer:
         renderer.render(np.tile(scene.qpos0, (3, 1)))
@@ -288,7 +288,7 @@ def test_the_warp_kernel_cache_stays_where_warp_puts_it(scene, monkeypatch, tmp_
     """The package never moves Warp's kernel cache: WARP_CACHE_PATH, else Warp's own default."""
     import warp
 
-    from vlmrm_fast.warp_rendering import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer
 
     before = warp.config.kernel_cache_dir
     with WarpBatchRenderer(scene, 1, 16, 16, camera="front", device="cpu") as renderer:
@@ -309,7 +309,7 @@ def test_cuda_draws_on_torchs_default_stream_capture_and_replay(humanoid_model):
     """Defect 1: without a stream, render, render_sim and draw run on torch's current stream, the
     legacy default stream, where CUDA cannot capture: the graph is captured on the renderer's own
     stream and replayed on the caller's."""
-    from vlmrm_fast.warp_rendering import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer
 
     n = 3
     qpos = poses(humanoid_model, n)
@@ -331,8 +331,8 @@ def test_cuda_draws_on_torchs_default_stream_capture_and_replay(humanoid_model):
 @pytest.mark.gpu
 def test_batch_env_steps_with_the_warp_renderer_without_the_reward_wrapper():
     """Defect 1, through MujocoBatchVecEnv.step_wait and get_images (no stream given)."""
+    from vlmrm_fast.engine import MujocoBatchVecEnv
     from vlmrm_fast.envs import get_task
-    from vlmrm_fast.envs.batch import MujocoBatchVecEnv
 
     task = get_task("humanoid-kneeling")
     env = MujocoBatchVecEnv(task.batch, 4, render_size=(32, 32), episode_length=5, gpu=0, renderer="warp")
@@ -352,7 +352,7 @@ def test_batch_env_steps_with_the_warp_renderer_without_the_reward_wrapper():
 def test_a_draw_on_a_side_stream_does_not_wait_for_the_legacy_stream(humanoid_model):
     """Defect 2: a replayed draw on a side stream completes while the legacy stream is still busy
     (the encoder's stream, in the pipelined step)."""
-    from vlmrm_fast.warp_rendering import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer
 
     n = 4
     sim = BatchSimulator(humanoid_model, n)
@@ -384,7 +384,7 @@ def test_a_collected_renderer_leaves_the_stream_of_a_live_one_usable(humanoid_mo
 
     import warp as wp
 
-    from vlmrm_fast.warp_rendering import WarpBatchRenderer, warp_stream_of
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer, warp_stream_of
 
     n = 2
     sim = BatchSimulator(humanoid_model, n)
@@ -417,7 +417,7 @@ def test_a_collected_renderer_leaves_the_stream_of_a_live_one_usable(humanoid_mo
 def test_overlapping_ranges_do_not_overwrite_an_upload_in_flight(humanoid_model):
     """Defect 5: range (0, 2) uploads state B behind a busy stream; the whole batch then stages
     state A at once. The range's frames are B's."""
-    from vlmrm_fast.warp_rendering import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer
 
     n = 4
     a, b = BatchSimulator(humanoid_model, n), BatchSimulator(humanoid_model, n)
@@ -444,7 +444,7 @@ def test_overlapping_ranges_do_not_overwrite_an_upload_in_flight(humanoid_model)
 @pytest.mark.gpu
 def test_close_returns_after_the_queued_draws_ran(humanoid_model):
     """Defect 6: closing right after a draw queued behind a busy stream frees nothing it still uses."""
-    from vlmrm_fast.warp_rendering import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer
 
     n = 2
     sim = BatchSimulator(humanoid_model, n)
@@ -470,7 +470,7 @@ def test_the_warp_kernel_cache_holds_the_gpu_modules(humanoid_model):
 
     import warp
 
-    from vlmrm_fast.warp_rendering import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer
 
     with WarpBatchRenderer(humanoid_model, 1, 16, 16, camera=CAMERA, device="cuda") as renderer:
         renderer.render(humanoid_model.qpos0[None])
@@ -486,8 +486,8 @@ def test_render_data_without_contact_rows_draws_the_full_data_frames(humanoid_mo
     """Defect 9: drawing from Data without contact and constraint rows gives the frames of a full Data."""
     import mujoco_warp as mjw
 
-    from vlmrm_fast import warp_rendering
-    from vlmrm_fast.warp_rendering import WarpBatchRenderer
+    from vlmrm_fast.rendering import warp as warp_rendering
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer
 
     n = 3
     qpos = poses(humanoid_model, n)

@@ -49,6 +49,10 @@ if _missing_core is not None:
 
 __version__ = "0.1.0"
 
+from vlmrm_fast import _moved  # noqa: E402  (light: the old module names, importable for one release)
+
+_moved.install()
+
 # Everything is loaded on first use: `import vlmrm_fast` (and `vlmrm-fast --help`) imports neither the
 # native core, torch nor Stable-Baselines3. vlmrm_fast._native loads the core (libmujoco first).
 _LAZY = {
@@ -62,11 +66,11 @@ _LAZY = {
     "VLMRewardModel": "vlmrm_fast.reward",
     "WeightsUnavailableError": "vlmrm_fast.reward",
     "load_reward_model": "vlmrm_fast.reward",
-    "BatchRenderer": "vlmrm_fast.rendering",
-    "BatchSimulator": "vlmrm_fast.sim",
+    "BatchRenderer": "vlmrm_fast.rendering.egl",
+    "BatchSimulator": "vlmrm_fast.physics.batch",
     "FramePreprocessor": "vlmrm_fast.preprocess",
     "PreprocessSpec": "vlmrm_fast.preprocess",
-    "WarpBatchRenderer": "vlmrm_fast.warp_rendering",  # imports MuJoCo Warp only when one is made
+    "WarpBatchRenderer": "vlmrm_fast.rendering.warp",  # imports MuJoCo Warp only when one is made
     "build_info": "vlmrm_fast.device",
     "EnvSpec": "vlmrm_fast.envs.spec",
     "FastVLMRewardVecEnv": "vlmrm_fast.vec_env",
@@ -79,8 +83,10 @@ _LAZY = {
 if TYPE_CHECKING:  # the names as the type checker sees them
     from vlmrm_fast.device import build_info
     from vlmrm_fast.envs.spec import EnvSpec
+    from vlmrm_fast.physics.batch import BatchSimulator
     from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
-    from vlmrm_fast.rendering import BatchRenderer
+    from vlmrm_fast.rendering.egl import BatchRenderer
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer
     from vlmrm_fast.reward import (
         TINY_MODEL,
         BinaryTask,
@@ -93,9 +99,7 @@ if TYPE_CHECKING:  # the names as the type checker sees them
         WeightsUnavailableError,
         load_reward_model,
     )
-    from vlmrm_fast.sim import BatchSimulator
     from vlmrm_fast.vec_env import FastVLMRewardVecEnv
-    from vlmrm_fast.warp_rendering import WarpBatchRenderer
     from vlmrm_fast.wrappers import RecordFrame, VLMRewardVecEnvWrapper
 
 

@@ -48,7 +48,7 @@ def _info(args: argparse.Namespace) -> int:
 
 def warp_renderer() -> str:
     """Whether renderer="warp" can be used here, in words."""
-    from vlmrm_fast.warp_rendering import warp_available
+    from vlmrm_fast.rendering.warp import warp_available
 
     missing = warp_available()
     if missing is not None:

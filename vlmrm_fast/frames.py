@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -123,19 +123,21 @@ class FrameSource(Protocol):
 
 @runtime_checkable
 class SteppedFrameSource(Protocol):
-    """A VecEnv that steps and draws its envs range by range (``envs.batch.MujocoBatchVecEnv``):
-    after ``step_async``, ``advance(rows, stream)`` steps and draws envs ``rows`` (ranges in
-    order), ``lend(rows, stream)`` hands their frames over in place, and ``step_wait`` then
-    finishes the step (advancing what was not). The VLM reward wrapper scores range k while
-    range k + 1 is advanced."""
+    """A VecEnv that steps and draws its envs range by range (``engine.MujocoBatchVecEnv``):
+    ``step_in_ranges(actions, ranges, stream, on_frames)`` takes a whole step, lending each range's
+    frames to ``on_frames(rows, lent)`` (a context manager of a :class:`FrameView`) before it
+    simulates the next, and returns what ``step_wait`` returns. The VLM reward wrapper scores
+    range k while range k + 1 is simulated and drawn; the source alone holds the step's state."""
 
     timer: Any
 
-    def advance(self, rows: slice, stream: torch.cuda.Stream | None = None) -> None: ...
-
-    def lend(
-        self, rows: slice, stream: torch.cuda.Stream | None = None
-    ) -> contextlib.AbstractContextManager[FrameView]: ...
+    def step_in_ranges(
+        self,
+        actions: Any,
+        ranges: Sequence[slice],
+        stream: torch.cuda.Stream | None = None,
+        on_frames: Callable[[slice, contextlib.AbstractContextManager[FrameView]], None] | None = None,
+    ) -> tuple[Any, np.ndarray, np.ndarray, list[dict]]: ...
 
     def last_frames(self, device: Any = None) -> Any: ...
 

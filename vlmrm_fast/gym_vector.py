@@ -29,10 +29,10 @@ from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
 
 import vlmrm_fast.envs  # noqa: F401  (registers the tasks as vlmrm_fast/<task>)
-from vlmrm_fast.checks import number
-from vlmrm_fast.envs.batch import MujocoBatchVecEnv
+from vlmrm_fast.engine import MujocoBatchVecEnv
 from vlmrm_fast.reward.protocol import RewardModel
-from vlmrm_fast.wrappers import task_names
+from vlmrm_fast.reward.spec import RewardModelSpec
+from vlmrm_fast.wrappers import RewardMix, task_names
 
 #: The keys of the SB3 stack's infos that the gymnasium API says otherwise (terminated/truncated, final_obs).
 _SB3_KEYS = ("terminal_observation", "TimeLimit.truncated")
@@ -86,23 +86,24 @@ class VLMRewardVectorEnv(VectorEnv):
         max_episode_steps: int | None = None,
         **stack: Any,
     ):
+        from vlmrm_fast.physics import PHYSICS
+        from vlmrm_fast.stack import specs_of_arguments
         from vlmrm_fast.vec_env import FastVLMRewardVecEnv
 
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode={render_mode!r}: the batch engine renders 'rgb_array' frames")
-        if max_episode_steps is not None:
-            if stack.get("episode_length") not in (None, max_episode_steps):
-                raise ValueError("give episode_length or max_episode_steps, not both")
-            stack["episode_length"] = max_episode_steps
-        if stack.setdefault("physics", "batch") != "batch":
+        stack = {"physics": "batch", **_with_episode_length(stack, max_episode_steps)}
+        env, reward, options = specs_of_arguments(type(self).__name__, task, num_envs, stack)
+        if env.physics not in PHYSICS or not PHYSICS[env.physics].engine:
+            engines = " or ".join(repr(name) for name, row in PHYSICS.items() if row.engine)
             raise ValueError(
-                "VLMRewardVectorEnv drives the MuJoCo batch engine (physics='batch'); for gymnasium envs use "
+                f"VLMRewardVectorEnv drives the MuJoCo batch engine (physics={engines}); for gymnasium envs use "
                 "gymnasium.make_vec(..., vectorization_mode='sync') under VLMRewardVectorWrapper"
             )
         mode = _autoreset_mode(autoreset_mode)
-        self.stack = FastVLMRewardVecEnv(task, num_envs, **stack)
+        self.stack = FastVLMRewardVecEnv.from_specs(env, reward, **options)
         engine = self.stack.venv  # the MujocoBatchVecEnv under the VLM reward
-        assert isinstance(engine, MujocoBatchVecEnv), "physics='batch' builds the batch engine"
+        assert isinstance(engine, MujocoBatchVecEnv), "an engine physics builds the batch engine"
         self.engine: MujocoBatchVecEnv = engine
         self.engine.reset_on_next_step = mode == AutoresetMode.NEXT_STEP
         self.num_envs = int(num_envs)
@@ -167,11 +168,18 @@ class VLMRewardVectorWrapper(VectorWrapper):
     def __init__(self, env: VectorEnv, reward_model: RewardModel, *, env_reward_weight: float = 0.0):
         super().__init__(env)
         self.reward_model = reward_model
-        self.env_reward_weight = number(env_reward_weight, "env_reward_weight")
-        self.reward_tasks = task_names(reward_model)
+        self.reward_mix = RewardMix(task_names(reward_model), env_reward_weight)
         self._mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         self._checked = False
         self._done = np.zeros(env.num_envs, dtype=bool)
+
+    @property
+    def reward_tasks(self) -> tuple[str, ...]:
+        return self.reward_mix.tasks
+
+    @property
+    def env_reward_weight(self) -> float:
+        return self.reward_mix.env_reward_weight
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):
         self._done[:] = False
@@ -180,15 +188,17 @@ class VLMRewardVectorWrapper(VectorWrapper):
     def step(self, actions):
         obs, env_rewards, terminated, truncated, infos = self.env.step(actions)
         frames = self._frames(infos)
-        scores = np.asarray(self.reward_model(frames).cpu().numpy(), dtype=np.float64)
+        mixed = self.reward_mix(self.reward_model(frames).cpu().numpy(), env_rewards)
         infos = dict(infos)
-        if scores.ndim == 2:
-            infos["vlm_rewards"] = {name: scores[:, k] for k, name in enumerate(self.reward_tasks)}
+        if mixed.per_task is not None:
+            infos["vlm_rewards"] = {name: values.astype(np.float64) for name, values in mixed.per_task.items()}
             infos["_vlm_rewards"] = np.ones(self.num_envs, dtype=bool)
-            scores = scores[:, 0]
+        if mixed.vlm is not None:
+            infos["vlm_reward"] = mixed.vlm.astype(np.float64)
+            infos["_vlm_reward"] = np.ones(self.num_envs, dtype=bool)
         infos["gt_reward"] = np.asarray(env_rewards, dtype=np.float64)
         infos["_gt_reward"] = np.ones(self.num_envs, dtype=bool)
-        rewards = scores + self.env_reward_weight * infos["gt_reward"] if self.env_reward_weight else scores.copy()
+        rewards = mixed.rewards.astype(np.float64)
         if self._mode == AutoresetMode.NEXT_STEP:
             rewards[self._done] = 0.0  # these envs' step was their reset
         self._done = np.logical_or(terminated, truncated)
@@ -224,40 +234,44 @@ def make_vector_env(task: str, num_envs: int = 1, **kwargs: Any) -> VectorEnv:
     ``reward_model=``), ``autoreset_mode``, ``max_episode_steps``, ``render_size``, ..."""
     from vlmrm_fast.envs import get_task
 
-    spec = get_task(task)
-    if spec.batch is not None:
+    if get_task(task).batch is not None:
         return VLMRewardVectorEnv(task, num_envs, **kwargs)
-    return _sync_vector_env(spec, num_envs, **kwargs)
+    return _sync_vector_env(task, num_envs, **kwargs)
 
 
 def _sync_vector_env(
-    spec: Any,
+    task: str,
     num_envs: int,
     *,
     autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
     render_mode: str | None = "rgb_array",
     max_episode_steps: int | None = None,
-    episode_length: int | None = None,
-    reward_model: RewardModel | None = None,
-    env_reward_weight: float = 0.0,
-    **reward: Any,
+    **stack: Any,
 ) -> VectorEnv:
-    from vlmrm_fast.reward import load_reward_model
-    from vlmrm_fast.reward.spec import RewardModelSpec
+    from vlmrm_fast.stack import load_for, plan_stack, specs_of_arguments
     from vlmrm_fast.wrappers import RecordFrame
 
     if render_mode != "rgb_array":
         raise ValueError(f"render_mode={render_mode!r}: VLM rewards score 'rgb_array' frames")
-    limit = max_episode_steps or episode_length or spec.episode_length
+    stack = _with_episode_length(stack, max_episode_steps)
+    env, reward, _ = specs_of_arguments("make_vec", task, num_envs, {**stack, "physics": "gym"})
+    plan = plan_stack(env, reward)
+    reward_model = load_for(plan, reward) if isinstance(reward, RewardModelSpec) else reward
     mode = AutoresetMode(autoreset_mode)
-    if reward_model is None:
-        reward_model = load_reward_model(RewardModelSpec.from_kwargs(**reward).with_task_defaults(spec))
-    elif reward:
-        raise ValueError(f"reward_model= is already loaded; drop the reward model fields {sorted(reward)}")
+    make_env = plan.env.env_factory()
 
     def make() -> gymnasium.Env:
-        env = spec.make(episode_length=limit)
+        env = make_env()
         return RecordFrame(env) if mode == AutoresetMode.SAME_STEP else env
 
     vector = gymnasium.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=mode)
-    return VLMRewardVectorWrapper(vector, reward_model, env_reward_weight=env_reward_weight)
+    return VLMRewardVectorWrapper(vector, reward_model, env_reward_weight=plan.env.env_reward_weight)
+
+
+def _with_episode_length(stack: dict[str, Any], max_episode_steps: int | None) -> dict[str, Any]:
+    """gymnasium's ``max_episode_steps`` as the stack's ``episode_length`` (one of the two, or both equal)."""
+    if max_episode_steps is None:
+        return stack
+    if stack.get("episode_length") not in (None, max_episode_steps):
+        raise ValueError("give episode_length or max_episode_steps, not both")
+    return {**stack, "episode_length": max_episode_steps}

@@ -41,6 +41,7 @@ __all__ = [
     "reward_cpu",
     "reward_cuda",
     "kernel_dtype",
+    "cuda_kernels_run_on",
 ]
 
 _KERNEL_DTYPES = {torch.float32: DType.float32, torch.float16: DType.float16, torch.bfloat16: DType.bfloat16}
@@ -52,3 +53,11 @@ def kernel_dtype(dtype: torch.dtype) -> DType:
         return _KERNEL_DTYPES[dtype]
     except KeyError:
         raise TypeError(f"dtype {dtype} is not supported; use float32, float16 or bfloat16") from None
+
+
+def cuda_kernels_run_on(device: torch.device) -> bool:
+    """Whether the CUDA kernels run for tensors on ``device``: a CUDA device, and a core built with CUDA
+    that sees a usable GPU. Elsewhere on a GPU the preprocess and reward fall back to torch."""
+    from vlmrm_fast.device import native_cuda_usable
+
+    return torch.device(device).type == "cuda" and native_cuda_usable()

@@ -28,15 +28,17 @@ from vlmrm_fast.profiling import NULL_TIMER, StageTimer
 from vlmrm_fast.reward.protocol import RewardModel
 
 
-def plan_chunks(num_envs: int, chunks: int | str, device: torch.device) -> list[slice]:
+def plan_chunks(num_envs: int, chunks: int | str, device: torch.device, *, overlaps: bool = True) -> list[slice]:
     """``num_envs`` split into ``chunks`` nearly equal ranges (the first ones one larger).
 
-    "auto": one chunk on the CPU (nothing runs alongside); on a GPU, up to 4 chunks of
-    at least 32 envs, enough to hide the simulation and drawing of all chunks but the first.
+    "auto": one range where nothing runs beside the encoder: on the CPU, and where the drawing
+    cannot overlap the encoder's GPU work (``overlaps=False``: a renderer in its own graphics
+    context, which time-slices the GPU against CUDA's work); otherwise up to 4 ranges of at least 32 envs, enough to hide the simulation and drawing of all
+    ranges but the first.
     """
     chunks = chunk_count(chunks, "pipeline_chunks", num_envs)
     if chunks == "auto":
-        chunks = 1 if device.type != "cuda" else max(1, min(4, num_envs // 32))
+        chunks = max(1, min(4, num_envs // 32)) if device.type == "cuda" and overlaps else 1
     base, extra = divmod(num_envs, int(chunks))
     bounds = np.cumsum([0] + [base + (i < extra) for i in range(int(chunks))])
     return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]

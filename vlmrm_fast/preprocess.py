@@ -24,7 +24,6 @@ import numpy as np
 import torch
 
 from vlmrm_fast import kernels
-from vlmrm_fast.device import native_cuda_usable
 from vlmrm_fast.frames import FrameLayout, FrameView
 
 _FILTERS = {"bicubic": kernels.Filter.bicubic, "bilinear": kernels.Filter.bilinear}
@@ -187,7 +186,7 @@ class FramePreprocessor:
         self.dtype = dtype
         self._plans: dict[tuple[int, int], Any] = {}
         self._device_plans: dict[tuple[int, int], Any] = {}
-        self._use_cuda_kernel = self.device.type == "cuda" and native_cuda_usable()
+        self._use_cuda_kernel = kernels.cuda_kernels_run_on(self.device)
 
     def plan(self, height: int, width: int):
         key = (height, width)

@@ -19,7 +19,9 @@ reward is kept in ``info["gt_reward"]``.
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, cast
 
 import gymnasium
 import numpy as np
@@ -67,7 +69,8 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
 
     ``reward_model``: a :class:`~vlmrm_fast.reward.protocol.RewardModel` (a loaded ``VLMRewardModel``). With several tasks the first is
     the reward and all are in ``info["vlm_rewards"]`` by name. ``pipeline_chunks``: the ranges
-    of envs a step is scored in (see ``pipeline.plan_chunks``). ``defer_rewards``: return zero
+    of envs a step is scored in: a number of them or "auto" (see ``pipeline.plan_chunks``), or the
+    ranges themselves (slices, as ``vlmrm_fast.stack`` planned them). ``defer_rewards``: return zero
     rewards and leave the frames to ``last_frames()`` (episode-batch scoring).
     ``env_reward_weight`` (rho): the reward is ``vlm + rho * env`` (FuRL's mix), the VLM part in
     ``info["vlm_reward"]``. The envs of a VecEnv that is not a stepped frame source must be
@@ -79,43 +82,52 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         venv: VecEnv,
         reward_model: RewardModel,
         *,
-        pipeline_chunks: int | str = "auto",
+        pipeline_chunks: int | str | Sequence[slice] = "auto",
         defer_rewards: bool = False,
         env_reward_weight: float = 0.0,
     ):
         super().__init__(venv)
         self.reward_model = reward_model
-        self.reward_tasks = task_names(reward_model)
+        self.reward_mix = RewardMix(task_names(reward_model), env_reward_weight)
         self.defer_rewards = bool(defer_rewards)
-        self.env_reward_weight = number(env_reward_weight, "env_reward_weight")
         self.timer = NULL_TIMER
-        self._scorer = ChunkedScorer(reward_model, plan_chunks(venv.num_envs, pipeline_chunks, reward_model.device))
+        if isinstance(pipeline_chunks, (list, tuple)):
+            ranges = list(pipeline_chunks)
+        else:
+            ranges = plan_chunks(venv.num_envs, cast(int | str, pipeline_chunks), reward_model.device)
+        self._scorer = ChunkedScorer(reward_model, ranges)
         self._source: SteppedFrameSource | None = venv if isinstance(venv, SteppedFrameSource) else None
         self._frames = HostFrames()
         self._actions: np.ndarray | None = None
         self._stepped = False
 
+    @property
+    def reward_tasks(self) -> tuple[str, ...]:
+        """The reward model's task names: the first is the reward, all are in ``info["vlm_rewards"]``."""
+        return self.reward_mix.tasks
+
+    @property
+    def env_reward_weight(self) -> float:
+        return self.reward_mix.env_reward_weight
+
     def reset(self):
         return self.venv.reset()
 
     def step_async(self, actions: np.ndarray) -> None:
-        # The batch engine checks its actions itself; any other VecEnv gets them checked here.
-        self._actions = (
-            actions if self._source is not None else check_actions(actions, self.action_space, self.num_envs)
-        )
-        self.venv.step_async(self._actions)
+        self._actions = check_actions(actions, self.action_space, self.num_envs)
+        if self._source is None:
+            self.venv.step_async(self._actions)
 
     def step_wait(self):
         if self._actions is None:
             raise RuntimeError("step_wait() called without step_async()")
-        self._actions = None
+        actions, self._actions = self._actions, None
         scorer, timer = self._scorer, self.timer
         scorer.begin()
         if self._source is not None:  # simulate and draw range k + 1 while the encoder runs range k
-            for rows in scorer.chunks:
-                self._source.advance(rows, scorer.render_stream)
-                self._score(rows, self._source.lend(rows, scorer.render_stream))
-            obs, env_rewards, dones, infos = self.venv.step_wait()  # observations, resets of finished envs
+            obs, env_rewards, dones, infos = self._source.step_in_ranges(
+                actions, scorer.chunks, scorer.render_stream, self._score
+            )
         else:
             with timer.stage("physics_render"):
                 obs, env_rewards, dones, infos = self.venv.step_wait()
@@ -135,15 +147,13 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
                 self._scorer.submit(frames, rows, self.timer)  # preprocess, encode, reward: not waited for
 
     def _rewards(self, scores: np.ndarray, env_rewards: np.ndarray, infos: list[dict]) -> np.ndarray:
-        if scores.ndim == 2:  # several prompt sets: all in the info, the first is the reward
-            for info, row in zip(infos, scores.tolist()):
-                info["vlm_rewards"] = dict(zip(self.reward_tasks, row))
-            scores = np.ascontiguousarray(scores[:, 0])
-        if self.env_reward_weight:
-            for info, vlm in zip(infos, scores.tolist()):
-                info["vlm_reward"] = vlm
-            scores = (scores + self.env_reward_weight * np.asarray(env_rewards)).astype(np.float32)
-        return scores
+        mixed = self.reward_mix(scores, env_rewards)
+        for i, info in enumerate(infos):
+            if mixed.per_task is not None:
+                info["vlm_rewards"] = {name: float(values[i]) for name, values in mixed.per_task.items()}
+            if mixed.vlm is not None:
+                info["vlm_reward"] = float(mixed.vlm[i])
+        return mixed.rewards
 
     def profile(self, enabled: bool = True) -> StageTimer:
         """Starts timing each stage of ``step_wait`` (see :mod:`vlmrm_fast.profiling`)."""
@@ -175,6 +185,42 @@ def find_reward_wrapper(venv: VecEnv) -> VLMRewardVecEnvWrapper:
         if not isinstance(venv, VecEnvWrapper):
             raise TypeError("no VLMRewardVecEnvWrapper (or FastVLMRewardVecEnv) in this VecEnv stack")
         venv = venv.venv
+
+
+@dataclasses.dataclass(frozen=True)
+class MixedRewards:
+    """One step's rewards: ``rewards`` (N,) float32, what the agent learns from; ``per_task``: every
+    task's VLM reward by name (several tasks); ``vlm``: the VLM part alone (when the env's own
+    reward is mixed in)."""
+
+    rewards: np.ndarray
+    per_task: dict[str, np.ndarray] | None
+    vlm: np.ndarray | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardMix:
+    """What a reward step means, for every front end (the SB3 wrapper, gymnasium's vector wrapper): the
+    first task's VLM reward, plus ``env_reward_weight`` (rho) times the env's own reward (FuRL's
+    ``vlm + rho * env``); with several tasks each one's reward by name."""
+
+    tasks: tuple[str, ...]
+    env_reward_weight: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "env_reward_weight", number(self.env_reward_weight, "env_reward_weight"))
+
+    def __call__(self, scores: np.ndarray, env_rewards: np.ndarray) -> MixedRewards:
+        """``scores``: the reward model's (N,) or (N, K) for K tasks; ``env_rewards``: the env's own (N,)."""
+        scores = np.asarray(scores, dtype=np.float32)
+        per_task = None
+        if scores.ndim == 2:  # several prompt sets: all by name, the first is the reward
+            per_task = {name: scores[:, k] for k, name in enumerate(self.tasks)}
+            scores = np.ascontiguousarray(scores[:, 0])
+        if not self.env_reward_weight:
+            return MixedRewards(scores, per_task, None)
+        rewards = (scores + self.env_reward_weight * np.asarray(env_rewards)).astype(np.float32)
+        return MixedRewards(rewards, per_task, scores)
 
 
 def task_names(reward_model: RewardModel) -> tuple[str, ...]:

@@ -3,7 +3,6 @@ rank 0 trains on the sharded env (and alone writes checkpoints, logs and videos)
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -48,12 +47,12 @@ def make_vec_env(env: EnvSpec, reward: RewardModelSpec, distributed: Distributed
     """A FastVLMRewardVecEnv of ``env`` scored by ``reward`` in a single process; on rank 0 of a job of
     several ranks, the ShardedVecEnv of the same specs laid out as ``distributed`` says (the layout
     printed one line per rank). ``options``: FastVLMRewardVecEnv's ``seed``, ``env_kwargs``, ``defer_rewards``."""
-    from vlmrm_fast.vec_env import FastVLMRewardVecEnv, stack_arguments
+    from vlmrm_fast.vec_env import FastVLMRewardVecEnv
 
     if Launch.detect().world_size > 1:
-        from vlmrm_fast.distributed.sharded import ShardedVecEnv
+        from vlmrm_fast.distributed.sharded import REFUSED_ARGUMENTS, ShardedVecEnv
 
-        return ShardedVecEnv(
-            env.task, env.n_envs, **dataclasses.asdict(distributed), **stack_arguments(env, reward), **options
-        )
+        if options.pop("defer_rewards", False):
+            raise ValueError(f"ShardedVecEnv: defer_rewards= is not supported: {REFUSED_ARGUMENTS['defer_rewards']}")
+        return ShardedVecEnv.from_specs(env, reward, distributed, **options)
     return FastVLMRewardVecEnv.from_specs(env, reward, **options)

@@ -106,19 +106,6 @@ def lay_out(
     return ranges, devices, specs
 
 
-def split_arguments(task: str, num_envs: int, kwargs: dict[str, Any]) -> tuple[EnvSpec, RewardModelSpec, dict]:
-    """FastVLMRewardVecEnv's arguments as (the env spec, the reward model spec, the other options):
-    checked here, before they travel to the ranks."""
-    from vlmrm_fast.vec_env import ENV_ARGUMENTS, OPTIONS, check_arguments, reward_spec_of
-
-    kwargs = dict(kwargs)
-    check_arguments(kwargs)
-    env = EnvSpec(task, num_envs, **{name: kwargs.pop(name) for name in ENV_ARGUMENTS if name in kwargs})
-    fields = {name: kwargs.pop(name) for name in list(kwargs) if name not in OPTIONS}
-    reward = reward_spec_of(kwargs.pop("reward_spec", None), fields)
-    return env, reward, kwargs
-
-
 class ShardedVecEnv(VecEnv):
     """``num_envs`` envs of ``task`` split over the ranks of a torchrun job; built on rank 0,
     while every other rank runs :func:`~vlmrm_fast.distributed.serve_shard`.
@@ -150,18 +137,46 @@ class ShardedVecEnv(VecEnv):
         verbose: int = 1,
         **env_kwargs: Any,
     ):
+        from vlmrm_fast.stack import specs_of_arguments
+
         for name, why in REFUSED_ARGUMENTS.items():
             if env_kwargs.get(name):
                 raise ValueError(f"ShardedVecEnv: {name}= is not supported: {why}")
-        env, reward, options = split_arguments(task, num_envs, env_kwargs)
-        seed = options.pop("seed", None)
-        self.config = DistributedConfig(
+        env, reward, options = specs_of_arguments(type(self).__name__, task, num_envs, env_kwargs)
+        assert isinstance(reward, RewardModelSpec), "reward_model= is refused above"
+        config = DistributedConfig(
             learner_envs=learner_envs,
             timeout=as_timeout(timeout).total_seconds(),
             heartbeat=heartbeat,
             heartbeat_timeout=heartbeat_timeout,
             report_every=report_every,
         )
+        self._build(env, reward, config, options, verbose)
+
+    @classmethod
+    def from_specs(
+        cls,
+        env: EnvSpec,
+        reward: RewardModelSpec,
+        distributed: DistributedConfig = DEFAULTS,
+        *,
+        seed: int | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        verbose: int = 1,
+    ) -> ShardedVecEnv:
+        """The sharded env of ``env`` scored by ``reward``, laid out as ``distributed`` says, the settings
+        taken whole (what ``vlmrm-fast train`` builds under torchrun)."""
+        sharded = cls.__new__(cls)
+        options = {name: value for name, value in (("seed", seed), ("env_kwargs", env_kwargs)) if value is not None}
+        sharded._build(env, reward, distributed, options, verbose)
+        return sharded
+
+    def _build(
+        self, env: EnvSpec, reward: RewardModelSpec, config: DistributedConfig, options: dict[str, Any], verbose: int
+    ) -> None:
+        options = dict(options)
+        seed = options.pop("seed", None)
+        self.config = config
         try:
             pickle.dumps((env, reward, options))
         except Exception as exc:
@@ -555,10 +570,10 @@ class ShardedVecEnv(VecEnv):
         if self._local is not None:
             return self._local.reward_model
         if self._learner_model is None:
-            from vlmrm_fast.vec_env import _load_for
+            from vlmrm_fast.stack import load_for, plan_stack
 
-            env = self._env.replace(n_envs=1).with_task_defaults()
-            self._learner_model = _load_for(env, self._learner_reward.with_task_defaults(env.task_spec()))
+            plan = plan_stack(self._env.replace(n_envs=1), self._learner_reward)
+            self._learner_model = load_for(plan, self._learner_reward)
         return self._learner_model
 
     @property

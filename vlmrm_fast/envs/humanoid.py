@@ -302,7 +302,7 @@ class HumanoidPoseEnv(HumanoidEnv):
 
 class HumanoidBatch:
     """Humanoid-v5's observation, reward and info for the batch engine (terminate_when_unhealthy=False),
-    drawn in ``scene`` (a :class:`~vlmrm_fast.envs.batch.BatchTask`), with the paper's image files from
+    drawn in ``scene`` (a :class:`~vlmrm_fast.envs.batch_task.BatchTask`), with the paper's image files from
     ``scene_assets`` if given."""
 
     frame_skip = FRAME_SKIP

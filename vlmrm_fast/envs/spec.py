@@ -8,22 +8,26 @@ it travels to every rank. Fields left None take the task's defaults (:meth:`with
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import gymnasium
 import numpy as np
 
+from vlmrm_fast import physics as _physics
+from vlmrm_fast import rendering as _rendering
 from vlmrm_fast.checks import FieldError, FieldTypeError, chunk_count, number, one_of, positive_int
 from vlmrm_fast.envs import TaskSpec, get_task
 from vlmrm_fast.envs.paper_assets import normalized_folder
 from vlmrm_fast.envs.time_limits import TIME_LIMITS
 
-#: How a task's envs are simulated: the MuJoCo batch engine, gymnasium envs, or the former where it can.
-PHYSICS = ("auto", "batch", "gym")
-#: What draws the batch engine's frames: EGL (mujoco.Renderer's pixels), MuJoCo Warp's ray tracer, or
-#: "auto": Warp where the frames are scored on the CPU and MuJoCo Warp is installed (there its ray tracer
-#: is several times faster than Mesa's llvmpipe), EGL otherwise (envs.batch.choose_renderer).
-RENDERERS = ("auto", "egl", "warp")
+#: How a task's envs are simulated: a row of ``vlmrm_fast.physics.PHYSICS`` (the MuJoCo batch engine,
+#: gymnasium envs, ...), or "auto" (the first that can run the task, vlmrm_fast.stack).
+PHYSICS = ("auto", *_physics.PHYSICS)
+#: What draws the batch engine's frames: a row of ``vlmrm_fast.rendering.RENDERERS`` (EGL, MuJoCo
+#: Warp's ray tracer), or "auto" (Warp where the frames are scored on the CPU and MuJoCo Warp is
+#: installed, EGL otherwise: ``rendering.AUTO_ORDER``).
+RENDERERS = ("auto", *_rendering.RENDERERS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +92,12 @@ class EnvSpec:
     def task_spec(self) -> TaskSpec:
         """The task, drawn with ``scene_assets`` when given."""
         return get_task(self.task).with_scene_assets(self.scene_assets)
+
+    def env_factory(self, **env_kwargs: Any) -> Callable[[], gymnasium.Env]:
+        """A factory of one gymnasium env of the task as this spec draws and ends it (frame size, scene
+        assets, episode length, time limit): the envs of ``physics="gym"``, and a run's videos."""
+        task, size, limit, time_limit = self.task_spec(), self.frame_shape, self.episode_length, self.time_limit
+        return lambda: task.make(render_size=size, episode_length=limit, time_limit=time_limit, **env_kwargs)
 
     @property
     def frame_shape(self) -> tuple[int, int] | None:

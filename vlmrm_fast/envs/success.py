@@ -14,10 +14,13 @@ step succeeded, and the share of the steps that did.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-#: The rules, by name: how the steps' successes make the episode's.
-SUCCESS_RULES = {"every_step": all, "any_step": any}
+#: The rules, by name: whether an episode succeeded, from how many of its steps did and how many it had.
+SUCCESS_RULES: dict[str, Callable[[int, int], bool]] = {
+    "every_step": lambda succeeded, steps: succeeded == steps,
+    "any_step": lambda succeeded, steps: succeeded > 0,
+}
 #: The log key of each rule's success rate (under ``rollout/``), named after what it counts.
 RATE_NAMES = {"every_step": "success_every_step_rate", "any_step": "success_any_step_rate"}
 #: The log key of the rate of episodes whose last step succeeded.
@@ -31,6 +34,12 @@ def check_rule(rule: str | None) -> str | None:
     return rule
 
 
+def rule_holds(rule: str, succeeded: int, steps: int) -> bool:
+    """The episode's success under ``rule``, ``succeeded`` of its ``steps`` steps having succeeded."""
+    return bool(SUCCESS_RULES[check_rule(rule)](succeeded, steps))
+
+
 def episode_success(step_successes: Iterable[bool], rule: str) -> bool:
     """The episode's success under ``rule`` from its steps' ``info["success"]`` values, in order."""
-    return bool(SUCCESS_RULES[check_rule(rule)](bool(s) for s in step_successes))
+    flags = [bool(s) for s in step_successes]
+    return rule_holds(rule, sum(flags), len(flags))

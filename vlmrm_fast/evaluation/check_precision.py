@@ -169,7 +169,7 @@ def embed(
 
 
 def rewards(embeddings: torch.Tensor, target: torch.Tensor, baseline: torch.Tensor, alpha: float) -> np.ndarray:
-    from vlmrm_fast.reward.math import goal_and_direction, goal_baseline_reward, normalize
+    from vlmrm_fast.reward.formulas import goal_and_direction, goal_baseline_reward, normalize
 
     g, u = goal_and_direction(target, baseline)
     return goal_baseline_reward(normalize(embeddings), g, u, alpha).double().numpy()
@@ -198,7 +198,7 @@ def check_precision(
     from vlmrm_fast.device import resolve_device
     from vlmrm_fast.encoders.fp8 import fp8_unsupported_reason
     from vlmrm_fast.models import load_clip
-    from vlmrm_fast.reward.math import normalize
+    from vlmrm_fast.reward.formulas import normalize
 
     if backend not in ("torch", "compile"):
         raise ValueError(f"--backend {backend!r}: use 'torch' or 'compile' (TensorRT builds no FP8 engines)")

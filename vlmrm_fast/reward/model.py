@@ -19,8 +19,8 @@ from vlmrm_fast.frames import FrameView
 from vlmrm_fast.models import LoadedClip, check_prompt_lengths, load_clip
 from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec, as_frame_tensor
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
+from vlmrm_fast.reward.formulas import normalize
 from vlmrm_fast.reward.head import RewardHead
-from vlmrm_fast.reward.math import normalize
 from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.reward.tasks import Task, as_reward_tasks, normalize_prompts, unique_prompts
 

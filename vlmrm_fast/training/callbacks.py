@@ -14,10 +14,10 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
-from vlmrm_fast.envs.success import LAST_STEP_RATE, RATE_NAMES, check_rule
+from vlmrm_fast.envs.success import LAST_STEP_RATE, RATE_NAMES, check_rule, rule_holds
 from vlmrm_fast.reward.batch_scoring import FrameBatchScorer
 from vlmrm_fast.reward.protocol import RewardModel
-from vlmrm_fast.wrappers import find_reward_wrapper
+from vlmrm_fast.wrappers import RewardMix, find_reward_wrapper
 
 
 class EpisodeStats:
@@ -63,8 +63,7 @@ class EpisodeStats:
                 self.finished_success.append(float(bool(success[i])))
                 self.finished_success_fraction.append(float(self.successes[i] / self.steps[i]))
                 if self.success_rule is not None:
-                    every, some = self.successes[i] == self.steps[i], self.successes[i] > 0
-                    verdict = every if self.success_rule == "every_step" else some
+                    verdict = rule_holds(self.success_rule, int(self.successes[i]), int(self.steps[i]))
                     self.finished_rule_success.append(float(verdict))
             for name, sums in self.per_task.items():
                 self.finished_per_task.setdefault(name, collections.deque(maxlen=self.window)).append(float(sums[i]))
@@ -159,7 +158,7 @@ class EpisodeBatchRewards(BaseCallback):
         super().__init__()
         self.stats = stats
         self.scorer = scorer
-        self.env_reward_weight = env_reward_weight  # the buffer gets vlm + rho * env
+        self.mix = RewardMix((), env_reward_weight)  # the buffer gets what a step's reward means: vlm + rho * env
         self._pending: list[tuple[int, int, np.ndarray, np.ndarray, list[dict]]] = []
 
     def _on_step(self) -> bool:
@@ -186,7 +185,7 @@ class EpisodeBatchRewards(BaseCallback):
         for position, n_envs, gt, dones, successes in self._pending:
             step_rewards = rewards[offset : offset + n_envs]
             offset += n_envs
-            buffer.rewards[position % buffer.buffer_size, :n_envs] = step_rewards + self.env_reward_weight * gt
+            buffer.rewards[position % buffer.buffer_size, :n_envs] = self.mix(step_rewards, gt).rewards
             self.stats.add(step_rewards.astype(np.float64), gt, dones, successes)
         self._pending.clear()
         self.stats.record(self.logger)

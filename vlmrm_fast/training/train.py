@@ -385,7 +385,7 @@ def _run(
     if cfg.logging.video_every:
         callbacks.append(
             PolicyVideo(
-                _video_env_factory(venv),
+                cfg.env.with_task_defaults().env_factory(),  # one env of the run's task, as the run draws it
                 venv.reward_model,
                 run_dir / "videos",
                 cfg.logging.video_every,
@@ -442,13 +442,6 @@ def _run(
     note = f" ({stop.name} came after the last step)" if stop.requested else ""
     print(f"done: {model.num_timesteps} steps{note}; model, logs and videos in {run_dir}")
     return EXIT_DONE
-
-
-def _video_env_factory(venv) -> Any:
-    """One env of the run's task as the run draws it (its frame size and scene assets)."""
-    task, episode_length, render_size = venv.task, venv.episode_length, venv.render_size
-    time_limit = venv.time_limit
-    return lambda: task.make(render_size=render_size, episode_length=episode_length, time_limit=time_limit)
 
 
 def add_subcommand(sub: argparse._SubParsersAction) -> None:

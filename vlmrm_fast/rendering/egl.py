@@ -25,8 +25,8 @@ import vlmrm_fast._native  # noqa: F401  (libmujoco, then the core)
 from vlmrm_fast._core import render as _native_render
 from vlmrm_fast.device import build_info, native_cuda_usable
 from vlmrm_fast.frames import FrameLayout, FrameView
-from vlmrm_fast.render_base import BatchRendererBase
-from vlmrm_fast.sim import BatchSimulator
+from vlmrm_fast.physics.batch import BatchSimulator
+from vlmrm_fast.rendering.base import BatchRendererBase
 
 if TYPE_CHECKING:
     import torch
@@ -188,3 +188,11 @@ class BatchRenderer(BatchRendererBase):
         self._live()
         assert self._native is not None
         return self._native
+
+
+def make(
+    model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: int | str, gpu: int | None
+) -> BatchRenderer:
+    """The engine's EGL renderer (its row of ``vlmrm_fast.rendering.RENDERERS``)."""
+    height, width = render_size
+    return BatchRenderer(model, num_envs, width, height, camera=camera, gpu=gpu)

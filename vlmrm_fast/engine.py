@@ -1,96 +1,39 @@
-"""MuJoCo tasks as one SB3 VecEnv: all envs stepped in the native core, drawn by a batch renderer.
+"""The batch engine: a MuJoCo task's envs as one SB3 VecEnv, simulated together and drawn by a batch renderer.
 
-:class:`MujocoBatchVecEnv` is a plain ``VecEnv`` whose reward is the task's own. It is
-also a frame source in ranges (:class:`~vlmrm_fast.frames.SteppedFrameSource`), so that
-the VLM reward wrapper can score one range of envs while the next is simulated:
-``advance(rows)`` steps envs ``rows`` with the actions of ``step_async``
-(frame_skip x mj_step + rnePostConstraint on the simulator's threads) and draws the
-states they reach (``renderer="egl"``: scene updates on the simulator's threads, one GL
-pass; ``"warp"``: qpos to the device, one MuJoCo Warp launch); ``lend(rows)`` hands the
-frames over in place. ``step_wait`` advances whatever was not advanced, then computes
-observations and rewards from the copied-out fields (numpy, all envs at once) and resets
-finished envs.
+:class:`MujocoBatchVecEnv` is a plain ``VecEnv`` whose reward is the task's own. It is also a
+frame source in ranges (:class:`~vlmrm_fast.frames.SteppedFrameSource`), so that the VLM reward
+wrapper can score one range of envs while the next is simulated: ``step_in_ranges(actions, ranges,
+stream, on_frames)`` takes the whole step, range by range: it steps envs ``rows`` (frame_skip x
+mj_step + rnePostConstraint on the simulator's threads), draws the states they reach
+(``renderer="egl"``: scene updates on the simulator's threads, one GL pass; ``"warp"``: qpos to
+the device, one MuJoCo Warp launch) and lends their frames in place to ``on_frames``; then it
+computes observations and rewards from the copied-out fields (numpy, all envs at once) and resets
+finished envs. The engine alone holds a step's state; ``step_wait`` is the same step in one range.
+
+What the engine needs of a task is a :class:`~vlmrm_fast.envs.batch_task.BatchTask` (observations,
+and a ``StepReward`` holding the task's own per-env state), e.g.
+:class:`~vlmrm_fast.envs.humanoid.HumanoidBatch`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import gymnasium
-import mujoco
 import numpy as np
 from stable_baselines3.common.vec_env import VecEnv
 
 from vlmrm_fast.actions import check_actions
 from vlmrm_fast.checks import one_of
-from vlmrm_fast.envs.spec import RENDERERS
+from vlmrm_fast.envs.batch_task import BatchTask, StepReward  # noqa: F401  (StepReward: the old envs.batch name)
 from vlmrm_fast.envs.time_limits import TIME_LIMITS
-from vlmrm_fast.frames import FrameSource
+from vlmrm_fast.frames import FrameView
+from vlmrm_fast.physics import PHYSICS
 from vlmrm_fast.profiling import NULL_TIMER
-from vlmrm_fast.rendering import BatchRenderer
-from vlmrm_fast.sim import BatchSimulator
-
-
-class StepReward(Protocol):
-    """A task's own reward for the engine's envs, with whatever per-env state it needs."""
-
-    def before_step(self, fields: dict[str, np.ndarray], rows: slice) -> None:
-        """Envs ``rows`` are about to step; ``fields`` are the simulator's outputs of their current state."""
-
-    def __call__(
-        self, fields: dict[str, np.ndarray], ctrl: np.ndarray, dt: float
-    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """(rewards (N,), per-env info arrays) of the step every env took with controls ``ctrl``."""
-        ...
-
-
-class BatchTask(Protocol):
-    """What the batch engine needs of a MuJoCo task (e.g. :class:`~vlmrm_fast.envs.humanoid.HumanoidBatch`)."""
-
-    frame_skip: int
-    reset_noise_scale: float
-    outputs: tuple[str, ...]  # the mjData fields the simulator copies out after each step
-
-    @property
-    def camera(self) -> str: ...
-
-    def build_model(self, render_size: int) -> mujoco.MjModel: ...
-
-    def observation(self, fields: dict[str, np.ndarray]) -> np.ndarray: ...
-
-    def step_reward(self, model: mujoco.MjModel, num_envs: int) -> StepReward: ...
-
-
-def choose_renderer(renderer: str, gpu: int | None) -> str:
-    """The renderer that draws for ``renderer`` (one of ``envs.spec.RENDERERS``) when frames are scored on
-    CUDA device ``gpu`` (None: the CPU). ``"auto"`` is ``"warp"`` on the CPU when MuJoCo Warp is installed
-    (Warp's CPU backend draws the humanoid several times faster than Mesa's llvmpipe, bench/RESULTS.md),
-    and ``"egl"`` otherwise: on a GPU, EGL draws ``mujoco.Renderer``'s own pixels into CUDA memory."""
-    if one_of(renderer, "renderer", RENDERERS) != "auto":
-        return renderer
-    if gpu is None:
-        from vlmrm_fast.warp_rendering import warp_available
-
-        if warp_available() is None:
-            return "warp"
-    return "egl"
-
-
-def make_renderer(
-    kind: str, model, num_envs: int, render_size: tuple[int, int], camera, gpu: int | None
-) -> FrameSource:
-    """A batch renderer of ``kind`` (``"egl"`` or ``"warp"``, as :func:`choose_renderer` resolved it) drawing ``num_envs`` frames of
-    ``render_size`` (height, width)."""
-    height, width = render_size
-    if kind == "egl":  # already chosen: "auto" resolved by choose_renderer
-        return BatchRenderer(model, num_envs, width, height, camera=camera, gpu=gpu)
-    from vlmrm_fast.warp_rendering import WarpBatchRenderer
-
-    return WarpBatchRenderer(
-        model, num_envs, width, height, camera=camera, device="cpu" if gpu is None else f"cuda:{gpu}"
-    )
+from vlmrm_fast.rendering import RENDERERS
 
 
 class BatchEnvView:
@@ -142,7 +85,10 @@ class BatchEnvView:
 
 
 class MujocoBatchVecEnv(VecEnv):
-    """``num_envs`` envs of a MuJoCo task (its :class:`BatchTask` glue, ``batch``).
+    """``num_envs`` envs of a MuJoCo task (its :class:`BatchTask` glue, ``batch``), simulated by
+    ``physics`` and drawn by ``renderer`` (rows of ``vlmrm_fast.physics.PHYSICS`` and
+    ``vlmrm_fast.rendering.RENDERERS``, as :mod:`vlmrm_fast.stack` chose them) on CUDA device ``gpu``
+    (None: the CPU).
 
     Env ``i`` is seeded with ``seed + i`` at the next reset, as SB3's vector envs do; the
     episode ends after ``episode_length`` steps, as ``time_limit`` says: a truncation
@@ -167,23 +113,17 @@ class MujocoBatchVecEnv(VecEnv):
         time_limit: str = "truncate",
         gpu: int | None = None,
         renderer: str = "egl",
-        nthread: int = 0,
+        physics: str = "batch",
     ):
         height, width = render_size
         self.batch = batch
         self.episode_length = episode_length
         self.time_limit = one_of(time_limit, "time_limit", TIME_LIMITS)
+        self.physics = one_of(physics, "physics", [name for name, row in PHYSICS.items() if row.engine])
+        self.renderer = one_of(renderer, "renderer", tuple(RENDERERS))
         self.model = batch.build_model(max(height, width))
-        self.sim = BatchSimulator(
-            self.model,
-            num_envs,
-            frame_skip=batch.frame_skip,
-            outputs=batch.outputs,
-            rne_post_constraint=True,
-            nthread=nthread,
-        )
-        self.renderer = choose_renderer(renderer, gpu)  # its name ("auto" resolved); what draws is frame_source
-        self.frame_source = make_renderer(self.renderer, self.model, num_envs, render_size, batch.camera, gpu)
+        self.sim = PHYSICS[self.physics].make_simulator(self.model, num_envs, batch.frame_skip, batch.outputs, gpu)
+        self.frame_source = RENDERERS[self.renderer].make(self.model, num_envs, render_size, batch.camera, gpu)
         obs_dim = batch.observation(self.sim.outputs).shape[1]
         low, high = self.model.actuator_ctrlrange.copy().astype(np.float32).T
         self.views = [BatchEnvView(self, i) for i in range(num_envs)]  # before the base class asks their render_mode
@@ -197,7 +137,6 @@ class MujocoBatchVecEnv(VecEnv):
         self._steps = np.zeros(num_envs, dtype=np.int64)
         self._step_reward = batch.step_reward(self.model, num_envs)
         self._actions: np.ndarray | None = None
-        self._advanced = 0  # envs [0, _advanced) of the pending step have been advanced
         self.reset_on_next_step = False
         self._reset_next = np.zeros(num_envs, dtype=bool)  # envs the next step resets (next-step autoreset)
         self.autoreset_envs = np.zeros(num_envs, dtype=bool)  # envs the last step reset instead of stepping
@@ -221,20 +160,53 @@ class MujocoBatchVecEnv(VecEnv):
 
     def step_async(self, actions: np.ndarray) -> None:
         self._actions = check_actions(actions, self.action_space, self.num_envs)
-        self._advanced = 0
 
     def step_wait(self):
         if self._actions is None:
             raise RuntimeError("step_wait() called without step_async()")
-        if self._advanced < self.num_envs:
-            self.advance(slice(self._advanced, self.num_envs))
+        actions, self._actions = self._actions, None
+        return self.step_in_ranges(actions, [slice(0, self.num_envs)])
+
+    # ----------------------------------------------- a step in ranges (SteppedFrameSource)
+    def step_in_ranges(
+        self,
+        actions: np.ndarray,
+        ranges: Sequence[slice],
+        stream: Any = None,
+        on_frames: Callable[[slice, contextlib.AbstractContextManager[FrameView]], None] | None = None,
+    ):
+        """One step of every env with ``actions`` (checked), taken range by range: each range of ``ranges``
+        (consecutive, covering the envs) is simulated and drawn on ``stream``, then its frames are lent
+        to ``on_frames(rows, lent)`` before the next range is simulated (the VLM reward wrapper scores
+        them meanwhile). Then the observations, the task's rewards and the resets of finished envs, as
+        ``step_wait`` returns them."""
+        if ranges[0].start != 0 or ranges[-1].stop != self.num_envs:
+            raise ValueError(f"the ranges of a step must cover envs 0..{self.num_envs - 1}, got {list(ranges)}")
+        for rows in ranges:
+            self._advance(actions, rows, stream)
+            if on_frames is not None:
+                on_frames(rows, self.frame_source.lend(rows, stream))
+        return self._observe(actions)
+
+    def _advance(self, actions: np.ndarray, rows: slice, stream: Any) -> None:
+        """Steps envs ``rows`` and draws the states they reach."""
+        with self.timer.stage("physics"):
+            self._step_reward.before_step(self.sim.outputs, rows)
+            self.sim.step(actions, rows)
+            resets = np.flatnonzero(self._reset_next[rows]) + rows.start
+            if resets.size:  # next-step autoreset: the step of a finished env is its reset
+                self.sim.reset(resets, noise_scale=self.batch.reset_noise_scale)
+        with self.timer.stage("render"):
+            self.frame_source.draw(self.sim, rows, stream)
+
+    def _observe(self, actions: np.ndarray):
+        """Observations and rewards from the copied-out fields (all envs at once), then the resets."""
         with self.timer.stage("observe"):
-            actions, self._actions = self._actions, None
             fields = self.sim.outputs
             obs = self.batch.observation(fields)
             rewards, terms = self._step_reward(fields, np.asarray(actions, np.float64), self.sim.dt)
             self._steps += 1
-            reset_now = self._reset_next.copy()  # next-step autoreset: these envs were reset by advance()
+            reset_now = self._reset_next.copy()  # next-step autoreset: these envs were reset by _advance()
             self._steps[reset_now] = 0
             rewards[reset_now] = 0.0
             self.autoreset_envs[:] = reset_now
@@ -248,33 +220,12 @@ class MujocoBatchVecEnv(VecEnv):
                 self._reset_next[:] = dones
             elif dones.any():
                 ids = np.flatnonzero(dones)
-                for i in ids:
-                    infos[i]["terminal_observation"] = obs[i].copy()
+                for env in ids:
+                    infos[env]["terminal_observation"] = obs[env].copy()
                 self.sim.reset(ids, noise_scale=self.batch.reset_noise_scale)
                 self._steps[ids] = 0
                 obs[ids] = self.batch.observation(self.sim.outputs)[ids]
         return obs, rewards.astype(np.float32), dones, infos
-
-    # ----------------------------------------------- ranges of a step (SteppedFrameSource)
-    def advance(self, rows: slice, stream=None) -> None:
-        """Steps envs ``rows`` (the next range of the pending step) and draws the states they reach."""
-        if self._actions is None:
-            raise RuntimeError("advance() needs the actions of step_async() first")
-        if rows.start != self._advanced or rows.stop <= rows.start:
-            raise ValueError(f"advance envs in order: the next range starts at env {self._advanced}, got {rows}")
-        with self.timer.stage("physics"):
-            self._step_reward.before_step(self.sim.outputs, rows)
-            self.sim.step(self._actions, rows)
-            resets = np.flatnonzero(self._reset_next[rows]) + rows.start
-            if resets.size:  # next-step autoreset: the step of a finished env is its reset
-                self.sim.reset(resets, noise_scale=self.batch.reset_noise_scale)
-        with self.timer.stage("render"):
-            self.frame_source.draw(self.sim, rows, stream)
-        self._advanced = rows.stop
-
-    def lend(self, rows: slice, stream=None):
-        """The frames ``advance`` drew for envs ``rows``, in place (see ``BatchRenderer.lend``)."""
-        return self.frame_source.lend(rows, stream)
 
     def last_frames(self, device: Any = None):
         """The frames the last step drew, upright uint8 (N, H, W, 3): on ``device`` when the

@@ -40,8 +40,8 @@ import torch
 from vlmrm_fast.checks import FieldError
 from vlmrm_fast.device import resolve_device
 from vlmrm_fast.frames import FrameLayout, FrameView
-from vlmrm_fast.render_base import BatchRendererBase
-from vlmrm_fast.sim import BatchSimulator
+from vlmrm_fast.physics.batch import BatchSimulator
+from vlmrm_fast.rendering.base import BatchRendererBase
 
 MAX_FRAME_SIDE = 8192
 INSTALL_HINT = "the Warp renderer needs MuJoCo Warp: pip install 'vlmrm-fast[warp]' (mujoco-warp, warp-lang)"
@@ -407,3 +407,13 @@ def _loadable_copy(model: mujoco.MjModel) -> mujoco.MjModel:
 
 def _has_skybox(model: mujoco.MjModel) -> bool:
     return bool(np.any(model.tex_type == mujoco.mjtTexture.mjTEXTURE_SKYBOX))
+
+
+def make(
+    model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: int | str, gpu: int | None
+) -> WarpBatchRenderer:
+    """The engine's MuJoCo Warp renderer (its row of ``vlmrm_fast.rendering.RENDERERS``)."""
+    height, width = render_size
+    return WarpBatchRenderer(
+        model, num_envs, width, height, camera=camera, device="cpu" if gpu is None else f"cuda:{gpu}"
+    )

@@ -1,9 +1,9 @@
-"""What the two batch renderers share, written once: the calls a user makes (``render``,
+"""What the batch renderers share, written once: the calls a user makes (``render``,
 ``render_sim``, ``draw``, ``frames``), their checks (positions, simulator, the device frames go
 to), and closing.
 
-A renderer (:class:`~vlmrm_fast.rendering.BatchRenderer` on EGL,
-:class:`~vlmrm_fast.warp_rendering.WarpBatchRenderer` on MuJoCo Warp) supplies how it draws
+A renderer (:class:`~vlmrm_fast.rendering.egl.BatchRenderer` on EGL,
+:class:`~vlmrm_fast.rendering.warp.WarpBatchRenderer` on MuJoCo Warp) supplies how it draws
 positions (``_draw_qpos``) and a simulator's envs (``_draw_sim``), how it lends frames in place
 (``lend``) and how it copies them out (``_fetch``). Both are ``frames.FrameSource``\\ s.
 """
@@ -20,7 +20,7 @@ import numpy as np
 from vlmrm_fast.checks import positive_int
 from vlmrm_fast.device import no_gpu_reason
 from vlmrm_fast.frames import FrameView
-from vlmrm_fast.sim import BatchSimulator
+from vlmrm_fast.physics.batch import BatchSimulator
 
 if TYPE_CHECKING:
     import torch

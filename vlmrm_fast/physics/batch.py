@@ -315,3 +315,11 @@ class BatchSimulator:
             SimulationWarning,
             stacklevel=3,
         )
+
+
+def make(
+    model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], gpu: int | None
+) -> BatchSimulator:
+    """The engine's simulator (its row of ``vlmrm_fast.physics.PHYSICS``): gymnasium's step on every env,
+    ``mj_rnePostConstraint`` included, on every CPU this process may use (``gpu`` plays no part)."""
+    return BatchSimulator(model, num_envs, frame_skip=frame_skip, outputs=outputs, rne_post_constraint=True)

@@ -1,0 +1,56 @@
+"""The package's envs under gymnasium's registry: the built-in tasks as ``vlmrm_fast/<task>``
+(``gymnasium.make`` gives one env, ``gymnasium.make_vec`` a vector env with VLM rewards,
+docs/gymnasium.md), and the envs the tasks are made of under their own ids. Importing
+``vlmrm_fast.envs`` registers them (``gymnasium.make_vec("vlmrm_fast.envs:vlmrm_fast/...")``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+
+from vlmrm_fast.envs import humanoid
+from vlmrm_fast.envs.classic_control import PAPER_EPISODE_LENGTH, PaperCartPoleEnv, PaperMountainCarContinuousEnv
+from vlmrm_fast.envs.mountain_car import MountainCarContinuousTexturedEnv, PaperMountainCarContinuousTexturedEnv
+from vlmrm_fast.envs.tasks import GYM_NAMESPACE, TASKS, humanoid_env
+
+gymnasium.register(
+    id="vlmrm_fast/HumanoidPose-v0", entry_point=humanoid_env, max_episode_steps=humanoid.DEFAULT_EPISODE_LENGTH
+)
+gymnasium.register(
+    id="vlmrm_fast/MountainCarContinuousTextured-v0",
+    entry_point=MountainCarContinuousTexturedEnv,
+    max_episode_steps=999,
+)
+gymnasium.register(
+    id="vlmrm_fast/PaperCartPole-v0", entry_point=PaperCartPoleEnv, max_episode_steps=PAPER_EPISODE_LENGTH
+)
+gymnasium.register(
+    id="vlmrm_fast/PaperMountainCarContinuous-v0",
+    entry_point=PaperMountainCarContinuousEnv,
+    max_episode_steps=PAPER_EPISODE_LENGTH,
+)
+gymnasium.register(
+    id="vlmrm_fast/PaperMountainCarContinuousTextured-v0",
+    entry_point=PaperMountainCarContinuousTexturedEnv,
+    max_episode_steps=PAPER_EPISODE_LENGTH,
+)
+
+
+def make_task_env(task: str, **kwargs: Any) -> gymnasium.Env:
+    """``gymnasium.make``'s entry point of the built-in task ``task`` (registered as vlmrm_fast/<task>)."""
+    return TASKS[task].make_env(**kwargs)
+
+
+# Every built-in task under gymnasium's registry as vlmrm_fast/<task>: gymnasium.make gives one env,
+# gymnasium.make_vec a vector env with VLM rewards (docs/gymnasium.md). The entry points are named,
+# not imported: the vector one lives above this package (gym_vector.py builds on the reward stack).
+for _name, _spec in TASKS.items():
+    gymnasium.register(
+        id=f"{GYM_NAMESPACE}/{_name}",
+        entry_point=f"{__name__}:make_task_env",
+        vector_entry_point="vlmrm_fast.gym_vector:make_vector_env",
+        max_episode_steps=_spec.episode_length,
+        kwargs={"task": _name},
+    )

@@ -1,0 +1,242 @@
+"""The task registry: every built-in task as a :class:`TaskSpec` (prompts, the gymnasium env factory,
+episode length, frame size, the batch engine's glue), found by name with :func:`get_task` (a
+humanoid scene after an ``@``, any registered gymnasium id). What the tasks are is said in the
+package's docstring (``vlmrm_fast/envs/__init__.py``); their registration with gymnasium is
+``envs/registration.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import gymnasium
+
+from vlmrm_fast.envs import humanoid, paper_assets
+from vlmrm_fast.envs.classic_control import PAPER_EPISODE_LENGTH, PaperCartPoleEnv, PaperMountainCarContinuousEnv
+from vlmrm_fast.envs.mountain_car import PaperMountainCarContinuousTexturedEnv
+from vlmrm_fast.envs.time_limits import with_time_limit
+
+if TYPE_CHECKING:
+    from vlmrm_fast.envs.batch_task import BatchTask
+
+HUMANOID_BASELINE = ("a humanoid robot",)
+#: gymnasium's namespace of the package's envs: the built-in tasks are registered as vlmrm_fast/<task>
+GYM_NAMESPACE = "vlmrm_fast"
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    description: str
+    make_env: Callable[..., gymnasium.Env]  # one gymnasium env: make_env(render_mode=..., width=..., height=...)
+    target_prompts: tuple[str, ...] = ()
+    baseline_prompts: tuple[str, ...] = ()
+    episode_length: int | None = None  # None: the env's own time limit
+    render_size: tuple[int, int] | None = None  # (height, width) the paper renders at
+    batch: BatchTask | None = None  # MuJoCo batch-engine glue (envs.humanoid.HumanoidBatch); None: gymnasium envs only
+    resize_mode: str | None = None  # preprocess override; "squash" keeps a wide frame whole
+    hard: bool = False  # the paper found CLIP could not teach it
+    scene: str | None = None  # humanoid tasks: the scene frames are drawn in (envs.humanoid.SCENES)
+    success_rule: str | None = None  # the paper's episode success: "every_step" or "any_step" of info["success"]
+    asset_files: tuple[str, ...] = ()  # the paper's image files its look can load (envs.paper_assets)
+    scene_assets: str | None = None  # the folder they are loaded from; None: the generated textures
+
+    def make(
+        self,
+        *,
+        render_mode: str | None = "rgb_array",
+        render_size: tuple[int, int] | None = None,
+        episode_length: int | None = None,
+        time_limit: str = "truncate",
+        **env_kwargs: Any,
+    ) -> gymnasium.Env:
+        """One gymnasium env of the task: frames of ``render_size`` (height, width; batch tasks' envs
+        take it, classic-control envs draw their own size), episodes of ``episode_length`` steps
+        (default the task's; None and no default: the env's own limit) that end as ``time_limit``
+        says (``envs.time_limits``: a truncation or a termination)."""
+        if render_size is not None and self.batch is not None:
+            env_kwargs.setdefault("height", render_size[0])
+            env_kwargs.setdefault("width", render_size[1])
+        env = self.make_env(render_mode=render_mode, **env_kwargs)
+        limit = episode_length or self.episode_length
+        return with_time_limit(env, limit, time_limit) if limit else env
+
+    def with_scene_assets(self, folder: str | None) -> TaskSpec:
+        """This task drawn with the paper's image files from ``folder`` (None: as it is). Refuses a
+        task that draws none of them, and a folder that lacks one (naming how to get them)."""
+        if folder is None:
+            return self
+        if not self.asset_files:
+            takers = ", ".join(name for name, task in TASKS.items() if task.asset_files)
+            raise ValueError(
+                f"scene_assets: task {self.name!r} draws none of the paper's image files; the tasks that do are "
+                f"{takers} (humanoid tasks in the paper or paper-textures scene)"
+            )
+        folder = paper_assets.normalized_folder(folder)
+        missing = paper_assets.missing_assets(folder, self.asset_files)
+        if missing:
+            raise FileNotFoundError(
+                f"scene_assets: {folder} lacks {', '.join(missing)} (looked in the folder and where the paper's "
+                f"repository keeps them); {paper_assets.HOW_TO_GET}"
+            )
+        make_env = self.make_env
+
+        def make(render_mode: str | None = "rgb_array", **kwargs: Any) -> gymnasium.Env:
+            return make_env(render_mode=render_mode, scene_assets=folder, **kwargs)
+
+        batch = self.batch.with_scene_assets(folder) if self.batch is not None else None
+        return dataclasses.replace(self, make_env=make, batch=batch, scene_assets=folder)
+
+
+def humanoid_env(
+    render_mode: str | None = "rgb_array",
+    width: int = humanoid.DEFAULT_RENDER_SIZE,
+    height: int = humanoid.DEFAULT_RENDER_SIZE,
+    **kwargs: Any,
+) -> gymnasium.Env:
+    return humanoid.HumanoidPoseEnv(render_mode=render_mode, width=width, height=height, **kwargs)
+
+
+def _humanoid_scene_env(scene: str) -> Callable[..., gymnasium.Env]:
+    def make(render_mode: str | None = "rgb_array", **kwargs: Any) -> gymnasium.Env:
+        return humanoid_env(render_mode, scene=scene, **kwargs)
+
+    return make
+
+
+def _gym_env(env_id: str) -> Callable[..., gymnasium.Env]:
+    def make(render_mode: str | None = "rgb_array", **kwargs: Any) -> gymnasium.Env:
+        return gymnasium.make(env_id, render_mode=render_mode, **kwargs)
+
+    return make
+
+
+def _paper_env(cls: type) -> Callable[..., gymnasium.Env]:
+    """One env of the paper's classic-control semantics; the VecEnv adds the time limit."""
+
+    def make(render_mode: str | None = "rgb_array", **kwargs: Any) -> gymnasium.Env:
+        return cls(render_mode=render_mode, **kwargs)
+
+    return make
+
+
+# The paper's humanoid tasks (Rocamonde et al., Table 1): name, prompt, and whether it failed there.
+_HUMANOID_POSES = [
+    ("kneeling", "a humanoid robot kneeling", False),
+    ("lotus", "a humanoid robot seated down, meditating in the lotus position", False),
+    ("splits", "a humanoid robot practicing gymnastics, doing the side splits", False),
+    ("arms-raised", "a humanoid robot standing up, with both arms raised", False),
+    ("standing", "a humanoid robot standing up", False),
+    ("one-leg", "a humanoid robot standing up on one leg", True),
+    ("hands-on-hips", "a humanoid robot standing up with hands on hips", True),
+    ("arms-crossed", "a humanoid robot standing up, with its arms crossed", True),
+]
+
+TASKS: dict[str, TaskSpec] = {
+    f"humanoid-{pose}": TaskSpec(
+        name=f"humanoid-{pose}",
+        description=f"Humanoid, {pose.replace('-', ' ')}",
+        make_env=_humanoid_scene_env(humanoid.DEFAULT_SCENE),
+        target_prompts=(prompt,),
+        baseline_prompts=HUMANOID_BASELINE,
+        episode_length=humanoid.DEFAULT_EPISODE_LENGTH,
+        render_size=(humanoid.DEFAULT_RENDER_SIZE, humanoid.DEFAULT_RENDER_SIZE),
+        batch=humanoid.HumanoidBatch(humanoid.DEFAULT_SCENE),
+        hard=hard,
+        scene=humanoid.DEFAULT_SCENE,
+        asset_files=paper_assets.HUMANOID_FILES,
+    )
+    for pose, prompt, hard in _HUMANOID_POSES
+}
+# The paper's prompts (Appendix C, Table 3); episode length 200 (Appendix C.1).
+TASKS["cartpole"] = TaskSpec(
+    name="cartpole",
+    description="CartPole as the paper ran it: no early termination, info['success'] = pole upright",
+    make_env=_paper_env(PaperCartPoleEnv),
+    target_prompts=("pole vertically upright on top of the cart",),
+    baseline_prompts=("pole and cart",),
+    episode_length=PAPER_EPISODE_LENGTH,
+    render_size=(400, 600),
+    resize_mode="squash",
+    success_rule="every_step",  # the paper's evaluation: upright on every step of the episode
+)
+TASKS["mountain-car"] = TaskSpec(
+    name="mountain-car",
+    description="MountainCarContinuous as the paper ran it: no early termination, sticky info['success'] = car at the flag",
+    make_env=_paper_env(PaperMountainCarContinuousEnv),
+    target_prompts=("a car at the peak of the mountain, next to the yellow flag",),
+    baseline_prompts=("a car in the mountain",),
+    episode_length=PAPER_EPISODE_LENGTH,
+    render_size=(400, 600),
+    resize_mode="squash",
+    success_rule="any_step",  # the paper's evaluation: the car reached the flag at some step
+)
+TASKS["mountain-car-textured"] = dataclasses.replace(
+    TASKS["mountain-car"],
+    name="mountain-car-textured",
+    description="MountainCarContinuous as the paper ran it, drawn with realistic textures",
+    make_env=_paper_env(PaperMountainCarContinuousTexturedEnv),
+    asset_files=paper_assets.MOUNTAIN_CAR_FILES,
+)
+
+# Stock gymnasium ids of the built-in tasks: stock semantics, the task's prompts and frame handling.
+_STOCK_IDS = {
+    "CartPole-v1": "cartpole",
+    "MountainCarContinuous-v0": "mountain-car",
+    "vlmrm_fast/MountainCarContinuousTextured-v0": "mountain-car-textured",
+}
+
+
+def _humanoid_scene_task(name: str) -> TaskSpec:
+    task, scene = name.split("@", 1)
+    if task not in TASKS or TASKS[task].scene is None:
+        humanoids = [t for t, spec in TASKS.items() if spec.scene is not None]
+        raise ValueError(
+            f"task {name!r}: only humanoid tasks take a scene (humanoid-kneeling@builtin); they are: {', '.join(humanoids)}"
+        )
+    if scene not in humanoid.SCENES:
+        raise ValueError(f"task {name!r}: unknown scene {scene!r}; scenes are: {', '.join(humanoid.SCENES)}")
+    return dataclasses.replace(
+        TASKS[task],
+        name=name,
+        description=f"{TASKS[task].description}, {scene} scene",
+        make_env=_humanoid_scene_env(scene),
+        batch=humanoid.HumanoidBatch(scene),
+        scene=scene,
+        asset_files=paper_assets.HUMANOID_FILES if humanoid.SCENES[scene].look == "paper" else (),
+    )
+
+
+def get_task(name: str | TaskSpec) -> TaskSpec:
+    """A built-in task by name, or a task wrapping any registered gymnasium id (a TaskSpec passes through)."""
+    if isinstance(name, TaskSpec):
+        return name
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"task must be a task name or a gymnasium id, got {name!r}")
+    if name in TASKS:
+        return TASKS[name]
+    if name.startswith(f"{GYM_NAMESPACE}/") and name.split("/", 1)[1] in TASKS:  # its gymnasium id
+        return TASKS[name.split("/", 1)[1]]
+    if "@" in name:
+        return _humanoid_scene_task(name)
+    if name in gymnasium.registry:
+        spec = gymnasium.registry[name]
+        task = TaskSpec(
+            name=name, description=f"gymnasium {name}", make_env=_gym_env(name), episode_length=spec.max_episode_steps
+        )
+        if name in _STOCK_IDS:
+            borrowed = TASKS[_STOCK_IDS[name]]
+            task = dataclasses.replace(
+                task,
+                target_prompts=borrowed.target_prompts,
+                baseline_prompts=borrowed.baseline_prompts,
+                render_size=borrowed.render_size,
+                resize_mode=borrowed.resize_mode,
+            )
+        return task
+    close = difflib.get_close_matches(name, list(TASKS) + list(gymnasium.registry), n=4, cutoff=0.5)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise ValueError(f"unknown task {name!r}.{hint} Built-in tasks: {', '.join(TASKS)}; or any gymnasium id.")

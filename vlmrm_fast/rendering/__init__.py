@@ -1,0 +1,115 @@
+"""What draws the batch engine's frames: one row per renderer, and what ``renderer="auto"`` picks.
+
+Each renderer is a :class:`~vlmrm_fast.rendering.base.BatchRendererBase` in a module of this package
+(``egl.py``: OpenGL through headless EGL; ``warp.py``: MuJoCo Warp's ray tracer) and one row of
+:data:`RENDERERS`: what it needs, whether it can draw here, whether its drawing may run beside the
+encoder's CUDA work, and the factory that makes it. Adding a renderer is a new module and a row
+(docs/architecture.md, "Where to add things"). Only :mod:`vlmrm_fast.stack` chooses among them.
+
+Nothing here imports a renderer's module until one is asked for: ``import vlmrm_fast.rendering`` is light.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from vlmrm_fast._moved import moved_attribute
+
+if TYPE_CHECKING:
+    import mujoco
+
+    from vlmrm_fast.frames import FrameSource
+
+
+def _egl_unavailable(gpu: int | None) -> str | None:
+    from vlmrm_fast.rendering.egl import egl_unavailable
+
+    return egl_unavailable()
+
+
+def _warp_unavailable(gpu: int | None) -> str | None:
+    from vlmrm_fast.rendering.warp import warp_available
+
+    return warp_available()
+
+
+@dataclasses.dataclass(frozen=True)
+class Renderer:
+    """One renderer: its name (``EnvSpec.renderer``), what it is, and how it is made.
+
+    ``overlaps_encoder``: its drawing may run while the encoder runs on the same GPU, so that a step
+    split into ranges (``pipeline_chunks``) hides drawing behind encoding. A renderer whose drawing
+    time-slices the GPU against CUDA's work (OpenGL in its own context) gains nothing from ranges and
+    loses the context switches: ``pipeline_chunks="auto"`` gives it one range.
+    ``unavailable(gpu)``: why it cannot draw here for frames scored on CUDA device ``gpu`` (None: the
+    CPU), or None. ``factory``: ``"module:function"`` of ``make(model, num_envs, render_size, camera,
+    gpu)``, imported when a renderer is made.
+    """
+
+    name: str
+    description: str
+    needs: str
+    overlaps_encoder: bool
+    unavailable: Callable[[int | None], str | None]
+    factory: str
+
+    def make(
+        self, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, gpu: int | None
+    ) -> FrameSource:
+        """A renderer drawing ``num_envs`` frames of ``render_size`` (height, width) from ``camera``, on
+        CUDA device ``gpu`` (None: the CPU)."""
+        module, function = self.factory.split(":")
+        return getattr(importlib.import_module(module), function)(model, num_envs, render_size, camera, gpu)
+
+
+RENDERERS: dict[str, Renderer] = {
+    renderer.name: renderer
+    for renderer in (
+        Renderer(
+            "egl",
+            "OpenGL through headless EGL: mujoco.Renderer's own pixels, into a buffer CUDA maps in place",
+            "headless EGL (Mesa's on a CPU, the NVIDIA driver's on a GPU)",
+            overlaps_encoder=False,
+            unavailable=_egl_unavailable,
+            factory="vlmrm_fast.rendering.egl:make",
+        ),
+        Renderer(
+            "warp",
+            "MuJoCo Warp's ray tracer: all envs' frames in one launch (a CUDA graph on a GPU)",
+            "MuJoCo Warp (pip install 'vlmrm-fast[warp]')",
+            overlaps_encoder=True,
+            unavailable=_warp_unavailable,
+            factory="vlmrm_fast.rendering.warp:make",
+        ),
+    )
+}
+
+#: What ``renderer="auto"`` tries, in order, for frames scored on the CPU and on a GPU. On the CPU,
+#: Warp's CPU backend draws the humanoid several times faster than Mesa's llvmpipe (bench/RESULTS.md);
+#: on a GPU, EGL draws mujoco.Renderer's own pixels and is what a plain ``pip install .`` has.
+AUTO_ORDER = {"cpu": ("warp", "egl"), "cuda": ("egl", "warp")}
+
+
+def choose_renderer(requested: str, gpu: int | None) -> str | None:
+    """The renderer that draws for ``requested`` (a row of :data:`RENDERERS`, or ``"auto"``) when frames
+    are scored on CUDA device ``gpu`` (None: the CPU): a named one as it is (made later, its errors
+    then), ``"auto"`` the first available of :data:`AUTO_ORDER`, None when none is."""
+    from vlmrm_fast.checks import one_of
+
+    if one_of(requested, "renderer", ("auto", *RENDERERS)) != "auto":
+        return requested
+    for name in AUTO_ORDER["cpu" if gpu is None else "cuda"]:
+        if RENDERERS[name].unavailable(gpu) is None:
+            return name
+    return None
+
+
+# Names that lived in the module vlmrm_fast/rendering.py before it became this package.
+__getattr__ = moved_attribute(
+    globals(), {"BatchRenderer": "vlmrm_fast.rendering.egl", "egl_unavailable": "vlmrm_fast.rendering.egl"}
+)
+
+__all__ = ["AUTO_ORDER", "RENDERERS", "Renderer", "choose_renderer"]

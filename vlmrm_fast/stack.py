@@ -1,0 +1,251 @@
+"""The one place where a stack's choices are made: :func:`plan_stack` resolves an
+:class:`~vlmrm_fast.envs.spec.EnvSpec` and a reward model (its spec, or a loaded one) into a frozen
+:class:`StackPlan`, and :func:`build_stack` hands that plan down to the model loader, the engine,
+its simulator and renderer, and the reward wrapper. None of them decides anything again.
+
+    env = EnvSpec("humanoid-kneeling", 64, render_size=224)
+    plan = plan_stack(env, RewardModelSpec(model="ViT-L-14/laion2b_s32b_b82k"))
+    plan.describe()   # 'humanoid-kneeling, 64 envs, scored on cuda:0: physics batch, renderer egl, ...'
+    stack = build_stack(plan, RewardModelSpec(...), seed=0)
+
+The choices, each made once, in this order:
+
+1. the device frames are scored on (the reward model's: a loaded model's, or its spec's resolved);
+2. the renderer (``vlmrm_fast.rendering.RENDERERS``: a named one, or ``"auto"``'s pick for that device);
+3. the physics (``vlmrm_fast.physics.PHYSICS``: a named one, or ``"auto"``'s: the batch engine where the
+   task has one and the renderer can draw, the task's gymnasium envs otherwise);
+4. the pipeline's ranges of envs (``pipeline.plan_chunks``: one range where nothing can overlap);
+5. the encoder's batch: the largest range (fixed-batch encoders are built for it), unless the spec sets one.
+
+``FastVLMRewardVecEnv`` (a keyword front over this module), ``ShardedVecEnv`` and the gymnasium vector
+env build their stacks here; :func:`specs_of_arguments` is the one place keywords become specs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import logging
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from vlmrm_fast.checks import positive_int
+from vlmrm_fast.device import resolve_device
+from vlmrm_fast.envs import TaskSpec
+from vlmrm_fast.envs.spec import EnvSpec
+from vlmrm_fast.physics import AUTO_ORDER, PHYSICS
+from vlmrm_fast.pipeline import plan_chunks
+from vlmrm_fast.rendering import RENDERERS, choose_renderer
+from vlmrm_fast.reward.protocol import RewardModel
+from vlmrm_fast.reward.spec import RewardModelSpec, spec_fields
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.vec_env import VecEnv
+
+logger = logging.getLogger(__name__)
+
+#: EnvSpec fields that the keyword fronts take as keywords (task and num_envs come first).
+ENV_ARGUMENTS = (
+    "episode_length",
+    "render_size",
+    "physics",
+    "renderer",
+    "pipeline_chunks",
+    "env_reward_weight",
+    "time_limit",
+    "scene_assets",
+)
+#: What a stack takes beside the two specs: the first reset's seed, gymnasium envs' keywords, and
+#: whether the rewards are left to the caller (episode batches).
+OPTIONS = ("seed", "env_kwargs", "defer_rewards")
+
+
+@dataclasses.dataclass(frozen=True)
+class StackPlan:
+    """Every choice of one stack, made once (see the module docstring for the order).
+
+    ``env``: the env spec with the task's defaults filled in; ``task``: its task (with its scene
+    assets); ``device``: where frames are scored, and drawn when they are drawn on a GPU;
+    ``physics``: a row of ``physics.PHYSICS``; ``renderer``: a row of ``rendering.RENDERERS`` (None: the
+    task's gymnasium envs draw their own frames); ``ranges``: the pipeline's ranges of envs;
+    ``encoder_batch``: the frames per encoder batch.
+    """
+
+    env: EnvSpec
+    task: TaskSpec = dataclasses.field(compare=False, repr=False)
+    device: torch.device
+    physics: str
+    renderer: str | None
+    ranges: tuple[slice, ...]
+    encoder_batch: int
+
+    @property
+    def gpu(self) -> int | None:
+        """The CUDA index of ``device``; None on the CPU."""
+        return self.device.index if self.device.type == "cuda" else None
+
+    @property
+    def engine(self) -> bool:
+        """Whether the envs run in the batch engine (else in the task's gymnasium envs)."""
+        return PHYSICS[self.physics].engine
+
+    def describe(self) -> str:
+        """The plan in one line (logged once per stack; ``vlmrm-fast train`` prints it)."""
+        sizes = sorted({r.stop - r.start for r in self.ranges})
+        ranges = f"{len(self.ranges)} range{'s' if len(self.ranges) > 1 else ''} of {'/'.join(map(str, sizes))} envs"
+        drawn = f"renderer {self.renderer}" if self.renderer else "frames drawn by the gymnasium envs"
+        return (
+            f"{self.env.task}, {self.env.n_envs} envs scored on {self.device}: physics {self.physics}, {drawn}, "
+            f"{ranges}, encoder batch {self.encoder_batch}"
+        )
+
+
+def plan_stack(env: EnvSpec, reward: RewardModelSpec | RewardModel) -> StackPlan:
+    """The plan of ``env``'s envs scored by ``reward`` (a spec to load, or a loaded reward model)."""
+    env = env.with_task_defaults()
+    task = env.task_spec()
+    device = resolve_device(reward.device) if isinstance(reward, RewardModelSpec) else torch.device(reward.device)
+    gpu = device.index if device.type == "cuda" else None
+    renderer = choose_renderer(env.renderer, gpu)
+    physics = _choose_physics(env, task, renderer, gpu)
+    if not PHYSICS[physics].engine:
+        if env.renderer != "auto":
+            raise ValueError(
+                f"renderer={env.renderer!r} draws the MuJoCo batch engine's tasks; task {task.name!r} runs on "
+                f"gymnasium envs (physics={physics!r}), which draw their own frames"
+            )
+        renderer = None
+    overlaps = renderer is None or RENDERERS[renderer].overlaps_encoder  # host frames: uploads overlap the encoder
+    ranges = tuple(plan_chunks(env.n_envs, env.pipeline_chunks, device, overlaps=overlaps))
+    largest = max(r.stop - r.start for r in ranges)
+    if isinstance(reward, RewardModelSpec):
+        encoder_batch = reward.batch_size or largest
+    else:
+        encoder_batch = int(getattr(reward, "chunk_size", None) or largest)
+    plan = StackPlan(env, task, device, physics, renderer, ranges, encoder_batch)
+    logger.info("stack: %s", plan.describe())
+    return plan
+
+
+def _choose_physics(env: EnvSpec, task: TaskSpec, renderer: str | None, gpu: int | None) -> str:
+    """The physics that runs ``task`` for ``env.physics`` (a row, or "auto": the first of AUTO_ORDER that
+    can), ``renderer`` being the one that would draw the batch engine's frames (None: none can here)."""
+    requested = env.physics
+    for name in AUTO_ORDER if requested == "auto" else (requested,):
+        row = PHYSICS[name]
+        task_problem = row.unavailable(task, gpu)
+        drawing_problem = _renderer_problem(renderer, gpu) if row.engine and task_problem is None else None
+        if task_problem is None and drawing_problem is None:
+            return name
+        if requested == "auto":
+            continue
+        if drawing_problem is not None:
+            raise RuntimeError(f"physics={name!r} draws with a batch renderer: {drawing_problem}")
+        others = [n for n, other in PHYSICS.items() if n != name and other.unavailable(task, gpu) is None]
+        raise ValueError(f"{task_problem}; use physics={' or '.join(map(repr, others))} (or 'auto')")
+    raise RuntimeError(f"no physics can run task {task.name!r} here")  # pragma: no cover - "gym" always can
+
+
+def _renderer_problem(renderer: str | None, gpu: int | None) -> str | None:
+    """Why ``renderer`` (None: "auto" found none) cannot draw the batch engine's frames here, or None."""
+    if renderer is None:
+        reasons = "; ".join(f"{name}: {row.unavailable(gpu)}" for name, row in RENDERERS.items())
+        return f"no renderer can draw here ({reasons})"
+    why = RENDERERS[renderer].unavailable(gpu)
+    if why is None:
+        return None
+    others = " or ".join(repr(name) for name in RENDERERS if name != renderer)
+    return f"renderer={renderer!r} needs {RENDERERS[renderer].needs}: {why}; or use renderer={others}"
+
+
+def build_stack(
+    plan: StackPlan,
+    reward: RewardModelSpec | RewardModel,
+    *,
+    seed: int | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+) -> tuple[VecEnv, RewardModel]:
+    """The envs of ``plan`` (the batch engine, or the task's gymnasium envs recording their frames) and
+    the reward model that scores them (``reward`` as loaded, or loaded from it for the plan)."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from vlmrm_fast.engine import MujocoBatchVecEnv
+    from vlmrm_fast.wrappers import RecordFrame
+
+    if plan.engine and env_kwargs:
+        raise ValueError("env_kwargs apply to gymnasium envs; use physics='gym' to pass them")
+    model = load_for(plan, reward) if isinstance(reward, RewardModelSpec) else reward
+    if plan.engine:
+        assert plan.task.batch is not None and plan.renderer is not None and plan.env.frame_shape is not None
+        venv: VecEnv = MujocoBatchVecEnv(
+            plan.task.batch,
+            plan.env.n_envs,
+            render_size=plan.env.frame_shape,
+            episode_length=plan.env.episode_length,
+            time_limit=plan.env.time_limit,
+            gpu=plan.gpu,
+            renderer=plan.renderer,
+            physics=plan.physics,
+        )
+    else:
+        make = plan.env.env_factory(**(env_kwargs or {}))
+        venv = DummyVecEnv([lambda: RecordFrame(make())] * plan.env.n_envs)  # the frame of each reached state
+    return venv, model
+
+
+def load_for(plan: StackPlan, spec: RewardModelSpec) -> RewardModel:
+    """``spec``'s model for the plan: the task's prompts where the spec leaves them out, on the plan's
+    device, its encoder built for the plan's batch."""
+    from vlmrm_fast.reward import load_reward_model
+
+    spec = spec.with_task_defaults(plan.task).replace(device=plan.device, batch_size=plan.encoder_batch)
+    return load_reward_model(spec)
+
+
+def specs_of_arguments(
+    front: str, task: str, num_envs: int, arguments: dict[str, Any]
+) -> tuple[EnvSpec, RewardModelSpec | RewardModel, dict[str, Any]]:
+    """A keyword front's arguments (``front`` names it in errors) as (the env spec, the reward model:
+    a spec to load or a loaded one, the :data:`OPTIONS` given), each checked once here."""
+    arguments = dict(arguments)
+    _check_names(front, arguments)
+    options = {name: arguments.pop(name) for name in OPTIONS if name in arguments}
+    env = EnvSpec(
+        task,
+        positive_int(num_envs, "num_envs"),  # named as the caller named it (n_envs in a config)
+        **{name: arguments.pop(name) for name in ENV_ARGUMENTS if name in arguments},
+    )
+    model = arguments.pop("reward_model", None)
+    spec = arguments.pop("reward_spec", None)
+    if model is not None:
+        if arguments or spec is not None:
+            raise ValueError(
+                f"reward_model= is already loaded; drop the reward model fields {sorted(arguments) or ['reward_spec']}"
+            )
+        return env, model, options
+    if spec is None:
+        return env, RewardModelSpec.from_kwargs(**arguments), options
+    if arguments:
+        raise ValueError(f"give reward_spec= alone, or its fields, not both (got {sorted(arguments)})")
+    return env, spec, options
+
+
+def _check_names(front: str, arguments: dict[str, Any]) -> None:
+    """Refuses a keyword that is neither a front's, nor a reward model field or encoder option, naming the
+    closest one of all of them."""
+    from vlmrm_fast.encoders import BACKEND_OPTIONS
+
+    known = {
+        *ENV_ARGUMENTS,
+        *OPTIONS,
+        "reward_model",
+        "reward_spec",
+        *spec_fields(),
+        *(o for opts in BACKEND_OPTIONS.values() for o in opts),
+    }
+    for key in arguments:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"{front} got an unknown argument {key!r}{hint}")
