@@ -11,9 +11,10 @@ simulator. Adding a physics backend is a module and a row
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from vlmrm_fast.lazy import named
 
 if TYPE_CHECKING:
     import mujoco
@@ -52,8 +53,7 @@ class Physics:
         """The engine's simulator of ``num_envs`` copies of ``model``."""
         if self.simulator is None:
             raise ValueError(f"physics={self.name!r} does not run in the batch engine")
-        module, function = self.simulator.split(":")
-        return getattr(importlib.import_module(module), function)(model, num_envs, frame_skip, outputs, gpu)
+        return named(self.simulator)(model, num_envs, frame_skip, outputs, gpu)
 
 
 PHYSICS: dict[str, Physics] = {

@@ -12,11 +12,11 @@ Nothing here imports a renderer's module until one is asked for: ``import vlmrm_
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from vlmrm_fast._moved import moved_attribute
+from vlmrm_fast.lazy import named
 
 if TYPE_CHECKING:
     import mujoco
@@ -61,8 +61,7 @@ class Renderer:
     ) -> FrameSource:
         """A renderer drawing ``num_envs`` frames of ``render_size`` (height, width) from ``camera``, on
         CUDA device ``gpu`` (None: the CPU)."""
-        module, function = self.factory.split(":")
-        return getattr(importlib.import_module(module), function)(model, num_envs, render_size, camera, gpu)
+        return named(self.factory)(model, num_envs, render_size, camera, gpu)
 
 
 RENDERERS: dict[str, Renderer] = {

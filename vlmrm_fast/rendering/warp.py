@@ -414,6 +414,5 @@ def make(
 ) -> WarpBatchRenderer:
     """The engine's MuJoCo Warp renderer (its row of ``vlmrm_fast.rendering.RENDERERS``)."""
     height, width = render_size
-    return WarpBatchRenderer(
-        model, num_envs, width, height, camera=camera, device="cpu" if gpu is None else f"cuda:{gpu}"
-    )
+    device = torch.device("cpu") if gpu is None else torch.device("cuda", gpu)  # resolved: the plan's
+    return WarpBatchRenderer(model, num_envs, width, height, camera=camera, device=device)

@@ -1,0 +1,147 @@
+"""One plan per stack (vlmrm_fast.stack): a construction resolves the device, the renderer, the physics and
+the pipeline's ranges once each, and hands the plan down; the backends are rows of their tables; the
+names that moved still import, with a DeprecationWarning."""
+
+from __future__ import annotations
+
+import collections
+import importlib
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from vlmrm_fast import FastVLMRewardVecEnv, RewardModelSpec
+from vlmrm_fast import device as device_module
+from vlmrm_fast import pipeline, rendering, stack
+from vlmrm_fast.envs.spec import EnvSpec
+from vlmrm_fast.physics import PHYSICS
+from vlmrm_fast.rendering import RENDERERS
+from vlmrm_fast.stack import StackPlan, plan_stack
+
+TINY = {"model": "vlmrm-tiny", "alpha": 0.5, "device": "cpu"}
+
+
+def _counted(monkeypatch, counts: collections.Counter, module, name: str, label: str, decides=lambda *a, **k: True):
+    original = getattr(module, name)
+
+    def counting(*args, **kwargs):
+        if decides(*args, **kwargs):
+            counts[label] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counting)
+
+
+def _unresolved(device, *args, **kwargs) -> bool:
+    """A device still to decide ("auto", "cuda", None), not one already resolved to a torch.device."""
+    return not (isinstance(device, torch.device) and (device.type == "cpu" or device.index is not None))
+
+
+@pytest.mark.parametrize("task", ["humanoid-kneeling", "cartpole"])
+def test_a_construction_makes_each_choice_once(monkeypatch, task):
+    counts: collections.Counter = collections.Counter()
+    for module in (stack, device_module):
+        _counted(monkeypatch, counts, module, "resolve_device", "device", _unresolved)
+    for module in (stack, rendering):
+        _counted(monkeypatch, counts, module, "choose_renderer", "renderer")
+    _counted(monkeypatch, counts, stack, "_choose_physics", "physics")
+    for module in (stack, pipeline):
+        _counted(monkeypatch, counts, module, "plan_chunks", "ranges")
+    env = FastVLMRewardVecEnv(task, 3, render_size=32, episode_length=4, **TINY)
+    try:
+        assert counts == {"device": 1, "renderer": 1, "physics": 1, "ranges": 1}
+        plan = env.plan
+        assert isinstance(plan, StackPlan) and plan.device == torch.device("cpu")
+        assert plan.ranges == (slice(0, 3),) and plan.encoder_batch == 3 == env.reward_model.chunk_size
+        assert (plan.physics, plan.renderer) == (env.physics, env.renderer)
+        assert plan.describe().startswith(f"{task}, 3 envs scored on cpu: physics {plan.physics}")
+        if task == "cartpole":
+            assert plan.physics == "gym" and plan.renderer is None
+        else:
+            assert plan.physics == "batch" and env.venv.frame_source is not None
+            assert env.renderer in RENDERERS and plan.env.frame_shape == (32, 32)
+    finally:
+        env.close()
+
+
+def test_the_plan_logs_its_line(caplog):
+    with caplog.at_level("INFO", logger="vlmrm_fast.stack"):
+        plan = plan_stack(EnvSpec("cartpole", 2), RewardModelSpec(**TINY))
+    assert caplog.messages == [f"stack: {plan.describe()}"]
+
+
+def test_pipeline_ranges_on_a_gpu_follow_the_renderer():
+    """On a GPU, "auto" splits a step into ranges only where drawing can overlap the encoder: not for EGL,
+    whose GL context time-slices the GPU against CUDA's work (issue 31: 1,000 frames/s in the pipelined step)."""
+    gpu = torch.device("cuda", 0)
+    assert RENDERERS["warp"].overlaps_encoder and not RENDERERS["egl"].overlaps_encoder
+    assert len(pipeline.plan_chunks(256, "auto", gpu, overlaps=True)) == 4
+    assert pipeline.plan_chunks(256, "auto", gpu, overlaps=False) == [slice(0, 256)]
+    assert len(pipeline.plan_chunks(256, 2, gpu, overlaps=False)) == 2  # asked for: kept
+    assert pipeline.plan_chunks(256, "auto", torch.device("cpu")) == [slice(0, 256)]
+
+
+def test_physics_and_renderers_are_rows_of_one_table_each():
+    assert set(PHYSICS) >= {"batch", "gym"} and set(RENDERERS) >= {"egl", "warp"}
+    assert EnvSpec.__dataclass_fields__["physics"].default == "auto"
+    for row in PHYSICS.values():
+        assert row.description and row.needs and (row.simulator is not None) == row.engine
+    for row in RENDERERS.values():
+        assert row.description and row.needs and ":" in row.factory
+    with pytest.raises(ValueError, match="renderer: 'vulkan' is not one of"):
+        rendering.choose_renderer("vulkan", None)
+
+
+def test_a_task_without_an_engine_version_names_the_physics_that_runs_it():
+    with pytest.raises(ValueError, match=r"no batch-engine version; use physics='gym' \(or 'auto'\)"):
+        plan_stack(EnvSpec("cartpole", 1, physics="batch"), RewardModelSpec(**TINY))
+
+
+@pytest.mark.parametrize(
+    "old, new, name",
+    [
+        ("vlmrm_fast.sim", "vlmrm_fast.physics.batch", "BatchSimulator"),
+        ("vlmrm_fast.render_base", "vlmrm_fast.rendering.base", "BatchRendererBase"),
+        ("vlmrm_fast.warp_rendering", "vlmrm_fast.rendering.warp", "WarpBatchRenderer"),
+        ("vlmrm_fast.envs.batch", "vlmrm_fast.engine", "MujocoBatchVecEnv"),
+        ("vlmrm_fast.reward.math", "vlmrm_fast.reward.formulas", "goal_baseline_reward"),
+    ],
+)
+def test_a_moved_module_still_imports_with_a_deprecation_warning(monkeypatch, old, new, name):
+    monkeypatch.delitem(importlib.sys.modules, old, raising=False)
+    with pytest.warns(DeprecationWarning, match=f"{old} moved to {new}"):
+        module = importlib.import_module(old)
+    assert getattr(module, name) is getattr(importlib.import_module(new), name)
+
+
+def test_a_moved_name_still_imports_with_a_deprecation_warning(monkeypatch):
+    monkeypatch.delitem(vars(rendering), "BatchRenderer", raising=False)
+    with pytest.warns(DeprecationWarning, match="vlmrm_fast.rendering.BatchRenderer moved to"):
+        from vlmrm_fast.rendering import BatchRenderer
+    from vlmrm_fast.rendering.egl import BatchRenderer as moved
+
+    assert BatchRenderer is moved
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from vlmrm_fast.rendering import BatchRenderer as again  # warned once
+
+    assert again is moved
+
+
+def test_rewards_do_not_depend_on_the_plan_taking_the_specs_whole():
+    """from_specs (the specs whole) and the keyword front build the same stack."""
+    env = EnvSpec("humanoid-kneeling", 2, render_size=32, episode_length=3)
+    keywords = FastVLMRewardVecEnv("humanoid-kneeling", 2, render_size=32, episode_length=3, seed=1, **TINY)
+    whole = FastVLMRewardVecEnv.from_specs(env, RewardModelSpec(**TINY), seed=1)
+    try:
+        assert keywords.plan == whole.plan
+        actions = np.zeros((2, 17), dtype=np.float32)
+        for _ in range(4):
+            a, b = keywords.step(actions), whole.step(actions)
+            np.testing.assert_array_equal(a[0], b[0])
+            np.testing.assert_array_equal(a[1], b[1])
+    finally:
+        keywords.close()
+        whole.close()
