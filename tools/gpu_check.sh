@@ -1,25 +1,26 @@
 #!/usr/bin/env bash
-# The GPU checks. `all` runs every check of issue 21 (build, the gpu/egl/warp tests with skips
-# counted as failures, the render, encoder, FP8, compile-time and end-to-end figures) in as few
-# device calls of at most 9 minutes as it can: each call runs the next checks that fit, then
-# prints the summary table (target, measured, pass/fail) and writes it to bench/RESULTS.md.
+# The GPU checks. `all` runs every check (build, the gpu/egl/warp tests with skips counted as
+# failures, the EGL, physics, FP8, render, compile-time and end-to-end figures) laid out in loans of
+# the GPU machine (15 minutes of device time each, start included): loan 1 holds the build, the
+# tests and the headline figures in two calls; `plan` prints every loan's exact device calls. Each
+# call prints the summary table (target, measured, pass/fail) and writes it to bench/RESULTS.md.
 # The single steps below remain, one per device call (the machine stays warm only ~30 s between
 # calls, so every step sets up and builds itself, reusing the build when the machine is still
 # warm and the sources are unchanged).
 #
 # Once, on the development machine, from the checkout that the device tool sends:
-#   bash ../shared/hooks/device/prepare.sh --warp scikit-build-core pybind11 torchao==0.18.0   # fills .device/ (ignored)
-# With --warp (MuJoCo Warp) the payload comes in parts: first, in consecutive calls, carry
-# [".device/parts/i"] with command `bash .device/parts/i/receive.sh` for each part but the last;
-# then each device call: carry [".device/parts/K"] (K the last part), command
-#   tools/gpu_check.sh STEP [ARGS]
+#   bash ../shared/hooks/device/prepare.sh     # fills .device/ (ignored): Warp, torchao, pygame; two parts
+# The payload comes in parts: first, in consecutive calls, carry [".device/parts/i"] with command
+# `bash .device/parts/i/receive.sh` for each part but the last; then each device call: carry
+# [".device/parts/K"] (K the last part), command  source .device/parts/K/setup.sh && tools/gpu_check.sh STEP
 # (setup sources .device/setup.sh, which finds the unpacked payload while the machine is warm).
+# `tools/gpu_check.sh plan` prints every call of every loan exactly.
 #
-#   all [--dry-run]       every check, resumable: repeat the same call until it prints "all checks
-#                         done" (state in /tmp/gpu_check/state.json, or $GPU_CHECK_STATE; each call
+#   all [--dry-run]       the next call of the loans: run the same call again until it says the loan is
+#                         done (state in /tmp/gpu_check/state.json, or $GPU_CHECK_STATE; each call
 #                         returns state.json, RESULTS.md and logs.tar.gz in $OUT). --dry-run (or
-#                         DRY_RUN=1): every check on this machine's CPU at tiny sizes, no .device/
-#   plan                  the checks of `all`, their commands, estimates and the device calls they need
+#                         DRY_RUN=1): every check of every loan on this machine's CPU at tiny sizes
+#   plan                  the loans, their calls (as the device tool takes them), checks and estimates
 #   report STATE.json..   the summary of fetched state files, written into bench/RESULTS.md
 #
 # Steps (results under $GPU_CHECK_OUT, else $OUT when set, else /tmp/gpu_check):
@@ -41,9 +42,12 @@
 #   precision MODEL [N]   vlmrm-fast check-precision on N rendered humanoid frames (default 256),
 #                         random weights: FP8 and fp16 against bf16                        (~2-5 min)
 #   e2e MODEL [N..]       bench/run.py at 224 px, N envs (default 64), RENDERERS (default egl warp),
-#                         one range and the pipelined step side by side, the paper-style pipeline at
-#                         min(N, BASELINE_ENVS=64) envs (SKIP_PAPER=1: none; no DummyVecEnv reference)
-#                                                                                              (~3-8 min)
+#                         PHYSICS (default auto), CHUNKS (default "1 auto": one range and the pipelined
+#                         step side by side), the paper-style pipeline at min(N, BASELINE_ENVS=64) envs
+#                         (SKIP_PAPER=1: none; no DummyVecEnv reference); results e2e_TAG.json (TAG
+#                         default: the model)                                                  (~1-4 min)
+#   physics               bench/bench_physics.py: MuJoCo Warp physics alone at WORLDS (default 1024 4096
+#                         16384) worlds beside the CPU batch engine                            (~1-2 min)
 #   distributed [MODEL] [N]  bench/bench_distributed.py: 2 torchrun ranks sharing GPU 0 against one
 #                         process, N envs (default B32, 64) at 224 px: bytes per step, the gather's
 #                         overhead, message round trips; then device=auto on 2 ranks and 1 GPU must
@@ -245,12 +249,18 @@ case "$step" in
   e2e)
     [ $# -ge 1 ] || { echo "usage: $0 e2e MODEL [NUM_ENVS ...]"; exit 2; }
     model=$(model_name "$1"); shift
+    tag=${TAG:-$model}
     setup; build
-    # shellcheck disable=SC2086  # RENDERERS is a list
+    # shellcheck disable=SC2086  # RENDERERS, PHYSICS and CHUNKS are lists
     python3 -P bench/run.py --models "$model" --num-envs "${@:-64}" --resolutions "${RES:-224}" \
-      --renderers ${RENDERERS:-egl warp} --pipeline-chunks 1 auto --skip-reference ${SKIP_PAPER:+--skip-paper} \
-      --baseline-max-envs "${BASELINE_ENVS:-64}" \
-      --steps "${STEPS:-20}" --out "$out/e2e_$model.json" 2>&1 | tee "$out/e2e_$model.log" ;;
+      --renderers ${RENDERERS:-egl warp} --physics ${PHYSICS:-auto} --pipeline-chunks ${CHUNKS:-1 auto} \
+      --skip-reference ${SKIP_PAPER:+--skip-paper} --baseline-max-envs "${BASELINE_ENVS:-64}" \
+      --steps "${STEPS:-20}" --out "$out/e2e_$tag.json" 2>&1 | tee "$out/e2e_$tag.log" ;;
+  physics)
+    setup; build
+    # shellcheck disable=SC2086  # WORLDS is a list
+    python3 -P bench/bench_physics.py --device cuda --worlds ${WORLDS:-1024 4096 16384} \
+      --out "$out/physics.json" 2>&1 | tee "$out/physics.log" ;;
   distributed)
     model=$(model_name "${1:-B32}")
     setup; build

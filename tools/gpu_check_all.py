@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
-"""Issue 21's GPU checks in as few device calls as they fit: ``tools/gpu_check.sh all|plan|report``.
+"""The GPU checks in one 15-minute loan of the GPU machine: ``tools/gpu_check.sh all|plan|report``.
 
-    tools/gpu_check.sh all              # on the GPU machine: the next checks that fit in this call
+    tools/gpu_check.sh plan             # the loans, their calls (the exact device calls) and estimates
+    tools/gpu_check.sh all              # on the GPU machine: the next call's checks
     tools/gpu_check.sh all --dry-run    # here, on the CPU: every check at tiny sizes
-    tools/gpu_check.sh plan             # the checks, their commands and estimates, the calls they need
     tools/gpu_check.sh report S.json..  # the summary of fetched state files, into bench/RESULTS.md
 
-A call of ``all`` runs the pending checks in order, each that fits in what is left of the call's
-9 minutes (by its estimate; a check is stopped at the call's end), reads each check's figures
-from its output as soon as it ends, and keeps them in a state file that the next call goes on
-from (/tmp/gpu_check/state.json, kept while the machine stays warm; ``GPU_CHECK_STATE``
-names another, e.g. a state.json carried back after the machine went back). Every call ends
-with the summary table (target, measured, pass/fail, and the command of each figure), writes
-it into bench/RESULTS.md, and leaves state.json, RESULTS.md and logs.tar.gz in $OUT. A skipped
-test counts as a failure; so does a check that timed out or a figure that is missing.
+A loan of the GPU machine is 15 minutes of device time, its start and idle waits included. The
+checks are laid out in loans: loan 1 holds the build, the GPU tests and the headline figures
+(what the open issues owe) and fits in about 12 minutes; loan 2 holds the figures that did not fit,
+for a later loan. A loan's calls come one right after the other (the machine keeps /tmp only ~30 s
+between calls): the payload's first part, then ``all`` once per call of the loan, each call running
+its own group of checks (the first also unpacks and builds). Each call reads its checks' figures as
+soon as they end, keeps them in a state file (/tmp/gpu_check/state.json while the machine is warm;
+``GPU_CHECK_STATE`` names another, e.g. the state.json carried back from the last loan), writes the
+summary table (target, measured, pass/fail, command) into bench/RESULTS.md, and leaves state.json,
+RESULTS.md and logs.tar.gz in $OUT. When a loan's checks are done, ``all`` says so and names the
+checks owed to the next loan instead of starting them. A skipped test counts as a failure; so does
+a check that timed out or a figure that is missing.
 """
 
 from __future__ import annotations
@@ -37,8 +41,12 @@ from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "RESULTS.md"
-CALL_BUDGET_S = 540  # a device call may run 10 minutes; 9 leave room for the transfers
-SETUP_ESTIMATE_S = 60  # unpacking the payload and installing its wheels on a fresh machine
+CALL_BUDGET_S = 480  # a device call may run 10 minutes; 8 leave room for the transfers and a rerun
+LOAN_BUDGET_S = 720  # of a loan's 15 minutes of device time: 12, the rest for starts and idle waits
+MACHINE_START_S = 30  # the machine's start, as the loan of 2026-11-26 saw it (742 s in all)
+PART_ONE_S = 45  # the call that carries the payload's first part (42 s then)
+CALL_GAP_S = 10  # between two calls of a loan
+LOAN_MARKER = pathlib.Path("/tmp/gpu_check/loan")  # this machine's loan (gone with the machine)
 BEGIN = "<!-- gpu_check:begin (written by tools/gpu_check.sh all; do not edit by hand) -->"
 END = "<!-- gpu_check:end -->"
 
@@ -56,6 +64,8 @@ class Check:
     dry: list[list[str]]  # commands of the dry run on the CPU ({work}: the results folder)
     figures: Callable[[pathlib.Path, bool], list[Row]]
     env: dict[str, str] = dataclasses.field(default_factory=dict)
+    loan: int = 1  # 1: the headline loan; 2: the figures that did not fit, for a later loan
+    call: int = 1  # the loan's call it runs in (call 1 comes with the payload's last part and builds)
 
     def command(self) -> str:
         env = " ".join(f"{k}={v!r}" if " " in v or not v else f"{k}={v}" for k, v in self.env.items())
@@ -209,8 +219,7 @@ def e2e_figures(
     """The pipelined step's figures (chunks "auto") against one range (chunks 1) of bench/run.py."""
 
     def figures(work: pathlib.Path, dry: bool) -> list[Row]:
-        name = "vlmrm-tiny" if dry else model
-        path = work / f"e2e_{name}.json"
+        path = work / f"e2e_{'vlmrm-tiny' if dry else model}.json"
         result = load(path)
         targets = []
         if min_fps:
@@ -254,6 +263,104 @@ def e2e_figures(
     return figures
 
 
+def _e2e_rows(path: pathlib.Path) -> list[dict] | None:
+    result = load(path)
+    return None if result is None else [r for r in result["results"] if "fast_fps" in r]
+
+
+def _steps(r: dict) -> str:
+    return (
+        f"{r['fast_fps']:,.0f} steps/s ({r.get('physics', 'batch')} physics, {r['renderer']}, {r['chunks']} range(s))"
+    )
+
+
+def egl_figures(work: pathlib.Path, dry: bool) -> list[Row]:
+    """Issue 31, part 1: EGL in the env (one range under "auto"), at a small and a large number of envs,
+    beside Warp and beside EGL in 4 ranges (the collapse)."""
+    targets = (
+        "ViT-B-32, 256 envs, 224 px, renderer egl (pipeline_chunks auto): >= 2,500 scored steps/s",
+        "ViT-B-32, 4,096 envs, renderer egl: no collapse (at least the 256-env figure)",
+        "ViT-B-32, 256 envs: EGL in 4 ranges against one; Warp beside (stated)",
+    )
+    rows, split = _e2e_rows(work / "e2e_egl.json"), _e2e_rows(work / "e2e_egl4.json")
+    if rows is None:
+        return [missing(t, work / "e2e_egl.json") for t in targets]
+    egl = sorted((r for r in rows if r["renderer"] == "egl"), key=lambda r: r["num_envs"])
+    if not egl:
+        return [row(t, "no EGL row (see the log)", False) for t in targets]
+    small, large = egl[0], egl[-1]
+    out = [
+        row(targets[0], f"{_steps(small)} at {small['num_envs']} envs", small["fast_fps"] >= (0 if dry else 2_500)),
+        row(
+            targets[1], f"{_steps(large)} at {large['num_envs']:,} envs", large["fast_fps"] >= 0.95 * small["fast_fps"]
+        ),
+    ]
+    beside = [f"egl in {r['chunks']} ranges {r['fast_fps']:,.0f}" for r in split or []]
+    beside += [f"warp {r['fast_fps']:,.0f} at {r['num_envs']:,} envs" for r in rows if r["renderer"] == "warp"]
+    out.append(row(targets[2], "; ".join(beside) or "no figure", None if beside else False))
+    return out
+
+
+def physics_figures(work: pathlib.Path, dry: bool) -> list[Row]:
+    """Issue 33: MuJoCo Warp physics alone against the CPU batch engine (bench/bench_physics.py)."""
+    targets = (
+        "physics alone, 4,096 worlds (5 substeps each): >= 200,000 env steps/s",
+        "16,384 worlds on one GPU: runs; peak device memory stated",
+    )
+    result = load(work / "physics.json")
+    if result is None:
+        return [missing(t, work / "physics.json") for t in targets]
+    done = {r["worlds"]: r for r in result["results"] if "warp" in r}
+    if not done:
+        errors = [r.get("error", "")[-160:] for r in result["results"]]
+        return [row(t, f"failed: {(errors or ['no row'])[0]}", False) for t in targets]
+    cells = []
+    for worlds, r in sorted(done.items()):
+        warp = r["warp"]
+        cell = f"{worlds:,}: {warp['host_outputs']['env_steps_per_s']:,.0f}/s"
+        if "device_outputs" in warp:
+            cell += f" ({warp['device_outputs']['env_steps_per_s']:,.0f} kept on the device)"
+        if "batch" in r:
+            cell += f", CPU engine {r['batch']['env_steps_per_s']:,.0f}/s"
+        cells.append(cell)
+    middle = done.get(4096) or done[max(done)]
+    rate = middle["warp"]["host_outputs"]["env_steps_per_s"]
+    largest = done[max(done)]
+    memory = largest["warp"].get("device_memory_held_mib")
+    out = [row(targets[0], "; ".join(cells), rate >= (0 if dry else 200_000))]
+    runs = dry or 16384 in done
+    held = f"{memory:.0f} MiB of device memory" if memory else "memory not measured"
+    out.append(row(targets[1], f"{max(done):,} worlds ran; {held}", runs))
+    return out
+
+
+def e2e_physics_figures(work: pathlib.Path, dry: bool) -> list[Row]:
+    """Issue 33: ViT-B-32 end to end with MuJoCo Warp physics and renderer, beside the CPU engine."""
+    targets = (
+        "ViT-B-32, 4,096 envs, physics warp + renderer warp: >= 30,000 scored steps/s",
+        "the same: >= 90% of the encoder alone at that batch",
+        "physics batch beside it (stated)",
+    )
+    rows = _e2e_rows(work / "e2e_physics.json")
+    if rows is None:
+        return [missing(t, work / "e2e_physics.json") for t in targets]
+    warp = [r for r in rows if r.get("physics") == "warp"]
+    batch = [r for r in rows if r.get("physics") == "batch"]
+    if not warp:
+        return [row(t, "no warp-physics row (see the log)", False) for t in targets]
+    best = max(warp, key=lambda r: r["fast_fps"])
+    share = best["fast_fps"] / best["encoder_only_fps"]
+    return [
+        row(targets[0], f"{_steps(best)} at {best['num_envs']:,} envs", best["fast_fps"] >= (0 if dry else 30_000)),
+        row(
+            targets[1],
+            f"{share:.0%} (encoder alone {best['encoder_only_fps']:,.0f} img/s)",
+            share >= (0 if dry else 0.9),
+        ),
+        row(targets[2], "; ".join(_steps(r) for r in batch) or "no figure", None if batch else False),
+    ]
+
+
 # --------------------------------------------------------------------------- the checks
 
 
@@ -269,6 +376,8 @@ def e2e_check(
     min_fps: int | None = None,
     min_encoder_share: float | None = None,
     min_paper_ratio: float | None = None,
+    loan: int = 1,
+    call: int = 1,
 ) -> Check:
     """bench/run.py end to end with Warp: one range against the pipelined step, and the paper-style
     pipeline at 64 envs exactly when a target is set against it (dry run and real run alike)."""
@@ -277,11 +386,13 @@ def e2e_check(
         f"e2e-{short}",
         f"{model} end to end, {envs:,} envs, Warp, one range and the pipelined step"
         + ("; paper-style at 64 envs" if paper else ""),
-        240,
+        90 if paper else 70,
         ["e2e", short, str(envs)],
         dry_e2e(4, paper=paper),
         e2e_figures(model, envs, min_fps, min_encoder_share, min_paper_ratio),
         env={"RENDERERS": "warp", **({} if paper else {"SKIP_PAPER": "1"})},
+        loan=loan,
+        call=call,
     )
 
 
@@ -302,50 +413,187 @@ def dry_encoders() -> list[list[str]]:
 BUILD_INFO = "import json, sys, torch, vlmrm_fast; json.dump({**vlmrm_fast.build_info(), 'torch': torch.__version__}, open(sys.argv[1], 'w'))"
 TESTS = "(gpu or egl or warp) and not tensorrt"
 
+
+def stated(target: str, filename: str) -> Callable[[pathlib.Path, bool], list[Row]]:
+    """A check whose output is a table to read, not a figure held to a bound."""
+
+    def figures(work: pathlib.Path, dry: bool) -> list[Row]:
+        path = work / filename
+        return [row(target, f"{filename} written (logs.tar.gz)", None) if path.exists() else missing(target, path)]
+
+    return figures
+
+
+def dry_run_py(*args: str) -> list[list[str]]:
+    common = ["--models", "vlmrm-tiny", "--resolutions", "64", "--skip-reference", "--skip-paper", "--steps", "2"]
+    common += ["--warmup", "1", "--profile-steps", "1", "--device", "cpu"]
+    return [bench("run.py", *common, *args)]
+
+
 CHECKS = [
+    # ---------------------------------------------------------------- loan 1, call 1: build and the headline figures
     Check(
         "build",
         "pip install of the package with CUDA for sm_90; what it sees",
-        150,
+        50,
         ["build"],
         [[sys.executable, "-P", "-c", BUILD_INFO, "{work}/build_info.json"]],
         build_figures,
     ),
     Check(
-        "warp-first-call",
-        "the first Warp renderer of a process, cache as found then warm (before anything else uses Warp)",
-        150,
-        ["warp-first-call", "256"],
-        [
-            bench(
-                "warp_first_call.py",
-                "--device",
-                "cpu",
-                "--envs",
-                "4",
-                "--size",
-                "64",
-                "--out",
-                "{work}/warp_first_call.json",
-            )
-        ],
-        warp_first_call_figures,
+        "e2e-egl4",
+        "ViT-B-32, 256 envs, EGL in 4 ranges: the pipelined step that collapsed (issue 31, side by side)",
+        30,
+        ["e2e", "B32", "256"],
+        dry_run_py("--num-envs", "4", "--renderers", "egl", "--pipeline-chunks", "2", "--out", "{work}/e2e_egl4.json"),
+        stated("EGL in 4 ranges at 256 envs (the collapse of issue 31)", "e2e_egl4.json"),
+        env={"RENDERERS": "egl", "CHUNKS": "4", "SKIP_PAPER": "1", "TAG": "egl4"},
     ),
+    Check(
+        "e2e-egl",
+        "ViT-B-32 at 256 and 4,096 envs, EGL (one range under auto) and Warp: issue 31's EGL targets",
+        100,
+        ["e2e", "B32", "256", "4096"],
+        dry_run_py(
+            "--num-envs",
+            "2",
+            "4",
+            "--renderers",
+            "egl",
+            "warp",
+            "--pipeline-chunks",
+            "auto",
+            "--out",
+            "{work}/e2e_egl.json",
+        ),
+        egl_figures,
+        env={"RENDERERS": "egl warp", "CHUNKS": "auto", "SKIP_PAPER": "1", "TAG": "egl"},
+    ),
+    Check(
+        "e2e-physics",
+        "ViT-B-32 at 4,096 envs, physics warp and batch side by side, Warp renderer: issue 33's end-to-end targets",
+        70,
+        ["e2e", "B32", "4096"],
+        dry_run_py(
+            "--num-envs",
+            "4",
+            "--physics",
+            "warp",
+            "batch",
+            "--renderers",
+            "warp",
+            "--pipeline-chunks",
+            "auto",
+            "--out",
+            "{work}/e2e_physics.json",
+        ),
+        e2e_physics_figures,
+        env={"RENDERERS": "warp", "PHYSICS": "warp batch", "CHUNKS": "auto", "SKIP_PAPER": "1", "TAG": "physics"},
+    ),
+    Check(
+        "physics",
+        "MuJoCo Warp physics alone at 1,024 / 4,096 / 16,384 worlds beside the CPU engine (issue 33)",
+        70,
+        ["physics"],
+        [bench("bench_physics.py", "--device", "cpu", "--worlds", "4", "--steps", "3", "--out", "{work}/physics.json")],
+        physics_figures,
+    ),
+    # ---------------------------------------------------------------- loan 1, call 2: the GPU tests
     Check(
         "tests",
         f"pytest -m '{TESTS}', skips counted as failures",
-        300,
+        210,
         ["tests"],
         [
             [sys.executable, "-P", "-m", "pytest", "python_tests/test_warp_render.py", "-q", "-p", "no:cacheprovider"]
             + ["-m", TESTS, "--junitxml", "{work}/tests.xml"]
         ],
         test_figures,
+        call=2,
+    ),
+    # ---------------------------------------------------------------- loan 2: FP8 (issue 31, part 2), first calls
+    Check(
+        "build-2",
+        "the build again on the fresh machine of loan 2",
+        50,
+        ["build"],
+        [[sys.executable, "-P", "-c", BUILD_INFO, "{work}/build_info.json"]],
+        build_figures,
+        loan=2,
     ),
     Check(
+        "fp8-L14",
+        "ViT-L-14 img/s at batch 256, bf16 and FP8, torch and compile",
+        80,
+        ["fp8", "L14", "256"],
+        dry_encoders(),
+        encoder_figures("ViT-L-14", {"bf16": 2_700, "fp8": 4_100}),
+    ),
+    Check(
+        "profile",
+        "where the FP8 tower's time goes: bench/profile_encoders.py, ViT-L-14 and bigG at batch 256, bf16 and FP8",
+        120,
+        ["profile"],
+        [
+            bench("profile_encoders.py", "--models", "vlmrm-tiny", "--batch-size", "4", "--precision", "fp32")
+            + ["--device", "cpu", "--out", "{work}/profile.json"]
+        ],
+        stated("the FP8 tower's time, kernel by kernel (profile.json)", "profile.json"),
+        loan=2,
+    ),
+    Check(
+        "warp-first-call",
+        "the first Warp renderer of a process, cache as found then warm",
+        40,
+        ["warp-first-call", "256"],
+        [
+            bench("warp_first_call.py", "--device", "cpu", "--envs", "4", "--size", "64")
+            + ["--out", "{work}/warp_first_call.json"]
+        ],
+        warp_first_call_figures,
+        loan=2,
+    ),
+    Check(
+        "fp8-bigG",
+        "ViT-bigG-14 img/s at batch 128, bf16 and FP8, torch and compile",
+        100,
+        ["fp8", "bigG", "128"],
+        dry_encoders(),
+        encoder_figures("ViT-bigG-14", {"bf16": 550, "fp8": 800}),
+        loan=2,
+        call=2,
+    ),
+    Check(
+        "compile-time",
+        "ViT-L-14 at batch 256 (bf16) compiled in a fresh process, cold, then from the cache",
+        90,
+        ["compile-time", "L14", "256"],
+        [
+            bench("bench_encoders.py", "--models", "vlmrm-tiny", "--compile-timing", "--batch-sizes", "2")
+            + ["--precision", "fp32", "--device", "cpu", "--out", "{work}/compile_vlmrm-tiny.json"]
+        ],
+        compile_figures,
+        env={"PRECISION": "bf16"},
+        loan=2,
+        call=2,
+    ),
+    e2e_check("B32", "ViT-B-32", 1024, min_fps=30_000, min_paper_ratio=10, loan=2, call=2),
+    e2e_check("L14", "ViT-L-14", 256, min_encoder_share=0.95, min_paper_ratio=4, loan=2, call=2),
+    # ---------------------------------------------------------------- loan 3: the end-to-end figures measured before
+    Check(
+        "build-3",
+        "the build again on the fresh machine of loan 3",
+        50,
+        ["build"],
+        [[sys.executable, "-P", "-c", BUILD_INFO, "{work}/build_info.json"]],
+        build_figures,
+        loan=3,
+    ),
+    e2e_check("bigG", "ViT-bigG-14", 64, min_encoder_share=0.95, loan=3),
+    Check(
         "render",
-        "bench_render (EGL, Warp) at 256 and 1,024 envs, 224 px; the interop probe; the pictures compared",
-        180,
+        "bench_render (EGL on 1, 2, 4, 8 contexts; Warp) at 256 and 1,024 envs, 224 px; the interop probe; the pictures",
+        150,
         ["render"],
         [
             bench("bench_render.py", "--device", "cpu", "--envs", "4", "--sizes", "64", "--min-time", "0.2")
@@ -354,39 +602,9 @@ CHECKS = [
             + ["--out", "{work}/renderers.json"],
         ],
         render_figures,
-        env={"RENDER_ENVS": "256 1024", "THREADS": ""},
+        env={"RENDER_ENVS": "256 1024", "THREADS": "2 4 8"},
+        loan=3,
     ),
-    e2e_check("B32", "ViT-B-32", 1024, min_fps=30_000, min_paper_ratio=10),
-    Check(
-        "fp8-L14",
-        "ViT-L-14 img/s at batch 256, bf16 and FP8, torch and compile",
-        180,
-        ["fp8", "L14", "256"],
-        dry_encoders(),
-        encoder_figures("ViT-L-14", {"bf16": 3_150, "fp8": 3_800}),
-    ),
-    Check(
-        "compile-time",
-        "ViT-L-14 at batch 256 (bf16) compiled in a fresh process, cold, then from the cache",
-        150,
-        ["compile-time", "L14", "256"],
-        [
-            bench("bench_encoders.py", "--models", "vlmrm-tiny", "--compile-timing", "--batch-sizes", "2")
-            + ["--precision", "fp32", "--device", "cpu", "--out", "{work}/compile_vlmrm-tiny.json"]
-        ],
-        compile_figures,
-        env={"PRECISION": "bf16"},
-    ),
-    e2e_check("L14", "ViT-L-14", 256, min_encoder_share=0.95, min_paper_ratio=4),
-    Check(
-        "fp8-bigG",
-        "ViT-bigG-14 img/s at batch 128, bf16 and FP8, torch and compile",
-        300,
-        ["fp8", "bigG", "128"],
-        dry_encoders(),
-        encoder_figures("ViT-bigG-14", {"bf16": 550, "fp8": 800}),
-    ),
-    e2e_check("bigG", "ViT-bigG-14", 64, min_encoder_share=0.95),
 ]
 
 
@@ -492,6 +710,19 @@ def run_check(check: Check, work: pathlib.Path, dry: bool, timeout: float) -> di
     return {"exit": status, "timed_out": timed_out, "seconds": round(seconds, 1), "command": command, "rows": rows}
 
 
+def next_group(state: dict, this_loan: int | None) -> tuple[int, int, list[Check]]:
+    """(loan, call, the checks of that call) of the first call with pending checks; its loan may be later
+    than ``this_loan`` (the machine's), then those checks wait for another loan."""
+    pending = [c for c in CHECKS if c.name not in state["checks"]]
+    if not pending:
+        return 0, 0, []
+    loan = min(c.loan for c in pending)
+    if this_loan is not None and loan != this_loan:
+        return loan, 0, [c for c in pending if c.loan == loan]
+    call = min(c.call for c in pending if c.loan == loan)
+    return loan, call, [c for c in pending if (c.loan, c.call) == (loan, call)]
+
+
 def run_all(dry: bool) -> int:
     default = "/tmp/gpu_check_dry" if dry else "/tmp/gpu_check"
     state_path = pathlib.Path(os.environ.get("GPU_CHECK_STATE", f"{default}/state.json"))
@@ -504,19 +735,26 @@ def run_all(dry: bool) -> int:
     state["calls"] += 1
     state["machine"] = machine(dry)
     started = float(os.environ.get("GPU_CHECK_STARTED", time.time()))  # the shell's start, setup included
+    # This machine's loan: set by its first call (the machine keeps /tmp while it is held).
+    this_loan = None if dry else (int(LOAN_MARKER.read_text()) if LOAN_MARKER.exists() else None)
+    loan, call, group = next_group(state, this_loan)
+    if dry:
+        group = [c for c in CHECKS if c.name not in state["checks"]]  # the dry run walks every loan
+    elif group and call == 0:
+        owed = ", ".join(c.name for c in group)
+        print(f"loan {this_loan}'s checks are done: give the machine back. Owed to a later loan (loan {loan}): {owed}")
+        group = []
+    elif group:
+        LOAN_MARKER.parent.mkdir(parents=True, exist_ok=True)
+        LOAN_MARKER.write_text(str(loan))
+        print(f"loan {loan}, call {call}: {', '.join(c.name for c in group)}", flush=True)
     budget = float("inf") if dry else CALL_BUDGET_S - (time.time() - started)
-    begin, ran = time.monotonic(), 0
-    for check in CHECKS:
-        if check.name in state["checks"]:
-            continue
+    begin = time.monotonic()
+    for check in group:
         left = budget - (time.monotonic() - begin)
-        if ran and check.estimate_s > left:
-            print(f"[{check.name}] left for the next call (~{check.estimate_s} s, {left:.0f} s left in this one)")
-            continue
         print(f"[{check.name}] {check.what} ...", flush=True)
-        record = run_check(check, work, dry, left)
+        record = run_check(check, work, dry, max(left, 1.0))
         state["checks"][check.name] = record
-        ran += 1
         verdicts = ", ".join(r["status"] for r in record["rows"]) or "no figure"
         print(f"[{check.name}] {record['seconds']:.0f} s, exit {record['exit']}: {verdicts}", flush=True)
         state_path.parent.mkdir(parents=True, exist_ok=True)
@@ -536,50 +774,64 @@ def run_all(dry: bool) -> int:
             for path in sorted(work.iterdir()):
                 if path.suffix in (".log", ".json", ".xml", ".md") and path.stat().st_size < 20_000_000:
                     tar.add(path, arcname=path.name)
-    pending = [c.name for c in CHECKS if c.name not in state["checks"]]
     print("\n" + text)
     print(
         f"state: {state_path}; table written into {results}"
         + ("; $OUT: state.json, RESULTS.md, logs.tar.gz" if out and not dry else "")
     )
-    if pending:
-        print(f"{len(pending)} check(s) pending ({', '.join(pending)}): run the same call again")
-    else:
+    after, after_call, rest = next_group(state, None if dry else loan)
+    if not rest:
         print("all checks done")
+    elif after_call == 0 or after != loan:
+        print(f"loan {loan} done: give the machine back. Owed to a later loan: {', '.join(c.name for c in rest)}")
+    else:
+        print(f"next: the same call again (loan {loan}, call {after_call}: {', '.join(c.name for c in rest)})")
     return 0
 
 
-def plan() -> int:
-    """The checks of `all` with their commands, and the calls they need by the estimates."""
-    print("tools/gpu_check.sh all: each call runs the pending checks that fit in 9 minutes, in this order.\n")
-    calls: list[list[Check]] = [[]]
-    used = SETUP_ESTIMATE_S
+def loans() -> dict[int, dict[int, list[Check]]]:
+    """The checks by loan and call, in order."""
+    out: dict[int, dict[int, list[Check]]] = {}
     for check in CHECKS:
-        print(f"  {check.name:<16} ~{check.estimate_s / 60:.1f} min  {check.command()}")
-        print(f"  {'':<16}            {check.what}")
-    pending = list(CHECKS)
-    while pending:
-        fitted = [c for c in pending if used + c.estimate_s <= CALL_BUDGET_S] or ([pending[0]] if not calls[-1] else [])
-        if not fitted:
-            calls.append([])
-            used = 10  # a warm machine: setup and build are found done
-            continue
-        check = fitted[0]
-        calls[-1].append(check)
-        used += check.estimate_s
-        pending.remove(check)
-    total = SETUP_ESTIMATE_S + sum(c.estimate_s for c in CHECKS) + 10 * (len(calls) - 1)
+        out.setdefault(check.loan, {}).setdefault(check.call, []).append(check)
+    return out
+
+
+def loan_seconds(calls: dict[int, list[Check]]) -> float:
+    """A loan's device time by the estimates: the machine's start, the payload's first part, each call's
+    checks (the first call's build check unpacks and builds) and the waits between calls."""
+    work = sum(c.estimate_s for checks in calls.values() for c in checks)
+    return MACHINE_START_S + PART_ONE_S + work + CALL_GAP_S * len(calls)
+
+
+def plan(parts: int | None = None) -> int:
+    """The loans, their calls as the device tool takes them, and their estimates."""
+    parts = parts or len(list((ROOT / ".device" / "parts").glob("*"))) or 2
+    last = f".device/parts/{parts}"
+    print("tools/gpu_check.sh all: the checks in loans of the GPU machine (15 minutes of device time each).")
+    print("Each loan starts a fresh machine; its calls come one right after the other, then give_back.\n")
+    for loan, calls in loans().items():
+        seconds = loan_seconds(calls)
+        print(
+            f"Loan {loan}: ~{seconds / 60:.1f} min of device time (budget {LOAN_BUDGET_S / 60:.0f}){'' if loan == 1 else ', a later session'}"
+        )
+        for i in range(1, parts):
+            print(f'  carry [".device/parts/{i}"]  command: bash .device/parts/{i}/receive.sh   (~{PART_ONE_S} s)')
+        state = "" if loan == 1 else "GPU_CHECK_STATE=.gpucheck/state.json "
+        carry = f'"{last}"' + ("" if loan == 1 else ', ".gpucheck"')
+        for checks in calls.values():
+            call_s = sum(c.estimate_s for c in checks)
+            print(
+                f"  carry [{carry}]  command: source {last}/setup.sh && {state}tools/gpu_check.sh all   "
+                f"(~{call_s / 60:.1f} min, timeout_s {min(600, CALL_BUDGET_S + 60)})"
+            )
+            for check in checks:
+                print(f"      {check.name:<16} ~{check.estimate_s:>3} s  {check.command()}")
+        print("  then give_back")
     print(
-        f"\nBy the estimates (an H100 machine, caches cold): {len(calls)} calls of at most 9 minutes, ~{total / 60:.0f} min of device time:"
-    )
-    for i, call in enumerate(calls, 1):
-        print(f"  call {i}: {', '.join(c.name for c in call)} (~{sum(c.estimate_s for c in call) / 60:.1f} min)")
-    print(
-        "\nEach call, after the payload's parts (see the header of tools/gpu_check.sh):\n"
-        '  carry [".device/parts/K"]  command: source .device/parts/K/setup.sh && tools/gpu_check.sh all\n'
-        "The machine keeps /tmp (the state, the build, Warp's and torch's caches) only ~30 s between calls; after it\n"
-        "went back, send the parts again, put the last call's state.json in a folder .git/info/exclude ignores,\n"
-        "carry that folder too, and set GPU_CHECK_STATE=<folder>/state.json: the done checks are not run again."
+        "\nBetween loans: keep the last call's state.json (in $OUT) in .gpucheck/ (add /.gpucheck/ to\n"
+        ".git/info/exclude); later loans carry it and set GPU_CHECK_STATE, so the done checks are not run again.\n"
+        "`tools/gpu_check.sh report .gpucheck/state.json` writes the table into bench/RESULTS.md here."
     )
     return 0
 
