@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from vlmrm_fast import FastVLMRewardVecEnv, RewardModelSpec
+from vlmrm_fast import FastVLMRewardVecEnv, RewardModelSpec, pipeline, rendering, stack
 from vlmrm_fast import device as device_module
-from vlmrm_fast import pipeline, rendering, stack
 from vlmrm_fast.envs.spec import EnvSpec
 from vlmrm_fast.physics import PHYSICS
 from vlmrm_fast.rendering import RENDERERS
