@@ -330,16 +330,22 @@ class BatchSimulator:
     def _warn(self, call: str, start: int = 0, count: int | None = None) -> None:
         """Warns of the MuJoCo warnings raised in simulations [start, start + count) by the last call."""
         stop = self.num_envs if count is None else start + count
-        flagged = start + np.flatnonzero(self.last_warnings[start:stop])
-        if flagged.size == 0:
-            return
-        bits = int(np.bitwise_or.reduce(self.last_warnings[flagged]))
-        names = [name for value, name in _WARNING_NAMES.items() if bits & (1 << value)]
-        shown = ", ".join(str(i) for i in flagged[:8]) + (", ..." if flagged.size > 8 else "")
-        warnings.warn(
-            f"MuJoCo warnings during {call} in {flagged.size} simulation(s) ({shown}): "
-            f"{', '.join(names)}; per-simulation bits in last_warnings"
-            + (" (BADQACC: MuJoCo reset that simulation's data, as mj_step does)" if "mjWARN_BADQACC" in names else ""),
-            SimulationWarning,
-            stacklevel=3,
-        )
+        message = warning_message(call, self.last_warnings, start, stop)
+        if message:
+            warnings.warn(message, SimulationWarning, stacklevel=3)
+
+
+def warning_message(call: str, last_warnings: np.ndarray, start: int, stop: int) -> str | None:
+    """What a call's MuJoCo warnings (``last_warnings``: per-simulation mjtWarning bits) in simulations
+    [start, stop) say, in one line; None when there were none."""
+    flagged = start + np.flatnonzero(last_warnings[start:stop])
+    if flagged.size == 0:
+        return None
+    bits = int(np.bitwise_or.reduce(last_warnings[flagged]))
+    names = [name for value, name in _WARNING_NAMES.items() if bits & (1 << value)]
+    shown = ", ".join(str(i) for i in flagged[:8]) + (", ..." if flagged.size > 8 else "")
+    return (
+        f"MuJoCo warnings during {call} in {flagged.size} simulation(s) ({shown}): "
+        f"{', '.join(names)}; per-simulation bits in last_warnings"
+        + (" (BADQACC: MuJoCo reset that simulation's data, as mj_step does)" if "mjWARN_BADQACC" in names else "")
+    )
