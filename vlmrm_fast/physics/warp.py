@@ -21,10 +21,10 @@ Where it differs from the CPU engine (docs/physics.md):
   :func:`vlmrm_fast.physics.solver.with_solver`);
 * all worlds step at once: ``step(ctrl, rows)`` takes ``rows`` None or all envs, no part;
 * ``qpos`` and ``qvel`` are read-only host copies of the state: set a state with ``reset(ids, qpos=, qvel=)``;
-* ``last_warnings`` holds MuJoCo's warning bits for what MuJoCo Warp can tell: non-finite
-  qpos/qvel/qacc (``mjWARN_BADQPOS``/``BADQVEL``/``BADQACC``; such a world is reset to the
-  model's defaults after the step, as ``mj_step`` resets the data), full contact buffers
-  (``mjWARN_CONTACTFULL``) and full constraint rows (``mjWARN_CNSTRFULL``).
+* ``last_warnings`` holds MuJoCo's warning bits for what MuJoCo Warp can tell: a bad state after
+  a step (NaN, inf or above ``mjMAXVAL`` in qpos/qvel/qacc: ``mjWARN_BADQPOS``/``BADQVEL``/``BADQACC``;
+  the world is then reset to the model's defaults, where ``mj_step`` resets it within the step and
+  steps on), full contact buffers (``mjWARN_CONTACTFULL``) and full constraint rows (``mjWARN_CNSTRFULL``).
 """
 
 from __future__ import annotations
@@ -58,8 +58,10 @@ _BADQVEL = wp.constant(1 << int(mujoco.mjtWarning.mjWARN_BADQVEL))
 _BADQACC = wp.constant(1 << int(mujoco.mjtWarning.mjWARN_BADQACC))
 _CONTACTFULL = wp.constant(1 << int(mujoco.mjtWarning.mjWARN_CONTACTFULL))
 _CNSTRFULL = wp.constant(1 << int(mujoco.mjtWarning.mjWARN_CNSTRFULL))
-_NONFINITE_BITS = (1 << int(mujoco.mjtWarning.mjWARN_BADQPOS)) | (1 << int(mujoco.mjtWarning.mjWARN_BADQVEL))
-_NONFINITE_BITS |= 1 << int(mujoco.mjtWarning.mjWARN_BADQACC)
+_BAD_STATE_BITS = (1 << int(mujoco.mjtWarning.mjWARN_BADQPOS)) | (1 << int(mujoco.mjtWarning.mjWARN_BADQVEL))
+_BAD_STATE_BITS |= 1 << int(mujoco.mjtWarning.mjWARN_BADQACC)
+# What C MuJoCo's mj_checkPos/Vel/Acc call bad: NaN, inf or a magnitude above mjMAXVAL.
+_MAXVAL = wp.constant(wp.float32(mujoco.mjMAXVAL))
 # MuJoCo Warp's overflow bits (mjw.OverflowType) that C MuJoCo reports as a full contact buffer or
 # full constraint rows; it also flags solver iteration limits, which C MuJoCo does not warn of.
 _O = mjw.OverflowType
@@ -86,6 +88,11 @@ def _gather_columns(
         packed[world, column + k] = wp.float64(source[world, start + k])
 
 
+@wp.func
+def _bad(value: wp.float32) -> bool:
+    return not wp.isfinite(value) or wp.abs(value) > _MAXVAL
+
+
 @wp.kernel
 def _check_worlds(
     qpos: wp.array2d(dtype=wp.float32),
@@ -101,12 +108,12 @@ def _check_worlds(
         return
     bits = wp.int32(0)
     for i in range(qpos.shape[1]):
-        if not wp.isfinite(qpos[world, i]):
+        if _bad(qpos[world, i]):
             bits = bits | _BADQPOS
     for i in range(qvel.shape[1]):
-        if not wp.isfinite(qvel[world, i]):
+        if _bad(qvel[world, i]):
             bits = bits | _BADQVEL
-        if not wp.isfinite(qacc[world, i]):
+        if _bad(qacc[world, i]):
             bits = bits | _BADQACC
     flags = overflow[world]
     if flags & _CONTACT_OVERFLOW:
@@ -270,8 +277,7 @@ class WarpSimulator:
         self._host_rows = host_rows
         device_rows = self._device_packed[n:].view(n, width)
         self._torch_outputs = {c.name: device_rows[:, c.column : c.column + c.count] for c in self._columns}
-        self._host_views = {c.name: host_rows[:, c.column : c.column + c.count] for c in columns}
-        self._outputs = {c.name: self._host_views[c.name] for c in self._columns}
+        self._outputs = {c.name: host_rows[:, c.column : c.column + c.count] for c in self._columns}
         self._state_views = {
             name: host_rows[:, c.column : c.column + c.count] for name, c in self._state_columns.items()
         }
@@ -401,7 +407,8 @@ class WarpSimulator:
 
         Raises ValueError for ``rows`` other than all envs, a wrong shape or non-finite controls
         (no world is stepped). Warns with SimulationWarning when a world raised warnings; a world
-        whose state became non-finite is reset to the model's defaults (as ``mj_step`` does).
+        whose state went bad (NaN, inf, above mjMAXVAL) is reset to the model's defaults, as
+        ``mj_step`` resets it.
         """
         self._live()
         self.env_range(rows)
@@ -418,7 +425,7 @@ class WarpSimulator:
             self._run("step", self._step_launches)
             self._fetch(self.host_outputs)
         bits = self._host_bits.astype(np.int32)
-        broken = np.flatnonzero(bits & _NONFINITE_BITS)
+        broken = np.flatnonzero(bits & _BAD_STATE_BITS)
         if broken.size:  # as mj_step: the world's data reset to the model's defaults
             qpos0 = np.tile(self.model.qpos0, (broken.size, 1))
             self._reset_on_device(broken, qpos0, np.zeros((broken.size, self.model.nv)))
@@ -447,7 +454,8 @@ class WarpSimulator:
             return
         self._reset_on_device(ids, qpos_rows, qvel_rows)
         self._last_warnings[:] = 0
-        self._last_warnings[ids] = self._host_bits[ids].astype(np.int32)
+        # As mj_forward after mj_resetData, a reset checks no state (the next step does).
+        self._last_warnings[ids] = self._host_bits[ids].astype(np.int32) & ~_BAD_STATE_BITS
         self._warn("reset")
 
     def close(self) -> None:
