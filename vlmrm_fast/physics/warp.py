@@ -45,110 +45,18 @@ from vlmrm_fast.warp_rendering import _import_warp
 
 wp, mjw = _import_warp()
 
+from vlmrm_fast.physics.warp_kernels import (  # noqa: E402  (after Warp's quiet initialization)
+    BAD_STATE_BITS,
+    check_worlds,
+    gather_columns,
+    set_reset_state,
+)
+
 BATCH_WAY_OUT = 'physics="batch" (CPU MuJoCo) runs it'
 
 
 class UnsupportedModelError(ValueError):
     """MuJoCo Warp cannot run this model (a plugin, a feature it lacks, the PGS solver)."""
-
-
-# MuJoCo's warning bits (mjtWarning), as BatchSimulator.last_warnings sets them.
-_BADQPOS = wp.constant(1 << int(mujoco.mjtWarning.mjWARN_BADQPOS))
-_BADQVEL = wp.constant(1 << int(mujoco.mjtWarning.mjWARN_BADQVEL))
-_BADQACC = wp.constant(1 << int(mujoco.mjtWarning.mjWARN_BADQACC))
-_CONTACTFULL = wp.constant(1 << int(mujoco.mjtWarning.mjWARN_CONTACTFULL))
-_CNSTRFULL = wp.constant(1 << int(mujoco.mjtWarning.mjWARN_CNSTRFULL))
-_BAD_STATE_BITS = (1 << int(mujoco.mjtWarning.mjWARN_BADQPOS)) | (1 << int(mujoco.mjtWarning.mjWARN_BADQVEL))
-_BAD_STATE_BITS |= 1 << int(mujoco.mjtWarning.mjWARN_BADQACC)
-# What C MuJoCo's mj_checkPos/Vel/Acc call bad: NaN, inf or a magnitude above mjMAXVAL.
-_MAXVAL = wp.constant(wp.float32(mujoco.mjMAXVAL))
-# MuJoCo Warp's overflow bits (mjw.OverflowType) that C MuJoCo reports as a full contact buffer or
-# full constraint rows; it also flags solver iteration limits, which C MuJoCo does not warn of.
-_O = mjw.OverflowType
-_CONSTRAINT_OVERFLOW = wp.constant(int(_O.NEFC | _O.NJMAX_NNZ | _O.NVMAX))
-_CONTACT_OVERFLOW = wp.constant(
-    int(_O.BROADPHASE | _O.NARROWPHASE | _O.CCD | _O.HFIELD | _O.CONTACT_MATCH | _O.EPA_HORIZON | _O.TACTILE)
-)
-
-# Kernels of this module's own: MuJoCo Warp has no gather of fields into one buffer (what makes the
-# outputs one copy per step), no per-world state write (what a reset with given rows needs) and no
-# per-world check of the state (what C MuJoCo's mj_checkPos/Vel/Acc do).
-
-
-@wp.kernel
-def _gather_columns(
-    source: wp.array2d(dtype=wp.float32),
-    start: int,
-    column: int,
-    worlds: wp.array(dtype=wp.bool),
-    packed: wp.array2d(dtype=wp.float64),
-):
-    world, k = wp.tid()
-    if worlds[world]:
-        packed[world, column + k] = wp.float64(source[world, start + k])
-
-
-@wp.func
-def _bad(value: wp.float32) -> bool:
-    return not wp.isfinite(value) or wp.abs(value) > _MAXVAL
-
-
-@wp.kernel
-def _check_worlds(
-    qpos: wp.array2d(dtype=wp.float32),
-    qvel: wp.array2d(dtype=wp.float32),
-    qacc: wp.array2d(dtype=wp.float32),
-    overflow: wp.array(dtype=wp.int32),
-    worlds: wp.array(dtype=wp.bool),
-    warning_bits: wp.array(dtype=wp.float64),
-):
-    """Each world's MuJoCo warning bits since its last check; clears MuJoCo Warp's (sticky) overflow bits."""
-    world = wp.tid()
-    if not worlds[world]:
-        return
-    bits = wp.int32(0)
-    for i in range(qpos.shape[1]):
-        if _bad(qpos[world, i]):
-            bits = bits | _BADQPOS
-    for i in range(qvel.shape[1]):
-        if _bad(qvel[world, i]):
-            bits = bits | _BADQVEL
-        if _bad(qacc[world, i]):
-            bits = bits | _BADQACC
-    flags = overflow[world]
-    if flags & _CONTACT_OVERFLOW:
-        bits = bits | _CONTACTFULL
-    if flags & _CONSTRAINT_OVERFLOW:
-        bits = bits | _CNSTRFULL
-    overflow[world] = 0
-    warning_bits[world] = wp.float64(bits)
-
-
-@wp.kernel
-def _set_reset_state(
-    worlds: wp.array(dtype=wp.bool),
-    rows: wp.array2d(dtype=wp.float32),
-    qpos: wp.array2d(dtype=wp.float32),
-    qvel: wp.array2d(dtype=wp.float32),
-    cacc: wp.array2d(dtype=wp.spatial_vector),
-    cfrc_int: wp.array2d(dtype=wp.spatial_vector),
-    cfrc_ext: wp.array2d(dtype=wp.spatial_vector),
-):
-    """qpos and qvel of the reset worlds from their rows; zeros in the fields only rne_postconstraint
-    computes (mj_resetData zeroes them and mj_forward leaves them; mujoco_warp.reset_data leaves them as they were)."""
-    world = wp.tid()
-    if not worlds[world]:
-        return
-    nq = qpos.shape[1]
-    for i in range(nq):
-        qpos[world, i] = rows[world, i]
-    for i in range(qvel.shape[1]):
-        qvel[world, i] = rows[world, nq + i]
-    zero = wp.spatial_vector(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    for b in range(cacc.shape[1]):
-        cacc[world, b] = zero
-        cfrc_int[world, b] = zero
-        cfrc_ext[world, b] = zero
 
 
 @dataclasses.dataclass(frozen=True)
@@ -425,7 +333,7 @@ class WarpSimulator:
             self._run("step", self._step_launches)
             self._fetch(self.host_outputs)
         bits = self._host_bits.astype(np.int32)
-        broken = np.flatnonzero(bits & _BAD_STATE_BITS)
+        broken = np.flatnonzero(bits & BAD_STATE_BITS)
         if broken.size:  # as mj_step: the world's data reset to the model's defaults
             qpos0 = np.tile(self.model.qpos0, (broken.size, 1))
             self._reset_on_device(broken, qpos0, np.zeros((broken.size, self.model.nv)))
@@ -455,7 +363,7 @@ class WarpSimulator:
         self._reset_on_device(ids, qpos_rows, qvel_rows)
         self._last_warnings[:] = 0
         # As mj_forward after mj_resetData, a reset checks no state (the next step does).
-        self._last_warnings[ids] = self._host_bits[ids].astype(np.int32) & ~_BAD_STATE_BITS
+        self._last_warnings[ids] = self._host_bits[ids].astype(np.int32) & ~BAD_STATE_BITS
         self._warn("reset")
 
     def close(self) -> None:
@@ -509,7 +417,7 @@ class WarpSimulator:
         m, d, worlds = self._warp_model, self._data, self._reset_worlds
         mjw.reset_data(m, d, reset=worlds)
         wp.launch(
-            _set_reset_state,
+            set_reset_state,
             dim=self._num_envs,
             inputs=[worlds, self._reset_rows],
             outputs=[d.qpos, d.qvel, d.cacc, d.cfrc_int, d.cfrc_ext],
@@ -522,14 +430,14 @@ class WarpSimulator:
         for c in [*self._columns, *self._state_columns.values()]:
             if c.count:
                 wp.launch(
-                    _gather_columns,
+                    gather_columns,
                     dim=(self._num_envs, c.count),
                     inputs=[c.source, c.start, c.column, worlds],
                     outputs=[self._wp_rows],
                 )
         d = self._data
         wp.launch(
-            _check_worlds,
+            check_worlds,
             dim=self._num_envs,
             inputs=[d.qpos, d.qvel, d.qacc, d.overflow, worlds],
             outputs=[self._wp_warning_bits],
