@@ -16,12 +16,15 @@ docs/physics.md measures, not rounding.
 
 from __future__ import annotations
 
+import json
+import pathlib
 import warnings
 
 import mujoco
 import numpy as np
 import pytest
 import torch
+from child_process import run_python
 
 from vlmrm_fast.envs import humanoid
 from vlmrm_fast.physics.solver import with_solver
@@ -29,6 +32,7 @@ from vlmrm_fast.sim import BatchSimulator, SimulationWarning
 
 pytestmark = pytest.mark.warp
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 N = 3
 STEPS = 6
 RTOL = 1e-3
@@ -230,6 +234,22 @@ def test_closed_simulator_refuses_calls(model):
     assert height[0, 0] == pytest.approx(model.qpos0[2])  # views still referenced stay readable
     with pytest.raises(RuntimeError, match="closed"):
         simulator.step(np.zeros((1, model.nu)))
+
+
+@pytest.mark.slow
+def test_physics_bench_dry_run_measures_both_engines(tmp_path):
+    """bench/bench_physics.py on Warp's CPU backend at a tiny size: each engine's rate, side by side."""
+    out = tmp_path / "physics.json"
+    command = [str(ROOT / "bench" / "bench_physics.py"), "--device", "cpu", "--worlds", "2", "--steps", "2"]
+    command += ["--warmup", "1", "--batch-steps", "1", "--out", str(out)]
+    result = run_python(command, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    (row,) = report["results"]
+    assert row["worlds"] == 2 and row["frame_skip"] == humanoid.FRAME_SKIP
+    assert row["warp"]["host_outputs"]["env_steps_per_s"] > 0 and row["warp"]["device_outputs"]["env_steps_per_s"] > 0
+    assert row["batch"]["env_steps_per_s"] > 0 and row["batch"]["solver"] == "pgs"
+    assert row["warp_over_batch"] == row["warp"]["host_outputs"]["env_steps_per_s"] / row["batch"]["env_steps_per_s"]
 
 
 # ---------------------------------------------------------------------------------- on a GPU
