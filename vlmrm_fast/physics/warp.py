@@ -122,6 +122,8 @@ class WarpSimulator:
         self.host_outputs = bool(host_outputs)
         self.cuda_graph = bool(cuda_graph) and self.device.type == "cuda"
         self._wp_device = wp.get_device(str(self.device))
+        # Every call runs on this one stream (the device's Warp stream when built): ordered among themselves.
+        self._stream = self._wp_device.stream if self._wp_device.is_cuda else None
         self._warp_model, self._data = self._load(model, nconmax, njmax)
         self._build_buffers(_parse_outputs(outputs))
         self._reset_states = ResetStates(model, self._num_envs)
@@ -266,10 +268,20 @@ class WarpSimulator:
 
     @property
     def warp_data(self) -> Any:
-        """The ``mujoco_warp.Data`` of all worlds, current after each call (``qpos`` etc. as the step
-        left them; derived fields such as ``xpos`` are those of the last substep's start)."""
+        """The ``mujoco_warp.Data`` of all worlds (one world per env), current after each call: the
+        state (``qpos``, ``qvel``, ...) as the call left it; derived fields (``xpos``, ``geom_xpos``,
+        ...) as of the last substep's start, before its integration. A renderer drawing these worlds
+        runs kinematics on it first; that rewrites derived fields only, which the next step recomputes,
+        but it must not overlap a step: launch it on :attr:`warp_stream`."""
         self._live()
         return self._data
+
+    @property
+    def warp_stream(self) -> Any:
+        """The ``warp.Stream`` every call of this simulator runs on (None on Warp's CPU backend): work
+        that reads or writes :attr:`warp_data` on it is ordered with the steps and resets."""
+        self._live()
+        return self._stream
 
     # ------------------------------------------------------------------ properties
     @property
@@ -327,7 +339,7 @@ class WarpSimulator:
         if not np.isfinite(ctrl).all():
             raise ValueError("ctrl has non-finite values (NaN or inf); no simulation was stepped")
         np.copyto(self._host_ctrl.numpy(), ctrl, casting="unsafe")
-        with wp.ScopedDevice(self._wp_device):
+        with self._on_stream():
             if nu:
                 wp.copy(self._data.ctrl, self._wp_host_ctrl)
             self._run("step", self._step_launches)
@@ -399,7 +411,7 @@ class WarpSimulator:
         nq = self.model.nq
         rows[ids, :nq] = qpos_rows
         rows[ids, nq:] = qvel_rows
-        with wp.ScopedDevice(self._wp_device):
+        with self._on_stream():
             wp.copy(self._reset_worlds, self._wp_host_reset_worlds)
             wp.copy(self._reset_rows, self._wp_host_reset_rows)
             self._run("reset", self._reset_launches)
@@ -452,7 +464,7 @@ class WarpSimulator:
             return
         launches()
         if self.cuda_graph:
-            with wp.ScopedCapture(device=self._wp_device) as capture:
+            with wp.ScopedCapture(device=self._wp_device, stream=self._stream) as capture:
                 launches()
             self._graphs[name] = capture.graph
 
@@ -461,15 +473,23 @@ class WarpSimulator:
         count = self._host_packed.numel() if everything else self._num_envs
         wp.copy(self._wp_host_packed, self._wp_device_packed, count=count)
         if self._wp_device.is_cuda:
-            wp.synchronize_stream(self._wp_device.stream)
+            wp.synchronize_stream(self._stream)
         self._host_current = everything
 
     def _host(self, name: str | None) -> Any:
         self._live()
         if not self._host_current:
-            with wp.ScopedDevice(self._wp_device):
+            with self._on_stream():
                 self._fetch(True)
         return self._state_views[name] if name is not None else None
+
+    def _on_stream(self) -> Any:
+        """Warp's current device (and, on a GPU, stream) for this simulator's launches and copies."""
+        if self._stream is None:
+            return wp.ScopedDevice(self._wp_device)
+        # sync_enter=False: nothing this simulator reads comes from another stream (controls and reset
+        # rows come from the host); what others read of it is complete when a call returns.
+        return wp.ScopedStream(self._stream, sync_enter=False)
 
     def _live(self) -> None:
         if self._closed:
