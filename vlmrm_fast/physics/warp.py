@@ -41,7 +41,7 @@ import torch
 from vlmrm_fast.device import resolve_device
 from vlmrm_fast.physics.solver import WARP_DEFAULT_SOLVER, WARP_SOLVERS, solver_name
 from vlmrm_fast.sim import OutputSpec, ResetStates, SimulationWarning, _parse_outputs, warning_message
-from vlmrm_fast.warp_rendering import _import_warp
+from vlmrm_fast.warp_rendering import _import_warp, warp_stream_of
 
 wp, mjw = _import_warp()
 
@@ -203,6 +203,8 @@ class WarpSimulator:
         self._wp_host_reset_worlds = wp.from_torch(self._host_reset_worlds, dtype=wp.bool)
         self._wp_host_reset_rows = wp.from_torch(self._host_reset_rows)
         self._last_warnings = np.zeros(n, dtype=np.int32)
+        if pinned:  # torch filled its tensors on its own stream: done before Warp's stream writes them
+            torch.cuda.synchronize(self.device)
 
     def _field_rows(self, name: str, reference: mujoco.MjData) -> tuple[Any, int]:
         """Data field ``name`` as float32 rows (num_envs, size) on the device, and its size per world;
@@ -484,11 +486,15 @@ class WarpSimulator:
         return self._state_views[name] if name is not None else None
 
     def _on_stream(self) -> Any:
-        """Warp's current device (and, on a GPU, stream) for this simulator's launches and copies."""
+        """Warp's current device (and, on a GPU, stream) for this simulator's launches and copies.
+
+        On a GPU the stream first waits for torch's current stream: work queued there before this
+        call (a learner reading ``torch_outputs``) is done before the call rewrites them. Nothing
+        else is waited for: controls and reset rows come from the host, and what others read of this
+        simulator is complete when a call returns."""
         if self._stream is None:
             return wp.ScopedDevice(self._wp_device)
-        # sync_enter=False: nothing this simulator reads comes from another stream (controls and reset
-        # rows come from the host); what others read of it is complete when a call returns.
+        self._stream.wait_stream(warp_stream_of(torch.cuda.current_stream(self.device)))
         return wp.ScopedStream(self._stream, sync_enter=False)
 
     def _live(self) -> None:
