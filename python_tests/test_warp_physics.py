@@ -1,13 +1,14 @@
 """WarpSimulator (MuJoCo Warp physics; here on Warp's CPU backend) against BatchSimulator (CPU MuJoCo),
 both running the humanoid tasks' model with the Newton solver.
 
-One MuJoCo Warp simulator serves the module (Warp compiles a model's kernels once per process, about
-50 s on a cold kernel cache); each test resets the worlds it uses.
+One MuJoCo Warp simulator serves the module (Warp compiles a model's kernels once per machine into its
+kernel cache: about 65 s for the first simulator on 2 cores with an empty cache); each test resets
+the worlds it uses.
 
 Tolerance of the comparisons with CPU MuJoCo: ``|warp - cpu| <= RTOL * max(1, max |cpu field|)``,
 field by field. MuJoCo Warp computes in float32 (unit roundoff 6e-8) and stops its Newton solver at
-tolerance 1e-6 where CPU MuJoCo works in float64 to 1e-8; through the contact solve and 40 substeps
-the differences measured here stay below 3e-5 of a field's scale (cfrc_ext; qpos 2e-6), so
+tolerance 1e-6 where CPU MuJoCo works in float64 to 1e-8; through the contact solve, over 8 steps
+(40 substeps) from 3 seeds, the differences measured stay below 3e-5 of a field's scale (cfrc_ext; qpos 2e-6), so
 RTOL = 1e-3 holds them with a margin of 30 while a field read from the wrong place (O(1)) fails.
 The states start with the feet on the floor (sphere contacts): where a steep capsule (a shin) meets
 the floor the two engines orient the friction pyramid differently, a modelling difference that
