@@ -187,8 +187,8 @@ def test_humanoid_batch_engine_matches_gymnasium(rms, chunks):
 def test_auto_renderer_is_warp_on_the_cpu_when_installed(rms, monkeypatch):
     """renderer="auto" (the default): MuJoCo Warp where the frames are scored on the CPU and it is
     installed, EGL otherwise (on a GPU, or without MuJoCo Warp)."""
+    from vlmrm_fast import warp_runtime as warp_rendering
     from vlmrm_fast.rendering import choose_renderer
-    from vlmrm_fast.rendering import warp as warp_rendering
 
     fast = make_fast(rms[HUMANOID], HUMANOID, physics="batch")
     assert fast.env_spec.renderer == "auto"

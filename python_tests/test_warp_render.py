@@ -250,7 +250,7 @@ def test_one_warp_stream_per_torch_stream_handle_for_the_process(monkeypatch):
 
     import warp
 
-    from vlmrm_fast.rendering import warp as warp_rendering
+    from vlmrm_fast import warp_runtime as warp_rendering
 
     made: list[object] = []
 

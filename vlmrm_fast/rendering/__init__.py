@@ -31,9 +31,9 @@ def _egl_unavailable(gpu: int | None) -> str | None:
 
 
 def _warp_unavailable(gpu: int | None) -> str | None:
-    from vlmrm_fast.rendering.warp import warp_available
+    from vlmrm_fast import warp_runtime
 
-    return warp_available()
+    return warp_runtime.warp_available()
 
 
 @dataclasses.dataclass(frozen=True)

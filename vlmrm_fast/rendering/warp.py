@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,67 +41,9 @@ from vlmrm_fast.device import resolve_device
 from vlmrm_fast.frames import FrameLayout, FrameView
 from vlmrm_fast.physics.batch import BatchSimulator
 from vlmrm_fast.rendering.base import BatchRendererBase
+from vlmrm_fast.warp_runtime import import_warp, warp_available, warp_stream_of  # noqa: F401  (warp_available: this module's name for it)
 
 MAX_FRAME_SIDE = 8192
-INSTALL_HINT = "the Warp renderer needs MuJoCo Warp: pip install 'vlmrm-fast[warp]' (mujoco-warp, warp-lang)"
-
-
-def _import_warp():
-    try:
-        import mujoco_warp
-        import warp
-    except ImportError as exc:
-        raise ImportError(f"{INSTALL_HINT} ({exc})") from None
-    if warp.config.log_level == warp.LOG_INFO:  # Warp's default: quiet its banner and per-module notices
-        warp.config.log_level = warp.LOG_WARNING if torch.cuda.is_available() else warp.LOG_ERROR
-    _init_warp(warp)
-    return warp, mujoco_warp
-
-
-#: What Warp's native library prints (from C, whatever its log level) where there is no NVIDIA driver:
-#: on a CPU-only machine that is the expected state, said once by ``vlmrm-fast info``, not a warning.
-_NO_DRIVER_NOTICE = "Could not find or load the NVIDIA CUDA driver"
-
-
-_WARP_INITIALIZED = False
-
-
-def _init_warp(warp) -> None:
-    """``warp.init()`` with its no-driver notice dropped; anything else it prints goes to stderr as usual."""
-    global _WARP_INITIALIZED
-    if _WARP_INITIALIZED:
-        return
-    _WARP_INITIALIZED = True
-    import os
-    import sys
-    import tempfile
-
-    sys.stderr.flush()
-    with tempfile.TemporaryFile() as captured:
-        saved = os.dup(2)
-        os.dup2(captured.fileno(), 2)
-        try:
-            warp.init()
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        captured.seek(0)
-        printed = captured.read().decode(errors="replace")
-    kept = [line for line in printed.splitlines(keepends=True) if _NO_DRIVER_NOTICE not in line]
-    if kept:
-        sys.stderr.write("".join(kept))
-        sys.stderr.flush()
-
-
-def warp_available() -> str | None:
-    """None when the Warp renderer can be used, else why not."""
-    try:
-        _import_warp()
-    except ImportError as exc:
-        return str(exc)
-    return None
-
-
 _UNPACK_KERNEL = None
 
 
@@ -110,7 +51,7 @@ def _unpack_kernel():
     """uint32 pixels packed as MuJoCo Warp stores them (0xAARRGGBB) -> RGB bytes (N, H, W, 3)."""
     global _UNPACK_KERNEL
     if _UNPACK_KERNEL is None:
-        wp, _ = _import_warp()
+        wp, _ = import_warp()
 
         @wp.kernel(module="unique")
         def unpack_rgb(packed: wp.array2d(dtype=wp.uint32), first: int, width: int, out: wp.array4d(dtype=wp.uint8)):
@@ -124,27 +65,6 @@ def _unpack_kernel():
 
         _UNPACK_KERNEL = unpack_rgb
     return _UNPACK_KERNEL
-
-
-_WARP_STREAMS: dict[tuple[str, int], Any] = {}
-_WARP_STREAMS_LOCK = threading.Lock()
-
-
-def warp_stream_of(stream: torch.cuda.Stream):
-    """The process's one ``wp.Stream`` for torch ``stream``'s handle, kept for the life of the process.
-
-    Warp registers external streams by raw handle, without counting, and a collected wrapper
-    unregisters its handle; torch hands the same pooled handles to new ``torch.cuda.Stream``
-    objects. A wrapper per renderer would thus drop a registration that another renderer, or
-    the user, still relies on. One wrapper per handle, never collected, drops none.
-    """
-    key = (str(stream.device), int(stream.cuda_stream))
-    with _WARP_STREAMS_LOCK:
-        wrapper = _WARP_STREAMS.get(key)
-        if wrapper is None:
-            wp, _ = _import_warp()
-            wrapper = _WARP_STREAMS[key] = wp.stream_from_torch(stream)
-        return wrapper
 
 
 def render_data_sizes() -> dict[str, int]:
@@ -200,7 +120,7 @@ class WarpBatchRenderer(BatchRendererBase):
     ) -> None:
         self._slots: dict[tuple[int, int], _Slot] = {}
         self._closed = True  # until built
-        wp, mjw = _import_warp()
+        wp, mjw = import_warp()
         super().__init__(model, num_envs, width, height)
         for name, value in (("width", width), ("height", height)):
             if value > MAX_FRAME_SIDE:
