@@ -32,6 +32,7 @@ from vlmrm_fast.envs.batch_task import BatchTask, StepReward  # noqa: F401  (Ste
 from vlmrm_fast.envs.time_limits import TIME_LIMITS
 from vlmrm_fast.frames import FrameView
 from vlmrm_fast.physics import PHYSICS
+from vlmrm_fast.physics.solver import with_solver
 from vlmrm_fast.profiling import NULL_TIMER
 from vlmrm_fast.rendering import RENDERERS
 
@@ -88,7 +89,7 @@ class MujocoBatchVecEnv(VecEnv):
     """``num_envs`` envs of a MuJoCo task (its :class:`BatchTask` glue, ``batch``), simulated by
     ``physics`` and drawn by ``renderer`` (rows of ``vlmrm_fast.physics.PHYSICS`` and
     ``vlmrm_fast.rendering.RENDERERS``, as :mod:`vlmrm_fast.stack` chose them) on CUDA device ``gpu``
-    (None: the CPU).
+    (None: the CPU); ``solver``: the constraint solver the task's model runs with (None: its own).
 
     Env ``i`` is seeded with ``seed + i`` at the next reset, as SB3's vector envs do; the
     episode ends after ``episode_length`` steps, as ``time_limit`` says: a truncation
@@ -114,6 +115,7 @@ class MujocoBatchVecEnv(VecEnv):
         gpu: int | None = None,
         renderer: str = "egl",
         physics: str = "batch",
+        solver: str | None = None,
     ):
         height, width = render_size
         self.batch = batch
@@ -122,6 +124,8 @@ class MujocoBatchVecEnv(VecEnv):
         self.physics = one_of(physics, "physics", [name for name, row in PHYSICS.items() if row.engine])
         self.renderer = one_of(renderer, "renderer", tuple(RENDERERS))
         self.model = batch.build_model(max(height, width))
+        if solver is not None:  # the plan's (MuJoCo Warp has no PGS): one model for the physics and the drawing
+            self.model = with_solver(self.model, solver)
         self.sim = PHYSICS[self.physics].make_simulator(self.model, num_envs, batch.frame_skip, batch.outputs, gpu)
         self.frame_source = RENDERERS[self.renderer].make(self.model, num_envs, render_size, batch.camera, gpu)
         obs_dim = batch.observation(self.sim.outputs).shape[1]

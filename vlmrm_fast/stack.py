@@ -34,7 +34,7 @@ from vlmrm_fast.checks import positive_int
 from vlmrm_fast.device import resolve_device
 from vlmrm_fast.envs import TaskSpec
 from vlmrm_fast.envs.spec import EnvSpec
-from vlmrm_fast.physics import AUTO_ORDER, PHYSICS
+from vlmrm_fast.physics import AUTO_ORDER, PHYSICS, Physics
 from vlmrm_fast.pipeline import plan_chunks
 from vlmrm_fast.rendering import RENDERERS, choose_renderer
 from vlmrm_fast.reward.protocol import RewardModel
@@ -55,6 +55,7 @@ ENV_ARGUMENTS = (
     "env_reward_weight",
     "time_limit",
     "scene_assets",
+    "solver",
 )
 #: What a stack takes beside the two specs: the first reset's seed, gymnasium envs' keywords, and
 #: whether the rewards are left to the caller (episode batches).
@@ -68,7 +69,8 @@ class StackPlan:
     ``env``: the env spec with the task's defaults filled in; ``task``: its task (with its scene
     assets); ``device``: where frames are scored, and drawn when they are drawn on a GPU;
     ``physics``: a row of ``physics.PHYSICS``; ``renderer``: a row of ``rendering.RENDERERS`` (None: the
-    task's gymnasium envs draw their own frames); ``ranges``: the pipeline's ranges of envs;
+    task's gymnasium envs draw their own frames); ``solver``: the constraint solver the engine runs the
+    task's model with (None: the model's own); ``ranges``: the pipeline's ranges of envs;
     ``encoder_batch``: the frames per encoder batch.
     """
 
@@ -77,6 +79,7 @@ class StackPlan:
     device: torch.device
     physics: str
     renderer: str | None
+    solver: str | None
     ranges: tuple[slice, ...]
     encoder_batch: int
 
@@ -95,9 +98,10 @@ class StackPlan:
         sizes = sorted({r.stop - r.start for r in self.ranges})
         ranges = f"{len(self.ranges)} range{'s' if len(self.ranges) > 1 else ''} of {'/'.join(map(str, sizes))} envs"
         drawn = f"renderer {self.renderer}" if self.renderer else "frames drawn by the gymnasium envs"
+        solver = f" ({self.solver} solver)" if self.solver else ""
         return (
-            f"{self.env.task}, {self.env.n_envs} envs scored on {self.device}: physics {self.physics}, {drawn}, "
-            f"{ranges}, encoder batch {self.encoder_batch}"
+            f"{self.env.task}, {self.env.n_envs} envs scored on {self.device}: physics {self.physics}{solver}, "
+            f"{drawn}, {ranges}, encoder batch {self.encoder_batch}"
         )
 
 
@@ -107,23 +111,32 @@ def plan_stack(env: EnvSpec, reward: RewardModelSpec | RewardModel) -> StackPlan
     task = env.task_spec()
     device = resolve_device(reward.device) if isinstance(reward, RewardModelSpec) else torch.device(reward.device)
     gpu = device.index if device.type == "cuda" else None
-    renderer = choose_renderer(env.renderer, gpu)
+    row = PHYSICS[env.physics] if env.physics != "auto" else None
+    renderer = choose_renderer(env.renderer, gpu, among=row.renderers if row is not None else None)
     physics = _choose_physics(env, task, renderer, gpu)
-    if not PHYSICS[physics].engine:
+    row = PHYSICS[physics]
+    if not row.engine:
         if env.renderer != "auto":
             raise ValueError(
                 f"renderer={env.renderer!r} draws the MuJoCo batch engine's tasks; task {task.name!r} runs on "
                 f"gymnasium envs (physics={physics!r}), which draw their own frames"
             )
         renderer = None
+    solver = _choose_solver(env, row)
+    if not row.steps_in_ranges and env.pipeline_chunks not in ("auto", 1):
+        raise ValueError(
+            f"physics={physics!r} steps every env at once: pipeline_chunks={env.pipeline_chunks!r} cannot split a "
+            "step; use pipeline_chunks='auto' (one range)"
+        )
     overlaps = renderer is None or RENDERERS[renderer].overlaps_encoder  # host frames: uploads overlap the encoder
-    ranges = tuple(plan_chunks(env.n_envs, env.pipeline_chunks, device, overlaps=overlaps))
+    chunks = env.pipeline_chunks if row.steps_in_ranges else 1
+    ranges = tuple(plan_chunks(env.n_envs, chunks, device, overlaps=overlaps))
     largest = max(r.stop - r.start for r in ranges)
     if isinstance(reward, RewardModelSpec):
         encoder_batch = reward.batch_size or largest
     else:
         encoder_batch = int(getattr(reward, "chunk_size", None) or largest)
-    plan = StackPlan(env, task, device, physics, renderer, ranges, encoder_batch)
+    plan = StackPlan(env, task, device, physics, renderer, solver, ranges, encoder_batch)
     logger.info("stack: %s", plan.describe())
     return plan
 
@@ -145,6 +158,29 @@ def _choose_physics(env: EnvSpec, task: TaskSpec, renderer: str | None, gpu: int
         others = [n for n, other in PHYSICS.items() if n != name and other.unavailable(task, gpu) is None]
         raise ValueError(f"{task_problem}; use physics={' or '.join(map(repr, others))} (or 'auto')")
     raise RuntimeError(f"no physics can run task {task.name!r} here")  # pragma: no cover - "gym" always can
+
+
+def _choose_solver(env: EnvSpec, row: Physics) -> str | None:
+    """The solver the engine runs the task's model with: the spec's, else the physics' default (None: the
+    model's own); refused where the physics cannot run it."""
+    if not row.engine:
+        if env.solver is not None:
+            raise ValueError(
+                f"solver={env.solver!r} applies to the batch engine's physics; physics={row.name!r} runs gymnasium envs"
+            )
+        return None
+    solver = env.solver or row.default_solver
+    if row.solvers is not None and solver not in row.solvers:
+        others = [
+            name
+            for name, other in PHYSICS.items()
+            if other.engine and (other.solvers is None or solver in other.solvers)
+        ]
+        raise ValueError(
+            f"physics={row.name!r} runs the {' or '.join(row.solvers)} solver, not {solver!r}; "
+            f"solver={solver!r} runs with physics={' or '.join(map(repr, others))}"
+        )
+    return solver
 
 
 def _renderer_problem(renderer: str | None, gpu: int | None) -> str | None:
@@ -187,6 +223,7 @@ def build_stack(
             gpu=plan.gpu,
             renderer=plan.renderer,
             physics=plan.physics,
+            solver=plan.solver,
         )
     else:
         make = plan.env.env_factory(**(env_kwargs or {}))

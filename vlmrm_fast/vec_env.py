@@ -74,6 +74,7 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
         env_reward_weight: float = 0.0,
         time_limit: str = "truncate",
         scene_assets: str | None = None,
+        solver: str | None = None,
         **reward: Any,
     ):
         arguments = {
@@ -87,6 +88,7 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
             "env_reward_weight": env_reward_weight,
             "time_limit": time_limit,
             "scene_assets": scene_assets,
+            "solver": solver,
         }
         arguments = {k: v for k, v in arguments.items() if v is not None}
         env, model, _ = specs_of_arguments(type(self).__name__, task, num_envs, {**arguments, **reward})

@@ -20,6 +20,7 @@ from vlmrm_fast.checks import FieldError, FieldTypeError, chunk_count, number, o
 from vlmrm_fast.envs import TaskSpec, get_task
 from vlmrm_fast.envs.paper_assets import normalized_folder
 from vlmrm_fast.envs.time_limits import TIME_LIMITS
+from vlmrm_fast.physics.solver import SOLVERS
 
 #: How a task's envs are simulated: a row of ``vlmrm_fast.physics.PHYSICS`` (the MuJoCo batch engine,
 #: gymnasium envs, ...), or "auto" (the first that can run the task, vlmrm_fast.stack).
@@ -41,7 +42,10 @@ class EnvSpec:
     an episode ends at ``episode_length``, ``"truncate"`` (SB3 bootstraps, the default) or
     ``"terminal"`` (no bootstrap, as the paper's code; see ``envs.time_limits``). ``scene_assets``: a
     folder with the paper's own image files (a checkout of its repository), drawn instead of the
-    generated textures (see ``envs.paper_assets``). How the envs spread over torchrun's ranks is
+    generated textures (see ``envs.paper_assets``). ``solver``: the constraint solver the task's model
+    runs with (``"newton"``, ``"cg"``, ``"pgs"``; None: the physics' default, which is the model's own
+    for ``physics="batch"`` and Newton for ``"warp"``, whose MuJoCo Warp has no PGS; docs/physics.md
+    compares them). How the envs spread over torchrun's ranks is
     :class:`~vlmrm_fast.distributed.DistributedConfig`'s.
     """
 
@@ -55,6 +59,7 @@ class EnvSpec:
     env_reward_weight: float = 0.0
     time_limit: str = "truncate"
     scene_assets: str | None = None
+    solver: str | None = None
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -78,6 +83,8 @@ class EnvSpec:
         put("pipeline_chunks", chunk_count(self.pipeline_chunks, "pipeline_chunks", self.n_envs))
         put("env_reward_weight", number(self.env_reward_weight, "env_reward_weight"))
         one_of(self.time_limit, "time_limit", TIME_LIMITS)
+        if self.solver is not None:
+            one_of(self.solver, "solver", tuple(SOLVERS))
         if self.scene_assets is not None:
             if not isinstance(self.scene_assets, str) or not self.scene_assets:
                 raise FieldTypeError(

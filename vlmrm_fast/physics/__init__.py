@@ -1,8 +1,10 @@
 """How a task's envs are simulated: one row per physics backend, and what ``physics="auto"`` picks.
 
 The batch engine (:mod:`vlmrm_fast.engine`) steps MuJoCo tasks with a simulator of one of the
-engine rows (``batch``: MuJoCo's ``mjb_*`` batch API on the host's threads, :mod:`.batch`); the
-``gym`` row runs the task's gymnasium envs instead, each drawing its own frames. A row says what
+engine rows (``batch``: MuJoCo's ``mjb_*`` batch API on the host's threads, :mod:`.batch`;
+``warp``: MuJoCo Warp with every env's state on the GPU, :mod:`.warp`); the ``gym`` row runs the
+task's gymnasium envs instead, each drawing its own frames. :func:`.solver.with_solver` gives a
+model another constraint solver (MuJoCo Warp has no PGS), so both engines can run the same one. A row says what
 the backend needs, whether it can run a task here, and, for an engine row, the factory of its
 simulator. Adding a physics backend is a module and a row
 (docs/architecture.md, "Where to add things"). Only :mod:`vlmrm_fast.stack` chooses among them.
@@ -30,6 +32,12 @@ def _always(task: TaskSpec, gpu: int | None) -> str | None:
     return None
 
 
+def _warp_unavailable(task: TaskSpec, gpu: int | None) -> str | None:
+    from vlmrm_fast import warp_runtime
+
+    return _needs_batch_glue(task, gpu) or warp_runtime.warp_available()
+
+
 @dataclasses.dataclass(frozen=True)
 class Physics:
     """One physics backend: its name (``EnvSpec.physics``), what it is, and how it is made.
@@ -38,6 +46,10 @@ class Physics:
     gymnasium envs step and draw themselves. ``unavailable(task, gpu)``: why it cannot run ``task``
     for frames scored on CUDA device ``gpu`` (None: the CPU), or None. ``simulator``: for an engine
     row, ``"module:function"`` of ``make(model, num_envs, frame_skip, outputs, gpu)``.
+    ``renderers``: the renderers that can draw its state (None: any); ``solvers``: the constraint
+    solvers it runs (None: any, ``EnvSpec.solver``) and ``default_solver`` the one a task's model runs
+    with unless the spec names one (None: the model's own); ``steps_in_ranges``: it can step a range
+    of envs at a time (else a step is one range).
     """
 
     name: str
@@ -46,6 +58,10 @@ class Physics:
     engine: bool
     unavailable: Callable[[TaskSpec, int | None], str | None]
     simulator: str | None = None
+    renderers: tuple[str, ...] | None = None
+    solvers: tuple[str, ...] | None = None
+    default_solver: str | None = None
+    steps_in_ranges: bool = True
 
     def make_simulator(
         self, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: tuple[Any, ...], gpu: int | None
@@ -68,6 +84,19 @@ PHYSICS: dict[str, Physics] = {
             simulator="vlmrm_fast.physics.batch:make",
         ),
         Physics(
+            "warp",
+            "MuJoCo Warp: every env's state on the GPU, a step one CUDA graph, drawn where it lies; Newton or CG "
+            "solver, float32 (docs/physics.md); on a CPU Warp's backend, for testing",
+            "MuJoCo Warp (pip install 'vlmrm-fast[warp]') and a MuJoCo task",
+            engine=True,
+            unavailable=_warp_unavailable,
+            simulator="vlmrm_fast.physics.warp:make",
+            renderers=("warp",),
+            solvers=("newton", "cg"),
+            default_solver="newton",
+            steps_in_ranges=False,
+        ),
+        Physics(
             "gym",
             "the task's gymnasium envs, one per env, each drawing its own frames (SB3's DummyVecEnv)",
             "any gymnasium task",
@@ -78,7 +107,8 @@ PHYSICS: dict[str, Physics] = {
 }
 
 #: What ``physics="auto"`` tries, in order: the batch engine where the task has one and a renderer
-#: can draw it, the gymnasium envs otherwise.
+#: can draw it, the gymnasium envs otherwise. Never "warp": its dynamics (Newton, float32) are not the
+#: paper's (PGS, float64); ask for it by name.
 AUTO_ORDER = ("batch", "gym")
 
 __all__ = ["AUTO_ORDER", "PHYSICS", "Physics"]

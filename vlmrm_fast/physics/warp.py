@@ -505,3 +505,21 @@ class WarpSimulator:
         message = warning_message(call, self._last_warnings, 0, self._num_envs)
         if message:
             warnings.warn(message, SimulationWarning, stacklevel=3)
+
+
+class CPUBackendWarning(UserWarning):
+    """MuJoCo Warp physics runs on Warp's CPU backend: correct, for testing, far slower than CPU MuJoCo."""
+
+
+def make(model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], gpu: int | None):
+    """The engine's simulator (its row of ``vlmrm_fast.physics.PHYSICS``): every world on CUDA device ``gpu``
+    (None: Warp's CPU backend, said in one line), gymnasium's step with ``rne_postconstraint``."""
+    if gpu is None:
+        warnings.warn(
+            "physics='warp' on the CPU runs MuJoCo Warp's CPU backend: correct but slow, for testing; on a GPU it "
+            "runs on CUDA (physics='batch' is the fast choice on a CPU)",
+            CPUBackendWarning,
+            stacklevel=2,
+        )
+    device = torch.device("cpu") if gpu is None else torch.device("cuda", gpu)
+    return WarpSimulator(model, num_envs, frame_skip, outputs, rne_post_constraint=True, device=device)

@@ -92,16 +92,22 @@ RENDERERS: dict[str, Renderer] = {
 AUTO_ORDER = {"cpu": ("warp", "egl"), "cuda": ("egl", "warp")}
 
 
-def choose_renderer(requested: str, gpu: int | None) -> str | None:
+def choose_renderer(requested: str, gpu: int | None, among: tuple[str, ...] | None = None) -> str | None:
     """The renderer that draws for ``requested`` (a row of :data:`RENDERERS`, or ``"auto"``) when frames
-    are scored on CUDA device ``gpu`` (None: the CPU): a named one as it is (made later, its errors
-    then), ``"auto"`` the first available of :data:`AUTO_ORDER`, None when none is."""
+    are scored on CUDA device ``gpu`` (None: the CPU), ``among`` the renderers that can draw the physics
+    (None: all): a named one as it is (made later, its errors then), ``"auto"`` the first available of
+    :data:`AUTO_ORDER`, None when none is."""
     from vlmrm_fast.checks import one_of
 
     if one_of(requested, "renderer", ("auto", *RENDERERS)) != "auto":
+        if among is not None and requested not in among:
+            raise ValueError(
+                f"renderer={requested!r} cannot draw this physics' state; it is drawn by renderer="
+                f"{' or '.join(map(repr, among))} (or 'auto')"
+            )
         return requested
     for name in AUTO_ORDER["cpu" if gpu is None else "cuda"]:
-        if RENDERERS[name].unavailable(gpu) is None:
+        if (among is None or name in among) and RENDERERS[name].unavailable(gpu) is None:
             return name
     return None
 

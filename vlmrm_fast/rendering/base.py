@@ -66,8 +66,9 @@ class BatchRendererBase(abc.ABC):
         """Draws every frame for positions ``qpos`` (checked: (num_envs, nq) float64, finite)."""
 
     @abc.abstractmethod
-    def _draw_sim(self, sim: BatchSimulator, start: int, count: int, stream: Any) -> None:
-        """Draws frames ``start .. start + count - 1`` of ``sim``'s current states, on ``stream``."""
+    def _draw_sim(self, sim: Any, start: int, count: int, stream: Any) -> None:
+        """Draws frames ``start .. start + count - 1`` of ``sim``'s current states, on ``stream``: a
+        ``BatchSimulator``'s, or (a renderer that can) a ``WarpSimulator``'s, whose state is on a device."""
 
     @abc.abstractmethod
     def lend(self, rows: slice | None = None, stream: Any = None) -> contextlib.AbstractContextManager[FrameView]:
@@ -109,8 +110,8 @@ class BatchRendererBase(abc.ABC):
         """Draws frames ``rows`` (default all) of the current states of ``sim``'s simulations ``rows``
         (the other frames keep what they hold), on ``stream`` where the renderer uses one."""
         self._live()
-        if not isinstance(sim, BatchSimulator):
-            raise TypeError(f"sim must be a BatchSimulator, got {type(sim).__name__}")
+        if not isinstance(sim, BatchSimulator) and not hasattr(sim, "warp_data"):
+            raise TypeError(f"sim must be a simulator (BatchSimulator, WarpSimulator), got {type(sim).__name__}")
         if sim.num_envs != self.num_envs or sim.model.nq != self.model.nq:
             raise ValueError(
                 f"sim holds {sim.num_envs} simulations of a model with nq={sim.model.nq}; the renderer draws "

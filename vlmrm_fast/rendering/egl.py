@@ -128,6 +128,11 @@ class BatchRenderer(BatchRendererBase):
         self._native_live().render(qpos)
 
     def _draw_sim(self, sim: BatchSimulator, start: int, count: int, stream=None) -> None:
+        if not isinstance(sim, BatchSimulator):
+            raise TypeError(
+                f"the EGL renderer draws the CPU engine's simulations (physics='batch'); a {type(sim).__name__}'s "
+                "state is drawn by renderer='warp'"
+            )
         # GL orders its own work: the stream of the frame-source interface is not needed here.
         self._native_live().render_sim(sim.native, start, count)
 

@@ -81,7 +81,8 @@ class _Slot:
     """The device state for one range of envs: their data, render context and captured graph."""
 
     rows: slice
-    data: Any  # mujoco_warp.Data with one world per env of the range
+    model: Any  # the mujoco_warp.Model drawn (the renderer's, or a simulator's)
+    data: Any  # mujoco_warp.Data with one world per env of the range (a simulator's: all its worlds)
     context: Any  # mujoco_warp RenderContext
     qpos: torch.Tensor  # the data's qpos as a torch view (float32, on the device)
     staging: torch.Tensor  # this range's own host rows for qpos (pinned on a GPU), shared with no other range
@@ -118,7 +119,7 @@ class WarpBatchRenderer(BatchRendererBase):
         shadows: bool | None = None,
         cuda_graph: bool = True,
     ) -> None:
-        self._slots: dict[tuple[int, int], _Slot] = {}
+        self._slots: dict[tuple[Any, int], _Slot] = {}  # by range (start, stop), or a simulator's worlds
         self._closed = True  # until built
         wp, mjw = import_warp()
         super().__init__(model, num_envs, width, height)
@@ -133,8 +134,7 @@ class WarpBatchRenderer(BatchRendererBase):
         self.shadows = bool(model.light_castshadow.any()) if shadows is None else bool(shadows)
         self.cuda_graph = bool(cuda_graph) and self.device.type == "cuda"
         self._render_model = _loadable_copy(model)
-        with wp.ScopedDevice(self._wp_device):
-            self._model = mjw.put_model(self._render_model)
+        self._model: Any = None  # put on the device at the first draw of positions (a simulator's worlds bring theirs)
         self._frames = torch.zeros((self.num_envs, self.height, self.width, 3), dtype=torch.uint8, device=self.device)
         self._ready: torch.cuda.Event | None = None
         self._capture_stream: Any = None  # a wp.Stream of this renderer's own, made at the first capture
@@ -166,9 +166,50 @@ class WarpBatchRenderer(BatchRendererBase):
     def _draw_qpos(self, qpos: np.ndarray) -> None:
         self._draw(qpos, slice(0, self.num_envs), self._current_stream())
 
-    def _draw_sim(self, sim: BatchSimulator, start: int, count: int, stream: torch.cuda.Stream | None) -> None:
-        """On ``stream`` (default: torch's current stream); the host does not wait."""
-        self._draw(sim.qpos, slice(start, start + count), stream if stream is not None else self._current_stream())
+    def _draw_sim(self, sim: Any, start: int, count: int, stream: torch.cuda.Stream | None) -> None:
+        """On ``stream`` (default: torch's current stream); the host does not wait. A ``WarpSimulator``'s
+        worlds are drawn where they lie (see :meth:`_draw_worlds`)."""
+        if isinstance(sim, BatchSimulator):
+            self._draw(sim.qpos, slice(start, start + count), stream if stream is not None else self._current_stream())
+        else:
+            self._draw_worlds(sim, start, count)
+
+    def _draw_worlds(self, sim: Any, start: int, count: int) -> None:
+        """Every world of a ``WarpSimulator`` drawn from its device state: no positions travel and no
+        second Data exists. The launches (kinematics first: after a step the derived fields are a
+        substep old) run on the simulator's stream, after its step; ``ready`` marks them done."""
+        if (start, count) != (0, self.num_envs) or sim.num_envs != self.num_envs:
+            raise ValueError(
+                f"a WarpSimulator's {sim.num_envs} worlds are drawn all at once, as it steps them: draw rows "
+                f"0..{self.num_envs - 1} of a simulator of {self.num_envs} (the plan gives physics='warp' one range)"
+            )
+        wp = self._wp
+        slot = self._world_slot(sim)
+        stream = sim.warp_stream
+        if stream is None:  # Warp's CPU backend: every call completes before it returns
+            with wp.ScopedDevice(self._wp_device):
+                self._launch(slot)
+            return
+        with wp.ScopedStream(stream, sync_enter=False):
+            if slot.graph is not None:
+                wp.capture_launch(slot.graph, stream=stream)
+            else:
+                self._launch(slot)  # the first, eager run loads Warp's modules
+                if self.cuda_graph:
+                    with wp.ScopedCapture(device=self._wp_device, stream=stream) as capture:
+                        self._launch(slot)
+                    slot.graph = capture.graph
+            slot.drawn = self._ready = _recorded(wp.stream_to_torch(stream))
+
+    def _world_slot(self, sim: Any) -> _Slot:
+        """The render context over a simulator's worlds (its model and Data), made on first use."""
+        key = ("worlds", id(sim.warp_data))
+        slot = self._slots.get(key)
+        if slot is None:
+            if str(sim.device) != str(self.device):
+                raise ValueError(f"the simulator's worlds are on {sim.device}; this renderer draws on {self.device}")
+            slot = self._slots[key] = self._make_slot(slice(0, self.num_envs), sim.warp_model, sim.warp_data)
+        return slot
 
     @contextlib.contextmanager
     def lend(self, rows: slice | None = None, stream: torch.cuda.Stream | None = None) -> Iterator[FrameView]:
@@ -233,7 +274,7 @@ class WarpBatchRenderer(BatchRendererBase):
         return capture.graph
 
     def _launch(self, slot: _Slot) -> None:
-        wp, mjw, m, d = self._wp, self._mjw, self._model, slot.data
+        wp, mjw, m, d = self._wp, self._mjw, slot.model, slot.data
         mjw.kinematics(m, d)
         mjw.com_pos(m, d)  # subtree centres of mass: cameras and lights that track them
         mjw.camlight(m, d)
@@ -250,28 +291,41 @@ class WarpBatchRenderer(BatchRendererBase):
         key = (rows.start, rows.stop)
         slot = self._slots.get(key)
         if slot is None:
-            wp, mjw = self._wp, self._mjw
-            n = rows.stop - rows.start
-            with wp.ScopedDevice(self._wp_device):
-                data = mjw.make_data(self._render_model, nworld=n, **render_data_sizes())
-                context = mjw.create_render_context(
-                    self._render_model,
-                    nworld=n,
-                    cam_res=(self.width, self.height),
-                    render_rgb=True,
-                    render_depth=False,
-                    use_textures=True,
-                    use_shadows=self.shadows,
-                    render_skybox=_has_skybox(self.model),
-                    cam_active=[self.camera_id],
-                )
-                first_pixel = int(context.rgb_adr.numpy()[0])
-                staging = torch.zeros((n, self.model.nq), dtype=torch.float32, pin_memory=self.device.type == "cuda")
-                slot = _Slot(
-                    rows, data, context, wp.to_torch(data.qpos), staging, wp.from_torch(self._frames[rows]), first_pixel
-                )
-            self._slots[key] = slot
+            with self._wp.ScopedDevice(self._wp_device):
+                if self._model is None:
+                    self._model = self._mjw.put_model(self._render_model)
+                data = self._mjw.make_data(self._render_model, nworld=rows.stop - rows.start, **render_data_sizes())
+            slot = self._slots[key] = self._make_slot(rows, self._model, data)
         return slot
+
+    def _make_slot(self, rows: slice, model: Any, data: Any) -> _Slot:
+        """A render context over ``data``'s worlds (envs ``rows``), their qpos staging and frames."""
+        wp, mjw = self._wp, self._mjw
+        n = rows.stop - rows.start
+        with wp.ScopedDevice(self._wp_device):
+            context = mjw.create_render_context(
+                self._render_model,
+                nworld=n,
+                cam_res=(self.width, self.height),
+                render_rgb=True,
+                render_depth=False,
+                use_textures=True,
+                use_shadows=self.shadows,
+                render_skybox=_has_skybox(self.model),
+                cam_active=[self.camera_id],
+            )
+            first_pixel = int(context.rgb_adr.numpy()[0])
+            staging = torch.zeros((n, self.model.nq), dtype=torch.float32, pin_memory=self.device.type == "cuda")
+            return _Slot(
+                rows,
+                model,
+                data,
+                context,
+                wp.to_torch(data.qpos),
+                staging,
+                wp.from_torch(self._frames[rows]),
+                first_pixel,
+            )
 
     # ------------------------------------------------------------------- helpers
     def _current_stream(self) -> torch.cuda.Stream | None:
