@@ -6,7 +6,8 @@
     (GPU), the goal-baseline reward in torch;
 (b) paper-style: the paper's own pattern — the same, but SB3's SubprocVecEnv with
     one process per env rendering to numpy (frames cross process pipes);
-(c) fast: ``FastVLMRewardVecEnv`` end to end, per renderer (``--renderers egl warp``).
+(c) fast: ``FastVLMRewardVecEnv`` end to end, per renderer (``--renderers egl warp``) and physics
+    (``--physics batch warp``: the CPU engine beside MuJoCo Warp, side by side in one run).
 
 Same task, model (random weights: the compute is the same), number of envs,
 resolution and steps. Reports frames scored per second for each and the fast
@@ -39,6 +40,7 @@ from stable_baselines3.common.vec_env import SubprocVecEnv  # noqa: E402
 import vlmrm_fast  # noqa: E402
 from vlmrm_fast.envs import get_task  # noqa: E402
 from vlmrm_fast.models import RandomWeightsWarning, load_clip  # noqa: E402
+from vlmrm_fast.physics import PHYSICS  # noqa: E402
 from vlmrm_fast.vec_env import FastVLMRewardVecEnv  # noqa: E402
 
 warnings.filterwarnings("ignore", category=RandomWeightsWarning)
@@ -125,10 +127,11 @@ def measure(
     num_envs: int,
     renderer: str,
     chunks: str,
+    physics: str,
     device: torch.device,
     baselines: dict,
 ) -> dict[str, Any]:
-    """The fast path with ``renderer``; the baselines (reference, paper-style) once per configuration, cached in ``baselines``."""
+    """The fast path with ``renderer`` and ``physics``; the baselines (reference, paper-style) once per configuration, cached in ``baselines``."""
     rng = np.random.default_rng(0)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     result: dict[str, Any] = {
@@ -148,14 +151,14 @@ def measure(
         episode_length=args.episode_length,
         device=str(device),
         backend=args.backend,
-        physics=args.physics,
+        physics=physics,
         renderer=renderer,
         seed=0,
         pipeline_chunks=chunks if chunks == "auto" else int(chunks),
     )
     result["physics"] = fast.physics
     result["renderer"] = fast.renderer or "gym"
-    result["chunks"] = len(fast._scorer.chunks)
+    result["chunks"] = len(fast.plan.ranges)
     result["encoder"] = fast.reward_model.encoder.describe()
     space = fast.action_space
     fast.reset()
@@ -221,9 +224,9 @@ def markdown(results: list[dict[str, Any]], mach: dict[str, Any]) -> str:
     lines = [
         f"Machine: {where}. Command: `{mach['command']}`",
         "",
-        "| model | envs | px | renderer | chunks | fast frames/s | reference | paper-style | fast / reference | fast / paper-style "
+        "| model | envs | px | physics | renderer | chunks | fast frames/s | reference | paper-style | fast / reference | fast / paper-style "
         "| encoder-only img/s | non-encoder share | stages ms/step |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def cell(r: dict, key: str, fmt: str) -> str:
@@ -232,7 +235,8 @@ def markdown(results: list[dict[str, Any]], mach: dict[str, Any]) -> str:
     for r in results:
         stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stages_ms"].items())
         lines.append(
-            f"| {r['model']} | {r['num_envs']} | {r['resolution']} | {r['renderer']} | {r['chunks']} | {r['fast_fps']:.1f} "
+            f"| {r['model']} | {r['num_envs']} | {r['resolution']} | {r['physics']} | {r['renderer']} | {r['chunks']} "
+            f"| {r['fast_fps']:.1f} "
             f"| {cell(r, 'reference_fps', '.1f')} | {cell(r, 'paper_fps', '.1f')} | {cell(r, 'ratio_reference', '.2f')}x "
             f"| {cell(r, 'ratio_paper', '.2f')}x | {r['encoder_only_fps']:.1f} | {r['non_encoder_share']:.0%} | {stages} |"
         )
@@ -251,7 +255,7 @@ def plot(results: list[dict[str, Any]], path: pathlib.Path) -> None:
     keys = sorted({(r["model"], r["resolution"]) for r in results})
 
     def variant(r: dict) -> str:
-        return f"{r['renderer']}, {r['chunks']} chunk{'s' if r['chunks'] > 1 else ''}"
+        return f"{r['physics']} physics, {r['renderer']}, {r['chunks']} chunk{'s' if r['chunks'] > 1 else ''}"
 
     variants = sorted({variant(r) for r in results})
     for i, (model, res) in enumerate(keys):
@@ -320,7 +324,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--episode-length", type=int, default=100)
     p.add_argument("--device", default="auto")
     p.add_argument("--backend", default="auto")
-    p.add_argument("--physics", default="auto", choices=["auto", "batch", "gym"])
+    p.add_argument(
+        "--physics",
+        nargs="+",
+        default=["auto"],
+        choices=["auto", *PHYSICS],
+        help="the physics to run, side by side (warp: MuJoCo Warp on the GPU, drawn by renderer warp)",
+    )
     p.add_argument(
         "--renderers", nargs="+", default=["egl"], choices=["egl", "warp"], help="the batch engine's renderers to run"
     )
@@ -354,18 +364,20 @@ def main(argv: list[str] | None = None) -> int:
     args.ceiling_tflops = common.matmul_ceiling_tflops(device)
     mach["bf16_matmul_tflops"] = args.ceiling_tflops
     configs = [
-        (m, r, n, k, c)
+        (m, r, n, k, c, physics)
         for m in args.models
         for r in args.resolutions
         for n in args.num_envs
         for k in args.renderers
         for c in args.pipeline_chunks
+        for physics in args.physics
+        if physics == "auto" or PHYSICS[physics].renderers is None or k in PHYSICS[physics].renderers
     ]
     results, baselines = [], {}
     # The table as it grows: its header with the first result, then one row per result (printed once).
     print(f"bench: {len(configs)} configurations", flush=True)
-    for model, res, n, renderer, chunks in configs:
-        results.append(measure(args, model, res, n, renderer, chunks, device, baselines))
+    for model, res, n, renderer, chunks, physics in configs:
+        results.append(measure(args, model, res, n, renderer, chunks, physics, device, baselines))
         rows = markdown(results[-1:], mach).splitlines()
         print("\n".join(rows if len(results) == 1 else rows[-1:]), flush=True)
     out = pathlib.Path(args.out)

@@ -1,0 +1,194 @@
+"""physics="warp" through every interface (here on Warp's CPU backend): FastVLMRewardVecEnv against the CPU
+engine running the same Newton model, the rewards as the model scores the frames, seeds, resets and
+time limits, SB3's PPO and SAC, gymnasium's vector API, a training config, and the refusals.
+
+The stacks are built once per module (each builds a MuJoCo Warp model: seconds with Warp's kernel cache
+warm, about a minute cold). Tolerances: observations hold the physics' own fields, compared as
+test_warp_physics.py compares them (1e-3 of a field's scale: float32 against float64, Newton's
+tolerance; measured below 5e-5); the VLM rewards of two engines' frames agree to 1e-3 (the frames
+differ where a float32 state moves an edge by a pixel); the environment's own reward (gt_reward) to
+1e-3 of its scale, since its forward term is a velocity of a float32 state over dt = 0.015.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import gymnasium
+import numpy as np
+import pytest
+from stable_baselines3 import PPO, SAC
+
+from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model
+from vlmrm_fast.envs import get_task
+from vlmrm_fast.physics.warp import CPUBackendWarning
+
+pytestmark = pytest.mark.warp
+
+TASK = "humanoid-kneeling"
+N = 3
+SMALL = {"render_size": 32, "episode_length": 4}
+RTOL = 1e-3
+
+
+@pytest.fixture(scope="module")
+def rm():
+    spec = get_task(TASK)
+    return load_reward_model(
+        "vlmrm-tiny",
+        target_prompts=spec.target_prompts,
+        baseline_prompts=spec.baseline_prompts,
+        alpha=0.5,
+        device="cpu",
+    )
+
+
+def make(rm, physics: str, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CPUBackendWarning)
+        return FastVLMRewardVecEnv(TASK, N, reward_model=rm, physics=physics, seed=0, **{**SMALL, **kwargs})
+
+
+@pytest.fixture(scope="module")
+def stacks(rm):
+    warp = make(rm, "warp")
+    cpu = make(rm, "batch", solver="newton", renderer="warp")
+    yield warp, cpu
+    warp.close()
+    cpu.close()
+
+
+def close_to_scale(a, b, what: str) -> None:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    scale = max(1.0, float(np.abs(b).max()))
+    assert np.abs(a - b).max() <= RTOL * scale, f"{what}: {np.abs(a - b).max()} > {RTOL} x {scale}"
+
+
+def test_the_plan_runs_the_task_on_the_gpu_engine(stacks):
+    warp, cpu = stacks
+    assert (warp.physics, warp.renderer, warp.plan.solver) == ("warp", "warp", "newton")
+    assert warp.plan.ranges == (slice(0, N),)
+    assert (cpu.physics, cpu.plan.solver) == ("batch", "newton")
+    assert "physics warp (newton solver), renderer warp" in warp.plan.describe()
+
+
+def test_steps_match_the_cpu_engine_with_the_same_solver(stacks):
+    warp, cpu = stacks
+    warp.seed(3), cpu.seed(3)
+    close_to_scale(warp.reset(), cpu.reset(), "reset observations")
+    rng = np.random.default_rng(0)
+    for step in range(2 * SMALL["episode_length"] + 1):  # the auto-resets are crossed twice
+        actions = rng.uniform(-0.4, 0.4, (N, 17)).astype(np.float32)
+        obs_w, rew_w, done_w, info_w = warp.step(actions)
+        obs_c, rew_c, done_c, info_c = cpu.step(actions)
+        np.testing.assert_array_equal(done_w, done_c)
+        close_to_scale(obs_w, obs_c, f"step {step} observations")
+        np.testing.assert_allclose(rew_w, rew_c, rtol=0, atol=1e-3)
+        close_to_scale([i["gt_reward"] for i in info_w], [i["gt_reward"] for i in info_c], "gt_reward")
+        for i in np.flatnonzero(done_w):
+            close_to_scale(info_w[i]["terminal_observation"], info_c[i]["terminal_observation"], "terminal obs")
+            assert info_w[i]["TimeLimit.truncated"] is info_c[i]["TimeLimit.truncated"] is True
+
+
+def test_rewards_are_the_reward_models_scores_of_the_frames(stacks, rm):
+    warp, _ = stacks
+    warp.reset()
+    for _ in range(3):
+        _, rewards, _, _ = warp.step(np.zeros((N, 17), np.float32))
+        frames = warp.last_frames()
+        assert frames.shape == (N, 32, 32, 3)
+        np.testing.assert_allclose(rewards, rm(frames).numpy(), rtol=0, atol=1e-6)
+    images = warp.get_images()
+    assert len(images) == N and images[0].shape == (32, 32, 3) and images[0].dtype == np.uint8
+
+
+def test_same_seed_twice_gives_the_same_bits(stacks):
+    warp, _ = stacks
+    runs = []
+    for _ in range(2):
+        warp.seed(11)
+        trajectory = [warp.reset()]
+        for k in range(5):
+            obs, rewards, dones, _ = warp.step(np.full((N, 17), 0.1 * k, np.float32))
+            trajectory += [obs, rewards, dones]
+        runs.append(trajectory)
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_terminal_time_limit(rm):
+    env = make(rm, "warp", time_limit="terminal")
+    try:
+        env.reset()
+        for _ in range(SMALL["episode_length"]):
+            _, _, dones, infos = env.step(np.zeros((N, 17), np.float32))
+        assert dones.all() and not any(i["TimeLimit.truncated"] for i in infos)
+        assert all("terminal_observation" in i for i in infos)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("algorithm", [PPO, SAC])
+def test_sb3_learns_on_it(stacks, algorithm):
+    warp, _ = stacks
+    kwargs = {"n_steps": 32, "batch_size": 48} if algorithm is PPO else {"learning_starts": 96, "batch_size": 32}
+    small = {"net_arch": [32, 32]}  # SB3's loop on this env, not its networks' speed
+    agent = algorithm("MlpPolicy", warp, device="cpu", seed=0, policy_kwargs=small, **kwargs)
+    agent.learn(192)  # 64 steps of the 3 envs
+    assert agent.num_timesteps >= 192
+
+
+def test_gymnasiums_vector_api(rm):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CPUBackendWarning)
+        env = gymnasium.make_vec(
+            f"vlmrm_fast.envs:vlmrm_fast/{TASK}",
+            num_envs=2,
+            vectorization_mode="vector_entry_point",
+            reward_model=rm,
+            physics="warp",
+            render_size=32,
+            max_episode_steps=3,
+        )
+    try:
+        obs, _ = env.reset(seed=0)
+        assert obs.shape[0] == 2 and env.unwrapped.stack.physics == "warp"
+        for _ in range(3):
+            obs, rewards, terminated, truncated, infos = env.step(env.action_space.sample())
+        assert rewards.shape == (2,) and "gt_reward" in infos and truncated.all()  # max_episode_steps
+        obs, rewards, terminated, truncated, infos = env.step(env.action_space.sample())
+        assert not rewards.any() and not truncated.any()  # NEXT_STEP: the step after the end is the reset
+    finally:
+        env.close()
+
+
+def test_on_a_cpu_it_says_it_is_for_testing(rm):
+    with pytest.warns(CPUBackendWarning, match="CPU backend: correct but slow, for testing"):
+        env = FastVLMRewardVecEnv(TASK, 1, reward_model=rm, physics="warp", **SMALL)
+    env.close()
+
+
+@pytest.mark.parametrize(
+    "task, kwargs, error, match",
+    [
+        (TASK, {"renderer": "egl"}, ValueError, r"renderer='egl' cannot draw this physics' state; .*renderer='warp'"),
+        (TASK, {"solver": "pgs"}, ValueError, r"runs the newton or cg solver, not 'pgs'; .*physics='batch'"),
+        (TASK, {"pipeline_chunks": 2}, ValueError, "steps every env at once"),
+        ("cartpole", {}, ValueError, r"no batch-engine version; use physics='gym' \(or 'auto'\)"),
+    ],
+)
+def test_refusals_name_the_way_out(rm, task, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        FastVLMRewardVecEnv(task, 2, model="vlmrm-tiny", device="cpu", physics="warp", **kwargs)
+
+
+def test_a_training_config_takes_it(tmp_path):
+    from vlmrm_fast.training.config import load_config
+
+    path = tmp_path / "warp.yaml"
+    path.write_text(
+        "env: {task: humanoid-kneeling, n_envs: 2, physics: warp, solver: newton}\n"
+        "reward: {model: vlmrm-tiny, device: cpu}\nrl: {total_timesteps: 8}\n"
+    )
+    cfg = load_config(str(path))
+    assert (cfg.env.physics, cfg.env.solver) == ("warp", "newton")
