@@ -1,15 +1,18 @@
-"""FP8 precision: refusal where it cannot run, the FP8 linear layers against a plain matmul of
-FP8-rounded operands (torch's CPU kernel for _scaled_mm, emulate=True), the whole tower against
-bf16, and how precision="auto" decides.
+"""FP8 precision: refusal where it cannot run, the FP8 linear layers of each scaling against a
+plain matmul of FP8-rounded operands (torch's CPU kernel for _scaled_mm, emulate=True), static
+scales' calibration, the whole tower against bf16, and how precision="auto" decides.
 
-Reference for one linear layer (torchao's float8 inference, per-row scales): each row r of the
-weight and of the input is scaled by s_r = amax_r / 448 (computed in bf16, kept as fp32), cast
-to float8_e4m3fn, and y = (q(x) s_x) (q(W) s_W)^T + b. The layer's bf16 output must sit within
-bf16 rounding of that (|d| <= 1e-2 max|y|), ten times closer than the plain bf16 product is.
+Reference for one linear layer (torchao's float8 inference): the weight and the input are scaled
+by s = amax / 448 (computed in bf16, kept as fp32) per row r of each ("dynamic-rowwise") or per
+tensor ("dynamic-tensorwise"); "static-tensorwise" takes the input's s from calibration instead
+and saturates beyond 448 s. Each is cast to float8_e4m3fn, and y = (q(x) s_x) (q(W) s_W)^T + b.
+The layer's bf16 output must sit within bf16 rounding of that (|d| <= 1e-2 max|y|), ten times
+closer than the plain bf16 product is. Whole towers agree with bf16 to cosine >= 0.99.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -25,9 +28,16 @@ from vlmrm_fast.encoders.fp8 import (
     require_fp8,
     transformer_linears,
 )
+from vlmrm_fast.encoders.fp8_calibration import (
+    STATIC_SCALE_MARGIN,
+    InputRange,
+    calibration_pixels,
+    measure_input_ranges,
+    static_input_scales,
+)
 from vlmrm_fast.encoders.fp8_speed import fp8_matmul_speedup
 from vlmrm_fast.encoders.precision import AUTO_FP8_MIN_SPEEDUP, resolve
-from vlmrm_fast.encoders.tower import prepare_image_tower
+from vlmrm_fast.encoders.tower import prepare_clip_tower, prepare_image_tower
 from vlmrm_fast.models import load_clip
 
 pytest.importorskip("torchao", reason="FP8 runs through torchao (pip install .[fp8]; part of .[dev])")
@@ -153,6 +163,188 @@ def test_fp8_tower_compiles_on_the_cpu():
         compiled = torch.compile(visual, fullgraph=True, dynamic=False)(x).float()
     cos = torch.nn.functional.cosine_similarity(compiled, eager, dim=1)
     assert cos.min().item() >= 0.999
+
+
+# ----------------------------------------------------------------------------- FP8 scalings and calibration
+
+
+def fp8_round(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """t quantized to e4m3 with ``scale`` (saturating at +-448 scale), dequantized to fp32."""
+    return (t.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).float() * scale
+
+
+def tensor_scale(t: torch.Tensor) -> torch.Tensor:
+    """torchao's per-tensor scale: amax / 448 computed in bf16, kept as fp32."""
+    return (t.bfloat16().abs().amax() / E4M3_MAX).float()
+
+
+@pytest.mark.parametrize("scaling", ["dynamic-tensorwise", "static-tensorwise"])
+def test_fp8_linear_of_each_scaling_matches_a_matmul_of_fp8_rounded_operands(scaling):
+    """Per-tensor weight scales either way; the input's scale from the input itself at every call
+    (dynamic) or fixed ahead (static: here 2 x amax / 448 of the very input)."""
+    _, visual = tiny_tower()
+    fuse_attention(visual)
+    layers = dict(transformer_linears(visual))
+    originals = {
+        name: (m.weight.detach().float().clone(), m.bias.detach().float().clone()) for name, m in layers.items()
+    }
+    g = torch.Generator().manual_seed(0)
+    inputs = {name: torch.randn(3, 17, m.in_features, generator=g).bfloat16() for name, m in layers.items()}
+    static = scaling == "static-tensorwise"
+    scales = (
+        {name: torch.full((1, 1, 1), 2 * x.float().abs().max().item() / E4M3_MAX) for name, x in inputs.items()}
+        if static
+        else None
+    )
+    assert convert_linears_to_fp8(visual, scaling=scaling, input_scales=scales, emulate=True) == 8
+    for name, layer in layers.items():
+        weight, bias = originals[name]
+        x = inputs[name]
+        x_scale = scales[name] if static else tensor_scale(x)
+        reference = fp8_round(x, x_scale) @ fp8_round(weight, tensor_scale(weight)).T + bias
+        plain = x.float() @ weight.T + bias
+        with torch.inference_mode():
+            out = layer(x)
+        assert out.dtype == torch.bfloat16 and out.shape == reference.shape
+        err = (out.float() - reference).abs().max().item()
+        assert err <= 1e-2 * reference.abs().max().item(), name
+        assert err * 10 <= (plain - reference).abs().max().item(), f"{name}: the output is not FP8's"
+        if static:  # beyond the calibrated range (4x the largest input, 2x past the margin) inputs saturate
+            big = 4 * x
+            saturated = fp8_round(big, x_scale) @ fp8_round(weight, tensor_scale(weight)).T + bias
+            with torch.inference_mode():
+                out = layer(big)
+            err = (out.float() - saturated).abs().max().item()
+            assert err <= 1e-2 * saturated.abs().max().item(), name
+            assert err * 10 <= (4 * plain - 3 * bias - saturated).abs().max().item(), f"{name}: did not saturate"
+
+
+def test_calibration_measures_each_layer_input_and_scales_it_with_the_margin():
+    _, visual = tiny_tower()
+    fuse_attention(visual)
+    layers = dict(transformer_linears(visual))
+    g = torch.Generator().manual_seed(3)
+    batches = [torch.randn(n, 3, 64, 64, generator=g).bfloat16() for n in (2, 3)]
+    seen: dict[str, float] = {}
+    hooks = [
+        m.register_forward_pre_hook(
+            lambda m, args, name=name: seen.__setitem__(
+                name, max(seen.get(name, 0.0), args[0].float().abs().max().item())
+            )
+        )
+        for name, m in layers.items()
+    ]
+    with torch.inference_mode():
+        for b in batches:
+            visual(b)
+    for h in hooks:
+        h.remove()
+    ranges = measure_input_ranges(visual, batches)
+    assert ranges == {name: InputRange(seen[name], 3) for name in layers}
+    assert all(not m._forward_pre_hooks for m in layers.values()), "calibration leaves no hooks behind"
+    scales = static_input_scales(ranges, device=CPU)
+    for name, scale in scales.items():
+        assert scale.shape == (1, 1, 1) and scale.dtype == torch.float32
+        assert scale.item() == pytest.approx(STATIC_SCALE_MARGIN * seen[name] / E4M3_MAX, rel=1e-6)
+    with pytest.raises(ValueError, match="margin must be at least 1"):
+        static_input_scales(ranges, device=CPU, margin=0.5)
+
+
+def test_calibration_frames_are_preprocessed_as_the_reward_model_does(tmp_path):
+    from vlmrm_fast.preprocess import FramePreprocessor
+
+    clip, _ = tiny_tower()
+    frames = np.random.default_rng(0).integers(0, 256, size=(5, 48, 80, 3), dtype=np.uint8)
+    expected = FramePreprocessor(clip.preprocess, CPU, torch.bfloat16)(frames)
+    np.savez(tmp_path / "frames.npz", frames=frames)
+    for source in (frames, torch.from_numpy(frames), tmp_path / "frames.npz", str(tmp_path / "frames.npz")):
+        batches = calibration_pixels(source, clip.preprocess, CPU, batch_size=2)
+        assert [len(b) for b in batches] == [2, 2, 1] and batches[0].dtype == torch.bfloat16
+        assert torch.equal(torch.cat(batches), expected)
+    # The tower of a LoadedClip is calibrated on those pixels.
+    visual = prepare_clip_tower(
+        clip,
+        device=CPU,
+        precision=resolve_fp8(),
+        attention="fused",
+        fp8_scaling="static-tensorwise",
+        fp8_calibration=frames,
+        emulate_fp8=True,
+    )
+    _, reference = tiny_tower()
+    fuse_attention(reference)
+    ranges = measure_input_ranges(reference, calibration_pixels(frames, clip.preprocess, CPU))
+    for name, layer in transformer_linears(visual):
+        assert layer.weight.act_quant_scale.item() == pytest.approx(2 * ranges[name].amax / E4M3_MAX, rel=1e-6)
+
+
+@pytest.mark.parametrize("scaling", FP8_SCALINGS)
+def test_fp8_tower_of_each_scaling_is_close_to_bf16(scaling):
+    """Static scales calibrated on other images than those compared."""
+    _, bf16_visual = tiny_tower()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(6, 3, 64, 64, generator=g).bfloat16()
+    calibration = [torch.randn(8, 3, 64, 64, generator=g).bfloat16()]
+    with torch.inference_mode():
+        ref = bf16_visual(x).float()
+    _, visual = tiny_tower()
+    visual = prepare_image_tower(
+        visual, device=CPU, precision=resolve_fp8(), emulate_fp8=True, fp8_scaling=scaling, calibration=calibration
+    )
+    assert count_fp8_linears(visual) == 8
+    with torch.inference_mode():
+        out = visual(x).float()
+    cos = torch.nn.functional.cosine_similarity(out, ref, dim=1)
+    assert cos.min().item() >= 0.99, cos
+
+
+@pytest.mark.filterwarnings("ignore:.*_stable_hash_for_caching")
+def test_static_fp8_blocks_compile_to_one_graph_on_the_cpu():
+    """Each block has scales of its own, held by its weights (graph inputs, not constants): the blocks
+    still share one compiled graph, as the compile backend's blocks scope needs, and agree with eager."""
+    from torch._dynamo.utils import counters
+
+    from vlmrm_fast.encoders.compiled import compile_tower
+
+    _, visual = tiny_tower()
+    g = torch.Generator().manual_seed(4)
+    calibration = [torch.randn(4, 3, 64, 64, generator=g).bfloat16()]
+    visual = prepare_image_tower(
+        visual,
+        device=CPU,
+        precision=resolve_fp8(),
+        emulate_fp8=True,
+        fp8_scaling="static-tensorwise",
+        calibration=calibration,
+    )
+    scales = [m.weight.act_quant_scale.item() for _, m in transformer_linears(visual)]
+    assert len(set(scales)) == len(scales)
+    x = torch.randn(2, 3, 64, 64, generator=g).bfloat16()
+    with torch.inference_mode():
+        eager = visual(x).float()
+        torch._dynamo.reset()
+        counters.clear()
+        compiled = compile_tower(visual, "default", "blocks")(x).float()
+    assert counters["stats"]["unique_graphs"] == 1
+    cos = torch.nn.functional.cosine_similarity(compiled, eager, dim=1)
+    assert cos.min().item() >= 0.999
+
+
+def test_fp8_options_are_checked_against_the_precision_and_the_backend():
+    clip, _ = tiny_tower()
+    with pytest.raises(ValueError, match="fp8_scaling='per-block' is unknown"):
+        make_image_encoder(clip, "torch", device=CPU, precision="fp8", fp8_scaling="per-block")
+    with pytest.raises(ValueError, match="pass fp8_calibration=FRAMES"):
+        make_image_encoder(clip, "torch", device=CPU, precision="fp8", fp8_scaling="static-tensorwise")
+    with pytest.raises(ValueError, match="fp8_calibration is for fp8_scaling='static-tensorwise'"):
+        make_image_encoder(clip, "torch", device=CPU, precision="fp8", fp8_calibration="frames.npz")
+    with pytest.raises(ValueError, match="apply to precision='fp8'"):
+        make_image_encoder(clip, "torch", device=CPU, precision="fp32", fp8_scaling="dynamic-tensorwise")
+    with pytest.raises(TypeError, match="'fp8_scaling' belongs to backend 'torch' / 'compile'"):
+        make_image_encoder(clip, "tensorrt", device=CPU, batch_size=2, fp8_scaling="dynamic-rowwise")
+    # "auto" may pick FP8, so it takes them; on the CPU it is fp32 and they do not apply.
+    encoder = make_image_encoder(clip, "auto", device=CPU, fp8_scaling="dynamic-tensorwise")
+    assert encoder.precision == "fp32" and encoder.fp8_scaling is None
 
 
 # ----------------------------------------------------------------------------- precision="auto"
