@@ -509,3 +509,42 @@ def test_fp8_encoder_on_gpu_matches_bf16():
         out = enc(x.to(cuda, torch.bfloat16)).float()
         cos = torch.nn.functional.cosine_similarity(out, ref, dim=1)
         assert cos.min().item() >= 0.99, (backend, cos)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scaling", FP8_SCALINGS)
+def test_fp8_scalings_on_gpu_match_bf16(scaling):
+    """Every scaling through both FP8 backends (static calibrated on frames) against the bf16 tower."""
+    cuda = torch.device("cuda", 0)
+    if fp8_unsupported_reason(cuda):
+        pytest.skip(fp8_unsupported_reason(cuda))
+    x = torch.randn(8, 3, 64, 64, generator=torch.Generator().manual_seed(5)).to(cuda, torch.bfloat16)
+    ref = make_image_encoder(tiny_tower()[0], "torch", device=cuda, precision="bf16")(x).float()
+    options = {"fp8_scaling": scaling}
+    if scaling == "static-tensorwise":
+        frames = np.random.default_rng(5).integers(0, 256, size=(16, 64, 64, 3), dtype=np.uint8)
+        options["fp8_calibration"] = frames
+    for backend in ("torch", "compile"):
+        extra = dict(batch_size=8, progress=False) if backend == "compile" else {}
+        enc = make_image_encoder(tiny_tower()[0], backend, device=cuda, precision="fp8", **options, **extra)
+        assert (enc.precision, enc.fp8_scaling) == ("fp8", scaling) and scaling in enc.describe()
+        cos = torch.nn.functional.cosine_similarity(enc(x).float(), ref, dim=1)
+        assert cos.min().item() >= 0.99, (backend, cos)
+        enc.close()
+
+
+@pytest.mark.gpu
+def test_block_probe_and_auto_on_gpu():
+    """The compiled block is timed in bf16 and in each FP8 scaling (a finite figure), and "auto" takes
+    FP8 exactly when that figure reaches the threshold."""
+    cuda = torch.device("cuda", 0)
+    if fp8_unsupported_reason(cuda):
+        pytest.skip(fp8_unsupported_reason(cuda))
+    clip, _ = tiny_tower(torch.float32)
+    for scaling in FP8_SCALINGS:
+        speedup = fp8_speed.compiled_block_speedup(clip.model.visual, cuda, 16, fp8_scaling=scaling)
+        assert 0 < speedup < 100, (scaling, speedup)
+    precision_mod._MEASURED.clear()
+    encoder = make_image_encoder(clip, "compile", device=cuda, batch_size=16, progress=False)
+    (measured,) = precision_mod._MEASURED.values()
+    assert encoder.precision == ("fp8" if measured >= AUTO_FP8_MIN_SPEEDUP else "bf16"), measured
