@@ -37,27 +37,28 @@ from vlmrm_fast.encoders.base import Backend, ImageEncoder
 from vlmrm_fast.encoders.fp8 import check_fp8_options
 from vlmrm_fast.encoders.precision import PRECISION_NAMES, check_precision_name, resolve
 
-#: Every backend, as it describes itself.
+#: Every backend, as it describes itself. The functions below read it at each call.
 BACKEND_TABLE: tuple[Backend, ...] = (torch_eager.BACKEND, compiled.BACKEND, tensorrt_engine.BACKEND)
-_BY_NAME = {b.name: b for b in BACKEND_TABLE}
-BACKENDS = ("auto", *_BY_NAME)
-#: Options each backend takes beside device, precision and batch_size; "auto" takes them all
-#: and passes each to the backend it picks when that backend takes it.
+#: The names the settings accept (RewardModelSpec, configs), from the table.
+BACKENDS = ("auto", *(b.name for b in BACKEND_TABLE))
+#: Options each backend takes beside device, precision and batch_size, from the table; "auto"
+#: takes them all and passes each to the backend it picks when that backend takes it.
 BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {b.name: b.options for b in BACKEND_TABLE}
 
 
 def backend_named(name: str) -> Backend:
     """The row of backend ``name`` (not "auto")."""
-    if name not in _BY_NAME:
-        raise ValueError(f"backend {name!r} is unknown; use one of {BACKENDS}")
-    return _BY_NAME[name]
+    for row in BACKEND_TABLE:
+        if row.name == name:
+            return row
+    raise ValueError(f"backend {name!r} is unknown; use one of {('auto', *(b.name for b in BACKEND_TABLE))}")
 
 
 def choose_backend(device: torch.device, batch_size: int | None, precision: str = "auto") -> str:
     """What ``backend="auto"`` picks on ``device`` for ``precision`` (a name: "auto", "bf16", "fp8", ...)."""
     device = torch.device(device)
-    ranked = sorted((b for b in BACKEND_TABLE if b.auto_rank is not None), key=lambda b: b.auto_rank)
-    for row in ranked:
+    ranked = sorted((b.auto_rank, i, b) for i, b in enumerate(BACKEND_TABLE) if b.auto_rank is not None)
+    for _, _, row in ranked:
         if (
             (row.auto_devices is None or device.type in row.auto_devices)
             and (batch_size is not None or not row.fixed_batch)
@@ -85,8 +86,8 @@ def make_image_encoder(
     ``fp8_calibration`` ("torch", "compile"; encoders/fp8.py); ``engine_cache_dir``,
     ``workspace_gib``, ``rebuild_engine`` ("tensorrt"); ``progress`` (compile, tensorrt).
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"backend {backend!r} is unknown; use one of {BACKENDS}")
+    if backend != "auto":
+        backend_named(backend)  # refuses an unknown name
     batch_size = positive_int(batch_size, "batch_size", allow_none=True)
     device = torch.device(device)
     _check_options(backend, options)

@@ -246,7 +246,7 @@ def _kernel_runs(m: int, k: int, n: int, device: torch.device) -> dict[str, Call
     w8r, wsr = quantize_rowwise(w)
     x8t, xst = quantize_tensorwise(x)
     w8t, wst = quantize_tensorwise(w)
-    fp8 = dict(bias=bias, out_dtype=torch.bfloat16, use_fast_accum=True)
+    fp8: dict[str, Any] = dict(bias=bias, out_dtype=torch.bfloat16, use_fast_accum=True)
     return {
         "bf16 linear": lambda: torch.nn.functional.linear(x, w, bias),
         "fp8 mm rowwise": lambda: torch._scaled_mm(x8r, w8r.t(), scale_a=xsr, scale_b=wsr.t(), **fp8),

@@ -130,7 +130,7 @@ def embed(
 
     twin = _tower_only(clip)
     resolved = named_precision(precision)
-    fp8_options = {}
+    fp8_options: dict[str, Any] = {}
     if resolved.fp8:
         fp8_options = dict(fp8_scaling=fp8_scaling or DEFAULT_FP8_SCALING)
         if fp8_options["fp8_scaling"] == STATIC_SCALING:
