@@ -140,6 +140,7 @@ def auto_prefers_fp8(
     compile backend's; None: its defaults), at ``batch_size`` on ``device``."""
     from vlmrm_fast.encoders import fp8_speed
     from vlmrm_fast.encoders.fp8 import DEFAULT_FP8_SCALING, fp8_compatible, fp8_unsupported_reason, transformer_linears
+    from vlmrm_fast.encoders.progress import note, stage
 
     if fp8_unsupported_reason(device) is not None:
         return False
@@ -160,14 +161,19 @@ def auto_prefers_fp8(
     )
     if key not in _MEASURED:
         try:
-            _MEASURED[key] = fp8_speed.compiled_block_speedup(
-                visual,
-                device,
-                batch_size,
-                fp8_scaling=scaling,
-                compile_mode=options.get("compile_mode"),
-                compile_cache=options.get("compile_cache", True),
-            )
+            with stage(
+                f"precision='auto': timing the first transformer block compiled in bf16 and in FP8 ({scaling}) "
+                f"at batch {batch_size}",
+                bool(options.get("progress", True)),
+            ):
+                _MEASURED[key] = fp8_speed.compiled_block_speedup(
+                    visual,
+                    device,
+                    batch_size,
+                    fp8_scaling=scaling,
+                    compile_mode=options.get("compile_mode"),
+                    compile_cache=options.get("compile_cache", True),
+                )
         except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # e.g. no FP8 kernel for a shape here
             logger.warning("precision='auto': could not time the FP8 block (%s); using bf16", exc)
             _MEASURED[key] = 0.0
@@ -176,11 +182,10 @@ def auto_prefers_fp8(
                 torch.cuda.empty_cache()
     speedup = _MEASURED[key]
     chosen = speedup >= AUTO_FP8_MIN_SPEEDUP
-    logger.info(
-        "precision='auto': the compiled transformer block ran %.2fx bf16 in FP8 (%s) at batch %d; using %s",
-        speedup,
-        scaling,
-        batch_size,
-        "fp8" if chosen else "bf16",
+    message = (
+        f"precision='auto': the compiled transformer block ran {speedup:.2f}x bf16 in FP8 ({scaling}) at batch "
+        f"{batch_size}; using {'fp8' if chosen else 'bf16'}"
     )
+    logger.info(message)
+    note(message, bool(options.get("progress", True)))
     return chosen
