@@ -28,6 +28,8 @@
 #                         not carried), skips turned into failures                              (~3-6 min)
 #   warp-first-call       the first WarpBatchRenderer's cost in a fresh process (Warp's kernel
 #                         cache as found), then in a second one (the cache warm)              (~1-4 min)
+#   fp8-tests             the gpu-marked FP8 tests only (every scaling through torch and compile,
+#                         the compiled-block probe and auto's pick), skips turned into failures (~1-2 min)
 #   suite                 the whole test suite on the GPU machine                          (~5-8 min)
 #   kernels               bench/bench_kernels.py, full grid                                (~1 min)
 #   render                bench/bench_render.py --device cuda (EGL, EGL on THREADS threads (default
@@ -212,6 +214,7 @@ case "$step" in
     setup; build
     python3 -P bench/warp_first_call.py --device cuda --envs "${1:-256}" --size "${RES:-224}" \
       --out "$out/warp_first_call.json" 2>&1 | tee "$out/warp_first_call.log" ;;
+  fp8-tests) setup; build; run_tests fp8_tests -m gpu -k fp8 ;;
   suite) setup; build; run_tests suite ;;
   kernels) setup; build; python3 -P bench/bench_kernels.py --device cuda --out "$out/kernels.json" 2>&1 | tee "$out/kernels.log" ;;
   render)
@@ -282,5 +285,5 @@ case "$step" in
     echo "--- device=auto, 2 ranks, $(nvidia-smi -L | wc -l) GPU(s): expect 'runs 2 ranks but shows 1 GPU(s)' on both ranks"
     { python3 -P -m torch.distributed.run --standalone --nproc-per-node 2 bench/bench_distributed.py --device auto \
       --model "$model" --num-envs 4 --steps 1 || true; } 2>&1 | grep -E "LayoutError|GPU\(s\)" | tee "$out/distributed_refusal.log" ;;
-  *) sed -n '2,64p' "$0"; exit 2 ;;
+  *) sed -n '2,66p' "$0"; exit 2 ;;
 esac
