@@ -12,12 +12,18 @@ product's for fp8; ``--ceiling-tflops`` overrides the bf16 one; the design ancho
 bf16 on an H100). ``setup s`` is the encoder's construction: for "compile" the compilation and
 CUDA-graph capture, from the on-disk compile cache when it was there (``cache`` column).
 
+FP8 (and "auto", which may pick it) runs once per ``--fp8-scaling`` (default: dynamic-rowwise, the
+library's default); static scales are calibrated on random frames (the speed does not depend on
+the scale's value). An "auto" row reports what auto picked in its precision column.
+
 ``--compile-timing`` measures what a user waits for: each configuration is compiled in a fresh
 process with an empty compile cache (cold), then again in another fresh process (warm: the cache
 from the first). ``bench/profile_encoders.py`` shows where the GPU time of a tower goes.
 
     python bench/bench_encoders.py --out bench/out/encoders_h100.json      # GPU: B-32, L-14, bigG-14
     python bench/bench_encoders.py --models ViT-L-14 --backends torch compile --precision bf16 fp8 --batch-sizes 256
+    python bench/bench_encoders.py --models ViT-L-14 --backends compile --precision bf16 fp8 auto \
+        --fp8-scaling dynamic-rowwise dynamic-tensorwise static-tensorwise --batch-sizes 256
     python bench/bench_encoders.py --models ViT-L-14 --compile-timing --batch-sizes 64 --compile-mode default max-autotune-no-cudagraphs
     python bench/bench_encoders.py --quick                                 # CPU, tiny model, ~1 minute
 """
@@ -36,15 +42,16 @@ import time
 import warnings
 from typing import Any
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 from vlmrm_fast.encoders import BACKENDS, make_image_encoder  # noqa: E402
-from vlmrm_fast.encoders.base import resolve_precision  # noqa: E402
 from vlmrm_fast.encoders.compiled import COMPILE_MODES, COMPILE_SCOPES  # noqa: E402
-from vlmrm_fast.encoders.precision import PRECISION_NAMES  # noqa: E402
+from vlmrm_fast.encoders.fp8 import DEFAULT_FP8_SCALING, FP8_SCALINGS, STATIC_SCALING  # noqa: E402
+from vlmrm_fast.encoders.precision import PRECISION_NAMES, resolve  # noqa: E402
 from vlmrm_fast.encoders.tensorrt_engine import tensorrt_available  # noqa: E402
 from vlmrm_fast.models import RandomWeightsWarning, load_clip  # noqa: E402
 
@@ -100,8 +107,9 @@ def bench_one(
     gflops: float,
     ceilings: dict[str, float | None],
     compile_mode: str | None = None,
+    fp8_scaling: str | None = None,
 ) -> dict[str, Any]:
-    row: dict[str, Any] = {"model": clip.architecture, "backend": backend, "batch_size": batch}
+    row: dict[str, Any] = {"model": clip.architecture, "backend": backend, "batch_size": batch, "asked": precision}
     options: dict[str, Any] = {}
     if backend == "compile":
         options = {"compile_mode": compile_mode, "compile_scope": args.compile_scope, "progress": not args.quiet}
@@ -113,6 +121,12 @@ def bench_one(
         options = {"attention": args.attention}
     elif backend == "tensorrt" and args.engine_cache_dir:
         options = {"engine_cache_dir": args.engine_cache_dir}
+    if fp8_scaling is not None:
+        options["fp8_scaling"] = fp8_scaling
+        if fp8_scaling == STATIC_SCALING:
+            size = clip.preprocess.size
+            rng = np.random.default_rng(0)
+            options["fp8_calibration"] = rng.integers(0, 256, size=(32, size, size, 3), dtype=np.uint8)
     fixed = backend != "torch"
     start = time.perf_counter()
     encoder = pixels = buffer = None
@@ -128,6 +142,7 @@ def bench_one(
         )
         row["setup_s"] = round(time.perf_counter() - start, 2)
         row["precision"] = getattr(encoder, "precision", str(encoder.input_dtype).replace("torch.", ""))
+        row["fp8_scaling"] = encoder.fp8_scaling
         if backend == "compile":
             row.update(
                 compile_mode=encoder.compile_mode,
@@ -247,19 +262,28 @@ def print_table(machine: dict[str, Any], header: dict[str, Any], rows: list[dict
             + f", {info['image_size']} px"
         )
     cols = (
-        f"{'model':<14}{'backend':<10}{'prec':<6}{'batch':>6}{'img/s':>11}{'ms/batch':>10}{'TFLOP/s':>9}{'util':>7}"
+        f"{'model':<14}{'backend':<10}{'prec':<17}{'batch':>6}{'img/s':>11}{'ms/batch':>10}{'TFLOP/s':>9}{'util':>7}"
         f"{'setup s':>9}  cache"
     )
     print(cols + "\n" + "-" * len(cols))
     for r in rows:
-        prec = r.get("precision", "?")
+        prec = r.get("precision", r.get("asked", "?"))
+        if r.get("fp8_scaling"):
+            prec = (
+                "fp8-"
+                + {"dynamic-rowwise": "row", "dynamic-tensorwise": "tensor", "static-tensorwise": "static"}[
+                    r["fp8_scaling"]
+                ]
+            )
+        if r.get("asked") == "auto":
+            prec = f"auto:{prec}"
         if "error" in r:
-            print(f"{r['model']:<14}{r['backend']:<10}{prec:<6}{r['batch_size']:>6}  failed: {r['error'][:90]}")
+            print(f"{r['model']:<14}{r['backend']:<10}{prec:<17}{r['batch_size']:>6}  failed: {r['error'][:90]}")
             continue
         util = f"{r['utilisation']:.0%}" if r["utilisation"] is not None else "-"
         cache = {True: "hit", False: "miss"}.get(r.get("cache_found"), "")
         print(
-            f"{r['model']:<14}{r['backend']:<10}{prec:<6}{r['batch_size']:>6}{r['images_per_s']:>11,.1f}{r['ms_per_batch']:>10.2f}"
+            f"{r['model']:<14}{r['backend']:<10}{prec:<17}{r['batch_size']:>6}{r['images_per_s']:>11,.1f}{r['ms_per_batch']:>10.2f}"
             f"{r['tflops']:>9.3g}{util:>7}{r['setup_s']:>9.1f}  {cache}"
         )
 
@@ -294,6 +318,13 @@ def main(argv: list[str] | None = None) -> int:
         default=["auto"],
         choices=list(PRECISION_NAMES),
         help="one or more: auto (bf16 on GPUs that have it, or FP8 where faster), bf16, fp16, fp32, fp8",
+    )
+    parser.add_argument(
+        "--fp8-scaling",
+        nargs="+",
+        default=[DEFAULT_FP8_SCALING],
+        choices=list(FP8_SCALINGS),
+        help=f"FP8's input scaling(s) for fp8 and auto rows (default: {DEFAULT_FP8_SCALING})",
     )
     parser.add_argument("--device", default="auto")
     parser.add_argument("--seconds", type=float, default=2.0, help="timed seconds per configuration")
@@ -359,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         backends.remove("tensorrt")
 
     plain = next((p for p in args.precision if p in ("bf16", "fp16", "fp32")), "auto")
-    dtype = resolve_precision(plain, device)
+    dtype = resolve(plain, device).dtype
     if args.ceiling_tflops:
         ceilings, source = {"bf16": args.ceiling_tflops}, "given"
     else:
@@ -388,12 +419,19 @@ def main(argv: list[str] | None = None) -> int:
             for precision in args.precision:
                 if backend == "tensorrt" and precision == "fp8":
                     continue
+                scalings = args.fp8_scaling if precision in ("fp8", "auto") and backend != "tensorrt" else [None]
                 for mode in modes if backend == "compile" else [None]:
-                    for batch in batches:
-                        row = bench_one(clip, backend, batch, precision, args, device, gflops, ceilings, mode)
-                        rows.append(row)
-                        label = f"{model} {backend} {precision} b{batch}" + (f" {mode}" if mode else "")
-                        print(f"  {label}: " + (row.get("error") or f"{row['images_per_s']:,.1f} img/s"), flush=True)
+                    for scaling in scalings:
+                        for batch in batches:
+                            row = bench_one(
+                                clip, backend, batch, precision, args, device, gflops, ceilings, mode, scaling
+                            )
+                            rows.append(row)
+                            label = f"{model} {backend} {precision}" + (f" {scaling}" if scaling else "")
+                            label += f" b{batch}" + (f" {mode}" if mode else "")
+                            print(
+                                f"  {label}: " + (row.get("error") or f"{row['images_per_s']:,.1f} img/s"), flush=True
+                            )
         del clip
         gc.collect()
     print_table(machine, header, rows)

@@ -22,6 +22,14 @@ import profile_encoders  # noqa: E402
         ("triton_red_fused_abs_amax_clamp_to_copy_5", "fp8 quantize"),
         ("void at::native::elementwise_kernel<128, 4, direct_copy_kernel_cuda>", "copy"),
         ("triton_poi_fused_add_7", "other elementwise"),
+        # FP8: the input's quantization alone, fused into a layer norm or GELU, and the FP8 products
+        ("triton_per_fused__to_copy_add_native_layer_norm_3", "layer norm"),
+        ("triton_per_fused__to_copy_abs_add_amax_clamp_div_native_layer_norm_3", "fused quantize"),
+        ("triton_poi_fused__to_copy_clamp_div_gelu_4", "fused quantize"),
+        ("void at::native::vectorized_elementwise_kernel<4, at::native::abs_kernel_cuda>", "fp8 quantize"),
+        ("void at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda, c10::Float8_e4m3fn>", "fp8 quantize"),
+        ("sm90_xmma_gemm_e4m3bf16_e4m3f32_f32_tn_n_tilesize128x128x64", "fp8 matmul"),
+        ("void cutlass::device_kernel<f8f8bf16_rowwise>", "fp8 matmul"),
     ],
 )
 def test_kernel_categories(name, category):
@@ -45,3 +53,36 @@ def test_summary_counts_overlapping_kernels_once():
         "layer norm": pytest.approx(200 / 900, abs=1e-4),
         "attention": pytest.approx(100 / 900, abs=1e-4),
     }
+
+
+def test_kernels_are_attributed_to_the_op_that_launched_them_and_fp8_rows_to_bf16_rows():
+    """A kernel launched by aten::_scaled_mm is an FP8 product whatever its library names it; each
+    category's ms per call; and an FP8 row set against the bf16 row of its model and variant."""
+    trace = {
+        "traceEvents": [
+            {"cat": "cpu_op", "name": "aten::_scaled_mm", "ts": 0, "dur": 900, "args": {"External id": 7}},
+            {"cat": "cpu_op", "name": "aten::mm", "ts": 1000, "dur": 900, "args": {"External id": 8}},
+            {"cat": "kernel", "name": "nvjet_tst_128x256_64x4", "ts": 0, "dur": 400, "args": {"External id": 7}},
+            {"cat": "kernel", "name": "nvjet_tst_128x256_64x4", "ts": 1000, "dur": 600, "args": {"External id": 8}},
+            {"cat": "kernel", "name": "triton_poi_fused__to_copy_clamp_div_gelu_4", "ts": 2000, "dur": 100},
+        ]
+    }
+    summary = profile_encoders.summarize_trace(trace, wall_s=4e-3, calls=2)
+    assert summary["ms"] == {"matmul": 0.3, "fp8 matmul": 0.2, "fused quantize": 0.05}
+    bf16 = {"model": "m", "variant": "compiled", "precision": "bf16", "fp8_scaling": None, "batch_size": 8}
+    rows = [
+        {**bf16, "ms": {"matmul": 1.0, "gelu": 0.2}, "ms_per_batch": 2.0, "graph_ms_per_batch": 1.5},
+        {
+            **bf16,
+            "precision": "fp8",
+            "fp8_scaling": "static-tensorwise",
+            "ms": {"fp8 matmul": 0.6, "fused quantize": 0.25},
+            "ms_per_batch": 1.6,
+            "graph_ms_per_batch": 1.0,
+        },
+    ]
+    (compared,) = profile_encoders.fp8_against_bf16(rows)
+    assert compared["fp8_scaling"] == "static-tensorwise" and compared["graph_speedup"] == 1.5
+    assert compared["speedup"] == 1.25
+    delta = compared["delta_ms"]
+    assert (delta["matmul"], delta["fp8 matmul"], delta["gelu"], delta["fused quantize"]) == (-1.0, 0.6, -0.2, 0.25)

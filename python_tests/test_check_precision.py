@@ -93,3 +93,39 @@ def test_frames_from_a_folder(tmp_path, capsys):
     assert "differ in size" in capsys.readouterr().err
     assert main(["check-precision", "vlmrm-tiny", "--frames", str(tmp_path / "missing"), "--device", "cpu"]) == 2
     assert "neither a folder of images nor a .npz" in capsys.readouterr().err
+
+
+def test_every_fp8_scaling_is_reported_and_static_scales_are_calibrated_on_other_frames(tmp_path, capsys):
+    pytest.importorskip("torchao")
+    out = tmp_path / "precision.json"
+    args = ["check-precision", "vlmrm-tiny", "-n", "6", "--render-size", "64", "--batch-size", "4"]
+    assert main([*args, "--precisions", "fp8", "--emulate-fp8", "--device", "cpu", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads(out.read_text())["results"]
+    assert [(r["precision"], r["fp8_scaling"]) for r in report] == [
+        ("bf16", None),
+        ("fp8", "dynamic-rowwise"),
+        ("fp8", "dynamic-tensorwise"),
+        ("fp8", "static-tensorwise"),
+    ]
+    for r in report[1:]:
+        assert r["ran"] and r["cosine_min"] >= 0.99 and f"fp8 {r['fp8_scaling']}" in printed
+    assert report[3]["how"].endswith("scales calibrated on 6 other rendered frames (seed 1)")
+    # Given frames alone, static scales are calibrated on them, and the report says so.
+    frames = np.random.default_rng(2).integers(0, 256, size=(4, 64, 64, 3), dtype=np.uint8)
+    (result,) = [
+        r
+        for r in check_precision(
+            "vlmrm-tiny",
+            frames,
+            device="cpu",
+            batch_size=4,
+            emulate_fp8=True,
+            precisions=["fp8"],
+            fp8_scalings=["static-tensorwise"],
+            log=lambda line: None,
+            **PROMPTS,
+        )
+        if r.precision == "fp8"
+    ]
+    assert result.ran and result.label == "fp8 static-tensorwise" and result.how.endswith("the scored frames")

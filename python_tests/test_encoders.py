@@ -147,6 +147,80 @@ def test_auto_backend_choice(monkeypatch):
     assert set(BACKEND_OPTIONS) == {"torch", "compile", "tensorrt"}
 
 
+def test_each_backend_describes_itself_in_one_row():
+    """BACKENDS and BACKEND_OPTIONS come from the rows; a row says what its backend needs and runs."""
+    import vlmrm_fast.encoders as encoders
+
+    names = [row.name for row in encoders.BACKEND_TABLE]
+    assert names == ["torch", "compile", "tensorrt"] and encoders.BACKENDS == ("auto", *names)
+    assert encoders.BACKEND_OPTIONS == {row.name: row.options for row in encoders.BACKEND_TABLE}
+    compiled_row = encoders.backend_named("compile")
+    assert compiled_row.fixed_batch and compiled_row.compiles and compiled_row.runs("fp8")
+    trt = encoders.backend_named("tensorrt")
+    assert trt.fixed_batch and not trt.runs("fp8") and "pip install .[tensorrt]" in trt.needs
+    assert "CUDA devices only" in trt.unavailable(CPU)
+    torch_row = encoders.backend_named("torch")
+    assert not torch_row.fixed_batch and not torch_row.compiles and torch_row.unavailable(CPU) is None
+    with pytest.raises(ValueError, match="backend 'onnxruntime' is unknown"):
+        encoders.backend_named("onnxruntime")
+
+
+def test_a_new_backend_is_one_row(monkeypatch):
+    """A backend added to BACKEND_TABLE is made by name, its options checked, and picked by "auto"
+    by its rank where it runs: nothing else changes."""
+    import dataclasses
+
+    import vlmrm_fast.encoders as encoders
+    from vlmrm_fast.encoders.torch_eager import make_torch_encoder
+
+    made = []
+
+    def make_echo(clip, *, device, precision, batch_size=None, loud=False):
+        made.append((precision.name, batch_size, loud))
+        return make_torch_encoder(clip, device=device, precision=precision)
+
+    echo = encoders.Backend(
+        name="echo", summary="eager torch, counted", make=make_echo, options=("loud",), auto_rank=-1, auto_devices=None
+    )
+    monkeypatch.setattr(encoders, "BACKEND_TABLE", (*encoders.BACKEND_TABLE, echo))
+    x = pixels(2)
+    encoder = make_image_encoder(tiny_clip(), "echo", device=CPU, loud=True)
+    assert made == [("fp32", None, True)]
+    assert_fp32_close(encoder(x), reference_embeddings(x))
+    with pytest.raises(TypeError, match="'compile_mode' belongs to backend 'compile'"):
+        make_image_encoder(tiny_clip(), "echo", device=CPU, compile_mode="default")
+    assert choose_backend(CPU, None) == "echo"
+    make_image_encoder(tiny_clip(), "auto", device=CPU, loud=False, attention="fused")  # auto passes each its own
+    assert made[-1] == ("fp32", None, False)
+    monkeypatch.setattr(
+        encoders, "BACKEND_TABLE", (*encoders.BACKEND_TABLE[:-1], dataclasses.replace(echo, precisions=("bf16",)))
+    )
+    assert choose_backend(CPU, None, "fp32") == "torch", "auto skips a backend that does not run the precision"
+
+
+def test_moved_names_still_work_for_one_release_with_a_warning():
+    import vlmrm_fast.encoders as encoders
+    import vlmrm_fast.encoders.base as base
+    import vlmrm_fast.encoders.fp8 as fp8
+    from vlmrm_fast.encoders import fp8_speed, precision
+
+    with pytest.warns(DeprecationWarning, match="FIXED_BATCH_BACKENDS is deprecated"):
+        assert encoders.FIXED_BATCH_BACKENDS == ("compile", "tensorrt")
+    with pytest.warns(DeprecationWarning, match="DEFAULT_ATTENTION is deprecated"):
+        assert encoders.DEFAULT_ATTENTION == {"torch": "open_clip", "compile": "fused"}
+    with pytest.warns(DeprecationWarning, match="precision.resolve"):
+        resolve_precision = base.resolve_precision
+    assert resolve_precision("auto", CPU) == torch.float32 and resolve_precision("fp32", CPU) == torch.float32
+    with pytest.raises(ValueError, match="FP8 runs through the torch and compile backends"):
+        resolve_precision("fp8", CPU)
+    with pytest.warns(DeprecationWarning, match="moved to vlmrm_fast.encoders.precision.PRECISIONS"):
+        assert base.PRECISIONS is precision.PRECISIONS
+    with pytest.warns(DeprecationWarning, match="moved to vlmrm_fast.encoders.fp8_speed.fp8_matmul_speedup"):
+        assert fp8.fp8_matmul_speedup is fp8_speed.fp8_matmul_speedup
+    with pytest.raises(AttributeError):
+        encoders.NO_SUCH_NAME  # noqa: B018
+
+
 # --------------------------------------------------------------------------- compile (CPU)
 
 

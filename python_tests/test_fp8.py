@@ -1,32 +1,43 @@
-"""FP8 precision: refusal where it cannot run, the FP8 linear layers against a plain matmul of
-FP8-rounded operands (torch's CPU kernel for _scaled_mm, emulate=True), the whole tower against
-bf16, and how precision="auto" decides.
+"""FP8 precision: refusal where it cannot run, the FP8 linear layers of each scaling against a
+plain matmul of FP8-rounded operands (torch's CPU kernel for _scaled_mm, emulate=True), static
+scales' calibration, the whole tower against bf16, and how precision="auto" decides.
 
-Reference for one linear layer (torchao's float8 inference, per-row scales): each row r of the
-weight and of the input is scaled by s_r = amax_r / 448 (computed in bf16, kept as fp32), cast
-to float8_e4m3fn, and y = (q(x) s_x) (q(W) s_W)^T + b. The layer's bf16 output must sit within
-bf16 rounding of that (|d| <= 1e-2 max|y|), ten times closer than the plain bf16 product is.
+Reference for one linear layer (torchao's float8 inference): the weight and the input are scaled
+by s = amax / 448 (computed in bf16, kept as fp32) per row r of each ("dynamic-rowwise") or per
+tensor ("dynamic-tensorwise"); "static-tensorwise" takes the input's s from calibration instead
+and saturates beyond 448 s. Each is cast to float8_e4m3fn, and y = (q(x) s_x) (q(W) s_W)^T + b.
+The layer's bf16 output must sit within bf16 rounding of that (|d| <= 1e-2 max|y|), ten times
+closer than the plain bf16 product is. Whole towers agree with bf16 to cosine >= 0.99.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from vlmrm_fast.encoders import make_image_encoder
+from vlmrm_fast.encoders import fp8_speed, make_image_encoder
 from vlmrm_fast.encoders import precision as precision_mod
 from vlmrm_fast.encoders.attention import fuse_attention
 from vlmrm_fast.encoders.fp8 import (
+    FP8_SCALINGS,
     FP8UnavailableError,
     convert_linears_to_fp8,
     count_fp8_linears,
-    fp8_matmul_speedup,
     fp8_unsupported_reason,
     require_fp8,
     transformer_linears,
 )
+from vlmrm_fast.encoders.fp8_calibration import (
+    STATIC_SCALE_MARGIN,
+    InputRange,
+    calibration_pixels,
+    measure_input_ranges,
+    static_input_scales,
+)
+from vlmrm_fast.encoders.fp8_speed import fp8_matmul_speedup
 from vlmrm_fast.encoders.precision import AUTO_FP8_MIN_SPEEDUP, resolve
-from vlmrm_fast.encoders.tower import prepare_image_tower
+from vlmrm_fast.encoders.tower import prepare_clip_tower, prepare_image_tower
 from vlmrm_fast.models import load_clip
 
 pytest.importorskip("torchao", reason="FP8 runs through torchao (pip install .[fp8]; part of .[dev])")
@@ -154,6 +165,188 @@ def test_fp8_tower_compiles_on_the_cpu():
     assert cos.min().item() >= 0.999
 
 
+# ----------------------------------------------------------------------------- FP8 scalings and calibration
+
+
+def fp8_round(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """t quantized to e4m3 with ``scale`` (saturating at +-448 scale), dequantized to fp32."""
+    return (t.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).float() * scale
+
+
+def tensor_scale(t: torch.Tensor) -> torch.Tensor:
+    """torchao's per-tensor scale: amax / 448 computed in bf16, kept as fp32."""
+    return (t.bfloat16().abs().amax() / E4M3_MAX).float()
+
+
+@pytest.mark.parametrize("scaling", ["dynamic-tensorwise", "static-tensorwise"])
+def test_fp8_linear_of_each_scaling_matches_a_matmul_of_fp8_rounded_operands(scaling):
+    """Per-tensor weight scales either way; the input's scale from the input itself at every call
+    (dynamic) or fixed ahead (static: here 2 x amax / 448 of the very input)."""
+    _, visual = tiny_tower()
+    fuse_attention(visual)
+    layers = dict(transformer_linears(visual))
+    originals = {
+        name: (m.weight.detach().float().clone(), m.bias.detach().float().clone()) for name, m in layers.items()
+    }
+    g = torch.Generator().manual_seed(0)
+    inputs = {name: torch.randn(3, 17, m.in_features, generator=g).bfloat16() for name, m in layers.items()}
+    static = scaling == "static-tensorwise"
+    scales = (
+        {name: torch.full((1, 1, 1), 2 * x.float().abs().max().item() / E4M3_MAX) for name, x in inputs.items()}
+        if static
+        else None
+    )
+    assert convert_linears_to_fp8(visual, scaling=scaling, input_scales=scales, emulate=True) == 8
+    for name, layer in layers.items():
+        weight, bias = originals[name]
+        x = inputs[name]
+        x_scale = scales[name] if static else tensor_scale(x)
+        reference = fp8_round(x, x_scale) @ fp8_round(weight, tensor_scale(weight)).T + bias
+        plain = x.float() @ weight.T + bias
+        with torch.inference_mode():
+            out = layer(x)
+        assert out.dtype == torch.bfloat16 and out.shape == reference.shape
+        err = (out.float() - reference).abs().max().item()
+        assert err <= 1e-2 * reference.abs().max().item(), name
+        assert err * 10 <= (plain - reference).abs().max().item(), f"{name}: the output is not FP8's"
+        if static:  # beyond the calibrated range (4x the largest input, 2x past the margin) inputs saturate
+            big = 4 * x
+            saturated = fp8_round(big, x_scale) @ fp8_round(weight, tensor_scale(weight)).T + bias
+            with torch.inference_mode():
+                out = layer(big)
+            err = (out.float() - saturated).abs().max().item()
+            assert err <= 1e-2 * saturated.abs().max().item(), name
+            assert err * 10 <= (4 * plain - 3 * bias - saturated).abs().max().item(), f"{name}: did not saturate"
+
+
+def test_calibration_measures_each_layer_input_and_scales_it_with_the_margin():
+    _, visual = tiny_tower()
+    fuse_attention(visual)
+    layers = dict(transformer_linears(visual))
+    g = torch.Generator().manual_seed(3)
+    batches = [torch.randn(n, 3, 64, 64, generator=g).bfloat16() for n in (2, 3)]
+    seen: dict[str, float] = {}
+    hooks = [
+        m.register_forward_pre_hook(
+            lambda m, args, name=name: seen.__setitem__(
+                name, max(seen.get(name, 0.0), args[0].float().abs().max().item())
+            )
+        )
+        for name, m in layers.items()
+    ]
+    with torch.inference_mode():
+        for b in batches:
+            visual(b)
+    for h in hooks:
+        h.remove()
+    ranges = measure_input_ranges(visual, batches)
+    assert ranges == {name: InputRange(seen[name], 3) for name in layers}
+    assert all(not m._forward_pre_hooks for m in layers.values()), "calibration leaves no hooks behind"
+    scales = static_input_scales(ranges, device=CPU)
+    for name, scale in scales.items():
+        assert scale.shape == (1, 1, 1) and scale.dtype == torch.float32
+        assert scale.item() == pytest.approx(STATIC_SCALE_MARGIN * seen[name] / E4M3_MAX, rel=1e-6)
+    with pytest.raises(ValueError, match="margin must be at least 1"):
+        static_input_scales(ranges, device=CPU, margin=0.5)
+
+
+def test_calibration_frames_are_preprocessed_as_the_reward_model_does(tmp_path):
+    from vlmrm_fast.preprocess import FramePreprocessor
+
+    clip, _ = tiny_tower()
+    frames = np.random.default_rng(0).integers(0, 256, size=(5, 48, 80, 3), dtype=np.uint8)
+    expected = FramePreprocessor(clip.preprocess, CPU, torch.bfloat16)(frames)
+    np.savez(tmp_path / "frames.npz", frames=frames)
+    for source in (frames, torch.from_numpy(frames), tmp_path / "frames.npz", str(tmp_path / "frames.npz")):
+        batches = calibration_pixels(source, clip.preprocess, CPU, batch_size=2)
+        assert [len(b) for b in batches] == [2, 2, 1] and batches[0].dtype == torch.bfloat16
+        assert torch.equal(torch.cat(batches), expected)
+    # The tower of a LoadedClip is calibrated on those pixels.
+    visual = prepare_clip_tower(
+        clip,
+        device=CPU,
+        precision=resolve_fp8(),
+        attention="fused",
+        fp8_scaling="static-tensorwise",
+        fp8_calibration=frames,
+        emulate_fp8=True,
+    )
+    _, reference = tiny_tower()
+    fuse_attention(reference)
+    ranges = measure_input_ranges(reference, calibration_pixels(frames, clip.preprocess, CPU))
+    for name, layer in transformer_linears(visual):
+        assert layer.weight.act_quant_scale.item() == pytest.approx(2 * ranges[name].amax / E4M3_MAX, rel=1e-6)
+
+
+@pytest.mark.parametrize("scaling", FP8_SCALINGS)
+def test_fp8_tower_of_each_scaling_is_close_to_bf16(scaling):
+    """Static scales calibrated on other images than those compared."""
+    _, bf16_visual = tiny_tower()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(6, 3, 64, 64, generator=g).bfloat16()
+    calibration = [torch.randn(8, 3, 64, 64, generator=g).bfloat16()]
+    with torch.inference_mode():
+        ref = bf16_visual(x).float()
+    _, visual = tiny_tower()
+    visual = prepare_image_tower(
+        visual, device=CPU, precision=resolve_fp8(), emulate_fp8=True, fp8_scaling=scaling, calibration=calibration
+    )
+    assert count_fp8_linears(visual) == 8
+    with torch.inference_mode():
+        out = visual(x).float()
+    cos = torch.nn.functional.cosine_similarity(out, ref, dim=1)
+    assert cos.min().item() >= 0.99, cos
+
+
+@pytest.mark.filterwarnings("ignore:.*_stable_hash_for_caching")
+def test_static_fp8_blocks_compile_to_one_graph_on_the_cpu():
+    """Each block has scales of its own, held by its weights (graph inputs, not constants): the blocks
+    still share one compiled graph, as the compile backend's blocks scope needs, and agree with eager."""
+    from torch._dynamo.utils import counters
+
+    from vlmrm_fast.encoders.compiled import compile_tower
+
+    _, visual = tiny_tower()
+    g = torch.Generator().manual_seed(4)
+    calibration = [torch.randn(4, 3, 64, 64, generator=g).bfloat16()]
+    visual = prepare_image_tower(
+        visual,
+        device=CPU,
+        precision=resolve_fp8(),
+        emulate_fp8=True,
+        fp8_scaling="static-tensorwise",
+        calibration=calibration,
+    )
+    scales = [m.weight.act_quant_scale.item() for _, m in transformer_linears(visual)]
+    assert len(set(scales)) == len(scales)
+    x = torch.randn(2, 3, 64, 64, generator=g).bfloat16()
+    with torch.inference_mode():
+        eager = visual(x).float()
+        torch._dynamo.reset()
+        counters.clear()
+        compiled = compile_tower(visual, "default", "blocks")(x).float()
+    assert counters["stats"]["unique_graphs"] == 1
+    cos = torch.nn.functional.cosine_similarity(compiled, eager, dim=1)
+    assert cos.min().item() >= 0.999
+
+
+def test_fp8_options_are_checked_against_the_precision_and_the_backend():
+    clip, _ = tiny_tower()
+    with pytest.raises(ValueError, match="fp8_scaling='per-block' is unknown"):
+        make_image_encoder(clip, "torch", device=CPU, precision="fp8", fp8_scaling="per-block")
+    with pytest.raises(ValueError, match="pass fp8_calibration=FRAMES"):
+        make_image_encoder(clip, "torch", device=CPU, precision="fp8", fp8_scaling="static-tensorwise")
+    with pytest.raises(ValueError, match="fp8_calibration is for fp8_scaling='static-tensorwise'"):
+        make_image_encoder(clip, "torch", device=CPU, precision="fp8", fp8_calibration="frames.npz")
+    with pytest.raises(ValueError, match="apply to precision='fp8'"):
+        make_image_encoder(clip, "torch", device=CPU, precision="fp32", fp8_scaling="dynamic-tensorwise")
+    with pytest.raises(TypeError, match="'fp8_scaling' belongs to backend 'torch' / 'compile'"):
+        make_image_encoder(clip, "tensorrt", device=CPU, batch_size=2, fp8_scaling="dynamic-rowwise")
+    # "auto" may pick FP8, so it takes them; on the CPU it is fp32 and they do not apply.
+    encoder = make_image_encoder(clip, "auto", device=CPU, fp8_scaling="dynamic-tensorwise")
+    assert encoder.precision == "fp32" and encoder.fp8_scaling is None
+
+
 # ----------------------------------------------------------------------------- precision="auto"
 
 
@@ -166,52 +359,125 @@ def test_auto_precision_on_the_cpu_is_fp32():
 
 
 def _pretend_h100(monkeypatch, speedup: float) -> list:
+    """FP8 runs on "cuda:0" (an H100 by name), and the compiled block's measurement returns ``speedup``
+    and records what it was asked for."""
     calls = []
     import vlmrm_fast.encoders.fp8 as fp8
 
     monkeypatch.setattr(fp8, "fp8_unsupported_reason", lambda device: None)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
-    precision_mod._measured_speedup.cache_clear()
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    monkeypatch.setattr(precision_mod, "_MEASURED", {})
 
-    def measured(shapes, device, **kwargs):
-        calls.append(shapes)
+    def measured(visual, device, batch_size, **kwargs):
+        calls.append(dict(batch_size=batch_size, **kwargs))
         return speedup
 
-    monkeypatch.setattr(fp8, "fp8_matmul_speedup", measured)
+    monkeypatch.setattr(fp8_speed, "compiled_block_speedup", measured)
     return calls
 
 
-@pytest.mark.parametrize(
-    "speedup, chosen, fused",
-    [(1.6, True, True), (AUTO_FP8_MIN_SPEEDUP, True, False), (1.05, False, True), (0.82, False, False)],
-)
-def test_auto_takes_fp8_only_where_its_products_are_faster(monkeypatch, speedup, chosen, fused):
+@pytest.mark.parametrize("speedup, chosen", [(1.6, True), (AUTO_FP8_MIN_SPEEDUP, True), (1.0, False), (0.82, False)])
+def test_auto_takes_fp8_only_where_the_compiled_block_is_faster(monkeypatch, speedup, chosen):
     _, visual = tiny_tower()
-    if fused:  # the shapes are the same whether the QKV projection is open_clip's bare parameter or a Linear
-        fuse_attention(visual)
     calls = _pretend_h100(monkeypatch, speedup)
     cuda = torch.device("cuda", 0)
-    assert precision_mod.auto_prefers_fp8(visual, cuda, 32) is chosen
-    # The tower's own shapes at that batch: 17 tokens x 32 images rows; (K, N) of qkv, out_proj, c_fc, c_proj.
-    assert sorted(set(calls[0])) == sorted(
-        {(32 * 17, 64, 192), (32 * 17, 64, 64), (32 * 17, 64, 256), (32 * 17, 256, 64)}
+    compiled = {"compile_mode": "default", "compile_cache": False, "attention": "fused"}
+    assert resolve("auto", cuda, visual=visual, batch_size=32, compile_options=compiled).name == (
+        "fp8" if chosen else "bf16"
     )
-    precision_mod.auto_prefers_fp8(visual, cuda, 32)
-    assert len(calls) == 1, "measured once per GPU, shapes and batch in a process"
-    precision_mod._measured_speedup.cache_clear()
+    # Measured as the backend will compile and scale: its compile mode and cache, FP8's scaling, the batch.
+    assert calls == [dict(batch_size=32, fp8_scaling="dynamic-rowwise", compile_mode="default", compile_cache=False)]
+    precision_mod.auto_prefers_fp8(visual, cuda, 32, compile_options=compiled)
+    assert len(calls) == 1, "measured once per GPU, tower shape, batch, scaling and compile mode in a process"
+    precision_mod.auto_prefers_fp8(visual, cuda, 32, compile_options=compiled, fp8_scaling="static-tensorwise")
+    precision_mod.auto_prefers_fp8(visual, cuda, 64, compile_options=compiled)
+    assert [(c["batch_size"], c["fp8_scaling"]) for c in calls[1:]] == [
+        (32, "static-tensorwise"),
+        (64, "dynamic-rowwise"),
+    ]
 
 
-def test_auto_never_takes_fp8_without_a_fixed_batch_or_where_it_cannot_run(monkeypatch):
+def test_auto_never_takes_fp8_eagerly_without_a_fixed_batch_or_where_it_cannot_run(monkeypatch):
     _, visual = tiny_tower()
     calls = _pretend_h100(monkeypatch, 2.0)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
-    assert resolve("auto", torch.device("cuda", 0), visual=visual, batch_size=None).name == "bf16"
+    cuda = torch.device("cuda", 0)
+    # Eager FP8 runs its input quantization as separate kernels (0.45x bf16 for ViT-L-14 on an H100).
+    assert resolve("auto", cuda, visual=visual, batch_size=32, compile_options=None).name == "bf16"
+    assert resolve("auto", cuda, visual=visual, batch_size=None, compile_options={}).name == "bf16"
+    assert not calls
     import vlmrm_fast.encoders.fp8 as fp8
 
     monkeypatch.setattr(fp8, "fp8_unsupported_reason", lambda device: "no FP8 here")
-    assert not precision_mod.auto_prefers_fp8(visual, torch.device("cuda", 0), 32)
+    assert resolve("auto", cuda, visual=visual, batch_size=32, compile_options={}).name == "bf16"
     assert not calls
-    precision_mod._measured_speedup.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "backend, tensorrt, weighs_fp8",
+    [("torch", False, False), ("compile", False, True), ("auto", False, True), ("auto", True, False)],
+)
+def test_the_encoder_factory_weighs_fp8_only_for_a_compiling_backend(monkeypatch, backend, tensorrt, weighs_fp8):
+    """make_image_encoder hands "auto" the compile options only where the tower is compiled ("auto" on
+    CUDA with a fixed batch compiles unless TensorRT, which builds no FP8 engines, is there)."""
+    import vlmrm_fast.encoders as encoders
+    from vlmrm_fast.encoders import tensorrt_engine
+
+    monkeypatch.setattr(tensorrt_engine, "tensorrt_available", lambda: tensorrt)
+    asked = []
+
+    class Stop(Exception):
+        pass
+
+    def resolve_spy(precision, device, **kwargs):
+        asked.append(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(encoders, "resolve", resolve_spy)
+    clip, _ = tiny_tower()
+    with pytest.raises(Stop):
+        make_image_encoder(
+            clip,
+            backend,
+            device=torch.device("cuda", 0),
+            batch_size=8,
+            compile_mode="default",
+            fp8_scaling="dynamic-tensorwise",
+        ) if backend != "torch" else make_image_encoder(
+            clip, "torch", device=torch.device("cuda", 0), fp8_scaling="dynamic-tensorwise"
+        )
+    (kwargs,) = asked
+    assert (kwargs["compile_options"] is not None) is weighs_fp8
+    if weighs_fp8:
+        assert kwargs["compile_options"]["compile_mode"] == "default" and kwargs["visual"] is clip.model.visual
+        assert kwargs["fp8_scaling"] == "dynamic-tensorwise"
+
+
+@pytest.mark.parametrize("scaling", FP8_SCALINGS)
+def test_the_block_probe_times_a_bf16_and_an_fp8_copy_of_the_first_block(monkeypatch, scaling):
+    """compiled_block_speedup: bf16 then FP8 (in the asked scaling), each a copy of block 0 run on a
+    (batch, tokens, width) input; the tower itself is left as it was. (Compilation is replaced by the
+    eager block here; the GPU test below compiles.)"""
+    from vlmrm_fast.encoders import compiled
+
+    monkeypatch.setattr(compiled, "compile_tower", lambda tower, mode, scope: tower)
+    _, visual = tiny_tower()
+    before = {k: v.clone() for k, v in visual.state_dict().items()}
+    seen = []
+
+    def timer(run):
+        out = run()
+        tower = run.func
+        seen.append((count_fp8_linears(tower), tuple(out.shape)))
+        return {0: 3.0, 4: 2.0}[count_fp8_linears(tower)]
+
+    speedup = fp8_speed.compiled_block_speedup(visual, CPU, 2, fp8_scaling=scaling, timer=timer)
+    assert speedup == pytest.approx(1.5)
+    assert seen == [(0, (2, 17, 64)), (4, (2, 17, 64))]  # qkv, out_proj, c_fc, c_proj of one block
+    assert (
+        count_fp8_linears(visual) == 0 and type(visual.transformer.resblocks[0].attn).__name__ == "MultiheadAttention"
+    )
+    assert all(torch.equal(before[k], v) for k, v in visual.state_dict().items())
 
 
 def test_speed_probe_weighs_shapes_by_count():
@@ -243,3 +509,42 @@ def test_fp8_encoder_on_gpu_matches_bf16():
         out = enc(x.to(cuda, torch.bfloat16)).float()
         cos = torch.nn.functional.cosine_similarity(out, ref, dim=1)
         assert cos.min().item() >= 0.99, (backend, cos)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scaling", FP8_SCALINGS)
+def test_fp8_scalings_on_gpu_match_bf16(scaling):
+    """Every scaling through both FP8 backends (static calibrated on frames) against the bf16 tower."""
+    cuda = torch.device("cuda", 0)
+    if fp8_unsupported_reason(cuda):
+        pytest.skip(fp8_unsupported_reason(cuda))
+    x = torch.randn(8, 3, 64, 64, generator=torch.Generator().manual_seed(5)).to(cuda, torch.bfloat16)
+    ref = make_image_encoder(tiny_tower()[0], "torch", device=cuda, precision="bf16")(x).float()
+    options = {"fp8_scaling": scaling}
+    if scaling == "static-tensorwise":
+        frames = np.random.default_rng(5).integers(0, 256, size=(16, 64, 64, 3), dtype=np.uint8)
+        options["fp8_calibration"] = frames
+    for backend in ("torch", "compile"):
+        extra = dict(batch_size=8, progress=False) if backend == "compile" else {}
+        enc = make_image_encoder(tiny_tower()[0], backend, device=cuda, precision="fp8", **options, **extra)
+        assert (enc.precision, enc.fp8_scaling) == ("fp8", scaling) and scaling in enc.describe()
+        cos = torch.nn.functional.cosine_similarity(enc(x).float(), ref, dim=1)
+        assert cos.min().item() >= 0.99, (backend, cos)
+        enc.close()
+
+
+@pytest.mark.gpu
+def test_block_probe_and_auto_on_gpu():
+    """The compiled block is timed in bf16 and in each FP8 scaling (a finite figure), and "auto" takes
+    FP8 exactly when that figure reaches the threshold."""
+    cuda = torch.device("cuda", 0)
+    if fp8_unsupported_reason(cuda):
+        pytest.skip(fp8_unsupported_reason(cuda))
+    clip, _ = tiny_tower(torch.float32)
+    for scaling in FP8_SCALINGS:
+        speedup = fp8_speed.compiled_block_speedup(clip.model.visual, cuda, 16, fp8_scaling=scaling)
+        assert 0 < speedup < 100, (scaling, speedup)
+    precision_mod._MEASURED.clear()
+    encoder = make_image_encoder(clip, "compile", device=cuda, batch_size=16, progress=False)
+    (measured,) = precision_mod._MEASURED.values()
+    assert encoder.precision == ("fp8" if measured >= AUTO_FP8_MIN_SPEEDUP else "bf16"), measured

@@ -29,6 +29,8 @@
 #                         not carried), skips turned into failures                              (~3-6 min)
 #   warp-first-call       the first WarpBatchRenderer's cost in a fresh process (Warp's kernel
 #                         cache as found), then in a second one (the cache warm)              (~1-4 min)
+#   fp8-tests             the gpu-marked FP8 tests only (every scaling through torch and compile,
+#                         the compiled-block probe and auto's pick), skips turned into failures (~1-2 min)
 #   suite                 the whole test suite on the GPU machine                          (~5-8 min)
 #   kernels               bench/bench_kernels.py, full grid                                (~1 min)
 #   render                bench/bench_render.py --device cuda (EGL, EGL on THREADS threads (default
@@ -36,11 +38,19 @@
 #                         (pixel-buffer reads, before and after host reads) and the pictures  (~3-5 min)
 #   encoders MODEL [B..]  bench/bench_encoders.py, torch and compile, batch B (default 64)  (~2-8 min)
 #   fp8 MODEL [B..]       bench_encoders: torch and compile, bf16 against fp8, batch B (default 256)  (~3-8 min)
+#                         (PRECISION default "bf16 fp8"; FP8_SCALINGS default dynamic-rowwise)
+#   fp8-scalings MODEL [B..]  bench_encoders: torch and compile, bf16, fp8 and auto, each FP8 input
+#                         scaling (dynamic-rowwise dynamic-tensorwise static-tensorwise), batch B
+#                         (default 256): which scaling pays, and that auto is never slower than bf16 (~4-8 min)
 #   compile-time MODEL B [MODE]  compile cold then warm, each in a fresh process (MODE default:
 #                         default; max-autotune-no-cudagraphs to state its cost)          (~1-10 min)
-#   profile [MODEL..]     bench/profile_encoders.py at batch 256, bf16 and fp8 (default L14 bigG)  (~3-6 min)
+#   profile [MODEL..]     bench/profile_encoders.py at batch BATCH (default 256), bf16 and fp8 in every
+#                         scaling (FP8_SCALINGS), VARIANTS (default eager-fused compiled), with the
+#                         linear layers alone (--kernels) and what auto measures (--block-probe)
+#                         (default L14 bigG)                                                (~4-8 min)
 #   precision MODEL [N]   vlmrm-fast check-precision on N rendered humanoid frames (default 256),
-#                         random weights: FP8 and fp16 against bf16                        (~2-5 min)
+#                         random weights unless MODEL names a tag: every FP8 scaling, fp16, fp32 against
+#                         bf16, through BACKEND (default compile, what auto runs)          (~2-5 min)
 #   e2e MODEL [N..]       bench/run.py at 224 px, N envs (default 64), RENDERERS (default egl warp),
 #                         PHYSICS (default auto), CHUNKS (default "1 auto": one range and the pipelined
 #                         step side by side), the paper-style pipeline at min(N, BASELINE_ENVS=64) envs
@@ -53,7 +63,7 @@
 #                         overhead, message round trips; then device=auto on 2 ranks and 1 GPU must
 #                         be refused on both ranks before any env is built                    (~2-4 min)
 # MODEL: B32, B16, L14, H14, bigG (or an open_clip name). Give one batch size / one N per call for
-# ViT-L-14 and up. compile-time and profile take PRECISION="bf16 fp8" (the default) from the environment.
+# ViT-L-14 and up. compile-time, fp8 and profile take PRECISION="bf16 fp8" (the default) from the environment.
 # FP8 needs torchao on the machine: it is in the prepare.sh line above (an sm_89+ GPU: H100, H200).
 #
 # TensorRT is not checked on the device machine: its wheels exceed the 64 MiB that a call can
@@ -208,6 +218,7 @@ case "$step" in
     setup; build
     python3 -P bench/warp_first_call.py --device cuda --envs "${1:-256}" --size "${RES:-224}" \
       --out "$out/warp_first_call.json" 2>&1 | tee "$out/warp_first_call.log" ;;
+  fp8-tests) setup; build; run_tests fp8_tests -m gpu -k fp8 ;;
   suite) setup; build; run_tests suite ;;
   kernels) setup; build; python3 -P bench/bench_kernels.py --device cuda --out "$out/kernels.json" 2>&1 | tee "$out/kernels.log" ;;
   render)
@@ -227,8 +238,18 @@ case "$step" in
     [ $# -ge 1 ] || { echo "usage: $0 fp8 MODEL [BATCH ...]"; exit 2; }
     model=$(model_name "$1"); shift
     setup; build
-    python3 -P bench/bench_encoders.py --models "$model" --backends torch compile --precision bf16 fp8 \
-      --batch-sizes "${@:-256}" --out "$out/fp8_$model.json" 2>&1 | tee "$out/fp8_$model.log" ;;
+    # shellcheck disable=SC2086  # PRECISION and FP8_SCALINGS are lists
+    python3 -P bench/bench_encoders.py --models "$model" --backends torch compile --precision ${PRECISION:-bf16 fp8} \
+      --fp8-scaling ${FP8_SCALINGS:-dynamic-rowwise} --batch-sizes "${@:-256}" --out "$out/fp8_$model.json" 2>&1 \
+      | tee "$out/fp8_$model.log" ;;
+  fp8-scalings)
+    [ $# -ge 1 ] || { echo "usage: $0 fp8-scalings MODEL [BATCH ...]"; exit 2; }
+    model=$(model_name "$1"); shift
+    setup; build
+    # shellcheck disable=SC2086  # FP8_SCALINGS is a list
+    python3 -P bench/bench_encoders.py --models "$model" --backends torch compile --precision bf16 fp8 auto \
+      --fp8-scaling ${FP8_SCALINGS:-dynamic-rowwise dynamic-tensorwise static-tensorwise} --batch-sizes "${@:-256}" \
+      --out "$out/fp8_scalings_$model.json" 2>&1 | tee "$out/fp8_scalings_$model.log" ;;
   compile-time)
     [ $# -ge 2 ] || { echo "usage: $0 compile-time MODEL BATCH [MODE]"; exit 2; }
     model=$(model_name "$1"); batch=$2; mode=${3:-default}
@@ -238,13 +259,17 @@ case "$step" in
   profile)
     models=(); for m in "${@:-L14 bigG}"; do for w in $m; do models+=("$(model_name "$w")"); done; done
     setup; build
+    # shellcheck disable=SC2086  # PRECISION, FP8_SCALINGS and VARIANTS are lists
     python3 -P bench/profile_encoders.py --models "${models[@]}" --batch-size "${BATCH:-256}" --precision ${PRECISION:-bf16 fp8} \
+      --fp8-scaling ${FP8_SCALINGS:-dynamic-rowwise dynamic-tensorwise static-tensorwise} \
+      --variants ${VARIANTS:-eager-fused compiled} --kernels --block-probe \
       --trace-dir "$out/traces" --out "$out/profile.json" 2>&1 | tee "$out/profile.log" ;;
   precision)
     [ $# -ge 1 ] || { echo "usage: $0 precision MODEL [NUM_FRAMES]"; exit 2; }
     model=$(model_name "$1")
     setup; build
     python3 -P -m vlmrm_fast.cli check-precision "$model" -n "${2:-256}" --render-size 224 \
+      --backend "${BACKEND:-compile}" --batch-size 64 \
       --json "$out/precision_$model.json" 2>&1 | tee "$out/precision_$model.log" ;;
   e2e)
     [ $# -ge 1 ] || { echo "usage: $0 e2e MODEL [NUM_ENVS ...]"; exit 2; }
@@ -270,5 +295,5 @@ case "$step" in
     echo "--- device=auto, 2 ranks, $(nvidia-smi -L | wc -l) GPU(s): expect 'runs 2 ranks but shows 1 GPU(s)' on both ranks"
     { python3 -P -m torch.distributed.run --standalone --nproc-per-node 2 bench/bench_distributed.py --device auto \
       --model "$model" --num-envs 4 --steps 1 || true; } 2>&1 | grep -E "LayoutError|GPU\(s\)" | tee "$out/distributed_refusal.log" ;;
-  *) sed -n '2,56p' "$0"; exit 2 ;;
+  *) sed -n '2,66p' "$0"; exit 2 ;;
 esac

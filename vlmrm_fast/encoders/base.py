@@ -1,33 +1,15 @@
-"""The interface every CLIP image-tower backend implements."""
+"""The interface every CLIP image-tower backend implements (:class:`ImageEncoder`), and the row by
+which each backend describes itself (:class:`Backend`)."""
 
 from __future__ import annotations
 
 import abc
+import dataclasses
+import warnings
+from collections.abc import Callable
+from typing import Any
 
 import torch
-
-PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-def resolve_precision(precision: str, device: torch.device) -> torch.dtype:
-    """The dtype of a plain precision; "auto": bf16 on GPUs that have it (fp16 otherwise), fp32 on the CPU.
-
-    (FP8 and "auto"'s FP8 choice: :mod:`vlmrm_fast.encoders.precision`.)"""
-    if precision == "auto":
-        if device.type != "cuda":
-            return torch.float32
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if precision not in PRECISIONS:
-        hint = "; FP8 runs through the torch and compile backends" if precision == "fp8" else ""
-        raise ValueError(
-            f"precision {precision!r} is unknown here; use 'auto', {', '.join(map(repr, PRECISIONS))}{hint}"
-        )
-    if device.type == "cpu" and precision != "fp32":
-        raise ValueError(
-            f"precision={precision!r} on the CPU is not supported; use 'fp32' (or 'auto'), in a training "
-            "config reward.precision (configs/paper pins the paper's fp16, for GPUs)"
-        )
-    return PRECISIONS[precision]
 
 
 class ImageEncoder(abc.ABC):
@@ -41,6 +23,8 @@ class ImageEncoder(abc.ABC):
     image_size: int
     #: the one batch size the backend runs (compiled graphs, engines); None: any
     batch_size: int | None = None
+    #: how FP8 scales the linear layers' inputs (encoders/fp8.py); None unless the precision is FP8
+    fp8_scaling: str | None = None
 
     @abc.abstractmethod
     def encode(self, pixels: torch.Tensor) -> torch.Tensor:
@@ -94,5 +78,77 @@ class ImageEncoder(abc.ABC):
 
     def describe(self) -> str:
         batch = "any batch" if self.batch_size is None else f"batch {self.batch_size}"
+        return f"{self.backend} ({self.precision_label()}, {batch}, {self.device})"
+
+    def precision_label(self) -> str:
+        """The precision it runs in, FP8's scaling included: "bf16", "fp8 dynamic-rowwise"."""
         precision = getattr(self, "precision", None) or str(self.input_dtype).replace("torch.", "")
-        return f"{self.backend} ({precision}, {batch}, {self.device})"
+        return f"{precision} {self.fp8_scaling}" if self.fp8_scaling else precision
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """An encoder backend as it describes itself: one row of ``encoders.BACKEND_TABLE``.
+
+    ``make(clip, *, device, precision, batch_size, **options)`` builds the encoder (``precision`` a
+    resolved :class:`~vlmrm_fast.encoders.precision.Precision`); ``options`` are the keyword options
+    it takes beside those. ``unavailable(device)`` says why it cannot run on ``device`` here (a
+    missing package, no GPU), or None. "auto" tries the backends that have an ``auto_rank``,
+    lowest first, and takes the first that runs on the device's type (``auto_devices``), runs the
+    precision, has the batch size it needs (``fixed_batch``) and is available.
+    """
+
+    name: str
+    summary: str
+    make: Callable[..., ImageEncoder]
+    options: tuple[str, ...] = ()
+    #: runs one batch size, given at construction (smaller batches are padded)
+    fixed_batch: bool = False
+    #: compiles the tower, so that FP8's input quantization fuses into the op before each linear
+    #: layer: "auto" weighs FP8 only on such a backend (encoders/precision.py)
+    compiles: bool = False
+    precisions: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8")
+    #: what it needs beyond torch, for messages and docs
+    needs: str = ""
+    unavailable: Callable[[torch.device], str | None] = lambda device: None
+    auto_rank: int | None = None
+    #: the device types "auto" picks it on (None: any)
+    auto_devices: tuple[str, ...] | None = ("cuda",)
+
+    def runs(self, precision: str) -> bool:
+        """Whether it runs ``precision`` ("auto" is any it runs)."""
+        return precision == "auto" or precision in self.precisions
+
+
+def __getattr__(name: str) -> Any:
+    # Moved to encoders/precision.py (issue 32: one precision resolver); kept for one release.
+    if name == "PRECISIONS":
+        from vlmrm_fast.encoders.precision import PRECISIONS
+
+        warnings.warn(
+            "vlmrm_fast.encoders.base.PRECISIONS moved to vlmrm_fast.encoders.precision.PRECISIONS",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return PRECISIONS
+    if name == "resolve_precision":
+        warnings.warn(
+            "vlmrm_fast.encoders.base.resolve_precision is deprecated; use "
+            "vlmrm_fast.encoders.precision.resolve(precision, device).dtype",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return _resolve_precision
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _resolve_precision(precision: str, device: torch.device) -> torch.dtype:
+    """The dtype of a plain precision or "auto" without FP8 (what the deprecated resolve_precision gave)."""
+    from vlmrm_fast.encoders.precision import PRECISIONS, resolve
+
+    if precision not in ("auto", *PRECISIONS):
+        hint = "; FP8 runs through the torch and compile backends" if precision == "fp8" else ""
+        raise ValueError(
+            f"precision {precision!r} is unknown here; use 'auto', {', '.join(map(repr, PRECISIONS))}{hint}"
+        )
+    return resolve(precision, torch.device(device)).dtype

@@ -31,14 +31,21 @@ On the CPU the same compiled function runs directly (inductor's C++ backend), wi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import torch
 
-from vlmrm_fast.encoders.base import ImageEncoder
+from vlmrm_fast.encoders.base import Backend, ImageEncoder
 from vlmrm_fast.encoders.compile_cache import CacheReport, inductor_caches_in, resolve_compile_cache
+from vlmrm_fast.encoders.fp8 import DEFAULT_FP8_SCALING, FP8_OPTIONS
+from vlmrm_fast.encoders.precision import Precision
 from vlmrm_fast.encoders.progress import Phases, note
+from vlmrm_fast.encoders.tower import prepare_clip_tower
 
 #: torch.compile modes this backend accepts; the cudagraph modes would capture twice.
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
@@ -67,6 +74,21 @@ def _lifted_recompile_limits():
         if name is not None:
             lifted[name] = max(getattr(config, name), 1 << 20)
     return config.patch(**lifted)
+
+
+@contextlib.contextmanager
+def compiling(cache_dir: Path | None) -> Iterator[CacheReport]:
+    """What a tower compiles under: inference mode, dynamo's recompile limits lifted, inductor's
+    caches in ``cache_dir`` (the report of whether they served, filled on exit)."""
+    with (
+        torch.inference_mode(),
+        _lifted_recompile_limits(),
+        inductor_caches_in(cache_dir) as report,
+        warnings.catch_warnings(),
+    ):
+        # torchao's FP8 tensors lack a stable hash for AOTAutograd's cache; inductor's cache still serves them.
+        warnings.filterwarnings("ignore", message=".*_stable_hash_for_caching.*")
+        yield report
 
 
 def transformer_blocks(visual: torch.nn.Module) -> list[torch.nn.Module]:
@@ -103,6 +125,7 @@ class CompiledImageEncoder(ImageEncoder):
         embed_dim: int,
         batch_size: int,
         precision: str | None = None,
+        fp8_scaling: str | None = None,
         compile_mode: str | None = None,
         compile_scope: str | None = None,
         compile_cache: bool | str | os.PathLike = True,
@@ -113,6 +136,7 @@ class CompiledImageEncoder(ImageEncoder):
         self.device = torch.device(device)
         self.input_dtype = dtype
         self.precision = precision or str(dtype).replace("torch.", "")
+        self.fp8_scaling = fp8_scaling
         self.image_size = image_size
         self.embed_dim = embed_dim
         self.batch_size = batch_size
@@ -132,17 +156,9 @@ class CompiledImageEncoder(ImageEncoder):
         self._input = torch.zeros((batch_size, 3, image_size, image_size), dtype=dtype, device=self.device)
         self._graph: torch.cuda.CUDAGraph | None = None
         self._output: torch.Tensor | None = None
-        title = f"compiling the {name} for batch {batch_size} ({self.precision}, {compile_mode}, {compile_scope}, {self.device})"
+        title = f"compiling the {name} for batch {batch_size} ({self.precision_label()}, {compile_mode}, {compile_scope}, {self.device})"
         steps = ["compile", "check for recompiles"] + (["capture the CUDA graph"] if self.device.type == "cuda" else [])
-        with (
-            Phases(title, steps, progress) as phases,
-            torch.inference_mode(),
-            _lifted_recompile_limits(),
-            inductor_caches_in(cache_dir) as report,
-            warnings.catch_warnings(),
-        ):
-            # torchao's FP8 tensors lack a stable hash for AOTAutograd's cache; inductor's cache still serves them.
-            warnings.filterwarnings("ignore", message=".*_stable_hash_for_caching.*")
+        with Phases(title, steps, progress) as phases, compiling(cache_dir) as report:
             if self.device.type == "cuda":
                 self._capture(phases)
             else:
@@ -191,8 +207,54 @@ class CompiledImageEncoder(ImageEncoder):
             return self._output.clone()
 
     def describe(self) -> str:
-        return f"compile ({self.precision}, batch {self.batch_size}, {self.compile_mode}, {self.compile_scope} scope, {self.device})"
+        return f"compile ({self.precision_label()}, batch {self.batch_size}, {self.compile_mode}, {self.compile_scope} scope, {self.device})"
 
     def close(self) -> None:
         self._graph = self._output = self._compiled = self.visual = None
         self._input = None
+
+
+def make_compiled_encoder(
+    clip: Any,
+    *,
+    device: torch.device,
+    precision: Precision,
+    batch_size: int,
+    attention: str = "fused",
+    fp8_scaling: str | None = None,
+    fp8_calibration: Any = None,
+    **compile_options: Any,
+) -> CompiledImageEncoder:
+    """The compile backend for ``clip`` (a LoadedClip); ``compile_options``: ``compile_mode``,
+    ``compile_scope``, ``compile_cache``, ``progress``."""
+    visual = prepare_clip_tower(
+        clip,
+        device=device,
+        precision=precision,
+        attention=attention,
+        fp8_scaling=fp8_scaling,
+        fp8_calibration=fp8_calibration,
+    )
+    return CompiledImageEncoder(
+        visual,
+        device=device,
+        dtype=precision.dtype,
+        precision=precision.name,
+        fp8_scaling=(fp8_scaling or DEFAULT_FP8_SCALING) if precision.fp8 else None,
+        image_size=clip.preprocess.size,
+        embed_dim=clip.embed_dim,
+        batch_size=batch_size,
+        name=f"{clip.architecture} image tower",
+        **compile_options,
+    )
+
+
+BACKEND = Backend(
+    name="compile",
+    summary="torch.compile for one fixed batch size, replayed as a CUDA graph on GPUs; compiled code cached on disk",
+    make=make_compiled_encoder,
+    options=("compile_mode", "compile_scope", "compile_cache", "attention", "progress", *FP8_OPTIONS),
+    fixed_batch=True,
+    compiles=True,
+    auto_rank=1,
+)

@@ -9,7 +9,6 @@ from pathlib import Path
 import torch
 
 from vlmrm_fast.checks import positive_int
-from vlmrm_fast.encoders.base import resolve_precision
 from vlmrm_fast.encoders.tensorrt_engine import DEFAULT_WORKSPACE_GIB
 
 
@@ -51,13 +50,23 @@ def export_encoder(
             batch_size=batch_size,
         )
 
-    from vlmrm_fast.encoders.tensorrt_engine import make_tensorrt_encoder, require_cuda_device, require_tensorrt
+    from vlmrm_fast.encoders.precision import resolve
+    from vlmrm_fast.encoders.tensorrt_engine import (
+        BACKEND,
+        make_tensorrt_encoder,
+        require_cuda_device,
+        require_tensorrt,
+    )
 
     if batch_size is None:
         raise ValueError("an engine runs one fixed batch size: pass --batch-size N (batch_size=N)")
     resolved = require_cuda_device(resolve_device(device))
     require_tensorrt()
-    dtype = resolve_precision(precision, resolved)
+    if not BACKEND.runs(precision):
+        raise ValueError(
+            f"precision {precision!r}: a TensorRT engine is built in 'auto', {', '.join(map(repr, BACKEND.precisions))}"
+        )
+    dtype = resolve(precision, resolved).dtype
     clip = load_clip(model, pretrained, checkpoint=checkpoint, device=resolved, seed=seed)
     encoder = make_tensorrt_encoder(
         clip,

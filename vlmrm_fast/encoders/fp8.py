@@ -2,17 +2,40 @@
 
 Each ``nn.Linear`` of the transformer blocks (QKV and output projections after
 :func:`~vlmrm_fast.encoders.attention.fuse_attention`, the two MLP layers) gets its weight
-quantized once to float8_e4m3fn with one scale per output channel; at every call its input is
-quantized with one scale per row (token), and the product runs in ``torch._scaled_mm`` with bf16
-output. Scales are amax / 448 (e4m3's largest finite value), computed in bf16 as torchao does. Attention
-itself (scaled_dot_product_attention), layer norms, the patch embedding and the final projection
-stay bf16.
+quantized once to float8_e4m3fn; its input is quantized at every call, and the product runs in
+``torch._scaled_mm`` with bf16 output. Attention itself (scaled_dot_product_attention), layer
+norms, the patch embedding and the final projection stay bf16. How the input is scaled is the
+option ``fp8_scaling`` (torchao's names: dynamic or static activation scales, ``PerRow`` or
+``PerTensor`` granularity):
+
+- ``"dynamic-rowwise"`` (default): one scale per row (token) of the input, amax / 448 computed at
+  every call, and one per output channel of the weight; torchao's
+  ``Float8DynamicActivationFloat8WeightConfig(PerRow())``. The product is a row-wise scaled
+  ``_scaled_mm`` (CUTLASS's kernel or cuBLASLt's, depending on the torch build:
+  ``bench/profile_encoders.py`` names it). Each call first reduces every row (amax), then casts.
+- ``"dynamic-tensorwise"``: one scale for the whole input, amax / 448 at every call, one for the
+  weight; ``Float8DynamicActivationFloat8WeightConfig(PerTensor())``. A tensor-wise ``_scaled_mm``
+  (cuBLAS); the amax is a reduction over the whole activation before the cast can start.
+- ``"static-tensorwise"``: one scale for the input fixed ahead of time from calibration frames
+  (:mod:`vlmrm_fast.encoders.fp8_calibration`), one for the weight; torchao's
+  ``Float8StaticActivationFloat8WeightConfig(act_quant_scale=..., granularity=PerTensor())``
+  (torchao 0.18 keeps it in ``torchao.prototype.quantization``, exported from
+  ``torchao.quantization``). Quantizing the input is then an elementwise divide, clamp and cast,
+  which inductor fuses into the op before it (the layer norm, the GELU): no reduction and no bf16
+  copy of the input in memory. Inputs beyond the calibrated range saturate (see
+  :mod:`~vlmrm_fast.encoders.fp8_calibration` for the margin).
+
+Scales are amax / 448, e4m3's largest finite value. e4m3 is a floating-point format, so a
+per-tensor scale loses no relative precision for values within its 2^15 range (a per-row one
+only helps rows whose largest values are far below the tensor's); what it costs on a model's
+weights ``vlmrm-fast check-precision`` measures.
 
 FP8 matrix products need an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper,
 Blackwell); elsewhere :func:`require_fp8` says so. torch's CPU kernel for ``_scaled_mm`` computes
-the same e4m3 products (accumulating in fp32), which :func:`convert_linears_to_fp8` uses with
-``emulate=True``: the tests and ``vlmrm-fast check-precision --emulate-fp8`` see FP8's numerics on
-a CPU, never its speed.
+the same e4m3 products (accumulating in fp32), for row-wise and tensor-wise scales, which
+:func:`convert_linears_to_fp8` uses with ``emulate=True``: the tests and ``vlmrm-fast
+check-precision --emulate-fp8`` see FP8's numerics on a CPU, never its speed. How fast FP8 runs
+is measured by :mod:`vlmrm_fast.encoders.fp8_speed`.
 """
 
 from __future__ import annotations
@@ -20,7 +43,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -30,6 +55,13 @@ FP8_MIN_CAPABILITY = (8, 9)
 #: torch._scaled_mm wants both matrix dimensions of a weight divisible by 16.
 FP8_DIM_MULTIPLE = 16
 INSTALL_HINT = "pip install torchao (or the package's extra: pip install .[fp8])"
+#: How each FP8 linear layer's input is scaled (the module docstring); the option ``fp8_scaling``.
+FP8_SCALINGS = ("dynamic-rowwise", "dynamic-tensorwise", "static-tensorwise")
+DEFAULT_FP8_SCALING = "dynamic-rowwise"
+STATIC_SCALING = "static-tensorwise"
+#: The encoder options of FP8, taken by the backends that run it: ``fp8_calibration`` is the frames
+#: that "static-tensorwise" measures its scales on (:mod:`vlmrm_fast.encoders.fp8_calibration`).
+FP8_OPTIONS = ("fp8_scaling", "fp8_calibration")
 
 
 class FP8UnavailableError(RuntimeError):
@@ -106,31 +138,88 @@ def transformer_linears(visual: nn.Module) -> list[tuple[str, nn.Linear]]:
     return [(prefix + name, m) for name, m in blocks.named_modules() if isinstance(m, nn.Linear)]
 
 
-def convert_linears_to_fp8(visual: nn.Module, *, emulate: bool = False) -> int:
-    """Quantizes, in place, the weights of the tower's transformer linear layers to FP8 (see the
-    module docstring); returns how many layers were converted.
+def check_fp8_scaling(scaling: str) -> str:
+    if scaling not in FP8_SCALINGS:
+        raise ValueError(f"fp8_scaling={scaling!r} is unknown; use one of {', '.join(map(repr, FP8_SCALINGS))}")
+    return scaling
 
-    The tower must already be bf16 on its device. Layers whose dimensions are not multiples of 16
-    stay bf16. ``emulate=True`` allows a CPU (numerics only; see the module docstring).
+
+def check_fp8_options(precision: str, options: Mapping[str, Any]) -> None:
+    """Refuses FP8 options that cannot apply: an unknown ``fp8_scaling``, "static-tensorwise" without
+    ``fp8_calibration`` frames (or frames for another scaling), or either option with a precision
+    that never runs FP8 ("auto" may pick FP8, so it takes them)."""
+    given = [name for name in FP8_OPTIONS if options.get(name) is not None]
+    if not given:
+        return
+    if precision not in ("fp8", "auto"):
+        raise ValueError(
+            f"{' and '.join(given)} apply to precision='fp8' (or 'auto', which may pick it), not precision={precision!r}"
+        )
+    scaling = check_fp8_scaling(options.get("fp8_scaling") or DEFAULT_FP8_SCALING)
+    calibrated = options.get("fp8_calibration") is not None
+    if scaling == STATIC_SCALING and not calibrated:
+        raise ValueError(
+            f"fp8_scaling={STATIC_SCALING!r} fixes each layer's input scale from calibration frames: pass "
+            "fp8_calibration=FRAMES (uint8 (N, H, W, 3), or a .npz or folder of them, e.g. from "
+            "`vlmrm-fast dataset sample TASK -n 64 -o frames.npz`)"
+        )
+    if calibrated and scaling != STATIC_SCALING:
+        raise ValueError(
+            f"fp8_calibration is for fp8_scaling={STATIC_SCALING!r}; fp8_scaling={scaling!r} scales at every call"
+        )
+
+
+def convert_linears_to_fp8(
+    visual: nn.Module,
+    *,
+    scaling: str = DEFAULT_FP8_SCALING,
+    input_scales: Mapping[str, torch.Tensor] | None = None,
+    emulate: bool = False,
+) -> int:
+    """Quantizes, in place, the weights of the tower's transformer linear layers to FP8, their inputs
+    scaled by ``scaling`` (see the module docstring); returns how many layers were converted.
+
+    ``input_scales`` ("static-tensorwise" only): each layer's input scale by qualified name, an fp32
+    tensor of one element with the input's number of dimensions
+    (:func:`~vlmrm_fast.encoders.fp8_calibration.static_input_scales`). The tower must already be
+    bf16 on its device. Layers whose dimensions are not multiples of 16 stay bf16. ``emulate=True``
+    allows a CPU (numerics only; see the module docstring).
     """
+    check_fp8_scaling(scaling)
     device = next(visual.parameters()).device
     if device.type == "cuda" or not emulate:
         require_fp8(device)
     elif not torchao_available():
         raise FP8UnavailableError(f"FP8 emulation runs through torchao, which is not installed: {INSTALL_HINT}")
-    targets = {id(m) for _, m in transformer_linears(visual) if fp8_compatible(m)}
-    bad = [name for name, m in transformer_linears(visual) if id(m) in targets and m.weight.dtype != torch.bfloat16]
+    targets = {name: m for name, m in transformer_linears(visual) if fp8_compatible(m)}
+    bad = [name for name, m in targets.items() if m.weight.dtype != torch.bfloat16]
     if bad:
         raise TypeError(f"FP8 conversion expects a bf16 tower; {bad[0]} is {next(visual.parameters()).dtype}")
+    static = scaling == STATIC_SCALING
+    if static:
+        missing = [name for name in targets if input_scales is None or name not in input_scales]
+        if missing:
+            raise ValueError(f"fp8_scaling={scaling!r} needs an input scale for every layer; {missing[0]} has none")
+    elif input_scales is not None:
+        raise ValueError(f"input_scales are for fp8_scaling={STATIC_SCALING!r}, not {scaling!r}")
     if not targets:
         return 0
     ao = _import_torchao()
-    config = ao.Float8DynamicActivationFloat8WeightConfig(
-        granularity=ao.PerRow(),
-        set_inductor_config=False,  # torchao's recommended inductor settings add autotuning (compile time)
-    )
+    # set_inductor_config=False: torchao's recommended inductor settings add autotuning (compile time).
     with _hardware_check_lifted() if device.type != "cuda" else contextlib.nullcontext():
-        ao.quantize_(visual, config, filter_fn=lambda module, fqn: id(module) in targets)
+        if static:
+            assert input_scales is not None
+            for name, module in targets.items():
+                config = ao.Float8StaticActivationFloat8WeightConfig(
+                    act_quant_scale=input_scales[name], granularity=ao.PerTensor(), set_inductor_config=False
+                )
+                # filter_fn: torchao's default filter skips subclasses of nn.Linear (MultiheadAttention's out_proj)
+                ao.quantize_(module, config, filter_fn=lambda m, fqn, module=module: m is module)
+        else:
+            granularity = ao.PerRow() if scaling == "dynamic-rowwise" else ao.PerTensor()
+            config = ao.Float8DynamicActivationFloat8WeightConfig(granularity=granularity, set_inductor_config=False)
+            chosen = {id(m) for m in targets.values()}
+            ao.quantize_(visual, config, filter_fn=lambda module, fqn: id(module) in chosen)
     return len(targets)
 
 
@@ -157,80 +246,18 @@ def count_fp8_linears(visual: nn.Module) -> int:
     return sum(1 for _, m in transformer_linears(visual) if getattr(m.weight, "qdata", None) is not None)
 
 
-# ----------------------------------------------------------------------------- speed probe
+_MOVED_TO_FP8_SPEED = ("fp8_matmul_speedup", "quantize_rowwise", "linear_shapes")
 
 
-def quantize_rowwise(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(e4m3 values, fp32 scales (rows, 1)) with x ~= values * scales, one scale per row."""
-    fmax = torch.finfo(torch.float8_e4m3fn).max
-    scale = x.abs().amax(dim=-1, keepdim=True).float().clamp_(min=1e-12) / fmax
-    return (x.float() / scale).clamp_(-fmax, fmax).to(torch.float8_e4m3fn), scale
+def __getattr__(name: str) -> Any:
+    # The speed probes moved to encoders/fp8_speed.py (one concern per module); kept for one release.
+    if name in _MOVED_TO_FP8_SPEED:
+        from vlmrm_fast.encoders import fp8_speed
 
-
-def linear_shapes(visual: nn.Module, tokens: int, batch_size: int) -> list[tuple[int, int, int]]:
-    """(M, K, N) of every transformer linear layer for one batch: M rows, K inputs, N outputs.
-
-    Counts the QKV projection of an unfused ``nn.MultiheadAttention`` (a bare parameter there) too.
-    """
-    rows = batch_size * tokens
-    blocks = getattr(getattr(visual, "transformer", None), "resblocks", None)
-    shapes = []
-    for module in blocks.modules() if blocks is not None else ():
-        if isinstance(module, nn.MultiheadAttention) and module.in_proj_weight is not None:
-            shapes.append((rows, module.embed_dim, 3 * module.embed_dim))
-        elif isinstance(module, nn.Linear):
-            shapes.append((rows, module.in_features, module.out_features))
-    return shapes
-
-
-def fp8_matmul_speedup(
-    shapes: list[tuple[int, int, int]],
-    device: torch.device,
-    *,
-    timer: Callable[[Callable[[], None]], float] | None = None,
-) -> float:
-    """bf16 time / FP8 time of the given linear layers on ``device`` (> 1: FP8 is faster).
-
-    Each distinct shape is timed once and weighted by how often it occurs. The FP8 side pays the
-    row-wise quantization of its input as an eager kernel, which a compiled tower fuses into the
-    preceding op, so the figure understates FP8's gain slightly.
-    """
-    timer = timer or functools.partial(_cuda_seconds, device=device)
-    counts: dict[tuple[int, int, int], int] = {}
-    for shape in shapes:
-        counts[shape] = counts.get(shape, 0) + 1
-    bf16_total = fp8_total = 0.0
-    for (m, k, n), count in counts.items():
-        x = torch.randn((m, k), device=device, dtype=torch.bfloat16)
-        w = torch.randn((n, k), device=device, dtype=torch.bfloat16)
-        w8, w_scale = quantize_rowwise(w)
-        w8_t, w_scale_t = w8.t(), w_scale.t()
-
-        def bf16(x: torch.Tensor = x, w: torch.Tensor = w) -> None:
-            torch.nn.functional.linear(x, w)
-
-        def fp8(x: torch.Tensor = x, w8_t: torch.Tensor = w8_t, w_scale_t: torch.Tensor = w_scale_t) -> None:
-            _fp8_linear(x, w8_t, w_scale_t)
-
-        bf16_total += count * timer(bf16)
-        fp8_total += count * timer(fp8)
-        del x, w, w8, w8_t, bf16, fp8  # the next shape's tensors may need the memory
-    return bf16_total / fp8_total
-
-
-def _fp8_linear(x: torch.Tensor, w8_t: torch.Tensor, w_scale_t: torch.Tensor) -> None:
-    x8, x_scale = quantize_rowwise(x)  # the input's quantization counts: it runs at every call
-    torch._scaled_mm(x8, w8_t, scale_a=x_scale, scale_b=w_scale_t, out_dtype=torch.bfloat16, use_fast_accum=True)
-
-
-def _cuda_seconds(fn: Callable[[], None], device: torch.device, repeats: int = 10) -> float:
-    with torch.cuda.device(device):
-        for _ in range(3):
-            fn()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(repeats):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3 / repeats
+        warnings.warn(
+            f"vlmrm_fast.encoders.fp8.{name} moved to vlmrm_fast.encoders.fp8_speed.{name}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(fp8_speed, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

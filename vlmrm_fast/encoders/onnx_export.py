@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from vlmrm_fast.encoders.base import PRECISIONS
+from vlmrm_fast.encoders.precision import PRECISIONS
 
 INPUT_NAME = "pixels"
 OUTPUT_NAME = "embeddings"

@@ -1,16 +1,27 @@
 """Which precision an image tower runs in: ``precision="auto" | "fp32" | "fp16" | "bf16" | "fp8"``.
+The one place that turns a precision name into what runs (:func:`resolve`).
 
 - ``"fp32"``: the CPU's (and "auto" there).
 - ``"bf16"``/``"fp16"``: weights and activations in that type (GPUs).
-- ``"fp8"``: the transformer's linear layers in FP8 e4m3 (:mod:`vlmrm_fast.encoders.fp8`),
-  everything else, and the encoder's input, bf16. Needs an sm_89+ GPU and torchao.
-- ``"auto"``: on the CPU fp32. On a GPU bf16 (fp16 where bf16 is missing), or FP8 when the batch
-  size is fixed, FP8 can run, and the tower's own linear-layer shapes at that batch size run at
-  least :data:`AUTO_FP8_MIN_SPEEDUP` times faster in FP8 than in bf16 on this GPU. That is measured
-  once per GPU, model shape and batch size in a process (well under a second; see
-  :func:`~vlmrm_fast.encoders.fp8.fp8_matmul_speedup`). Small towers stay bf16 (at ViT-B-32's
-  shapes FP8 products ran at 0.82x of bf16 on an H100, 2026-11-22); large ones at large batches
-  get FP8 (1.61x at ViT-L-14's MLP shapes, 1.80x at ViT-bigG-14's).
+- ``"fp8"``: the transformer's linear layers in FP8 e4m3 (:mod:`vlmrm_fast.encoders.fp8`, which
+  also says how their inputs are scaled: ``fp8_scaling``), everything else, and the encoder's input,
+  bf16. Needs an sm_89+ GPU and torchao.
+- ``"auto"``: on the CPU fp32. On a GPU bf16 (fp16 where bf16 is missing), or FP8 when all of these hold:
+
+  - the backend compiles the tower (``compile_options`` given). Compiled, inductor fuses FP8's
+    input quantization into the op before each linear layer; eager FP8 runs it as separate
+    kernels with fp32 intermediates, and ran ViT-L-14 at 0.45x bf16 on an H100 (2026-11-26);
+  - the batch size is fixed, and FP8 can run here;
+  - the tower's first transformer block, compiled as the backend compiles it, runs at least
+    :data:`AUTO_FP8_MIN_SPEEDUP` times faster in FP8 than in bf16 at that batch size on this GPU
+    (:func:`~vlmrm_fast.encoders.fp8_speed.compiled_block_speedup`: both blocks replayed as CUDA
+    graphs; measured once per GPU, tower shape, batch size, FP8 scaling and compile mode in a
+    process, a few seconds the first time, the compiled code then cached on disk).
+
+  Measuring the block rather than its matrix products is what keeps "auto" from picking a slower
+  FP8: on an H100 ViT-L-14's FP8 products ran 1.64x bf16 but the compiled FP8 tower only 1.135x,
+  and small towers (ViT-B-32: products at 0.82x) lose outright. The block holds all of a tower's
+  work but the patch embedding and the final projection, which FP8 leaves in bf16.
 
 FP8 changes the embeddings slightly more than bf16 does; ``vlmrm-fast check-precision MODEL``
 reports by how much for a model's real weights. Ask for ``precision="bf16"`` to rule FP8 out.
@@ -19,19 +30,20 @@ reports by how much for a model's real weights. Ask for ``precision="bf16"`` to 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
 
-from vlmrm_fast.encoders.base import PRECISIONS, resolve_precision
-
 logger = logging.getLogger(__name__)
 
+PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 PRECISION_NAMES = ("auto", *PRECISIONS, "fp8")
-#: "auto" takes FP8 only for at least this speed-up of the tower's linear layers.
-AUTO_FP8_MIN_SPEEDUP = 1.15
+#: "auto" takes FP8 only for at least this speed-up of the compiled block: a margin over the
+#: noise of timing CUDA-graph replays, so that a tie stays bf16.
+AUTO_FP8_MIN_SPEEDUP = 1.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,8 +79,15 @@ def resolve(
     *,
     visual: nn.Module | None = None,
     batch_size: int | None = None,
+    compile_options: Mapping[str, Any] | None = None,
+    fp8_scaling: str | None = None,
 ) -> Precision:
-    """``precision`` for ``device``; "auto" may measure FP8 against bf16 for ``visual`` at ``batch_size``."""
+    """``precision`` for ``device`` (see the module docstring).
+
+    For "auto" on a GPU: ``compile_options`` are the compile backend's options when the tower is to
+    be compiled (None: it runs eagerly, and "auto" stays off FP8); with them, ``visual`` and
+    ``batch_size``, "auto" may time FP8 against bf16 with ``fp8_scaling``.
+    """
     check_precision_name(precision)
     device = torch.device(device)
     if precision == "fp8":
@@ -76,12 +95,25 @@ def resolve(
 
         require_fp8(device)
         return named_precision("fp8")
-    dtype = resolve_precision(precision, device)
-    name = next(n for n, d in PRECISIONS.items() if d == dtype)
-    if precision == "auto" and dtype == torch.bfloat16 and visual is not None and batch_size is not None:
-        if auto_prefers_fp8(visual, device, batch_size):
+    if precision == "auto":
+        if device.type != "cuda":
+            return named_precision("fp32")
+        if not torch.cuda.is_bf16_supported():
+            return named_precision("fp16")
+        if (
+            visual is not None
+            and batch_size is not None
+            and compile_options is not None
+            and auto_prefers_fp8(visual, device, batch_size, compile_options=compile_options, fp8_scaling=fp8_scaling)
+        ):
             return named_precision("fp8")
-    return Precision(name, dtype)
+        return named_precision("bf16")
+    if device.type == "cpu" and precision != "fp32":
+        raise ValueError(
+            f"precision={precision!r} on the CPU is not supported; use 'fp32' (or 'auto'), in a training "
+            "config reward.precision (configs/paper pins the paper's fp16, for GPUs)"
+        )
+    return named_precision(precision)
 
 
 def tower_tokens(visual: nn.Module) -> int | None:
@@ -92,9 +124,23 @@ def tower_tokens(visual: nn.Module) -> int | None:
     return int(grid[0]) * int(grid[1]) + 1
 
 
-def auto_prefers_fp8(visual: nn.Module, device: torch.device, batch_size: int) -> bool:
-    """Whether ``precision="auto"`` takes FP8 for this tower and batch size on ``device``."""
-    from vlmrm_fast.encoders.fp8 import fp8_compatible, fp8_unsupported_reason, linear_shapes, transformer_linears
+#: Speed-ups measured in this process, by GPU, tower shape, batch size, FP8 scaling and compile mode.
+_MEASURED: dict[tuple, float] = {}
+
+
+def auto_prefers_fp8(
+    visual: nn.Module,
+    device: torch.device,
+    batch_size: int,
+    *,
+    compile_options: Mapping[str, Any] | None = None,
+    fp8_scaling: str | None = None,
+) -> bool:
+    """Whether ``precision="auto"`` takes FP8 for this tower, compiled with ``compile_options`` (the
+    compile backend's; None: its defaults), at ``batch_size`` on ``device``."""
+    from vlmrm_fast.encoders import fp8_speed
+    from vlmrm_fast.encoders.fp8 import DEFAULT_FP8_SCALING, fp8_compatible, fp8_unsupported_reason, transformer_linears
+    from vlmrm_fast.encoders.progress import note, stage
 
     if fp8_unsupported_reason(device) is not None:
         return False
@@ -102,27 +148,44 @@ def auto_prefers_fp8(visual: nn.Module, device: torch.device, batch_size: int) -
     linears = [m for _, m in transformer_linears(visual)]
     if tokens is None or not linears or not all(fp8_compatible(m) for m in linears):
         return False
-    shapes = linear_shapes(visual, tokens, batch_size)
-    speedup = _measured_speedup(torch.cuda.get_device_name(device), device.index, tuple(shapes))
-    chosen = speedup >= AUTO_FP8_MIN_SPEEDUP
-    logger.info(
-        "precision='auto': FP8 linear layers ran %.2fx bf16 at batch %d; using %s",
-        speedup,
+    scaling = fp8_scaling or DEFAULT_FP8_SCALING
+    options = dict(compile_options or {})
+    key = (
+        torch.cuda.get_device_name(device),
+        device.index,
+        fp8_speed.block_signature(visual),
+        tokens,
         batch_size,
-        "fp8" if chosen else "bf16",
+        scaling,
+        options.get("compile_mode"),
     )
+    if key not in _MEASURED:
+        try:
+            with stage(
+                f"precision='auto': timing the first transformer block compiled in bf16 and in FP8 ({scaling}) "
+                f"at batch {batch_size}",
+                bool(options.get("progress", True)),
+            ):
+                _MEASURED[key] = fp8_speed.compiled_block_speedup(
+                    visual,
+                    device,
+                    batch_size,
+                    fp8_scaling=scaling,
+                    compile_mode=options.get("compile_mode"),
+                    compile_cache=options.get("compile_cache", True),
+                )
+        except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # e.g. no FP8 kernel for a shape here
+            logger.warning("precision='auto': could not time the FP8 block (%s); using bf16", exc)
+            _MEASURED[key] = 0.0
+        finally:
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    speedup = _MEASURED[key]
+    chosen = speedup >= AUTO_FP8_MIN_SPEEDUP
+    message = (
+        f"precision='auto': the compiled transformer block ran {speedup:.2f}x bf16 in FP8 ({scaling}) at batch "
+        f"{batch_size}; using {'fp8' if chosen else 'bf16'}"
+    )
+    logger.info(message)
+    note(message, bool(options.get("progress", True)))
     return chosen
-
-
-@functools.lru_cache(maxsize=64)
-def _measured_speedup(gpu_name: str, index: int | None, shapes: tuple[tuple[int, int, int], ...]) -> float:
-    from vlmrm_fast.encoders.fp8 import fp8_matmul_speedup
-
-    device = torch.device("cuda", index if index is not None else torch.cuda.current_device())
-    try:
-        return fp8_matmul_speedup(list(shapes), device)
-    except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # e.g. no row-wise FP8 kernel for this GPU
-        logger.warning("precision='auto': could not time FP8 products (%s); using bf16", exc)
-        return 0.0
-    finally:
-        torch.cuda.empty_cache()

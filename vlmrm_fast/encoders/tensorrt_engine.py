@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from vlmrm_fast.encoders.base import ImageEncoder
+from vlmrm_fast.encoders.base import Backend, ImageEncoder
 from vlmrm_fast.encoders.engine_cache import EngineCache, EngineKey, StaleEngineError
 from vlmrm_fast.encoders.onnx_export import INPUT_NAME, OUTPUT_NAME, export_image_tower
 from vlmrm_fast.encoders.progress import note, stage
@@ -32,6 +32,7 @@ from vlmrm_fast.encoders.progress import note, stage
 logger = logging.getLogger(__name__)
 
 PRECISION_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+INSTALL_HINT = "pip install .[tensorrt]"
 DEFAULT_WORKSPACE_GIB = 8.0
 _MIN_TENSORRT_MAJOR = 10
 _ADDRESS_ALIGNMENT = 256  # bytes, what TensorRT asks of I/O tensor addresses
@@ -355,3 +356,29 @@ def make_tensorrt_encoder(
         engine_path=result.path,
         built=result.built,
     )
+
+
+def _make_from_row(clip: Any, *, device: torch.device, precision: Any, batch_size: int, **options: Any):
+    require_cuda_device(device)  # before TensorRT's import: on a CPU the device is what is wrong
+    return make_tensorrt_encoder(clip, device=device, dtype=precision.dtype, batch_size=batch_size, **options)
+
+
+def _unavailable(device: torch.device) -> str | None:
+    if torch.device(device).type != "cuda":
+        return "TensorRT engines run on CUDA devices only"
+    if not tensorrt_available():
+        return f"TensorRT is not installed ({INSTALL_HINT})"
+    return None
+
+
+BACKEND = Backend(
+    name="tensorrt",
+    summary="a TensorRT engine for one fixed batch size, built from an ONNX export and cached on disk",
+    make=_make_from_row,
+    options=("engine_cache_dir", "workspace_gib", "rebuild_engine", "progress"),
+    fixed_batch=True,
+    precisions=("fp32", "fp16", "bf16"),
+    needs=f"a CUDA GPU and TensorRT >= {_MIN_TENSORRT_MAJOR} ({INSTALL_HINT})",
+    unavailable=_unavailable,
+    auto_rank=0,
+)

@@ -2,7 +2,11 @@
 rewards away from bf16's, on rendered task frames.
 
 For every precision the image tower runs on the same frames (the task's, rendered from random
-rollouts, or ``--frames DIR``), preprocessed as the reward model does. Against the bf16 embeddings
+rollouts, or ``--frames DIR``), preprocessed as the reward model does. FP8 runs once per input
+scaling of ``--fp8-scalings`` (all of them by default: dynamic-rowwise, dynamic-tensorwise,
+static-tensorwise; :mod:`vlmrm_fast.encoders.fp8`); static scales are calibrated on frames of
+other rollouts (another seed) than those scored, or on ``--calibration-frames``, or, with
+``--frames`` alone, on the scored frames themselves (the report says which). Against the bf16 embeddings
 it reports the cosine similarity per frame (mean and minimum) and, for goal-baseline rewards with
 the task's prompts at each ``--alphas`` value, the Spearman rank correlation of the rewards over
 the frames (what an RL agent sees is the ordering of states), the largest reward difference, and
@@ -33,9 +37,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from vlmrm_fast.encoders.fp8 import DEFAULT_FP8_SCALING, FP8_SCALINGS, STATIC_SCALING
+from vlmrm_fast.encoders.fp8_calibration import load_frames
+
 REFERENCE = "bf16"
 CANDIDATES = ("fp8", "fp16", "fp32")
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
+#: Frames rendered for static FP8 scales' calibration when the task's frames are rendered.
+CALIBRATION_FRAMES = 64
 
 
 @dataclasses.dataclass
@@ -43,6 +51,7 @@ class PrecisionResult:
     precision: str
     ran: bool
     how: str = ""  # backend, or why it did not run
+    fp8_scaling: str | None = None  # FP8's input scaling (encoders/fp8.py); None for the others
     cosine_mean: float | None = None
     cosine_min: float | None = None
     spearman: dict[str, float] = dataclasses.field(default_factory=dict)  # alpha -> rho
@@ -51,6 +60,10 @@ class PrecisionResult:
     #: near or above 1, the precision's error is as large as what tells frames apart, and the
     #: Spearman correlation is noise (random weights give frames nearly equal rewards).
     noise_to_spread: float | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.precision} {self.fp8_scaling}" if self.fp8_scaling else self.precision
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -72,32 +85,6 @@ def _ranks(x: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- frames
-
-
-def load_frames(source: str | pathlib.Path) -> np.ndarray:
-    """uint8 (N, H, W, 3) from a folder of images (sorted by name, all one size) or a dataset ``.npz``."""
-    path = pathlib.Path(source)
-    if path.is_file() and path.suffix == ".npz":
-        with np.load(path) as data:
-            if "frames" not in data:
-                raise ValueError(f"{path} holds no 'frames' array (write one with `vlmrm-fast dataset sample`)")
-            return np.asarray(data["frames"], np.uint8)
-    if not path.is_dir():
-        raise FileNotFoundError(f"--frames {str(path)!r} is neither a folder of images nor a .npz dataset")
-    from PIL import Image
-
-    files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-    if not files:
-        raise ValueError(f"--frames {str(path)!r} holds no images ({', '.join(IMAGE_SUFFIXES)})")
-    frames = [np.asarray(Image.open(p).convert("RGB")) for p in files]
-    sizes = {f.shape for f in frames}
-    if len(sizes) > 1:
-        first, other = frames[0].shape, next(f for f in frames if f.shape != frames[0].shape).shape
-        raise ValueError(
-            f"the images in {path} differ in size ({first[1]}x{first[0]} and {other[1]}x{other[0]}); "
-            "give frames of one size"
-        )
-    return np.stack(frames)
 
 
 def render_task_frames(
@@ -130,34 +117,42 @@ def embed(
     backend: str,
     batch_size: int,
     emulate_fp8: bool = False,
+    fp8_scaling: str | None = None,
+    calibration_frames: np.ndarray | None = None,
 ) -> tuple[torch.Tensor, str]:
-    """Raw embeddings (N, D) float32 of ``frames`` through ``clip``'s tower in ``precision``; and how it ran."""
+    """Raw embeddings (N, D) float32 of ``frames`` through ``clip``'s tower in ``precision``; and how it
+    ran. FP8 scales its inputs by ``fp8_scaling``; static scales are calibrated on ``calibration_frames``."""
     from vlmrm_fast.encoders import make_image_encoder
     from vlmrm_fast.encoders.precision import named_precision
     from vlmrm_fast.encoders.torch_eager import TorchImageEncoder
-    from vlmrm_fast.encoders.tower import prepare_image_tower
+    from vlmrm_fast.encoders.tower import prepare_clip_tower
     from vlmrm_fast.preprocess import FramePreprocessor
 
     twin = _tower_only(clip)
-    dtype = named_precision(precision).dtype
+    resolved = named_precision(precision)
+    fp8_options: dict[str, Any] = {}
+    if resolved.fp8:
+        fp8_options = dict(fp8_scaling=fp8_scaling or DEFAULT_FP8_SCALING)
+        if fp8_options["fp8_scaling"] == STATIC_SCALING:
+            fp8_options["fp8_calibration"] = calibration_frames
     if device.type == "cuda":
         options = dict(batch_size=batch_size, progress=False) if backend == "compile" else {}
-        encoder = make_image_encoder(twin, backend, device=device, precision=precision, **options)
+        encoder = make_image_encoder(twin, backend, device=device, precision=precision, **options, **fp8_options)
         how = encoder.describe()
     else:  # the encoder factory keeps the CPU at fp32; run the same arithmetic eagerly
-        visual = prepare_image_tower(
-            twin.model.visual, device=device, precision=named_precision(precision), emulate_fp8=emulate_fp8
+        visual = prepare_clip_tower(
+            twin, device=device, precision=resolved, attention="open_clip", emulate_fp8=emulate_fp8, **fp8_options
         )
         encoder = TorchImageEncoder(
             visual,
             device=device,
-            dtype=dtype,
+            dtype=resolved.dtype,
             precision=precision,
             image_size=clip.preprocess.size,
             embed_dim=clip.embed_dim,
         )
-        how = "torch eager on the CPU" + (" (FP8 emulated)" if precision == "fp8" else "")
-    preprocessor = FramePreprocessor(clip.preprocess, device, dtype)
+        how = "torch eager on the CPU" + (" (FP8 emulated)" if resolved.fp8 else "")
+    preprocessor = FramePreprocessor(clip.preprocess, device, resolved.dtype)
     out = []
     try:
         for start in range(0, len(frames), batch_size):
@@ -192,9 +187,14 @@ def check_precision(
     batch_size: int = 32,
     emulate_fp8: bool = False,
     precisions: Sequence[str] = CANDIDATES,
+    fp8_scalings: Sequence[str] = FP8_SCALINGS,
+    calibration_frames: np.ndarray | None = None,
+    calibration_source: str | None = None,
     log=print,
 ) -> list[PrecisionResult]:
-    """The figures above, one :class:`PrecisionResult` per precision (bf16 first, the reference)."""
+    """The figures above, one :class:`PrecisionResult` per precision and FP8 scaling (bf16 first, the
+    reference). Static FP8 scales are calibrated on ``calibration_frames`` (described by
+    ``calibration_source``), or on ``frames`` when None."""
     from vlmrm_fast.device import resolve_device
     from vlmrm_fast.encoders.fp8 import fp8_unsupported_reason
     from vlmrm_fast.models import load_clip
@@ -215,16 +215,35 @@ def check_precision(
     results = []
     reference, how = embed(clip, frames, REFERENCE, device=resolved, backend=backend, batch_size=batch_size)
     reference_rewards = {a: rewards(reference, target, baseline, a) for a in alphas}
-    results.append(PrecisionResult(REFERENCE, True, how, 1.0, 1.0, {f"{a:g}": 1.0 for a in alphas}, 0.0, 0.0))
+    results.append(
+        PrecisionResult(
+            REFERENCE,
+            True,
+            how,
+            cosine_mean=1.0,
+            cosine_min=1.0,
+            spearman={f"{a:g}": 1.0 for a in alphas},
+            max_reward_diff=0.0,
+            noise_to_spread=0.0,
+        )
+    )
     log(f"  {REFERENCE}: reference ({how})")
-    for precision in precisions:
-        if precision == "fp8":
-            reason = fp8_unsupported_reason(resolved)
-            if reason and not (emulate_fp8 and resolved.type == "cpu" and "torchao" not in reason):
-                hint = " (--emulate-fp8 computes FP8's numerics on the CPU)" if resolved.type == "cpu" else ""
-                results.append(PrecisionResult("fp8", False, reason + hint))
-                log(f"  fp8: not run: {reason}{hint}")
-                continue
+    if calibration_frames is None:
+        calibration_frames, calibration_source = frames, "the scored frames"
+    fp8_blocked = None
+    if "fp8" in precisions:
+        reason = fp8_unsupported_reason(resolved)
+        if reason and not (emulate_fp8 and resolved.type == "cpu" and "torchao" not in reason):
+            hint = " (--emulate-fp8 computes FP8's numerics on the CPU)" if resolved.type == "cpu" else ""
+            fp8_blocked = reason + hint
+    runs = [(p, scaling) for p in precisions for scaling in (fp8_scalings if p == "fp8" else [None])]
+    for precision, scaling in runs:
+        label = f"{precision} {scaling}" if scaling else precision
+        if precision == "fp8" and fp8_blocked:
+            if scaling == fp8_scalings[0]:  # one row: no scaling of FP8 runs here
+                results.append(PrecisionResult("fp8", False, fp8_blocked))
+                log(f"  fp8: not run: {fp8_blocked}")
+            continue
         try:
             emb, how = embed(
                 clip,
@@ -234,13 +253,17 @@ def check_precision(
                 backend=backend,
                 batch_size=batch_size,
                 emulate_fp8=emulate_fp8,
+                fp8_scaling=scaling,
+                calibration_frames=calibration_frames,
             )
         except (RuntimeError, ValueError, TypeError) as exc:  # e.g. fp16 kernels missing on some CPU builds
-            results.append(PrecisionResult(precision, False, f"{type(exc).__name__}: {exc}"))
-            log(f"  {precision}: failed: {exc}")
+            results.append(PrecisionResult(precision, False, f"{type(exc).__name__}: {exc}", fp8_scaling=scaling))
+            log(f"  {label}: failed: {exc}")
             continue
+        if scaling == STATIC_SCALING:
+            how += f", scales calibrated on {calibration_source or f'{len(calibration_frames)} frames'}"
         cos = torch.nn.functional.cosine_similarity(emb, reference, dim=1)
-        result = PrecisionResult(precision, True, how, float(cos.mean()), float(cos.min()))
+        result = PrecisionResult(precision, True, how, scaling, float(cos.mean()), float(cos.min()))
         diffs, noise = [], []
         for a in alphas:
             r, ref = rewards(emb, target, baseline, a), reference_rewards[a]
@@ -250,25 +273,25 @@ def check_precision(
         result.max_reward_diff = max(diffs)
         result.noise_to_spread = max(noise)
         results.append(result)
-        log(f"  {precision}: done ({how})")
+        log(f"  {label}: done ({how})")
     return results
 
 
 def format_table(results: list[PrecisionResult]) -> str:
     alphas = list(results[0].spearman)
     head = (
-        f"{'precision':<10}{'cos mean':>10}{'cos min':>10}"
+        f"{'precision':<24}{'cos mean':>10}{'cos min':>10}"
         + "".join(f"{'rho a=' + a:>11}" for a in alphas)
         + f"{'max |dr|':>11}{'noise/spread':>14}  how"
     )
     lines = [head, "-" * len(head)]
     for r in results:
         if not r.ran:
-            lines.append(f"{r.precision:<10}{'not run: ' + r.how}")
+            lines.append(f"{r.label:<24}{'not run: ' + r.how}")
             continue
         rho = "".join(f"{r.spearman[a]:>11.4f}" for a in alphas)
         lines.append(
-            f"{r.precision:<10}{r.cosine_mean:>10.5f}{r.cosine_min:>10.5f}{rho}{r.max_reward_diff:>11.2e}{r.noise_to_spread:>14.3f}  {r.how}"
+            f"{r.label:<24}{r.cosine_mean:>10.5f}{r.cosine_min:>10.5f}{rho}{r.max_reward_diff:>11.2e}{r.noise_to_spread:>14.3f}  {r.how}"
         )
     return "\n".join(lines)
 
@@ -314,6 +337,19 @@ def add_subcommand(sub: argparse._SubParsersAction) -> None:
         help="compared against bf16 (default: fp8 fp16 fp32)",
     )
     p.add_argument(
+        "--fp8-scalings",
+        nargs="+",
+        default=list(FP8_SCALINGS),
+        choices=list(FP8_SCALINGS),
+        help="FP8's input scalings, each compared (default: all)",
+    )
+    p.add_argument(
+        "--calibration-frames",
+        metavar="DIR",
+        help="frames (a folder of images or a .npz) to calibrate static FP8 scales on; default: "
+        f"{CALIBRATION_FRAMES} frames rendered with seed + 1, or with --frames the scored frames",
+    )
+    p.add_argument(
         "--emulate-fp8", action="store_true", help="on a CPU: compute FP8's numerics with torch's CPU kernels"
     )
     p.add_argument("--seed", type=int, default=0)
@@ -338,6 +374,15 @@ def _main(args: argparse.Namespace) -> int:
     print(
         f"check-precision {args.model}: {source}; prompts {list(spec.target_prompts)} vs {list(spec.baseline_prompts)}"
     )
+    calibration, calibration_source = None, None
+    if STATIC_SCALING in args.fp8_scalings and "fp8" in args.precisions:
+        if args.calibration_frames:
+            calibration = load_frames(args.calibration_frames)
+            calibration_source = f"{len(calibration)} frames from {args.calibration_frames}"
+        elif not args.frames:
+            n = min(CALIBRATION_FRAMES, args.num_frames)
+            calibration = render_task_frames(args.task, n, seed=args.seed + 1, size=args.render_size)
+            calibration_source = f"{n} other rendered frames (seed {args.seed + 1})"
     results = check_precision(
         args.model,
         frames,
@@ -351,6 +396,9 @@ def _main(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         emulate_fp8=args.emulate_fp8,
         precisions=args.precisions,
+        fp8_scalings=args.fp8_scalings,
+        calibration_frames=calibration,
+        calibration_source=calibration_source,
     )
     print()
     print(format_table(results))

@@ -39,7 +39,8 @@ class RewardModelSpec:
     TensorRT backends; episode-batch scoring's batch). ``tokenizer``: a folder holding the Hugging
     Face tokenizer of a model whose tokenizer lives on the hub (SigLIP), instead of the cache
     (docs/models.md). ``encoder_options`` go to the backend (``compile_mode``, ``attention``,
-    ``engine_cache_dir``; see ``encoders.make_image_encoder``).
+    ``engine_cache_dir``, FP8's ``fp8_scaling`` and ``fp8_calibration``, a path in a config; see
+    ``encoders.make_image_encoder``).
     """
 
     model: str = DEFAULT_MODEL
