@@ -238,8 +238,8 @@ case "$step" in
     [ $# -ge 1 ] || { echo "usage: $0 fp8 MODEL [BATCH ...]"; exit 2; }
     model=$(model_name "$1"); shift
     setup; build
-    # shellcheck disable=SC2086  # PRECISION and FP8_SCALINGS are lists
-    python3 -P bench/bench_encoders.py --models "$model" --backends torch compile --precision ${PRECISION:-bf16 fp8} \
+    # shellcheck disable=SC2086  # BACKENDS, PRECISION and FP8_SCALINGS are lists
+    python3 -P bench/bench_encoders.py --models "$model" --backends ${BACKENDS:-torch compile} --precision ${PRECISION:-bf16 fp8} \
       --fp8-scaling ${FP8_SCALINGS:-dynamic-rowwise} --batch-sizes "${@:-256}" --out "$out/fp8_$model.json" 2>&1 \
       | tee "$out/fp8_$model.log" ;;
   fp8-scalings)

@@ -162,7 +162,12 @@ def render_figures(work: pathlib.Path, dry: bool) -> list[Row]:
 
 
 def best_rate(rows: list[dict], precision: str) -> tuple[float, str] | None:
-    found = [(r["images_per_s"], r["backend"]) for r in rows if r.get("precision") == precision and "error" not in r]
+    """The best img/s of ``precision`` and where it came from (backend, and the FP8 scaling if any)."""
+    found = [
+        (r["images_per_s"], r["backend"] + (f", {r['fp8_scaling']}" if r.get("fp8_scaling") else ""))
+        for r in rows
+        if r.get("precision") == precision and r.get("asked") != "auto" and "error" not in r
+    ]
     return max(found) if found else None
 
 
@@ -187,9 +192,28 @@ def encoder_figures(model: str, targets: dict[str, int]) -> Callable[[pathlib.Pa
             rate, backend = best
             batch = result["results"][0]["batch_size"]
             out.append(row(target, f"{rate:,.0f} img/s ({shown}, {backend}, batch {batch})", rate >= bound))
+        if result is not None and any(r.get("asked") == "auto" for r in result["results"]):
+            out.append(auto_row(model, result["results"], "fp32" if dry else "bf16"))
         return out
 
     return figures
+
+
+def auto_row(model: str, rows: list[dict], baseline: str) -> Row:
+    """precision="auto" on each backend against that backend's bf16: never a slower path (issue 31)."""
+    target = f"{model}: precision auto never slower than bf16 on its backend (eager included)"
+    cells, ok = [], True
+    for r in rows:
+        if r.get("asked") != "auto" or "error" in r:
+            continue
+        asked = [b for b in rows if b.get("backend") == r["backend"] and b.get("asked") != "auto"]
+        base = best_rate(asked, baseline)
+        if base is None:
+            continue
+        ratio = r["images_per_s"] / base[0]
+        ok &= ratio >= 0.97  # timing noise between two runs of the same path
+        cells.append(f"{r['backend']}: auto took {r['precision']}, {ratio:.2f}x bf16")
+    return row(target, "; ".join(cells) or "no auto row", ok and bool(cells))
 
 
 def compile_figures(work: pathlib.Path, dry: bool) -> list[Row]:
@@ -412,14 +436,17 @@ def dry_encoders() -> list[list[str]]:
 
 BUILD_INFO = "import json, sys, torch, vlmrm_fast; json.dump({**vlmrm_fast.build_info(), 'torch': torch.__version__}, open(sys.argv[1], 'w'))"
 TESTS = "(gpu or egl or warp) and not tensorrt"
+FP8_SCALINGS = "dynamic-rowwise dynamic-tensorwise static-tensorwise"
 
 
-def stated(target: str, filename: str) -> Callable[[pathlib.Path, bool], list[Row]]:
-    """A check whose output is a table to read, not a figure held to a bound."""
+def stated(target: str, pattern: str) -> Callable[[pathlib.Path, bool], list[Row]]:
+    """A check whose output is a table to read (files ``pattern`` in the results), not a figure held to a bound."""
 
     def figures(work: pathlib.Path, dry: bool) -> list[Row]:
-        path = work / filename
-        return [row(target, f"{filename} written (logs.tar.gz)", None) if path.exists() else missing(target, path)]
+        found = sorted(work.glob(pattern))
+        if not found:
+            return [missing(target, work / pattern)]
+        return [row(target, f"{', '.join(p.name for p in found)} written (logs.tar.gz)", None)]
 
     return figures
 
@@ -439,15 +466,6 @@ CHECKS = [
         ["build"],
         [[sys.executable, "-P", "-c", BUILD_INFO, "{work}/build_info.json"]],
         build_figures,
-    ),
-    Check(
-        "e2e-egl4",
-        "ViT-B-32, 256 envs, EGL in 4 ranges: the pipelined step that collapsed (issue 31, side by side)",
-        30,
-        ["e2e", "B32", "256"],
-        dry_run_py("--num-envs", "4", "--renderers", "egl", "--pipeline-chunks", "2", "--out", "{work}/e2e_egl4.json"),
-        stated("EGL in 4 ranges at 256 envs (the collapse of issue 31)", "e2e_egl4.json"),
-        env={"RENDERERS": "egl", "CHUNKS": "4", "SKIP_PAPER": "1", "TAG": "egl4"},
     ),
     Check(
         "e2e-egl",
@@ -523,22 +541,34 @@ CHECKS = [
     ),
     Check(
         "fp8-L14",
-        "ViT-L-14 img/s at batch 256, bf16 and FP8, torch and compile",
-        80,
+        "ViT-L-14 img/s at batch 256, compiled: bf16, FP8 in every scaling, and what precision auto picks",
+        100,
         ["fp8", "L14", "256"],
         dry_encoders(),
         encoder_figures("ViT-L-14", {"bf16": 2_700, "fp8": 4_100}),
+        env={"BACKENDS": "compile", "PRECISION": "bf16 fp8 auto", "FP8_SCALINGS": FP8_SCALINGS},
+    ),
+    Check(
+        "e2e-egl4",
+        "ViT-B-32, 256 envs, EGL in 4 ranges: the pipelined step that collapsed (issue 31, side by side)",
+        30,
+        ["e2e", "B32", "256"],
+        dry_run_py("--num-envs", "4", "--renderers", "egl", "--pipeline-chunks", "2", "--out", "{work}/e2e_egl4.json"),
+        stated("EGL in 4 ranges at 256 envs (the collapse of issue 31)", "e2e_egl4.json"),
+        env={"RENDERERS": "egl", "CHUNKS": "4", "SKIP_PAPER": "1", "TAG": "egl4"},
+        loan=2,
     ),
     Check(
         "profile",
-        "where the FP8 tower's time goes: bench/profile_encoders.py, ViT-L-14 and bigG at batch 256, bf16 and FP8",
-        120,
-        ["profile"],
+        "where the FP8 tower's time goes: bench/profile_encoders.py, ViT-L-14 at batch 256, compiled, bf16 and every FP8 scaling",
+        240,
+        ["profile", "L14"],
         [
             bench("profile_encoders.py", "--models", "vlmrm-tiny", "--batch-size", "4", "--precision", "fp32")
             + ["--device", "cpu", "--out", "{work}/profile.json"]
         ],
         stated("the FP8 tower's time, kernel by kernel (profile.json)", "profile.json"),
+        env={"BATCH": "256", "VARIANTS": "compiled"},
         loan=2,
     ),
     Check(
@@ -574,11 +604,24 @@ CHECKS = [
         ],
         compile_figures,
         env={"PRECISION": "bf16"},
-        loan=2,
+        loan=3,
         call=2,
     ),
     e2e_check("B32", "ViT-B-32", 1024, min_fps=30_000, min_paper_ratio=10, loan=2, call=2),
-    e2e_check("L14", "ViT-L-14", 256, min_encoder_share=0.95, min_paper_ratio=4, loan=2, call=2),
+    e2e_check("L14", "ViT-L-14", 256, min_encoder_share=0.95, min_paper_ratio=4, loan=3, call=2),
+    Check(
+        "precision",
+        "the reward's agreement with bf16 on rendered frames, every FP8 scaling and fp16 (check-precision, ViT-L-14)",
+        120,
+        ["precision", "L14", "256"],
+        [
+            [sys.executable, "-P", "-m", "vlmrm_fast.cli", "check-precision", "vlmrm-tiny", "-n", "8"]
+            + ["--render-size", "32", "--emulate-fp8", "--device", "cpu", "--json", "{work}/precision.json"]
+        ],
+        stated("the reward's agreement with bf16, per precision", "precision*.json"),
+        loan=3,
+        call=2,
+    ),
     # ---------------------------------------------------------------- loan 3: the end-to-end figures measured before
     Check(
         "build-3",
@@ -794,7 +837,7 @@ def loans() -> dict[int, dict[int, list[Check]]]:
     out: dict[int, dict[int, list[Check]]] = {}
     for check in CHECKS:
         out.setdefault(check.loan, {}).setdefault(check.call, []).append(check)
-    return out
+    return {loan: dict(sorted(calls.items())) for loan, calls in sorted(out.items())}
 
 
 def loan_seconds(calls: dict[int, list[Check]]) -> float:
