@@ -17,6 +17,7 @@ import warnings
 import gymnasium
 import numpy as np
 import pytest
+import torch
 from stable_baselines3 import PPO, SAC
 
 from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model
@@ -158,6 +159,35 @@ def test_gymnasiums_vector_api(rm):
         assert rewards.shape == (2,) and "gt_reward" in infos and truncated.all()  # max_episode_steps
         obs, rewards, terminated, truncated, infos = env.step(env.action_space.sample())
         assert not rewards.any() and not truncated.any()  # NEXT_STEP: the step after the end is the reset
+    finally:
+        env.close()
+
+
+def test_torch_outputs_for_a_gpu_native_learner(rm):
+    """Observations computed where MuJoCo Warp keeps the state (here Warp's CPU backend: CPU tensors), the
+    same bits as the host's; rewards and dones as tensors on the stack's device; actions taken as tensors."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CPUBackendWarning)
+        env = gymnasium.make_vec(
+            f"vlmrm_fast.envs:vlmrm_fast/{TASK}",
+            num_envs=2,
+            vectorization_mode="vector_entry_point",
+            reward_model=rm,
+            physics="warp",
+            render_size=32,
+            max_episode_steps=3,
+            torch_outputs=True,
+        )
+    try:
+        engine = env.unwrapped.engine
+        obs, _ = env.reset(seed=0)
+        assert isinstance(obs, torch.Tensor) and obs.device == torch.device("cpu")
+        np.testing.assert_array_equal(obs.numpy(), engine.batch.observation(engine.sim.outputs))
+        actions = torch.zeros((2, 17))
+        obs, rewards, terminated, truncated, infos = env.step(actions)
+        assert all(isinstance(x, torch.Tensor) for x in (obs, rewards, terminated, truncated))
+        np.testing.assert_array_equal(obs.numpy(), engine.batch.observation(engine.sim.outputs))
+        assert rewards.shape == (2,) and terminated.dtype == torch.bool
     finally:
         env.close()
 

@@ -231,6 +231,17 @@ class MujocoBatchVecEnv(VecEnv):
                 obs[ids] = self.batch.observation(self.sim.outputs)[ids]
         return obs, rewards.astype(np.float32), dones, infos
 
+    def device_observation(self, device: Any) -> Any:
+        """Every env's observation of the current state (what the last ``reset`` or step returned) as a
+        torch tensor on ``device``: computed where the state lies when the simulator keeps it there
+        (``torch_outputs`` of MuJoCo Warp physics), else the host's observation copied there."""
+        import torch
+
+        fields = getattr(self.sim, "torch_outputs", None)
+        if fields is not None and next(iter(fields.values())).device == torch.device(device):
+            return self.batch.observation(fields)
+        return torch.as_tensor(self.batch.observation(self.sim.outputs), device=device)
+
     def last_frames(self, device: Any = None):
         """The frames the last step drew, upright uint8 (N, H, W, 3): on ``device`` when the
         renderer draws on that GPU, else on the host."""

@@ -72,6 +72,12 @@ class VLMRewardVectorEnv(VectorEnv):
     finished envs it resets by ``autoreset_mode``. Episodes end by truncation after
     ``episode_length`` steps (gymnasium's ``max_episode_steps``), as the paper's tasks never
     terminate.
+
+    ``torch_outputs=True``: for a GPU-native learner, ``reset`` and ``step`` return observations,
+    rewards, terminations and truncations as torch tensors on the stack's device (what gymnasium's
+    ``NumpyToTorch`` wrapper returns, and it takes actions as tensors too). With
+    ``physics="warp"`` the observations are computed where the state lies, never passing through the
+    host; otherwise the host's arrays are copied there.
     """
 
     metadata = {"render_modes": ["rgb_array"], "autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -84,6 +90,7 @@ class VLMRewardVectorEnv(VectorEnv):
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         render_mode: str | None = "rgb_array",
         max_episode_steps: int | None = None,
+        torch_outputs: bool = False,
         **stack: Any,
     ):
         from vlmrm_fast.physics import PHYSICS
@@ -114,10 +121,20 @@ class VLMRewardVectorEnv(VectorEnv):
         self.metadata = {**self.metadata, "autoreset_mode": mode}
         self.render_mode = render_mode
         self.spec = None
+        self.torch_outputs = bool(torch_outputs)
 
     @property
     def reward_model(self) -> RewardModel:
         return self.stack.reward_model
+
+    def _outputs(self, obs: np.ndarray, *arrays: np.ndarray) -> tuple[Any, ...]:
+        """``obs`` and ``arrays`` as the caller asked for them: numpy, or torch on the stack's device."""
+        if not self.torch_outputs:
+            return (obs, *arrays)
+        import torch
+
+        device = self.stack.plan.device
+        return (self.engine.device_observation(device), *(torch.as_tensor(a, device=device) for a in arrays))
 
     def reset(self, *, seed: int | Sequence[int] | None = None, options: dict[str, Any] | None = None):
         if options:
@@ -127,9 +144,11 @@ class VLMRewardVectorEnv(VectorEnv):
         if seeds is not None:
             self.engine._seeds = list(seeds)  # SB3's VecEnv applies them at the next reset
         obs = self.stack.reset()
-        return obs, {}
+        return self._outputs(obs)[0], {}
 
     def step(self, actions):
+        if not isinstance(actions, np.ndarray) and hasattr(actions, "detach"):  # a learner's torch tensor
+            actions = actions.detach().cpu().numpy()
         obs, rewards, dones, step_infos = self.stack.step(np.asarray(actions))
         truncated = np.array([info["TimeLimit.truncated"] for info in step_infos], dtype=bool)
         terminated = dones & ~truncated
@@ -143,6 +162,7 @@ class VLMRewardVectorEnv(VectorEnv):
             if same_step and dones[i]:  # as SyncVectorEnv: the step's info under final_info, the reset's on top
                 info = {"final_obs": raw["terminal_observation"], "final_info": info}
             infos = self._add_info(infos, info, i)
+        obs, rewards, terminated, truncated = self._outputs(obs, rewards, terminated, truncated)
         return obs, rewards, terminated, truncated, infos
 
     def render(self) -> tuple[np.ndarray, ...] | None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Any
 
 import gymnasium
 import mujoco
@@ -323,19 +324,23 @@ class HumanoidBatch:
     def build_model(self, render_size: int) -> mujoco.MjModel:
         return humanoid_model(self.scene, render_size, self.scene_assets)
 
-    def observation(self, fields: dict[str, np.ndarray]) -> np.ndarray:
+    def observation(self, fields: dict[str, Any]) -> Any:
+        """Humanoid-v5's observation of every env: numpy arrays in, numpy out; torch tensors (a
+        simulator's fields on the device) in, a torch tensor on that device out."""
         n = fields["qpos"].shape[0]
-        return np.concatenate(
-            [
-                fields["qpos"][:, 2:],
-                fields["qvel"],
-                fields["cinert"].reshape(n, -1, 10)[:, 1:].reshape(n, -1),
-                fields["cvel"].reshape(n, -1, 6)[:, 1:].reshape(n, -1),
-                fields["qfrc_actuator"][:, 6:],
-                fields["cfrc_ext"].reshape(n, -1, 6)[:, 1:].reshape(n, -1),
-            ],
-            axis=1,
-        )
+        parts = [
+            fields["qpos"][:, 2:],
+            fields["qvel"],
+            fields["cinert"].reshape(n, -1, 10)[:, 1:].reshape(n, -1),
+            fields["cvel"].reshape(n, -1, 6)[:, 1:].reshape(n, -1),
+            fields["qfrc_actuator"][:, 6:],
+            fields["cfrc_ext"].reshape(n, -1, 6)[:, 1:].reshape(n, -1),
+        ]
+        if isinstance(parts[0], np.ndarray):
+            return np.concatenate(parts, axis=1)
+        import torch
+
+        return torch.cat(parts, dim=1)
 
     def step_reward(self, model: mujoco.MjModel, num_envs: int) -> HumanoidStepReward:
         return HumanoidStepReward(model, num_envs)
