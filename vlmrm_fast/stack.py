@@ -122,7 +122,7 @@ def plan_stack(env: EnvSpec, reward: RewardModelSpec | RewardModel) -> StackPlan
                 f"gymnasium envs (physics={physics!r}), which draw their own frames"
             )
         renderer = None
-    solver = _choose_solver(env, row)
+    solver = _choose_solver(env, task, row)
     if not row.steps_in_ranges and env.pipeline_chunks not in ("auto", 1):
         raise ValueError(
             f"physics={physics!r} steps every env at once: pipeline_chunks={env.pipeline_chunks!r} cannot split a "
@@ -160,16 +160,12 @@ def _choose_physics(env: EnvSpec, task: TaskSpec, renderer: str | None, gpu: int
     raise RuntimeError(f"no physics can run task {task.name!r} here")  # pragma: no cover - "gym" always can
 
 
-def _choose_solver(env: EnvSpec, row: Physics) -> str | None:
-    """The solver the engine runs the task's model with: the spec's, else the physics' default (None: the
-    model's own); refused where the physics cannot run it."""
-    if not row.engine:
-        if env.solver is not None:
-            raise ValueError(
-                f"solver={env.solver!r} applies to the batch engine's physics; physics={row.name!r} runs gymnasium envs"
-            )
-        return None
-    solver = env.solver or row.default_solver
+def _choose_solver(env: EnvSpec, task: TaskSpec, row: Physics) -> str | None:
+    """The solver the task's model runs with: the spec's, else the physics' default (None: the model's
+    own); refused where the physics cannot run it, or the task has no MuJoCo model."""
+    if env.solver is not None and task.batch is None:
+        raise ValueError(f"solver={env.solver!r}: task {task.name!r} is no MuJoCo task; leave solver out")
+    solver = row.solver_for(env.solver)
     if row.solvers is not None and solver not in row.solvers:
         others = [
             name

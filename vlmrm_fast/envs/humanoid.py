@@ -276,10 +276,12 @@ class HumanoidPoseEnv(HumanoidEnv):
         width: int = DEFAULT_RENDER_SIZE,
         height: int = DEFAULT_RENDER_SIZE,
         scene_assets: str | None = None,
+        solver: str | None = None,
         **kwargs,
     ):
         self.scene = get_scene(scene)
         self.scene_assets = scene_assets
+        self.solver = solver  # the constraint solver (vlmrm_fast.physics.solver); None: the model's own
         kwargs.setdefault("terminate_when_unhealthy", False)
         super().__init__(
             xml_file=gymnasium_humanoid_xml(),
@@ -291,7 +293,11 @@ class HumanoidPoseEnv(HumanoidEnv):
         )
 
     def _initialize_simulation(self):
+        from vlmrm_fast.physics.solver import with_solver
+
         model = humanoid_model(self.scene, max(self.width, self.height), self.scene_assets)
+        if self.solver is not None:
+            model = with_solver(model, self.solver)
         return model, mujoco.MjData(model)
 
 

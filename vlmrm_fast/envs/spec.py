@@ -101,10 +101,14 @@ class EnvSpec:
         return get_task(self.task).with_scene_assets(self.scene_assets)
 
     def env_factory(self, **env_kwargs: Any) -> Callable[[], gymnasium.Env]:
-        """A factory of one gymnasium env of the task as this spec draws and ends it (frame size, scene
-        assets, episode length, time limit): the envs of ``physics="gym"``, and a run's videos."""
+        """A factory of one gymnasium env of the task as this spec draws, steps and ends it (frame size,
+        scene assets, the solver of its physics, episode length, time limit): the envs of
+        ``physics="gym"``, and a run's videos (which so run the dynamics the run trains on)."""
         task, size, limit, time_limit = self.task_spec(), self.frame_shape, self.episode_length, self.time_limit
-        return lambda: task.make(render_size=size, episode_length=limit, time_limit=time_limit, **env_kwargs)
+        solver = _physics.PHYSICS[self.physics].solver_for(self.solver) if self.physics != "auto" else self.solver
+        return lambda: task.make(
+            render_size=size, episode_length=limit, time_limit=time_limit, solver=solver, **env_kwargs
+        )
 
     @property
     def frame_shape(self) -> tuple[int, int] | None:

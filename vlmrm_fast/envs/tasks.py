@@ -51,15 +51,19 @@ class TaskSpec:
         render_size: tuple[int, int] | None = None,
         episode_length: int | None = None,
         time_limit: str = "truncate",
+        solver: str | None = None,
         **env_kwargs: Any,
     ) -> gymnasium.Env:
         """One gymnasium env of the task: frames of ``render_size`` (height, width; batch tasks' envs
         take it, classic-control envs draw their own size), episodes of ``episode_length`` steps
         (default the task's; None and no default: the env's own limit) that end as ``time_limit``
-        says (``envs.time_limits``: a truncation or a termination)."""
+        says (``envs.time_limits``: a truncation or a termination); a MuJoCo task's model runs with
+        ``solver`` (None: its own)."""
         if render_size is not None and self.batch is not None:
             env_kwargs.setdefault("height", render_size[0])
             env_kwargs.setdefault("width", render_size[1])
+        if solver is not None and self.batch is not None:
+            env_kwargs["solver"] = solver
         env = self.make_env(render_mode=render_mode, **env_kwargs)
         limit = episode_length or self.episode_length
         return with_time_limit(env, limit, time_limit) if limit else env

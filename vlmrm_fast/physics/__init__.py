@@ -63,6 +63,11 @@ class Physics:
     default_solver: str | None = None
     steps_in_ranges: bool = True
 
+    def solver_for(self, requested: str | None) -> str | None:
+        """The solver a task's model runs with under this physics: ``requested`` (``EnvSpec.solver``), else
+        the default (None: the model's own)."""
+        return requested or self.default_solver
+
     def make_simulator(
         self, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: tuple[Any, ...], gpu: int | None
     ) -> Any:
