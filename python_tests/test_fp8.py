@@ -352,7 +352,7 @@ def test_fp8_options_are_checked_against_the_precision_and_the_backend():
 
 def test_auto_precision_on_the_cpu_is_fp32():
     _, visual = tiny_tower(torch.float32)
-    assert resolve("auto", CPU, visual=visual, batch_size=64).name == "fp32"
+    assert resolve("auto", CPU, fp8_pays=lambda: True).name == "fp32"
     assert resolve("fp32", CPU).dtype == torch.float32
     with pytest.raises(ValueError, match="on the CPU is not supported"):
         resolve("bf16", CPU)
@@ -367,7 +367,7 @@ def _pretend_h100(monkeypatch, speedup: float) -> list:
     monkeypatch.setattr(fp8, "fp8_unsupported_reason", lambda device: None)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
-    monkeypatch.setattr(precision_mod, "_MEASURED", {})
+    monkeypatch.setattr(fp8_speed, "_MEASURED", {})
 
     def measured(visual, device, batch_size, **kwargs):
         calls.append(dict(batch_size=batch_size, **kwargs))
@@ -383,15 +383,14 @@ def test_auto_takes_fp8_only_where_the_compiled_block_is_faster(monkeypatch, spe
     calls = _pretend_h100(monkeypatch, speedup)
     cuda = torch.device("cuda", 0)
     compiled = {"compile_mode": "default", "compile_cache": False, "attention": "fused"}
-    assert resolve("auto", cuda, visual=visual, batch_size=32, compile_options=compiled).name == (
-        "fp8" if chosen else "bf16"
-    )
+    pays = lambda: fp8_speed.auto_prefers_fp8(visual, cuda, 32, compile_options=compiled)  # as the factory asks
+    assert resolve("auto", cuda, fp8_pays=pays).name == ("fp8" if chosen else "bf16")
     # Measured as the backend will compile and scale: its compile mode and cache, FP8's scaling, the batch.
     assert calls == [dict(batch_size=32, fp8_scaling="dynamic-rowwise", compile_mode="default", compile_cache=False)]
-    precision_mod.auto_prefers_fp8(visual, cuda, 32, compile_options=compiled)
+    fp8_speed.auto_prefers_fp8(visual, cuda, 32, compile_options=compiled)
     assert len(calls) == 1, "measured once per GPU, tower shape, batch, scaling and compile mode in a process"
-    precision_mod.auto_prefers_fp8(visual, cuda, 32, compile_options=compiled, fp8_scaling="static-tensorwise")
-    precision_mod.auto_prefers_fp8(visual, cuda, 64, compile_options=compiled)
+    fp8_speed.auto_prefers_fp8(visual, cuda, 32, compile_options=compiled, fp8_scaling="static-tensorwise")
+    fp8_speed.auto_prefers_fp8(visual, cuda, 64, compile_options=compiled)
     assert [(c["batch_size"], c["fp8_scaling"]) for c in calls[1:]] == [
         (32, "static-tensorwise"),
         (64, "dynamic-rowwise"),
@@ -402,14 +401,16 @@ def test_auto_never_takes_fp8_eagerly_without_a_fixed_batch_or_where_it_cannot_r
     _, visual = tiny_tower()
     calls = _pretend_h100(monkeypatch, 2.0)
     cuda = torch.device("cuda", 0)
-    # Eager FP8 runs its input quantization as separate kernels (0.45x bf16 for ViT-L-14 on an H100).
-    assert resolve("auto", cuda, visual=visual, batch_size=32, compile_options=None).name == "bf16"
-    assert resolve("auto", cuda, visual=visual, batch_size=None, compile_options={}).name == "bf16"
+    # Eager FP8 runs its input quantization as separate kernels (0.45x bf16 for ViT-L-14 on an H100): for an
+    # eager backend, or without a fixed batch, the encoder factory passes no probe, and "auto" is bf16.
+    assert resolve("auto", cuda).name == "bf16"
+    assert resolve("auto", cuda, fp8_pays=None).name == "bf16"
     assert not calls
     import vlmrm_fast.encoders.fp8 as fp8
 
     monkeypatch.setattr(fp8, "fp8_unsupported_reason", lambda device: "no FP8 here")
-    assert resolve("auto", cuda, visual=visual, batch_size=32, compile_options={}).name == "bf16"
+    assert not fp8_speed.auto_prefers_fp8(visual, cuda, 32, compile_options={})
+    assert resolve("auto", cuda, fp8_pays=lambda: fp8_speed.auto_prefers_fp8(visual, cuda, 32)).name == "bf16"
     assert not calls
 
 
@@ -418,8 +419,8 @@ def test_auto_never_takes_fp8_eagerly_without_a_fixed_batch_or_where_it_cannot_r
     [("torch", False, False), ("compile", False, True), ("auto", False, True), ("auto", True, False)],
 )
 def test_the_encoder_factory_weighs_fp8_only_for_a_compiling_backend(monkeypatch, backend, tensorrt, weighs_fp8):
-    """make_image_encoder hands "auto" the compile options only where the tower is compiled ("auto" on
-    CUDA with a fixed batch compiles unless TensorRT, which builds no FP8 engines, is there)."""
+    """make_image_encoder hands "auto" an FP8 probe only where the tower is compiled ("auto" on CUDA with a
+    fixed batch compiles unless TensorRT, which builds no FP8 engines, is there)."""
     import vlmrm_fast.encoders as encoders
     from vlmrm_fast.encoders import tensorrt_engine
 
@@ -447,10 +448,14 @@ def test_the_encoder_factory_weighs_fp8_only_for_a_compiling_backend(monkeypatch
             clip, "torch", device=torch.device("cuda", 0), fp8_scaling="dynamic-tensorwise"
         )
     (kwargs,) = asked
-    assert (kwargs["compile_options"] is not None) is weighs_fp8
-    if weighs_fp8:
-        assert kwargs["compile_options"]["compile_mode"] == "default" and kwargs["visual"] is clip.model.visual
-        assert kwargs["fp8_scaling"] == "dynamic-tensorwise"
+    assert (kwargs["fp8_pays"] is not None) is weighs_fp8
+    if weighs_fp8:  # the probe measures the tower as the backend compiles and scales it
+        probed = []
+        monkeypatch.setattr(fp8_speed, "auto_prefers_fp8", lambda *args, **kw: probed.append((args, kw)) or True)
+        assert kwargs["fp8_pays"]() is True
+        ((args, kw),) = probed
+        assert args[0] is clip.model.visual and args[2] == 8
+        assert kw["compile_options"]["compile_mode"] == "default" and kw["fp8_scaling"] == "dynamic-tensorwise"
 
 
 @pytest.mark.parametrize("scaling", FP8_SCALINGS)
@@ -544,7 +549,7 @@ def test_block_probe_and_auto_on_gpu():
     for scaling in FP8_SCALINGS:
         speedup = fp8_speed.compiled_block_speedup(clip.model.visual, cuda, 16, fp8_scaling=scaling)
         assert 0 < speedup < 100, (scaling, speedup)
-    precision_mod._MEASURED.clear()
+    fp8_speed._MEASURED.clear()
     encoder = make_image_encoder(clip, "compile", device=cuda, batch_size=16, progress=False)
-    (measured,) = precision_mod._MEASURED.values()
+    (measured,) = fp8_speed._MEASURED.values()
     assert encoder.precision == ("fp8" if measured >= AUTO_FP8_MIN_SPEEDUP else "bf16"), measured

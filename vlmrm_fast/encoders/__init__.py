@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from vlmrm_fast.checks import positive_int
-from vlmrm_fast.encoders import compiled, tensorrt_engine, torch_eager
+from vlmrm_fast.encoders import compiled, fp8_speed, tensorrt_engine, torch_eager
 from vlmrm_fast.encoders.base import Backend, ImageEncoder
 from vlmrm_fast.encoders.fp8 import check_fp8_options
 from vlmrm_fast.encoders.precision import PRECISION_NAMES, check_precision_name, resolve
@@ -101,14 +101,19 @@ def make_image_encoder(
             f"backend={row.name!r} runs one fixed batch size: pass batch_size=N (e.g. the number of environments); "
             "smaller batches are padded"
         )
-    resolved = resolve(
-        precision,
-        device,
-        visual=clip.model.visual if row.runs("fp8") else None,
-        batch_size=batch_size,
-        compile_options=_taken(row, options) if row.compiles else None,
-        fp8_scaling=options.get("fp8_scaling"),
-    )
+    fp8_pays = None
+    if row.compiles and row.runs("fp8") and batch_size is not None:  # eager FP8 never pays (module docstring)
+
+        def fp8_pays() -> bool:
+            return fp8_speed.auto_prefers_fp8(
+                clip.model.visual,
+                torch.device(device),
+                batch_size,
+                compile_options=_taken(row, options),
+                fp8_scaling=options.get("fp8_scaling"),
+            )
+
+    resolved = resolve(precision, device, fp8_pays=fp8_pays)
     try:
         return row.make(clip, device=device, precision=resolved, batch_size=batch_size, **_taken(row, options))
     except Exception as exc:

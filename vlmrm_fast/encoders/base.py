@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import warnings
 from collections.abc import Callable
-from typing import Any
 
 import torch
+
+from vlmrm_fast._moved import moved_attribute
 
 
 class ImageEncoder(abc.ABC):
@@ -120,35 +120,7 @@ class Backend:
         return precision == "auto" or precision in self.precisions
 
 
-def __getattr__(name: str) -> Any:
-    # Moved to encoders/precision.py (issue 32: one precision resolver); kept for one release.
-    if name == "PRECISIONS":
-        from vlmrm_fast.encoders.precision import PRECISIONS
-
-        warnings.warn(
-            "vlmrm_fast.encoders.base.PRECISIONS moved to vlmrm_fast.encoders.precision.PRECISIONS",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return PRECISIONS
-    if name == "resolve_precision":
-        warnings.warn(
-            "vlmrm_fast.encoders.base.resolve_precision is deprecated; use "
-            "vlmrm_fast.encoders.precision.resolve(precision, device).dtype",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return _resolve_precision
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _resolve_precision(precision: str, device: torch.device) -> torch.dtype:
-    """The dtype of a plain precision or "auto" without FP8 (what the deprecated resolve_precision gave)."""
-    from vlmrm_fast.encoders.precision import PRECISIONS, resolve
-
-    if precision not in ("auto", *PRECISIONS):
-        hint = "; FP8 runs through the torch and compile backends" if precision == "fp8" else ""
-        raise ValueError(
-            f"precision {precision!r} is unknown here; use 'auto', {', '.join(map(repr, PRECISIONS))}{hint}"
-        )
-    return resolve(precision, torch.device(device)).dtype
+# Moved to encoders/precision.py (issue 32: one precision resolver); kept for one release.
+__getattr__ = moved_attribute(
+    globals(), {"PRECISIONS": "vlmrm_fast.encoders.precision", "resolve_precision": "vlmrm_fast.encoders.precision"}
+)

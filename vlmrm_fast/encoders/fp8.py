@@ -43,12 +43,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
 from torch import nn
+
+from vlmrm_fast._moved import moved_attribute
 
 #: The first compute capability with FP8 tensor cores (Ada Lovelace, sm_89).
 FP8_MIN_CAPABILITY = (8, 9)
@@ -246,18 +247,8 @@ def count_fp8_linears(visual: nn.Module) -> int:
     return sum(1 for _, m in transformer_linears(visual) if getattr(m.weight, "qdata", None) is not None)
 
 
-_MOVED_TO_FP8_SPEED = ("fp8_matmul_speedup", "quantize_rowwise", "linear_shapes")
-
-
-def __getattr__(name: str) -> Any:
-    # The speed probes moved to encoders/fp8_speed.py (one concern per module); kept for one release.
-    if name in _MOVED_TO_FP8_SPEED:
-        from vlmrm_fast.encoders import fp8_speed
-
-        warnings.warn(
-            f"vlmrm_fast.encoders.fp8.{name} moved to vlmrm_fast.encoders.fp8_speed.{name}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(fp8_speed, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The speed probes moved to encoders/fp8_speed.py (one concern per module); kept for one release.
+__getattr__ = moved_attribute(
+    globals(),
+    dict.fromkeys(("fp8_matmul_speedup", "quantize_rowwise", "linear_shapes"), "vlmrm_fast.encoders.fp8_speed"),
+)

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -276,3 +277,71 @@ def cuda_seconds(fn: Callable[[], Any], device: torch.device, repeats: int = 10)
         end.record()
         end.synchronize()
         return start.elapsed_time(end) / 1e3 / repeats
+
+
+#: Speed-ups measured in this process, by GPU, tower shape, batch size, FP8 scaling and compile mode.
+logger = logging.getLogger(__name__)
+_MEASURED: dict[tuple, float] = {}
+
+
+def auto_prefers_fp8(
+    visual: nn.Module,
+    device: torch.device,
+    batch_size: int,
+    *,
+    compile_options: Mapping[str, Any] | None = None,
+    fp8_scaling: str | None = None,
+) -> bool:
+    """Whether ``precision="auto"`` takes FP8 for this tower, compiled with ``compile_options`` (the
+    compile backend's; None: its defaults), at ``batch_size`` on ``device``."""
+    from vlmrm_fast.encoders.fp8 import fp8_compatible, fp8_unsupported_reason, transformer_linears
+    from vlmrm_fast.encoders.precision import AUTO_FP8_MIN_SPEEDUP, tower_tokens
+    from vlmrm_fast.encoders.progress import note, stage
+
+    if fp8_unsupported_reason(device) is not None:
+        return False
+    tokens = tower_tokens(visual)
+    linears = [m for _, m in transformer_linears(visual)]
+    if tokens is None or not linears or not all(fp8_compatible(m) for m in linears):
+        return False
+    scaling = fp8_scaling or DEFAULT_FP8_SCALING
+    options = dict(compile_options or {})
+    key = (
+        torch.cuda.get_device_name(device),
+        device.index,
+        block_signature(visual),
+        tokens,
+        batch_size,
+        scaling,
+        options.get("compile_mode"),
+    )
+    if key not in _MEASURED:
+        try:
+            with stage(
+                f"precision='auto': timing the first transformer block compiled in bf16 and in FP8 ({scaling}) "
+                f"at batch {batch_size}",
+                bool(options.get("progress", True)),
+            ):
+                _MEASURED[key] = compiled_block_speedup(
+                    visual,
+                    device,
+                    batch_size,
+                    fp8_scaling=scaling,
+                    compile_mode=options.get("compile_mode"),
+                    compile_cache=options.get("compile_cache", True),
+                )
+        except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # e.g. no FP8 kernel for a shape here
+            logger.warning("precision='auto': could not time the FP8 block (%s); using bf16", exc)
+            _MEASURED[key] = 0.0
+        finally:
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    speedup = _MEASURED[key]
+    chosen = speedup >= AUTO_FP8_MIN_SPEEDUP
+    message = (
+        f"precision='auto': the compiled transformer block ran {speedup:.2f}x bf16 in FP8 ({scaling}) at batch "
+        f"{batch_size}; using {'fp8' if chosen else 'bf16'}"
+    )
+    logger.info(message)
+    note(message, bool(options.get("progress", True)))
+    return chosen

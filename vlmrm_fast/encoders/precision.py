@@ -8,7 +8,7 @@ The one place that turns a precision name into what runs (:func:`resolve`).
   bf16. Needs an sm_89+ GPU and torchao.
 - ``"auto"``: on the CPU fp32. On a GPU bf16 (fp16 where bf16 is missing), or FP8 when all of these hold:
 
-  - the backend compiles the tower (``compile_options`` given). Compiled, inductor fuses FP8's
+  - the backend compiles the tower (the encoder factory then passes ``fp8_pays``). Compiled, inductor fuses FP8's
     input quantization into the op before each linear layer; eager FP8 runs it as separate
     kernels with fp32 intermediates, and ran ViT-L-14 at 0.45x bf16 on an H100 (2026-11-26);
   - the batch size is fixed, and FP8 can run here;
@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -77,16 +76,13 @@ def resolve(
     precision: str,
     device: torch.device,
     *,
-    visual: nn.Module | None = None,
-    batch_size: int | None = None,
-    compile_options: Mapping[str, Any] | None = None,
-    fp8_scaling: str | None = None,
+    fp8_pays: Callable[[], bool] | None = None,
 ) -> Precision:
     """``precision`` for ``device`` (see the module docstring).
 
-    For "auto" on a GPU: ``compile_options`` are the compile backend's options when the tower is to
-    be compiled (None: it runs eagerly, and "auto" stays off FP8); with them, ``visual`` and
-    ``batch_size``, "auto" may time FP8 against bf16 with ``fp8_scaling``.
+    For "auto" on a GPU with bf16: ``fp8_pays`` says whether FP8 is worth taking for the tower as its
+    backend will run it (:func:`~vlmrm_fast.encoders.fp8_speed.auto_prefers_fp8`, which the encoder
+    factory passes for a compiling backend with a fixed batch); None: "auto" stays off FP8.
     """
     check_precision_name(precision)
     device = torch.device(device)
@@ -100,12 +96,7 @@ def resolve(
             return named_precision("fp32")
         if not torch.cuda.is_bf16_supported():
             return named_precision("fp16")
-        if (
-            visual is not None
-            and batch_size is not None
-            and compile_options is not None
-            and auto_prefers_fp8(visual, device, batch_size, compile_options=compile_options, fp8_scaling=fp8_scaling)
-        ):
+        if fp8_pays is not None and fp8_pays():
             return named_precision("fp8")
         return named_precision("bf16")
     if device.type == "cpu" and precision != "fp32":
@@ -116,76 +107,20 @@ def resolve(
     return named_precision(precision)
 
 
+def resolve_precision(precision: str, device: torch.device) -> torch.dtype:
+    """The dtype of a plain precision or "auto" without FP8 (deprecated: was ``encoders.base``'s; use
+    :func:`resolve`)."""
+    if precision not in ("auto", *PRECISIONS):
+        hint = "; FP8 runs through the torch and compile backends" if precision == "fp8" else ""
+        raise ValueError(
+            f"precision {precision!r} is unknown here; use 'auto', {', '.join(map(repr, PRECISIONS))}{hint}"
+        )
+    return resolve(precision, torch.device(device)).dtype
+
+
 def tower_tokens(visual: nn.Module) -> int | None:
     """Tokens per image of an open_clip VisionTransformer (patches + class token), None for other towers."""
     grid = getattr(visual, "grid_size", None)
     if grid is None or getattr(getattr(visual, "transformer", None), "resblocks", None) is None:
         return None
     return int(grid[0]) * int(grid[1]) + 1
-
-
-#: Speed-ups measured in this process, by GPU, tower shape, batch size, FP8 scaling and compile mode.
-_MEASURED: dict[tuple, float] = {}
-
-
-def auto_prefers_fp8(
-    visual: nn.Module,
-    device: torch.device,
-    batch_size: int,
-    *,
-    compile_options: Mapping[str, Any] | None = None,
-    fp8_scaling: str | None = None,
-) -> bool:
-    """Whether ``precision="auto"`` takes FP8 for this tower, compiled with ``compile_options`` (the
-    compile backend's; None: its defaults), at ``batch_size`` on ``device``."""
-    from vlmrm_fast.encoders import fp8_speed
-    from vlmrm_fast.encoders.fp8 import DEFAULT_FP8_SCALING, fp8_compatible, fp8_unsupported_reason, transformer_linears
-    from vlmrm_fast.encoders.progress import note, stage
-
-    if fp8_unsupported_reason(device) is not None:
-        return False
-    tokens = tower_tokens(visual)
-    linears = [m for _, m in transformer_linears(visual)]
-    if tokens is None or not linears or not all(fp8_compatible(m) for m in linears):
-        return False
-    scaling = fp8_scaling or DEFAULT_FP8_SCALING
-    options = dict(compile_options or {})
-    key = (
-        torch.cuda.get_device_name(device),
-        device.index,
-        fp8_speed.block_signature(visual),
-        tokens,
-        batch_size,
-        scaling,
-        options.get("compile_mode"),
-    )
-    if key not in _MEASURED:
-        try:
-            with stage(
-                f"precision='auto': timing the first transformer block compiled in bf16 and in FP8 ({scaling}) "
-                f"at batch {batch_size}",
-                bool(options.get("progress", True)),
-            ):
-                _MEASURED[key] = fp8_speed.compiled_block_speedup(
-                    visual,
-                    device,
-                    batch_size,
-                    fp8_scaling=scaling,
-                    compile_mode=options.get("compile_mode"),
-                    compile_cache=options.get("compile_cache", True),
-                )
-        except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # e.g. no FP8 kernel for a shape here
-            logger.warning("precision='auto': could not time the FP8 block (%s); using bf16", exc)
-            _MEASURED[key] = 0.0
-        finally:
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-    speedup = _MEASURED[key]
-    chosen = speedup >= AUTO_FP8_MIN_SPEEDUP
-    message = (
-        f"precision='auto': the compiled transformer block ran {speedup:.2f}x bf16 in FP8 ({scaling}) at batch "
-        f"{batch_size}; using {'fp8' if chosen else 'bf16'}"
-    )
-    logger.info(message)
-    note(message, bool(options.get("progress", True)))
-    return chosen

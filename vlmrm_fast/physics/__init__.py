@@ -21,7 +21,9 @@ from vlmrm_fast.lazy import named
 if TYPE_CHECKING:
     import mujoco
 
-    from vlmrm_fast.envs import TaskSpec
+#: A task as the rows read it: ``envs.TaskSpec`` (its ``name`` and ``batch``, the engine's glue or None);
+#: named loosely so that physics, below the tasks, does not import them.
+TaskSpec = Any
 
 
 def _needs_batch_glue(task: TaskSpec, gpu: int | None) -> str | None:
