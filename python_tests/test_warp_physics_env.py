@@ -240,3 +240,37 @@ def test_a_runs_videos_step_with_the_solver_it_trains_with():
         env.close()
     with pytest.raises(ValueError, match="is no MuJoCo task; leave solver out"):
         FastVLMRewardVecEnv("cartpole", 1, model="vlmrm-tiny", device="cpu", solver="newton")
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_state_stays_there_and_matches_the_cpu_engine():
+    """physics="warp" on CUDA (the step and the draw as CUDA graphs on the simulator's stream) against the
+    CPU engine with the same Newton model drawn by the same renderer on the same GPU: the physics to the
+    module's tolerance, the same picture, each side's rewards its model's scores of its own frames; and
+    the observations computed on the device are the host's."""
+    from tolerances import assert_same_picture
+
+    common = dict(model="vlmrm-tiny", alpha=0.5, device="cuda", seed=0, **SMALL)
+    warp = FastVLMRewardVecEnv(TASK, N, physics="warp", **common)
+    cpu = FastVLMRewardVecEnv(TASK, N, physics="batch", solver="newton", renderer="warp", **common)
+    try:
+        assert warp.venv.sim.warp_stream is not None and warp.venv.frame_source.cuda_device == warp.plan.gpu
+        close_to_scale(warp.reset(), cpu.reset(), "reset observations")
+        rng = np.random.default_rng(1)
+        for _ in range(2 * SMALL["episode_length"]):
+            actions = rng.uniform(-0.4, 0.4, (N, 17)).astype(np.float32)
+            obs_w, rew_w, done_w, _ = warp.step(actions)
+            obs_c, rew_c, done_c, _ = cpu.step(actions)
+            np.testing.assert_array_equal(done_w, done_c)
+            close_to_scale(obs_w, obs_c, "observations")
+            frames_w, frames_c = warp.last_frames(), cpu.last_frames()
+            assert frames_w.device.type == "cuda"
+            assert_same_picture(frames_w.cpu().numpy(), frames_c.cpu().numpy(), err_msg="warp vs batch physics")
+            np.testing.assert_allclose(rew_w, warp.reward_model(frames_w).cpu().numpy(), rtol=0, atol=1e-6)
+            device_obs = warp.venv.device_observation(warp.plan.device)
+            assert device_obs.device == warp.plan.device
+            host = warp.venv.batch.observation(warp.venv.sim.outputs)  # the state after the step's resets
+            np.testing.assert_array_equal(device_obs.cpu().numpy(), host)
+    finally:
+        warp.close()
+        cpu.close()

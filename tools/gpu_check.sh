@@ -25,8 +25,9 @@
 #
 # Steps (results under $GPU_CHECK_OUT, else $OUT when set, else /tmp/gpu_check):
 #   build                 install the package (pip, CUDA on, sm_90 unless CUDA_ARCHS=...), print what it sees
-#   tests                 the gpu/egl/warp-marked tests (FP8's among the gpu ones; not tensorrt, which is
-#                         not carried), skips turned into failures                              (~3-6 min)
+#   tests                 the gpu/egl-marked tests (FP8's and MuJoCo Warp's GPU tests among the gpu ones;
+#                         not tensorrt, which is not carried; the warp-only ones run on Warp's CPU
+#                         backend in CI), skips turned into failures                            (~3-4 min)
 #   warp-first-call       the first WarpBatchRenderer's cost in a fresh process (Warp's kernel
 #                         cache as found), then in a second one (the cache warm)              (~1-4 min)
 #   fp8-tests             the gpu-marked FP8 tests only (every scaling through torch and compile,
@@ -213,7 +214,7 @@ case "$step" in
     if [ "$step" = all ] && [ $dry = 0 ]; then setup; fi
     exec python3 -P tools/gpu_check_all.py "${args[@]}" ;;
   build) setup; build ;;
-  tests) setup; build; run_tests tests -m "(gpu or egl or warp) and not tensorrt" ;;
+  tests) setup; build; run_tests tests -m "(gpu or egl) and not tensorrt" ;;
   warp-first-call)
     setup; build
     python3 -P bench/warp_first_call.py --device cuda --envs "${1:-256}" --size "${RES:-224}" \
