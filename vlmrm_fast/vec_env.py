@@ -29,7 +29,7 @@ from vlmrm_fast.memory import release_freed_memory
 from vlmrm_fast.pipeline import plan_chunks
 from vlmrm_fast.rendering import egl_unavailable
 from vlmrm_fast.reward import load_reward_model
-from vlmrm_fast.reward.protocol import RewardModel
+from vlmrm_fast.reward.protocol import RewardModel, check_reward_model
 from vlmrm_fast.reward.spec import RewardModelSpec, spec_fields
 from vlmrm_fast.wrappers import RecordFrame, VLMRewardVecEnvWrapper
 
@@ -175,6 +175,7 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
         self.time_limit = env.time_limit
         self._owns_reward_model = reward_model is None  # loaded here: closed with the env
         if reward_model is not None:
+            check_reward_model(reward_model)
             if reward or reward_spec is not None:
                 raise ValueError(
                     f"reward_model= is already loaded; drop the reward model fields {sorted(reward) or ['reward_spec']}"

@@ -28,6 +28,7 @@ from vlmrm_fast.checks import one_of
 from vlmrm_fast.envs.spec import RENDERERS
 from vlmrm_fast.envs.time_limits import TIME_LIMITS
 from vlmrm_fast.frames import FrameSource
+from vlmrm_fast.memory import check_envs_fit, env_bytes
 from vlmrm_fast.profiling import NULL_TIMER
 from vlmrm_fast.rendering import BatchRenderer
 from vlmrm_fast.sim import BatchSimulator
@@ -174,6 +175,9 @@ class MujocoBatchVecEnv(VecEnv):
         self.episode_length = episode_length
         self.time_limit = one_of(time_limit, "time_limit", TIME_LIMITS)
         self.model = batch.build_model(max(height, width))
+        frames_on_host = (height, width) if gpu is None else None  # on a GPU they are in its memory
+        each = "MuJoCo's data" + (f" and a {height}x{width} RGBA frame" if frames_on_host else "")
+        check_envs_fit(num_envs, env_bytes(self.model, frames_on_host), each)
         self.sim = BatchSimulator(
             self.model,
             num_envs,

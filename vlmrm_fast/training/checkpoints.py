@@ -55,7 +55,10 @@ _TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp$")
 
 
 class CheckpointSpaceError(OSError):
-    """A checkpoint did not fit on the disk; its partial files were removed."""
+    """A checkpoint did not fit on the disk; its partial files were removed. ``older_checkpoint``: whether an
+    older checkpoint is there for ``--resume`` (without one, the run starts again with ``--overwrite``)."""
+
+    older_checkpoint = False
 
 
 # ------------------------------------------------------------------ atomic files
@@ -376,14 +379,21 @@ def _disk_full(exc: BaseException) -> bool:
     return False
 
 
-def _space_error(folder: pathlib.Path, steps: int, needed: int) -> CheckpointSpaceError:
+def _space_error(folder: pathlib.Path, steps: int, needed: int, previous: Checkpoint | None) -> CheckpointSpaceError:
     free = shutil.disk_usage(folder).free
-    return CheckpointSpaceError(
+    kept = (
+        f"the older checkpoints are whole (the newest: {previous.name})"
+        if previous
+        else "no checkpoint was saved before it"
+    )
+    error = CheckpointSpaceError(
         errno.ENOSPC,
         f"no space left on the disk of {folder} for the checkpoint at {steps} steps: it needs about "
-        f"{_mib(needed)}, {_mib(free)} are free. Its partial files were removed and the older checkpoints "
-        f"are whole; free space there (or move the run to a larger disk), then continue with --resume",
+        f"{_mib(needed)}, {_mib(free)} are free. Its partial files were removed and {kept}; free space there "
+        f"(or move the run to a larger disk)",
     )
+    error.older_checkpoint = previous is not None
+    return error
 
 
 def save_checkpoint(
@@ -437,7 +447,7 @@ def save_checkpoint(
             prior = previous.manifest["files"] if previous else {}
             needed = sum(int(prior.get(role, {}).get("bytes", 0)) for role in ("model", "replay_buffer"))
             needed = max(needed, 2**20 + (replay_buffer_bytes(model) if has_buffer else 0))
-            raise _space_error(folder, steps, needed) from exc
+            raise _space_error(folder, steps, needed, previous) from exc
         raise
     if has_buffer:
         _prune_replay_buffers(folder, keep_replay_buffers)

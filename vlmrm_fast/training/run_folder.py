@@ -174,6 +174,22 @@ class RunFolder:
     def checkpoint_dir(self) -> pathlib.Path:
         return self.path / "checkpoints"
 
+    def check_writable(self) -> None:
+        """A RunFolderError, before anything is loaded, when the checkpoint folder is there but cannot be
+        written (read-only, another owner): every checkpoint, and ``--resume``'s setting aside, writes there."""
+        folder = self.checkpoint_dir
+        if not folder.is_dir():
+            return  # made by the first save, in the run folder that the lock showed writable
+        probe = folder / f".write_probe.{os.getpid()}"
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            probe.unlink()
+        except OSError as exc:
+            raise RunFolderError(
+                f"{folder} cannot be written ({exc.strerror}): the run saves its checkpoints there; make it writable "
+                f"(a read-only mount, or chmod u+w), or choose another folder (--output-dir)"
+            ) from None
+
     def contents(self) -> list[str]:
         """The run files present, described (``["config.yaml", "3 checkpoints", ...]``)."""
         found = []

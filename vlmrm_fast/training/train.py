@@ -17,8 +17,9 @@ stopped by SIGINT / SIGTERM after saving a checkpoint, or before training starte
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import pathlib
+import shlex
+import shutil
 import signal
 import sys
 import threading
@@ -96,6 +97,25 @@ def score_batch_size(cfg: TrainConfig) -> int:
         frames_per_rollout=steps * env.n_envs if steps else None,
         frame_shape=env.frame_shape,
     )
+
+
+def check_rl_device(device: Any) -> None:
+    """``rl.device`` refused as ``reward.device`` is: SB3 itself would fall back to the CPU without a word."""
+    from vlmrm_fast.device import resolve_device
+
+    try:
+        resolve_device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise ConfigError(f"rl.{exc}") from None
+
+
+def check_reward_weights(cfg: TrainConfig) -> None:
+    """Fails in a line, before the envs are built, when the reward model's weights are neither cached nor
+    downloadable now (offline, or the hub unreachable)."""
+    from vlmrm_fast.models import require_weights
+
+    if cfg.reward.checkpoint is None:
+        require_weights(cfg.reward.model, cfg.reward.pretrained, cache_dir=cfg.reward.cache_dir)
 
 
 def build_model(cfg: TrainConfig, venv, run_dir: pathlib.Path | None = None) -> BaseAlgorithm:
@@ -212,6 +232,7 @@ def train(
     if distributed_jobs.serving_rank():  # torchrun rank != 0: step, render and score envs for rank 0; write nothing
         return distributed_jobs.serve_for_training(cfg.distributed)
     cfg = resolved(cfg)
+    check_rl_device(cfg.rl.device)
     with sigterm_raises():
         lock = RunFolder(cfg.run_dir).lock()
     try:
@@ -235,6 +256,7 @@ def _train(
     point: ResumePoint | None = None
     replaced: list[str] = []
     with sigterm_raises():  # until training starts there is nothing to save: a SIGTERM stops the start
+        folder.check_writable()
         if resume and start_if_new and not folder.holds_checkpoints():
             # A restarted or requeued job cut short before its first checkpoint: nothing to lose but its logs.
             replaced = folder.check_unused(overwrite=True)
@@ -246,9 +268,12 @@ def _train(
             point = folder.resume_point(
                 identity, needs_replay_buffer=off_policy, allow_empty_replay_buffer=allow_empty_replay_buffer
             )
+            if point.checkpoint.steps >= cfg.rl.total_timesteps:
+                return _nothing_to_train(cfg, point)
         else:
             replaced = folder.check_unused(overwrite=overwrite)
         print(startup_summary(cfg, point), flush=True)
+        check_reward_weights(cfg)
         venv = make_env(cfg)
         print(ready_summary(cfg, venv), flush=True)
         monitored = VecMonitor(venv)
@@ -270,10 +295,23 @@ def _train(
             monitored.close()
 
 
-def _default(section: Any, name: str) -> str:
-    """ " (the default)" when the config field ``name`` of ``section`` has its default value, else ""."""
-    field = next(f for f in dataclasses.fields(section) if f.name == name)
-    return " (the default)" if getattr(section, name) == field.default else ""
+def _nothing_to_train(cfg: TrainConfig, point: ResumePoint) -> int:
+    """A resume of a run that has reached rl.total_timesteps: its newest checkpoint becomes the final model,
+    without building envs or loading anything."""
+    checkpoint = point.checkpoint
+    final = cfg.run_dir / FINAL_MODEL
+    with open(checkpoint.model, "rb") as source:
+        checkpoints.write_atomically(final, lambda f: shutil.copyfileobj(source, f))
+    print(
+        f"nothing to train: the run is at {checkpoint.steps:,} of {cfg.rl.total_timesteps:,} steps "
+        f"(rl.total_timesteps; raise it, or pass --total-timesteps, to train on); {final} is {checkpoint.name}"
+    )
+    return EXIT_DONE
+
+
+def _default(cfg: TrainConfig, place: str) -> str:
+    """ " (the default)" when the config left the field at ``place`` out, else ""."""
+    return " (the default)" if cfg.left_out(place) else ""
 
 
 def startup_summary(cfg: TrainConfig, point: ResumePoint | None) -> str:
@@ -289,9 +327,9 @@ def startup_summary(cfg: TrainConfig, point: ResumePoint | None) -> str:
     return "\n".join(
         [
             f"vlmrm-fast train: {cfg.task}, {cfg.env.n_envs} envs; {start}",
-            f"  rl.algorithm        {rl.algorithm}{_default(rl, 'algorithm')}",
-            f"  rl.total_timesteps  {rl.total_timesteps:,}{_default(rl, 'total_timesteps')}",
-            f"  reward.model        {r.model}{_default(r, 'model')} on {r.device}",
+            f"  rl.algorithm        {rl.algorithm}{_default(cfg, 'rl.algorithm')}",
+            f"  rl.total_timesteps  {rl.total_timesteps:,}{_default(cfg, 'rl.total_timesteps')}",
+            f"  reward.model        {r.model}{_default(cfg, 'reward.model')} on {r.device}",
             f"  output_dir          {cfg.run_dir.resolve()}{_default(cfg, 'output_dir')}",
             f"  checkpoints         every {lg.checkpoint_every:,} steps{buffers}",
         ]
@@ -409,13 +447,11 @@ def _run(
         progress.close()
         newest = checkpoints.scan(folder.checkpoint_dir).newest()
         where = (
-            f"the newest checkpoint is {newest.name} ({newest.steps} steps)"
+            f"the newest checkpoint is {newest.name} ({newest.steps} steps). Fix the cause, then continue with --resume"
             if newest
-            else "no checkpoint was saved yet"
+            else "no checkpoint was saved yet. Fix the cause, then start again with --overwrite"
         )
-        exc.add_note(
-            f"training stopped at {model.num_timesteps} steps with this error; {where}. Fix the cause, then continue with --resume."
-        )
+        exc.add_note(f"training stopped at {model.num_timesteps} steps with this error; {where}.")
         mark_crash(exc)  # for the CLI: a crash, not a refusal
         raise
     if control.stopped:
@@ -489,14 +525,26 @@ def add_subcommand(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def _command(args: argparse.Namespace, mode: str) -> str:
+    """This command line again, with ``mode`` (``--resume``, ``--overwrite``) for its mode."""
+    words = ["vlmrm-fast", "train", args.config]
+    if args.output_dir:
+        words += ["--output-dir", args.output_dir]
+    if args.total_timesteps is not None:
+        words += ["--total-timesteps", str(args.total_timesteps)]
+    return shlex.join([*words, mode])
+
+
 def _main(args: argparse.Namespace) -> int:
     if args.start_if_new and not args.resume:
         raise ExpectedFailure("--start-if-new goes with --resume: add --resume")
     cfg = load_config(args.config)
     if args.output_dir:
         cfg.output_dir = args.output_dir
+        cfg.given_too("output_dir")
     if args.total_timesteps is not None:
         cfg.rl = cfg.rl.replace(total_timesteps=args.total_timesteps)  # checked as the config's own
+        cfg.given_too("rl.total_timesteps")
     try:
         code = train(
             cfg,
@@ -506,7 +554,8 @@ def _main(args: argparse.Namespace) -> int:
             start_if_new=args.start_if_new,
         )
     except checkpoints.CheckpointSpaceError as exc:  # a full disk mid-run: said in a line; the checkpoints are whole
-        print(f"vlmrm-fast train: {exc.strerror}", *getattr(exc, "__notes__", []), sep="\n", file=sys.stderr)
+        then = "--resume" if exc.older_checkpoint else "--overwrite"
+        print(f"vlmrm-fast train: {exc.strerror}; then run: {_command(args, then)}", file=sys.stderr)
         return EXIT_CRASHED
     if code in (EXIT_SIGINT, EXIT_SIGTERM) and threading.current_thread() is threading.main_thread():
         # Stopped by a signal, checkpoint saved, the process exits now: a late repeat of the signal must not
