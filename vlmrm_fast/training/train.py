@@ -101,11 +101,13 @@ def score_batch_size(cfg: TrainConfig) -> int:
 
 def check_rl_device(device: Any) -> None:
     """``rl.device`` refused as ``reward.device`` is: SB3 itself would fall back to the CPU without a word."""
-    from vlmrm_fast.device import resolve_device
+    from vlmrm_fast.device import no_gpu_reason, resolve_device
 
     try:
         resolve_device(device)
-    except (RuntimeError, ValueError) as exc:
+    except RuntimeError:  # a GPU asked for where there is none
+        raise ConfigError(f"rl.device: {device!r} asks for a GPU, but {no_gpu_reason()}; set it to cpu or auto") from None
+    except ValueError as exc:
         raise ConfigError(f"rl.{exc}") from None
 
 
