@@ -106,7 +106,9 @@ def check_rl_device(device: Any) -> None:
     try:
         resolve_device(device)
     except RuntimeError:  # a GPU asked for where there is none
-        raise ConfigError(f"rl.device: {device!r} asks for a GPU, but {no_gpu_reason()}; set it to cpu or auto") from None
+        raise ConfigError(
+            f"rl.device: {device!r} asks for a GPU, but {no_gpu_reason()}; set it to cpu or auto"
+        ) from None
     except ValueError as exc:
         raise ConfigError(f"rl.{exc}") from None
 
