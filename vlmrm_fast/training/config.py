@@ -113,6 +113,10 @@ class LoggingConfig:
     # Off-policy: how many of the newest checkpoints keep their replay buffer. 2 costs one more buffer file
     # on disk (as large as model_replay_buffer_*.pkl) and lets --resume keep the buffer when the newest is damaged.
     keep_replay_buffers: int = 1
+    # How many of the newest checkpoints to keep, besides the best (the highest mean VLM return of the training
+    # episodes when it was saved); null keeps every one. The newest is deleted never, and older ones only once
+    # the newest reads back whole.
+    keep_checkpoints: int | None = None
     wandb: WandbConfig | None = None
 
     def __post_init__(self) -> None:
@@ -121,6 +125,7 @@ class LoggingConfig:
         self.video_episodes = positive_int(self.video_episodes, "video_episodes")
         self.tensorboard = boolean(self.tensorboard, "tensorboard")
         self.keep_replay_buffers = positive_int(self.keep_replay_buffers, "keep_replay_buffers")
+        self.keep_checkpoints = positive_int(self.keep_checkpoints, "keep_checkpoints", allow_none=True)
         if self.wandb is not None and not isinstance(self.wandb, WandbConfig):
             raise FieldTypeError("wandb", f"must be {{project: NAME, mode: online|offline}}, got {self.wandb!r}")
         if self.wandb is not None and not self.tensorboard:

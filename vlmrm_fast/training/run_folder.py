@@ -24,13 +24,24 @@ import yaml
 from vlmrm_fast.failures import ExpectedFailure
 from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.config import ConfigError, identity_differences, upgraded_identity
+from vlmrm_fast.training.curves import CURVES_CSV, CURVES_PNG
 
 CONFIG_FILE = "config.yaml"
 FINAL_MODEL = "final_model.zip"
 ROLLOUTS = "rollouts"  # vlmrm-fast rollout's CSVs and videos
 RANKING_FILE = "best_checkpoints.csv"  # vlmrm-fast best's ranking
 # What a run writes (and what the commands that read it add); --overwrite deletes exactly these.
-RUN_ENTRIES = (CONFIG_FILE, "checkpoints", "tensorboard", "videos", FINAL_MODEL, ROLLOUTS, RANKING_FILE)
+RUN_ENTRIES = (
+    CONFIG_FILE,
+    "checkpoints",
+    "tensorboard",
+    "videos",
+    FINAL_MODEL,
+    CURVES_CSV,
+    CURVES_PNG,
+    ROLLOUTS,
+    RANKING_FILE,
+)
 
 
 class RunFolderError(ExpectedFailure):

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 from stable_baselines3 import DQN, PPO, SAC
 from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.logger import Logger, TensorBoardOutputFormat
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.vec_env import VecMonitor
 
@@ -49,6 +49,7 @@ from vlmrm_fast.training.callbacks import (
     TrainingProgress,
 )
 from vlmrm_fast.training.config import ConfigError, TrainConfig, algorithm_kwargs, load_config, resolved, run_identity
+from vlmrm_fast.training.curves import LearningCurves
 from vlmrm_fast.training.run_folder import (
     CONFIG_FILE,
     FINAL_MODEL,
@@ -59,6 +60,7 @@ from vlmrm_fast.training.run_folder import (
     plain,
 )
 from vlmrm_fast.training.signals import StopRequest, sigterm_raises
+from vlmrm_fast.training.tensorboard import TensorBoardWriter
 
 ALGORITHM_CLASSES = {"SAC": SAC, "PPO": PPO, "DQN": DQN}
 
@@ -132,17 +134,6 @@ def build_model(cfg: TrainConfig, venv, run_dir: pathlib.Path | None = None) -> 
         raise ConfigError(f"rl.algorithm: {cfg.rl.algorithm} cannot train task {cfg.task!r}: {exc}") from None
 
 
-class _TensorBoard(TensorBoardOutputFormat):
-    """SB3's TensorBoard writer, told where a resumed run starts: TensorBoard then hides what the
-    interrupted run logged past that step (its ``purge_step``), so no curve runs twice."""
-
-    def __init__(self, folder: str, purge_step: int | None):
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.writer = SummaryWriter(log_dir=folder, purge_step=purge_step)
-        self._is_closed = False
-
-
 class OncePerStepLogger(Logger):
     """SB3's Logger, writing each scalar at most once per step.
 
@@ -171,13 +162,15 @@ class OncePerStepLogger(Logger):
         super().dump(step)
 
 
-def _logger(cfg: TrainConfig, run_dir: pathlib.Path, start_steps: int, wandb_run: Any = None) -> Logger:
+def _logger(
+    cfg: TrainConfig, run_dir: pathlib.Path, start_steps: int, curves: LearningCurves, wandb_run: Any = None
+) -> Logger:
     if not cfg.logging.tensorboard:
-        return OncePerStepLogger(None, [])
+        return OncePerStepLogger(None, [curves])
     folder = run_dir / "tensorboard" / f"{cfg.rl.algorithm}_1"
     # Logs of an earlier process of this run past the resume step describe work the resume discards.
     purge_step = start_steps + 1 if folder.exists() else None
-    formats: list = [_TensorBoard(str(folder), purge_step)]
+    formats: list = [TensorBoardWriter(str(folder), purge_step), curves]
     if wandb_run is not None:  # W&B mirrors the TensorBoard files; videos go to it here (wandb_logging.py)
         from vlmrm_fast.training.wandb_logging import WandbVideos
 
@@ -400,18 +393,22 @@ def _run(
         from vlmrm_fast.training.wandb_logging import start_run
 
         wandb_run = start_run(cfg, run_dir, resumed=resumed)
-    model.set_logger(_logger(cfg, run_dir, start_steps, wandb_run))
+    curves = LearningCurves(run_dir, start_steps)
+    model.set_logger(_logger(cfg, run_dir, start_steps, curves, wandb_run))
     extra = {"identity": identity, "config_hash": identity_hash(identity)}
 
     def save(tag: str, reason: str) -> checkpoints.Checkpoint:
-        return checkpoints.save_checkpoint(
+        saved = checkpoints.save_checkpoint(
             model,
             folder.checkpoint_dir,
             tag=tag,
             reason=reason,
             extra={**extra, "episode_stats": stats.state()},
             keep_replay_buffers=cfg.logging.keep_replay_buffers,
+            keep_checkpoints=cfg.logging.keep_checkpoints,
         )
+        curves.save()
+        return saved
 
     episode_batch = cfg.rl.episode_batch
     if episode_batch:
@@ -462,6 +459,7 @@ def _run(
         model.num_timesteps = control.resume_steps
     progress.close(model.num_timesteps)
     _write_pending_logs(model)
+    curves.save()
     if wandb_run is not None:  # the TensorBoard files complete, then W&B's last sync of them
         model.logger.close()
         wandb_run.finish()
