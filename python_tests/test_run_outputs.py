@@ -69,7 +69,7 @@ def test_the_curves_and_the_video_are_written_where_a_user_looks(tmp_path):
         logged = {e.step: e.value for e in events.Scalars(key)}
         assert {int(row["step"]): float(row[key]) for row in rows} == pytest.approx(logged, rel=1e-6), key
     assert (run / CURVES_PNG).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    (video,) = events.Images("video/policy")  # the policy video, played by TensorBoard's Images tab
+    (video,) = events.Images("video/policy_gif")  # the policy video, played by TensorBoard's Images tab
     assert video.step == 40 and video.encoded_image_string[:6] == b"GIF89a"
     gif = Image.open(io.BytesIO(video.encoded_image_string))
     assert (gif.width, gif.height, gif.n_frames) == (32, 32, 10)  # the episode: 10 frames at 32 px

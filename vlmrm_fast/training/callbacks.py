@@ -280,7 +280,9 @@ class PolicyVideo(BaseCallback):
         self.logger.record("video/ep_vlm_reward", float(np.mean(vlm_returns)))
         self.logger.record("video/path", str(path), exclude=("stdout",))
         # TensorBoard shows it as an animated GIF (training/tensorboard.py); the text formats cannot hold it.
-        self.logger.record("video/policy", Video(np.stack(frames), self.fps), exclude=("stdout", "log", "json", "csv"))
+        self.logger.record(
+            "video/policy_gif", Video(np.stack(frames), self.fps), exclude=("stdout", "log", "json", "csv")
+        )
         return path
 
     def _normalize(self, obs: np.ndarray) -> np.ndarray:
