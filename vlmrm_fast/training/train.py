@@ -265,8 +265,8 @@ def _train(
             point = folder.resume_point(
                 identity, needs_replay_buffer=off_policy, allow_empty_replay_buffer=allow_empty_replay_buffer
             )
-            if point.checkpoint.steps >= cfg.rl.total_timesteps:
-                return _nothing_to_train(cfg, point)
+            if point.checkpoint.steps >= cfg.rl.total_timesteps and not (point.damaged or point.incomplete):
+                return _nothing_to_train(cfg, point)  # (damage found is set aside by the load below, as always)
         else:
             replaced = folder.check_unused(overwrite=overwrite)
         print(startup_summary(cfg, point), flush=True)
@@ -293,8 +293,8 @@ def _train(
 
 
 def _nothing_to_train(cfg: TrainConfig, point: ResumePoint) -> int:
-    """A resume of a run that has reached rl.total_timesteps: its newest checkpoint becomes the final model,
-    without building envs or loading anything."""
+    """A resume of a run that has reached rl.total_timesteps, its checkpoint folder whole: the newest checkpoint
+    becomes the final model, without building envs or loading anything."""
     checkpoint = point.checkpoint
     final = cfg.run_dir / FINAL_MODEL
     with open(checkpoint.model, "rb") as source:
