@@ -125,6 +125,7 @@ def test_a_garbage_weights_file_is_named_as_not_weights(tmp_path, content):
     assert "download or copy it again" in message
 
 
+@pytest.mark.slow  # a start in a child process
 def test_sigterm_while_starting_says_what_happened(tmp_path):
     import vlmrm_fast
 

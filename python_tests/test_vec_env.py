@@ -224,7 +224,11 @@ def test_batch_engine_scores_the_reached_frames(rms, renderer):
 
 @pytest.mark.parametrize(
     "task, renderer",
-    [(HUMANOID, "egl"), pytest.param(HUMANOID, "warp", marks=[pytest.mark.warp, pytest.mark.slow]), (TASK, None)],
+    [
+        (HUMANOID, "egl"),
+        pytest.param(HUMANOID, "warp", marks=[pytest.mark.warp, pytest.mark.slow]),
+        pytest.param(TASK, None, marks=pytest.mark.slow),
+    ],
     ids=["humanoid-egl", "humanoid-warp", "cartpole-gym"],
 )
 def test_pipelined_step_gives_the_unpipelined_rewards(rms, task, renderer):
