@@ -7,8 +7,9 @@
     logging:  LoggingConfig: checkpoints, videos, TensorBoard
     distributed: DistributedConfig (vlmrm_fast.distributed.config): rank 0's envs, timeout, heartbeat
 
-One generic loader (:func:`_build`) turns the YAML mapping into these dataclasses; each dataclass
-checks its own fields, and every error names the field's place, e.g.
+The file is read as UTF-8 YAML by :func:`read_yaml`, which refuses a key given twice in one mapping
+(PyYAML would keep the last). One generic loader (:func:`_build`) turns the YAML mapping into these
+dataclasses; each dataclass checks its own fields, and every error names the field's place, e.g.
 ``rl.algorithm: 'SACC' is not one of SAC, PPO, DQN`` or ``env.n_envs: must be a positive integer, got 0``.
 """
 
