@@ -59,6 +59,7 @@ def test_batches_of_any_size_give_the_per_step_rewards(rm, stepped, batch_size):
     assert scorer.finish().shape == (0,)  # nothing left
 
 
+@pytest.mark.slow  # torch.compile
 def test_compiled_encoder_batches_match_too(stepped):
     """A fixed-batch (compiled) encoder: partial batches are padded and their padding ignored."""
     per_step, frames = stepped

@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import pathlib
 
+import pytest
 from child_process import run_python
+
+# the benchmark scripts end to end: left out of the quick subset (-m "not slow")
+pytestmark = pytest.mark.slow
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

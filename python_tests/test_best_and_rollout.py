@@ -19,7 +19,10 @@ from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.policy_rollouts import load_policy, roll_out, rollout_env, run_config
 from vlmrm_fast.training.run_folder import RANKING_FILE
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
+pytestmark = [
+    pytest.mark.usefixtures("one_torch_thread"),  # see conftest.py
+    pytest.mark.slow,  # training runs, then rollouts of every checkpoint: left out of the quick subset (-m "not slow")
+]
 
 QUICKSTART = pathlib.Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
 EPISODE_LENGTH = 10

@@ -44,6 +44,7 @@ def test_fp8_is_reported_as_needing_an_sm89_gpu_and_the_rest_still_runs():
     assert -1.0 <= results["fp32"].spearman["0.5"] <= 1.0 and results["fp32"].noise_to_spread >= 0
 
 
+@pytest.mark.slow  # renders task frames and emulates FP8
 def test_cli_renders_task_frames_and_emulates_fp8(tmp_path, capsys):
     pytest.importorskip("torchao")
     out = tmp_path / "precision.json"

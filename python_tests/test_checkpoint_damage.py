@@ -24,7 +24,10 @@ from stable_baselines3 import SAC
 from vlmrm_fast.cli import main as cli_main
 from vlmrm_fast.training import checkpoints
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
+pytestmark = [
+    pytest.mark.usefixtures("one_torch_thread"),  # see conftest.py
+    pytest.mark.slow,  # a training run and a resume for each kind of damage: left out of the quick subset (-m "not slow")
+]
 
 CONFIG = {
     "seed": 3,

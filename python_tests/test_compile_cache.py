@@ -17,6 +17,9 @@ from vlmrm_fast.encoders.compile_cache import CACHE_ENV, default_compile_cache_d
 from vlmrm_fast.encoders.progress import Phases
 from vlmrm_fast.models import load_clip
 
+# torch.compile in fresh processes: left out of the quick subset (-m "not slow")
+pytestmark = pytest.mark.slow
+
 CPU = torch.device("cpu")
 
 

@@ -32,6 +32,9 @@ import vlmrm_fast
 from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model
 from vlmrm_fast.distributed import Launch, LayoutError, ShardedVecEnv, plan_shards, shard_device, shard_devices
 
+# torchrun jobs of several ranks, each a child process: left out of the quick subset (-m "not slow")
+pytestmark = pytest.mark.slow
+
 JOB = str(pathlib.Path(sharded_job.__file__))
 TORCHRUN = ["-m", "torch.distributed.run"]
 # The same torch thread count in every process as in this one (torchrun would set 1 per rank).

@@ -279,6 +279,7 @@ def _onnxruntime_embeddings(path, x: np.ndarray) -> np.ndarray:
     return out
 
 
+@pytest.mark.slow  # an ONNX export run in onnxruntime (the optional TensorRT path)
 def test_onnx_export_fp32_dynamic_batch_matches_torch(tmp_path):
     import onnx
 
@@ -294,6 +295,7 @@ def test_onnx_export_fp32_dynamic_batch_matches_torch(tmp_path):
         assert_fp32_close(torch.from_numpy(out), reference_embeddings(x))
 
 
+@pytest.mark.slow  # an ONNX export run in onnxruntime (the optional TensorRT path)
 def test_onnx_export_fixed_batch(tmp_path):
     import onnx
 
@@ -308,6 +310,7 @@ def _initializer_types(model) -> dict[str, int]:
     return {init.name: init.data_type for init in model.graph.initializer}
 
 
+@pytest.mark.slow  # an ONNX export run in onnxruntime (the optional TensorRT path)
 def test_onnx_export_fp16_keeps_layernorm_in_fp32_and_matches(tmp_path):
     import onnx
 
@@ -328,6 +331,7 @@ def test_onnx_export_fp16_keeps_layernorm_in_fp32_and_matches(tmp_path):
     assert_low_precision_close(torch.from_numpy(out), reference_embeddings(x), max_rel=4e-3, min_cos=0.9999)
 
 
+@pytest.mark.slow  # an ONNX export run in onnxruntime (the optional TensorRT path)
 def test_onnx_export_bf16_graph(tmp_path):
     import onnx
 
@@ -355,6 +359,7 @@ def test_export_module_precision_layout():
     assert_low_precision_close(out, reference_embeddings(x), max_rel=3e-2, min_cos=0.999)
 
 
+@pytest.mark.slow  # an ONNX export run in onnxruntime (the optional TensorRT path)
 def test_cli_export_onnx_only(tmp_path, capsys):
     from vlmrm_fast.cli import main
 

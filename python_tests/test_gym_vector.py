@@ -88,6 +88,7 @@ def test_gymnasiums_check_env_on_a_classic_control_task():
     env.close()
 
 
+@pytest.mark.slow  # gymnasium's env checker and a SyncVectorEnv side by side
 @pytest.mark.egl
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
 def test_vector_env_matches_gymnasiums_sync_vector_env(rm, mode):
@@ -201,6 +202,7 @@ def test_cartpole_make_vec_is_sync_under_the_reward_wrapper(rm):
     env.close()
 
 
+@pytest.mark.slow  # the example's PPO loop
 @pytest.mark.egl
 def test_cleanrl_style_ppo_example_runs(capsys):
     """examples/cleanrl_ppo.py: two PPO iterations on make_vec's vector env (tiny model, CPU)."""

@@ -125,6 +125,7 @@ def test_a_garbage_weights_file_is_named_as_not_weights(tmp_path, content):
     assert "download or copy it again" in message
 
 
+@pytest.mark.slow  # a start in a child process
 def test_sigterm_while_starting_says_what_happened(tmp_path):
     import vlmrm_fast
 
@@ -167,3 +168,296 @@ def test_the_defaults_that_decide_the_cost_are_printed_before_training(tmp_path,
     assert out[0] == "vlmrm-fast train: humanoid-kneeling, 2 envs; from scratch", out
     assert "  rl.total_timesteps  8" in out and "  reward.model        vlmrm-tiny on cpu" in out
     assert out[-1].startswith("done: 8 steps")
+
+
+# ---------------------------------------------------------------- issue 34: each slip answered in one line
+def test_a_folder_as_the_config_path_is_named_a_folder(tmp_path, capsys):
+    folder = tmp_path / "adir.yaml"
+    folder.mkdir()
+    (folder / "train.yaml").write_text("env: {task: humanoid-kneeling}\n")
+    assert cli_main(["train", str(folder)]) == 2
+    assert _one_line(capsys.readouterr().err) == (
+        f"vlmrm-fast train: config error: config file {str(folder)!r} is a folder (it holds train.yaml); "
+        "give the path of a YAML file"
+    )
+
+
+def test_a_config_that_is_not_utf8_is_named_with_the_fix(tmp_path, capsys):
+    config = tmp_path / "latin1.yaml"
+    config.write_bytes("env: {task: humanoid-kneeling}  # café\n".encode("latin-1"))
+    assert cli_main(["train", str(config)]) == 2
+    assert _one_line(capsys.readouterr().err) == (
+        f"vlmrm-fast train: config error: config file {str(config)!r} is not UTF-8 text (byte 0xe9 at offset 37); "
+        "save it as UTF-8"
+    )
+
+
+def test_a_key_given_twice_in_a_config_is_refused(tmp_path, capsys):
+    """PyYAML keeps the last of two equal keys silently: a second env: would train another task."""
+    config = tmp_path / "twice.yaml"
+    config.write_text("env: {task: humanoid-kneeling}\nrl: {algorithm: SAC}\nenv: {task: cartpole}\n")
+    assert cli_main(["train", str(config)]) == 2
+    assert _one_line(capsys.readouterr().err) == (
+        f"vlmrm-fast train: config error: {config}:3:1: 'env' is given twice in one mapping (first at line 1; "
+        "YAML would keep the last silently); keep one"
+    )
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("env: {task: humanoid-kneeling}\nrl:\n  kwargs:\n    batch_size: 4\n    batch_size: 8\n")
+    with pytest.raises(
+        ConfigError, match=rf"^{nested}:5:5: 'batch_size' is given twice in one mapping \(first at line 4"
+    ):
+        load_config(nested)
+    merged = tmp_path / "merged.yaml"  # a YAML merge key may be overridden: that is no duplicate
+    merged.write_text("env: &env {task: humanoid-kneeling, n_envs: 2}\nreward:\n  model: vlmrm-tiny\n")
+    assert load_config(merged).env.n_envs == 2
+    from vlmrm_fast.training.config import read_yaml
+
+    merged.write_text("base: &base {a: 1, b: 2}\nderived:\n  <<: *base\n  a: 3\n")
+    assert read_yaml(merged) == {"base": {"a": 1, "b": 2}, "derived": {"a": 3, "b": 2}}
+
+
+def test_rl_device_cuda_without_a_gpu_is_refused_as_reward_device_is(tmp_path, monkeypatch, capsys):
+    import torch
+
+    from vlmrm_fast.device import no_gpu_reason
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a machine without a GPU, whatever this one has
+    config = _config(tmp_path, rl={**CONFIG["rl"], "device": "cuda"})
+    assert cli_main(["train", str(config)]) == 2
+    assert _one_line(capsys.readouterr().err) == (
+        f"vlmrm-fast train: config error: rl.device: 'cuda' asks for a GPU, but {no_gpu_reason()}; set it to cpu or auto"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_summary_marks_only_the_fields_the_config_left_out(tmp_path, capsys):
+    from vlmrm_fast.training.train import startup_summary
+
+    given = {"env": {"task": "humanoid-kneeling"}, "rl": {"algorithm": "SAC", "total_timesteps": 100_000}}
+    summary = startup_summary(load_config(given), None).splitlines()
+    assert "  rl.algorithm        SAC" in summary and "  rl.total_timesteps  100,000" in summary
+    assert "  reward.model        ViT-bigG-14/laion2b_s39b_b160k (the default) on auto" in summary
+    # a command-line override counts as given
+    config = _config(tmp_path)
+    assert cli_main(["train", str(config), "--output-dir", str(tmp_path / "other"), "--total-timesteps", "4"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert f"  output_dir          {tmp_path / 'other'}" in out and "  rl.total_timesteps  4" in out, out
+
+
+def _space_failure(monkeypatch, failing_save: int) -> None:
+    """The ``failing_save``-th checkpoint save (1 = the first) meets a full disk while writing its model."""
+    from vlmrm_fast.training import checkpoints
+
+    real, saves = checkpoints.write_atomically, []
+
+    def write_atomically(path, write):
+        if path.name.endswith("_steps.zip"):
+            saves.append(path)
+            if len(saves) == failing_save:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real(path, write)
+
+    monkeypatch.setattr(checkpoints, "write_atomically", write_atomically)
+
+
+@pytest.mark.parametrize(("failing_save", "then"), [(1, "--overwrite"), (2, "--resume")])
+def test_a_full_disk_names_the_command_that_works(tmp_path, monkeypatch, capsys, failing_save, then):
+    """Before the first checkpoint --resume has nothing to continue: the advice is --overwrite; after one, --resume.
+    The command the line names is run as printed, and finishes the run."""
+    import shlex
+
+    from stable_baselines3 import SAC
+
+    config = _config(tmp_path, logging={**CONFIG["logging"], "checkpoint_every": 4})
+    with monkeypatch.context() as patch:
+        _space_failure(patch, failing_save)
+        assert cli_main(["train", str(config)]) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress lines
+    assert line.startswith(f"vlmrm-fast train: no space left on the disk of {tmp_path / 'run' / 'checkpoints'}"), line
+    command = f"vlmrm-fast train {config} {then}"
+    assert line.endswith(f"; then run: {command}"), line
+    assert cli_main(shlex.split(command)[1:]) == 0
+    assert SAC.load(tmp_path / "run" / "final_model.zip").num_timesteps == 8
+
+
+def test_a_read_only_checkpoint_folder_is_refused_before_anything_loads(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "run" / "checkpoints"
+    folder.mkdir(parents=True)
+    real_open = os.open
+
+    def open_(path, *args, **kwargs):  # as on a read-only mount (root ignores permission bits)
+        if pathlib.Path(path).parent == folder:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
+    assert cli_main(["train", str(_config(tmp_path))]) == 2
+    assert _one_line(capsys.readouterr().err) == (
+        f"vlmrm-fast train: error: {folder} cannot be written (Read-only file system): the run saves its checkpoints "
+        "there; make it writable (a read-only mount, or chmod u+w), or choose another folder (--output-dir)"
+    )
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoints"]
+
+
+def test_resuming_a_finished_run_answers_without_building_envs(tmp_path, monkeypatch, capsys):
+    from stable_baselines3 import SAC
+
+    from vlmrm_fast.training import train
+
+    config = _config(tmp_path)
+    assert cli_main(["train", str(config)]) == 0
+    final = tmp_path / "run" / "final_model.zip"
+    final.unlink()
+    capsys.readouterr()
+
+    def no_envs(cfg):
+        raise AssertionError("a finished run needs no envs")
+
+    monkeypatch.setattr(train, "make_env", no_envs)
+    assert cli_main(["train", str(config), "--resume"]) == 0
+    assert _one_line(capsys.readouterr().out) == (
+        "nothing to train: the run is at 8 of 8 steps (rl.total_timesteps; raise it, or pass --total-timesteps, to "
+        f"train on); {final} is model_8_steps.zip"
+    )
+    assert SAC.load(final).num_timesteps == 8
+
+
+def test_missing_weights_offline_fail_before_the_envs_are_built(tmp_path, monkeypatch, capsys):
+    import time
+
+    from vlmrm_fast.models import hub
+    from vlmrm_fast.training import train
+
+    def no_envs(cfg):
+        raise AssertionError("the weights are checked first")
+
+    monkeypatch.setattr(train, "make_env", no_envs)
+    reward = {"model": "ViT-B-32/openai", "device": "cpu", "cache_dir": str(tmp_path / "empty-cache")}
+    config = _config(tmp_path, reward=reward)
+    for offline, reason in ((True, "HF_HUB_OFFLINE is set"), (False, "https://huggingface.co is unreachable")):
+        with monkeypatch.context() as patch:
+            if offline:
+                patch.setenv("HF_HUB_OFFLINE", "1")
+            else:
+                patch.setattr(hub, "network_reachable", lambda url, timeout=None: False)
+            start = time.monotonic()
+            assert cli_main(["train", str(config)]) == 2
+            took = time.monotonic() - start
+        line = _one_line(capsys.readouterr().err)
+        assert f"the ViT-B-32/openai weights: not in the local cache ({tmp_path / 'empty-cache'}) and {reason}" in line
+        assert took < 5, took  # the imports done: the cache looked up, no network waited for
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_string_for_reward_model_names_the_fix(humanoid_tiny_rm):
+    import gymnasium
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from vlmrm_fast import FastVLMRewardVecEnv, VLMRewardVecEnvWrapper
+
+    with pytest.raises(TypeError) as info:
+        FastVLMRewardVecEnv("humanoid-kneeling", 2, reward_model="notamodel")
+    assert _one_line(str(info.value)) == (
+        "reward_model: expects a loaded reward model, got the string 'notamodel'; to name a model, pass "
+        "model='notamodel' (or load one: vlmrm_fast.load_reward_model('notamodel'))"
+    )
+    with pytest.raises(TypeError, match=r"^reward_model: expects a reward model .* got int, which lacks device, tasks"):
+        VLMRewardVecEnvWrapper(DummyVecEnv([lambda: gymnasium.make("CartPole-v1")]), 3)  # type: ignore[arg-type]
+
+
+def test_a_closed_reward_model_says_it_is_closed():
+    import numpy as np
+
+    from vlmrm_fast import load_reward_model
+
+    rm = load_reward_model("vlmrm-tiny", target_prompts="a humanoid robot", device="cpu")
+    frames = np.zeros((2, 32, 32, 3), np.uint8)
+    pixels = rm.preprocessor(frames)
+    rm.close()
+    expected = (
+        r"^this reward model \(vlmrm-tiny\) was closed: close\(\) released its weights, so it scores no more frames; "
+        r"load it again \(vlmrm_fast.load_reward_model\) to score$"
+    )
+    for score in (lambda: rm(frames), lambda: rm.score_pixels(pixels), lambda: rm.embed_text("a robot")):
+        with pytest.raises(RuntimeError, match=expected):
+            score()
+
+
+@pytest.mark.parametrize(
+    ("shape", "fix", "advice"),
+    [
+        ((4, 32, 32), lambda f: f[..., None].repeat(3, axis=-1), "grayscale frames (N, H, W): repeat them into RGB, frames[..., None].repeat(3, axis=-1) (torch: .expand(-1, -1, -1, 3))"),
+        ((3, 32, 32), lambda f: f.transpose(1, 2, 0)[None], "one channels-first frame (3, H, W): use frames.permute(1, 2, 0)[None] (numpy: frames.transpose(1, 2, 0)[None])"),
+        ((32, 32, 3), lambda f: f[None], "one frame (H, W, 3): use frames[None]"),
+        ((2, 3, 32, 32), lambda f: f.transpose(0, 2, 3, 1), "channels-first frames (N, 3, H, W): use frames.permute(0, 2, 3, 1) (numpy: frames.transpose(0, 2, 3, 1))"),
+        ((2, 32, 32, 4), lambda f: f[..., :3], "RGBA frames: drop the alpha channel, frames[..., :3]"),
+    ],
+)  # fmt: skip
+def test_frames_of_a_wrong_shape_get_a_fix_that_works(humanoid_tiny_rm, shape, fix, advice):
+    import numpy as np
+
+    frames = np.zeros(shape, np.uint8)
+    with pytest.raises(ValueError) as info:
+        humanoid_tiny_rm(frames)
+    assert _one_line(str(info.value)) == (
+        f"frames must be a batch (N, H, W, 3) of RGB frames, got shape {shape}; {advice}"
+    )
+    assert humanoid_tiny_rm(fix(frames)).ndim == 1
+
+
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+def test_nan_frames_get_a_fix_that_removes_the_nan(humanoid_tiny_rm, library):
+    import numpy as np
+    import torch
+
+    frames = np.full((2, 16, 16, 3), 0.5, np.float32)
+    frames[0, 3, 4, 1], frames[1, 0, 0, 0] = np.nan, np.inf
+    module = np if library == "numpy" else torch
+    if library == "torch":
+        frames = torch.from_numpy(frames)
+    with pytest.raises(TypeError) as info:
+        humanoid_tiny_rm(frames)
+    short = "np" if library == "numpy" else "torch"
+    assert _one_line(str(info.value)).endswith(
+        f"holding NaN or infinite values; find where they come from, or replace them first: "
+        f"{short}.nan_to_num(frames, nan=0.0, posinf=255.0, neginf=0.0), then round, clip and cast to uint8"
+    )
+    fixed = module.nan_to_num(frames, nan=0.0, posinf=255.0, neginf=0.0).round().clip(0, 255)
+    fixed = fixed.astype(np.uint8) if library == "numpy" else fixed.to(torch.uint8)
+    assert humanoid_tiny_rm(fixed).shape == (2,)
+
+
+def test_more_envs_than_the_memory_holds_are_refused_before_allocating(humanoid_tiny_rm, monkeypatch):
+    import mujoco
+
+    from vlmrm_fast import FastVLMRewardVecEnv, memory
+    from vlmrm_fast.envs import get_task
+
+    with pytest.raises(MemoryError) as info:  # about 90 TiB: more than any machine has
+        FastVLMRewardVecEnv("humanoid-kneeling", 10**9, reward_model=humanoid_tiny_rm, render_size=128)
+    assert _one_line(str(info.value)).startswith("n_envs=1,000,000,000: the envs need at least 93,"), str(info.value)
+    model = get_task("humanoid-kneeling").batch.build_model(128)
+    each = memory.env_bytes(model, (128, 128))
+    data = mujoco.MjData(model)
+    assert each >= data.qpos.nbytes + data.qvel.nbytes + 128 * 128 * 4
+    monkeypatch.setattr(memory, "available_bytes", lambda: 2**30)
+    with pytest.raises(MemoryError) as info:
+        FastVLMRewardVecEnv("humanoid-kneeling", 10**6, reward_model=humanoid_tiny_rm, render_size=128)
+    assert _one_line(str(info.value)) == (
+        f"n_envs=1,000,000: the envs need at least {10**6 * each / 2**30:,.1f} GiB of memory ({each / 1024:,.0f} KiB "
+        f"each: MuJoCo's data and a 128x128 RGBA frame), and 1.0 GiB are available; use at most {2**30 // each:,} "
+        "envs here"
+    )
+
+
+def test_models_names_a_misspelt_architecture_and_keeps_the_unmeasured_to_one_line(capsys):
+    assert cli_main(["models", "ViT-L-41"]) == 2
+    assert _one_line(capsys.readouterr().err) == (
+        "vlmrm-fast models: error: 'ViT-L-41' is not an open_clip architecture known here; did you mean ViT-L-16, "
+        "ViT-L-14, ViT-g-14?"
+    )
+    assert cli_main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "OSError" not in out and "couldn't connect" not in out
+    (line,) = [line for line in out.splitlines() if line.startswith("not measured")]
+    assert "roberta-ViT-B-32" in line and "their text tower's config comes from the Hugging Face hub" in line

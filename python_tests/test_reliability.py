@@ -29,7 +29,10 @@ from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.config import load_config
 from vlmrm_fast.training.train import train
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
+pytestmark = [
+    pytest.mark.usefixtures("one_torch_thread"),  # see conftest.py
+    pytest.mark.slow,  # kills, signals and restarts of training runs in child processes: left out of the quick subset (-m "not slow")
+]
 
 CHILD = pathlib.Path(__file__).with_name("training_child.py")
 

@@ -273,6 +273,7 @@ def test_missing_egl_names_the_packages():
         assert package in out["error"]
 
 
+@pytest.mark.slow  # a hundred renderers made and closed
 def test_hundred_renderers_leak_no_contexts_or_memory():
     out = _run_child(
         f"""

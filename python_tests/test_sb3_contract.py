@@ -16,12 +16,12 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnvWrapper
 
 
 def test_tensorboard_writer_state_is_what_the_resume_writer_sets(tmp_path):
-    """training/train.py `_TensorBoard` builds SB3's TensorBoard writer with a purge step, setting the
+    """training/tensorboard.py `TensorBoardWriter` builds SB3's TensorBoard writer with a purge step, setting the
     state SB3's own __init__ sets instead of calling it."""
-    from vlmrm_fast.training.train import _TensorBoard
+    from vlmrm_fast.training.tensorboard import TensorBoardWriter
 
     stock = TensorBoardOutputFormat(str(tmp_path / "stock"))
-    ours = _TensorBoard(str(tmp_path / "ours"), purge_step=5)
+    ours = TensorBoardWriter(str(tmp_path / "ours"), purge_step=5)
     try:
         assert set(vars(stock)) == set(vars(ours)) == {"writer", "_is_closed"}
         ours.write({"x": 1.0}, {"x": None}, step=7)  # SB3's write() runs on that state

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import pathlib
 
+import pytest
 from child_process import run_python
+
+# a child pytest run under hostile settings: left out of the quick subset (-m "not slow")
+pytestmark = pytest.mark.slow
 
 HOSTILE = {
     "HF_HUB_OFFLINE": "1",  # turned "unreachable" into "not in the local cache" (issue 31)

@@ -132,6 +132,7 @@ def test_tensorboard_writes_each_scalar_once_per_step(tmp_path, rl):
     assert not repeated, f"scalars written twice at one step: {repeated}"
 
 
+@pytest.mark.slow  # a training run in a child process
 def test_output_to_a_file_is_whole_lines(tmp_path):
     """Written to a log (not a terminal), train and dataset sample print plain progress lines: no
     carriage returns, counts of what was asked, and the mean VLM return of the last episodes."""

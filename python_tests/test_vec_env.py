@@ -60,7 +60,8 @@ VENVS = [
     (TASK, "fast"),
     (HUMANOID, "dummy"),
     (HUMANOID, "fast"),
-    pytest.param((HUMANOID, "fast-warp"), marks=pytest.mark.warp),  # MuJoCo Warp frames, a step in two ranges
+    # MuJoCo Warp frames, a step in two ranges (test_warp_render.py checks the renderer in the quick subset)
+    pytest.param((HUMANOID, "fast-warp"), marks=[pytest.mark.warp, pytest.mark.slow]),
 ]
 
 
@@ -160,7 +161,7 @@ def test_sb3_wrappers_over_env(venv, wrapper):
     assert np.all(np.isfinite(obs)) and np.all(np.isfinite(rewards))
 
 
-@pytest.mark.parametrize("chunks", [1, 2])
+@pytest.mark.parametrize("chunks", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_humanoid_batch_engine_matches_gymnasium(rms, chunks):
     """The batch engine reproduces Humanoid-v5 envs in a DummyVecEnv bit for bit, resets included,
     also when a step advances the envs in two ranges (the pipelined step)."""
@@ -223,7 +224,11 @@ def test_batch_engine_scores_the_reached_frames(rms, renderer):
 
 @pytest.mark.parametrize(
     "task, renderer",
-    [(HUMANOID, "egl"), pytest.param(HUMANOID, "warp", marks=pytest.mark.warp), (TASK, None)],
+    [
+        (HUMANOID, "egl"),
+        pytest.param(HUMANOID, "warp", marks=[pytest.mark.warp, pytest.mark.slow]),
+        pytest.param(TASK, None, marks=pytest.mark.slow),
+    ],
     ids=["humanoid-egl", "humanoid-warp", "cartpole-gym"],
 )
 def test_pipelined_step_gives_the_unpipelined_rewards(rms, task, renderer):
@@ -499,6 +504,7 @@ print(rss_mib() - start)
 """
 
 
+@pytest.mark.slow  # 30 envs made and closed
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
 def test_create_close_cycles_leave_no_memory_behind():
     """30 create/close cycles of an env with its own reward model and 480 px frames, in a fresh process:

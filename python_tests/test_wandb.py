@@ -16,7 +16,10 @@ from test_training import CONFIG
 from vlmrm_fast.cli import main as cli_main
 from vlmrm_fast.training.config import ConfigError, load_config
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
+pytestmark = [
+    pytest.mark.usefixtures("one_torch_thread"),  # see conftest.py
+    pytest.mark.slow,  # training runs logged to W&B offline: left out of the quick subset (-m "not slow")
+]
 
 
 def wandb_records(path: pathlib.Path) -> list:

@@ -29,8 +29,9 @@ def _info(args: argparse.Namespace) -> int:
 
     info = vlmrm_fast.build_info()
     usable = describe_cuda_device(info)
+    accelerators = {"warp": warp_renderer(), "fp8": fp8_support(), "tensorrt": tensorrt_support()}
     if args.json:
-        print(json.dumps({**info, "cuda_summary": usable, "warp": warp_renderer()}, indent=2))
+        print(json.dumps({**info, "cuda_summary": usable, **accelerators}, indent=2))
         return 0
     cuda = f"compiled ({info['cuda_version']})" if info["cuda_compiled"] else "not compiled"
     egl = (
@@ -42,8 +43,29 @@ def _info(args: argparse.Namespace) -> int:
     print(f"  MuJoCo   {info['mujoco_version']}")
     print(f"  CUDA     {cuda}; {usable}")
     print(f"  EGL      {egl}; devices: {info['egl_devices']}")
-    print(f"  Warp     {warp_renderer()}")
+    print(f"  Warp     {accelerators['warp']}")
+    print(f"  FP8      {accelerators['fp8']}")
+    print(f"  TensorRT {accelerators['tensorrt']}")
     return 0
+
+
+def fp8_support() -> str:
+    """Whether precision="fp8" can run on this machine's first GPU, in words."""
+    import importlib.metadata
+
+    import torch
+
+    from vlmrm_fast.encoders.fp8 import fp8_unsupported_reason
+
+    reason = fp8_unsupported_reason("cuda" if torch.cuda.is_available() else "cpu")
+    return f"unavailable: {reason}" if reason else f"available (torchao {importlib.metadata.version('torchao')})"
+
+
+def tensorrt_support() -> str:
+    """Whether backend="tensorrt" can be used here (an optional extra), in words."""
+    from vlmrm_fast.encoders.tensorrt_engine import tensorrt_available
+
+    return "available" if tensorrt_available() else "not installed (optional: pip install '.[tensorrt]')"
 
 
 def warp_renderer() -> str:

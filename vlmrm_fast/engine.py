@@ -31,6 +31,7 @@ from vlmrm_fast.checks import one_of
 from vlmrm_fast.envs.batch_task import BatchTask, StepReward  # noqa: F401  (StepReward: the old envs.batch name)
 from vlmrm_fast.envs.time_limits import TIME_LIMITS
 from vlmrm_fast.frames import FrameView
+from vlmrm_fast.memory import check_envs_fit, env_bytes
 from vlmrm_fast.physics import PHYSICS
 from vlmrm_fast.physics.solver import with_solver
 from vlmrm_fast.profiling import NULL_TIMER
@@ -126,6 +127,10 @@ class MujocoBatchVecEnv(VecEnv):
         self.model = batch.build_model(max(height, width))
         if solver is not None:  # the plan's (MuJoCo Warp has no PGS): one model for the physics and the drawing
             self.model = with_solver(self.model, solver)
+        if PHYSICS[self.physics].state_on_host:  # refused before anything is allocated, naming what it needs
+            frames_on_host = (height, width) if gpu is None else None  # on a GPU they are in its memory
+            each = "MuJoCo's data" + (f" and a {height}x{width} RGBA frame" if frames_on_host else "")
+            check_envs_fit(num_envs, env_bytes(self.model, frames_on_host), each)
         self.sim = PHYSICS[self.physics].make_simulator(self.model, num_envs, batch.frame_skip, batch.outputs, gpu)
         self.frame_source = RENDERERS[self.renderer].make(self.model, num_envs, render_size, batch.camera, gpu)
         obs_dim = batch.observation(self.sim.outputs).shape[1]

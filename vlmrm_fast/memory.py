@@ -1,4 +1,10 @@
-"""Handing freed memory back to the system after a large object is closed.
+"""The process's memory: what a batch of envs needs, checked before it is allocated, and handing freed
+memory back to the system after a large object is closed.
+
+A batch too large for the machine would otherwise fail deep inside MuJoCo or the renderer
+(``std::bad_alloc``, "Could not allocate memory") without naming the number of envs.
+:func:`check_envs_fit` compares a lower bound of the batch's memory with what the system has
+available and refuses in one line first.
 
 Closing a VecEnv frees its frame buffers, simulator data, renderer and (when it loaded one)
 its reward model's weights and tokenizer tables. glibc's allocator keeps most of that memory
@@ -19,7 +25,57 @@ import ctypes
 import ctypes.util
 import functools
 import gc
+import os
 import sys
+from typing import Any
+
+from vlmrm_fast.failures import ExpectedFailure
+
+
+class EnvsDoNotFitError(ExpectedFailure, MemoryError):
+    """More envs than the machine's memory holds."""
+
+
+def available_bytes() -> int | None:
+    """The memory the system can still give processes (Linux's MemAvailable), or None where it is not known."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return None
+
+
+def env_bytes(model: Any, frame_shape: tuple[int, int] | None) -> int:
+    """A lower bound of one env's memory in a batch: the arrays of MuJoCo's data for ``model`` (the state
+    and everything a step computes) and, for frames drawn into host memory, one RGBA frame of ``frame_shape``."""
+    import mujoco
+    import numpy as np
+
+    data = mujoco.MjData(model)
+    arrays = sum(value.nbytes for name in dir(data) if isinstance(value := getattr(data, name, None), np.ndarray))
+    return int(arrays) + (4 * frame_shape[0] * frame_shape[1] if frame_shape else 0)
+
+
+def check_envs_fit(n_envs: int, each: int, what: str) -> None:
+    """Refuses ``n_envs`` envs of ``each`` bytes (a lower bound; ``what`` says of what) when they exceed the
+    available memory, naming the number of envs, the memory they need and the most that fit."""
+    available = available_bytes()
+    if available is None or n_envs * each <= available:
+        return
+    raise EnvsDoNotFitError(
+        f"n_envs={n_envs:,}: the envs need at least {_gib(n_envs * each)} of memory ({each / 1024:,.0f} KiB each: "
+        f"{what}), and {_gib(available)} are available; use at most {available // each:,} envs here"
+    )
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB"
 
 
 @functools.cache

@@ -135,7 +135,8 @@ class PreprocessSpec:
 
 
 def _not_uint8(frames: Any, dtype: str, target: str, cast: str) -> str:
-    """The fix for non-uint8 frames depends on their range: a plain cast of [0, 1] floats gives black frames."""
+    """The fix for non-uint8 frames depends on their values: a plain cast of [0, 1] floats gives black frames,
+    and NaN survives rounding and clipping (its cast is undefined)."""
     message = f"frames must be uint8 RGB in [0, 255], got {dtype}"
     if isinstance(frames, torch.Tensor):
         is_float, empty = frames.dtype.is_floating_point, frames.numel() == 0
@@ -143,12 +144,36 @@ def _not_uint8(frames: Any, dtype: str, target: str, cast: str) -> str:
         is_float, empty = np.issubdtype(frames.dtype, np.floating), frames.size == 0
     if not is_float or empty:
         return f"{message}; convert with frames.{cast}({target}) if the values are 0-255"
-    high = float(frames.max())
+    values = frames if isinstance(frames, torch.Tensor) else torch.from_numpy(np.asarray(frames))
+    if not bool(torch.isfinite(values).all()):
+        module = "torch" if isinstance(frames, torch.Tensor) else "np"
+        return (
+            f"{message} holding NaN or infinite values; find where they come from, or replace them first: "
+            f"{module}.nan_to_num(frames, nan=0.0, posinf=255.0, neginf=0.0), then round, clip and cast to uint8"
+        )
+    high = float(values.max())
     if high <= 1.0:
         return (
             f"{message} with values in [0, 1]; scale them first: (frames * 255).round().clip(0, 255).{cast}({target})"
         )
     return f"{message} (max {high:g}); convert with frames.round().clip(0, 255).{cast}({target})"
+
+
+def _shape_fix(shape: tuple[int, ...]) -> str:
+    """What turns frames of ``shape`` into a batch (N, H, W, 3), where the shape says."""
+    if len(shape) == 3 and shape[-1] == 3:
+        return "; one frame (H, W, 3): use frames[None]"
+    if len(shape) == 3 and shape[0] == 3:
+        return "; one channels-first frame (3, H, W): use frames.permute(1, 2, 0)[None] (numpy: frames.transpose(1, 2, 0)[None])"
+    if len(shape) == 4 and shape[1] == 3:
+        return (
+            "; channels-first frames (N, 3, H, W): use frames.permute(0, 2, 3, 1) (numpy: frames.transpose(0, 2, 3, 1))"
+        )
+    if len(shape) == 3:
+        return "; grayscale frames (N, H, W): repeat them into RGB, frames[..., None].repeat(3, axis=-1) (torch: .expand(-1, -1, -1, 3))"
+    if len(shape) == 4 and shape[-1] == 4:
+        return "; RGBA frames: drop the alpha channel, frames[..., :3]"
+    return ""
 
 
 def as_frame_tensor(frames: Any) -> torch.Tensor:
@@ -163,12 +188,9 @@ def as_frame_tensor(frames: Any) -> torch.Tensor:
         raise TypeError(f"frames must be a numpy array or torch tensor, got {type(frames).__name__}")
     if frames.dtype != torch.uint8:
         raise TypeError(_not_uint8(frames, str(frames.dtype), "torch.uint8", "to"))
-    if frames.ndim == 3:
-        raise ValueError(
-            f"frames must be a batch (N, H, W, 3); got one frame of shape {tuple(frames.shape)}, use frames[None]"
-        )
     if frames.ndim != 4 or frames.shape[-1] != 3:
-        raise ValueError(f"frames must be (N, H, W, 3) RGB, got shape {tuple(frames.shape)}")
+        shape = tuple(frames.shape)
+        raise ValueError(f"frames must be a batch (N, H, W, 3) of RGB frames, got shape {shape}{_shape_fix(shape)}")
     if frames.shape[0] == 0 or frames.shape[1] == 0 or frames.shape[2] == 0:
         raise ValueError(f"frames must be non-empty, got shape {tuple(frames.shape)}")
     if frames.stride(3) != 1 or frames.stride(2) < 3:

@@ -37,7 +37,7 @@ from vlmrm_fast.envs.spec import EnvSpec
 from vlmrm_fast.physics import AUTO_ORDER, PHYSICS, Physics
 from vlmrm_fast.pipeline import plan_chunks
 from vlmrm_fast.rendering import RENDERERS, choose_renderer
-from vlmrm_fast.reward.protocol import RewardModel
+from vlmrm_fast.reward.protocol import RewardModel, check_reward_model
 from vlmrm_fast.reward.spec import RewardModelSpec, spec_fields
 
 if TYPE_CHECKING:
@@ -109,6 +109,8 @@ def plan_stack(env: EnvSpec, reward: RewardModelSpec | RewardModel) -> StackPlan
     """The plan of ``env``'s envs scored by ``reward`` (a spec to load, or a loaded reward model)."""
     env = env.with_task_defaults()
     task = env.task_spec()
+    if not isinstance(reward, RewardModelSpec):
+        check_reward_model(reward)
     device = resolve_device(reward.device) if isinstance(reward, RewardModelSpec) else torch.device(reward.device)
     gpu = device.index if device.type == "cuda" else None
     row = PHYSICS[env.physics] if env.physics != "auto" else None

@@ -33,7 +33,7 @@ from vlmrm_fast.checks import number
 from vlmrm_fast.frames import HostFrames, SteppedFrameSource
 from vlmrm_fast.pipeline import ChunkedScorer, plan_chunks
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
-from vlmrm_fast.reward.protocol import RewardModel
+from vlmrm_fast.reward.protocol import RewardModel, check_reward_model
 
 FRAME_KEY = "vlmrm_frame"
 
@@ -87,7 +87,7 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         env_reward_weight: float = 0.0,
     ):
         super().__init__(venv)
-        self.reward_model = reward_model
+        self.reward_model = check_reward_model(reward_model)
         self.reward_mix = RewardMix(task_names(reward_model), env_reward_weight)
         self.defer_rewards = bool(defer_rewards)
         self.timer = NULL_TIMER

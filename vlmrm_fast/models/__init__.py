@@ -21,6 +21,7 @@ from vlmrm_fast.models.hub import (
     cached_hf_file,
     download_model,
     download_weights,
+    require_weights,
 )
 from vlmrm_fast.models.load import LoadedClip, load_clip
 from vlmrm_fast.models.names import (
@@ -58,4 +59,5 @@ __all__ = [
     "parse_model_name",
     "register_builtin_configs",
     "register_model_config",
+    "require_weights",
 ]

@@ -15,6 +15,7 @@ handling: SigLIP's sigmoid bias, MobileCLIP's reparameterization, the packages a
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib.util
 import json
 from functools import cache
@@ -170,7 +171,11 @@ def describe(name: str) -> dict[str, Any]:
 
     config = model_config(name)
     if config is None:
-        raise ValueError(f"{name!r} is not an open_clip architecture known here")
+        from vlmrm_fast.models.names import known_models
+
+        close = difflib.get_close_matches(name, known_models(), n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else "; `vlmrm-fast models` lists them"
+        raise ValueError(f"{name!r} is not an open_clip architecture known here{hint}")
     check_requirements(name, config)
     family = family_of_config(config, name)
     with quiet_random_init(), torch.device("meta"):

@@ -83,6 +83,27 @@ def cached_hf_file(repo_id: str, filenames: tuple[str, ...], cache_dir: str | No
     return None
 
 
+def _cached_or_reachable(
+    repo_id: str,
+    filenames: tuple[str, ...],
+    cache_dir: str | None,
+    what: str,
+    model_id: str,
+    advice_files: tuple[str, ...] = (),
+) -> str | None:
+    """The cached file; None when it is not cached but the hub answers; a clear error when neither."""
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    hit = cached_hf_file(repo_id, filenames, cache_dir)
+    if hit:
+        return hit
+    if hub_offline() or not network_reachable(hf_endpoint()):
+        cache_option = f" --cache-dir {cache_dir}" if cache_dir else ""
+        files = " ".join(advice_files or filenames[-1:])
+        raise _unavailable(what, cache_dir or HF_HUB_CACHE, model_id, f"`hf download {repo_id} {files}{cache_option}`")
+    return None
+
+
 def _hf_file(
     repo_id: str,
     filenames: tuple[str, ...],
@@ -93,15 +114,10 @@ def _hf_file(
 ) -> str:
     """The cached file, else a download (with progress) when the hub answers, else a clear error."""
     from huggingface_hub import hf_hub_download
-    from huggingface_hub.constants import HF_HUB_CACHE
 
-    hit = cached_hf_file(repo_id, filenames, cache_dir)
+    hit = _cached_or_reachable(repo_id, filenames, cache_dir, what, model_id, advice_files)
     if hit:
         return hit
-    if hub_offline() or not network_reachable(hf_endpoint()):
-        cache_option = f" --cache-dir {cache_dir}" if cache_dir else ""
-        files = " ".join(advice_files or filenames[-1:])
-        raise _unavailable(what, cache_dir or HF_HUB_CACHE, model_id, f"`hf download {repo_id} {files}{cache_option}`")
     errors = []
     for filename in filenames:
         try:
@@ -111,32 +127,62 @@ def _hf_file(
     raise WeightsUnavailableError(f"could not download {what} from {repo_id}: " + "; ".join(errors))
 
 
+def _hub_source(hub: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """A pretrained config's ``hf_hub`` -> (repo, the weight files to look for, the advice's file arguments)."""
+    if hub.endswith("/"):
+        return hub.rstrip("/"), _HF_WEIGHT_FILES, ('--include "open_clip_*"',)  # whichever format it holds
+    repo_id, filename = os.path.split(hub)
+    safe = os.path.splitext(filename)[0] + ".safetensors"
+    return repo_id, (filename,) if filename == safe else (safe, filename), ()
+
+
 def pretrained_file(name: str, tag: str, pcfg: dict, cache_dir: str | None) -> Path:
     what = f"the {name}/{tag} weights"
     if pcfg.get("file"):
         return Path(pcfg["file"])
     hub = pcfg.get("hf_hub", "")
     if hub:
-        advice: tuple[str, ...] = ()
-        if hub.endswith("/"):
-            repo_id, candidates = hub.rstrip("/"), _HF_WEIGHT_FILES
-            advice = ('--include "open_clip_*"',)  # the repo's weights in whichever format it holds
-        else:
-            repo_id, filename = os.path.split(hub)
-            safe = os.path.splitext(filename)[0] + ".safetensors"
-            candidates = (filename,) if filename == safe else (safe, filename)
+        repo_id, candidates, advice = _hub_source(hub)
         return Path(_hf_file(repo_id, candidates, cache_dir, what, f"{name}/{tag}", advice))
     url = pcfg.get("url", "")
     if not url:
         raise WeightsUnavailableError(f"{what}: the pretrained config names no file, hub repo or URL")
     import open_clip
 
-    target = Path(cache_dir or os.path.expanduser("~/.cache/clip")) / os.path.basename(url)
+    target = _url_target(url, cache_dir)
     if target.is_file():
         return target
     if not network_reachable(url):
         raise _unavailable(what, str(target.parent), f"{name}/{tag}", f"`curl -L -o {target} {url}`")
     return Path(open_clip.pretrained.download_pretrained_from_url(url, cache_dir=cache_dir))
+
+
+def _url_target(url: str, cache_dir: str | None) -> Path:
+    return Path(cache_dir or os.path.expanduser("~/.cache/clip")) / os.path.basename(url)
+
+
+def require_weights(model: str, pretrained: str | None = None, *, cache_dir: str | None = None) -> None:
+    """Raises :class:`WeightsUnavailableError` when ``model``'s pretrained weights are neither cached nor
+    downloadable now (the hub offline or unreachable), without loading or downloading anything: a job
+    checks this before it builds its envs. Names without weights (random init, local files) pass."""
+    import open_clip
+
+    name, tag = parse_model_name(model, pretrained)
+    if name.startswith("hf-hub:"):
+        repo_id = name[len("hf-hub:") :]
+        both = ('--include "open_clip_*"',)
+        for files, what in ((("open_clip_config.json",), "config"), (_HF_WEIGHT_FILES, "weights")):
+            _cached_or_reachable(repo_id, files, cache_dir, f"the {name} {what}", name, both)
+        return
+    pcfg = open_clip.get_pretrained_cfg(name, tag) if tag else {}
+    what = f"the {name}/{tag} weights"
+    if pcfg.get("hf_hub") and not pcfg.get("file"):
+        repo_id, candidates, advice = _hub_source(pcfg["hf_hub"])
+        _cached_or_reachable(repo_id, candidates, cache_dir, what, f"{name}/{tag}", advice)
+    elif pcfg.get("url") and not pcfg.get("file"):
+        target = _url_target(pcfg["url"], cache_dir)
+        if not target.is_file() and not network_reachable(pcfg["url"]):
+            raise _unavailable(what, str(target.parent), f"{name}/{tag}", f"`curl -L -o {target} {pcfg['url']}`")
 
 
 def hub_folder(repo_id: str, cache_dir: str | None) -> str:

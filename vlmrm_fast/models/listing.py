@@ -23,6 +23,24 @@ def rows(names: Sequence[str] = (), family: str | None = None) -> dict[str, dict
     return {name: entry for name, entry in found.items() if family is None or entry.get("family") == family}
 
 
+#: What the shipped table says of a model whose text tower's config had to come from the Hugging Face hub
+_HUB_ERROR = "couldn't connect to"
+
+
+def _unmeasured(failed: dict[str, dict[str, Any]]) -> str:
+    """One line for the models without sizes: the shipped table's hub-configured text towers, or those
+    measured now that failed (each with its reason)."""
+    hub = sorted(name for name, entry in failed.items() if _HUB_ERROR in entry["error"])
+    others = [f"{name} ({entry['error']})" for name, entry in sorted(failed.items()) if name not in hub]
+    parts = []
+    if hub:
+        parts.append(
+            f"{', '.join(hub)}: their text tower's config comes from the Hugging Face hub; `vlmrm-fast models NAME` "
+            f"measures one where the hub can be reached"
+        )
+    return "; ".join(parts + others)
+
+
 def print_models(names: Sequence[str] = (), *, family: str | None = None, as_json: bool = False) -> int:
     found = rows(names, family)
     if as_json:
@@ -53,9 +71,7 @@ def print_models(names: Sequence[str] = (), *, family: str | None = None, as_jso
                 + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
             )
     if failed:
-        print("\nnot measurable here (their config needs the hub, or a package):")
-        for name, entry in sorted(failed.items()):
-            print(f"  {name}: {entry['error']}")
+        print(f"\nnot measured: {_unmeasured(failed)}")
     print(
         "\npx: input size; dim: embedding size; img GFLOPs: image tower, one image (a multiply-add is 2 FLOPs); "
         "tags: pretrained tags (name/tag); needs: extras (pip install 'vlmrm-fast[siglip]' or '[timm]')"

@@ -51,7 +51,8 @@ class Physics:
     ``renderers``: the renderers that can draw its state (None: any); ``solvers``: the constraint
     solvers it runs (None: any, ``EnvSpec.solver``) and ``default_solver`` the one a task's model runs
     with unless the spec names one (None: the model's own); ``steps_in_ranges``: it can step a range
-    of envs at a time (else a step is one range).
+    of envs at a time (else a step is one range); ``state_on_host``: the simulations' data lives in the
+    host's memory (its size is checked against it before anything is allocated).
     """
 
     name: str
@@ -64,6 +65,7 @@ class Physics:
     solvers: tuple[str, ...] | None = None
     default_solver: str | None = None
     steps_in_ranges: bool = True
+    state_on_host: bool = True
 
     def solver_for(self, requested: str | None) -> str | None:
         """The solver a task's model runs with under this physics: ``requested`` (``EnvSpec.solver``), else
@@ -102,6 +104,7 @@ PHYSICS: dict[str, Physics] = {
             solvers=("newton", "cg"),
             default_solver="newton",
             steps_in_ranges=False,
+            state_on_host=False,
         ),
         Physics(
             "gym",

@@ -95,10 +95,18 @@ class VLMRewardModel:
         self._warm_text_cache(prompts)
         return torch.stack([self._text_cache[p] for p in prompts])
 
+    def _check_open(self) -> None:
+        if self.clip.model is None:
+            raise RuntimeError(
+                f"this reward model ({self.clip.model_id}) was closed: close() released its weights, so it scores no "
+                f"more frames; load it again (vlmrm_fast.load_reward_model) to score"
+            )
+
     def _warm_text_cache(self, prompts: Sequence[str]) -> None:
         missing = [p for p in prompts if p not in self._text_cache]
         if not missing:
             return
+        self._check_open()
         check_prompt_lengths(self.clip.tokenizer, missing)
         with torch.inference_mode():
             tokens = self.clip.tokenizer(missing).to(self.device)
@@ -122,6 +130,7 @@ class VLMRewardModel:
 
     def _raw_image_embeddings(self, frames: torch.Tensor) -> torch.Tensor:
         """Preprocess and encode, one encoder-sized chunk of frames at a time."""
+        self._check_open()
         return self._in_chunks(frames, lambda chunk: self.encoder.encode_rows(self.preprocessor(chunk)))
 
     def _in_chunks(self, batch: torch.Tensor, fn) -> torch.Tensor:
@@ -149,6 +158,7 @@ class VLMRewardModel:
         self, view: FrameView, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER
     ) -> torch.Tensor:
         """The frames of a :class:`~vlmrm_fast.frames.FrameView` -> encoder input (N, 3, S, S)."""
+        self._check_open()
         with timer.stage("preprocess"):
             return self.preprocessor.run(view, out)
 
@@ -157,6 +167,7 @@ class VLMRewardModel:
         self, pixels: torch.Tensor, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER
     ) -> torch.Tensor:
         """Encoder input (N, 3, S, S) -> rewards (N,), or (N, K) with several tasks (into ``out``)."""
+        self._check_open()
         with timer.stage("encode"):
             embeddings = self._in_chunks(pixels, self.encoder.encode_rows)
         with timer.stage("reward"):

@@ -63,3 +63,23 @@ class RewardModel(Protocol):
     def __call__(self, frames: Any) -> torch.Tensor:
         """uint8 frames (N, H, W, 3), numpy or torch, on any device -> rewards on the model's device."""
         ...
+
+
+def check_reward_model(value: Any, name: str = "reward_model") -> RewardModel:
+    """``value`` when it has the :class:`RewardModel` interface; else a TypeError naming the argument and the fix
+    (a model's name where a loaded model belongs is the usual slip)."""
+    if isinstance(value, RewardModel):
+        return value
+    if isinstance(value, str):
+        raise TypeError(
+            f"{name}: expects a loaded reward model, got the string {value!r}; to name a model, pass model={value!r} "
+            f"(or load one: vlmrm_fast.load_reward_model({value!r}))"
+        )
+    missing = [member for member in _MEMBERS if not hasattr(value, member)]
+    raise TypeError(
+        f"{name}: expects a reward model (vlmrm_fast.load_reward_model(...), or an object with the RewardModel "
+        f"interface), got {type(value).__name__}, which lacks {', '.join(missing)}"
+    )
+
+
+_MEMBERS = ("device", "tasks", "multi_task", "chunk_size", "pixel_buffer", "preprocess", "score_pixels", "__call__")

@@ -12,6 +12,7 @@ import gymnasium
 import imageio
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+from stable_baselines3.common.logger import Video
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from vlmrm_fast.envs.success import LAST_STEP_RATE, RATE_NAMES, check_rule, rule_holds
@@ -277,6 +278,10 @@ class PolicyVideo(BaseCallback):
         imageio.mimsave(path, frames, fps=self.fps, macro_block_size=1)
         self.logger.record("video/ep_vlm_reward", float(np.mean(vlm_returns)))
         self.logger.record("video/path", str(path), exclude=("stdout",))
+        # TensorBoard shows it as an animated GIF (training/tensorboard.py); the text formats cannot hold it.
+        self.logger.record(
+            "video/policy_gif", Video(np.stack(frames), self.fps), exclude=("stdout", "log", "json", "csv")
+        )
         return path
 
     def _normalize(self, obs: np.ndarray) -> np.ndarray:

@@ -55,7 +55,10 @@ _TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp$")
 
 
 class CheckpointSpaceError(OSError):
-    """A checkpoint did not fit on the disk; its partial files were removed."""
+    """A checkpoint did not fit on the disk; its partial files were removed. ``older_checkpoint``: whether an
+    older checkpoint is there for ``--resume`` (without one, the run starts again with ``--overwrite``)."""
+
+    older_checkpoint = False
 
 
 # ------------------------------------------------------------------ atomic files
@@ -376,14 +379,21 @@ def _disk_full(exc: BaseException) -> bool:
     return False
 
 
-def _space_error(folder: pathlib.Path, steps: int, needed: int) -> CheckpointSpaceError:
+def _space_error(folder: pathlib.Path, steps: int, needed: int, previous: Checkpoint | None) -> CheckpointSpaceError:
     free = shutil.disk_usage(folder).free
-    return CheckpointSpaceError(
+    kept = (
+        f"the older checkpoints are whole (the newest: {previous.name})"
+        if previous
+        else "no checkpoint was saved before it"
+    )
+    error = CheckpointSpaceError(
         errno.ENOSPC,
         f"no space left on the disk of {folder} for the checkpoint at {steps} steps: it needs about "
-        f"{_mib(needed)}, {_mib(free)} are free. Its partial files were removed and the older checkpoints "
-        f"are whole; free space there (or move the run to a larger disk), then continue with --resume",
+        f"{_mib(needed)}, {_mib(free)} are free. Its partial files were removed and {kept}; free space there "
+        f"(or move the run to a larger disk)",
     )
+    error.older_checkpoint = previous is not None
+    return error
 
 
 def save_checkpoint(
@@ -394,10 +404,13 @@ def save_checkpoint(
     reason: str,
     extra: dict[str, Any] | None = None,
     keep_replay_buffers: int = 1,
+    keep_checkpoints: int | None = None,
 ) -> Checkpoint:
     """Writes model, replay buffer (if the algorithm has one) and manifest, each atomically, the manifest last;
-    then deletes the replay buffers of all but the newest ``keep_replay_buffers`` complete checkpoints.
-    A failure removes what this save wrote (a full disk raises :class:`CheckpointSpaceError`)."""
+    then deletes the replay buffers of all but the newest ``keep_replay_buffers`` complete checkpoints, and
+    with ``keep_checkpoints`` the checkpoints that are neither among that many newest nor the best
+    (:func:`prune_checkpoints`). A failure removes what this save wrote (a full disk raises
+    :class:`CheckpointSpaceError`)."""
     folder = pathlib.Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     steps = int(model.num_timesteps)
@@ -437,11 +450,43 @@ def save_checkpoint(
             prior = previous.manifest["files"] if previous else {}
             needed = sum(int(prior.get(role, {}).get("bytes", 0)) for role in ("model", "replay_buffer"))
             needed = max(needed, 2**20 + (replay_buffer_bytes(model) if has_buffer else 0))
-            raise _space_error(folder, steps, needed) from exc
+            raise _space_error(folder, steps, needed, previous) from exc
         raise
     if has_buffer:
         _prune_replay_buffers(folder, keep_replay_buffers)
-    return Checkpoint(steps, manifest_path, manifest, model_path, buffer_path if has_buffer else None)
+    saved = Checkpoint(steps, manifest_path, manifest, model_path, buffer_path if has_buffer else None)
+    if keep_checkpoints is not None:
+        prune_checkpoints(folder, keep_checkpoints)
+    return saved
+
+
+def mean_vlm_return(checkpoint: Checkpoint) -> float | None:
+    """The mean VLM return of the training episodes in the window when the checkpoint was saved (None: no
+    episode had finished, or a manifest from before episode statistics were saved)."""
+    returns = (checkpoint.manifest.get("episode_stats") or {}).get("vlm") or []
+    return sum(returns) / len(returns) if returns else None
+
+
+def prune_checkpoints(folder: pathlib.Path, keep: int) -> list[Checkpoint]:
+    """Deletes the complete checkpoints that are neither among the newest ``keep`` nor the best (the highest
+    :func:`mean_vlm_return`; the newest of equals), once the newest reads back whole (its model's checksum):
+    the newest intact checkpoint and the best are never deleted. Returns the deleted ones."""
+    complete = scan(folder).complete
+    if len(complete) <= keep:
+        return []
+    newest = complete[-1]
+    if newest.manifest["files"]["model"].get(HASH) not in (None, file_sha256(newest.model)):
+        return []  # the newest is not whole: keep everything older until a whole one is there
+    scored = [(score, i) for i, c in enumerate(complete) if (score := mean_vlm_return(c)) is not None]
+    best = complete[max(scored)[1]] if scored else None
+    deleted = [c for c in complete[:-keep] if c is not best]
+    for checkpoint in deleted:
+        for path in (checkpoint.manifest_path, checkpoint.model, checkpoint.replay_buffer):  # the manifest first
+            if path is not None:
+                path.unlink(missing_ok=True)
+    if deleted:
+        _fsync_dir(folder)
+    return deleted
 
 
 def _prune_replay_buffers(folder: pathlib.Path, keep: int) -> None:

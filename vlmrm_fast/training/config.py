@@ -7,8 +7,9 @@
     logging:  LoggingConfig: checkpoints, videos, TensorBoard
     distributed: DistributedConfig (vlmrm_fast.distributed.config): rank 0's envs, timeout, heartbeat
 
-One generic loader (:func:`_build`) turns the YAML mapping into these dataclasses; each dataclass
-checks its own fields, and every error names the field's place, e.g.
+The file is read as UTF-8 YAML by :func:`read_yaml`, which refuses a key given twice in one mapping
+(PyYAML would keep the last). One generic loader (:func:`_build`) turns the YAML mapping into these
+dataclasses; each dataclass checks its own fields, and every error names the field's place, e.g.
 ``rl.algorithm: 'SACC' is not one of SAC, PPO, DQN`` or ``env.n_envs: must be a positive integer, got 0``.
 """
 
@@ -19,6 +20,7 @@ import difflib
 import json
 import pathlib
 import typing
+from collections.abc import Hashable
 from typing import Any
 
 import yaml
@@ -42,6 +44,10 @@ MOVED = {
     "env.rank_timeout": "distributed.timeout (a rank's answer to one call; rank 0's updates and saves between "
     "calls are covered by distributed.heartbeat_timeout)",
 }
+
+
+#: The metadata of a dataclass field that is not a config field (the loader neither reads nor reports it).
+_NOT_IN_YAML = {"yaml": False}
 
 
 class ConfigError(ValueError):
@@ -108,6 +114,10 @@ class LoggingConfig:
     # Off-policy: how many of the newest checkpoints keep their replay buffer. 2 costs one more buffer file
     # on disk (as large as model_replay_buffer_*.pkl) and lets --resume keep the buffer when the newest is damaged.
     keep_replay_buffers: int = 1
+    # How many of the newest checkpoints to keep, besides the best (the highest mean VLM return of the training
+    # episodes when it was saved); null keeps every one. The newest is deleted never, and older ones only once
+    # the newest reads back whole.
+    keep_checkpoints: int | None = None
     wandb: WandbConfig | None = None
 
     def __post_init__(self) -> None:
@@ -116,6 +126,7 @@ class LoggingConfig:
         self.video_episodes = positive_int(self.video_episodes, "video_episodes")
         self.tensorboard = boolean(self.tensorboard, "tensorboard")
         self.keep_replay_buffers = positive_int(self.keep_replay_buffers, "keep_replay_buffers")
+        self.keep_checkpoints = positive_int(self.keep_checkpoints, "keep_checkpoints", allow_none=True)
         if self.wandb is not None and not isinstance(self.wandb, WandbConfig):
             raise FieldTypeError("wandb", f"must be {{project: NAME, mode: online|offline}}, got {self.wandb!r}")
         if self.wandb is not None and not self.tensorboard:
@@ -131,6 +142,9 @@ class TrainConfig:
     distributed: DistributedConfig = dataclasses.field(default_factory=DistributedConfig)
     output_dir: str = "runs/train"
     seed: int = 0
+    # The fields the config file gave, by their place ("rl.algorithm"): the start-up summary marks the others
+    # "(the default)". None for a config not read from a file: there a field equal to its default counts as left out.
+    given: frozenset[str] | None = dataclasses.field(default=None, compare=False, repr=False, metadata=_NOT_IN_YAML)
 
     def __post_init__(self) -> None:
         if not isinstance(self.output_dir, str) or not self.output_dir:
@@ -161,7 +175,24 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain YAML data (lists, not tuples)."""
-        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+        data = dataclasses.asdict(self)
+        del data["given"]
+        return json.loads(json.dumps(data, default=str))
+
+    def left_out(self, place: str) -> bool:
+        """Whether the field at ``place`` (``"rl.algorithm"``) was left out of the config, so has its default."""
+        if self.given is not None:
+            return place not in self.given
+        section, _, name = place.rpartition(".")
+        holder = getattr(self, section) if section else self
+        field = next(f for f in dataclasses.fields(holder) if f.name == name)
+        default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+        return getattr(holder, name) == default
+
+    def given_too(self, *places: str) -> None:
+        """Records fields set after loading (command-line overrides) as given."""
+        if self.given is not None:
+            self.given = self.given | set(places)
 
 
 def _dataclass_of(hint: Any) -> type | None:
@@ -172,15 +203,16 @@ def _dataclass_of(hint: Any) -> type | None:
     return members[0] if len(members) == 1 and dataclasses.is_dataclass(members[0]) else None  # type: ignore[return-value]
 
 
-def _build(cls: type, data: Any, path: str) -> Any:
+def _build(cls: type, data: Any, path: str, given: set[str]) -> Any:
     """An instance of the dataclass ``cls`` from a YAML mapping: nested dataclasses by their field's
-    type, unknown and moved fields named, and the dataclass's own checks reported at ``path``."""
+    type, unknown and moved fields named, and the dataclass's own checks reported at ``path``. The
+    places of the fields the mapping gives are added to ``given``."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path or 'config'}: expected a mapping of fields, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and f.metadata.get("yaml", True)}
     for key in data:
         if key not in fields:
             where = f"{path}.{key}" if path else str(key)
@@ -196,8 +228,9 @@ def _build(cls: type, data: Any, path: str) -> Any:
             if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
                 raise ConfigError(f"{where}: required field is missing")
             continue
+        given.add(where)
         nested = _dataclass_of(hints[name])
-        kwargs[name] = _build(nested, data[name], where) if nested and data[name] is not None else data[name]
+        kwargs[name] = _build(nested, data[name], where, given) if nested and data[name] is not None else data[name]
     try:
         return cls(**kwargs)
     except FieldError as exc:
@@ -298,16 +331,63 @@ def _yaml_error(path: pathlib.Path, exc: yaml.YAMLError) -> str:
     )
 
 
+class _DuplicateKey(yaml.MarkedYAMLError):
+    """A key given twice in one mapping of a config file."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping. PyYAML itself keeps the last one
+    silently: a second ``env:`` would replace the first, and the run would train another task."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # "<<: *defaults" merges a mapping; its keys may be given again (they then win)
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, Hashable):
+                continue  # PyYAML refuses an unhashable key itself
+            if key in first_line:
+                raise _DuplicateKey(
+                    problem=f"{key!r} is given twice in one mapping (first at line {first_line[key]}; YAML would "
+                    f"keep the last silently); keep one",
+                    problem_mark=key_node.start_mark,
+                )
+            first_line[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(path: pathlib.Path) -> Any:
+    """A config file's YAML data; a ConfigError in one line naming the file for a folder, an unreadable
+    file, text that is not UTF-8, a key given twice or YAML that does not parse."""
+    if path.is_dir():
+        inside = sorted(p.name for p in path.glob("*.y*ml"))[:4]
+        hint = f" (it holds {', '.join(inside)})" if inside else ""
+        raise ConfigError(f"config file {str(path)!r} is a folder{hint}; give the path of a YAML file")
+    if not path.exists():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ConfigError(f"config file {str(path)!r} cannot be read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {str(path)!r} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+            f"save it as UTF-8"
+        ) from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except _DuplicateKey as exc:
+        mark = exc.problem_mark
+        raise ConfigError(f"{path}:{mark.line + 1}:{mark.column + 1}: {exc.problem}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(_yaml_error(path, exc)) from None
+
+
 def load_config(source: str | pathlib.Path | dict) -> TrainConfig:
     """Reads and checks a YAML file (or an already-parsed mapping)."""
-    if isinstance(source, dict):
-        data = source
-    else:
-        path = pathlib.Path(source)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            raise ConfigError(_yaml_error(path, exc)) from None
-    return _build(TrainConfig, data, "")
+    data = source if isinstance(source, dict) else read_yaml(pathlib.Path(source))
+    given: set[str] = set()
+    cfg = _build(TrainConfig, data, "", given)
+    cfg.given = frozenset(given)
+    return cfg

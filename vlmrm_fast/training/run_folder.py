@@ -24,13 +24,24 @@ import yaml
 from vlmrm_fast.failures import ExpectedFailure
 from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.config import ConfigError, identity_differences, upgraded_identity
+from vlmrm_fast.training.curves import CURVES_CSV, CURVES_PNG
 
 CONFIG_FILE = "config.yaml"
 FINAL_MODEL = "final_model.zip"
 ROLLOUTS = "rollouts"  # vlmrm-fast rollout's CSVs and videos
 RANKING_FILE = "best_checkpoints.csv"  # vlmrm-fast best's ranking
 # What a run writes (and what the commands that read it add); --overwrite deletes exactly these.
-RUN_ENTRIES = (CONFIG_FILE, "checkpoints", "tensorboard", "videos", FINAL_MODEL, ROLLOUTS, RANKING_FILE)
+RUN_ENTRIES = (
+    CONFIG_FILE,
+    "checkpoints",
+    "tensorboard",
+    "videos",
+    FINAL_MODEL,
+    CURVES_CSV,
+    CURVES_PNG,
+    ROLLOUTS,
+    RANKING_FILE,
+)
 
 
 class RunFolderError(ExpectedFailure):
@@ -173,6 +184,22 @@ class RunFolder:
     @property
     def checkpoint_dir(self) -> pathlib.Path:
         return self.path / "checkpoints"
+
+    def check_writable(self) -> None:
+        """A RunFolderError, before anything is loaded, when the checkpoint folder is there but cannot be
+        written (read-only, another owner): every checkpoint, and ``--resume``'s setting aside, writes there."""
+        folder = self.checkpoint_dir
+        if not folder.is_dir():
+            return  # made by the first save, in the run folder that the lock showed writable
+        probe = folder / f".write_probe.{os.getpid()}"
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            probe.unlink()
+        except OSError as exc:
+            raise RunFolderError(
+                f"{folder} cannot be written ({exc.strerror}): the run saves its checkpoints there; make it writable "
+                f"(a read-only mount, or chmod u+w), or choose another folder (--output-dir)"
+            ) from None
 
     def contents(self) -> list[str]:
         """The run files present, described (``["config.yaml", "3 checkpoints", ...]``)."""

@@ -17,8 +17,9 @@ stopped by SIGINT / SIGTERM after saving a checkpoint, or before training starte
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import pathlib
+import shlex
+import shutil
 import signal
 import sys
 import threading
@@ -27,7 +28,7 @@ from typing import Any
 import yaml
 from stable_baselines3 import DQN, PPO, SAC
 from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.logger import Logger, TensorBoardOutputFormat
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.vec_env import VecMonitor
 
@@ -48,6 +49,7 @@ from vlmrm_fast.training.callbacks import (
     TrainingProgress,
 )
 from vlmrm_fast.training.config import ConfigError, TrainConfig, algorithm_kwargs, load_config, resolved, run_identity
+from vlmrm_fast.training.curves import LearningCurves
 from vlmrm_fast.training.run_folder import (
     CONFIG_FILE,
     FINAL_MODEL,
@@ -58,6 +60,7 @@ from vlmrm_fast.training.run_folder import (
     plain,
 )
 from vlmrm_fast.training.signals import StopRequest, sigterm_raises
+from vlmrm_fast.training.tensorboard import TensorBoardWriter
 
 ALGORITHM_CLASSES = {"SAC": SAC, "PPO": PPO, "DQN": DQN}
 
@@ -98,6 +101,29 @@ def score_batch_size(cfg: TrainConfig) -> int:
     )
 
 
+def check_rl_device(device: Any) -> None:
+    """``rl.device`` refused as ``reward.device`` is: SB3 itself would fall back to the CPU without a word."""
+    from vlmrm_fast.device import no_gpu_reason, resolve_device
+
+    try:
+        resolve_device(device)
+    except RuntimeError:  # a GPU asked for where there is none
+        raise ConfigError(
+            f"rl.device: {device!r} asks for a GPU, but {no_gpu_reason()}; set it to cpu or auto"
+        ) from None
+    except ValueError as exc:
+        raise ConfigError(f"rl.{exc}") from None
+
+
+def check_reward_weights(cfg: TrainConfig) -> None:
+    """Fails in a line, before the envs are built, when the reward model's weights are neither cached nor
+    downloadable now (offline, or the hub unreachable)."""
+    from vlmrm_fast.models import require_weights
+
+    if cfg.reward.checkpoint is None:
+        require_weights(cfg.reward.model, cfg.reward.pretrained, cache_dir=cfg.reward.cache_dir)
+
+
 def build_model(cfg: TrainConfig, venv, run_dir: pathlib.Path | None = None) -> BaseAlgorithm:
     algo = ALGORITHM_CLASSES[cfg.rl.algorithm]
     try:
@@ -106,17 +132,6 @@ def build_model(cfg: TrainConfig, venv, run_dir: pathlib.Path | None = None) -> 
         raise ConfigError(f"rl.kwargs: {cfg.rl.algorithm} rejected the arguments: {exc}") from None
     except AssertionError as exc:  # SB3 checks spaces with asserts (e.g. DQN needs discrete actions)
         raise ConfigError(f"rl.algorithm: {cfg.rl.algorithm} cannot train task {cfg.task!r}: {exc}") from None
-
-
-class _TensorBoard(TensorBoardOutputFormat):
-    """SB3's TensorBoard writer, told where a resumed run starts: TensorBoard then hides what the
-    interrupted run logged past that step (its ``purge_step``), so no curve runs twice."""
-
-    def __init__(self, folder: str, purge_step: int | None):
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.writer = SummaryWriter(log_dir=folder, purge_step=purge_step)
-        self._is_closed = False
 
 
 class OncePerStepLogger(Logger):
@@ -147,13 +162,15 @@ class OncePerStepLogger(Logger):
         super().dump(step)
 
 
-def _logger(cfg: TrainConfig, run_dir: pathlib.Path, start_steps: int, wandb_run: Any = None) -> Logger:
+def _logger(
+    cfg: TrainConfig, run_dir: pathlib.Path, start_steps: int, curves: LearningCurves, wandb_run: Any = None
+) -> Logger:
     if not cfg.logging.tensorboard:
-        return OncePerStepLogger(None, [])
+        return OncePerStepLogger(None, [curves])
     folder = run_dir / "tensorboard" / f"{cfg.rl.algorithm}_1"
     # Logs of an earlier process of this run past the resume step describe work the resume discards.
     purge_step = start_steps + 1 if folder.exists() else None
-    formats: list = [_TensorBoard(str(folder), purge_step)]
+    formats: list = [TensorBoardWriter(str(folder), purge_step), curves]
     if wandb_run is not None:  # W&B mirrors the TensorBoard files; videos go to it here (wandb_logging.py)
         from vlmrm_fast.training.wandb_logging import WandbVideos
 
@@ -212,6 +229,7 @@ def train(
     if distributed_jobs.serving_rank():  # torchrun rank != 0: step, render and score envs for rank 0; write nothing
         return distributed_jobs.serve_for_training(cfg.distributed)
     cfg = resolved(cfg)
+    check_rl_device(cfg.rl.device)
     with sigterm_raises():
         lock = RunFolder(cfg.run_dir).lock()
     try:
@@ -235,6 +253,7 @@ def _train(
     point: ResumePoint | None = None
     replaced: list[str] = []
     with sigterm_raises():  # until training starts there is nothing to save: a SIGTERM stops the start
+        folder.check_writable()
         if resume and start_if_new and not folder.holds_checkpoints():
             # A restarted or requeued job cut short before its first checkpoint: nothing to lose but its logs.
             replaced = folder.check_unused(overwrite=True)
@@ -246,9 +265,12 @@ def _train(
             point = folder.resume_point(
                 identity, needs_replay_buffer=off_policy, allow_empty_replay_buffer=allow_empty_replay_buffer
             )
+            if point.checkpoint.steps >= cfg.rl.total_timesteps and not (point.damaged or point.incomplete):
+                return _nothing_to_train(cfg, point)  # (damage found is set aside by the load below, as always)
         else:
             replaced = folder.check_unused(overwrite=overwrite)
         print(startup_summary(cfg, point), flush=True)
+        check_reward_weights(cfg)
         venv = make_env(cfg)
         print(ready_summary(cfg, venv), flush=True)
         monitored = VecMonitor(venv)
@@ -270,10 +292,23 @@ def _train(
             monitored.close()
 
 
-def _default(section: Any, name: str) -> str:
-    """ " (the default)" when the config field ``name`` of ``section`` has its default value, else ""."""
-    field = next(f for f in dataclasses.fields(section) if f.name == name)
-    return " (the default)" if getattr(section, name) == field.default else ""
+def _nothing_to_train(cfg: TrainConfig, point: ResumePoint) -> int:
+    """A resume of a run that has reached rl.total_timesteps, its checkpoint folder whole: the newest checkpoint
+    becomes the final model, without building envs or loading anything."""
+    checkpoint = point.checkpoint
+    final = cfg.run_dir / FINAL_MODEL
+    with open(checkpoint.model, "rb") as source:
+        checkpoints.write_atomically(final, lambda f: shutil.copyfileobj(source, f))
+    print(
+        f"nothing to train: the run is at {checkpoint.steps:,} of {cfg.rl.total_timesteps:,} steps "
+        f"(rl.total_timesteps; raise it, or pass --total-timesteps, to train on); {final} is {checkpoint.name}"
+    )
+    return EXIT_DONE
+
+
+def _default(cfg: TrainConfig, place: str) -> str:
+    """ " (the default)" when the config left the field at ``place`` out, else ""."""
+    return " (the default)" if cfg.left_out(place) else ""
 
 
 def startup_summary(cfg: TrainConfig, point: ResumePoint | None) -> str:
@@ -289,9 +324,9 @@ def startup_summary(cfg: TrainConfig, point: ResumePoint | None) -> str:
     return "\n".join(
         [
             f"vlmrm-fast train: {cfg.task}, {cfg.env.n_envs} envs; {start}",
-            f"  rl.algorithm        {rl.algorithm}{_default(rl, 'algorithm')}",
-            f"  rl.total_timesteps  {rl.total_timesteps:,}{_default(rl, 'total_timesteps')}",
-            f"  reward.model        {r.model}{_default(r, 'model')} on {r.device}",
+            f"  rl.algorithm        {rl.algorithm}{_default(cfg, 'rl.algorithm')}",
+            f"  rl.total_timesteps  {rl.total_timesteps:,}{_default(cfg, 'rl.total_timesteps')}",
+            f"  reward.model        {r.model}{_default(cfg, 'reward.model')} on {r.device}",
             f"  output_dir          {cfg.run_dir.resolve()}{_default(cfg, 'output_dir')}",
             f"  checkpoints         every {lg.checkpoint_every:,} steps{buffers}",
         ]
@@ -358,18 +393,22 @@ def _run(
         from vlmrm_fast.training.wandb_logging import start_run
 
         wandb_run = start_run(cfg, run_dir, resumed=resumed)
-    model.set_logger(_logger(cfg, run_dir, start_steps, wandb_run))
+    curves = LearningCurves(run_dir, start_steps)
+    model.set_logger(_logger(cfg, run_dir, start_steps, curves, wandb_run))
     extra = {"identity": identity, "config_hash": identity_hash(identity)}
 
     def save(tag: str, reason: str) -> checkpoints.Checkpoint:
-        return checkpoints.save_checkpoint(
+        saved = checkpoints.save_checkpoint(
             model,
             folder.checkpoint_dir,
             tag=tag,
             reason=reason,
             extra={**extra, "episode_stats": stats.state()},
             keep_replay_buffers=cfg.logging.keep_replay_buffers,
+            keep_checkpoints=cfg.logging.keep_checkpoints,
         )
+        curves.save()
+        return saved
 
     episode_batch = cfg.rl.episode_batch
     if episode_batch:
@@ -409,19 +448,18 @@ def _run(
         progress.close()
         newest = checkpoints.scan(folder.checkpoint_dir).newest()
         where = (
-            f"the newest checkpoint is {newest.name} ({newest.steps} steps)"
+            f"the newest checkpoint is {newest.name} ({newest.steps} steps). Fix the cause, then continue with --resume"
             if newest
-            else "no checkpoint was saved yet"
+            else "no checkpoint was saved yet. Fix the cause, then start again with --overwrite"
         )
-        exc.add_note(
-            f"training stopped at {model.num_timesteps} steps with this error; {where}. Fix the cause, then continue with --resume."
-        )
+        exc.add_note(f"training stopped at {model.num_timesteps} steps with this error; {where}.")
         mark_crash(exc)  # for the CLI: a crash, not a refusal
         raise
     if control.stopped:
         model.num_timesteps = control.resume_steps
     progress.close(model.num_timesteps)
     _write_pending_logs(model)
+    curves.save()
     if wandb_run is not None:  # the TensorBoard files complete, then W&B's last sync of them
         model.logger.close()
         wandb_run.finish()
@@ -482,14 +520,26 @@ def add_subcommand(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def _command(args: argparse.Namespace, mode: str) -> str:
+    """This command line again, with ``mode`` (``--resume``, ``--overwrite``) for its mode."""
+    words = ["vlmrm-fast", "train", args.config]
+    if args.output_dir:
+        words += ["--output-dir", args.output_dir]
+    if args.total_timesteps is not None:
+        words += ["--total-timesteps", str(args.total_timesteps)]
+    return shlex.join([*words, mode])
+
+
 def _main(args: argparse.Namespace) -> int:
     if args.start_if_new and not args.resume:
         raise ExpectedFailure("--start-if-new goes with --resume: add --resume")
     cfg = load_config(args.config)
     if args.output_dir:
         cfg.output_dir = args.output_dir
+        cfg.given_too("output_dir")
     if args.total_timesteps is not None:
         cfg.rl = cfg.rl.replace(total_timesteps=args.total_timesteps)  # checked as the config's own
+        cfg.given_too("rl.total_timesteps")
     try:
         code = train(
             cfg,
@@ -499,7 +549,8 @@ def _main(args: argparse.Namespace) -> int:
             start_if_new=args.start_if_new,
         )
     except checkpoints.CheckpointSpaceError as exc:  # a full disk mid-run: said in a line; the checkpoints are whole
-        print(f"vlmrm-fast train: {exc.strerror}", *getattr(exc, "__notes__", []), sep="\n", file=sys.stderr)
+        then = "--resume" if exc.older_checkpoint else "--overwrite"
+        print(f"vlmrm-fast train: {exc.strerror}; then run: {_command(args, then)}", file=sys.stderr)
         return EXIT_CRASHED
     if code in (EXIT_SIGINT, EXIT_SIGTERM) and threading.current_thread() is threading.main_thread():
         # Stopped by a signal, checkpoint saved, the process exits now: a late repeat of the signal must not
