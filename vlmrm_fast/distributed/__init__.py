@@ -19,24 +19,57 @@ Modules: ``config`` (DistributedConfig: rank 0's envs, the timeout, the heartbea
 See docs/scale-out.md.
 """
 
-from vlmrm_fast.distributed.channel import RankFailure
-from vlmrm_fast.distributed.config import DistributedConfig
-from vlmrm_fast.distributed.launch import (
-    DEFAULT_TIMEOUT,
-    Launch,
-    LayoutError,
-    launched,
-    plan_shards,
-    shard_device,
-    shard_devices,
-    use_device,
-)
-from vlmrm_fast.distributed.serve import serve_shard
-from vlmrm_fast.distributed.sharded import Shard, ShardedVecEnv
+from typing import TYPE_CHECKING, Any
+
+# Names load on first use, so that a light module of the package (``distributed.config``, read by the
+# training config) does not import the sharded VecEnv and with it the whole env stack.
+_LAZY = {
+    "RankFailure": "vlmrm_fast.distributed.channel",
+    "DistributedConfig": "vlmrm_fast.distributed.config",
+    "DEFAULT_TIMEOUT": "vlmrm_fast.distributed.launch",
+    "Launch": "vlmrm_fast.distributed.launch",
+    "LayoutError": "vlmrm_fast.distributed.launch",
+    "launched": "vlmrm_fast.distributed.launch",
+    "plan_shards": "vlmrm_fast.distributed.launch",
+    "shard_device": "vlmrm_fast.distributed.launch",
+    "shard_devices": "vlmrm_fast.distributed.launch",
+    "use_device": "vlmrm_fast.distributed.launch",
+    "serve_shard": "vlmrm_fast.distributed.serve",
+    "Shard": "vlmrm_fast.distributed.sharded",
+    "ShardedVecEnv": "vlmrm_fast.distributed.sharded",
+}
+
+if TYPE_CHECKING:  # the names as the type checker sees them
+    from vlmrm_fast.distributed.channel import RankFailure
+    from vlmrm_fast.distributed.config import DistributedConfig
+    from vlmrm_fast.distributed.launch import (
+        DEFAULT_TIMEOUT,
+        Launch,
+        LayoutError,
+        launched,
+        plan_shards,
+        shard_device,
+        shard_devices,
+        use_device,
+    )
+    from vlmrm_fast.distributed.serve import serve_shard
+    from vlmrm_fast.distributed.sharded import Shard, ShardedVecEnv
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def launched_rank() -> int:
     """This process's rank (0 outside a job)."""
+    from vlmrm_fast.distributed.launch import Launch
+
     return Launch.detect().rank
 
 
