@@ -103,6 +103,7 @@ def test_rewards_are_the_reward_models_scores_of_the_frames(stacks, rm):
     assert len(images) == N and images[0].shape == (32, 32, 3) and images[0].dtype == np.uint8
 
 
+@pytest.mark.slow
 def test_same_seed_twice_gives_the_same_bits(stacks):
     warp, _ = stacks
     runs = []
@@ -117,6 +118,7 @@ def test_same_seed_twice_gives_the_same_bits(stacks):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_terminal_time_limit(rm):
     env = make(rm, "warp", time_limit="terminal")
     try:
@@ -129,6 +131,7 @@ def test_terminal_time_limit(rm):
         env.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", [PPO, SAC])
 def test_sb3_learns_on_it(stacks, algorithm):
     warp, _ = stacks
@@ -139,6 +142,7 @@ def test_sb3_learns_on_it(stacks, algorithm):
     assert agent.num_timesteps >= 192
 
 
+@pytest.mark.slow
 def test_gymnasiums_vector_api(rm):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CPUBackendWarning)
@@ -163,6 +167,7 @@ def test_gymnasiums_vector_api(rm):
         env.close()
 
 
+@pytest.mark.slow
 def test_torch_outputs_for_a_gpu_native_learner(rm):
     """Observations computed where MuJoCo Warp keeps the state (here Warp's CPU backend: CPU tensors), the
     same bits as the host's; rewards and dones as tensors on the stack's device; actions taken as tensors."""
@@ -212,6 +217,7 @@ def test_refusals_name_the_way_out(rm, task, kwargs, error, match):
         FastVLMRewardVecEnv(task, 2, model="vlmrm-tiny", device="cpu", physics="warp", **kwargs)
 
 
+@pytest.mark.slow
 def test_a_training_config_takes_it(tmp_path):
     from vlmrm_fast.training.config import load_config
 
