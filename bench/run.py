@@ -41,6 +41,7 @@ import vlmrm_fast  # noqa: E402
 from vlmrm_fast.envs import get_task  # noqa: E402
 from vlmrm_fast.models import RandomWeightsWarning, load_clip  # noqa: E402
 from vlmrm_fast.physics import PHYSICS  # noqa: E402
+from vlmrm_fast.rendering import RENDERERS  # noqa: E402
 from vlmrm_fast.vec_env import FastVLMRewardVecEnv  # noqa: E402
 
 warnings.filterwarnings("ignore", category=RandomWeightsWarning)
@@ -332,7 +333,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the physics to run, side by side (warp: MuJoCo Warp on the GPU, drawn by renderer warp)",
     )
     p.add_argument(
-        "--renderers", nargs="+", default=["egl"], choices=["egl", "warp"], help="the batch engine's renderers to run"
+        "--renderers", nargs="+", default=["egl"], choices=list(RENDERERS), help="the batch engine's renderers to run"
     )
     p.add_argument(
         "--pipeline-chunks",
