@@ -43,8 +43,9 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
     ``tasks=[...]`` several prompt sets are scored from one encoder pass: the first drives the
     reward, every step's ``info["vlm_rewards"]`` holds all of them by name.
 
-    The simulation: ``physics="batch"`` runs MuJoCo tasks in the batch engine, ``"gym"``
-    through gymnasium envs, ``"auto"`` the former when it can. ``renderer`` draws the batch
+    The simulation: ``physics="batch"`` runs MuJoCo tasks in the batch engine on the host's threads,
+    ``"warp"`` in MuJoCo Warp with every env's state on the GPU (the Newton solver; ``solver=`` names
+    another; docs/physics.md), ``"gym"`` through gymnasium envs, ``"auto"`` the first when it can. ``renderer`` draws the batch
     engine's frames: ``"egl"`` (OpenGL, the same pixels as ``mujoco.Renderer``) or ``"warp"``
     (MuJoCo Warp's ray tracer, all envs in one launch; ``pip install 'vlmrm-fast[warp]'``);
     ``"auto"`` (the default) is Warp when the reward model runs on the CPU and MuJoCo Warp is
