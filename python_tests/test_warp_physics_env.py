@@ -135,11 +135,11 @@ def test_terminal_time_limit(rm):
 @pytest.mark.parametrize("algorithm", [PPO, SAC])
 def test_sb3_learns_on_it(stacks, algorithm):
     warp, _ = stacks
-    kwargs = {"n_steps": 32, "batch_size": 48} if algorithm is PPO else {"learning_starts": 96, "batch_size": 32}
+    kwargs = {"n_steps": 24, "batch_size": 36} if algorithm is PPO else {"learning_starts": 96, "batch_size": 32}
     small = {"net_arch": [32, 32]}  # SB3's loop on this env, not its networks' speed
     agent = algorithm("MlpPolicy", warp, device="cpu", seed=0, policy_kwargs=small, **kwargs)
-    agent.learn(192)  # 64 steps of the 3 envs
-    assert agent.num_timesteps >= 192
+    agent.learn(144)  # 48 steps of the 3 envs, learning from the 33rd (PPO's second rollout, SAC's updates)
+    assert agent.num_timesteps >= 144
 
 
 @pytest.mark.slow
