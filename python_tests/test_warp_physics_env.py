@@ -20,8 +20,7 @@ import pytest
 import torch
 from stable_baselines3 import PPO, SAC
 
-from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model
-from vlmrm_fast.envs import get_task
+from vlmrm_fast import FastVLMRewardVecEnv
 from vlmrm_fast.physics.warp import CPUBackendWarning
 
 pytestmark = pytest.mark.warp
@@ -33,15 +32,24 @@ RTOL = 1e-3
 
 
 @pytest.fixture(scope="module")
-def rm():
-    spec = get_task(TASK)
-    return load_reward_model(
-        "vlmrm-tiny",
-        target_prompts=spec.target_prompts,
-        baseline_prompts=spec.baseline_prompts,
-        alpha=0.5,
-        device="cpu",
-    )
+def rm(humanoid_tiny_rm):
+    return humanoid_tiny_rm
+
+
+def make_vec(rm, **kwargs):
+    """gymnasium.make_vec of the task on physics="warp", 2 envs of 32 px, episodes of 3 steps."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CPUBackendWarning)
+        return gymnasium.make_vec(
+            f"vlmrm_fast.envs:vlmrm_fast/{TASK}",
+            num_envs=2,
+            vectorization_mode="vector_entry_point",
+            reward_model=rm,
+            physics="warp",
+            render_size=32,
+            max_episode_steps=3,
+            **kwargs,
+        )
 
 
 def make(rm, physics: str, **kwargs):
@@ -144,17 +152,7 @@ def test_sb3_learns_on_it(stacks, algorithm):
 
 @pytest.mark.slow
 def test_gymnasiums_vector_api(rm):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", CPUBackendWarning)
-        env = gymnasium.make_vec(
-            f"vlmrm_fast.envs:vlmrm_fast/{TASK}",
-            num_envs=2,
-            vectorization_mode="vector_entry_point",
-            reward_model=rm,
-            physics="warp",
-            render_size=32,
-            max_episode_steps=3,
-        )
+    env = make_vec(rm)
     try:
         obs, _ = env.reset(seed=0)
         assert obs.shape[0] == 2 and env.unwrapped.stack.physics == "warp"
@@ -171,18 +169,7 @@ def test_gymnasiums_vector_api(rm):
 def test_torch_outputs_for_a_gpu_native_learner(rm):
     """Observations computed where MuJoCo Warp keeps the state (here Warp's CPU backend: CPU tensors), the
     same bits as the host's; rewards and dones as tensors on the stack's device; actions taken as tensors."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", CPUBackendWarning)
-        env = gymnasium.make_vec(
-            f"vlmrm_fast.envs:vlmrm_fast/{TASK}",
-            num_envs=2,
-            vectorization_mode="vector_entry_point",
-            reward_model=rm,
-            physics="warp",
-            render_size=32,
-            max_episode_steps=3,
-            torch_outputs=True,
-        )
+    env = make_vec(rm, torch_outputs=True)
     try:
         engine = env.unwrapped.engine
         obs, _ = env.reset(seed=0)
