@@ -441,6 +441,20 @@ TESTS = "(gpu or egl) and not tensorrt"
 FP8_SCALINGS = "dynamic-rowwise dynamic-tensorwise static-tensorwise"
 
 
+def build_check(name: str, loan: int) -> Check:
+    """Each loan's machine starts bare: its first call unpacks the payload and builds the package."""
+    return Check(
+        name,
+        "pip install of the package with CUDA for sm_90; what it sees"
+        + ("" if loan == 1 else f" (loan {loan}'s machine)"),
+        50,
+        ["build"],
+        [[sys.executable, "-P", "-c", BUILD_INFO, "{work}/build_info.json"]],
+        build_figures,
+        loan=loan,
+    )
+
+
 def stated(target: str, pattern: str) -> Callable[[pathlib.Path, bool], list[Row]]:
     """A check whose output is a table to read (files ``pattern`` in the results), not a figure held to a bound."""
 
@@ -461,14 +475,7 @@ def dry_run_py(*args: str) -> list[list[str]]:
 
 CHECKS = [
     # ---------------------------------------------------------------- loan 1, call 1: build and the headline figures
-    Check(
-        "build",
-        "pip install of the package with CUDA for sm_90; what it sees",
-        50,
-        ["build"],
-        [[sys.executable, "-P", "-c", BUILD_INFO, "{work}/build_info.json"]],
-        build_figures,
-    ),
+    build_check("build", loan=1),
     Check(
         "e2e-egl",
         "ViT-B-32 at 256 and 4,096 envs, EGL (one range under auto) and Warp: issue 31's EGL targets",
@@ -532,15 +539,7 @@ CHECKS = [
         call=2,
     ),
     # ---------------------------------------------------------------- loan 2: FP8 (issue 31, part 2), first calls
-    Check(
-        "build-2",
-        "the build again on the fresh machine of loan 2",
-        50,
-        ["build"],
-        [[sys.executable, "-P", "-c", BUILD_INFO, "{work}/build_info.json"]],
-        build_figures,
-        loan=2,
-    ),
+    build_check("build-2", loan=2),
     Check(
         "fp8-L14",
         "ViT-L-14 img/s at batch 256, compiled: bf16, FP8 in every scaling, and what precision auto picks",
@@ -625,15 +624,7 @@ CHECKS = [
         call=2,
     ),
     # ---------------------------------------------------------------- loan 3: the end-to-end figures measured before
-    Check(
-        "build-3",
-        "the build again on the fresh machine of loan 3",
-        50,
-        ["build"],
-        [[sys.executable, "-P", "-c", BUILD_INFO, "{work}/build_info.json"]],
-        build_figures,
-        loan=3,
-    ),
+    build_check("build-3", loan=3),
     e2e_check("bigG", "ViT-bigG-14", 64, min_encoder_share=0.95, loan=3),
     Check(
         "render",

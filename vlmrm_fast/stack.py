@@ -137,7 +137,7 @@ def plan_stack(env: EnvSpec, reward: RewardModelSpec | RewardModel) -> StackPlan
     if isinstance(reward, RewardModelSpec):
         encoder_batch = reward.batch_size or largest
     else:
-        encoder_batch = int(getattr(reward, "chunk_size", None) or largest)
+        encoder_batch = int(reward.chunk_size or largest)
     plan = StackPlan(env, task, device, physics, renderer, solver, ranges, encoder_batch)
     logger.info("stack: %s", plan.describe())
     return plan
@@ -197,7 +197,6 @@ def build_stack(
     plan: StackPlan,
     reward: RewardModelSpec | RewardModel,
     *,
-    seed: int | None = None,
     env_kwargs: dict[str, Any] | None = None,
 ) -> tuple[VecEnv, RewardModel]:
     """The envs of ``plan`` (the batch engine, or the task's gymnasium envs recording their frames) and

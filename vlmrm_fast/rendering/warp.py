@@ -84,10 +84,11 @@ class _Slot:
     model: Any  # the mujoco_warp.Model drawn (the renderer's, or a simulator's)
     data: Any  # mujoco_warp.Data with one world per env of the range (a simulator's: all its worlds)
     context: Any  # mujoco_warp RenderContext
-    qpos: torch.Tensor  # the data's qpos as a torch view (float32, on the device)
-    staging: torch.Tensor  # this range's own host rows for qpos (pinned on a GPU), shared with no other range
     frames: Any  # warp view of the renderer's frames for the range
     first_pixel: int  # where the camera's pixels start in the context's packed rows
+    # For positions drawn from the host (none for a simulator's worlds, drawn where they lie):
+    qpos: torch.Tensor | None = None  # the data's qpos as a torch view (float32, on the device)
+    staging: torch.Tensor | None = None  # this range's own host rows for qpos (pinned on a GPU), no other range's
     uploaded: Any = None  # CUDA event after the last qpos upload (the staging rows may be rewritten after it)
     drawn: Any = None  # CUDA event after the last draw of the range (its memory is free to go after it)
     graph: Any = None
@@ -237,12 +238,14 @@ class WarpBatchRenderer(BatchRendererBase):
     # ------------------------------------------------------------------- drawing
     def _draw(self, qpos: np.ndarray, rows: slice, stream: torch.cuda.Stream | None) -> None:
         slot = self._slot(rows)
+        qpos_device, staging = slot.qpos, slot.staging
+        assert qpos_device is not None and staging is not None, "a range's slot uploads positions"
         if slot.uploaded is not None:
             slot.uploaded.synchronize()  # the previous upload has left the staging rows
-        slot.staging.numpy()[:] = qpos[rows]
+        staging.numpy()[:] = qpos[rows]
         wp = self._wp
         if stream is None:  # Warp's CPU backend: every call completes before it returns
-            slot.qpos.copy_(slot.staging)
+            qpos_device.copy_(staging)
             with wp.ScopedDevice(self._wp_device):
                 self._launch(slot)
             return
@@ -251,7 +254,7 @@ class WarpBatchRenderer(BatchRendererBase):
         # the device's previous Warp stream, a blocking stream that waits for the legacy stream,
         # and so for all of torch's work there (the encoder's, in the pipelined step).
         with torch.cuda.stream(stream), wp.ScopedStream(caller, sync_enter=False):
-            slot.qpos.copy_(slot.staging, non_blocking=True)
+            qpos_device.copy_(staging, non_blocking=True)
             slot.uploaded = _recorded(stream)
             if slot.graph is not None:
                 wp.capture_launch(slot.graph, stream=caller)
@@ -296,10 +299,13 @@ class WarpBatchRenderer(BatchRendererBase):
                     self._model = self._mjw.put_model(self._render_model)
                 data = self._mjw.make_data(self._render_model, nworld=rows.stop - rows.start, **render_data_sizes())
             slot = self._slots[key] = self._make_slot(rows, self._model, data)
+            slot.qpos = self._wp.to_torch(data.qpos)
+            pinned = self.device.type == "cuda"
+            slot.staging = torch.zeros((rows.stop - rows.start, self.model.nq), dtype=torch.float32, pin_memory=pinned)
         return slot
 
     def _make_slot(self, rows: slice, model: Any, data: Any) -> _Slot:
-        """A render context over ``data``'s worlds (envs ``rows``), their qpos staging and frames."""
+        """A render context over ``data``'s worlds (envs ``rows``) and their frames."""
         wp, mjw = self._wp, self._mjw
         n = rows.stop - rows.start
         with wp.ScopedDevice(self._wp_device):
@@ -315,17 +321,7 @@ class WarpBatchRenderer(BatchRendererBase):
                 cam_active=[self.camera_id],
             )
             first_pixel = int(context.rgb_adr.numpy()[0])
-            staging = torch.zeros((n, self.model.nq), dtype=torch.float32, pin_memory=self.device.type == "cuda")
-            return _Slot(
-                rows,
-                model,
-                data,
-                context,
-                wp.to_torch(data.qpos),
-                staging,
-                wp.from_torch(self._frames[rows]),
-                first_pixel,
-            )
+            return _Slot(rows, model, data, context, wp.from_torch(self._frames[rows]), first_pixel)
 
     # ------------------------------------------------------------------- helpers
     def _current_stream(self) -> torch.cuda.Stream | None:
