@@ -6,7 +6,7 @@ Run under torchrun with G ranks (every rank runs this script):
     python -m torch.distributed.run --standalone --nproc-per-node 8 bench/bench_gather.py \\
         --envs-per-rank 64 --repeats 300 --out bench/out/gather_8.json
 
-  before   the protocol of vlmrm-fast up to issue 24 (channel.Link at bb07531, re-implemented here):
+  before   the protocol of vlmrm-fast before the parallel gather (channel.Link at bb07531, re-implemented here):
            a message is its length, then its bytes, two gloo messages; rank 0 reads the replies one
            rank after another, each part a blocking receive posted when it is read
   after    this package's channel.Link and receive_all: one gloo message per reply, every receive

@@ -306,7 +306,7 @@ def node_of(gpus: int, visible: list[str | None], host: str = "node-a") -> list[
 
 
 def test_a_scheduler_giving_each_rank_its_own_gpus_is_laid_out_on_them():
-    """Issue 21, defect 7: one GPU per rank through CUDA_VISIBLE_DEVICES is each rank's cuda:0."""
+    """One GPU per rank through CUDA_VISIBLE_DEVICES is each rank's cuda:0."""
     assert shard_devices("auto", node_of(1, ["0", "1", "2", "3"])) == ["cuda:0"] * 4
     assert shard_devices("cuda", node_of(1, ["GPU-aa", "GPU-bb"])) == ["cuda:0"] * 2
     assert shard_devices("auto", node_of(2, ["0,1", "2,3"])) == ["cuda:0"] * 2, "two GPUs each: the first"
@@ -326,7 +326,7 @@ def test_a_scheduler_giving_each_rank_its_own_gpus_is_laid_out_on_them():
 
 
 def test_a_ranks_spec_makes_its_gpu_the_current_device_before_building(monkeypatch):
-    """Issue 21, defect 7: resolve_device("cuda"), is_bf16_supported and Warp's "cuda" follow
+    """resolve_device("cuda"), is_bf16_supported and Warp's "cuda" follow
     torch's current device, which each rank sets to its own GPU before building its envs."""
     from vlmrm_fast import EnvSpec, FastVLMRewardVecEnv, RewardModelSpec
     from vlmrm_fast.distributed import use_device
@@ -349,7 +349,7 @@ def test_a_ranks_spec_makes_its_gpu_the_current_device_before_building(monkeypat
 
 @pytest.mark.gpu
 def test_ranks_given_their_own_gpu_by_a_scheduler_run_there(tmp_path):
-    """Issue 21, defect 7, on a GPU: each rank gets CUDA_VISIBLE_DEVICES of its own (a scheduler's
+    """On a GPU: each rank gets CUDA_VISIBLE_DEVICES of its own (a scheduler's
     way) and device="auto"; the job runs with every rank on its cuda:0, made its current device.
     With one GPU, its index and its UUID stand for two GPUs: the layout compares the names."""
     uuid = f"GPU-{torch.cuda.get_device_properties(0).uuid}"

@@ -700,7 +700,7 @@ class _FixedBatchEncoder(ImageEncoder):
 
 
 def test_a_short_chunk_is_copied_once_into_the_encoders_input_buffer():
-    """Issue 21, defect 9: no padded tensor of its own; the rows go straight into the buffer the
+    """No padded tensor of its own; the rows go straight into the buffer the
     encoder reads, and the rows past them are left as they were."""
     encoder = _FixedBatchEncoder(4)
     pixels = torch.arange(2 * 3 * 2 * 2, dtype=torch.float32).reshape(2, 3, 2, 2)
@@ -717,7 +717,7 @@ def test_a_short_chunk_is_copied_once_into_the_encoders_input_buffer():
 
 @pytest.mark.gpu
 def test_compiled_reward_model_on_cuda_encodes_a_short_chunk_in_its_input_buffer():
-    """Issue 21, defect 9, on the GPU: a short chunk is written into the CUDA graph's input buffer
+    """On the GPU: a short chunk is written into the CUDA graph's input buffer
     (one copy) and its embeddings equal those of the same rows in a full batch."""
     from vlmrm_fast import load_reward_model
 

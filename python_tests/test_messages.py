@@ -170,7 +170,7 @@ def test_the_defaults_that_decide_the_cost_are_printed_before_training(tmp_path,
     assert out[-1].startswith("done: 8 steps")
 
 
-# ---------------------------------------------------------------- issue 34: each slip answered in one line
+# ---------------------------------------------------------------- a newcomer's slips, each answered in one line
 def test_a_folder_as_the_config_path_is_named_a_folder(tmp_path, capsys):
     folder = tmp_path / "adir.yaml"
     folder.mkdir()

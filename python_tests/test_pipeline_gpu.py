@@ -130,7 +130,7 @@ def _gpu_ms(fn, reps: int = 30) -> float:
 
 @pytest.mark.egl
 def test_host_reads_leave_the_pixel_buffer_where_kernels_read_it_fast(humanoid):
-    """Issue 21, defect 4: host reads go through CUDA into page-locked memory, so the pixel buffer
+    """Host reads go through CUDA into page-locked memory, so the pixel buffer
     stays in video memory: the preprocess kernel reads it as fast after host reads as before."""
     n = 64
     sim = BatchSimulator(humanoid, n)

@@ -73,7 +73,7 @@ def test_the_plan_logs_its_line(caplog):
 
 def test_pipeline_ranges_on_a_gpu_follow_the_renderer():
     """On a GPU, "auto" splits a step into ranges only where drawing can overlap the encoder: not for EGL,
-    whose GL context time-slices the GPU against CUDA's work (issue 31: 1,000 frames/s in the pipelined step)."""
+    whose GL context time-slices the GPU against CUDA's work (measured on an H100: 1,000 frames/s in the pipelined step)."""
     gpu = torch.device("cuda", 0)
     assert RENDERERS["warp"].overlaps_encoder and not RENDERERS["egl"].overlaps_encoder
     assert len(pipeline.plan_chunks(256, "auto", gpu, overlaps=True)) == 4

@@ -64,3 +64,23 @@ def test_the_readme_commands():
     assert 'python3 -m pip install ".[dev]"\n' in ci and "pip install .\n" not in ci  # the core built once
     assert "download.pytorch.org" not in ci  # CI installs from PyPI alone (docs/install.md)
     assert ci.rstrip().endswith(everything)
+
+
+def test_no_sentence_cites_an_issue_number():
+    """The product speaks for itself: code, tests, benchmarks, tools and docs say what a sentence means instead
+    of citing a tracker's issue number no reader can look up (an upstream project's issue, by its full
+    owner/name#number, can be; the changelog keeps history as written)."""
+    cited = re.compile(r"\bissues? #?\d+", re.I)
+    places = [
+        ROOT / "README.md",
+        *(ROOT / d for d in ("vlmrm_fast", "python_tests", "bench", "docs", "tools", "examples", "configs")),
+    ]
+    files = [p for place in places for p in ([place] if place.is_file() else place.rglob("*")) if p.is_file()]
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in files
+        if path.suffix in {".py", ".md", ".yaml", ".sh", ".sbatch", ".toml", ".txt"}
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if cited.search(line) and path != pathlib.Path(__file__)
+    ]
+    assert not found, "\n".join(found)

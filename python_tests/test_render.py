@@ -163,7 +163,7 @@ def test_ranges_drawn_and_lent_in_place(humanoid):
 
 
 def test_host_reads_go_through_cuda_only_on_a_cuda_egl_device(humanoid):
-    """Issue 21, defect 4: on a CUDA GPU's EGL device the host reads the pixel buffer through CUDA
+    """On a CUDA GPU's EGL device the host reads the pixel buffer through CUDA
     into page-locked memory (mapping it on the host may move it out of video memory); on Mesa it
     maps the buffer. Either way the host sees mujoco.Renderer's pixels, read after read."""
     import torch

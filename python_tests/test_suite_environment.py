@@ -13,7 +13,7 @@ from child_process import run_python
 pytestmark = pytest.mark.slow
 
 HOSTILE = {
-    "HF_HUB_OFFLINE": "1",  # turned "unreachable" into "not in the local cache" (issue 31)
+    "HF_HUB_OFFLINE": "1",  # turned "unreachable" into "not in the local cache" (seen on a GPU machine)
     "HF_HOME": "/nonexistent/hf-home",
     "HF_ENDPOINT": "http://127.0.0.1:9",
     "TRANSFORMERS_OFFLINE": "1",

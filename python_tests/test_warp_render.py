@@ -191,7 +191,7 @@ def test_cuda_frames_equal_cpu_frames_up_to_the_bound(humanoid_model):
 
 # ------------------------------------------------------------- streams, buffers and closing
 # The invariants that the GPU paths rest on, checked on Warp's CPU backend where they can be;
-# the GPU tests below run the CUDA paths themselves (issue 21's defects, one test or more each).
+# the GPU tests below run the CUDA paths themselves (each one found on the first GPU run, one test or more each).
 
 
 def test_overlapping_ranges_have_their_own_staging_rows(humanoid_model):

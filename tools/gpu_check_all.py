@@ -200,7 +200,7 @@ def encoder_figures(model: str, targets: dict[str, int]) -> Callable[[pathlib.Pa
 
 
 def auto_row(model: str, rows: list[dict], baseline: str) -> Row:
-    """precision="auto" on each backend against that backend's bf16: never a slower path (issue 31)."""
+    """precision="auto" on each backend against that backend's bf16: never a slower path."""
     target = f"{model}: precision auto never slower than bf16 on its backend (eager included)"
     cells, ok = [], True
     for r in rows:
@@ -299,7 +299,7 @@ def _steps(r: dict) -> str:
 
 
 def egl_figures(work: pathlib.Path, dry: bool) -> list[Row]:
-    """Issue 31, part 1: EGL in the env (one range under "auto"), at a small and a large number of envs,
+    """EGL in the env (one range under "auto"), at a small and a large number of envs,
     beside Warp and beside EGL in 4 ranges (the collapse)."""
     targets = (
         "ViT-B-32, 256 envs, 224 px, renderer egl (pipeline_chunks auto): >= 2,500 scored steps/s",
@@ -326,7 +326,7 @@ def egl_figures(work: pathlib.Path, dry: bool) -> list[Row]:
 
 
 def physics_figures(work: pathlib.Path, dry: bool) -> list[Row]:
-    """Issue 33: MuJoCo Warp physics alone against the CPU batch engine (bench/bench_physics.py)."""
+    """MuJoCo Warp physics alone against the CPU batch engine (bench/bench_physics.py)."""
     targets = (
         "physics alone, 4,096 worlds (5 substeps each): >= 200,000 env steps/s",
         "16,384 worlds on one GPU: runs; peak device memory stated",
@@ -359,7 +359,7 @@ def physics_figures(work: pathlib.Path, dry: bool) -> list[Row]:
 
 
 def e2e_physics_figures(work: pathlib.Path, dry: bool) -> list[Row]:
-    """Issue 33: ViT-B-32 end to end with MuJoCo Warp physics and renderer, beside the CPU engine."""
+    """ViT-B-32 end to end with MuJoCo Warp physics and renderer, beside the CPU engine."""
     targets = (
         "ViT-B-32, 4,096 envs, physics warp + renderer warp: >= 30,000 scored steps/s",
         "the same: >= 90% of the encoder alone at that batch",
@@ -478,7 +478,7 @@ CHECKS = [
     build_check("build", loan=1),
     Check(
         "e2e-egl",
-        "ViT-B-32 at 256 and 4,096 envs, EGL (one range under auto) and Warp: issue 31's EGL targets",
+        "ViT-B-32 at 256 and 4,096 envs, EGL (one range under auto) and Warp: the EGL targets",
         100,
         ["e2e", "B32", "256", "4096"],
         dry_run_py(
@@ -498,7 +498,7 @@ CHECKS = [
     ),
     Check(
         "e2e-physics",
-        "ViT-B-32 at 4,096 envs, physics warp and batch side by side, Warp renderer: issue 33's end-to-end targets",
+        "ViT-B-32 at 4,096 envs, physics warp and batch side by side, Warp renderer: the end-to-end targets of Warp physics",
         70,
         ["e2e", "B32", "4096"],
         dry_run_py(
@@ -519,7 +519,7 @@ CHECKS = [
     ),
     Check(
         "physics",
-        "MuJoCo Warp physics alone at 1,024 / 4,096 / 16,384 worlds beside the CPU engine (issue 33)",
+        "MuJoCo Warp physics alone at 1,024 / 4,096 / 16,384 worlds beside the CPU engine",
         70,
         ["physics"],
         [bench("bench_physics.py", "--device", "cpu", "--worlds", "4", "--steps", "3", "--out", "{work}/physics.json")],
@@ -538,7 +538,7 @@ CHECKS = [
         test_figures,
         call=2,
     ),
-    # ---------------------------------------------------------------- loan 2: FP8 (issue 31, part 2), first calls
+    # ---------------------------------------------------------------- loan 2: FP8, first calls
     build_check("build-2", loan=2),
     Check(
         "fp8-L14",
@@ -551,11 +551,11 @@ CHECKS = [
     ),
     Check(
         "e2e-egl4",
-        "ViT-B-32, 256 envs, EGL in 4 ranges: the pipelined step that collapsed (issue 31, side by side)",
+        "ViT-B-32, 256 envs, EGL in 4 ranges: the pipelined step that collapsed on the first H100 run (side by side)",
         30,
         ["e2e", "B32", "256"],
         dry_run_py("--num-envs", "4", "--renderers", "egl", "--pipeline-chunks", "2", "--out", "{work}/e2e_egl4.json"),
-        stated("EGL in 4 ranges at 256 envs (the collapse of issue 31)", "e2e_egl4.json"),
+        stated("EGL in 4 ranges at 256 envs (the collapse of the first H100 run)", "e2e_egl4.json"),
         env={"RENDERERS": "egl", "CHUNKS": "4", "SKIP_PAPER": "1", "TAG": "egl4"},
         loan=2,
     ),
@@ -677,7 +677,7 @@ def summary(state: dict) -> str:
     where = m.get("gpu") or f"CPU only: {m['cpu']}"
     title = "Dry run on the CPU (tiny sizes: the targets are not expected to hold)" if state["dry"] else where
     lines = [
-        f"### Issue 21's checks: {title}",
+        f"### The GPU checks: {title}",
         "",
         f"{m['date']}, {m['cores']} host cores ({m['cpu']}), project at {m['commit']}; `tools/gpu_check.sh all"
         f"{' --dry-run' if state['dry'] else ''}`, {state['calls']} call(s), {done} of {len(CHECKS)} checks done.",

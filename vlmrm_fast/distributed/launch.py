@@ -237,7 +237,7 @@ def check_launcher(environ: Mapping[str, str] | None = None) -> None:
     - SLURM tasks (``srun -n N``) without torchrun: each would run alone, N separate runs.
     - ``torchrun --max-restarts N`` sharing its rendezvous store with the ranks (torch's default since
       2.5): a restarted gloo group reads the addresses of the ranks that died and cannot connect
-      (torch issue 135712). ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in torchrun's environment gives
+      (pytorch/pytorch#135712 on GitHub). ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in torchrun's environment gives
       each restart a store of its own; ``python -m vlmrm_fast.distributed.run`` is torchrun with it set.
     """
     env = os.environ if environ is None else environ
@@ -256,7 +256,7 @@ def check_launcher(environ: Mapping[str, str] | None = None) -> None:
         raise LayoutError(
             f"rank {env.get('RANK', '?')} on {host}: torchrun --max-restarts {restarts} shares its rendezvous store "
             "with the ranks, and a restarted gloo group then reads the addresses of the ranks that died and cannot "
-            "connect (torch issue 135712). Set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in torchrun's environment "
+            "connect (pytorch/pytorch#135712 on GitHub). Set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in torchrun's environment "
             "(each restart then gets a store of its own), or launch with python -m vlmrm_fast.distributed.run, "
             "which is torchrun with it set"
         )

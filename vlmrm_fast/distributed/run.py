@@ -5,7 +5,7 @@
 The same as ``python -m torch.distributed.run``, with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``
 unless set otherwise: torchrun (since torch 2.5) lets the ranks share its rendezvous store, and
 after ``--max-restarts`` restarts the ranks, their new gloo groups read the addresses of the ranks
-that died from it and cannot connect (torch issue 135712). With the variable, each round of the
+that died from it and cannot connect (pytorch/pytorch#135712 on GitHub). With the variable, each round of the
 rendezvous gets a store of its own, hosted by that round's rank 0.
 """
 

@@ -165,7 +165,7 @@ def _check_options(backend: str, options: dict[str, Any]) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    # Four parallel name tables became BACKEND_TABLE (issue 32); the two that left keep working one release.
+    # Four parallel name tables became BACKEND_TABLE; the two that left keep working one release.
     if name == "FIXED_BATCH_BACKENDS":
         value: Any = tuple(b.name for b in BACKEND_TABLE if b.fixed_batch)
         replacement = "Backend.fixed_batch (vlmrm_fast.encoders.backend_named(name).fixed_batch)"

@@ -120,7 +120,7 @@ class Backend:
         return precision == "auto" or precision in self.precisions
 
 
-# Moved to encoders/precision.py (issue 32: one precision resolver); kept for one release.
+# Moved to encoders/precision.py (one precision resolver); kept for one release.
 __getattr__ = moved_attribute(
     globals(), {"PRECISIONS": "vlmrm_fast.encoders.precision", "resolve_precision": "vlmrm_fast.encoders.precision"}
 )
