@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import vlmrm_fast
 from vlmrm_fast import cli
 
@@ -144,3 +146,93 @@ def test_pytest_from_a_source_tree_without_core_stops_with_that_line(tmp_path):
     assert done.returncode == 4, output  # pytest's usage error: nothing collected
     assert output.count(MESSAGE) == 1, output
     assert "ERROR: vlmrm_fast: " in output and "during collection" not in output, output
+
+
+def test_help_lists_each_command_once_in_plain_words():
+    """`vlmrm-fast --help` reads as plain text (no reST markup) and names each command on one line of its own."""
+    rc, out, _ = _modules_after(["--help"])
+    assert rc == 0 and "``" not in out, out
+    for name in cli.SUBCOMMANDS:
+        starts = [line for line in out.splitlines() if line.split()[:1] == [name]]
+        assert len(starts) == 1, f"{name!r} starts {len(starts)} lines of --help:\n{out}"
+    assert "{" not in out, out  # argparse's {info,models,...} list of choices, a second list of the commands
+
+
+def test_output_into_a_pipe_closed_early_is_no_error():
+    """`vlmrm-fast models | head -1`: the reader closing the pipe ends the command with exit code 0, silently."""
+    child = subprocess.Popen(
+        [sys.executable, "-P", "-m", "vlmrm_fast.cli", "models"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+    )
+    assert child.stdout is not None and child.stdout.readline()
+    child.stdout.close()
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 0 and stderr == b"", stderr.decode()
+
+
+def _broken_torchvision(tmp_path: pathlib.Path) -> dict[str, str]:
+    """An environment whose torchvision is a release built for another torch: its import fails the way a
+    CUDA torchvision fails beside a CPU-only torch (the operators it registers are not found)."""
+    fake = tmp_path / "site"
+    (fake / "torchvision").mkdir(parents=True)
+    (fake / "torchvision" / "__init__.py").write_text(
+        'raise RuntimeError("operator torchvision::nms does not exist")\n'
+    )
+    info = fake / "torchvision-0.28.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torchvision\nVersion: 0.28.0\n")
+    env = _env()
+    env["PYTHONPATH"] = os.pathsep.join([str(fake), env["PYTHONPATH"]])
+    env.pop("VLMRM_TRACEBACK", None)
+    return env
+
+
+def _broken_line(stderr: str, command: str) -> str:
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    import torch
+
+    line = lines[0]
+    assert line.startswith(f"vlmrm-fast {command}: broken install: torchvision 0.28.0 does not match torch "), line
+    assert torch.__version__ in line and "(operator torchvision::nms does not exist)" in line, line
+    assert "reinstall both from one index" in line and "pip install --force-reinstall torch torchvision" in line
+    return line
+
+
+def test_info_names_a_torchvision_that_does_not_match_torch(tmp_path):
+    """`vlmrm-fast info` loads what a run loads: a torchvision built for another torch is named, with the fix,
+    and the command fails (exit code 2) instead of calling the install healthy."""
+    done = subprocess.run(
+        [sys.executable, "-P", "-m", "vlmrm_fast.cli", "info"],
+        capture_output=True,
+        text=True,
+        env=_broken_torchvision(tmp_path),
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    _broken_line(done.stderr, "info")
+    assert "  torch " in done.stdout and "  torchvision  BROKEN: torchvision 0.28.0" in done.stdout, done.stdout
+
+
+@pytest.mark.slow  # starts a training run's imports in a child
+def test_every_command_on_a_broken_install_says_so_in_one_line(tmp_path):
+    """A run that reaches the broken part (open_clip imports torchvision) fails in one line naming it."""
+    config = pathlib.Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
+    landscape = ["landscape", "cartpole", "--variable", "pole_angle", "--model", "vlmrm-tiny", "--points", "3"]
+    env = _broken_torchvision(tmp_path)
+    for command in (["train", str(config)], landscape):
+        done = subprocess.run(
+            [sys.executable, "-P", "-m", "vlmrm_fast.cli", *command],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 2, done.stdout + done.stderr
+        _broken_line(done.stderr, command[0])

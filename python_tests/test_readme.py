@@ -43,27 +43,41 @@ def test_the_readme_snippet_runs_as_printed(tmp_path):
     assert not list(tmp_path.iterdir()), "the tour writes nothing"
 
 
-def test_the_readme_commands():
-    """Three commands: one install (an apt line that works with and without sudo, PyTorch's CPU build, the
-    package: ".[warp]", ".[dev]" for the tests, each one build), one test run (the quick subset named beside
-    it), the main job; CI runs the same, less the CPU index it cannot reach."""
+def readme_commands() -> list[str]:
+    """The commands of the README's "Install, test, run" block, in order (comments and blank lines left out)."""
     text = (ROOT / "README.md").read_text()
     block = re.search(r"## Install, test, run\n.*?```bash\n(.*?)```", text, re.S)
-    assert block
-    commands = [line for line in block.group(1).splitlines() if line and not line.startswith("#")]
-    setup, everything, job = commands
-    update, apt, cpu_torch, install = setup.split(" && ")
-    assert update == "$(command -v sudo) apt-get update" and apt.startswith("$(command -v sudo) apt-get install -y ")
-    assert cpu_torch == "pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu"
-    assert install == 'pip install ".[warp]"' and '".[dev]"' in block.group(1)
-    assert everything == "python3 -P -m pytest python_tests" and '-m "not slow"' in block.group(1)
+    assert block, "the README has an Install, test, run section with a bash block"
+    return [line for line in block.group(1).splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_the_readme_commands():
+    """A user pastes them in order into a fresh shell: system packages (with and without sudo), a venv made and
+    entered, the package with the test extras in one build (PyPI alone: no other index to wait for), the whole
+    suite (the quick subset named beside it), the main job."""
+    apt, install, tests, job = readme_commands()
+    update, packages = apt.split(" && ")
+    assert update == "$(command -v sudo) apt-get update" and packages.startswith(
+        "$(command -v sudo) apt-get install -y "
+    )
+    assert "python3-venv" in packages.split()  # Debian's python3 makes no venv without it
+    assert install == 'python3 -m venv .venv && . .venv/bin/activate && pip install ".[dev]"'
+    assert "--index-url" not in install and "--extra-index-url" not in install
+    assert tests == "python3 -P -m pytest python_tests"
     assert job == "vlmrm-fast train configs/quickstart.yaml"
-    ci = (ROOT / ".ci" / "run").read_text()
-    packages = apt.split("install -y ")[1].split()
-    assert f"install -y -qq {' '.join(packages)}" in ci
-    assert 'python3 -m pip install ".[dev]"\n' in ci and "pip install .\n" not in ci  # the core built once
-    assert "download.pytorch.org" not in ci  # CI installs from PyPI alone (docs/install.md)
-    assert ci.rstrip().endswith(everything)
+    text = (ROOT / "README.md").read_text()
+    assert '-m "not slow"' in text[text.index("## Install, test, run") : text.index("## A tour")]
+
+
+def test_ci_runs_the_readme_commands_verbatim_in_order():
+    """.ci/run is the README's commands themselves, each on a line of its own, in the README's order (with the
+    code checks between them), not a variant of them."""
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    at = [ci.index(command) if command in ci else -1 for command in readme_commands()]
+    assert -1 not in at, f"not in .ci/run verbatim: {[c for c, i in zip(readme_commands(), at) if i == -1]}"
+    assert at == sorted(at), "the README's order"
+    install = ci.index('python3 -m venv .venv && . .venv/bin/activate && pip install ".[dev]"')
+    assert not [line for line in ci[:install] if "pip install" in line], "one install, one build of the core"
 
 
 def test_no_sentence_cites_an_issue_number():

@@ -20,10 +20,27 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
-from vlmrm_fast.failures import EXIT_SIGTERM, Terminated, run_command
+from vlmrm_fast.failures import (
+    EXIT_REFUSED,
+    EXIT_SIGTERM,
+    ExpectedFailure,
+    Terminated,
+    broken_install_line,
+    closed_pipe,
+    run_command,
+)
 
 
 def _info(args: argparse.Namespace) -> int:
+    from vlmrm_fast.health import install_parts
+
+    parts = install_parts()
+    broken = [part for part in parts if not part.ok]
+    if broken:  # what follows needs the parts that failed: name them, and stop
+        for part in parts:
+            print(f"  {part.name:<12} {part.detail}" if part.ok else f"  {part.name:<12} BROKEN: {part.problem}")
+        raise BrokenInstall(broken[0].problem or "")
+
     import vlmrm_fast
     from vlmrm_fast.device import describe_cuda_device
 
@@ -31,7 +48,8 @@ def _info(args: argparse.Namespace) -> int:
     usable = describe_cuda_device(info)
     accelerators = {"warp": warp_renderer(), "fp8": fp8_support(), "tensorrt": tensorrt_support()}
     if args.json:
-        print(json.dumps({**info, "cuda_summary": usable, **accelerators}, indent=2))
+        installed = {part.name: part.detail for part in parts}
+        print(json.dumps({**info, "installed": installed, "cuda_summary": usable, **accelerators}, indent=2))
         return 0
     cuda = f"compiled ({info['cuda_version']})" if info["cuda_compiled"] else "not compiled"
     egl = (
@@ -40,13 +58,21 @@ def _info(args: argparse.Namespace) -> int:
         else f"unavailable ({info['egl_error']})"
     )
     print(f"vlmrm-fast {vlmrm_fast.__version__}")
-    print(f"  MuJoCo   {info['mujoco_version']}")
-    print(f"  CUDA     {cuda}; {usable}")
-    print(f"  EGL      {egl}; devices: {info['egl_devices']}")
-    print(f"  Warp     {accelerators['warp']}")
-    print(f"  FP8      {accelerators['fp8']}")
-    print(f"  TensorRT {accelerators['tensorrt']}")
+    for part in parts:
+        print(f"  {part.name:<12} {part.detail}")
+    print(f"  MuJoCo       {info['mujoco_version']}")
+    print(f"  CUDA         {cuda}; {usable}")
+    print(f"  EGL          {egl}; devices: {info['egl_devices']}")
+    print(f"  Warp         {accelerators['warp']}")
+    print(f"  FP8          {accelerators['fp8']}")
+    print(f"  TensorRT     {accelerators['tensorrt']}")
     return 0
+
+
+class BrokenInstall(ExpectedFailure):
+    """A part of the install that a run loads does not load (``vlmrm_fast.health``)."""
+
+    label = "broken install"
 
 
 def fp8_support() -> str:
@@ -213,16 +239,31 @@ SUMMARIES: dict[str, str] = {
 }
 
 
+DESCRIPTION = (
+    "Vision-language models as zero-shot reward models for RL, fast: one command per job. "
+    "`vlmrm-fast COMMAND --help` tells more of one; `vlmrm-fast info` checks the install; "
+    "`vlmrm-fast train configs/quickstart.yaml` runs the quickstart."
+)
+
+
+class _CommandsHelp(argparse.HelpFormatter):
+    """Lists the commands once, a line each, under their heading (argparse would first print a line for the
+    group itself)."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if isinstance(action, argparse._SubParsersAction):
+            return "".join(self._format_action(command) for command in action._get_subactions())
+        return super()._format_action(action)
+
+
 def build_parser(command: str | None = None, *, lazy: bool = False) -> argparse.ArgumentParser:
     """The command line's parser. ``lazy``: only ``command``'s subparser is built in full (importing its
     module); the others are their one-line summaries, enough for ``vlmrm-fast --help``."""
     from vlmrm_fast import __version__
 
-    parser = argparse.ArgumentParser(
-        prog="vlmrm-fast", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(prog="vlmrm-fast", description=DESCRIPTION, formatter_class=_CommandsHelp)
     parser.add_argument("--version", action="version", version=f"vlmrm-fast {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
     for name, add in SUBCOMMANDS.items():
         if lazy and name != command and name in SUMMARIES:
             sub.add_parser(name, help=SUMMARIES[name], add_help=False)
@@ -239,16 +280,30 @@ def _command_asked(argv: Sequence[str]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs one subcommand under the package's failure policy (``vlmrm_fast.failures``): its parser's
     defaults give the job (``func``), whether a RuntimeError while it runs is the machine's answer
-    (``setup``) and what a Ctrl-C means (``interrupted``)."""
+    (``setup``) and what a Ctrl-C means (``interrupted``). Output to a pipe closed early (``| head``)
+    ends the command quietly: the reader had read enough."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # --help into a closed pipe; a command's own output is run_command's
+        return closed_pipe()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from vlmrm_fast.training.signals import sigterm_raises
 
+    words = sys.argv[1:] if argv is None else list(argv)
     try:
         with sigterm_raises():  # importing a command's modules takes seconds: a SIGTERM then says so
-            words = sys.argv[1:] if argv is None else list(argv)
             args = build_parser(_command_asked(words), lazy=True).parse_args(words)
     except Terminated:
         print("vlmrm-fast: stopped by SIGTERM while starting; nothing was done", file=sys.stderr)
         return EXIT_SIGTERM
+    except Exception:  # a command's module that does not import: a broken install says so in one line
+        broken = broken_install_line(_command_asked(words) or "")
+        if broken is None:
+            raise
+        print(broken, file=sys.stderr)
+        return EXIT_REFUSED
     name = " ".join(part for part in (args.command, getattr(args, "job", None)) if part)
     return run_command(
         name,

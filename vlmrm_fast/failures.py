@@ -4,7 +4,9 @@ A failure that comes from the input or the machine (a bad config or argument, a 
 downloaded, a missing file or package, no EGL or GPU, a run folder in use) ends a command with one
 line on stderr, ``vlmrm-fast COMMAND: error: what went wrong and the fix``, and exit code 2. Anything
 else is a bug, or a crash in the middle of the work: its traceback shows (exit code 1).
-``VLMRM_TRACEBACK=1`` shows the traceback of every failure.
+A failure that would show a traceback on a broken install (torch and torchvision from two builds, a
+native core that does not load) names the broken part and its fix in one line instead
+(``vlmrm_fast.health``). ``VLMRM_TRACEBACK=1`` shows the traceback of every failure.
 
 Exceptions say what they are by their class: :class:`ExpectedFailure` marks the package's own
 refusals, ``label`` names the kind of failure in the line (``config error``), and an exception
@@ -66,6 +68,8 @@ def run_command(
     :class:`Terminated` with 143 and the line ``terminated``."""
     try:
         return int(job() or EXIT_DONE)
+    except BrokenPipeError:
+        return closed_pipe()
     except (KeyboardInterrupt, Terminated) as exc:
         if getattr(exc, "_vlmrm_crash", False):
             raise
@@ -74,6 +78,28 @@ def run_command(
         return EXIT_SIGTERM if sigterm else EXIT_SIGINT
     except Exception as exc:
         if not expected_failure(exc, setup=setup):
-            raise
+            broken = broken_install_line(command)
+            if broken is None:
+                raise
+            print(broken, file=sys.stderr)
+            return EXIT_REFUSED
         print(one_line(command, exc), file=sys.stderr)
         return EXIT_REFUSED
+
+
+def closed_pipe() -> int:
+    """Output to a pipe its reader closed early (``vlmrm-fast models | head``) is not a failure: the reader
+    had read enough. Exit code 0, and stdout pointed at nothing, so that Python's flush at exit stays quiet."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_DONE
+
+
+def broken_install_line(command: str) -> str | None:
+    """``vlmrm-fast COMMAND: broken install: <the part and its fix>`` when the install is broken (and no
+    traceback was asked for); None otherwise, when a failure is the command's own."""
+    if os.environ.get("VLMRM_TRACEBACK") == "1":
+        return None
+    from vlmrm_fast.health import broken_install
+
+    broken = broken_install()
+    return None if broken is None else f"vlmrm-fast {command}: broken install: {broken}"
