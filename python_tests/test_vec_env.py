@@ -188,16 +188,16 @@ def test_humanoid_batch_engine_matches_gymnasium(rms, chunks):
 def test_auto_renderer_is_warp_on_the_cpu_when_installed(rms, monkeypatch):
     """renderer="auto" (the default): MuJoCo Warp where the frames are scored on the CPU and it is
     installed, EGL otherwise (on a GPU, or without MuJoCo Warp)."""
-    from vlmrm_fast import warp_runtime as warp_rendering
+    from vlmrm_fast import warp_runtime
     from vlmrm_fast.rendering import choose_renderer
 
     fast = make_fast(rms[HUMANOID], HUMANOID, physics="batch")
     assert fast.env_spec.renderer == "auto"
-    assert fast.renderer == ("warp" if warp_rendering.warp_available() is None else "egl")
+    assert fast.renderer == ("warp" if warp_runtime.warp_available() is None else "egl")
     fast.close()
     assert choose_renderer("auto", 0) == "egl"  # frames scored on cuda:0
     assert choose_renderer("egl", None) == "egl" and choose_renderer("warp", 0) == "warp"  # a choice is kept
-    monkeypatch.setattr(warp_rendering, "warp_available", lambda: "MuJoCo Warp is not installed")
+    monkeypatch.setattr(warp_runtime, "warp_available", lambda: "MuJoCo Warp is not installed")
     assert choose_renderer("auto", None) == "egl"
     with pytest.raises(ValueError, match="renderer: 'vulkan' is not one of"):
         choose_renderer("vulkan", None)

@@ -45,18 +45,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: EnvSpec fields that the keyword fronts take as keywords (task and num_envs come first).
-ENV_ARGUMENTS = (
-    "episode_length",
-    "render_size",
-    "physics",
-    "renderer",
-    "pipeline_chunks",
-    "env_reward_weight",
-    "time_limit",
-    "scene_assets",
-    "solver",
-)
+#: EnvSpec fields that the keyword fronts take as keywords (task and num_envs come first, by position).
+ENV_ARGUMENTS = tuple(field.name for field in dataclasses.fields(EnvSpec) if field.name not in ("task", "n_envs"))
 #: What a stack takes beside the two specs: the first reset's seed, gymnasium envs' keywords, and
 #: whether the rewards are left to the caller (episode batches).
 OPTIONS = ("seed", "env_kwargs", "defer_rewards")

@@ -15,7 +15,6 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from vlmrm_fast._moved import moved_attribute
 from vlmrm_fast.lazy import named
 
 if TYPE_CHECKING:
@@ -111,10 +110,5 @@ def choose_renderer(requested: str, gpu: int | None, among: tuple[str, ...] | No
             return name
     return None
 
-
-# Names that lived in the module vlmrm_fast/rendering.py before it became this package.
-__getattr__ = moved_attribute(
-    globals(), {"BatchRenderer": "vlmrm_fast.rendering.egl", "egl_unavailable": "vlmrm_fast.rendering.egl"}
-)
 
 __all__ = ["AUTO_ORDER", "RENDERERS", "Renderer", "choose_renderer"]

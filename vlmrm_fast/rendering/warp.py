@@ -41,7 +41,7 @@ from vlmrm_fast.device import resolve_device
 from vlmrm_fast.frames import FrameLayout, FrameView
 from vlmrm_fast.physics.batch import BatchSimulator
 from vlmrm_fast.rendering.base import BatchRendererBase
-from vlmrm_fast.warp_runtime import import_warp, warp_available, warp_stream_of  # noqa: F401  (warp_available: this module's name for it)
+from vlmrm_fast.warp_runtime import import_warp, warp_stream_of
 
 MAX_FRAME_SIDE = 8192
 _UNPACK_KERNEL = None
