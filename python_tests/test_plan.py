@@ -85,7 +85,7 @@ def test_physics_and_renderers_are_rows_of_one_table_each():
     for row in PHYSICS.values():
         assert row.description and row.needs and (row.simulator is not None) == row.engine
     for row in RENDERERS.values():
-        assert row.description and row.needs and ":" in row.factory
+        assert row.description and row.needs and ":" in row.implementation
     with pytest.raises(ValueError, match="renderer: 'vulkan' is not one of"):
         rendering.choose_renderer("vulkan", None)
 
