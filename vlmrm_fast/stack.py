@@ -105,8 +105,9 @@ def plan_stack(env: EnvSpec, reward: RewardModelSpec | RewardModel) -> StackPlan
         check_reward_model(reward)
     device = resolve_device(reward.device) if isinstance(reward, RewardModelSpec) else torch.device(reward.device)
     gpu = device.index if device.type == "cuda" else None
-    asked = PHYSICS[env.physics] if env.physics != "auto" else None
-    renderer = choose_renderer(env.renderer, gpu, offers=asked.offers if asked is not None and asked.engine else None)
+    asked = PHYSICS.get(env.physics)  # None: "auto"
+    drawable = asked is not None and asked.engine and asked.unavailable(task, gpu) is None  # (its module loads)
+    renderer = choose_renderer(env.renderer, gpu, offers=asked.offers if asked is not None and drawable else None)
     physics = _choose_physics(env, task, renderer, gpu)
     row = PHYSICS[physics]
     if not row.engine:
@@ -143,9 +144,8 @@ def _choose_physics(env: EnvSpec, task: TaskSpec, renderer: str | None, gpu: int
         row = PHYSICS[name]
         task_problem = row.unavailable(task, gpu)
         drawing_problem = _renderer_problem(renderer, gpu) if row.engine and task_problem is None else None
-        pairing_problem = (
-            _pairing_problem(row, renderer) if row.engine and not (task_problem or drawing_problem) else None
-        )
+        pairing = row.engine and not (task_problem or drawing_problem)
+        pairing_problem = _pairing_problem(row, renderer, task, gpu) if pairing else None
         if not (task_problem or drawing_problem or pairing_problem):
             return name
         if requested == "auto":
@@ -159,14 +159,22 @@ def _choose_physics(env: EnvSpec, task: TaskSpec, renderer: str | None, gpu: int
     raise RuntimeError(f"no physics can run task {task.name!r} here")  # pragma: no cover - "gym" always can
 
 
-def _pairing_problem(physics: Physics, renderer: str | None) -> str | None:
+def _pairing_problem(physics: Physics, renderer: str | None, task: TaskSpec, gpu: int | None) -> str | None:
     """Why ``renderer`` cannot draw ``physics`` (it draws none of the states its simulator offers), naming the
-    renderers and the physics that would meet, in one line; None when it can."""
+    renderers and the physics that would meet here, in one line; None when it can."""
     drawer = RENDERERS[renderer] if renderer is not None else None
     if drawer is None or drawer.state_for(physics.offers) is not None:
         return None
-    drawers = [name for name, row in RENDERERS.items() if row.state_for(physics.offers) is not None]
-    drawn = [name for name, row in PHYSICS.items() if row.engine and drawer.state_for(row.offers) is not None]
+    drawers = [
+        name
+        for name, row in RENDERERS.items()
+        if row.unavailable(gpu) is None and row.state_for(physics.offers) is not None
+    ]
+    drawn = [
+        name
+        for name, row in PHYSICS.items()
+        if row.engine and row.unavailable(task, gpu) is None and drawer.state_for(row.offers) is not None
+    ]
     instead = [f"renderer={' or '.join(map(repr, drawers))} with physics={physics.name!r}"] if drawers else []
     instead += [f"physics={' or '.join(map(repr, drawn))} with renderer={drawer.name!r}"] if drawn else []
     return (
