@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         for k in args.renderers
         for c in args.pipeline_chunks
         for physics in args.physics
-        if physics == "auto" or PHYSICS[physics].renderers is None or k in PHYSICS[physics].renderers
+        if physics == "auto" or not PHYSICS[physics].engine or RENDERERS[k].state_for(PHYSICS[physics].offers)
     ]
     results, baselines = [], {}
     # The table as it grows: its header with the first result, then one row per result (printed once).

@@ -78,7 +78,7 @@ def _tensorrt_missing() -> str | None:
 
 
 def _warp_missing() -> str | None:
-    from vlmrm_fast.rendering.warp import warp_available
+    from vlmrm_fast.warp_runtime import warp_available
 
     return warp_available()
 

@@ -12,7 +12,8 @@ import torch
 from PIL import Image
 
 from vlmrm_fast.cli import main
-from vlmrm_fast.evaluation.check_precision import check_precision, load_frames, spearman
+from vlmrm_fast.encoders.fp8_calibration import load_frames
+from vlmrm_fast.evaluation.check_precision import check_precision, spearman
 
 PROMPTS = dict(target_prompts=["a humanoid robot kneeling"], baseline_prompts=["a humanoid robot"])
 

@@ -198,29 +198,6 @@ def test_a_new_backend_is_one_row(monkeypatch):
     assert choose_backend(CPU, None, "fp32") == "torch", "auto skips a backend that does not run the precision"
 
 
-def test_moved_names_still_work_for_one_release_with_a_warning():
-    import vlmrm_fast.encoders as encoders
-    import vlmrm_fast.encoders.base as base
-    import vlmrm_fast.encoders.fp8 as fp8
-    from vlmrm_fast.encoders import fp8_speed, precision
-
-    with pytest.warns(DeprecationWarning, match="FIXED_BATCH_BACKENDS is deprecated"):
-        assert encoders.FIXED_BATCH_BACKENDS == ("compile", "tensorrt")
-    with pytest.warns(DeprecationWarning, match="DEFAULT_ATTENTION is deprecated"):
-        assert encoders.DEFAULT_ATTENTION == {"torch": "open_clip", "compile": "fused"}
-    with pytest.warns(DeprecationWarning, match="precision.resolve"):
-        resolve_precision = base.resolve_precision
-    assert resolve_precision("auto", CPU) == torch.float32 and resolve_precision("fp32", CPU) == torch.float32
-    with pytest.raises(ValueError, match="FP8 runs through the torch and compile backends"):
-        resolve_precision("fp8", CPU)
-    with pytest.warns(DeprecationWarning, match="moved to vlmrm_fast.encoders.precision.PRECISIONS"):
-        assert base.PRECISIONS is precision.PRECISIONS
-    with pytest.warns(DeprecationWarning, match="moved to vlmrm_fast.encoders.fp8_speed.fp8_matmul_speedup"):
-        assert fp8.fp8_matmul_speedup is fp8_speed.fp8_matmul_speedup
-    with pytest.raises(AttributeError):
-        encoders.NO_SUCH_NAME  # noqa: B018
-
-
 # --------------------------------------------------------------------------- compile (CPU)
 
 

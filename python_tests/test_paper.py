@@ -86,6 +86,90 @@ def test_paper_scene_frames_are_gymnasiums_free_camera_with_the_papers_numbers()
     assert np.abs(expected[0].astype(int) - expected[1].astype(int)).mean() > 1.0, "the robot moved in the frame"
 
 
+DATA = pathlib.Path(__file__).resolve().parent / "data"
+#: A frame the paper's own code drew: data/README.md gives the commit and the command.
+PAPER_FRAME = DATA / "paper_humanoid_reset_seed0.png"
+
+
+def stand_in_textures(folder: pathlib.Path) -> pathlib.Path:
+    """Images of our own under the paper's file names and sizes (RGBA, as its files are): smooth colours
+    and a checker on the sky and the robot, a gradient on the floor tiles. The paper's frame in
+    ``data/`` was drawn from these very files."""
+    from PIL import Image
+
+    def pattern(size: int, seed: int, checker: bool = True) -> np.ndarray:
+        y, x = np.mgrid[0:size, 0:size] / size
+        if not checker:
+            rgb = [150 + 60 * x, 140 + 50 * y, 120 + 40 * x * y]
+        else:
+            blue = np.where(((x * 4).astype(int) + (y * 4).astype(int)) % 2 == 0, 200, 60)
+            rgb = [
+                128 + 100 * np.sin(2 * np.pi * (x + seed / 3)),
+                128 + 100 * np.cos(2 * np.pi * (y * 2 - seed / 5)),
+                blue,
+            ]
+        return np.stack([*rgb, np.full_like(x, 255)], -1).round().astype(np.uint8)
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, image in (
+        ("sky.png", pattern(778, 0)),
+        ("tiles.png", pattern(493, 1, checker=False)),
+        ("robot.png", pattern(200, 2)),
+    ):
+        Image.fromarray(image, "RGBA").save(folder / name)
+    return folder
+
+
+def test_the_papers_image_files_keep_the_papers_shadow_map(tmp_path):
+    """The paper's model sets no shadow map, so MuJoCo's default; drawn with its image files, ours keeps it.
+    The generated textures take a smaller one, sized for the frames."""
+    folder = str(stand_in_textures(tmp_path))
+    assert humanoid.humanoid_model("paper", 480, folder).vis.quality.shadowsize == 4096
+    assert humanoid.humanoid_model("paper-textures", 224, folder).vis.quality.shadowsize == 4096
+    assert humanoid.humanoid_model("paper", 480).vis.quality.shadowsize == 2048
+    assert mujoco.MjModel.from_xml_string("<mujoco/>").vis.quality.shadowsize == humanoid.PAPER_SHADOW_MAP_SIZE
+
+
+@pytest.mark.egl
+def test_the_papers_scene_is_the_papers_picture(tmp_path):
+    """With the paper's image files (here stand-ins under its names), the paper scene's frame of the reset
+    with seed 0 equals, pixel for pixel, the frame the paper's own code drew of its env reset with seed 0
+    at 480 x 480 (``data/README.md``): drawn by mujoco.Renderer from our gymnasium env, and by the EGL
+    batch renderer from the batch engine's reset. The frame in ``data/`` is Mesa's (llvmpipe); a GPU's
+    rasterizer rounds shadow and polygon edges its own way, so elsewhere it is skipped."""
+    from PIL import Image
+
+    from vlmrm_fast.physics.batch import BatchSimulator
+    from vlmrm_fast.rendering.egl import BatchRenderer
+
+    paper = np.asarray(Image.open(PAPER_FRAME).convert("RGB"))
+    size = paper.shape[0]
+    task = get_task("humanoid-kneeling").with_scene_assets(str(stand_in_textures(tmp_path)))
+    model = task.batch.build_model(size)
+    sim = BatchSimulator(model, 1)
+    sim.reset(seed=0, noise_scale=humanoid.RESET_NOISE_SCALE)
+    batch = BatchRenderer(model, 1, size, size, camera=task.batch.camera)
+    try:
+        if not batch.software:
+            pytest.skip("the paper's frame in data/ was drawn by Mesa's llvmpipe; this EGL is a GPU's")
+        drawn = batch.render_sim(sim)[0]
+    finally:
+        batch.close()
+    env = task.make(render_size=(size, size))
+    env.reset(seed=0)
+    base = env.unwrapped
+    np.testing.assert_array_equal(base.data.qpos, sim.qpos[0])
+    with mujoco.Renderer(base.model, size, size) as renderer:
+        renderer.update_scene(base.data, task.batch.camera)
+        rendered = renderer.render()
+    env.close()
+    for frame in (rendered, drawn):
+        differing = np.argwhere((frame != paper).any(-1))
+        assert differing.size == 0, (
+            f"{len(differing)} pixels differ from the paper's frame, the first at {differing[:3].tolist()}"
+        )
+
+
 def test_every_scene_keeps_gymnasiums_physics():
     """Scenes change textures, materials, the light and cameras only: stepping is bit-identical."""
     reference = mujoco.MjModel.from_xml_path(humanoid.gymnasium_humanoid_xml())

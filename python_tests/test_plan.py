@@ -1,12 +1,9 @@
 """One plan per stack (vlmrm_fast.stack): a construction resolves the device, the renderer, the physics and
-the pipeline's ranges once each, and hands the plan down; the backends are rows of their tables; the
-names that moved still import, with a DeprecationWarning."""
+the pipeline's ranges once each, and hands the plan down; the backends are rows of their tables."""
 
 from __future__ import annotations
 
 import collections
-import importlib
-import warnings
 
 import numpy as np
 import pytest
@@ -88,7 +85,7 @@ def test_physics_and_renderers_are_rows_of_one_table_each():
     for row in PHYSICS.values():
         assert row.description and row.needs and (row.simulator is not None) == row.engine
     for row in RENDERERS.values():
-        assert row.description and row.needs and ":" in row.factory
+        assert row.description and row.needs and ":" in row.implementation
     with pytest.raises(ValueError, match="renderer: 'vulkan' is not one of"):
         rendering.choose_renderer("vulkan", None)
 
@@ -96,37 +93,6 @@ def test_physics_and_renderers_are_rows_of_one_table_each():
 def test_a_task_without_an_engine_version_names_the_physics_that_runs_it():
     with pytest.raises(ValueError, match=r"no batch-engine version; use physics='gym' \(or 'auto'\)"):
         plan_stack(EnvSpec("cartpole", 1, physics="batch"), RewardModelSpec(**TINY))
-
-
-@pytest.mark.parametrize(
-    "old, new, name",
-    [
-        ("vlmrm_fast.sim", "vlmrm_fast.physics.batch", "BatchSimulator"),
-        ("vlmrm_fast.render_base", "vlmrm_fast.rendering.base", "BatchRendererBase"),
-        ("vlmrm_fast.warp_rendering", "vlmrm_fast.rendering.warp", "WarpBatchRenderer"),
-        ("vlmrm_fast.envs.batch", "vlmrm_fast.engine", "MujocoBatchVecEnv"),
-        ("vlmrm_fast.reward.math", "vlmrm_fast.reward.formulas", "goal_baseline_reward"),
-    ],
-)
-def test_a_moved_module_still_imports_with_a_deprecation_warning(monkeypatch, old, new, name):
-    monkeypatch.delitem(importlib.sys.modules, old, raising=False)
-    with pytest.warns(DeprecationWarning, match=f"{old} moved to {new}"):
-        module = importlib.import_module(old)
-    assert getattr(module, name) is getattr(importlib.import_module(new), name)
-
-
-def test_a_moved_name_still_imports_with_a_deprecation_warning(monkeypatch):
-    monkeypatch.delitem(vars(rendering), "BatchRenderer", raising=False)
-    with pytest.warns(DeprecationWarning, match="vlmrm_fast.rendering.BatchRenderer moved to"):
-        from vlmrm_fast.rendering import BatchRenderer
-    from vlmrm_fast.rendering.egl import BatchRenderer as moved
-
-    assert BatchRenderer is moved
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        from vlmrm_fast.rendering import BatchRenderer as again  # warned once
-
-    assert again is moved
 
 
 def test_rewards_do_not_depend_on_the_plan_taking_the_specs_whole():

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from vlmrm_fast import BatchSimulator
-from vlmrm_fast.physics.batch import SimulationError, SimulationWarning
+from vlmrm_fast.physics.batch import SimulationError
+from vlmrm_fast.physics.simulator import SimulationWarning
 
 # Humanoid-v5's observation, field by field (gymnasium's humanoid_v5._get_obs).
 HUMANOID_OBS = [("qpos", 2), "qvel", ("cinert", 10), ("cvel", 6), ("qfrc_actuator", 6), ("cfrc_ext", 6)]

@@ -8,11 +8,13 @@ import gymnasium
 import numpy as np
 import pytest
 import torch
+from double_physics import ROW as KINEMATIC
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor, VecNormalize
 from tolerances import assert_rewards_close
 
 from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model
 from vlmrm_fast.envs import get_task
+from vlmrm_fast.physics import PHYSICS
 from vlmrm_fast.wrappers import RecordFrame, VLMRewardVecEnvWrapper
 
 N = 3
@@ -62,16 +64,21 @@ VENVS = [
     (HUMANOID, "fast"),
     # MuJoCo Warp frames, a step in two ranges (test_warp_render.py checks the renderer in the quick subset)
     pytest.param((HUMANOID, "fast-warp"), marks=[pytest.mark.warp, pytest.mark.slow]),
+    # a physics backend added as one module and one row (double_physics.py), drawn by EGL from its positions
+    pytest.param((HUMANOID, "fast-kinematic"), marks=pytest.mark.egl),
 ]
 
 
 @pytest.fixture(params=VENVS, ids=lambda p: "-".join(p))
-def venv(request, rms):
+def venv(request, rms, monkeypatch):
     task, kind = request.param
     if kind == "dummy":
         env = make_dummy(task)
     elif kind == "fast-warp":
         env = make_fast(rms[task], task, renderer="warp", pipeline_chunks=2)
+    elif kind == "fast-kinematic":
+        monkeypatch.setitem(PHYSICS, KINEMATIC.name, KINEMATIC)
+        env = make_fast(rms[task], task, physics="kinematic", renderer="egl")
     else:
         env = make_fast(rms[task], task)
     yield env
@@ -188,16 +195,16 @@ def test_humanoid_batch_engine_matches_gymnasium(rms, chunks):
 def test_auto_renderer_is_warp_on_the_cpu_when_installed(rms, monkeypatch):
     """renderer="auto" (the default): MuJoCo Warp where the frames are scored on the CPU and it is
     installed, EGL otherwise (on a GPU, or without MuJoCo Warp)."""
-    from vlmrm_fast import warp_runtime as warp_rendering
+    from vlmrm_fast import warp_runtime
     from vlmrm_fast.rendering import choose_renderer
 
     fast = make_fast(rms[HUMANOID], HUMANOID, physics="batch")
     assert fast.env_spec.renderer == "auto"
-    assert fast.renderer == ("warp" if warp_rendering.warp_available() is None else "egl")
+    assert fast.renderer == ("warp" if warp_runtime.warp_available() is None else "egl")
     fast.close()
     assert choose_renderer("auto", 0) == "egl"  # frames scored on cuda:0
     assert choose_renderer("egl", None) == "egl" and choose_renderer("warp", 0) == "warp"  # a choice is kept
-    monkeypatch.setattr(warp_rendering, "warp_available", lambda: "MuJoCo Warp is not installed")
+    monkeypatch.setattr(warp_runtime, "warp_available", lambda: "MuJoCo Warp is not installed")
     assert choose_renderer("auto", None) == "egl"
     with pytest.raises(ValueError, match="renderer: 'vulkan' is not one of"):
         choose_renderer("vulkan", None)

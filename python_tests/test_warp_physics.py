@@ -28,7 +28,8 @@ import torch
 from child_process import run_python
 
 from vlmrm_fast.envs import humanoid
-from vlmrm_fast.physics.batch import BatchSimulator, SimulationWarning
+from vlmrm_fast.physics.batch import BatchSimulator
+from vlmrm_fast.physics.simulator import SimulationWarning
 from vlmrm_fast.physics.solver import with_solver
 
 pytestmark = pytest.mark.warp

@@ -193,7 +193,12 @@ def test_on_a_cpu_it_says_it_is_for_testing(rm):
 @pytest.mark.parametrize(
     "task, kwargs, error, match",
     [
-        (TASK, {"renderer": "egl"}, ValueError, r"renderer='egl' cannot draw this physics' state; .*renderer='warp'"),
+        (
+            TASK,
+            {"renderer": "egl"},
+            ValueError,
+            r"renderer='egl' cannot draw physics='warp': .*device worlds.*; use renderer='warp' with physics='warp', or physics='batch'",
+        ),
         (TASK, {"solver": "pgs"}, ValueError, r"runs the newton or cg solver, not 'pgs'; .*physics='batch'"),
         (TASK, {"pipeline_chunks": 2}, ValueError, "steps every env at once"),
         ("cartpole", {}, ValueError, r"no batch-engine version; use physics='gym' \(or 'auto'\)"),

@@ -49,44 +49,16 @@ if _missing_core is not None:
 
 __version__ = "0.1.0"
 
-from vlmrm_fast import _moved  # noqa: E402  (light: the old module names, importable for one release)
-
-_moved.install()
-
 # Everything is loaded on first use: `import vlmrm_fast` (and `vlmrm-fast --help`) imports neither the
 # native core, torch nor Stable-Baselines3. vlmrm_fast._native loads the core (libmujoco first).
-_LAZY = {
-    "TINY_MODEL": "vlmrm_fast.reward",
-    "BinaryTask": "vlmrm_fast.reward",
-    "GoalBaselineTask": "vlmrm_fast.reward",
-    "PromptTruncatedWarning": "vlmrm_fast.reward",
-    "RandomWeightsWarning": "vlmrm_fast.reward",
-    "RewardModel": "vlmrm_fast.reward",
-    "RewardModelSpec": "vlmrm_fast.reward",
-    "VLMRewardModel": "vlmrm_fast.reward",
-    "WeightsUnavailableError": "vlmrm_fast.reward",
-    "load_reward_model": "vlmrm_fast.reward",
-    "BatchRenderer": "vlmrm_fast.rendering.egl",
-    "BatchSimulator": "vlmrm_fast.physics.batch",
-    "FramePreprocessor": "vlmrm_fast.preprocess",
-    "PreprocessSpec": "vlmrm_fast.preprocess",
-    "WarpBatchRenderer": "vlmrm_fast.rendering.warp",  # imports MuJoCo Warp only when one is made
-    "build_info": "vlmrm_fast.device",
-    "EnvSpec": "vlmrm_fast.envs.spec",
-    "FastVLMRewardVecEnv": "vlmrm_fast.vec_env",
-    "RecordFrame": "vlmrm_fast.wrappers",
-    "VLMRewardVecEnvWrapper": "vlmrm_fast.wrappers",
-    "VLMRewardVectorEnv": "vlmrm_fast.gym_vector",
-    "VLMRewardVectorWrapper": "vlmrm_fast.gym_vector",
-}
-
-if TYPE_CHECKING:  # the names as the type checker sees them
+if TYPE_CHECKING:  # the public names, one import each: the type checker reads them, and so does _public()
     from vlmrm_fast.device import build_info
     from vlmrm_fast.envs.spec import EnvSpec
+    from vlmrm_fast.gym_vector import VLMRewardVectorEnv, VLMRewardVectorWrapper
     from vlmrm_fast.physics.batch import BatchSimulator
     from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
     from vlmrm_fast.rendering.egl import BatchRenderer
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer  # imports MuJoCo Warp only when one is made
     from vlmrm_fast.reward import (
         TINY_MODEL,
         BinaryTask,
@@ -102,47 +74,39 @@ if TYPE_CHECKING:  # the names as the type checker sees them
     from vlmrm_fast.vec_env import FastVLMRewardVecEnv
     from vlmrm_fast.wrappers import RecordFrame, VLMRewardVecEnvWrapper
 
+_PUBLIC: dict[str, str] = {}
+
+
+def _public() -> dict[str, str]:
+    """Each public name -> the module that defines it, read once from the imports above (their one list)."""
+    if not _PUBLIC:
+        import ast
+
+        with open(__file__, encoding="utf-8") as source:
+            tree = ast.parse(source.read())
+        (block,) = [
+            node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+        ]
+        for node in block.body:
+            assert isinstance(node, ast.ImportFrom) and node.module is not None
+            _PUBLIC.update((alias.name, node.module) for alias in node.names)
+    return _PUBLIC
+
 
 def __getattr__(name: str) -> Any:
-    if name in ("_core", "_cuda_emulation"):  # `from vlmrm_fast import _core`: the native modules, libmujoco first
-        import importlib
+    import importlib
 
+    if name in ("_core", "_cuda_emulation"):  # `from vlmrm_fast import _core`: the native modules, libmujoco first
         importlib.import_module("vlmrm_fast._native")
         return importlib.import_module(f"{__name__}.{name}")
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
+    if name == "__all__":
+        return sorted(_public())
+    if name in _public():
+        value = getattr(importlib.import_module(_public()[name]), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'vlmrm_fast' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
-
-__all__ = [
-    "TINY_MODEL",
-    "BatchRenderer",
-    "BatchSimulator",
-    "BinaryTask",
-    "EnvSpec",
-    "FastVLMRewardVecEnv",
-    "FramePreprocessor",
-    "GoalBaselineTask",
-    "PreprocessSpec",
-    "PromptTruncatedWarning",
-    "RandomWeightsWarning",
-    "RecordFrame",
-    "RewardModel",
-    "RewardModelSpec",
-    "VLMRewardModel",
-    "VLMRewardVecEnvWrapper",
-    "VLMRewardVectorEnv",
-    "VLMRewardVectorWrapper",
-    "WarpBatchRenderer",
-    "WeightsUnavailableError",
-    "build_info",
-    "load_reward_model",
-]
+    return sorted(set(globals()) | set(_public()))

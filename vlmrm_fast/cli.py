@@ -96,7 +96,7 @@ def tensorrt_support() -> str:
 
 def warp_renderer() -> str:
     """Whether renderer="warp" can be used here, in words."""
-    from vlmrm_fast.rendering.warp import warp_available
+    from vlmrm_fast.warp_runtime import warp_available
 
     missing = warp_available()
     if missing is not None:

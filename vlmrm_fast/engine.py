@@ -28,7 +28,7 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from vlmrm_fast.actions import check_actions
 from vlmrm_fast.checks import one_of
-from vlmrm_fast.envs.batch_task import BatchTask, StepReward  # noqa: F401  (StepReward: the old envs.batch name)
+from vlmrm_fast.envs.batch_task import BatchTask
 from vlmrm_fast.envs.time_limits import TIME_LIMITS
 from vlmrm_fast.frames import FrameView
 from vlmrm_fast.memory import check_envs_fit, env_bytes

@@ -190,7 +190,6 @@ class VLMRewardVectorWrapper(VectorWrapper):
         self.reward_model = reward_model
         self.reward_mix = RewardMix(task_names(reward_model), env_reward_weight)
         self._mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
-        self._checked = False
         self._done = np.zeros(env.num_envs, dtype=bool)
 
     @property

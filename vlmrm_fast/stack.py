@@ -13,7 +13,9 @@ The choices, each made once, in this order:
 1. the device frames are scored on (the reward model's: a loaded model's, or its spec's resolved);
 2. the renderer (``vlmrm_fast.rendering.RENDERERS``: a named one, or ``"auto"``'s pick for that device);
 3. the physics (``vlmrm_fast.physics.PHYSICS``: a named one, or ``"auto"``'s: the batch engine where the
-   task has one and the renderer can draw, the task's gymnasium envs otherwise);
+   task has one and the renderer can draw, the task's gymnasium envs otherwise); a renderer draws an
+   engine's physics when it draws one of the states its simulator offers (``Renderer.draws``,
+   ``Physics.offers``): a pair that cannot meet is refused, naming both and what would;
 4. the pipeline's ranges of envs (``pipeline.plan_chunks``: one range where nothing can overlap);
 5. the encoder's batch: the largest range (fixed-batch encoders are built for it), unless the spec sets one.
 
@@ -45,18 +47,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: EnvSpec fields that the keyword fronts take as keywords (task and num_envs come first).
-ENV_ARGUMENTS = (
-    "episode_length",
-    "render_size",
-    "physics",
-    "renderer",
-    "pipeline_chunks",
-    "env_reward_weight",
-    "time_limit",
-    "scene_assets",
-    "solver",
-)
+#: EnvSpec fields that the keyword fronts take as keywords (task and num_envs come first, by position).
+ENV_ARGUMENTS = tuple(field.name for field in dataclasses.fields(EnvSpec) if field.name not in ("task", "n_envs"))
 #: What a stack takes beside the two specs: the first reset's seed, gymnasium envs' keywords, and
 #: whether the rewards are left to the caller (episode batches).
 OPTIONS = ("seed", "env_kwargs", "defer_rewards")
@@ -113,8 +105,9 @@ def plan_stack(env: EnvSpec, reward: RewardModelSpec | RewardModel) -> StackPlan
         check_reward_model(reward)
     device = resolve_device(reward.device) if isinstance(reward, RewardModelSpec) else torch.device(reward.device)
     gpu = device.index if device.type == "cuda" else None
-    row = PHYSICS[env.physics] if env.physics != "auto" else None
-    renderer = choose_renderer(env.renderer, gpu, among=row.renderers if row is not None else None)
+    asked = PHYSICS.get(env.physics)  # None: "auto"
+    drawable = asked is not None and asked.engine and asked.unavailable(task, gpu) is None  # (its module loads)
+    renderer = choose_renderer(env.renderer, gpu, offers=asked.offers if asked is not None and drawable else None)
     physics = _choose_physics(env, task, renderer, gpu)
     row = PHYSICS[physics]
     if not row.engine:
@@ -151,15 +144,44 @@ def _choose_physics(env: EnvSpec, task: TaskSpec, renderer: str | None, gpu: int
         row = PHYSICS[name]
         task_problem = row.unavailable(task, gpu)
         drawing_problem = _renderer_problem(renderer, gpu) if row.engine and task_problem is None else None
-        if task_problem is None and drawing_problem is None:
+        pairing = row.engine and not (task_problem or drawing_problem)
+        pairing_problem = _pairing_problem(row, renderer, task, gpu) if pairing else None
+        if not (task_problem or drawing_problem or pairing_problem):
             return name
         if requested == "auto":
             continue
+        if pairing_problem is not None:
+            raise ValueError(pairing_problem)
         if drawing_problem is not None:
             raise RuntimeError(f"physics={name!r} draws with a batch renderer: {drawing_problem}")
         others = [n for n, other in PHYSICS.items() if n != name and other.unavailable(task, gpu) is None]
         raise ValueError(f"{task_problem}; use physics={' or '.join(map(repr, others))} (or 'auto')")
     raise RuntimeError(f"no physics can run task {task.name!r} here")  # pragma: no cover - "gym" always can
+
+
+def _pairing_problem(physics: Physics, renderer: str | None, task: TaskSpec, gpu: int | None) -> str | None:
+    """Why ``renderer`` cannot draw ``physics`` (it draws none of the states its simulator offers), naming the
+    renderers and the physics that would meet here, in one line; None when it can."""
+    drawer = RENDERERS[renderer] if renderer is not None else None
+    if drawer is None or drawer.state_for(physics.offers) is not None:
+        return None
+    drawers = [
+        name
+        for name, row in RENDERERS.items()
+        if row.unavailable(gpu) is None and row.state_for(physics.offers) is not None
+    ]
+    drawn = [
+        name
+        for name, row in PHYSICS.items()
+        if row.engine and row.unavailable(task, gpu) is None and drawer.state_for(row.offers) is not None
+    ]
+    instead = [f"renderer={' or '.join(map(repr, drawers))} with physics={physics.name!r}"] if drawers else []
+    instead += [f"physics={' or '.join(map(repr, drawn))} with renderer={drawer.name!r}"] if drawn else []
+    return (
+        f"renderer={drawer.name!r} cannot draw physics={physics.name!r}: its simulator offers "
+        f"{' or '.join(physics.offers)}, the renderer draws {' or '.join(drawer.draws)}; use "
+        + (", or ".join(instead) or "another pair")
+    )
 
 
 def _choose_solver(env: EnvSpec, task: TaskSpec, row: Physics) -> str | None:

@@ -36,6 +36,9 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
     ``task`` names a built-in task (``vlmrm_fast.envs.TASKS``: the paper's humanoid poses,
     ``cartpole``, ``mountain-car``, ``mountain-car-textured``) or any gymnasium id.
 
+    ``settings``: the fields of an :class:`~vlmrm_fast.envs.spec.EnvSpec` but ``task`` and ``n_envs``
+    (their meaning and defaults are the spec's), and the reward model's (below).
+
     The reward model: pass a loaded one (``reward_model=``, to share it between envs), a
     :class:`~vlmrm_fast.reward.spec.RewardModelSpec` (``reward_spec=``), or its fields as keywords (``model``,
     ``target_prompts``, ``baseline_prompts``, ``alpha``, ``tasks``, ``device``, ``backend``,
@@ -64,35 +67,14 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
         *,
         reward_model: RewardModel | None = None,
         reward_spec: RewardModelSpec | None = None,
-        episode_length: int | None = None,
-        render_size: int | tuple[int, int] | None = None,
         seed: int | None = None,
-        physics: str = "auto",
-        renderer: str = "auto",
-        pipeline_chunks: int | str = "auto",
         env_kwargs: dict[str, Any] | None = None,
         defer_rewards: bool = False,
-        env_reward_weight: float = 0.0,
-        time_limit: str = "truncate",
-        scene_assets: str | None = None,
-        solver: str | None = None,
-        **reward: Any,
+        **settings: Any,
     ):
-        arguments = {
-            "reward_model": reward_model,
-            "reward_spec": reward_spec,
-            "episode_length": episode_length,
-            "render_size": render_size,
-            "physics": physics,
-            "renderer": renderer,
-            "pipeline_chunks": pipeline_chunks,
-            "env_reward_weight": env_reward_weight,
-            "time_limit": time_limit,
-            "scene_assets": scene_assets,
-            "solver": solver,
-        }
-        arguments = {k: v for k, v in arguments.items() if v is not None}
-        env, model, _ = specs_of_arguments(type(self).__name__, task, num_envs, {**arguments, **reward})
+        given = {"reward_model": reward_model, "reward_spec": reward_spec}
+        arguments = {name: value for name, value in given.items() if value is not None}
+        env, model, _ = specs_of_arguments(type(self).__name__, task, num_envs, {**arguments, **settings})
         self._build(env, model, seed=seed, env_kwargs=env_kwargs, defer_rewards=defer_rewards)
 
     @classmethod

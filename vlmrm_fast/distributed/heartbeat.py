@@ -81,10 +81,6 @@ class Heartbeat:
                 self._watched[rank] = name
                 self._seen.setdefault(rank, (None, now))
 
-    def unwatch(self, rank: int) -> None:
-        with self._lock:
-            self._watched.pop(rank, None)
-
     def announce_stop(self, reason: str) -> None:
         """Leaves ``reason`` for the other ranks (rank 0, when the run ends because of a failure)."""
         try:

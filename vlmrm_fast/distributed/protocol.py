@@ -90,9 +90,6 @@ CLOSE = Call("close")
 SHARD_METHODS = frozenset(
     {"reset", "step", "seed", "set_options", "get_attr", "set_attr", "env_method", "env_is_wrapped", "get_images"}
 )
-#: the calls about the rank itself: its clock and stage times since the last "profile", and "profile"
-#: (starts them over; its argument turns the stage timer on or off)
-RANK_METHODS = frozenset({"timings", "profile"})
 
 
 @dataclasses.dataclass

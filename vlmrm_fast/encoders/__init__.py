@@ -25,7 +25,6 @@ A new backend: a module with an :class:`~vlmrm_fast.encoders.base.ImageEncoder` 
 
 from __future__ import annotations
 
-import inspect
 import warnings
 from typing import Any
 
@@ -162,24 +161,6 @@ def _check_options(backend: str, options: dict[str, Any]) -> None:
     raise TypeError(
         f"unexpected encoder option(s) for backend={backend!r}: {hints}. Options of {backend!r}: {list(allowed) or 'none'}"
     )
-
-
-def __getattr__(name: str) -> Any:
-    # Four parallel name tables became BACKEND_TABLE; the two that left keep working one release.
-    if name == "FIXED_BATCH_BACKENDS":
-        value: Any = tuple(b.name for b in BACKEND_TABLE if b.fixed_batch)
-        replacement = "Backend.fixed_batch (vlmrm_fast.encoders.backend_named(name).fixed_batch)"
-    elif name == "DEFAULT_ATTENTION":
-        value = {
-            b.name: inspect.signature(b.make).parameters["attention"].default
-            for b in BACKEND_TABLE
-            if "attention" in b.options
-        }
-        replacement = "the default of each backend's make function (torch: 'open_clip', compile: 'fused')"
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(f"vlmrm_fast.encoders.{name} is deprecated; use {replacement}", DeprecationWarning, stacklevel=2)
-    return value
 
 
 __all__ = [

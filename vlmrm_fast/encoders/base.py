@@ -9,8 +9,6 @@ from collections.abc import Callable
 
 import torch
 
-from vlmrm_fast._moved import moved_attribute
-
 
 class ImageEncoder(abc.ABC):
     """Maps preprocessed pixels (N, 3, S, S) of ``input_dtype`` on ``device`` to raw
@@ -118,9 +116,3 @@ class Backend:
     def runs(self, precision: str) -> bool:
         """Whether it runs ``precision`` ("auto" is any it runs)."""
         return precision == "auto" or precision in self.precisions
-
-
-# Moved to encoders/precision.py (one precision resolver); kept for one release.
-__getattr__ = moved_attribute(
-    globals(), {"PRECISIONS": "vlmrm_fast.encoders.precision", "resolve_precision": "vlmrm_fast.encoders.precision"}
-)

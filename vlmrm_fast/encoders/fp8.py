@@ -49,8 +49,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from vlmrm_fast._moved import moved_attribute
-
 #: The first compute capability with FP8 tensor cores (Ada Lovelace, sm_89).
 FP8_MIN_CAPABILITY = (8, 9)
 #: torch._scaled_mm wants both matrix dimensions of a weight divisible by 16.
@@ -245,10 +243,3 @@ def _hardware_check_lifted() -> Iterator[None]:
 def count_fp8_linears(visual: nn.Module) -> int:
     """How many of the tower's linear layers hold FP8 weights."""
     return sum(1 for _, m in transformer_linears(visual) if getattr(m.weight, "qdata", None) is not None)
-
-
-# The speed probes moved to encoders/fp8_speed.py (one concern per module); kept for one release.
-__getattr__ = moved_attribute(
-    globals(),
-    dict.fromkeys(("fp8_matmul_speedup", "quantize_rowwise", "linear_shapes"), "vlmrm_fast.encoders.fp8_speed"),
-)

@@ -107,17 +107,6 @@ def resolve(
     return named_precision(precision)
 
 
-def resolve_precision(precision: str, device: torch.device) -> torch.dtype:
-    """The dtype of a plain precision or "auto" without FP8 (deprecated: was ``encoders.base``'s; use
-    :func:`resolve`)."""
-    if precision not in ("auto", *PRECISIONS):
-        hint = "; FP8 runs through the torch and compile backends" if precision == "fp8" else ""
-        raise ValueError(
-            f"precision {precision!r} is unknown here; use 'auto', {', '.join(map(repr, PRECISIONS))}{hint}"
-        )
-    return resolve(precision, torch.device(device)).dtype
-
-
 def tower_tokens(visual: nn.Module) -> int | None:
     """Tokens per image of an open_clip VisionTransformer (patches + class token), None for other towers."""
     grid = getattr(visual, "grid_size", None)

@@ -23,7 +23,10 @@ materials, the light and cameras change. A scene fixes what the frames look like
 The paper-look scenes draw generated textures unless given ``scene_assets``, a folder holding
 the paper's own image files (``sky.png``, ``tiles.png``, ``robot.png``; a checkout of the
 paper's repository will do, see :mod:`vlmrm_fast.envs.paper_assets`): MuJoCo then loads those
-files as the paper's ``humanoid_textured.xml`` does.
+files as the paper's ``humanoid_textured.xml`` does, and the model keeps that file's shadow map
+(MuJoCo's default, :data:`PAPER_SHADOW_MAP_SIZE`), so that the frames are the paper's code's
+frames, pixel for pixel, drawn by the same MuJoCo (``python_tests/test_paper.py``). With the
+generated textures the shadow map is sized for the frames (:func:`shadow_map_size`).
 
 There is no early termination; episodes have a fixed length (``time_limit``: a truncation, or a
 termination as in the paper's code; see :mod:`vlmrm_fast.envs.time_limits`).
@@ -43,6 +46,8 @@ from gymnasium.envs.mujoco.humanoid_v5 import HumanoidEnv
 from vlmrm_fast.envs import paper_assets, textures
 
 FRAME_SKIP = 5
+#: The shadow map of the paper's model: its humanoid_textured.xml sets none, so MuJoCo's default.
+PAPER_SHADOW_MAP_SIZE = 4096
 RESET_NOISE_SCALE = 1e-2
 DEFAULT_EPISODE_LENGTH = 100
 DEFAULT_RENDER_SIZE = 480
@@ -243,8 +248,10 @@ def humanoid_spec(scene: str | Scene = DEFAULT_SCENE, scene_assets: str | None =
 
 
 def shadow_map_size(render_size: int) -> int:
-    """Four shadow-map texels per frame pixel, a power of two in [512, 2048]: the same picture
-    as MuJoCo's default 4096 at CLIP's resolutions, and much less rasterizer time per frame."""
+    """Four shadow-map texels per frame pixel, a power of two in [512, 2048]: at CLIP's resolutions
+    the shadows of MuJoCo's default 4096 but for isolated pixels on their edges (27 of 480 x 480 in
+    the paper's scene at rest), for less rasterizer time per frame (Mesa's llvmpipe: 1.4 to 1.9x less
+    from 64 to 480 pixels). Not the paper's picture, which keeps 4096 (:data:`PAPER_SHADOW_MAP_SIZE`)."""
     size = 512
     while size < 4 * render_size and size < 2048:
         size *= 2
@@ -254,10 +261,14 @@ def shadow_map_size(render_size: int) -> int:
 def humanoid_model(
     scene: str | Scene = DEFAULT_SCENE, render_size: int | None = None, scene_assets: str | None = None
 ) -> mujoco.MjModel:
-    """The compiled scene; the offscreen buffer and shadow map are sized for ``render_size``."""
+    """The compiled scene; the offscreen buffer is sized for ``render_size``, and the shadow map too unless the
+    scene draws the paper's own image files (``scene_assets``: the paper's picture, its shadow map)."""
     model = humanoid_spec(scene, scene_assets).compile()
-    if render_size is not None:
+    if scene_assets is not None:
+        model.vis.quality.shadowsize = PAPER_SHADOW_MAP_SIZE
+    elif render_size is not None:
         model.vis.quality.shadowsize = shadow_map_size(render_size)
+    if render_size is not None:
         model.vis.global_.offwidth = max(model.vis.global_.offwidth, render_size)
         model.vis.global_.offheight = max(model.vis.global_.offheight, render_size)
     return model

@@ -22,21 +22,16 @@ from vlmrm_fast.envs.paper_assets import normalized_folder
 from vlmrm_fast.envs.time_limits import TIME_LIMITS
 from vlmrm_fast.physics.solver import SOLVERS
 
-#: How a task's envs are simulated: a row of ``vlmrm_fast.physics.PHYSICS`` (the MuJoCo batch engine,
-#: gymnasium envs, ...), or "auto" (the first that can run the task, vlmrm_fast.stack).
-PHYSICS = ("auto", *_physics.PHYSICS)
-#: What draws the batch engine's frames: a row of ``vlmrm_fast.rendering.RENDERERS`` (EGL, MuJoCo
-#: Warp's ray tracer), or "auto" (Warp where the frames are scored on the CPU and MuJoCo Warp is
-#: installed, EGL otherwise: ``rendering.AUTO_ORDER``).
-RENDERERS = ("auto", *_rendering.RENDERERS)
-
 
 @dataclasses.dataclass(frozen=True)
 class EnvSpec:
     """``n_envs`` envs of ``task`` (a built-in task or a gymnasium id) and how they are stepped.
 
-    ``render_size``: frames of (height, width), or a square's side; ``renderer``: one of
-    :data:`RENDERERS` (``"auto"``: Warp on a CPU when installed, EGL otherwise); ``pipeline_chunks``: the ranges
+    ``render_size``: frames of (height, width), or a square's side; ``physics``: how the envs are
+    simulated, a row of ``vlmrm_fast.physics.PHYSICS`` (the MuJoCo batch engine, gymnasium envs, ...) or
+    ``"auto"`` (the first that can run the task, ``vlmrm_fast.stack``); ``renderer``: what draws the
+    batch engine's frames, a row of ``vlmrm_fast.rendering.RENDERERS`` or ``"auto"`` (Warp on a CPU
+    when installed, EGL otherwise: ``rendering.AUTO_ORDER``); ``pipeline_chunks``: the ranges
     of envs a step is scored in while the next is simulated (``"auto"``: up to 4 on a GPU, 1 on the
     CPU); ``env_reward_weight`` (rho): the agent learns from ``vlm + rho * env``. ``time_limit``: how
     an episode ends at ``episode_length``, ``"truncate"`` (SB3 bootstraps, the default) or
@@ -78,8 +73,8 @@ class EnvSpec:
         shape = render_shape(self.render_size)
         if shape is not None and not isinstance(self.render_size, (int, np.integer)):
             put("render_size", shape)  # a list from YAML becomes the (height, width) it means
-        one_of(self.physics, "physics", PHYSICS)
-        one_of(self.renderer, "renderer", RENDERERS)
+        one_of(self.physics, "physics", ("auto", *_physics.PHYSICS))
+        one_of(self.renderer, "renderer", ("auto", *_rendering.RENDERERS))
         put("pipeline_chunks", chunk_count(self.pipeline_chunks, "pipeline_chunks", self.n_envs))
         put("env_reward_weight", number(self.env_reward_weight, "env_reward_weight"))
         one_of(self.time_limit, "time_limit", TIME_LIMITS)

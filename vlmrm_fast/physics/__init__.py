@@ -5,8 +5,9 @@ engine rows (``batch``: MuJoCo's ``mjb_*`` batch API on the host's threads, :mod
 ``warp``: MuJoCo Warp with every env's state on the GPU, :mod:`.warp`); the ``gym`` row runs the
 task's gymnasium envs instead, each drawing its own frames. :func:`.solver.with_solver` gives a
 model another constraint solver (MuJoCo Warp has no PGS), so both engines can run the same one. A row says what
-the backend needs, whether it can run a task here, and, for an engine row, the factory of its
-simulator. Adding a physics backend is a module and a row
+the backend needs, whether it can run a task here, and, for an engine row, the class of its
+simulator (:class:`.simulator.Simulator`: what the engine and the renderers read of one, and the
+states it offers a renderer). Adding a physics backend is a module and a row
 (docs/architecture.md, "Where to add things"). Only :mod:`vlmrm_fast.stack` chooses among them.
 """
 
@@ -47,8 +48,8 @@ class Physics:
     ``engine``: it runs in the batch engine, drawn by one of the renderers; otherwise the task's
     gymnasium envs step and draw themselves. ``unavailable(task, gpu)``: why it cannot run ``task``
     for frames scored on CUDA device ``gpu`` (None: the CPU), or None. ``simulator``: for an engine
-    row, ``"module:function"`` of ``make(model, num_envs, frame_skip, outputs, gpu)``.
-    ``renderers``: the renderers that can draw its state (None: any); ``solvers``: the constraint
+    row, ``"module:Class"`` of its :class:`~vlmrm_fast.physics.simulator.Simulator`, whose ``offers``
+    say which states a renderer may draw it from (:attr:`offers`); ``solvers``: the constraint
     solvers it runs (None: any, ``EnvSpec.solver``) and ``default_solver`` the one a task's model runs
     with unless the spec names one (None: the model's own); ``steps_in_ranges``: it can step a range
     of envs at a time (else a step is one range); ``state_on_host``: the simulations' data lives in the
@@ -61,7 +62,6 @@ class Physics:
     engine: bool
     unavailable: Callable[[TaskSpec, int | None], str | None]
     simulator: str | None = None
-    renderers: tuple[str, ...] | None = None
     solvers: tuple[str, ...] | None = None
     default_solver: str | None = None
     steps_in_ranges: bool = True
@@ -72,13 +72,19 @@ class Physics:
         the default (None: the model's own)."""
         return requested or self.default_solver
 
+    @property
+    def offers(self) -> tuple[str, ...]:
+        """The states of its simulator a renderer may draw (its class's ``offers``; none for the gymnasium
+        envs, which draw themselves)."""
+        return () if self.simulator is None else tuple(named(self.simulator).offers)
+
     def make_simulator(
         self, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: tuple[Any, ...], gpu: int | None
     ) -> Any:
         """The engine's simulator of ``num_envs`` copies of ``model``."""
         if self.simulator is None:
             raise ValueError(f"physics={self.name!r} does not run in the batch engine")
-        return named(self.simulator)(model, num_envs, frame_skip, outputs, gpu)
+        return named(self.simulator).for_engine(model, num_envs, frame_skip, outputs, gpu)
 
 
 PHYSICS: dict[str, Physics] = {
@@ -90,7 +96,7 @@ PHYSICS: dict[str, Physics] = {
             "a MuJoCo task (the built-in humanoid tasks)",
             engine=True,
             unavailable=_needs_batch_glue,
-            simulator="vlmrm_fast.physics.batch:make",
+            simulator="vlmrm_fast.physics.batch:BatchSimulator",
         ),
         Physics(
             "warp",
@@ -99,8 +105,7 @@ PHYSICS: dict[str, Physics] = {
             "MuJoCo Warp (pip install 'vlmrm-fast[warp]') and a MuJoCo task",
             engine=True,
             unavailable=_warp_unavailable,
-            simulator="vlmrm_fast.physics.warp:make",
-            renderers=("warp",),
+            simulator="vlmrm_fast.physics.warp:WarpSimulator",
             solvers=("newton", "cg"),
             default_solver="newton",
             steps_in_ranges=False,

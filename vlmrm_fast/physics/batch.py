@@ -13,117 +13,20 @@ the output fields from the same ``mjData``.
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import mujoco
 import numpy as np
 
 import vlmrm_fast._native  # noqa: F401  (libmujoco, then the core)
 from vlmrm_fast._core import sim as _native_sim
+from vlmrm_fast.physics.simulator import HOST_POSITIONS, NATIVE_DATA, OutputSpec, SimulatorBase, parse_outputs
 
 SimulationError = _native_sim.SimulationError
 
-OutputSpec = str | tuple[str, int] | tuple[str, int, int]
 
-
-class SimulationWarning(RuntimeWarning):
-    """MuJoCo raised warnings (e.g. an instability that reset a simulation's data)."""
-
-
-_WARNING_NAMES = {int(value): name for name, value in mujoco.mjtWarning.__members__.items() if name != "mjNWARNING"}
-
-
-def parse_outputs(outputs: Iterable[OutputSpec]) -> list[tuple[str, int, int]]:
-    parsed = []
-    for spec in outputs:
-        if isinstance(spec, str):
-            parsed.append((spec, 0, -1))
-        elif isinstance(spec, tuple) and len(spec) in (2, 3) and isinstance(spec[0], str):
-            start = int(spec[1])
-            count = int(spec[2]) if len(spec) == 3 else -1
-            if count < 0 and len(spec) == 3:
-                raise ValueError(f"output {spec!r}: count must be >= 0")
-            parsed.append((spec[0], start, count))
-        else:
-            raise TypeError(f"output {spec!r} must be a field name, (name, start) or (name, start, count)")
-    return parsed
-
-
-class ResetStates:
-    """The states a reset sets, with each env's generator of reset noise (gymnasium's reset +
-    ``set_state``); shared by every physics engine, so that their resets draw the same bits."""
-
-    def __init__(self, model: mujoco.MjModel, num_envs: int) -> None:
-        self.model = model
-        self.num_envs = int(num_envs)
-        self._rngs: list[np.random.Generator | None] = [None] * self.num_envs
-
-    def np_random(self, env: int) -> np.random.Generator:
-        """The generator of env ``env`` (unseeded until a reset seeds it)."""
-        rng = self._rngs[env]
-        if rng is None:
-            rng = self._rngs[env] = np.random.default_rng()
-        return rng
-
-    def rows(
-        self,
-        ids: Sequence[int] | np.ndarray | None,
-        *,
-        seed: int | Sequence[int] | None,
-        noise_scale: float,
-        qpos: np.ndarray | None,
-        qvel: np.ndarray | None,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(ids (k,) int64, qpos (k, nq), qvel (k, nv)) float64 of a reset of envs ``ids`` (None: all);
-        the arguments as :meth:`BatchSimulator.reset` takes them."""
-        n_envs = self.num_envs
-        ids = np.arange(n_envs) if ids is None else np.asarray(ids, dtype=np.int64).reshape(-1)
-        if ids.size and (ids.min() < 0 or ids.max() >= n_envs):
-            raise ValueError(f"ids must be in [0, {n_envs})")
-        if len(np.unique(ids)) != len(ids):
-            raise ValueError("ids must be distinct")
-        k = len(ids)
-        if seed is not None:
-            seeds = [int(seed) + int(i) for i in ids] if isinstance(seed, (int, np.integer)) else [int(s) for s in seed]
-            if len(seeds) != k:
-                raise ValueError(f"seed has {len(seeds)} values for {k} ids")
-            for env, s in zip(ids, seeds):
-                self._rngs[int(env)] = np.random.default_rng(s)
-        nq, nv = self.model.nq, self.model.nv
-        qpos = self._rows(qpos, k, nq, self.model.qpos0, "qpos")
-        qvel = self._rows(qvel, k, nv, np.zeros(nv), "qvel")
-        if noise_scale < 0:
-            raise ValueError("noise_scale must be >= 0")
-        if noise_scale > 0:
-            # The bits of rng.uniform(-scale, scale, nq) then rng.uniform(-scale, scale, nv), as Humanoid-v5's
-            # reset_model draws them: numpy's uniform is low + (high - low) * random(), and random() draws
-            # both in one call per env (four times faster over thousands of envs).
-            draws = np.empty((k, nq + nv))
-            for row, env in enumerate(ids):
-                self.np_random(int(env)).random(out=draws[row])
-            low, high = -noise_scale, noise_scale
-            noise = low + (high - low) * draws
-            qpos += noise[:, :nq]
-            qvel += noise[:, nq:]
-        return ids, qpos, qvel
-
-    @staticmethod
-    def _rows(values, k: int, width: int, default: np.ndarray, what: str) -> np.ndarray:
-        if values is None:
-            return np.tile(np.asarray(default, dtype=np.float64), (k, 1))
-        rows = np.array(values, dtype=np.float64)
-        if rows.shape == (width,):
-            rows = np.tile(rows, (k, 1))
-        if rows.shape != (k, width):
-            raise ValueError(f"{what} must have shape ({k}, {width}) or ({width},), got {rows.shape}")
-        if not np.isfinite(rows).all():
-            raise ValueError(f"{what} has non-finite values")
-        return rows
-
-
-class BatchSimulator:
+class BatchSimulator(SimulatorBase):
     """``num_envs`` simulations of a copy of ``model``, stepped together.
 
     Args:
@@ -143,7 +46,10 @@ class BatchSimulator:
     State views (``qpos``, ``qvel``, ``act``, ``ctrl``, ``time``) are live: writing one sets
     that state for the next call. ``outputs`` and ``output_array`` are read-only views
     refreshed by each call. Views stay valid while referenced, also after ``close``.
+    A renderer draws it from its native data (``native``) or from ``qpos``.
     """
+
+    offers: ClassVar[tuple[str, ...]] = (NATIVE_DATA, HOST_POSITIONS)
 
     def __init__(
         self,
@@ -155,12 +61,11 @@ class BatchSimulator:
         nthread: int = 0,
         persistent: bool = True,
     ) -> None:
-        if not isinstance(model, mujoco.MjModel):
-            raise TypeError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
+        self._native: Any = None
+        super().__init__(model, num_envs, frame_skip)
         if isinstance(outputs, str):
             outputs = [outputs]
-        self.model = model
-        self._native: Any = _native_sim.BatchSim(
+        self._native = _native_sim.BatchSim(
             model._address,
             int(num_envs),
             int(frame_skip),
@@ -186,7 +91,14 @@ class BatchSimulator:
         self._outputs = {
             name: output_array[:, column : column + count] for name, column, count, _start, _size in native.output_slots
         }
-        self._reset_states = ResetStates(model, self.num_envs)
+
+    @classmethod
+    def for_engine(
+        cls, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], gpu: int | None
+    ) -> BatchSimulator:
+        """The engine's simulator (its row of ``vlmrm_fast.physics.PHYSICS``): gymnasium's step on every env,
+        ``mj_rnePostConstraint`` included, on every CPU this process may use (``gpu`` plays no part)."""
+        return cls(model, num_envs, frame_skip=frame_skip, outputs=outputs, rne_post_constraint=True)
 
     # ------------------------------------------------------------------- views
     @property
@@ -227,35 +139,21 @@ class BatchSimulator:
 
     @property
     def last_warnings(self) -> np.ndarray:
-        """(num_envs,) int32: bit w set where MuJoCo raised warning w (mjtWarning) in the last call."""
         return self._view("last_warnings")
-
-    # ------------------------------------------------------------------ properties
-    @property
-    def num_envs(self) -> int:
-        return self._live().num_envs
-
-    @property
-    def frame_skip(self) -> int:
-        return self._live().frame_skip
 
     @property
     def nthread(self) -> int:
         return self._live().nthread
 
     @property
-    def dt(self) -> float:
-        """Simulated seconds per ``step``."""
-        return float(self.model.opt.timestep) * self.frame_skip
-
-    @property
     def output_slots(self) -> list[tuple[str, int, int, int, int]]:
         """(name, column, count, start, field_size) of each output."""
         return list(self._live().output_slots)
 
-    def np_random(self, env: int) -> np.random.Generator:
-        """The generator of env ``env`` for reset noise (seeded by ``reset(seed=...)``)."""
-        return self._reset_states.np_random(env)
+    @property
+    def native(self):
+        """The native simulator (``_core.sim.BatchSim``) a renderer draws from; raises once closed."""
+        return self._live()
 
     # --------------------------------------------------------------------- calls
     def step(self, ctrl: np.ndarray, rows: slice | None = None) -> None:
@@ -270,42 +168,9 @@ class BatchSimulator:
         self._live().step(ctrl, start, count)
         self._warn("step", start, count)
 
-    @property
-    def native(self):
-        """The native simulator (``_core.sim.BatchSim``) a renderer draws from; raises once closed."""
-        return self._live()
-
-    def env_range(self, rows: slice | None) -> tuple[int, int]:
-        """(start, count) of a slice of env indices; the whole batch for None."""
-        if rows is None:
-            return 0, self.num_envs
-        start, stop, stride = rows.indices(self.num_envs)
-        if stride != 1 or stop <= start:
-            raise ValueError(f"rows must be a non-empty slice of consecutive env indices, got {rows!r}")
-        return start, stop - start
-
-    def reset(
-        self,
-        ids: Sequence[int] | np.ndarray | None = None,
-        *,
-        seed: int | Sequence[int] | None = None,
-        noise_scale: float = 0.0,
-        qpos: np.ndarray | None = None,
-        qvel: np.ndarray | None = None,
-    ) -> None:
-        """Reset simulations ``ids`` (default: all) as gymnasium's reset + ``set_state``.
-
-        Each is set to the model's defaults (``mj_resetData``), then to ``qpos``/``qvel``
-        (default ``qpos0`` and zeros) plus, when ``noise_scale`` > 0, uniform noise in
-        ``[-noise_scale, noise_scale]`` drawn from the env's generator (qpos first, then
-        qvel, as Humanoid-v5's ``reset_model``), then ``mj_forward`` and the outputs.
-        ``seed`` (re)seeds the generators first: an int seeds env ``i`` with ``seed + i``
-        (as gymnasium's vector envs), a sequence gives one seed per id.
-        """
-        native = self._live()
-        ids, qpos, qvel = self._reset_states.rows(ids, seed=seed, noise_scale=noise_scale, qpos=qpos, qvel=qvel)
-        native.reset(ids.astype(np.int32), qpos, qvel)
-        self._warn("reset")
+    def _reset(self, ids: np.ndarray, qpos: np.ndarray, qvel: np.ndarray) -> None:
+        # mj_resetData, the rows, mj_forward and the outputs of each, on the thread pool
+        self._live().reset(ids.astype(np.int32), qpos, qvel)
 
     def close(self) -> None:
         """Release the simulator; views still referenced keep their memory until dropped."""
@@ -317,49 +182,11 @@ class BatchSimulator:
     def closed(self) -> bool:
         return self._native is None
 
-    def __enter__(self) -> BatchSimulator:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     # ------------------------------------------------------------------- helpers
     def _view(self, name: str) -> np.ndarray:
         self._live()
         return self._views[name]
 
-    def _live(self):
-        if self._native is None:
-            raise RuntimeError("the simulator is closed")
+    def _live(self) -> Any:
+        super()._live()
         return self._native
-
-    def _warn(self, call: str, start: int = 0, count: int | None = None) -> None:
-        """Warns of the MuJoCo warnings raised in simulations [start, start + count) by the last call."""
-        stop = self.num_envs if count is None else start + count
-        message = warning_message(call, self.last_warnings, start, stop)
-        if message:
-            warnings.warn(message, SimulationWarning, stacklevel=3)
-
-
-def warning_message(call: str, last_warnings: np.ndarray, start: int, stop: int) -> str | None:
-    """What a call's MuJoCo warnings (``last_warnings``: per-simulation mjtWarning bits) in simulations
-    [start, stop) say, in one line; None when there were none."""
-    flagged = start + np.flatnonzero(last_warnings[start:stop])
-    if flagged.size == 0:
-        return None
-    bits = int(np.bitwise_or.reduce(last_warnings[flagged]))
-    names = [name for value, name in _WARNING_NAMES.items() if bits & (1 << value)]
-    shown = ", ".join(str(i) for i in flagged[:8]) + (", ..." if flagged.size > 8 else "")
-    return (
-        f"MuJoCo warnings during {call} in {flagged.size} simulation(s) ({shown}): "
-        f"{', '.join(names)}; per-simulation bits in last_warnings"
-        + (" (BADQACC: MuJoCo reset that simulation's data, as mj_step does)" if "mjWARN_BADQACC" in names else "")
-    )
-
-
-def make(
-    model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], gpu: int | None
-) -> BatchSimulator:
-    """The engine's simulator (its row of ``vlmrm_fast.physics.PHYSICS``): gymnasium's step on every env,
-    ``mj_rnePostConstraint`` included, on every CPU this process may use (``gpu`` plays no part)."""
-    return BatchSimulator(model, num_envs, frame_skip=frame_skip, outputs=outputs, rne_post_constraint=True)

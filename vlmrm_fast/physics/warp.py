@@ -7,12 +7,12 @@
     sim.outputs["cfrc_ext"]       # (4096, 78) float64 numpy, as BatchSimulator's
     sim.torch_outputs["cfrc_ext"] # the same values on the device (a torch view, no copy)
 
-The interface is :class:`vlmrm_fast.physics.batch.BatchSimulator`'s, the step the same recipe: write ctrl,
+The interface is :class:`vlmrm_fast.physics.simulator.SimulatorBase`'s, as :class:`vlmrm_fast.physics.batch.BatchSimulator`'s; the step the same recipe: write ctrl,
 ``frame_skip`` x ``mujoco_warp.step``, optionally ``mujoco_warp.rne_postconstraint``, then the
 output fields of every world gathered into one packed float64 buffer on the device. On a GPU
 those launches are captured into a CUDA graph on the first call and replayed by the later ones.
 Resets run on the device too (``mujoco_warp.reset_data``, the new qpos/qvel rows, ``forward``),
-their noise drawn on the host by the CPU engine's generators (:class:`vlmrm_fast.physics.batch.ResetStates`):
+their noise drawn on the host by every simulator's generators (:class:`vlmrm_fast.physics.simulator.ResetStates`):
 the same seed gives the CPU engine's reset states, rounded to float32.
 
 Where it differs from the CPU engine (docs/physics.md):
@@ -32,14 +32,14 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import mujoco
 import numpy as np
 import torch
 
 from vlmrm_fast.device import resolve_device
-from vlmrm_fast.physics.batch import OutputSpec, ResetStates, SimulationWarning, parse_outputs, warning_message
+from vlmrm_fast.physics.simulator import DEVICE_WORLDS, OutputSpec, SimulatorBase, parse_outputs
 from vlmrm_fast.physics.solver import WARP_DEFAULT_SOLVER, WARP_SOLVERS, solver_name
 from vlmrm_fast.warp_runtime import import_warp, warp_stream_of
 
@@ -71,7 +71,7 @@ class _Column:
     source: Any  # wp.array2d float32 (num_envs, field_size): the Data field, one row per world
 
 
-class WarpSimulator:
+class WarpSimulator(SimulatorBase):
     """``num_envs`` worlds of ``model`` on ``device``, stepped together by MuJoCo Warp.
 
     Args:
@@ -90,7 +90,11 @@ class WarpSimulator:
             and are copied to the host when first read after a call.
         cuda_graph: replay each call's launches as one CUDA graph (GPU only).
         nconmax, njmax: MuJoCo Warp's contact and constraint capacity per world (None: its defaults).
+
+    A renderer draws it from its worlds on the device (``warp_model``, ``warp_data``, ``warp_stream``).
     """
+
+    offers: ClassVar[tuple[str, ...]] = (DEVICE_WORLDS,)
 
     def __init__(
         self,
@@ -107,16 +111,9 @@ class WarpSimulator:
         njmax: int | None = None,
     ) -> None:
         self._closed = True  # until built
-        if not isinstance(model, mujoco.MjModel):
-            raise TypeError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
-        if int(num_envs) < 1:
-            raise ValueError("num_envs must be >= 1")
-        if int(frame_skip) < 1:
-            raise ValueError("frame_skip must be >= 1")
+        super().__init__(model, num_envs, frame_skip)
         if isinstance(outputs, str):
             outputs = [outputs]
-        self.model = model
-        self._num_envs, self._frame_skip = int(num_envs), int(frame_skip)
         self.rne_post_constraint = bool(rne_post_constraint)
         self.device = resolve_device(device)
         self.host_outputs = bool(host_outputs)
@@ -126,7 +123,6 @@ class WarpSimulator:
         self._stream = self._wp_device.stream if self._wp_device.is_cuda else None
         self._warp_model, self._data = self._load(model, nconmax, njmax)
         self._build_buffers(parse_outputs(outputs))
-        self._reset_states = ResetStates(model, self._num_envs)
         self._graphs: dict[str, Any] = {}
         self._closed = False
         self._host_current = False
@@ -205,6 +201,22 @@ class WarpSimulator:
         self._last_warnings = np.zeros(n, dtype=np.int32)
         if pinned:  # torch filled its tensors on its own stream: done before Warp's stream writes them
             torch.cuda.synchronize(self.device)
+
+    @classmethod
+    def for_engine(
+        cls, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], gpu: int | None
+    ) -> WarpSimulator:
+        """The engine's simulator (its row of ``vlmrm_fast.physics.PHYSICS``): every world on CUDA device
+        ``gpu`` (None: Warp's CPU backend, said in one line), gymnasium's step with ``rne_postconstraint``."""
+        if gpu is None:
+            warnings.warn(
+                "physics='warp' on the CPU runs MuJoCo Warp's CPU backend: correct but slow, for testing; on a GPU "
+                "it runs on CUDA (physics='batch' is the fast choice on a CPU)",
+                CPUBackendWarning,
+                stacklevel=2,
+            )
+        device = torch.device("cpu") if gpu is None else torch.device("cuda", gpu)
+        return cls(model, num_envs, frame_skip, outputs, rne_post_constraint=True, device=device)
 
     def _field_rows(self, name: str, reference: mujoco.MjData) -> tuple[Any, int]:
         """Data field ``name`` as float32 rows (num_envs, size) on the device, and its size per world;
@@ -287,19 +299,6 @@ class WarpSimulator:
 
     # ------------------------------------------------------------------ properties
     @property
-    def num_envs(self) -> int:
-        return self._num_envs
-
-    @property
-    def frame_skip(self) -> int:
-        return self._frame_skip
-
-    @property
-    def dt(self) -> float:
-        """Simulated seconds per ``step``."""
-        return float(self.model.opt.timestep) * self._frame_skip
-
-    @property
     def output_slots(self) -> list[tuple[str, int, int, int, int]]:
         """(name, column, count, start, field_size) of each output."""
         return [(c.name, c.column, c.count, c.start, c.field_size) for c in self._columns]
@@ -307,10 +306,6 @@ class WarpSimulator:
     @property
     def closed(self) -> bool:
         return self._closed
-
-    def np_random(self, env: int) -> np.random.Generator:
-        """The generator of env ``env`` for reset noise (seeded by ``reset(seed=...)``)."""
-        return self._reset_states.np_random(env)
 
     def env_range(self, rows: slice | None) -> tuple[int, int]:
         """(0, num_envs): MuJoCo Warp steps every world at once, so ``rows`` must be None or all envs."""
@@ -355,30 +350,14 @@ class WarpSimulator:
         self._last_warnings[:] = bits
         self._warn("step")
 
-    def reset(
-        self,
-        ids: Sequence[int] | np.ndarray | None = None,
-        *,
-        seed: int | Sequence[int] | None = None,
-        noise_scale: float = 0.0,
-        qpos: np.ndarray | None = None,
-        qvel: np.ndarray | None = None,
-    ) -> None:
-        """Reset worlds ``ids`` (default: all) as :meth:`BatchSimulator.reset` does (its arguments,
-        generators and noise bits), on the device: ``mujoco_warp.reset_data`` of those worlds, their
-        qpos/qvel rows (rounded to float32), ``forward`` and their outputs. The other worlds keep
-        their state and outputs (``forward`` recomputes their derived fields from the same state)."""
-        self._live()
-        ids, qpos_rows, qvel_rows = self._reset_states.rows(
-            ids, seed=seed, noise_scale=noise_scale, qpos=qpos, qvel=qvel
-        )
-        if ids.size == 0:
-            return
-        self._reset_on_device(ids, qpos_rows, qvel_rows)
+    def _reset(self, ids: np.ndarray, qpos: np.ndarray, qvel: np.ndarray) -> None:
+        """On the device: ``mujoco_warp.reset_data`` of worlds ``ids``, their qpos/qvel rows (rounded to
+        float32), ``forward`` and their outputs. The other worlds keep their state and outputs
+        (``forward`` recomputes their derived fields from the same state)."""
+        self._reset_on_device(ids, qpos, qvel)
         self._last_warnings[:] = 0
         # As mj_forward after mj_resetData, a reset checks no state (the next step does).
         self._last_warnings[ids] = self._host_bits[ids].astype(np.int32) & ~BAD_STATE_BITS
-        self._warn("reset")
 
     def close(self) -> None:
         """Drops the device state (idempotent); host views still referenced keep their memory."""
@@ -393,12 +372,6 @@ class WarpSimulator:
         self._device_packed = self._device_packed.new_empty(0)
         self._all_worlds = self._reset_worlds = self._reset_rows = None
         self._closed = True
-
-    def __enter__(self) -> WarpSimulator:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __del__(self) -> None:
         if hasattr(self, "_closed"):
@@ -497,29 +470,6 @@ class WarpSimulator:
         self._stream.wait_stream(warp_stream_of(torch.cuda.current_stream(self.device)))
         return wp.ScopedStream(self._stream, sync_enter=False)
 
-    def _live(self) -> None:
-        if self._closed:
-            raise RuntimeError("the simulator is closed")
-
-    def _warn(self, call: str) -> None:
-        message = warning_message(call, self._last_warnings, 0, self._num_envs)
-        if message:
-            warnings.warn(message, SimulationWarning, stacklevel=3)
-
 
 class CPUBackendWarning(UserWarning):
     """MuJoCo Warp physics runs on Warp's CPU backend: correct, for testing, far slower than CPU MuJoCo."""
-
-
-def make(model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], gpu: int | None):
-    """The engine's simulator (its row of ``vlmrm_fast.physics.PHYSICS``): every world on CUDA device ``gpu``
-    (None: Warp's CPU backend, said in one line), gymnasium's step with ``rne_postconstraint``."""
-    if gpu is None:
-        warnings.warn(
-            "physics='warp' on the CPU runs MuJoCo Warp's CPU backend: correct but slow, for testing; on a GPU it "
-            "runs on CUDA (physics='batch' is the fast choice on a CPU)",
-            CPUBackendWarning,
-            stacklevel=2,
-        )
-    device = torch.device("cpu") if gpu is None else torch.device("cuda", gpu)
-    return WarpSimulator(model, num_envs, frame_skip, outputs, rne_post_constraint=True, device=device)

@@ -3,8 +3,9 @@
 Each renderer is a :class:`~vlmrm_fast.rendering.base.BatchRendererBase` in a module of this package
 (``egl.py``: OpenGL through headless EGL; ``warp.py``: MuJoCo Warp's ray tracer) and one row of
 :data:`RENDERERS`: what it needs, whether it can draw here, whether its drawing may run beside the
-encoder's CUDA work, and the factory that makes it. Adding a renderer is a new module and a row
-(docs/architecture.md, "Where to add things"). Only :mod:`vlmrm_fast.stack` chooses among them.
+encoder's CUDA work, and its class, which says which states of a simulator it draws
+(:attr:`Renderer.draws`). Adding a renderer is a new module and a row (docs/architecture.md, "Where to
+add things"). Only :mod:`vlmrm_fast.stack` chooses among them.
 
 Nothing here imports a renderer's module until one is asked for: ``import vlmrm_fast.rendering`` is light.
 """
@@ -15,7 +16,6 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from vlmrm_fast._moved import moved_attribute
 from vlmrm_fast.lazy import named
 
 if TYPE_CHECKING:
@@ -45,8 +45,8 @@ class Renderer:
     time-slices the GPU against CUDA's work (OpenGL in its own context) gains nothing from ranges and
     loses the context switches: ``pipeline_chunks="auto"`` gives it one range.
     ``unavailable(gpu)``: why it cannot draw here for frames scored on CUDA device ``gpu`` (None: the
-    CPU), or None. ``factory``: ``"module:function"`` of ``make(model, num_envs, render_size, camera,
-    gpu)``, imported when a renderer is made.
+    CPU), or None. ``implementation``: ``"module:Class"`` of its ``BatchRendererBase``, imported when
+    the row is asked what it draws or to make one.
     """
 
     name: str
@@ -54,14 +54,23 @@ class Renderer:
     needs: str
     overlaps_encoder: bool
     unavailable: Callable[[int | None], str | None]
-    factory: str
+    implementation: str
+
+    @property
+    def draws(self) -> tuple[str, ...]:
+        """The simulator states it draws (``vlmrm_fast.physics.simulator``'s names): its class's ``draws``."""
+        return tuple(named(self.implementation).draws)
+
+    def state_for(self, offers: tuple[str, ...]) -> str | None:
+        """The first of the states a simulator ``offers`` that this renderer draws; None: it cannot draw it."""
+        return next((state for state in offers if state in self.draws), None)
 
     def make(
         self, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, gpu: int | None
     ) -> FrameSource:
         """A renderer drawing ``num_envs`` frames of ``render_size`` (height, width) from ``camera``, on
         CUDA device ``gpu`` (None: the CPU)."""
-        return named(self.factory)(model, num_envs, render_size, camera, gpu)
+        return named(self.implementation).for_engine(model, num_envs, render_size, camera, gpu)
 
 
 RENDERERS: dict[str, Renderer] = {
@@ -73,7 +82,7 @@ RENDERERS: dict[str, Renderer] = {
             "headless EGL (Mesa's on a CPU, the NVIDIA driver's on a GPU)",
             overlaps_encoder=False,
             unavailable=_egl_unavailable,
-            factory="vlmrm_fast.rendering.egl:make",
+            implementation="vlmrm_fast.rendering.egl:BatchRenderer",
         ),
         Renderer(
             "warp",
@@ -81,7 +90,7 @@ RENDERERS: dict[str, Renderer] = {
             "MuJoCo Warp (pip install 'vlmrm-fast[warp]')",
             overlaps_encoder=True,
             unavailable=_warp_unavailable,
-            factory="vlmrm_fast.rendering.warp:make",
+            implementation="vlmrm_fast.rendering.warp:WarpBatchRenderer",
         ),
     )
 }
@@ -92,29 +101,20 @@ RENDERERS: dict[str, Renderer] = {
 AUTO_ORDER = {"cpu": ("warp", "egl"), "cuda": ("egl", "warp")}
 
 
-def choose_renderer(requested: str, gpu: int | None, among: tuple[str, ...] | None = None) -> str | None:
+def choose_renderer(requested: str, gpu: int | None, offers: tuple[str, ...] | None = None) -> str | None:
     """The renderer that draws for ``requested`` (a row of :data:`RENDERERS`, or ``"auto"``) when frames
-    are scored on CUDA device ``gpu`` (None: the CPU), ``among`` the renderers that can draw the physics
-    (None: all): a named one as it is (made later, its errors then), ``"auto"`` the first available of
-    :data:`AUTO_ORDER`, None when none is."""
+    are scored on CUDA device ``gpu`` (None: the CPU): a named one as it is (made later, its errors
+    then; whether it can draw the physics is the plan's to say), ``"auto"`` the first available of
+    :data:`AUTO_ORDER` that draws one of the states ``offers`` (None: any), None when none is."""
     from vlmrm_fast.checks import one_of
 
     if one_of(requested, "renderer", ("auto", *RENDERERS)) != "auto":
-        if among is not None and requested not in among:
-            raise ValueError(
-                f"renderer={requested!r} cannot draw this physics' state; it is drawn by renderer="
-                f"{' or '.join(map(repr, among))} (or 'auto')"
-            )
         return requested
     for name in AUTO_ORDER["cpu" if gpu is None else "cuda"]:
-        if (among is None or name in among) and RENDERERS[name].unavailable(gpu) is None:
+        row = RENDERERS[name]
+        if (offers is None or row.state_for(offers) is not None) and row.unavailable(gpu) is None:
             return name
     return None
 
-
-# Names that lived in the module vlmrm_fast/rendering.py before it became this package.
-__getattr__ = moved_attribute(
-    globals(), {"BatchRenderer": "vlmrm_fast.rendering.egl", "egl_unavailable": "vlmrm_fast.rendering.egl"}
-)
 
 __all__ = ["AUTO_ORDER", "RENDERERS", "Renderer", "choose_renderer"]

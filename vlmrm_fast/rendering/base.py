@@ -3,16 +3,18 @@
 to), and closing.
 
 A renderer (:class:`~vlmrm_fast.rendering.egl.BatchRenderer` on EGL,
-:class:`~vlmrm_fast.rendering.warp.WarpBatchRenderer` on MuJoCo Warp) supplies how it draws
-positions (``_draw_qpos``) and a simulator's envs (``_draw_sim``), how it lends frames in place
-(``lend``) and how it copies them out (``_fetch``). Both are ``frames.FrameSource``\\ s.
+:class:`~vlmrm_fast.rendering.warp.WarpBatchRenderer` on MuJoCo Warp) says which states of a
+simulator it draws (``draws``: ``vlmrm_fast.physics.simulator``'s names) and supplies how it draws
+positions (``_draw_qpos``) and a simulator's envs from one of those states (``_draw_sim``), how it
+lends frames in place (``lend``) and how it copies them out (``_fetch``). Both are
+``frames.FrameSource``\\ s; ``for_engine`` is how the engine makes one (its row names the class).
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import mujoco
 import numpy as np
@@ -20,7 +22,7 @@ import numpy as np
 from vlmrm_fast.checks import positive_int
 from vlmrm_fast.device import no_gpu_reason
 from vlmrm_fast.frames import FrameView
-from vlmrm_fast.physics.batch import BatchSimulator
+from vlmrm_fast.physics.simulator import Simulator
 
 if TYPE_CHECKING:
     import torch
@@ -30,6 +32,8 @@ class BatchRendererBase(abc.ABC):
     """``num_envs`` frames of ``model`` (width x height) per call; see the module docstring."""
 
     model: mujoco.MjModel
+    #: the simulator states it draws (``vlmrm_fast.physics.simulator``'s names), read by its row
+    draws: ClassVar[tuple[str, ...]]
 
     def __init__(self, model: mujoco.MjModel, num_envs: int, width: int, height: int) -> None:
         if not isinstance(model, mujoco.MjModel):
@@ -40,6 +44,14 @@ class BatchRendererBase(abc.ABC):
         self.model = model
 
     # ------------------------------------------------------------ what a renderer supplies
+    @classmethod
+    @abc.abstractmethod
+    def for_engine(
+        cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, gpu: int | None
+    ) -> BatchRendererBase:
+        """The engine's renderer (its row of ``vlmrm_fast.rendering.RENDERERS``): ``num_envs`` frames of
+        ``render_size`` (height, width) from ``camera``, on CUDA device ``gpu`` (None: the CPU)."""
+
     @property
     @abc.abstractmethod
     def num_envs(self) -> int: ...
@@ -66,9 +78,9 @@ class BatchRendererBase(abc.ABC):
         """Draws every frame for positions ``qpos`` (checked: (num_envs, nq) float64, finite)."""
 
     @abc.abstractmethod
-    def _draw_sim(self, sim: Any, start: int, count: int, stream: Any) -> None:
-        """Draws frames ``start .. start + count - 1`` of ``sim``'s current states, on ``stream``: a
-        ``BatchSimulator``'s, or (a renderer that can) a ``WarpSimulator``'s, whose state is on a device."""
+    def _draw_sim(self, sim: Any, state: str, start: int, count: int, stream: Any) -> None:
+        """Draws frames ``start .. start + count - 1`` of ``sim``'s current states from ``state`` (one of
+        :attr:`draws` that ``sim`` offers), on ``stream``."""
 
     @abc.abstractmethod
     def lend(self, rows: slice | None = None, stream: Any = None) -> contextlib.AbstractContextManager[FrameView]:
@@ -100,25 +112,31 @@ class BatchRendererBase(abc.ABC):
         self._draw_qpos(qpos)
         return self._fetch(target)
 
-    def render_sim(self, sim: BatchSimulator, device: str | torch.device | None = None):
+    def render_sim(self, sim: Simulator, device: str | torch.device | None = None):
         """Frames of the current state of each of ``sim``'s simulations (as ``render``)."""
         target = self._target(device)
         self.draw(sim)
         return self._fetch(target)
 
-    def draw(self, sim: BatchSimulator, rows: slice | None = None, stream: Any = None) -> None:
+    def draw(self, sim: Simulator, rows: slice | None = None, stream: Any = None) -> None:
         """Draws frames ``rows`` (default all) of the current states of ``sim``'s simulations ``rows``
-        (the other frames keep what they hold), on ``stream`` where the renderer uses one."""
+        (the other frames keep what they hold), on ``stream`` where the renderer uses one, from the first
+        state ``sim`` offers that this renderer draws."""
         self._live()
-        if not isinstance(sim, BatchSimulator) and not hasattr(sim, "warp_data"):
-            raise TypeError(f"sim must be a simulator (BatchSimulator, WarpSimulator), got {type(sim).__name__}")
+        offers = tuple(getattr(sim, "offers", ()))
+        state = next((s for s in offers if s in self.draws), None)
+        if state is None:
+            raise TypeError(
+                f"{type(self).__name__} draws a simulator's {' or '.join(self.draws)}; a {type(sim).__name__} "
+                f"offers {' or '.join(offers) or 'none of them (no offers)'}: draw it with a renderer of those"
+            )
         if sim.num_envs != self.num_envs or sim.model.nq != self.model.nq:
             raise ValueError(
                 f"sim holds {sim.num_envs} simulations of a model with nq={sim.model.nq}; the renderer draws "
                 f"{self.num_envs} of a model with nq={self.model.nq}: give it a simulator of its model and size"
             )
         start, count = sim.env_range(rows)
-        self._draw_sim(sim, start, count, stream)
+        self._draw_sim(sim, state, start, count, stream)
 
     def frames(self, device: str | torch.device | None = None):
         """The last drawn frames, as ``render`` returns them."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import mujoco
 import numpy as np
@@ -26,6 +26,7 @@ from vlmrm_fast._core import render as _native_render
 from vlmrm_fast.device import build_info, native_cuda_usable
 from vlmrm_fast.frames import FrameLayout, FrameView
 from vlmrm_fast.physics.batch import BatchSimulator
+from vlmrm_fast.physics.simulator import HOST_POSITIONS, NATIVE_DATA
 from vlmrm_fast.rendering.base import BatchRendererBase
 
 if TYPE_CHECKING:
@@ -50,8 +51,15 @@ class BatchRenderer(BatchRendererBase):
         gpu: CUDA index of the GPU to render on; None picks one (Mesa's software EGL on a
             CPU-only machine).
         max_geom: scene capacity per frame, ``mujoco.Renderer``'s default.
-        nthread: threads for scene updates in ``render(qpos)``; 0: every CPU we may use.
+        nthread: threads for scene updates from positions (``render(qpos)``, a simulator's ``qpos``);
+            0: every CPU we may use.
+
+    It draws a simulator from its native data where the simulator offers it (the batch engine's:
+    scene updates on the simulator's own threads), else from its positions (``qpos`` on the host,
+    set into MuJoCo data of the renderer's own).
     """
+
+    draws: ClassVar[tuple[str, ...]] = (NATIVE_DATA, HOST_POSITIONS)
 
     def __init__(
         self,
@@ -66,11 +74,13 @@ class BatchRenderer(BatchRendererBase):
         nthread: int = 0,
     ) -> None:
         self._native = None
+        self._positions: BatchSimulator | None = None  # MuJoCo data for drawing host positions, made on first use
         super().__init__(model, num_envs, width, height)
         if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, (int, np.integer)) or gpu < 0):
             raise ValueError(f"gpu must be None or a CUDA device index >= 0, got {gpu!r}")
         if isinstance(camera, np.integer):
             camera = int(camera)
+        self._nthread = int(nthread)
         self._native = _native_render.BatchRenderer(
             model._address,
             int(num_envs),
@@ -81,6 +91,14 @@ class BatchRenderer(BatchRendererBase):
             int(max_geom),
             int(nthread),
         )
+
+    @classmethod
+    def for_engine(
+        cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, gpu: int | None
+    ) -> BatchRenderer:
+        """The engine's EGL renderer (its row of ``vlmrm_fast.rendering.RENDERERS``)."""
+        height, width = render_size
+        return cls(model, num_envs, width, height, camera=camera, gpu=gpu)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -127,14 +145,16 @@ class BatchRenderer(BatchRendererBase):
     def _draw_qpos(self, qpos: np.ndarray) -> None:
         self._native_live().render(qpos)
 
-    def _draw_sim(self, sim: BatchSimulator, start: int, count: int, stream=None) -> None:
-        if not isinstance(sim, BatchSimulator):
-            raise TypeError(
-                f"the EGL renderer draws the CPU engine's simulations (physics='batch'); a {type(sim).__name__}'s "
-                "state is drawn by renderer='warp'"
-            )
+    def _draw_sim(self, sim: Any, state: str, start: int, count: int, stream=None) -> None:
         # GL orders its own work: the stream of the frame-source interface is not needed here.
-        self._native_live().render_sim(sim.native, start, count)
+        if state == NATIVE_DATA:
+            self._native_live().render_sim(sim.native, start, count)
+            return
+        if self._positions is None:
+            self._positions = BatchSimulator(self.model, self.num_envs, nthread=self._nthread)
+        rows = slice(start, start + count)
+        self._positions.qpos[rows] = sim.qpos[rows]
+        self._native_live().render_sim(self._positions.native, start, count)  # forward kinematics, then the scene
 
     @contextlib.contextmanager
     def lend(self, rows: slice | None = None, stream: torch.cuda.Stream | None = None) -> Iterator[FrameView]:
@@ -182,6 +202,9 @@ class BatchRenderer(BatchRendererBase):
         native, self._native = getattr(self, "_native", None), None
         if native is not None:
             native.close()
+        positions, self._positions = getattr(self, "_positions", None), None
+        if positions is not None:
+            positions.close()
 
     def __del__(self) -> None:
         self.close()
@@ -193,11 +216,3 @@ class BatchRenderer(BatchRendererBase):
         self._live()
         assert self._native is not None
         return self._native
-
-
-def make(
-    model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: int | str, gpu: int | None
-) -> BatchRenderer:
-    """The engine's EGL renderer (its row of ``vlmrm_fast.rendering.RENDERERS``)."""
-    height, width = render_size
-    return BatchRenderer(model, num_envs, width, height, camera=camera, gpu=gpu)

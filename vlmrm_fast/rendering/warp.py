@@ -21,7 +21,8 @@ kernel cache (``WARP_CACHE_PATH``, else ``~/.cache/warp``); docs/renderers.md sa
 
 The picture is a ray tracer's: the geometry is ``mujoco.Renderer``'s, the shading,
 shadows and edges differ in detail (docs/renderers.md gives the difference per scene).
-Physics stays elsewhere (the ``mjb_*`` engine); this module only draws states.
+Physics stays elsewhere (:mod:`vlmrm_fast.physics`); this module only draws states: a simulator's
+worlds on the device where it offers them (MuJoCo Warp physics), else its positions from the host.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import contextlib
 import copy
 import dataclasses
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import mujoco
 import numpy as np
@@ -39,9 +40,9 @@ import torch
 from vlmrm_fast.checks import FieldError
 from vlmrm_fast.device import resolve_device
 from vlmrm_fast.frames import FrameLayout, FrameView
-from vlmrm_fast.physics.batch import BatchSimulator
+from vlmrm_fast.physics.simulator import DEVICE_WORLDS, HOST_POSITIONS
 from vlmrm_fast.rendering.base import BatchRendererBase
-from vlmrm_fast.warp_runtime import import_warp, warp_available, warp_stream_of  # noqa: F401  (warp_available: this module's name for it)
+from vlmrm_fast.warp_runtime import import_warp, warp_stream_of
 
 MAX_FRAME_SIDE = 8192
 _UNPACK_KERNEL = None
@@ -108,6 +109,8 @@ class WarpBatchRenderer(BatchRendererBase):
         cuda_graph: replay each range's launches as one CUDA graph (GPU only).
     """
 
+    draws: ClassVar[tuple[str, ...]] = (DEVICE_WORLDS, HOST_POSITIONS)
+
     def __init__(
         self,
         model: mujoco.MjModel,
@@ -141,6 +144,15 @@ class WarpBatchRenderer(BatchRendererBase):
         self._capture_stream: Any = None  # a wp.Stream of this renderer's own, made at the first capture
         self._closed = False
 
+    @classmethod
+    def for_engine(
+        cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, gpu: int | None
+    ) -> WarpBatchRenderer:
+        """The engine's MuJoCo Warp renderer (its row of ``vlmrm_fast.rendering.RENDERERS``)."""
+        height, width = render_size
+        device = torch.device("cpu") if gpu is None else torch.device("cuda", gpu)  # resolved: the plan's
+        return cls(model, num_envs, width, height, camera=camera, device=device)
+
     # ------------------------------------------------------------------ properties
     @property
     def num_envs(self) -> int:
@@ -167,21 +179,21 @@ class WarpBatchRenderer(BatchRendererBase):
     def _draw_qpos(self, qpos: np.ndarray) -> None:
         self._draw(qpos, slice(0, self.num_envs), self._current_stream())
 
-    def _draw_sim(self, sim: Any, start: int, count: int, stream: torch.cuda.Stream | None) -> None:
-        """On ``stream`` (default: torch's current stream); the host does not wait. A ``WarpSimulator``'s
-        worlds are drawn where they lie (see :meth:`_draw_worlds`)."""
-        if isinstance(sim, BatchSimulator):
-            self._draw(sim.qpos, slice(start, start + count), stream if stream is not None else self._current_stream())
-        else:
+    def _draw_sim(self, sim: Any, state: str, start: int, count: int, stream: torch.cuda.Stream | None) -> None:
+        """On ``stream`` (default: torch's current stream); the host does not wait. A simulator's worlds on
+        the device are drawn where they lie (see :meth:`_draw_worlds`)."""
+        if state == DEVICE_WORLDS:
             self._draw_worlds(sim, start, count)
+        else:
+            self._draw(sim.qpos, slice(start, start + count), stream if stream is not None else self._current_stream())
 
     def _draw_worlds(self, sim: Any, start: int, count: int) -> None:
-        """Every world of a ``WarpSimulator`` drawn from its device state: no positions travel and no
+        """Every world of a simulator's device worlds (MuJoCo Warp physics) drawn from its device state: no positions travel and no
         second Data exists. The launches (kinematics first: after a step the derived fields are a
         substep old) run on the simulator's stream, after its step; ``ready`` marks them done."""
         if (start, count) != (0, self.num_envs) or sim.num_envs != self.num_envs:
             raise ValueError(
-                f"a WarpSimulator's {sim.num_envs} worlds are drawn all at once, as it steps them: draw rows "
+                f"a simulator's {sim.num_envs} device worlds are drawn all at once, as it steps them: draw rows "
                 f"0..{self.num_envs - 1} of a simulator of {self.num_envs} (the plan gives physics='warp' one range)"
             )
         wp = self._wp
@@ -377,12 +389,3 @@ def _loadable_copy(model: mujoco.MjModel) -> mujoco.MjModel:
 
 def _has_skybox(model: mujoco.MjModel) -> bool:
     return bool(np.any(model.tex_type == mujoco.mjtTexture.mjTEXTURE_SKYBOX))
-
-
-def make(
-    model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: int | str, gpu: int | None
-) -> WarpBatchRenderer:
-    """The engine's MuJoCo Warp renderer (its row of ``vlmrm_fast.rendering.RENDERERS``)."""
-    height, width = render_size
-    device = torch.device("cpu") if gpu is None else torch.device("cuda", gpu)  # resolved: the plan's
-    return WarpBatchRenderer(model, num_envs, width, height, camera=camera, device=device)

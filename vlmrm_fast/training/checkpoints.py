@@ -167,10 +167,6 @@ class Checkpoint:
         return self.model.name
 
     @property
-    def saved_with_replay_buffer(self) -> bool:
-        return "replay_buffer" in self.manifest["files"]
-
-    @property
     def reason(self) -> str:
         return str(self.manifest.get("reason", ""))
 

@@ -19,11 +19,9 @@ import pathlib
 import shutil
 from typing import Any
 
-import yaml
-
 from vlmrm_fast.failures import ExpectedFailure
 from vlmrm_fast.training import checkpoints
-from vlmrm_fast.training.config import ConfigError, identity_differences, upgraded_identity
+from vlmrm_fast.training.config import identity_differences, upgraded_identity
 from vlmrm_fast.training.curves import CURVES_CSV, CURVES_PNG
 
 CONFIG_FILE = "config.yaml"
@@ -239,18 +237,6 @@ class RunFolder:
                 shutil.rmtree(target)
             elif target.exists():
                 target.unlink()
-
-    def saved_identity(self) -> dict[str, Any] | None:
-        """The run identity in the folder's config.yaml, if there is one."""
-        from vlmrm_fast.training.config import load_config, resolved, run_identity
-
-        path = self.path / CONFIG_FILE
-        if not path.is_file():
-            return None
-        try:
-            return plain(run_identity(resolved(load_config(path))))
-        except (ConfigError, OSError, yaml.YAMLError):
-            return None
 
     def holds_checkpoints(self) -> bool:
         """Whether a checkpoint, whole or damaged, is in the folder (files a kill cut short do not count)."""
