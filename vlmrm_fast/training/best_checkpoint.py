@@ -31,6 +31,7 @@ from vlmrm_fast.training.policy_rollouts import (
     rollout_env,
     run_config,
 )
+from vlmrm_fast.training.run_files import write_in_run
 from vlmrm_fast.training.run_folder import RANKING_FILE
 
 
@@ -119,7 +120,7 @@ def _main(args: argparse.Namespace) -> int:
         report=tqdm.write,
     )
     path = run_dir / RANKING_FILE
-    write_ranking(path, ranking)
+    write_in_run(run_dir, path, lambda target: write_ranking(target, ranking))
     winner, rollout = ranking[0]
     print(f"ranking: {path}")
     print(f"best: {winner.model} ({winner.steps} steps): {describe(rollout)}")

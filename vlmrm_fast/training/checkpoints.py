@@ -76,6 +76,21 @@ def _publish(temporary: pathlib.Path, path: pathlib.Path) -> None:
     _fsync_dir(path.parent)
 
 
+def publish_made(temporary: pathlib.Path, path: pathlib.Path, before_publish: Callable[[Written], None]) -> Written:
+    """Publishes a file another library wrote at ``temporary`` (a whole file: it is fsynced and hashed here)
+    under ``path``; ``before_publish`` as :func:`write_atomically`'s. Any error removes the temporary."""
+    try:
+        with open(temporary, "rb") as f:
+            os.fsync(f.fileno())
+            written = Written(path, os.fstat(f.fileno()).st_size, hashlib.file_digest(f, HASH).hexdigest())
+        before_publish(written)
+        _publish(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return written
+
+
 def temporary_path(path: pathlib.Path) -> pathlib.Path:
     return path.with_name(f".{path.name}.tmp")
 
@@ -117,8 +132,14 @@ class Written:
         return {"name": self.path.name, "bytes": self.bytes, HASH: self.sha256}
 
 
-def write_atomically(path: pathlib.Path, write: Callable[[BinaryIO], None]) -> Written:
+def write_atomically(
+    path: pathlib.Path,
+    write: Callable[[BinaryIO], None],
+    *,
+    before_publish: Callable[[Written], None] | None = None,
+) -> Written:
     """``write(file)`` into a temporary beside ``path``, flush, fsync, rename; returns size and sha256.
+    ``before_publish(written)`` is called once the file is whole, before the rename (a record of it).
 
     A kill at any moment leaves either the old ``path`` (or none) or the whole new one,
     plus at most a temporary file that :func:`scan` recognizes; any error removes the temporary.
@@ -133,11 +154,14 @@ def write_atomically(path: pathlib.Path, write: Callable[[BinaryIO], None]) -> W
             writer.flush()
             f.flush()
             os.fsync(f.fileno())
+        written = Written(path, stream.size, stream.hash.hexdigest())
+        if before_publish is not None:
+            before_publish(written)
         _publish(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-    return Written(path, stream.size, stream.hash.hexdigest())
+    return written
 
 
 def write_text_atomically(path: pathlib.Path, text: str) -> Written:

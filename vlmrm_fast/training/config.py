@@ -145,6 +145,8 @@ class TrainConfig:
     # The fields the config file gave, by their place ("rl.algorithm"): the start-up summary marks the others
     # "(the default)". None for a config not read from a file: there a field equal to its default counts as left out.
     given: frozenset[str] | None = dataclasses.field(default=None, compare=False, repr=False, metadata=_NOT_IN_YAML)
+    # The config file it was read from (None: not read from a file): a run never deletes or writes over it.
+    source: pathlib.Path | None = dataclasses.field(default=None, compare=False, repr=False, metadata=_NOT_IN_YAML)
 
     def __post_init__(self) -> None:
         if not isinstance(self.output_dir, str) or not self.output_dir:
@@ -176,7 +178,7 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         """The config as plain YAML data (lists, not tuples)."""
         data = dataclasses.asdict(self)
-        del data["given"]
+        del data["given"], data["source"]
         return json.loads(json.dumps(data, default=str))
 
     def left_out(self, place: str) -> bool:
@@ -390,4 +392,5 @@ def load_config(source: str | pathlib.Path | dict) -> TrainConfig:
     given: set[str] = set()
     cfg = _build(TrainConfig, data, "", given)
     cfg.given = frozenset(given)
+    cfg.source = None if isinstance(source, dict) else pathlib.Path(source)
     return cfg

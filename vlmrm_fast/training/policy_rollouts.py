@@ -31,6 +31,7 @@ from vlmrm_fast.envs.success import episode_success
 from vlmrm_fast.failures import ExpectedFailure
 from vlmrm_fast.progress import on_terminal, progress_bar
 from vlmrm_fast.training.config import TrainConfig, load_config, resolved
+from vlmrm_fast.training.run_files import write_in_run
 from vlmrm_fast.training.run_folder import CONFIG_FILE, ROLLOUTS
 
 #: The seed of the first rollout env when none is given (env i gets seed + i); the same for every
@@ -273,11 +274,11 @@ def _main(args: argparse.Namespace) -> int:
         venv.close()
     out.mkdir(parents=True, exist_ok=True)
     table = out / f"{checkpoint.stem}.csv"
-    write_episodes_csv(table, result)
+    write_in_run(run_dir, table, lambda path: write_episodes_csv(path, result))
     print(f"{checkpoint}: {episodes} episodes of {cfg.env.task}: {describe(result)}")
     print(f"episodes: {table}")
     if result.frames:
         video = out / f"{checkpoint.stem}.mp4"
-        write_video(video, result)
+        write_in_run(run_dir, video, lambda path: write_video(path, result))
         print(f"video: {video}")
     return 0
