@@ -315,16 +315,26 @@ def test_ppo_stopped_mid_rollout_resumes_from_the_rollout_start(tmp_path, monkey
 def test_a_used_run_folder_is_refused_then_overwritten_on_request(tmp_path, capsys):
     config = _config(tmp_path)
     run = tmp_path / "run"
+    # where the run writes, files no record shows a run wrote: refused, --overwrite too, and kept as they are
     (run / "checkpoints").mkdir(parents=True)
     (run / "config.yaml").write_text("task: cartpole\n")
     (run / "final_model.zip").write_bytes(b"old")
+    for flags in ([], ["--overwrite"]):
+        assert cli_main(["train", str(config), *flags]) == 2
+        err = capsys.readouterr().err
+        assert "holds config.yaml, final_model.zip where the run writes, and no record shows a run wrote them" in err
+        assert "nothing was changed. Move them away" in err and len(err.strip().splitlines()) == 1, err
+        assert (run / "final_model.zip").read_bytes() == b"old" and (run / "config.yaml").is_file()
+    (run / "config.yaml").unlink()
+    (run / "final_model.zip").unlink()
+    assert cli_main(["train", str(config), "--total-timesteps", "20"]) == 0
     assert cli_main(["train", str(config)]) == 2
     err = capsys.readouterr().err
-    assert "already holds a run (config.yaml, final_model.zip)" in err and "--resume" in err and "--overwrite" in err
-    assert (run / "final_model.zip").read_bytes() == b"old"
-    assert cli_main(["train", str(config), "--overwrite", "--total-timesteps", "20"]) == 0
-    assert "deleted the previous run's config.yaml, final_model.zip" in capsys.readouterr().err
-    assert SAC.load(run / "final_model.zip").num_timesteps == 20
+    assert "already holds a run (config.yaml, final_model.zip, learning_curves.csv" in err, err
+    assert "--resume" in err and "--overwrite (deletes those" in err, err
+    assert cli_main(["train", str(config), "--overwrite", "--total-timesteps", "40"]) == 0
+    assert f"--overwrite: deleting the previous run's 9 files in {run}" in capsys.readouterr().err
+    assert SAC.load(run / "final_model.zip").num_timesteps == 40
 
 
 def _fake_checkpoint(run: pathlib.Path, steps: int, identity: dict, *, buffer: bool) -> None:

@@ -291,19 +291,11 @@ def scan(folder: pathlib.Path) -> CheckpointScan:
             continue
         files = _stem_files(folder, manifest_path.stem)
         vouched.update(files)
-        data, why = _read_manifest(manifest_path)
-        if data is not None:
-            why = _entry_problem(folder, data["files"].get("model")) or ""
-        if data is None or why:
+        checkpoint, why = read_checkpoint(manifest_path)
+        if checkpoint is None or why:
             damaged.append(Damaged(files, why))
-            continue
-        entry = data["files"].get("replay_buffer")
-        buffer = folder / entry["name"] if isinstance(entry, dict) and isinstance(entry.get("name"), str) else None
-        if buffer is not None and not buffer.exists():
-            buffer = None  # saved without one, pruned by a newer checkpoint, or lost (see resume)
-        model = folder / data["files"]["model"]["name"]
-        problem = _entry_problem(folder, entry) if buffer is not None else None
-        complete.append(Checkpoint(int(data["steps"]), manifest_path, data, model, buffer, problem))
+        else:
+            complete.append(checkpoint)
     complete.sort(key=lambda c: (c.steps, c.manifest.get("saved_at", "")))
     # A manifest under its temporary name marks a save under way: its files are what a kill cut short.
     saving = set()
@@ -323,6 +315,25 @@ def scan(folder: pathlib.Path) -> CheckpointScan:
     for files in orphans.values():
         damaged.append(Damaged(files, "no manifest names it, and no save of it was under way"))
     return CheckpointScan(complete, incomplete, damaged)
+
+
+def read_checkpoint(manifest_path: pathlib.Path) -> tuple[Checkpoint | None, str]:
+    """The checkpoint a manifest describes, and "" when its model file has the recorded size, else what is
+    wrong with it; (None, why) when the manifest does not read back."""
+    folder = manifest_path.parent
+    data, why = _read_manifest(manifest_path)
+    if data is None:
+        return None, why
+    why = _entry_problem(folder, data["files"].get("model")) or ""
+    if not isinstance(data["files"].get("model"), dict) or not isinstance(data["files"]["model"].get("name"), str):
+        return None, why
+    entry = data["files"].get("replay_buffer")
+    buffer = folder / entry["name"] if isinstance(entry, dict) and isinstance(entry.get("name"), str) else None
+    if buffer is not None and not buffer.exists():
+        buffer = None  # saved without one, pruned by a newer checkpoint, or lost (see resume)
+    model = folder / data["files"]["model"]["name"]
+    problem = _entry_problem(folder, entry) if buffer is not None else None
+    return Checkpoint(int(data["steps"]), manifest_path, data, model, buffer, problem), why
 
 
 def verify(checkpoint: Checkpoint) -> tuple[str | None, str | None]:

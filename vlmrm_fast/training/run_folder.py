@@ -406,7 +406,7 @@ class RunFolder:
         run's final model is its byte copy (the manifest's sha256): the final model restores it. Changes
         nothing: :meth:`ResumePoint.apply` does."""
         identity = plain(identity)
-        scan = checkpoints.scan(self.checkpoint_dir)
+        scan = self._with_restorable(checkpoints.scan(self.checkpoint_dir))
         damaged = list(scan.damaged)
         intact: checkpoints.Checkpoint | None = None  # the newest whole model
         with_buffer: checkpoints.Checkpoint | None = None  # the newest whole model with its whole replay buffer
@@ -461,6 +461,23 @@ class RunFolder:
             incomplete=scan.incomplete,
             restore_from=self.path / FINAL_MODEL if chosen.name in restorable else None,
         )
+
+    def _with_restorable(self, scan: checkpoints.CheckpointScan) -> checkpoints.CheckpointScan:
+        """``scan`` with the checkpoints whose model is missing or cut short, but whose manifest reads back and
+        whose model the final model copies, among the complete ones (to restore) instead of the damaged."""
+        final = self.path / FINAL_MODEL
+        if not final.is_file() or not any(d.files for d in scan.damaged):
+            return scan
+        complete, damaged = list(scan.complete), []
+        for damage in scan.damaged:
+            manifest = next((p for p in damage.files if p.suffix == ".json" and p.parent == self.checkpoint_dir), None)
+            checkpoint = checkpoints.read_checkpoint(manifest)[0] if manifest is not None else None
+            if checkpoint is not None and self._final_model_copies(checkpoint):
+                complete.append(checkpoint)
+            else:
+                damaged.append(damage)
+        complete.sort(key=lambda c: (c.steps, c.manifest.get("saved_at", "")))
+        return checkpoints.CheckpointScan(complete, scan.incomplete, damaged)
 
     def _final_model_copies(self, checkpoint: checkpoints.Checkpoint) -> bool:
         """Whether ``final_model.zip`` is a byte copy of the checkpoint's model (the sha256 its manifest holds)."""
