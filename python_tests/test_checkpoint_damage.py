@@ -180,6 +180,7 @@ def test_resume_refuses_and_changes_nothing_where_the_buffer_would_be_lost(train
     """As with the default keep_replay_buffers: 1, only the newest checkpoint has its buffer. Damage to it
     leaves no intact checkpoint with a buffer: refused, nothing written, moved or removed."""
     run, config = _copy(trained, tmp_path)
+    (run / "final_model.zip").unlink()  # no whole final model: the run is not finished, nor restored from it
     (run / "checkpoints" / "model_replay_buffer_80_steps.pkl").unlink()
     (run / "checkpoints" / ".model_160_steps.zip.tmp").write_bytes(b"cut short")  # a kill's, kept on refusal too
     _damage(run / "checkpoints" / NEWEST[which], how)
@@ -199,7 +200,7 @@ def test_an_empty_replay_buffer_accepted_continues_from_the_newest_intact_model(
     (run / "checkpoints" / "model_replay_buffer_80_steps.pkl").unlink()
     _damage(run / "checkpoints" / NEWEST["buffer"], "flip")
     before = _checksums(run / "checkpoints")
-    assert cli_main(["train", str(config), "--resume", "--allow-empty-replay-buffer"]) == 0
+    assert cli_main(["train", str(config), "--resume", "--allow-empty-replay-buffer", "--total-timesteps", "160"]) == 0
     err = capfd.readouterr().err
     assert "resuming from model_120_steps.zip at 120 steps with an EMPTY replay buffer" in err, err
     assert "model_replay_buffer_120_steps.pkl: its sha256 differs from the manifest's" in err, err

@@ -250,12 +250,12 @@ def _space_failure(monkeypatch, failing_save: int) -> None:
 
     real, saves = checkpoints.write_atomically, []
 
-    def write_atomically(path, write):
+    def write_atomically(path, write, **kwargs):
         if path.name.endswith("_steps.zip"):
             saves.append(path)
             if len(saves) == failing_save:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-        return real(path, write)
+        return real(path, write, **kwargs)
 
     monkeypatch.setattr(checkpoints, "write_atomically", write_atomically)
 

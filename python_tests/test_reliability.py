@@ -210,14 +210,14 @@ def test_two_sigints_in_quick_succession_save_one_whole_checkpoint(tmp_path, mon
     _add_callbacks(monkeypatch, _SignalAt(30, signal.SIGINT))
     original = checkpoints.write_atomically
 
-    def write_atomically(path, write):
+    def write_atomically(path, write, **kwargs):
         def interrupted_write(f):  # the second Ctrl-C lands while the model file is being written
             if path.name.startswith("model_interrupted_") and path.suffix == ".zip":
                 os.kill(os.getpid(), signal.SIGINT)
                 time.sleep(0.05)
             write(f)
 
-        return original(path, interrupted_write)
+        return original(path, interrupted_write, **kwargs)
 
     monkeypatch.setattr(checkpoints, "write_atomically", write_atomically)
     # Python's own handler to start from (a test runner started in the background inherits SIGINT ignored).
@@ -360,8 +360,15 @@ def test_resume_refuses_another_configs_checkpoint_and_a_missing_replay_buffer(t
     _fake_checkpoint(run, 40, other, buffer=True)
     assert cli_main(["train", str(config), "--resume"]) == 2
     err = capsys.readouterr().err
-    assert "belongs to a run with another config (reward.alpha: 0.25 then, 0.5 now)" in err
+    assert "belongs to a run with another config (reward.alpha: 0.25 then, 0.5 now). Set it back to resume" in err
     assert len(err.strip().splitlines()) == 1
+    # a run started on MuJoCo Warp's physics (float32, Newton) does not resume on MuJoCo's own
+    warp = copy.deepcopy(identity)
+    warp["env"]["physics"] = "warp"
+    _fake_checkpoint(tmp_path / "warp", 40, warp, buffer=True)
+    assert cli_main(["train", str(config), "--resume", "--output-dir", str(tmp_path / "warp")]) == 2
+    err = capsys.readouterr().err
+    assert "(env.physics: 'warp' then, 'auto' now). Set it back to resume" in err, err
     _fake_checkpoint(run, 80, identity, buffer=False)
     assert cli_main(["train", str(config), "--resume"]) == 2
     err = capsys.readouterr().err

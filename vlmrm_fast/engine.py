@@ -127,10 +127,16 @@ class MujocoBatchVecEnv(VecEnv):
         self.model = batch.build_model(max(height, width))
         if solver is not None:  # the plan's (MuJoCo Warp has no PGS): one model for the physics and the drawing
             self.model = with_solver(self.model, solver)
-        if PHYSICS[self.physics].state_on_host:  # refused before anything is allocated, naming what it needs
+        # Refused before anything is allocated, naming what it needs.
+        if PHYSICS[self.physics].state_on_host:
             frames_on_host = (height, width) if gpu is None else None  # on a GPU they are in its memory
             each = "MuJoCo's data" + (f" and a {height}x{width} RGBA frame" if frames_on_host else "")
             check_envs_fit(num_envs, env_bytes(self.model, frames_on_host), each)
+        else:  # MuJoCo Warp: the worlds and their frames where the simulations run
+            from vlmrm_fast.physics.warp import world_bytes
+
+            each = f"MuJoCo Warp's data of one world and its {height}x{width} RGB frame"
+            check_envs_fit(num_envs, world_bytes(self.model) + 3 * height * width, each, gpu)
         self.sim = PHYSICS[self.physics].make_simulator(self.model, num_envs, batch.frame_skip, batch.outputs, gpu)
         self.frame_source = RENDERERS[self.renderer].make(self.model, num_envs, render_size, batch.camera, gpu)
         obs_dim = batch.observation(self.sim.outputs).shape[1]

@@ -29,6 +29,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
 
 import vlmrm_fast.envs  # noqa: F401  (registers the tasks as vlmrm_fast/<task>)
+from vlmrm_fast.checks import boolean
 from vlmrm_fast.engine import MujocoBatchVecEnv
 from vlmrm_fast.reward.protocol import RewardModel
 from vlmrm_fast.reward.spec import RewardModelSpec
@@ -99,6 +100,7 @@ class VLMRewardVectorEnv(VectorEnv):
 
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode={render_mode!r}: the batch engine renders 'rgb_array' frames")
+        torch_outputs = boolean(torch_outputs, "torch_outputs")
         stack = {"physics": "batch", **_with_episode_length(stack, max_episode_steps)}
         env, reward, options = specs_of_arguments(type(self).__name__, task, num_envs, stack)
         if env.physics not in PHYSICS or not PHYSICS[env.physics].engine:
@@ -121,7 +123,7 @@ class VLMRewardVectorEnv(VectorEnv):
         self.metadata = {**self.metadata, "autoreset_mode": mode}
         self.render_mode = render_mode
         self.spec = None
-        self.torch_outputs = bool(torch_outputs)
+        self.torch_outputs = torch_outputs
 
     @property
     def reward_model(self) -> RewardModel:
@@ -274,8 +276,11 @@ def _sync_vector_env(
     if render_mode != "rgb_array":
         raise ValueError(f"render_mode={render_mode!r}: VLM rewards score 'rgb_array' frames")
     stack = _with_episode_length(stack, max_episode_steps)
-    env, reward, _ = specs_of_arguments("make_vec", task, num_envs, {**stack, "physics": "gym"})
+    # The physics asked for is planned as FastVLMRewardVecEnv plans it (a batch physics is refused for a task
+    # without a batch-engine version, naming the one that runs it), never replaced silently.
+    env, reward, _ = specs_of_arguments("make_vec", task, num_envs, {"physics": "gym", **stack})
     plan = plan_stack(env, reward)
+    assert not plan.engine, "a task without a batch-engine version runs its gymnasium envs"
     reward_model = load_for(plan, reward) if isinstance(reward, RewardModelSpec) else reward
     mode = AutoresetMode(autoreset_mode)
     make_env = plan.env.env_factory()

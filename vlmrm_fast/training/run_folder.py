@@ -125,6 +125,11 @@ class ResumePoint:
     restore_from: pathlib.Path | None = None
 
     @property
+    def identity(self) -> dict[str, Any]:
+        """The run identity the checkpoint's manifest holds."""
+        return _identity_of(self.checkpoint)
+
+    @property
     def model_file(self) -> pathlib.Path:
         """The file the model loads from."""
         return self.restore_from or self.checkpoint.model
@@ -508,8 +513,9 @@ class RunFolder:
     def _mismatch(self, what: str, saved: dict[str, Any], current: dict[str, Any]) -> RunFolderError:
         changes = identity_differences(saved, current) or ["the saved run identity is unreadable"]
         return RunFolderError(
-            f"{what} belongs to a run with another config ({'; '.join(changes)}). Resume with the config the run "
-            f"was started with ({self.path / CONFIG_FILE}), or start a new run elsewhere (--output-dir) or over it (--overwrite)"
+            f"{what} belongs to a run with another config ({'; '.join(changes)}). Set "
+            f"{'it' if len(changes) == 1 else 'them'} back to resume (the run's config: {self.path / CONFIG_FILE}), or "
+            f"start a new run elsewhere (--output-dir) or over it (--overwrite)"
         )
 
 

@@ -17,6 +17,7 @@ stopped by SIGINT / SIGTERM after saving a checkpoint, or before training starte
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pathlib
 import shlex
 import signal
@@ -35,6 +36,7 @@ from vlmrm_fast.distributed import jobs as distributed_jobs
 from vlmrm_fast.distributed.channel import RankFailure
 from vlmrm_fast.envs import get_task
 from vlmrm_fast.failures import EXIT_CRASHED, EXIT_DONE, EXIT_SIGINT, EXIT_SIGTERM, ExpectedFailure, mark_crash
+from vlmrm_fast.memory import check_replay_buffer_fits
 from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.callbacks import (
@@ -47,7 +49,15 @@ from vlmrm_fast.training.callbacks import (
     TrainingControl,
     TrainingProgress,
 )
-from vlmrm_fast.training.config import ConfigError, TrainConfig, algorithm_kwargs, load_config, resolved, run_identity
+from vlmrm_fast.training.config import (
+    ConfigError,
+    TrainConfig,
+    algorithm_kwargs,
+    load_config,
+    resolved,
+    run_identity,
+    unrecorded_fields,
+)
 from vlmrm_fast.training.curves import LearningCurves
 from vlmrm_fast.training.run_files import RunFiles
 from vlmrm_fast.training.run_folder import (
@@ -276,6 +286,14 @@ def _train(
             point = folder.resume_point(
                 identity, needs_replay_buffer=off_policy, allow_empty_replay_buffer=allow_empty_replay_buffer
             )
+            unrecorded = unrecorded_fields(point.identity, identity)
+            if unrecorded:
+                print(
+                    f"--resume: {point.checkpoint.name} was saved before {', '.join(unrecorded)} "
+                    f"{'was' if len(unrecorded) == 1 else 'were'} part of the run identity: not compared with this "
+                    f"config; leave {'it' if len(unrecorded) == 1 else 'them'} as the run started",
+                    file=sys.stderr,
+                )
             if point.checkpoint.steps >= cfg.rl.total_timesteps and not (point.damaged or point.incomplete or adopt):
                 return _nothing_to_train(cfg, point, identity)  # (damage found is set aside by the load below)
         else:
@@ -286,6 +304,9 @@ def _train(
         print(ready_summary(cfg, venv), flush=True)
         monitored = VecMonitor(venv)
         try:
+            buffer = replay_buffer_size(cfg, venv)
+            if buffer is not None:  # refused in a line before SB3 allocates it (numpy's error is 39 lines)
+                check_replay_buffer_fits(buffer.transitions, buffer.each, f"{cfg.task}'s observations and actions")
             model, stats = _setup_model(cfg, monitored, point, off_policy)
             if previous is not None and previous.holds_a_run():
                 for line in folder.clear(algorithm, cfg.source):
@@ -373,6 +394,16 @@ def ready_summary(cfg: TrainConfig, venv: Any) -> str:
     lines = [f"  env                 {venv.num_envs} envs of {cfg.task}; {how}"]
     if describe is not None:
         lines.append(f"  reward encoder      {describe()}")
+    buffer = replay_buffer_size(cfg, venv)
+    if buffer is not None:
+        default = "" if buffer.given else ", the default"
+        keep = cfg.logging.keep_replay_buffers
+        newest = "the newest checkpoint" if keep == 1 else f"each of the newest {keep} checkpoints"
+        lines.append(
+            f"  replay buffer       {buffer.transitions:,} transitions (rl.kwargs.buffer_size{default}): "
+            f"{_gib(buffer.bytes)} in memory, and as much on disk in {newest} "
+            f"(logging.keep_replay_buffers), in {(cfg.run_dir / 'checkpoints').resolve()}"
+        )
     return "\n".join(lines)
 
 
@@ -386,6 +417,54 @@ def _write_config(cfg: TrainConfig, files: RunFiles) -> None:
     )
     if not given:
         files.write_text(CONFIG_FILE, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayBufferSize:
+    """The replay buffer SB3 will allocate for the run: ``transitions`` of ``each`` bytes."""
+
+    transitions: int
+    each: int
+    given: bool  # rl.kwargs.buffer_size was given (else the algorithm's default)
+
+    @property
+    def bytes(self) -> int:
+        return self.transitions * self.each
+
+
+def replay_buffer_size(cfg: TrainConfig, venv: Any) -> ReplayBufferSize | None:
+    """What SB3's ReplayBuffer of an off-policy run holds (its arrays: observations, next observations unless
+    ``optimize_memory_usage``, actions as float32, rewards, dones, time-outs), computed from the envs' spaces
+    before it is allocated; None for an on-policy algorithm or a replay buffer class of the user's."""
+    import inspect
+
+    import numpy as np
+
+    algorithm = ALGORITHM_CLASSES[cfg.rl.algorithm]
+    kwargs = algorithm_kwargs(cfg.rl)
+    if not issubclass(algorithm, OffPolicyAlgorithm) or kwargs.get("replay_buffer_class") is not None:
+        return None
+    obs, action = venv.observation_space, venv.action_space
+    if not hasattr(obs, "shape") or obs.shape is None or not hasattr(action, "shape"):
+        return None
+    given = "buffer_size" in kwargs
+    size = int(
+        kwargs["buffer_size"] if given else inspect.signature(algorithm.__init__).parameters["buffer_size"].default
+    )
+    n_envs = venv.num_envs
+    transitions = max(size // n_envs, 1) * n_envs  # SB3 keeps buffer_size // n_envs rows of n_envs
+    copies = 1 if kwargs.get("optimize_memory_usage") else 2
+    action_dtype = np.float32 if np.dtype(action.dtype) == np.float64 else np.dtype(action.dtype)
+    each = (
+        copies * int(np.prod(obs.shape)) * np.dtype(obs.dtype).itemsize
+        + int(np.prod(action.shape or (1,))) * np.dtype(action_dtype).itemsize
+        + 3 * 4  # rewards, dones, time-outs: float32
+    )
+    return ReplayBufferSize(transitions, each, given)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.2f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
 
 
 def _setup_model(
