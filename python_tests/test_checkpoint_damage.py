@@ -382,7 +382,8 @@ def test_a_full_disk_leaves_no_orphan_and_names_the_space_needed(tmp_path, monke
     err = capfd.readouterr().err.strip().splitlines()
     first = next(line for line in err if line.startswith("vlmrm-fast train:"))
     assert f"no space left on the disk of {run / 'checkpoints'} for the checkpoint at 80 steps" in first, err
-    assert "it needs about" in first and "are free" in first and "--resume" in first, err
+    assert "it needs " in first and "(the model " in first and ", its replay buffer " in first, err
+    assert "are free" in first and "free at least " in first and "--resume" in first, err
     # the failed save's model, buffer and mark are gone; the first checkpoint is whole
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
         "model_40_steps.json",
@@ -408,8 +409,10 @@ def test_a_full_disk_at_any_file_of_a_save_removes_that_save(tmp_path, monkeypat
     before = _checksums(tmp_path)
     failing = Model()
     failing.num_timesteps, failing.fail = 120, "model"
-    with pytest.raises(checkpoints.CheckpointSpaceError, match=rf"disk of {tmp_path} .* needs about"):
+    with pytest.raises(checkpoints.CheckpointSpaceError, match=rf"disk of {tmp_path} .* needs ") as info:
         checkpoints.save_checkpoint(failing, tmp_path, reason="periodic")
+    # what the save needs, measured: the model it would write (5,000 bytes) and the manifest's 64 KiB
+    assert "it needs 68.9 KiB (the model 4.9 KiB)" in str(info.value), str(info.value)
     assert _checksums(tmp_path) == before
     # the manifest, written last, fails: the model already in place goes too
 

@@ -120,6 +120,7 @@ class MujocoBatchVecEnv(VecEnv):
     ):
         height, width = render_size
         self.batch = batch
+        self._closed = False
         self.episode_length = episode_length
         self.time_limit = one_of(time_limit, "time_limit", TIME_LIMITS)
         self.physics = one_of(physics, "physics", [name for name, row in PHYSICS.items() if row.engine])
@@ -157,7 +158,12 @@ class MujocoBatchVecEnv(VecEnv):
         self.autoreset_envs = np.zeros(num_envs, dtype=bool)  # envs the last step reset instead of stepping
 
     # ------------------------------------------------------------------ VecEnv API
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the env was closed (close() was called): make a new one to reset or step it")
+
     def reset(self) -> np.ndarray:
+        self._check_open()
         if any(self._options):
             raise ValueError("the MuJoCo batch engine takes no reset options")
         seeds = None if all(s is None for s in self._seeds) else [int(s) for s in self._seeds if s is not None]
@@ -174,9 +180,11 @@ class MujocoBatchVecEnv(VecEnv):
         return self._seeds
 
     def step_async(self, actions: np.ndarray) -> None:
+        self._check_open()
         self._actions = check_actions(actions, self.action_space, self.num_envs)
 
     def step_wait(self):
+        self._check_open()
         if self._actions is None:
             raise RuntimeError("step_wait() called without step_async()")
         actions, self._actions = self._actions, None
@@ -195,6 +203,7 @@ class MujocoBatchVecEnv(VecEnv):
         to ``on_frames(rows, lent)`` before the next range is simulated (the VLM reward wrapper scores
         them meanwhile). Then the observations, the task's rewards and the resets of finished envs, as
         ``step_wait`` returns them."""
+        self._check_open()
         if ranges[0].start != 0 or ranges[-1].stop != self.num_envs:
             raise ValueError(f"the ranges of a step must cover envs 0..{self.num_envs - 1}, got {list(ranges)}")
         for rows in ranges:
@@ -280,5 +289,6 @@ class MujocoBatchVecEnv(VecEnv):
         return [False for _ in self._targets(indices)]
 
     def close(self) -> None:
+        self._closed = True
         self.frame_source.close()
         self.sim.close()

@@ -150,7 +150,7 @@ class VLMRewardVectorEnv(VectorEnv):
 
     def step(self, actions):
         if not isinstance(actions, np.ndarray) and hasattr(actions, "detach"):  # a learner's torch tensor
-            actions = actions.detach().cpu().numpy()
+            actions = _tensor_actions(actions)
         obs, rewards, dones, step_infos = self.stack.step(np.asarray(actions))
         truncated = np.array([info["TimeLimit.truncated"] for info in step_infos], dtype=bool)
         terminated = dones & ~truncated
@@ -174,6 +174,21 @@ class VLMRewardVectorEnv(VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         self.stack.close()
+
+
+def _tensor_actions(actions: Any) -> np.ndarray:
+    """A learner's torch tensor of actions as numpy, from any device that holds values and any float dtype."""
+    import torch
+
+    if actions.device.type == "meta":
+        raise ValueError(
+            "actions are on the meta device, which holds no values (a model built under torch.device('meta')?); "
+            "pass actions on the CPU or a GPU"
+        )
+    actions = actions.detach()
+    if actions.is_floating_point() and actions.dtype not in (torch.float32, torch.float64):
+        actions = actions.float()  # bf16 (which numpy lacks), fp16: the action space is float32
+    return actions.cpu().numpy()
 
 
 class VLMRewardVectorWrapper(VectorWrapper):

@@ -389,7 +389,11 @@ def checkpoint_paths(
 
 
 def _mib(n: float) -> str:
-    return f"{n / 2**20:,.1f} MiB"
+    """A size in the unit that shows it: KiB below a MiB, MiB below a GiB, else GiB."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n / 2**10:,.1f} KiB"
 
 
 def replay_buffer_bytes(model: Any) -> int:
@@ -414,18 +418,56 @@ def _disk_full(exc: BaseException) -> bool:
     return False
 
 
-def _space_error(folder: pathlib.Path, steps: int, needed: int, previous: Checkpoint | None) -> CheckpointSpaceError:
+class _CountingStream(io.RawIOBase):
+    """Counts the bytes written to it and keeps none: the size of a file, without a disk."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        n = memoryview(data).nbytes
+        self.size += n
+        return n
+
+    def tell(self) -> int:
+        return self.size
+
+
+def _bytes_of(write: Callable[[BinaryIO], None]) -> int:
+    """The bytes ``write(file)`` writes (0 when it fails): what a file of the save takes on the disk."""
+    stream = _CountingStream()
+    try:
+        writer = io.BufferedWriter(stream)
+        write(writer)
+        writer.flush()
+    except Exception:
+        return 0
+    return stream.size
+
+
+_MANIFEST_BYTES = 2**16  # the manifest and the mark of a save under way, with room to spare
+
+
+def _space_error(
+    folder: pathlib.Path, steps: int, needs: dict[str, int], previous: Checkpoint | None
+) -> CheckpointSpaceError:
     free = shutil.disk_usage(folder).free
+    needed = sum(needs.values()) + _MANIFEST_BYTES
     kept = (
         f"the older checkpoints are whole (the newest: {previous.name})"
         if previous
         else "no checkpoint was saved before it"
     )
+    parts = ", ".join(f"{what} {_mib(n)}" for what, n in needs.items())
     error = CheckpointSpaceError(
         errno.ENOSPC,
-        f"no space left on the disk of {folder} for the checkpoint at {steps} steps: it needs about "
-        f"{_mib(needed)}, {_mib(free)} are free. Its partial files were removed and {kept}; free space there "
-        f"(or move the run to a larger disk)",
+        f"no space left on the disk of {folder} for the checkpoint at {steps} steps: it needs {_mib(needed)} "
+        f"({parts}), {_mib(free)} are free. Its partial files were removed and {kept}; free at least "
+        f"{_mib(max(needed - free, 0))} more there (or move the run to a larger disk)",
     )
     error.older_checkpoint = previous is not None
     return error
@@ -483,9 +525,12 @@ def save_checkpoint(
         if _disk_full(exc):  # this save's files are gone: the newest left is the previous checkpoint
             previous = scan(folder).newest()
             prior = previous.manifest["files"] if previous else {}
-            needed = sum(int(prior.get(role, {}).get("bytes", 0)) for role in ("model", "replay_buffer"))
-            needed = max(needed, 2**20 + (replay_buffer_bytes(model) if has_buffer else 0))
-            raise _space_error(folder, steps, needed, previous) from exc
+            needs = {"the model": _bytes_of(model.save) or int(prior.get("model", {}).get("bytes", 0))}
+            if has_buffer:
+                measured = _bytes_of(model.save_replay_buffer)
+                needs["its replay buffer"] = measured or int(prior.get("replay_buffer", {}).get("bytes", 0))
+                needs["its replay buffer"] = needs["its replay buffer"] or replay_buffer_bytes(model)
+            raise _space_error(folder, steps, needs, previous) from exc
         raise
     if has_buffer:
         _prune_replay_buffers(folder, keep_replay_buffers)

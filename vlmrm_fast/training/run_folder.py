@@ -213,6 +213,13 @@ class RunLock:
         os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
 
     def _open(self) -> None:
+        file = next((p for p in (self.folder, *self.folder.parents) if p.exists() and not p.is_dir()), None)
+        if file is not None:
+            where = "" if file == self.folder else f" (in {self.folder})"
+            raise RunFolderError(
+                f"output_dir: {file} is a file, not a folder{where}; choose a folder for the run (output_dir in "
+                f"the config, or --output-dir)"
+            )
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -375,7 +375,8 @@ def startup_summary(cfg: TrainConfig, point: ResumePoint | None) -> str:
             f"  rl.total_timesteps  {rl.total_timesteps:,}{_default(cfg, 'rl.total_timesteps')}",
             f"  reward.model        {r.model}{_default(cfg, 'reward.model')} on {r.device}",
             f"  output_dir          {cfg.run_dir.resolve()}{_default(cfg, 'output_dir')}",
-            f"  checkpoints         every {lg.checkpoint_every:,} steps{buffers}",
+            f"  checkpoints         every {lg.checkpoint_every:,} steps{_default(cfg, 'logging.checkpoint_every')}"
+            f"{buffers}",
         ]
     )
 
