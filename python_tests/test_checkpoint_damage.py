@@ -452,3 +452,23 @@ def test_start_if_new_starts_a_folder_without_checkpoints_and_only_that(trained,
     assert cli_main(["train", str(damaged_config), "--resume", "--start-if-new"]) == 2
     assert "no intact checkpoint in" in capfd.readouterr().err
     assert _checksums(damaged) == before
+
+
+def test_a_run_from_before_records_is_resumed_and_its_files_adopted(trained, tmp_path, capfd):
+    """A run folder written before runs kept records (no run_files.json): --overwrite cannot prove its
+    config.yaml, final model and curves are the run's, so it refuses with nothing changed; --resume continues
+    the run (its checkpoints' manifests vouch for them) and records those files as its own."""
+    run, config = _copy(trained, tmp_path)
+    (run / "run_files.json").unlink()
+    before = _checksums(run)
+    assert cli_main(["train", str(config), "--overwrite"]) == 2
+    err = capfd.readouterr().err
+    assert "--overwrite: " in err and "config.yaml, final_model.zip, learning_curves.csv" in err, err
+    assert "nothing was changed. Move them away" in err, err
+    assert _checksums(run) == before
+    assert cli_main(["train", str(config), "--resume", "--total-timesteps", "160"]) == 0
+    err = capfd.readouterr().err
+    assert "kept no record of the files its run wrote (a run from before records): recorded config.yaml" in err, err
+    from vlmrm_fast.training.run_files import RunFiles
+
+    assert {"config.yaml", "final_model.zip", "learning_curves.csv"} <= set(RunFiles(run).owned())

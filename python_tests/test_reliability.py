@@ -775,7 +775,7 @@ def test_a_missing_model_offline_is_one_line_in_every_command(tmp_path, monkeypa
         assert len(err.splitlines()) == 1, f"{name}: {err}"
         if name == "download":  # the advice is never the command just run: the variable that stops it is named
             assert f"{model}: not in the local cache, and HF_HUB_OFFLINE=1 keeps the download" in err, err
-            assert "(unset HF_HUB_OFFLINE)" in err and "vlmrm-fast download" not in err, err
+            assert "(unset HF_HUB_OFFLINE)" in err and "`vlmrm-fast download" not in err, err
             continue
         assert "HF_HUB_OFFLINE is set" in err and f"vlmrm-fast download {model}" in err, name
         assert "hf download laion/CLIP-ViT-B-32-laion2B-s34B-b79K" in err and "huggingface-cli" not in err, name

@@ -395,3 +395,14 @@ def test_a_checkpoint_older_than_an_identity_field_is_not_compared_on_it_and_the
     assert identity_differences(saved, current) == []
     assert unrecorded_fields(saved, current) == ["env.physics", "env.solver"]
     assert identity_differences({}, current) == ["the saved run identity is unreadable"]
+
+
+def test_the_docs_list_every_field_left_out_of_the_run_identity_with_its_reason():
+    import re
+
+    from vlmrm_fast.training.config import IDENTITY_EXEMPT
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
+    section = text.split("## The run identity", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `([^`]+)` \| (.+) \|$", section, flags=re.MULTILINE))
+    assert {place: reason.replace("`", "") for place, reason in rows.items()} == IDENTITY_EXEMPT

@@ -391,11 +391,13 @@ class RunFolder:
         once the checkpoint has loaded); with a record they are refused (a RunFolderError): the run would
         write over what it did not write."""
         found = self.inventory(algorithm, given_config)
+        if not RunFiles(self.path).exists():
+            return found.in_the_way
         tensorboard = _tensorboard_dir(algorithm)
         # The resumed run writes a new event file beside the old ones, never over one.
         blocking = [r for r in found.in_the_way if not (tensorboard and r.startswith(tensorboard + "/"))]
-        if not blocking or not RunFiles(self.path).exists():
-            return blocking
+        if not blocking:
+            return []
         names = _some(blocking)
         raise RunFolderError(
             f"--resume: {names} in {self.path} {'is' if len(blocking) == 1 else 'are'} where the run writes, and "
