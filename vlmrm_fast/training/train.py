@@ -4,8 +4,11 @@ Writes into ``output_dir``: ``config.yaml`` (as resolved: the prompts and episod
 used), ``tensorboard/`` (VLM and ground-truth episode rewards side by side),
 ``videos/`` (policy mp4s), ``checkpoints/`` (model and replay buffer every
 ``checkpoint_every`` steps, at the end, and on SIGINT/SIGTERM; see checkpoints.py),
-``final_model.zip``. ``--resume`` continues from the newest intact checkpoint (damaged
-ones are moved into ``checkpoints/damaged/``; see run_folder.py); with ``--start-if-new`` it
+``final_model.zip`` (a byte copy of the final checkpoint's model), and ``run_files.json``, the
+record of what it wrote (run_files.py): it deletes and writes over only files that record or a
+checkpoint's manifest vouches for, never the config file given. ``--resume`` continues from the
+newest intact checkpoint (damaged ones are moved into ``checkpoints/damaged/``; see
+run_folder.py), or says a run whose final model is whole is finished; with ``--start-if-new`` it
 starts the run when the folder holds no checkpoint yet (the first start of a restartable job).
 
 Exit codes: 0 finished; 1 crashed (traceback; the checkpoints on disk stay whole) or a
@@ -619,7 +622,10 @@ def add_subcommand(sub: argparse._SubParsersAction) -> None:
         help="continue from the newest intact checkpoint in the run folder (damaged ones are moved aside)",
     )
     mode.add_argument(
-        "--overwrite", action="store_true", help="delete a previous run's files in the run folder and start over"
+        "--overwrite",
+        action="store_true",
+        help="delete the previous run's files in the run folder (those its records vouch for, listed first; never "
+        "yours, nor the config file given) and start over",
     )
     p.add_argument(
         "--start-if-new",
