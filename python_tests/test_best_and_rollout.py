@@ -159,7 +159,34 @@ def test_a_gpu_precision_is_refused_on_the_cpu_naming_the_fix(quickstart_run, tm
 
 def test_best_and_rollout_refuse_what_they_cannot_use(tmp_path, capsys):
     assert cli_main(["best", str(tmp_path), "--episodes", "2"]) == 2
-    assert "holds no complete checkpoint" in capsys.readouterr().err
+    assert "holds no checkpoints/ folder" in capsys.readouterr().err
     (tmp_path / "checkpoints").mkdir()
+    assert cli_main(["best", str(tmp_path), "--episodes", "2"]) == 2
+    assert "holds no complete checkpoint" in capsys.readouterr().err
     assert cli_main(["rollout", str(tmp_path / "checkpoints" / "model_5_steps.zip")]) == 2
-    assert "config.yaml does not exist" in capsys.readouterr().err
+    assert "model_5_steps.zip does not exist" in capsys.readouterr().err
+
+
+def test_a_damaged_checkpoint_is_named_by_rollout_and_skipped_by_best(quickstart_run, tmp_path, capsys):
+    """One checkpoint of three damaged (bits flipped, the size kept): rollout says it is damaged and where to
+    look instead; best ranks the others and says which it skipped."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(quickstart_run, run)
+    damaged = run / "checkpoints" / "model_40_steps.zip"
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 16] = bytes(16)
+    damaged.write_bytes(bytes(data))
+    assert cli_main(["rollout", str(damaged), "--episodes", "1", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"vlmrm-fast rollout: error: {damaged} is damaged (its sha256 differs from its manifest's, "
+        "model_40_steps.json); roll out another checkpoint (vlmrm-fast best RUN_DIR ranks the whole ones)"
+    )
+    assert cli_main(["best", str(run), "--episodes", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "skipped model_40_steps.zip (40 steps): model_40_steps.zip: its sha256 differs" in captured.out
+    assert "not ranked (damaged, see above): model_40_steps.zip" in captured.out
+    with open(run / RANKING_FILE) as f:
+        ranked = [row["checkpoint"] for row in csv.DictReader(f)]
+    assert sorted(ranked) == ["model_20_steps.zip", "model_60_steps.zip"]

@@ -250,12 +250,12 @@ def _space_failure(monkeypatch, failing_save: int) -> None:
 
     real, saves = checkpoints.write_atomically, []
 
-    def write_atomically(path, write):
+    def write_atomically(path, write, **kwargs):
         if path.name.endswith("_steps.zip"):
             saves.append(path)
             if len(saves) == failing_save:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-        return real(path, write)
+        return real(path, write, **kwargs)
 
     monkeypatch.setattr(checkpoints, "write_atomically", write_atomically)
 
@@ -461,3 +461,243 @@ def test_models_names_a_misspelt_architecture_and_keeps_the_unmeasured_to_one_li
     assert "OSError" not in out and "couldn't connect" not in out
     (line,) = [line for line in out.splitlines() if line.startswith("not measured")]
     assert "roberta-ViT-B-32" in line and "their text tower's config comes from the Hugging Face hub" in line
+
+
+# ------------------------------------------------- what a run costs, and the faults that were tracebacks
+def test_the_replay_buffer_said_at_start_up_is_what_sb3_allocates():
+    """The start-up line's size is SB3's ReplayBuffer's arrays, byte for byte (and with optimize_memory_usage)."""
+    import gymnasium
+    import numpy as np
+    from stable_baselines3.common.buffers import ReplayBuffer
+
+    from vlmrm_fast.training.train import replay_buffer_size, startup_summary
+
+    class Envs:  # what replay_buffer_size reads of the run's VecEnv
+        num_envs = 4
+        observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (376,), np.float64)
+        action_space = gymnasium.spaces.Box(-0.4, 0.4, (17,), np.float32)
+
+    for optimize in (False, True):
+        buffer_kwargs = {"handle_timeout_termination": not optimize}  # SB3 takes them together only so
+        kwargs = {"buffer_size": 1002, "optimize_memory_usage": optimize, "replay_buffer_kwargs": buffer_kwargs}
+        cfg = load_config({"env": {"task": "humanoid-kneeling", "n_envs": 4}, "rl": {"kwargs": kwargs}})
+        size = replay_buffer_size(cfg, Envs())
+        buffer = ReplayBuffer(
+            1002, Envs.observation_space, Envs.action_space, n_envs=4, optimize_memory_usage=optimize, **buffer_kwargs
+        )
+        arrays = [v for v in vars(buffer).values() if isinstance(v, np.ndarray)]
+        assert size.transitions == 1000 and size.bytes == sum(a.nbytes for a in arrays), optimize
+    default = replay_buffer_size(load_config({"env": {"task": "humanoid-kneeling", "n_envs": 4}}), Envs())
+    assert default.transitions == 1_000_000 and not default.given
+    assert replay_buffer_size(load_config({"env": {"task": "cartpole"}, "rl": {"algorithm": "PPO"}}), Envs()) is None
+    # before the envs are built, the summary names the checkpoint interval's default too
+    assert "  checkpoints         every 10,000 steps (the default), the newest 1 with the replay buffer" in (
+        startup_summary(load_config({"env": {"task": "humanoid-kneeling"}}), None)
+    )
+
+
+def test_a_replay_buffer_beyond_memory_is_one_line_before_it_is_allocated(tmp_path, monkeypatch, capsys):
+    from vlmrm_fast import memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda: 2**30)
+    rl = {**CONFIG["rl"], "kwargs": {k: v for k, v in CONFIG["rl"]["kwargs"].items() if k != "buffer_size"}}
+    assert cli_main(["train", str(_config(tmp_path, rl=rl))]) == 2
+    captured = capsys.readouterr()
+    checkpoints = (tmp_path / "run" / "checkpoints").resolve()
+    assert (
+        "  replay buffer       1,000,000 transitions (rl.kwargs.buffer_size, the default): 5.26 GiB in memory, and as "
+        f"much on disk in the newest checkpoint (logging.keep_replay_buffers), in {checkpoints}"
+    ) in captured.out.splitlines(), captured.out
+    assert _one_line(captured.err) == (
+        "vlmrm-fast train: error: rl.kwargs.buffer_size: a replay buffer of 1,000,000 transitions needs 5.3 GiB of "
+        "memory (5,648 bytes each: humanoid-kneeling's observations and actions), and 1.0 GiB are available; set "
+        f"rl.kwargs.buffer_size to at most {2**30 // 5648:,}"
+    )
+
+
+def test_envs_beyond_memory_are_refused_before_building_for_gymnasium_tasks(humanoid_tiny_rm):
+    from vlmrm_fast import FastVLMRewardVecEnv
+
+    with pytest.raises(MemoryError) as info:  # before a list of a billion env factories is made
+        FastVLMRewardVecEnv("cartpole", 10**9, reward_model=humanoid_tiny_rm)
+    assert _one_line(str(info.value)).startswith("n_envs=1,000,000,000: the envs need at least 670,552.3 GiB of memory")
+    assert "(703 KiB each: a recorded 400x600 RGB frame)" in str(info.value) and "use at most " in str(info.value)
+
+
+@pytest.mark.warp
+def test_mujoco_warp_envs_beyond_memory_are_refused_before_warp_allocates(humanoid_tiny_rm):
+    from vlmrm_fast import FastVLMRewardVecEnv
+    from vlmrm_fast.envs import get_task
+    from vlmrm_fast.physics.warp import world_bytes
+
+    with pytest.raises(MemoryError) as info:
+        FastVLMRewardVecEnv("humanoid-kneeling", 10**8, reward_model=humanoid_tiny_rm, physics="warp")
+    line = _one_line(str(info.value))
+    assert line.startswith("n_envs=100,000,000: the envs need at least ") and "use at most " in line, line
+    assert "each: MuJoCo Warp's data of one world and its 480x480 RGB frame)" in line, line
+    model = get_task("humanoid-kneeling").batch.build_model(480)
+    assert world_bytes(model) >= 4 * (model.nq + model.nv) * 2  # at least qpos and qvel, float32, twice over
+
+
+def test_make_vec_refuses_as_the_vec_env_does_and_names_the_fix():
+    import gymnasium
+
+    from vlmrm_fast import FastVLMRewardVecEnv
+
+    with pytest.raises(ValueError) as vec_env:
+        FastVLMRewardVecEnv("cartpole", 2, model="vlmrm-tiny", device="cpu", physics="warp")
+    with pytest.raises(ValueError) as make_vec:  # was a SyncVectorEnv of gymnasium's physics, silently
+        gymnasium.make_vec("vlmrm_fast.envs:vlmrm_fast/cartpole", 2, model="vlmrm-tiny", device="cpu", physics="warp")
+    assert (
+        str(make_vec.value)
+        == str(vec_env.value)
+        == ("task 'cartpole' has no batch-engine version; use physics='gym' (or 'auto')")
+    )
+    for text in ("yes", "no"):  # bool("no") is True
+        with pytest.raises(TypeError, match=rf"^torch_outputs: must be true or false, got '{text}'$"):
+            gymnasium.make_vec("vlmrm_fast/humanoid-kneeling", 2, model="vlmrm-tiny", torch_outputs=text)
+    with pytest.raises(TypeError) as sync:
+        gymnasium.make_vec("vlmrm_fast/cartpole", 2, vectorization_mode="sync", model="vlmrm-tiny")
+    assert str(sync.value).startswith(
+        "model=: a reward model's argument, but gymnasium.make and make_vec(vectorization_mode='sync' or 'async') "
+        "make the task's plain envs, without VLM rewards; for VLM rewards use gymnasium.make_vec('vlmrm_fast/cartpole'"
+    ), str(sync.value)
+
+
+def test_a_learners_actions_on_the_meta_device_are_named_and_bf16_ones_step(humanoid_tiny_rm):
+    import gymnasium
+    import torch
+
+    env = gymnasium.make_vec("vlmrm_fast/humanoid-kneeling", 2, reward_model=humanoid_tiny_rm, render_size=32)
+    try:
+        env.reset(seed=0)
+        with pytest.raises(ValueError, match=r"^actions are on the meta device, which holds no values .*; pass"):
+            env.step(torch.zeros(2, 17, device="meta"))
+        obs, rewards, *_ = env.step(torch.zeros(2, 17, dtype=torch.bfloat16))
+        assert rewards.shape == (2,)
+    finally:
+        env.close()
+    with pytest.raises(RuntimeError, match=r"^the env was closed \(close\(\) was called\): make a new one"):
+        env.reset()
+
+
+def test_a_closed_vec_env_says_it_was_closed(humanoid_tiny_rm):
+    import numpy as np
+
+    from vlmrm_fast import FastVLMRewardVecEnv
+
+    env = FastVLMRewardVecEnv("humanoid-kneeling", 2, reward_model=humanoid_tiny_rm, render_size=32)
+    env.reset()
+    env.close()
+    for call in (env.reset, lambda: env.step(np.zeros((2, 17), np.float32))):
+        with pytest.raises(RuntimeError, match=r"^the env was closed \(close\(\) was called\): make a new one"):
+            call()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["evaluate", "data.npz", "--models", "vlmrm-tiny"],
+        ["landscape", "cartpole", "--variable", "pole_angle", "--model", "vlmrm-tiny"],
+        ["check-precision", "vlmrm-tiny"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_a_gpu_asked_for_where_there_is_none_is_one_line_before_any_work(argv, monkeypatch, capsys):
+    import torch
+
+    from vlmrm_fast.evaluation import check_precision
+
+    monkeypatch.setattr(check_precision, "render_task_frames", lambda *a, **k: pytest.fail("rendered first"))
+    assert cli_main([*argv, "--device", "cuda:7"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith(f"vlmrm-fast {argv[0]}: error: --device cuda:7: "), line
+    if not torch.cuda.is_available():
+        assert "asks for a GPU, but " in line and line.endswith("; use --device cpu (or auto)"), line
+
+
+def test_a_number_yaml_reads_as_text_is_named_with_the_number_to_write(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("env: {task: cartpole}\nrl: {total_timesteps: 1e12}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == (
+        "rl.total_timesteps: must be a positive integer, got '1e12' (YAML read it as text: its e-notation needs a dot "
+        "and a signed exponent, 1.0e+12); write 1000000000000"
+    )
+
+
+def test_an_output_dir_that_is_a_file_is_named_a_file(tmp_path, capsys):
+    (tmp_path / "taken").write_text("a file")
+    for output in ("taken", "taken/run"):
+        assert cli_main(["train", str(_config(tmp_path, output_dir=str(tmp_path / output)))]) == 2
+        assert _one_line(capsys.readouterr().err) == (
+            f"vlmrm-fast train: error: output_dir: {tmp_path / 'taken'} is a file, not a folder"
+            + ("" if output == "taken" else f" (in {tmp_path / output})")
+            + "; choose a folder for the run (output_dir in the config, or --output-dir)"
+        )
+
+
+def test_best_and_rollout_name_what_is_missing(tmp_path, capsys):
+    assert cli_main(["best", str(tmp_path / "nope")]) == 2
+    assert _one_line(capsys.readouterr().err) == (
+        f"vlmrm-fast best: error: run folder {tmp_path / 'nope'} does not exist; give a training run's folder "
+        "(its output_dir)"
+    )
+    assert cli_main(["best", str(tmp_path)]) == 2
+    assert "holds no checkpoints/ folder: give a training run's folder" in _one_line(capsys.readouterr().err)
+    assert cli_main(["rollout", str(tmp_path / "nope" / "final_model.zip")]) == 2  # not the config it blamed
+    assert _one_line(capsys.readouterr().err) == (
+        f"vlmrm-fast rollout: error: checkpoint {tmp_path / 'nope' / 'final_model.zip'} does not exist"
+    )
+    (tmp_path / "empty").mkdir()
+    assert cli_main(["rollout", str(tmp_path / "empty")]) == 2  # not a look in the folder above
+    assert _one_line(capsys.readouterr().err) == (
+        f"vlmrm-fast rollout: error: {tmp_path / 'empty'} is a folder; give a model zip: "
+        "RUN_DIR/checkpoints/model_N_steps.zip or RUN_DIR/final_model.zip"
+    )
+
+
+def test_an_onnx_export_to_a_read_only_folder_is_one_line_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    from vlmrm_fast import models
+
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    real_open = os.open
+
+    def open_(path, *args, **kwargs):  # as on a read-only mount (root ignores permission bits)
+        if pathlib.Path(path).parent == read_only:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
+    monkeypatch.setattr(models, "load_clip", lambda *a, **k: pytest.fail("loaded the model first"))
+    assert cli_main(["export", "vlmrm-tiny", "--onnx-only", str(read_only / "tower.onnx")]) == 2
+    assert _one_line(capsys.readouterr().err) == (
+        f"vlmrm-fast export: error: --onnx-only {read_only / 'tower.onnx'}: cannot write there (Read-only file "
+        "system); choose a writable folder"
+    )
+
+
+@pytest.mark.parametrize("content", [b"hello, no arrays here", b"\x80\x04\x95"], ids=["text", "pickle"])
+def test_a_dataset_that_is_no_npz_never_gets_unpickling_advice(tmp_path, content, capsys):
+    path = tmp_path / "data.npz"
+    path.write_bytes(content)
+    assert cli_main(["evaluate", str(path), "--models", "vlmrm-tiny", "--device", "cpu"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line == (
+        f"vlmrm-fast evaluate: error: {path} is not a vlmrm-fast dataset: not an .npz file (a zip of arrays); make one "
+        "with `vlmrm-fast dataset sample`"
+    )
+    assert "pickle" not in line
+
+
+def test_a_long_prompt_is_warned_of_in_a_line_a_terminal_shows():
+    from vlmrm_fast import PromptTruncatedWarning, load_reward_model
+
+    long = "a humanoid robot " + "very " * 2000 + "kneeling"
+    with pytest.warns(PromptTruncatedWarning) as caught:
+        load_reward_model("vlmrm-tiny", target_prompts=long, device="cpu")
+    (warning,) = [w for w in caught if issubclass(w.category, PromptTruncatedWarning)]
+    text = str(warning.message)
+    assert len(text) < 300 and "(10,025 characters)" in text and "the last 1931 are dropped" in text, text

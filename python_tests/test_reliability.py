@@ -210,14 +210,14 @@ def test_two_sigints_in_quick_succession_save_one_whole_checkpoint(tmp_path, mon
     _add_callbacks(monkeypatch, _SignalAt(30, signal.SIGINT))
     original = checkpoints.write_atomically
 
-    def write_atomically(path, write):
+    def write_atomically(path, write, **kwargs):
         def interrupted_write(f):  # the second Ctrl-C lands while the model file is being written
             if path.name.startswith("model_interrupted_") and path.suffix == ".zip":
                 os.kill(os.getpid(), signal.SIGINT)
                 time.sleep(0.05)
             write(f)
 
-        return original(path, interrupted_write)
+        return original(path, interrupted_write, **kwargs)
 
     monkeypatch.setattr(checkpoints, "write_atomically", write_atomically)
     # Python's own handler to start from (a test runner started in the background inherits SIGINT ignored).
@@ -315,16 +315,26 @@ def test_ppo_stopped_mid_rollout_resumes_from_the_rollout_start(tmp_path, monkey
 def test_a_used_run_folder_is_refused_then_overwritten_on_request(tmp_path, capsys):
     config = _config(tmp_path)
     run = tmp_path / "run"
+    # where the run writes, files no record shows a run wrote: refused, --overwrite too, and kept as they are
     (run / "checkpoints").mkdir(parents=True)
     (run / "config.yaml").write_text("task: cartpole\n")
     (run / "final_model.zip").write_bytes(b"old")
+    for flags in ([], ["--overwrite"]):
+        assert cli_main(["train", str(config), *flags]) == 2
+        err = capsys.readouterr().err
+        assert "holds config.yaml, final_model.zip where the run writes, and no record shows a run wrote them" in err
+        assert "nothing was changed. Move them away" in err and len(err.strip().splitlines()) == 1, err
+        assert (run / "final_model.zip").read_bytes() == b"old" and (run / "config.yaml").is_file()
+    (run / "config.yaml").unlink()
+    (run / "final_model.zip").unlink()
+    assert cli_main(["train", str(config), "--total-timesteps", "20"]) == 0
     assert cli_main(["train", str(config)]) == 2
     err = capsys.readouterr().err
-    assert "already holds a run (config.yaml, final_model.zip)" in err and "--resume" in err and "--overwrite" in err
-    assert (run / "final_model.zip").read_bytes() == b"old"
-    assert cli_main(["train", str(config), "--overwrite", "--total-timesteps", "20"]) == 0
-    assert "deleted the previous run's config.yaml, final_model.zip" in capsys.readouterr().err
-    assert SAC.load(run / "final_model.zip").num_timesteps == 20
+    assert "already holds a run (config.yaml, final_model.zip, learning_curves.csv" in err, err
+    assert "--resume" in err and "--overwrite (deletes those" in err, err
+    assert cli_main(["train", str(config), "--overwrite", "--total-timesteps", "40"]) == 0
+    assert f"--overwrite: deleting the previous run's 9 files in {run}" in capsys.readouterr().err
+    assert SAC.load(run / "final_model.zip").num_timesteps == 40
 
 
 def _fake_checkpoint(run: pathlib.Path, steps: int, identity: dict, *, buffer: bool) -> None:
@@ -350,8 +360,15 @@ def test_resume_refuses_another_configs_checkpoint_and_a_missing_replay_buffer(t
     _fake_checkpoint(run, 40, other, buffer=True)
     assert cli_main(["train", str(config), "--resume"]) == 2
     err = capsys.readouterr().err
-    assert "belongs to a run with another config (reward.alpha: 0.25 then, 0.5 now)" in err
+    assert "belongs to a run with another config (reward.alpha: 0.25 then, 0.5 now). Set it back to resume" in err
     assert len(err.strip().splitlines()) == 1
+    # a run started on MuJoCo Warp's physics (float32, Newton) does not resume on MuJoCo's own
+    warp = copy.deepcopy(identity)
+    warp["env"]["physics"] = "warp"
+    _fake_checkpoint(tmp_path / "warp", 40, warp, buffer=True)
+    assert cli_main(["train", str(config), "--resume", "--output-dir", str(tmp_path / "warp")]) == 2
+    err = capsys.readouterr().err
+    assert "(env.physics: 'warp' then, 'auto' now). Set it back to resume" in err, err
     _fake_checkpoint(run, 80, identity, buffer=False)
     assert cli_main(["train", str(config), "--resume"]) == 2
     err = capsys.readouterr().err
@@ -756,6 +773,10 @@ def test_a_missing_model_offline_is_one_line_in_every_command(tmp_path, monkeypa
         assert cli_main(argv) == 2, name
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1, f"{name}: {err}"
+        if name == "download":  # the advice is never the command just run: the variable that stops it is named
+            assert f"{model}: not in the local cache, and HF_HUB_OFFLINE=1 keeps the download" in err, err
+            assert "(unset HF_HUB_OFFLINE)" in err and "`vlmrm-fast download" not in err, err
+            continue
         assert "HF_HUB_OFFLINE is set" in err and f"vlmrm-fast download {model}" in err, name
         assert "hf download laion/CLIP-ViT-B-32-laion2B-s34B-b79K" in err and "huggingface-cli" not in err, name
     assert not (tmp_path / "run").exists(), "a refused train left a run folder"

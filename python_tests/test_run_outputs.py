@@ -19,6 +19,7 @@ from vlmrm_fast.cli import main as cli_main
 from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.config import ConfigError, load_config
 from vlmrm_fast.training.curves import COLUMNS, CURVES_CSV, CURVES_PNG, LearningCurves
+from vlmrm_fast.training.run_files import RunFiles
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
@@ -74,12 +75,14 @@ def test_the_curves_and_the_video_are_written_where_a_user_looks(tmp_path):
     gif = Image.open(io.BytesIO(video.encoded_image_string))
     assert (gif.width, gif.height, gif.n_frames) == (32, 32, 10)  # the episode: 10 frames at 32 px
 
-    # a resumed run drops the rows past its checkpoint, as TensorBoard's purge_step does, and goes on
+    # a resumed run drops the rows past its checkpoint (written by a process killed before its next checkpoint),
+    # as TensorBoard's purge_step does, and goes on
     stale = rows + [{**rows[-1], "step": "60"}]
-    with open(run / CURVES_CSV, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(COLUMNS))
-        writer.writeheader()
-        writer.writerows(stale)
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(COLUMNS), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(stale)
+    RunFiles(run).write_text(CURVES_CSV, text.getvalue())  # as the run writes it: on its record
     assert cli_main(["train", str(config), "--resume"]) == 0
     resumed = _rows(run)
     assert [int(row["step"]) for row in resumed] == [40, 80]  # the stale row at 60 is gone
@@ -99,6 +102,49 @@ def test_the_curves_are_written_at_each_checkpoint_without_tensorboard(tmp_path,
     assert cli_main(["train", str(config)]) == 0
     assert written[0] == [40] and written[-1] == [40, 80], written  # the checkpoint at 40 has the curve so far
     assert [int(row["step"]) for row in _rows(tmp_path / "run")] == [40, 80]
+
+
+class _Killed(BaseException):
+    """A kill: nothing after it runs in the process (no handler catches a BaseException of this kind)."""
+
+
+def test_a_kill_between_a_checkpoint_and_the_curves_loses_no_curve_row(tmp_path, monkeypatch):
+    """Killed the moment the checkpoint at 40 steps is complete (its manifest in place), before anything else
+    runs: the resumed run's curves have every row of an uninterrupted run, and no file is lost or changed but
+    those the resume rewrites."""
+    config = _config(tmp_path, tensorboard=False, video_every=0, keep_replay_buffers=2)  # no buffer pruned
+    run = tmp_path / "run"
+    real_save = checkpoints.save_checkpoint
+
+    def killed_after_the_first(*args, **kwargs):
+        saved = real_save(*args, **kwargs)
+        if saved.steps == 40:
+            raise _Killed
+        return saved
+
+    with monkeypatch.context() as m:
+        m.setattr(checkpoints, "save_checkpoint", killed_after_the_first)
+        with pytest.raises(_Killed):
+            cli_main(["train", str(config)])
+    assert (run / "checkpoints" / "model_40_steps.json").is_file()
+    before = _sha256s(run)
+    rows_before = [int(row["step"]) for row in _rows(run)] if (run / CURVES_CSV).exists() else []
+    assert cli_main(["train", str(config), "--resume"]) == 0
+    rows = [int(row["step"]) for row in _rows(run)]
+    assert rows == [40, 80] and rows[: len(rows_before)] == rows_before, (rows_before, rows)
+    rewritten = {"config.yaml", CURVES_CSV, CURVES_PNG, "run_files.json"}
+    after = _sha256s(run)
+    assert not {name for name, digest in before.items() if name not in rewritten and after.get(name) != digest}
+
+
+def _sha256s(folder: pathlib.Path) -> dict[str, str]:
+    import hashlib
+
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_the_success_panel_shows_a_tasks_success_rates():

@@ -308,3 +308,101 @@ def test_quickstart_uses_the_tiny_model_offline():
     # Its replay buffer holds the run and no more: a buffer as large as the run's transitions, not SB3's 1e6
     buffer_size = cfg.rl.kwargs["buffer_size"]
     assert cfg.rl.total_timesteps <= buffer_size <= 2 * cfg.rl.total_timesteps
+
+
+# ----------------------------------------------------------------------------- the run identity
+IDENTITY_BASE = {"env": {"task": "humanoid-kneeling"}, "reward": {"model": "vlmrm-tiny"}}
+
+
+def _config_places() -> list[str]:
+    """Every field of the config by its place (``env.physics``), read from the dataclasses: a field added to
+    EnvSpec, RewardModelSpec or RLConfig is here without a word in this file."""
+    import dataclasses
+    import typing
+
+    from vlmrm_fast.training.config import IDENTITY_SECTIONS, TrainConfig
+
+    hints = typing.get_type_hints(TrainConfig)
+    places = []
+    for field in dataclasses.fields(TrainConfig):
+        if not field.metadata.get("yaml", True):
+            continue
+        if field.name in IDENTITY_SECTIONS:
+            places += [f"{field.name}.{f.name}" for f in dataclasses.fields(hints[field.name])]
+        else:
+            places.append(field.name)
+    return places
+
+
+# The fields compared by what they run take a value that runs something else; any other gets a stand-in.
+_CHANGED = {"env.physics": "warp", "env.solver": "cg"}
+
+
+@pytest.mark.parametrize("place", _config_places())
+def test_every_config_field_is_in_the_run_identity_or_exempt_with_its_reason(place):
+    from vlmrm_fast.training.config import IDENTITY_EXEMPT, _places, identity_differences, resolved, run_identity
+    from vlmrm_fast.training.run_folder import plain
+
+    identity = plain(run_identity(resolved(load_config(IDENTITY_BASE))))
+    places = _places(identity)
+    exempt = place if place in IDENTITY_EXEMPT else place.split(".")[0]
+    if exempt in IDENTITY_EXEMPT:
+        assert place not in places
+        reason = IDENTITY_EXEMPT[exempt]
+        assert len(reason.split()) >= 4 and not reason.endswith("."), reason  # a reason, in the table's style
+        return
+    assert place in places, f"{place} is neither in the run identity nor in IDENTITY_EXEMPT with a reason"
+    section, _, name = place.rpartition(".")
+    changed = copy.deepcopy(identity)
+    holder = changed[section] if section else changed
+    new = _CHANGED.get(place, "<another value>")
+    holder[name] = new
+    assert identity_differences(identity, changed) == [f"{place}: {places[place]!r} then, {new!r} now"]
+
+
+@pytest.mark.parametrize(
+    ("then", "now", "same"),
+    [
+        ({"physics": "auto"}, {"physics": "batch"}, True),  # the batch engine and gymnasium step the same
+        ({"physics": "batch"}, {"physics": "gym"}, True),
+        ({"physics": "batch"}, {"physics": "warp"}, False),  # float32 MuJoCo Warp, Newton
+        ({"physics": "auto"}, {"physics": "warp"}, False),
+        ({"physics": "warp", "solver": None}, {"physics": "warp", "solver": "newton"}, True),  # Warp's default
+        ({"physics": "warp", "solver": None}, {"physics": "warp", "solver": "cg"}, False),
+        ({"physics": "batch", "solver": None}, {"physics": "batch", "solver": "pgs"}, False),
+    ],
+)
+def test_physics_and_solver_are_compared_by_what_they_run(then, now, same):
+    from vlmrm_fast.training.config import identity_differences, resolved, run_identity
+    from vlmrm_fast.training.run_folder import plain
+
+    base = {**IDENTITY_BASE, "env": {"task": "humanoid-kneeling"}}
+    a = plain(run_identity(resolved(load_config({**base, "env": {**base["env"], **then}}))))
+    b = plain(run_identity(resolved(load_config({**base, "env": {**base["env"], **now}}))))
+    differences = identity_differences(a, b)
+    assert (differences == []) == same, differences
+    if not same:
+        assert all(d.startswith(("env.physics: ", "env.solver: ")) and " then, " in d for d in differences)
+
+
+def test_a_checkpoint_older_than_an_identity_field_is_not_compared_on_it_and_the_resume_says_so():
+    from vlmrm_fast.training.config import identity_differences, resolved, run_identity, unrecorded_fields
+    from vlmrm_fast.training.run_folder import plain
+
+    current = plain(run_identity(resolved(load_config({**IDENTITY_BASE, "env": {"task": "humanoid-kneeling"}}))))
+    saved = copy.deepcopy(current)
+    del saved["env"]["physics"], saved["env"]["solver"]  # saved before they were part of the identity
+    assert identity_differences(saved, current) == []
+    assert unrecorded_fields(saved, current) == ["env.physics", "env.solver"]
+    assert identity_differences({}, current) == ["the saved run identity is unreadable"]
+
+
+def test_the_docs_list_every_field_left_out_of_the_run_identity_with_its_reason():
+    import re
+
+    from vlmrm_fast.training.config import IDENTITY_EXEMPT
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
+    section = text.split("## The run identity", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `([^`]+)` \| (.+) \|$", section, flags=re.MULTILINE))
+    assert {place: reason.replace("`", "") for place, reason in rows.items()} == IDENTITY_EXEMPT

@@ -44,7 +44,9 @@ def positive_int(value: Any, name: str, *, allow_none: bool = False) -> int | No
     if value is None and allow_none:
         return None
     if not _is_int(value) or value < 1:
-        raise FieldError(name, f"must be a positive integer{' or null' if allow_none else ''}, got {value!r}")
+        raise FieldError(
+            name, f"must be a positive integer{' or null' if allow_none else ''}, got {value!r}{_quotes_hint(value)}"
+        )
     return int(value)
 
 
@@ -57,7 +59,20 @@ def non_negative_int(value: Any, name: str) -> int:
 
 
 def _quotes_hint(value: Any) -> str:
-    return "; remove the quotes" if isinstance(value, str) and value.strip().lstrip("+-").isdigit() else ""
+    """What turned a number into text: quotes, or YAML's reading of ``1e12`` as a string (PyYAML reads
+    e-notation as a number only with a dot and a signed exponent, ``1.0e+12``)."""
+    if not isinstance(value, str):
+        return ""
+    text = value.strip()
+    if text.lstrip("+-").isdigit():
+        return "; remove the quotes"
+    try:
+        number = float(text)
+    except ValueError:
+        return ""
+    if not math.isfinite(number) or number != int(number):
+        return ""
+    return f" (YAML read it as text: its e-notation needs a dot and a signed exponent, 1.0e+12); write {int(number)}"
 
 
 def number(value: Any, name: str, *, low: float | None = None, high: float | None = None) -> float:

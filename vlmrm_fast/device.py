@@ -31,6 +31,20 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return resolved
 
 
+def check_device_option(device: str, option: str = "--device") -> str:
+    """A command's ``--device`` checked before any work: a GPU asked for where there is none, or a device
+    that is not one, is a ValueError of one line naming the option and the fix (not a traceback minutes in)."""
+    try:
+        resolve_device(device)
+    except RuntimeError:
+        raise ValueError(
+            f"{option} {device}: asks for a GPU, but {no_gpu_reason()}; use {option} cpu (or auto)"
+        ) from None
+    except ValueError as exc:
+        raise ValueError(f"{option} {device}: {str(exc).split(': ', 1)[-1]}") from None
+    return device
+
+
 def build_info() -> dict:
     """What the native core was built with and what this machine offers (CUDA, EGL)."""
     return _native_build_info()

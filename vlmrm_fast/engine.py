@@ -120,6 +120,7 @@ class MujocoBatchVecEnv(VecEnv):
     ):
         height, width = render_size
         self.batch = batch
+        self._closed = False
         self.episode_length = episode_length
         self.time_limit = one_of(time_limit, "time_limit", TIME_LIMITS)
         self.physics = one_of(physics, "physics", [name for name, row in PHYSICS.items() if row.engine])
@@ -127,10 +128,16 @@ class MujocoBatchVecEnv(VecEnv):
         self.model = batch.build_model(max(height, width))
         if solver is not None:  # the plan's (MuJoCo Warp has no PGS): one model for the physics and the drawing
             self.model = with_solver(self.model, solver)
-        if PHYSICS[self.physics].state_on_host:  # refused before anything is allocated, naming what it needs
+        # Refused before anything is allocated, naming what it needs.
+        if PHYSICS[self.physics].state_on_host:
             frames_on_host = (height, width) if gpu is None else None  # on a GPU they are in its memory
             each = "MuJoCo's data" + (f" and a {height}x{width} RGBA frame" if frames_on_host else "")
             check_envs_fit(num_envs, env_bytes(self.model, frames_on_host), each)
+        else:  # MuJoCo Warp: the worlds and their frames where the simulations run
+            from vlmrm_fast.physics.warp import world_bytes
+
+            each = f"MuJoCo Warp's data of one world and its {height}x{width} RGB frame"
+            check_envs_fit(num_envs, world_bytes(self.model) + 3 * height * width, each, gpu)
         self.sim = PHYSICS[self.physics].make_simulator(self.model, num_envs, batch.frame_skip, batch.outputs, gpu)
         self.frame_source = RENDERERS[self.renderer].make(self.model, num_envs, render_size, batch.camera, gpu)
         obs_dim = batch.observation(self.sim.outputs).shape[1]
@@ -151,7 +158,12 @@ class MujocoBatchVecEnv(VecEnv):
         self.autoreset_envs = np.zeros(num_envs, dtype=bool)  # envs the last step reset instead of stepping
 
     # ------------------------------------------------------------------ VecEnv API
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the env was closed (close() was called): make a new one to reset or step it")
+
     def reset(self) -> np.ndarray:
+        self._check_open()
         if any(self._options):
             raise ValueError("the MuJoCo batch engine takes no reset options")
         seeds = None if all(s is None for s in self._seeds) else [int(s) for s in self._seeds if s is not None]
@@ -168,9 +180,11 @@ class MujocoBatchVecEnv(VecEnv):
         return self._seeds
 
     def step_async(self, actions: np.ndarray) -> None:
+        self._check_open()
         self._actions = check_actions(actions, self.action_space, self.num_envs)
 
     def step_wait(self):
+        self._check_open()
         if self._actions is None:
             raise RuntimeError("step_wait() called without step_async()")
         actions, self._actions = self._actions, None
@@ -189,6 +203,7 @@ class MujocoBatchVecEnv(VecEnv):
         to ``on_frames(rows, lent)`` before the next range is simulated (the VLM reward wrapper scores
         them meanwhile). Then the observations, the task's rewards and the resets of finished envs, as
         ``step_wait`` returns them."""
+        self._check_open()
         if ranges[0].start != 0 or ranges[-1].stop != self.num_envs:
             raise ValueError(f"the ranges of a step must cover envs 0..{self.num_envs - 1}, got {list(ranges)}")
         for rows in ranges:
@@ -274,5 +289,6 @@ class MujocoBatchVecEnv(VecEnv):
         return [False for _ in self._targets(indices)]
 
     def close(self) -> None:
+        self._closed = True
         self.frame_source.close()
         self.sim.close()

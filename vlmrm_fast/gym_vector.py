@@ -29,6 +29,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
 
 import vlmrm_fast.envs  # noqa: F401  (registers the tasks as vlmrm_fast/<task>)
+from vlmrm_fast.checks import boolean
 from vlmrm_fast.engine import MujocoBatchVecEnv
 from vlmrm_fast.reward.protocol import RewardModel
 from vlmrm_fast.reward.spec import RewardModelSpec
@@ -99,6 +100,7 @@ class VLMRewardVectorEnv(VectorEnv):
 
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode={render_mode!r}: the batch engine renders 'rgb_array' frames")
+        torch_outputs = boolean(torch_outputs, "torch_outputs")
         stack = {"physics": "batch", **_with_episode_length(stack, max_episode_steps)}
         env, reward, options = specs_of_arguments(type(self).__name__, task, num_envs, stack)
         if env.physics not in PHYSICS or not PHYSICS[env.physics].engine:
@@ -121,7 +123,7 @@ class VLMRewardVectorEnv(VectorEnv):
         self.metadata = {**self.metadata, "autoreset_mode": mode}
         self.render_mode = render_mode
         self.spec = None
-        self.torch_outputs = bool(torch_outputs)
+        self.torch_outputs = torch_outputs
 
     @property
     def reward_model(self) -> RewardModel:
@@ -148,7 +150,7 @@ class VLMRewardVectorEnv(VectorEnv):
 
     def step(self, actions):
         if not isinstance(actions, np.ndarray) and hasattr(actions, "detach"):  # a learner's torch tensor
-            actions = actions.detach().cpu().numpy()
+            actions = _tensor_actions(actions)
         obs, rewards, dones, step_infos = self.stack.step(np.asarray(actions))
         truncated = np.array([info["TimeLimit.truncated"] for info in step_infos], dtype=bool)
         terminated = dones & ~truncated
@@ -172,6 +174,21 @@ class VLMRewardVectorEnv(VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         self.stack.close()
+
+
+def _tensor_actions(actions: Any) -> np.ndarray:
+    """A learner's torch tensor of actions as numpy, from any device that holds values and any float dtype."""
+    import torch
+
+    if actions.device.type == "meta":
+        raise ValueError(
+            "actions are on the meta device, which holds no values (a model built under torch.device('meta')?); "
+            "pass actions on the CPU or a GPU"
+        )
+    actions = actions.detach()
+    if actions.is_floating_point() and actions.dtype not in (torch.float32, torch.float64):
+        actions = actions.float()  # bf16 (which numpy lacks), fp16: the action space is float32
+    return actions.cpu().numpy()
 
 
 class VLMRewardVectorWrapper(VectorWrapper):
@@ -273,8 +290,11 @@ def _sync_vector_env(
     if render_mode != "rgb_array":
         raise ValueError(f"render_mode={render_mode!r}: VLM rewards score 'rgb_array' frames")
     stack = _with_episode_length(stack, max_episode_steps)
-    env, reward, _ = specs_of_arguments("make_vec", task, num_envs, {**stack, "physics": "gym"})
+    # The physics asked for is planned as FastVLMRewardVecEnv plans it (a batch physics is refused for a task
+    # without a batch-engine version, naming the one that runs it), never replaced silently.
+    env, reward, _ = specs_of_arguments("make_vec", task, num_envs, {"physics": "gym", **stack})
     plan = plan_stack(env, reward)
+    assert not plan.engine, "a task without a batch-engine version runs its gymnasium envs"
     reward_model = load_for(plan, reward) if isinstance(reward, RewardModelSpec) else reward
     mode = AutoresetMode(autoreset_mode)
     make_env = plan.env.env_factory()

@@ -1,10 +1,11 @@
 """The process's memory: what a batch of envs needs, checked before it is allocated, and handing freed
 memory back to the system after a large object is closed.
 
-A batch too large for the machine would otherwise fail deep inside MuJoCo or the renderer
-(``std::bad_alloc``, "Could not allocate memory") without naming the number of envs.
-:func:`check_envs_fit` compares a lower bound of the batch's memory with what the system has
-available and refuses in one line first.
+A batch too large for the machine would otherwise fail deep inside MuJoCo, MuJoCo Warp or the
+renderer (``std::bad_alloc``, "Could not allocate memory", a bare ``MemoryError``) without naming
+the number of envs. :func:`check_envs_fit` compares a lower bound of the batch's memory with what
+the host, or the GPU that holds the simulations, has available and refuses in one line first;
+:func:`check_replay_buffer_fits` does the same for an off-policy learner's replay buffer.
 
 Closing a VecEnv frees its frame buffers, simulator data, renderer and (when it loaded one)
 its reward model's weights and tokenizer tables. glibc's allocator keeps most of that memory
@@ -36,6 +37,10 @@ class EnvsDoNotFitError(ExpectedFailure, MemoryError):
     """More envs than the machine's memory holds."""
 
 
+class ReplayBufferDoesNotFitError(ExpectedFailure, MemoryError):
+    """A replay buffer larger than the machine's memory."""
+
+
 def available_bytes() -> int | None:
     """The memory the system can still give processes (Linux's MemAvailable), or None where it is not known."""
     try:
@@ -62,15 +67,42 @@ def env_bytes(model: Any, frame_shape: tuple[int, int] | None) -> int:
     return int(arrays) + (4 * frame_shape[0] * frame_shape[1] if frame_shape else 0)
 
 
-def check_envs_fit(n_envs: int, each: int, what: str) -> None:
+def device_available_bytes(gpu: int | None) -> int | None:
+    """The memory free for new allocations on CUDA device ``gpu`` (None: the host's, :func:`available_bytes`)."""
+    if gpu is None:
+        return available_bytes()
+    import torch
+
+    try:
+        return int(torch.cuda.mem_get_info(gpu)[0])
+    except (RuntimeError, AssertionError):
+        return None
+
+
+def check_envs_fit(n_envs: int, each: int, what: str, gpu: int | None = None) -> None:
     """Refuses ``n_envs`` envs of ``each`` bytes (a lower bound; ``what`` says of what) when they exceed the
-    available memory, naming the number of envs, the memory they need and the most that fit."""
-    available = available_bytes()
+    memory available (the host's, or CUDA device ``gpu``'s), naming the number of envs, the memory they need
+    and the most that fit."""
+    available = device_available_bytes(gpu)
     if available is None or n_envs * each <= available:
         return
+    where = "memory" if gpu is None else f"memory on cuda:{gpu}"
     raise EnvsDoNotFitError(
-        f"n_envs={n_envs:,}: the envs need at least {_gib(n_envs * each)} of memory ({each / 1024:,.0f} KiB each: "
+        f"n_envs={n_envs:,}: the envs need at least {_gib(n_envs * each)} of {where} ({each / 1024:,.0f} KiB each: "
         f"{what}), and {_gib(available)} are available; use at most {available // each:,} envs here"
+    )
+
+
+def check_replay_buffer_fits(transitions: int, each: int, what: str) -> None:
+    """Refuses a replay buffer of ``transitions`` of ``each`` bytes when it exceeds the host memory available,
+    before SB3 allocates it."""
+    available = available_bytes()
+    if available is None or transitions * each <= available:
+        return
+    raise ReplayBufferDoesNotFitError(
+        f"rl.kwargs.buffer_size: a replay buffer of {transitions:,} transitions needs {_gib(transitions * each)} "
+        f"of memory ({each:,} bytes each: {what}), and {_gib(available)} are available; set rl.kwargs.buffer_size "
+        f"to at most {available // each:,}"
     )
 
 

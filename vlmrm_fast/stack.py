@@ -36,6 +36,7 @@ from vlmrm_fast.checks import positive_int
 from vlmrm_fast.device import resolve_device
 from vlmrm_fast.envs import TaskSpec
 from vlmrm_fast.envs.spec import EnvSpec
+from vlmrm_fast.memory import check_envs_fit
 from vlmrm_fast.physics import AUTO_ORDER, PHYSICS, Physics
 from vlmrm_fast.pipeline import plan_chunks
 from vlmrm_fast.rendering import RENDERERS, choose_renderer
@@ -230,6 +231,9 @@ def build_stack(
 
     if plan.engine and env_kwargs:
         raise ValueError("env_kwargs apply to gymnasium envs; use physics='gym' to pass them")
+    if not plan.engine and plan.env.frame_shape is not None:  # (the engine checks its own, knowing the model)
+        height, width = plan.env.frame_shape
+        check_envs_fit(plan.env.n_envs, 3 * height * width, f"a recorded {height}x{width} RGB frame")
     model = load_for(plan, reward) if isinstance(reward, RewardModelSpec) else reward
     if plan.engine:
         assert plan.task.batch is not None and plan.renderer is not None and plan.env.frame_shape is not None

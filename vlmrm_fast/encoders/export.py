@@ -84,7 +84,24 @@ def export_encoder(
         encoder.close()
 
 
+def check_writable_file(path: str | os.PathLike, option: str) -> None:
+    """A ValueError of one line, before any work, when ``path`` cannot be written (a read-only folder, a
+    folder that cannot be made): naming ``option``, the reason and the fix."""
+    target = Path(path)
+    if target.is_dir():
+        raise ValueError(f"{option} {target}: is a folder; give the path of a file to write")
+    probe = target.parent / f".{target.name}.write_probe.{os.getpid()}"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        probe.unlink()
+    except OSError as exc:
+        raise ValueError(f"{option} {target}: cannot write there ({exc.strerror}); choose a writable folder") from None
+
+
 def _run_export(args: argparse.Namespace) -> int:
+    if args.onnx_only:
+        check_writable_file(args.onnx_only, "--onnx-only")  # before the model loads
     path = export_encoder(
         args.model,
         args.pretrained,

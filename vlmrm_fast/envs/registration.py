@@ -39,7 +39,22 @@ gymnasium.register(
 
 
 def make_task_env(task: str, **kwargs: Any) -> gymnasium.Env:
-    """``gymnasium.make``'s entry point of the built-in task ``task`` (registered as vlmrm_fast/<task>)."""
+    """``gymnasium.make``'s entry point of the built-in task ``task`` (registered as vlmrm_fast/<task>): one
+    plain env, without VLM rewards (a reward model's argument is refused, naming where it belongs)."""
+    from vlmrm_fast.encoders import BACKEND_OPTIONS
+    from vlmrm_fast.reward.spec import spec_fields
+
+    reward_arguments = (
+        spec_fields() | {"reward_model", "reward_spec"} | {o for v in BACKEND_OPTIONS.values() for o in v}
+    )
+    given = sorted(set(kwargs) & reward_arguments)
+    if given:
+        raise TypeError(
+            f"{given[0]}=: a reward model's argument, but gymnasium.make and make_vec(vectorization_mode='sync' or "
+            f"'async') make the task's plain envs, without VLM rewards; for VLM rewards use "
+            f"gymnasium.make_vec('vlmrm_fast/{task}', ...) with its default vectorization_mode "
+            f"('vector_entry_point'), or wrap the vector env in vlmrm_fast.VLMRewardVectorWrapper"
+        )
     return TASKS[task].make_env(**kwargs)
 
 

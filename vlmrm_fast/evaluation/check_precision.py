@@ -358,8 +358,10 @@ def add_subcommand(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from vlmrm_fast.device import check_device_option
     from vlmrm_fast.envs import get_task
 
+    check_device_option(args.device)  # before the frames are rendered
     if args.num_frames < 3 or args.batch_size < 1:
         raise ValueError("--num-frames must be at least 3 and --batch-size at least 1")
     spec = get_task(args.task)

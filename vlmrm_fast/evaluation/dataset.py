@@ -17,6 +17,7 @@ import dataclasses
 import json
 import math
 import pathlib
+import zipfile
 from typing import Any
 
 import numpy as np
@@ -126,20 +127,32 @@ class StateDataset:
         path = pathlib.Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"dataset {str(path)!r} does not exist (make one with `vlmrm-fast dataset sample`)")
-        with np.load(path, allow_pickle=False) as data:
-            missing = {"states", "frames", "labels", "state_names", "meta"} - set(data.files)
-            if missing:
-                raise ValueError(f"{path} is not a vlmrm-fast dataset: missing {sorted(missing)}")
-            meta = json.loads(str(data["meta"]))
-            return cls(
-                meta["task"],
-                data["states"],
-                data["frames"],
-                tuple(data["state_names"].tolist()),
-                labels=data["labels"],
-                source=meta.get("source", "random"),
-                seed=meta.get("seed", 0),
-            )
+        remake = "make one with `vlmrm-fast dataset sample`"
+        if not zipfile.is_zipfile(path):  # numpy would read any other file as a pickle (and advise unpickling it)
+            raise ValueError(f"{path} is not a vlmrm-fast dataset: not an .npz file (a zip of arrays); {remake}")
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                missing = {"states", "frames", "labels", "state_names", "meta"} - set(data.files)
+                if missing:
+                    raise ValueError(f"{path} is not a vlmrm-fast dataset: missing {sorted(missing)}")
+                meta = json.loads(str(data["meta"]))
+                return cls(
+                    meta["task"],
+                    data["states"],
+                    data["frames"],
+                    tuple(data["state_names"].tolist()),
+                    labels=data["labels"],
+                    source=meta.get("source", "random"),
+                    seed=meta.get("seed", 0),
+                )
+        except (ValueError, KeyError, OSError, zipfile.BadZipFile) as exc:
+            if str(exc).startswith(str(path)):
+                raise
+            if isinstance(exc, KeyError):
+                why = f"its metadata lacks {exc.args[0]!r}"
+            else:
+                why = "it holds Python objects, which a dataset never does" if "pickle" in str(exc) else str(exc)
+            raise ValueError(f"{path} is not a vlmrm-fast dataset: {why.splitlines()[0][:200]}; {remake}") from None
 
     # -------------------------------------------------------------------- labels
     def write_label_template(self, path: str | pathlib.Path) -> pathlib.Path:

@@ -57,9 +57,18 @@ def download_model(model: str, pretrained: str | None = None, *, cache_dir: str 
         raise ValueError(
             f"pretrained tag {tag!r} is unknown for {name}; known tags: {open_clip.list_pretrained_tags_by_model(name) or 'none'}"
         )
-    found = {"weights": pretrained_file(name, tag, pcfg, cache_dir)}
-    if repo:
-        found["tokenizer"] = download_tokenizer(repo, cache_dir, model_id=f"{name}/{tag}")
+    try:
+        found = {"weights": pretrained_file(name, tag, pcfg, cache_dir)}
+        if repo:
+            found["tokenizer"] = download_tokenizer(repo, cache_dir, model_id=f"{name}/{tag}")
+    except WeightsUnavailableError:
+        if not hub_offline():
+            raise
+        # The usual advice (run `vlmrm-fast download` where there is network) is this very command.
+        raise WeightsUnavailableError(
+            f"{name}/{tag}: not in the local cache, and HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE')} keeps the "
+            f"download from the hub; run it again without that variable (unset HF_HUB_OFFLINE)"
+        ) from None
     return found
 
 

@@ -20,11 +20,23 @@ def check_prompt_lengths(tokenizer: Any, prompts: Sequence[str]) -> None:
         tokens = _token_count(tokenizer, prompt)
         if tokens is not None and tokens > context:
             warnings.warn(
-                f"prompt {prompt!r} is {tokens} tokens long (with start and end tokens); the text encoder reads "
+                f"prompt {_quoted(prompt)} is {tokens} tokens long (with start and end tokens); the text encoder reads "
                 f"{context}, so the last {tokens - context} are dropped. Shorten the prompt.",
                 PromptTruncatedWarning,
                 stacklevel=3,
             )
+
+
+#: The most characters of a prompt a warning quotes: a 10,000-character prompt stays a line a terminal shows.
+QUOTED_CHARACTERS = 80
+
+
+def _quoted(prompt: str) -> str:
+    """The prompt in quotes, its middle left out when it is long (and its length said)."""
+    if len(prompt) <= QUOTED_CHARACTERS:
+        return repr(prompt)
+    head, tail = prompt[: QUOTED_CHARACTERS - 24], prompt[-16:]
+    return f"{head + ' ... ' + tail!r} ({len(prompt):,} characters)"
 
 
 def _token_count(tokenizer: Any, prompt: str) -> int | None:

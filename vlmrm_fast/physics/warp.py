@@ -473,3 +473,21 @@ class WarpSimulator(SimulatorBase):
 
 class CPUBackendWarning(UserWarning):
     """MuJoCo Warp physics runs on Warp's CPU backend: correct, for testing, far slower than CPU MuJoCo."""
+
+
+def world_bytes(model: mujoco.MjModel) -> int:
+    """The bytes of MuJoCo Warp's data of one world of ``model`` (its default contact and constraint capacity):
+    two worlds' arrays less one's, made on Warp's CPU device (the sizes are the same on a GPU)."""
+
+    def arrays(data: Any) -> int:
+        total = 0
+        for value in vars(data).values():
+            if isinstance(value, wp.array):
+                total += value.capacity
+            elif hasattr(value, "__dict__") and not isinstance(value, type):
+                total += sum(v.capacity for v in vars(value).values() if isinstance(v, wp.array))
+        return total
+
+    with wp.ScopedDevice("cpu"):
+        return arrays(mjw.make_data(model, nworld=2)) - arrays(mjw.make_data(model, nworld=1))
+

@@ -31,6 +31,7 @@ from vlmrm_fast.training.policy_rollouts import (
     rollout_env,
     run_config,
 )
+from vlmrm_fast.training.run_files import write_in_run
 from vlmrm_fast.training.run_folder import RANKING_FILE
 
 
@@ -46,26 +47,45 @@ def rank_checkpoints(
     report: Any = None,
 ) -> list[tuple[checkpoints.Checkpoint, Rollout]]:
     """Every complete checkpoint of the run with its rollout, best (highest mean VLM return) first;
-    ties keep the earlier checkpoint first. ``report(line)`` is told each result as it comes."""
+    ties keep the earlier checkpoint first. ``report(line)`` is told each result as it comes, and each
+    checkpoint skipped as damaged (its checksum, or a model that does not load), with why."""
     run_dir = pathlib.Path(run_dir)
+    if not run_dir.is_dir():
+        what = "is a file" if run_dir.exists() else "does not exist"
+        raise RolloutError(f"run folder {run_dir} {what}; give a training run's folder (its output_dir)")
+    if not (run_dir / "checkpoints").is_dir():
+        raise RolloutError(f"{run_dir} holds no checkpoints/ folder: give a training run's folder (its output_dir)")
     saved = checkpoints.scan(run_dir / "checkpoints").complete
     if not saved:
         raise RolloutError(f"{run_dir / 'checkpoints'} holds no complete checkpoint to rank")
     cfg = run_config(run_dir, config)
     venv = rollout_env(cfg, episodes, device=device, precision=precision, seed=seed)
-    results = []
+    results, skipped = [], []
+    say = report or (lambda line: None)
     try:
         total = len(saved) * (venv.episode_length or 0)
         with progress_bar(total=total, desc="checkpoints", unit="step", enabled=on_terminal()) as bar:
             for checkpoint in saved:
                 bar.set_description(checkpoint.name)
-                policy = load_policy(cfg, checkpoint.model)
+                damage = checkpoints.verify(checkpoint)[0]
+                try:
+                    if damage is not None:
+                        raise RolloutError(damage)
+                    policy = load_policy(cfg, checkpoint.model)
+                except RolloutError as exc:  # one damaged checkpoint does not cost the ranking of the others
+                    skipped.append(checkpoint.name)
+                    say(f"skipped {checkpoint.name} ({checkpoint.steps} steps): {exc}")
+                    bar.update(venv.episode_length or 0)
+                    continue
                 rollout = roll_out(policy, venv, seed=seed, deterministic=deterministic, progress=bar)
                 results.append((checkpoint, rollout))
-                if report is not None:
-                    report(f"{checkpoint.name} ({checkpoint.steps} steps): {describe(rollout)}")
+                say(f"{checkpoint.name} ({checkpoint.steps} steps): {describe(rollout)}")
     finally:
         venv.close()
+    if not results:
+        raise RolloutError(
+            f"no checkpoint in {run_dir / 'checkpoints'} is whole to rank: {', '.join(skipped)} are damaged"
+        )
     order = sorted(range(len(results)), key=lambda i: (-results[i][1].mean_vlm_return, i))
     return [results[i] for i in order]
 
@@ -119,8 +139,12 @@ def _main(args: argparse.Namespace) -> int:
         report=tqdm.write,
     )
     path = run_dir / RANKING_FILE
-    write_ranking(path, ranking)
+    write_in_run(run_dir, path, lambda target: write_ranking(target, ranking))
     winner, rollout = ranking[0]
     print(f"ranking: {path}")
+    ranked = {c.name for c, _ in ranking}
+    skipped = [c.name for c in checkpoints.scan(run_dir / "checkpoints").complete if c.name not in ranked]
+    if skipped:
+        print(f"not ranked (damaged, see above): {', '.join(skipped)}")
     print(f"best: {winner.model} ({winner.steps} steps): {describe(rollout)}")
     return 0

@@ -18,6 +18,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from vlmrm_fast.envs.success import LAST_STEP_RATE, RATE_NAMES, check_rule, rule_holds
 from vlmrm_fast.reward.batch_scoring import FrameBatchScorer
 from vlmrm_fast.reward.protocol import RewardModel
+from vlmrm_fast.training.run_files import RunFiles, relative_to
 from vlmrm_fast.wrappers import RewardMix, find_reward_wrapper
 
 
@@ -235,8 +236,10 @@ class PolicyVideo(BaseCallback):
         every: int,
         episodes: int = 1,
         fps: int = 30,
+        run_files: RunFiles | None = None,
     ):
         super().__init__()
+        self.run_files = run_files  # the run's record of its files: each video goes on it
         self.make_env = make_env
         self.reward_model = reward_model
         self.out_dir = pathlib.Path(out_dir)
@@ -275,7 +278,15 @@ class PolicyVideo(BaseCallback):
         finally:
             env.close()
         path = self.out_dir / f"policy_{self.num_timesteps:09d}_steps.mp4"
-        imageio.mimsave(path, frames, fps=self.fps, macro_block_size=1)
+
+        def make(target: pathlib.Path) -> None:
+            imageio.mimsave(target, frames, fps=self.fps, macro_block_size=1)
+
+        relative = relative_to(self.run_files.folder, path) if self.run_files is not None else None
+        if self.run_files is not None and relative is not None:
+            self.run_files.write_made(relative, make)
+        else:
+            make(path)
         self.logger.record("video/ep_vlm_reward", float(np.mean(vlm_returns)))
         self.logger.record("video/path", str(path), exclude=("stdout",))
         # TensorBoard shows it as an animated GIF (training/tensorboard.py); the text formats cannot hold it.

@@ -76,6 +76,21 @@ def _publish(temporary: pathlib.Path, path: pathlib.Path) -> None:
     _fsync_dir(path.parent)
 
 
+def publish_made(temporary: pathlib.Path, path: pathlib.Path, before_publish: Callable[[Written], None]) -> Written:
+    """Publishes a file another library wrote at ``temporary`` (a whole file: it is fsynced and hashed here)
+    under ``path``; ``before_publish`` as :func:`write_atomically`'s. Any error removes the temporary."""
+    try:
+        with open(temporary, "rb") as f:
+            os.fsync(f.fileno())
+            written = Written(path, os.fstat(f.fileno()).st_size, hashlib.file_digest(f, HASH).hexdigest())
+        before_publish(written)
+        _publish(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return written
+
+
 def temporary_path(path: pathlib.Path) -> pathlib.Path:
     return path.with_name(f".{path.name}.tmp")
 
@@ -117,8 +132,14 @@ class Written:
         return {"name": self.path.name, "bytes": self.bytes, HASH: self.sha256}
 
 
-def write_atomically(path: pathlib.Path, write: Callable[[BinaryIO], None]) -> Written:
+def write_atomically(
+    path: pathlib.Path,
+    write: Callable[[BinaryIO], None],
+    *,
+    before_publish: Callable[[Written], None] | None = None,
+) -> Written:
     """``write(file)`` into a temporary beside ``path``, flush, fsync, rename; returns size and sha256.
+    ``before_publish(written)`` is called once the file is whole, before the rename (a record of it).
 
     A kill at any moment leaves either the old ``path`` (or none) or the whole new one,
     plus at most a temporary file that :func:`scan` recognizes; any error removes the temporary.
@@ -133,11 +154,14 @@ def write_atomically(path: pathlib.Path, write: Callable[[BinaryIO], None]) -> W
             writer.flush()
             f.flush()
             os.fsync(f.fileno())
+        written = Written(path, stream.size, stream.hash.hexdigest())
+        if before_publish is not None:
+            before_publish(written)
         _publish(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-    return Written(path, stream.size, stream.hash.hexdigest())
+    return written
 
 
 def write_text_atomically(path: pathlib.Path, text: str) -> Written:
@@ -263,19 +287,11 @@ def scan(folder: pathlib.Path) -> CheckpointScan:
             continue
         files = _stem_files(folder, manifest_path.stem)
         vouched.update(files)
-        data, why = _read_manifest(manifest_path)
-        if data is not None:
-            why = _entry_problem(folder, data["files"].get("model")) or ""
-        if data is None or why:
+        checkpoint, why = read_checkpoint(manifest_path)
+        if checkpoint is None or why:
             damaged.append(Damaged(files, why))
-            continue
-        entry = data["files"].get("replay_buffer")
-        buffer = folder / entry["name"] if isinstance(entry, dict) and isinstance(entry.get("name"), str) else None
-        if buffer is not None and not buffer.exists():
-            buffer = None  # saved without one, pruned by a newer checkpoint, or lost (see resume)
-        model = folder / data["files"]["model"]["name"]
-        problem = _entry_problem(folder, entry) if buffer is not None else None
-        complete.append(Checkpoint(int(data["steps"]), manifest_path, data, model, buffer, problem))
+        else:
+            complete.append(checkpoint)
     complete.sort(key=lambda c: (c.steps, c.manifest.get("saved_at", "")))
     # A manifest under its temporary name marks a save under way: its files are what a kill cut short.
     saving = set()
@@ -295,6 +311,25 @@ def scan(folder: pathlib.Path) -> CheckpointScan:
     for files in orphans.values():
         damaged.append(Damaged(files, "no manifest names it, and no save of it was under way"))
     return CheckpointScan(complete, incomplete, damaged)
+
+
+def read_checkpoint(manifest_path: pathlib.Path) -> tuple[Checkpoint | None, str]:
+    """The checkpoint a manifest describes, and "" when its model file has the recorded size, else what is
+    wrong with it; (None, why) when the manifest does not read back."""
+    folder = manifest_path.parent
+    data, why = _read_manifest(manifest_path)
+    if data is None:
+        return None, why
+    why = _entry_problem(folder, data["files"].get("model")) or ""
+    if not isinstance(data["files"].get("model"), dict) or not isinstance(data["files"]["model"].get("name"), str):
+        return None, why
+    entry = data["files"].get("replay_buffer")
+    buffer = folder / entry["name"] if isinstance(entry, dict) and isinstance(entry.get("name"), str) else None
+    if buffer is not None and not buffer.exists():
+        buffer = None  # saved without one, pruned by a newer checkpoint, or lost (see resume)
+    model = folder / data["files"]["model"]["name"]
+    problem = _entry_problem(folder, entry) if buffer is not None else None
+    return Checkpoint(int(data["steps"]), manifest_path, data, model, buffer, problem), why
 
 
 def verify(checkpoint: Checkpoint) -> tuple[str | None, str | None]:
@@ -350,7 +385,11 @@ def checkpoint_paths(
 
 
 def _mib(n: float) -> str:
-    return f"{n / 2**20:,.1f} MiB"
+    """A size in the unit that shows it: KiB below a MiB, MiB below a GiB, else GiB."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n / 2**10:,.1f} KiB"
 
 
 def replay_buffer_bytes(model: Any) -> int:
@@ -375,18 +414,56 @@ def _disk_full(exc: BaseException) -> bool:
     return False
 
 
-def _space_error(folder: pathlib.Path, steps: int, needed: int, previous: Checkpoint | None) -> CheckpointSpaceError:
+class _CountingStream(io.RawIOBase):
+    """Counts the bytes written to it and keeps none: the size of a file, without a disk."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        n = memoryview(data).nbytes
+        self.size += n
+        return n
+
+    def tell(self) -> int:
+        return self.size
+
+
+def _bytes_of(write: Callable[[BinaryIO], None]) -> int:
+    """The bytes ``write(file)`` writes (0 when it fails): what a file of the save takes on the disk."""
+    stream = _CountingStream()
+    try:
+        writer = io.BufferedWriter(stream)
+        write(writer)
+        writer.flush()
+    except Exception:
+        return 0
+    return stream.size
+
+
+_MANIFEST_BYTES = 2**16  # the manifest and the mark of a save under way, with room to spare
+
+
+def _space_error(
+    folder: pathlib.Path, steps: int, needs: dict[str, int], previous: Checkpoint | None
+) -> CheckpointSpaceError:
     free = shutil.disk_usage(folder).free
+    needed = sum(needs.values()) + _MANIFEST_BYTES
     kept = (
         f"the older checkpoints are whole (the newest: {previous.name})"
         if previous
         else "no checkpoint was saved before it"
     )
+    parts = ", ".join(f"{what} {_mib(n)}" for what, n in needs.items())
     error = CheckpointSpaceError(
         errno.ENOSPC,
-        f"no space left on the disk of {folder} for the checkpoint at {steps} steps: it needs about "
-        f"{_mib(needed)}, {_mib(free)} are free. Its partial files were removed and {kept}; free space there "
-        f"(or move the run to a larger disk)",
+        f"no space left on the disk of {folder} for the checkpoint at {steps} steps: it needs {_mib(needed)} "
+        f"({parts}), {_mib(free)} are free. Its partial files were removed and {kept}; free at least "
+        f"{_mib(max(needed - free, 0))} more there (or move the run to a larger disk)",
     )
     error.older_checkpoint = previous is not None
     return error
@@ -444,9 +521,12 @@ def save_checkpoint(
         if _disk_full(exc):  # this save's files are gone: the newest left is the previous checkpoint
             previous = scan(folder).newest()
             prior = previous.manifest["files"] if previous else {}
-            needed = sum(int(prior.get(role, {}).get("bytes", 0)) for role in ("model", "replay_buffer"))
-            needed = max(needed, 2**20 + (replay_buffer_bytes(model) if has_buffer else 0))
-            raise _space_error(folder, steps, needed, previous) from exc
+            needs = {"the model": _bytes_of(model.save) or int(prior.get("model", {}).get("bytes", 0))}
+            if has_buffer:
+                measured = _bytes_of(model.save_replay_buffer)
+                needs["its replay buffer"] = measured or int(prior.get("replay_buffer", {}).get("bytes", 0))
+                needs["its replay buffer"] = needs["its replay buffer"] or replay_buffer_bytes(model)
+            raise _space_error(folder, steps, needs, previous) from exc
         raise
     if has_buffer:
         _prune_replay_buffers(folder, keep_replay_buffers)

@@ -145,6 +145,8 @@ class TrainConfig:
     # The fields the config file gave, by their place ("rl.algorithm"): the start-up summary marks the others
     # "(the default)". None for a config not read from a file: there a field equal to its default counts as left out.
     given: frozenset[str] | None = dataclasses.field(default=None, compare=False, repr=False, metadata=_NOT_IN_YAML)
+    # The config file it was read from (None: not read from a file): a run never deletes or writes over it.
+    source: pathlib.Path | None = dataclasses.field(default=None, compare=False, repr=False, metadata=_NOT_IN_YAML)
 
     def __post_init__(self) -> None:
         if not isinstance(self.output_dir, str) or not self.output_dir:
@@ -176,7 +178,7 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         """The config as plain YAML data (lists, not tuples)."""
         data = dataclasses.asdict(self)
-        del data["given"]
+        del data["given"], data["source"]
         return json.loads(json.dumps(data, default=str))
 
     def left_out(self, place: str) -> bool:
@@ -253,37 +255,65 @@ def resolved(cfg: TrainConfig) -> TrainConfig:
     )
 
 
-# What makes two runs the same run: a checkpoint continues only a run whose identity matches.
-# Left out: output_dir, rl.total_timesteps (a resume may extend the budget), devices, backend,
-# precision, batch sizes, caches, env.physics (the batch engine and gymnasium step the same physics)
-# and logging.
-_IDENTITY_FIELDS = {
-    "seed": None,
-    "reward": ("model", "pretrained", "checkpoint", "target_prompts", "baseline_prompts", "alpha"),
-    "env": (
-        "task",
-        "n_envs",
-        "episode_length",
-        "render_size",
-        "renderer",
-        "env_reward_weight",
-        "time_limit",
-        "scene_assets",
-    ),
-    "rl": ("algorithm", "policy", "kwargs", "episode_batch"),
+# What makes two runs the same run: a checkpoint continues only a run whose identity matches. Every field of the
+# config is part of it (the sections' fields one by one: a field added to EnvSpec, RewardModelSpec or RLConfig is
+# part of it from the start) but those listed here, each with the reason a resume may change it. docs/training.md
+# lists both.
+IDENTITY_SECTIONS = ("env", "reward", "rl")
+IDENTITY_EXEMPT: dict[str, str] = {
+    "output_dir": "where the run is kept, not what it learns (--output-dir)",
+    "logging": "what is written about the run (checkpoints, videos, curves, TensorBoard, W&B), not what it learns",
+    "distributed": "how the envs spread over torchrun's ranks; each env steps and is scored the same on any rank",
+    "rl.total_timesteps": "a resume may extend the budget (--total-timesteps)",
+    "rl.device": "where the policy learns; the same computation, to float precision",
+    "env.pipeline_chunks": "the ranges a step is scored in; the rewards do not depend on them (a test compares)",
+    "reward.device": "where frames are scored; the same rewards, to float precision (a run may resume elsewhere)",
+    "reward.backend": "how the image tower runs (eager, compiled, TensorRT); the same encoder, to float precision",
+    "reward.precision": "the encoder's arithmetic; rounding only (a run on a GPU's fp16 may resume on a CPU's fp32)",
+    "reward.batch_size": "frames per encoder batch; each frame is scored on its own",
+    "reward.cache_dir": "where the weights are cached; the same weights",
+    "reward.tokenizer": "where the model's own tokenizer is read from; the same tokens",
+    "reward.encoder_options": "the backend's own options (compile mode, attention kernel, engine cache)",
+    "reward.also_score": "prompt sets scored and logged beside the reward; the agent learns from the target prompts",
 }
 
 
+def _physics_dynamics(env: dict[str, Any]) -> Any:
+    """The dynamics ``env.physics`` steps: "auto", "batch" and "gym" run MuJoCo's own (float64, the same bit for
+    bit); "warp" runs MuJoCo Warp (float32, Newton or CG)."""
+    return "warp" if env.get("physics") == "warp" else "mujoco"
+
+
+def _solver_run(env: dict[str, Any]) -> Any:
+    """The constraint solver ``env.solver`` runs under the physics: None is the physics' default (MuJoCo Warp's
+    Newton; the model's own elsewhere)."""
+    from vlmrm_fast.physics import PHYSICS
+
+    physics = env.get("physics")
+    row = PHYSICS.get(physics) if isinstance(physics, str) else None
+    return row.solver_for(env.get("solver")) if row is not None else env.get("solver")
+
+
+# Identity fields whose values name the same thing in several ways: compared by what they run.
+_COMPARED_AS = {"env.physics": _physics_dynamics, "env.solver": _solver_run}
+
+
 def run_identity(cfg: TrainConfig) -> dict[str, Any]:
-    """The fields of a resolved config that define the run (see _IDENTITY_FIELDS), as plain data."""
+    """The fields of a resolved config that define the run (all but ``IDENTITY_EXEMPT``), as plain data."""
     data = cfg.to_dict()
-    return {
-        key: data[key] if fields is None else {f: data[key][f] for f in fields}
-        for key, fields in _IDENTITY_FIELDS.items()
-    }
+    identity: dict[str, Any] = {}
+    for name, value in data.items():
+        if name in IDENTITY_EXEMPT:
+            continue
+        if name in IDENTITY_SECTIONS:
+            identity[name] = {key: v for key, v in value.items() if f"{name}.{key}" not in IDENTITY_EXEMPT}
+        else:
+            identity[name] = value
+    return identity
 
 
-# Identity fields added since checkpoints were first written, with the value older runs had.
+# Identity fields added since checkpoints were first written, with the value older runs had. An identity field
+# a checkpoint's manifest lacks and this table does not know is not compared (the resume names it).
 _ADDED_ENV_FIELDS = {"time_limit": "truncate", "scene_assets": None}
 
 
@@ -302,19 +332,43 @@ def upgraded_identity(saved: dict[str, Any]) -> dict[str, Any]:
     return saved
 
 
-def identity_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """``["reward.alpha: 0.5 then, 0.25 now", ...]`` between two run identities."""
-    out = []
-
-    def walk(a: Any, b: Any, where: str) -> None:
-        if isinstance(a, dict) and isinstance(b, dict) and where.count(".") < 1:
-            for key in dict.fromkeys(list(a) + list(b)):
-                walk(a.get(key), b.get(key), f"{where}.{key}" if where else key)
-        elif a != b:
-            out.append(f"{where}: {a!r} then, {b!r} now")
-
-    walk(saved, current, "")
+def _places(identity: dict[str, Any]) -> dict[str, Any]:
+    """``{"reward.alpha": 0.5, "seed": 0, ...}``: an identity's fields by their place in the config."""
+    out = {}
+    for name, value in identity.items():
+        if name in IDENTITY_SECTIONS and isinstance(value, dict):
+            out.update({f"{name}.{key}": v for key, v in value.items()})
+        else:
+            out[name] = value
     return out
+
+
+def identity_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """``["reward.alpha: 0.5 then, 0.25 now", ...]`` between two run identities: the fields both hold whose
+    values differ (by what they run, for the fields of ``_COMPARED_AS``)."""
+    then, now = _places(saved), _places(current)
+    if not then:
+        return ["the saved run identity is unreadable"]
+    out = []
+    for place in [p for p in now if p in then]:
+        section = place.split(".")[0]
+        compared = _COMPARED_AS.get(place)
+        if compared is not None:  # (equal values are the same: a change it follows from is named on its own)
+            same = then[place] == now[place] or compared(saved.get(section) or {}) == compared(
+                current.get(section) or {}
+            )
+        else:
+            same = then[place] == now[place]
+        if not same:
+            out.append(f"{place}: {then[place]!r} then, {now[place]!r} now")
+    return out
+
+
+def unrecorded_fields(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """The identity fields ``current`` has and ``saved`` lacks (a checkpoint written before they were part of
+    the identity): not compared."""
+    then = _places(saved)
+    return [place for place in _places(current) if place not in then]
 
 
 def _yaml_error(path: pathlib.Path, exc: yaml.YAMLError) -> str:
@@ -390,4 +444,5 @@ def load_config(source: str | pathlib.Path | dict) -> TrainConfig:
     given: set[str] = set()
     cfg = _build(TrainConfig, data, "", given)
     cfg.given = frozenset(given)
+    cfg.source = None if isinstance(source, dict) else pathlib.Path(source)
     return cfg

@@ -57,14 +57,15 @@ class LearningCurves(KVWriter):
         pass
 
     def save(self) -> tuple[pathlib.Path, pathlib.Path]:
-        """Writes ``learning_curves.csv`` and ``learning_curves.png`` into the run folder (each atomically)."""
-        from vlmrm_fast.training.checkpoints import write_atomically, write_text_atomically
+        """Writes ``learning_curves.csv`` and ``learning_curves.png`` into the run folder (each atomically, on
+        the run's record of its files)."""
+        from vlmrm_fast.training.run_files import RunFiles
 
-        csv_path, png_path = self.run_dir / CURVES_CSV, self.run_dir / CURVES_PNG
-        write_text_atomically(csv_path, _csv_text(self.rows))
+        files = RunFiles(self.run_dir)
+        files.write_text(CURVES_CSV, _csv_text(self.rows))
         figure = plot(self.rows)
-        write_atomically(png_path, lambda f: figure.savefig(f, format="png", dpi=100))
-        return csv_path, png_path
+        files.write(CURVES_PNG, lambda f: figure.savefig(f, format="png", dpi=100))
+        return self.run_dir / CURVES_CSV, self.run_dir / CURVES_PNG
 
 
 def _csv_text(rows: list[dict[str, float]]) -> str:

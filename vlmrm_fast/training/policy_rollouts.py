@@ -21,7 +21,9 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import json
 import pathlib
+import zipfile
 from typing import Any
 
 import numpy as np
@@ -31,6 +33,7 @@ from vlmrm_fast.envs.success import episode_success
 from vlmrm_fast.failures import ExpectedFailure
 from vlmrm_fast.progress import on_terminal, progress_bar
 from vlmrm_fast.training.config import TrainConfig, load_config, resolved
+from vlmrm_fast.training.run_files import write_in_run
 from vlmrm_fast.training.run_folder import CONFIG_FILE, ROLLOUTS
 
 #: The seed of the first rollout env when none is given (env i gets seed + i); the same for every
@@ -128,13 +131,56 @@ def load_policy(cfg: TrainConfig, checkpoint: pathlib.Path, device: str = "cpu")
     """The SB3 model saved in ``checkpoint``, of the run's algorithm."""
     from vlmrm_fast.training.train import ALGORITHM_CLASSES
 
-    if not checkpoint.is_file():
-        raise RolloutError(f"checkpoint {checkpoint} does not exist")
+    check_checkpoint_path(checkpoint)
+    damage = checkpoint_damage(checkpoint)
+    if damage is not None:
+        raise RolloutError(
+            f"{checkpoint} is damaged ({damage}); roll out another checkpoint (vlmrm-fast best RUN_DIR ranks the "
+            f"whole ones)"
+        )
     algorithm: Any = ALGORITHM_CLASSES[cfg.rl.algorithm]
     try:
         return algorithm.load(checkpoint, device=device)
     except (ValueError, KeyError, OSError) as exc:  # a zip of another algorithm, or not a model at all
         raise RolloutError(f"{checkpoint} is not a {cfg.rl.algorithm} model of this run: {exc}") from None
+
+
+def check_checkpoint_path(checkpoint: pathlib.Path) -> None:
+    """A RolloutError naming what ``checkpoint`` is when it is no file (missing, a folder)."""
+    if checkpoint.is_dir():
+        zips = sorted(p.name for p in checkpoint.glob("*.zip"))[:3]
+        inside = f" (it holds {', '.join(zips)})" if zips else ""
+        raise RolloutError(
+            f"{checkpoint} is a folder{inside}; give a model zip: RUN_DIR/checkpoints/model_N_steps.zip or "
+            f"RUN_DIR/final_model.zip"
+        )
+    if not checkpoint.is_file():
+        raise RolloutError(f"checkpoint {checkpoint} does not exist")
+
+
+def checkpoint_damage(checkpoint: pathlib.Path) -> str | None:
+    """What is wrong with a model zip, or None: its sha256 against the run's records (its checkpoint's manifest,
+    or the run's record of ``final_model.zip``) where they hold one, else whether it reads as a zip at all."""
+    from vlmrm_fast.training import checkpoints
+    from vlmrm_fast.training.run_files import RunFiles
+
+    manifest = checkpoint.with_suffix(".json")
+    expected: str | None = None
+    if checkpoint.parent.name == "checkpoints" and manifest.is_file():
+        try:
+            expected = json.loads(manifest.read_text())["files"]["model"][checkpoints.HASH]
+        except (OSError, ValueError, KeyError, TypeError):
+            expected = None
+        against = f"its manifest's, {manifest.name}"
+    else:
+        entry = RunFiles(checkpoint.parent).entry(checkpoint.name) or {}
+        expected = (entry.get("sha256") or [None])[0]
+        against = "the run's record of it"
+    if expected is not None and checkpoints.file_sha256(checkpoint) != expected:
+        return f"its sha256 differs from {against}"
+    if not zipfile.is_zipfile(checkpoint):
+        return "not a zip file: cut short, or another kind of file"
+    return None
 
 
 def roll_out(
@@ -253,6 +299,7 @@ def check_episodes(episodes: int) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     checkpoint = pathlib.Path(args.checkpoint)
+    check_checkpoint_path(checkpoint)  # before the config, which is looked for beside it
     episodes = check_episodes(args.episodes)
     if args.film < 0:
         raise RolloutError(f"--film must be 0 or more, got {args.film}")
@@ -273,11 +320,11 @@ def _main(args: argparse.Namespace) -> int:
         venv.close()
     out.mkdir(parents=True, exist_ok=True)
     table = out / f"{checkpoint.stem}.csv"
-    write_episodes_csv(table, result)
+    write_in_run(run_dir, table, lambda path: write_episodes_csv(path, result))
     print(f"{checkpoint}: {episodes} episodes of {cfg.env.task}: {describe(result)}")
     print(f"episodes: {table}")
     if result.frames:
         video = out / f"{checkpoint.stem}.mp4"
-        write_video(video, result)
+        write_in_run(run_dir, video, lambda path: write_video(path, result))
         print(f"video: {video}")
     return 0

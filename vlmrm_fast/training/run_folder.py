@@ -1,11 +1,15 @@
-"""A run folder belongs to one run.
+"""A run folder belongs to one run, and holds the user's files beside it untouched.
 
 ``train`` without ``--resume`` refuses a folder that holds a run's files (unless told to
-overwrite them); ``--resume`` continues only from a checkpoint whose run identity (the
-config fields that define the run, :func:`~vlmrm_fast.training.config.run_identity`)
-matches the config given, and takes the newest intact one (checksums compared), never
-starting from scratch and never writing over a checkpoint: damaged files and checkpoints
-newer than the one resumed from are moved into ``checkpoints/damaged/``.
+overwrite them); ``--overwrite`` deletes only the files the run's records vouch for (its
+record ``run_files.json`` and its checkpoints' manifests, :class:`Inventory`), after listing
+them, and never the config file given; it refuses while a file the run would write over is
+on no record. ``--resume`` continues only from a checkpoint whose run identity (the config
+fields that define the run, :func:`~vlmrm_fast.training.config.run_identity`) matches the
+config given, and takes the newest intact one (checksums compared), never starting from
+scratch and never writing over a checkpoint: damaged files and checkpoints newer than the one
+resumed from are moved into ``checkpoints/damaged/``. A run whose final model is whole on its
+record at ``rl.total_timesteps`` is finished: ``--resume`` says so and changes nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import shutil
 from typing import Any
 
@@ -23,23 +28,65 @@ from vlmrm_fast.failures import ExpectedFailure
 from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.config import identity_differences, upgraded_identity
 from vlmrm_fast.training.curves import CURVES_CSV, CURVES_PNG
+from vlmrm_fast.training.run_files import RECORD, RunFiles, relative_to
 
 CONFIG_FILE = "config.yaml"
 FINAL_MODEL = "final_model.zip"
 ROLLOUTS = "rollouts"  # vlmrm-fast rollout's CSVs and videos
 RANKING_FILE = "best_checkpoints.csv"  # vlmrm-fast best's ranking
-# What a run writes (and what the commands that read it add); --overwrite deletes exactly these.
-RUN_ENTRIES = (
-    CONFIG_FILE,
-    "checkpoints",
-    "tensorboard",
-    "videos",
-    FINAL_MODEL,
-    CURVES_CSV,
-    CURVES_PNG,
-    ROLLOUTS,
-    RANKING_FILE,
-)
+WANDB_RUN_ID = "wandb_run_id"  # the W&B run's id, kept for a resume (wandb_logging.py)
+# The files a run writes at the top of its folder; with its TensorBoard folder, its policy videos and its
+# checkpoints, the places a start refuses to write over a file that no record shows a run wrote.
+_RUN_FILES = (CONFIG_FILE, FINAL_MODEL, CURVES_CSV, CURVES_PNG, WANDB_RUN_ID, RECORD)
+_POLICY_VIDEO = re.compile(r"^videos/policy_\d+_steps\.mp4$")
+
+
+@dataclasses.dataclass
+class Inventory:
+    """A run folder's files (paths relative to it), by what a run may do with them.
+
+    ``owned``: on a record of the run's (``run_files.json``, a checkpoint's manifest), as the run wrote
+    them, or what a kill provably cut short: ``--overwrite`` deletes exactly these. ``aside``: checkpoint
+    files no manifest vouches for: ``--overwrite`` moves them into ``checkpoints/damaged/``, as ``--resume``
+    does. ``in_the_way``: files where the run writes (``config.yaml``, ``final_model.zip``, the curves, its
+    TensorBoard folder, its policy videos) that no record vouches for: a start refuses to write over them.
+    ``kept``: every other file (the user's, ``checkpoints/damaged/``, the config file given): never touched.
+    """
+
+    folder: pathlib.Path
+    owned: list[str]
+    checkpoints: int
+    aside: list[checkpoints.Damaged]
+    in_the_way: list[str]
+    kept: list[str]
+
+    def holds_a_run(self) -> bool:
+        return bool(self.owned or self.aside)
+
+    def count(self) -> str:
+        return f"{len(self.owned)} file{'s' if len(self.owned) != 1 else ''}"
+
+    def describe(self) -> str:
+        """``config.yaml, learning_curves.csv, 3 checkpoints (6 files), tensorboard/ (1 file)``: what is owned."""
+        top = [r for r in self.owned if "/" not in r and r != RECORD]
+        folders: dict[str, int] = {}
+        for relative in self.owned:
+            if "/" in relative:
+                folder = relative.split("/")[0]
+                folders[folder] = folders.get(folder, 0) + 1
+        parts = list(top)
+        for folder, n in folders.items():
+            files = f"{n} file{'s' if n != 1 else ''}"
+            if folder == "checkpoints" and self.checkpoints:
+                parts.append(f"{self.checkpoints} checkpoint{'s' if self.checkpoints != 1 else ''} ({files})")
+            else:
+                parts.append(f"{folder}/ ({files})")
+        if self.aside:
+            n = sum(len(d.files) for d in self.aside)
+            parts.append(
+                f"{n} checkpoint file{'s' if n != 1 else ''} no manifest vouches for (set aside by --overwrite)"
+            )
+        return ", ".join(parts) or RECORD
 
 
 class RunFolderError(ExpectedFailure):
@@ -56,6 +103,10 @@ def _identity_of(checkpoint: checkpoints.Checkpoint) -> dict[str, Any]:
     return upgraded_identity(checkpoint.manifest.get("identity") or {})
 
 
+def _same_run(checkpoint: checkpoints.Checkpoint, identity: dict[str, Any]) -> bool:
+    return not identity_differences(_identity_of(checkpoint), identity)
+
+
 def identity_hash(identity: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(plain(identity), sort_keys=True).encode()).hexdigest()[:16]
 
@@ -69,9 +120,23 @@ class ResumePoint:
     replay_buffer: bool  # load the checkpoint's replay buffer (off-policy; False: --allow-empty-replay-buffer)
     damaged: list[checkpoints.Damaged]  # moved into checkpoints/damaged/ by apply()
     incomplete: list[pathlib.Path]  # what a kill cut short: removed by apply()
+    # The run's final model, a byte copy of the checkpoint's damaged model (their sha256 the manifest's): loaded
+    # instead of it, and copied back in its place by apply().
+    restore_from: pathlib.Path | None = None
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """The run identity the checkpoint's manifest holds."""
+        return _identity_of(self.checkpoint)
+
+    @property
+    def model_file(self) -> pathlib.Path:
+        """The file the model loads from."""
+        return self.restore_from or self.checkpoint.model
 
     def apply(self) -> list[str]:
-        """Removes what a kill cut short, moves damage aside; returns one line for each."""
+        """Removes what a kill cut short, moves damage aside, restores a damaged model from the final model;
+        returns one line for each."""
         lines = []
         if self.incomplete:
             for path in self.incomplete:
@@ -85,6 +150,13 @@ class ResumePoint:
             lines.append(
                 f"--resume: damaged checkpoint files ({damage.why}): moved {', '.join(p.name for p in moved)} "
                 f"into {self.folder / checkpoints.DAMAGED_DIR} (kept, not loaded)"
+            )
+        if self.restore_from is not None:
+            with open(self.restore_from, "rb") as source:
+                checkpoints.write_atomically(self.checkpoint.model, lambda f: shutil.copyfileobj(source, f))
+            lines.append(
+                f"--resume: restored {self.checkpoint.name} from {self.restore_from.name}, its byte copy (the sha256 "
+                f"of {self.checkpoint.manifest_path.name})"
             )
         return lines
 
@@ -141,6 +213,13 @@ class RunLock:
         os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
 
     def _open(self) -> None:
+        file = next((p for p in (self.folder, *self.folder.parents) if p.exists() and not p.is_dir()), None)
+        if file is not None:
+            where = "" if file == self.folder else f" (in {self.folder})"
+            raise RunFolderError(
+                f"output_dir: {file} is a file, not a folder{where}; choose a folder for the run (output_dir in "
+                f"the config, or --output-dir)"
+            )
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -199,44 +278,132 @@ class RunFolder:
                 f"(a read-only mount, or chmod u+w), or choose another folder (--output-dir)"
             ) from None
 
-    def contents(self) -> list[str]:
-        """The run files present, described (``["config.yaml", "3 checkpoints", ...]``)."""
-        found = []
-        for entry in RUN_ENTRIES:
-            target = self.path / entry
-            if not target.exists():
-                continue
-            if entry == "checkpoints":
-                count = len(checkpoints.scan(target).complete)
-                files = sum(1 for p in target.iterdir()) if target.is_dir() else 0
-                if files:
-                    found.append(f"{count} checkpoint{'s' if count != 1 else ''}" if count else "checkpoint files")
-                if (target / checkpoints.DAMAGED_DIR).is_dir():
-                    found.append(f"checkpoints/{checkpoints.DAMAGED_DIR}/ (files set aside by --resume)")
-            elif target.is_dir():
-                if any(target.iterdir()):
-                    found.append(f"{entry}/")
-            else:
-                found.append(entry)
-        return found
+    def inventory(self, algorithm: str | None = None, given_config: pathlib.Path | None = None) -> Inventory:
+        """Every file in the folder, sorted by what the run may do with it (see :class:`Inventory`).
+        ``algorithm``: the run's (its TensorBoard folder is where it logs); ``given_config``: the config file
+        the run was started with, never deleted or written."""
+        files = RunFiles(self.path)
+        given = _relative_file(self.path, given_config)
+        owned = [relative for relative in files.owned() if relative != given]
+        scan = checkpoints.scan(self.checkpoint_dir)
+        for checkpoint in scan.complete:
+            whole = [checkpoint.model, checkpoint.manifest_path]
+            if checkpoint.replay_buffer is not None and checkpoint.buffer_problem is None:
+                whole.append(checkpoint.replay_buffer)
+            owned += [self._relative(p) for p in whole]
+        owned += [self._relative(p) for p in scan.incomplete]
+        if files.exists() and files.entries():
+            owned.append(RECORD)
+        aside = [d for d in scan.damaged if d.files]
+        for checkpoint in scan.complete:
+            if checkpoint.replay_buffer is not None and checkpoint.buffer_problem is not None:
+                aside.append(checkpoints.Damaged([checkpoint.replay_buffer], checkpoint.buffer_problem))
+        set_aside = {self._relative(p) for d in aside for p in d.files}
+        taken = set(owned) | set_aside
+        every = _files_under(self.path)
+        in_the_way = [
+            relative
+            for relative in every
+            if relative not in taken and relative != given and _where_the_run_writes(relative, algorithm)
+        ]
+        kept = [relative for relative in every if relative not in taken and relative not in in_the_way]
+        return Inventory(self.path, sorted(set(owned)), len(scan.complete), aside, in_the_way, kept)
 
-    def check_unused(self, *, overwrite: bool) -> list[str]:
-        """For a fresh start: the run files that ``--overwrite`` will delete, or a RunFolderError."""
-        found = self.contents()
-        if found and not overwrite:
+    def _relative(self, path: pathlib.Path) -> str:
+        return path.relative_to(self.path).as_posix()
+
+    def check_unused(
+        self, *, overwrite: bool, algorithm: str | None = None, given_config: pathlib.Path | None = None
+    ) -> Inventory:
+        """For a fresh start: what ``--overwrite`` will delete (and set aside), or a RunFolderError that says
+        what the folder holds: a run's files without ``overwrite``, or files where the run writes that no
+        record shows a run wrote (refused with ``overwrite`` too: only the user may delete those)."""
+        found = self.inventory(algorithm, given_config)
+        if found.in_the_way:
+            names = _some(found.in_the_way)
+            if found.holds_a_run() and not overwrite:
+                raise RunFolderError(
+                    f"{self.path} already holds a run ({found.describe()}; and {names}, which no record shows the "
+                    f"run wrote). Continue it with --resume, or choose another folder (--output-dir); to start "
+                    f"over, move {names} away first (--overwrite deletes only files on the run's records)"
+                )
             raise RunFolderError(
-                f"{self.path} already holds a run ({', '.join(found)}). Continue it with --resume, "
-                f"start over with --overwrite (deletes those files), or choose another folder (--output-dir)"
+                f"{'--overwrite: ' if overwrite else ''}{self.path} holds {names} where the run writes, and no "
+                f"record shows a run wrote {'it' if len(found.in_the_way) == 1 else 'them'} (changed since, or "
+                f"written before runs kept records); nothing was changed. Move {'it' if len(found.in_the_way) == 1 else 'them'} "
+                f"away (or delete {'it' if len(found.in_the_way) == 1 else 'them'} yourself), or choose another folder (--output-dir)"
+            )
+        if found.holds_a_run() and not overwrite:
+            raise RunFolderError(
+                f"{self.path} already holds a run ({found.describe()}). Continue it with --resume, start over "
+                f"with --overwrite (deletes those {found.count()}, each on the run's records, and nothing else), "
+                f"or choose another folder (--output-dir)"
             )
         return found
 
-    def clear(self) -> None:
-        for entry in RUN_ENTRIES:
-            target = self.path / entry
-            if target.is_dir():
-                shutil.rmtree(target)
-            elif target.exists():
-                target.unlink()
+    def clear(self, algorithm: str | None, given_config: pathlib.Path | None) -> list[str]:
+        """Deletes the previous run's files (as :meth:`inventory` finds them now: each on a record), after
+        listing them, and moves checkpoint files no manifest vouches for into ``checkpoints/damaged/``; returns
+        the lines that say so. Never touches another file, nor the config file given."""
+        found = self.check_unused(overwrite=True, algorithm=algorithm, given_config=given_config)
+        lines = []
+        if found.owned:
+            listed = "\n".join(f"  {relative}" for relative in found.owned)
+            lines.append(
+                f"--overwrite: deleting the previous run's {len(found.owned)} files in {self.path}, each on its "
+                f"records (run_files.json, the checkpoints' manifests):\n{listed}"
+            )
+        # Manifests first: a kill in between leaves model files that no manifest names, set aside next time.
+        order = sorted(found.owned, key=lambda r: (r == RECORD, not _is_manifest(r), r))
+        for relative in order:
+            (self.path / relative).unlink(missing_ok=True)
+        for damage in found.aside:
+            moved = checkpoints.set_aside(self.checkpoint_dir, damage.files)
+            lines.append(
+                f"--overwrite: moved {', '.join(p.name for p in moved)} into {self.checkpoint_dir / checkpoints.DAMAGED_DIR} "
+                f"({damage.why}; not deleted: no manifest vouches for it)"
+            )
+        _remove_empty_folders(self.path, {str(pathlib.PurePosixPath(r).parent) for r in found.owned})
+        given = _relative_file(self.path, given_config)
+        others = [relative for relative in found.kept if relative != given]
+        if others:
+            lines.append(
+                f"--overwrite: kept {_some(others, 8)} in {self.path}: no record shows a run wrote "
+                f"{'it' if len(others) == 1 else 'them'}"
+            )
+        if given in found.kept:
+            lines.append(f"--overwrite: kept {given}, the config file given (a run never deletes or rewrites it)")
+        return lines
+
+    def finished_model(self, identity: dict[str, Any]) -> int | None:
+        """The steps of the run's final model when ``final_model.zip`` is there as the run wrote it (its sha256
+        on the record) and of this run identity; else None."""
+        files = RunFiles(self.path)
+        entry = files.entry(FINAL_MODEL)
+        if entry is None or not isinstance(entry.get("steps"), int) or not files.vouches(FINAL_MODEL, entry):
+            return None
+        saved = upgraded_identity(entry.get("identity") or {})
+        return entry["steps"] if not identity_differences(saved, plain(identity)) else None
+
+    def check_resumable(self, algorithm: str | None, given_config: pathlib.Path | None) -> list[str]:
+        """For ``--resume``: the files where the resumed run writes that no record vouches for. A folder
+        without a record (a run from before records) gets them adopted as the run's (returned, recorded
+        once the checkpoint has loaded); with a record they are refused (a RunFolderError): the run would
+        write over what it did not write."""
+        found = self.inventory(algorithm, given_config)
+        if not RunFiles(self.path).exists():
+            return found.in_the_way
+        tensorboard = _tensorboard_dir(algorithm)
+        # The resumed run writes a new event file beside the old ones, never over one.
+        blocking = [r for r in found.in_the_way if not (tensorboard and r.startswith(tensorboard + "/"))]
+        if not blocking:
+            return []
+        names = _some(blocking)
+        raise RunFolderError(
+            f"--resume: {names} in {self.path} {'is' if len(blocking) == 1 else 'are'} where the run writes, and "
+            f"not as the run wrote {'it' if len(blocking) == 1 else 'them'} (no sha256 on its record, {RECORD}, "
+            f"matches); nothing was changed. Move {'it' if len(blocking) == 1 else 'them'} away, then resume"
+        )
 
     def holds_checkpoints(self) -> bool:
         """Whether a checkpoint, whole or damaged, is in the folder (files a kill cut short do not count)."""
@@ -249,22 +416,27 @@ class RunFolder:
         """The newest intact checkpoint of this run (checksums compared), preferring, for an off-policy run,
         the newest whose replay buffer is intact too; or a RunFolderError, with nothing changed, when there is
         none, when it belongs to another config, or when the off-policy run would go on with an empty buffer
-        without ``allow_empty_replay_buffer``. Changes nothing: :meth:`ResumePoint.apply` does."""
+        without ``allow_empty_replay_buffer``. A checkpoint whose model is damaged is intact still when the
+        run's final model is its byte copy (the manifest's sha256): the final model restores it. Changes
+        nothing: :meth:`ResumePoint.apply` does."""
         identity = plain(identity)
-        scan = checkpoints.scan(self.checkpoint_dir)
+        scan = self._with_restorable(checkpoints.scan(self.checkpoint_dir))
         damaged = list(scan.damaged)
         intact: checkpoints.Checkpoint | None = None  # the newest whole model
         with_buffer: checkpoints.Checkpoint | None = None  # the newest whole model with its whole replay buffer
         bad_buffers: dict[str, checkpoints.Damaged] = {}  # checkpoint name -> its damaged replay buffer
+        restorable: dict[str, checkpoints.Damaged] = {}  # checkpoint name -> its damaged model, restorable
         for checkpoint in reversed(scan.complete):
             if intact is not None and (
-                not needs_replay_buffer or checkpoint.replay_buffer is None or _identity_of(checkpoint) != identity
+                not needs_replay_buffer or checkpoint.replay_buffer is None or not _same_run(checkpoint, identity)
             ):
                 continue  # older than an intact model, and no buffer of this run to offer: not read
             model_problem, buffer_problem = checkpoints.verify(checkpoint)
             if model_problem:
-                damaged.append(checkpoints.Damaged(checkpoint.files(), model_problem))
-                continue
+                if not self._final_model_copies(checkpoint):
+                    damaged.append(checkpoints.Damaged(checkpoint.files(), model_problem))
+                    continue
+                restorable[checkpoint.name] = checkpoints.Damaged([checkpoint.model], model_problem)
             if buffer_problem and checkpoint.replay_buffer is not None:
                 bad_buffers[checkpoint.name] = checkpoints.Damaged([checkpoint.replay_buffer], buffer_problem)
                 checkpoint.replay_buffer = None
@@ -274,7 +446,7 @@ class RunFolder:
                 break
         if intact is None:
             raise self._nothing_intact(scan, damaged)
-        if _identity_of(intact) != identity:
+        if not _same_run(intact, identity):
             raise self._mismatch(f"checkpoint {intact.name}", _identity_of(intact), identity)
         chosen = with_buffer or intact
         if needs_replay_buffer and with_buffer is None and not allow_empty_replay_buffer:
@@ -290,6 +462,7 @@ class RunFolder:
             bad = bad_buffers.get(checkpoint.name)
             if checkpoint is chosen:
                 damaged += [bad] if bad else []
+                damaged += [restorable[chosen.name]] if chosen.name in restorable else []
             elif not any(checkpoint.model in d.files for d in damaged):
                 files = (bad.files if bad else []) + checkpoint.files()
                 why = f"checkpoint {checkpoint.name}: {_buffer_lack(checkpoint, bad_buffers)}"
@@ -300,7 +473,34 @@ class RunFolder:
             replay_buffer=needs_replay_buffer and chosen.replay_buffer is not None,
             damaged=damaged,
             incomplete=scan.incomplete,
+            restore_from=self.path / FINAL_MODEL if chosen.name in restorable else None,
         )
+
+    def _with_restorable(self, scan: checkpoints.CheckpointScan) -> checkpoints.CheckpointScan:
+        """``scan`` with the checkpoints whose model is missing or cut short, but whose manifest reads back and
+        whose model the final model copies, among the complete ones (to restore) instead of the damaged."""
+        final = self.path / FINAL_MODEL
+        if not final.is_file() or not any(d.files for d in scan.damaged):
+            return scan
+        complete, damaged = list(scan.complete), []
+        for damage in scan.damaged:
+            manifest = next((p for p in damage.files if p.suffix == ".json" and p.parent == self.checkpoint_dir), None)
+            checkpoint = checkpoints.read_checkpoint(manifest)[0] if manifest is not None else None
+            if checkpoint is not None and self._final_model_copies(checkpoint):
+                complete.append(checkpoint)
+            else:
+                damaged.append(damage)
+        complete.sort(key=lambda c: (c.steps, c.manifest.get("saved_at", "")))
+        return checkpoints.CheckpointScan(complete, scan.incomplete, damaged)
+
+    def _final_model_copies(self, checkpoint: checkpoints.Checkpoint) -> bool:
+        """Whether ``final_model.zip`` is a byte copy of the checkpoint's model (the sha256 its manifest holds)."""
+        final = self.path / FINAL_MODEL
+        expected = checkpoint.manifest["files"]["model"].get(checkpoints.HASH)
+        try:
+            return expected is not None and final.is_file() and checkpoints.file_sha256(final) == expected
+        except OSError:
+            return False
 
     def _nothing_intact(self, scan: checkpoints.CheckpointScan, damaged: list[checkpoints.Damaged]) -> RunFolderError:
         if not damaged:
@@ -322,6 +522,62 @@ class RunFolder:
     def _mismatch(self, what: str, saved: dict[str, Any], current: dict[str, Any]) -> RunFolderError:
         changes = identity_differences(saved, current) or ["the saved run identity is unreadable"]
         return RunFolderError(
-            f"{what} belongs to a run with another config ({'; '.join(changes)}). Resume with the config the run "
-            f"was started with ({self.path / CONFIG_FILE}), or start a new run elsewhere (--output-dir) or over it (--overwrite)"
+            f"{what} belongs to a run with another config ({'; '.join(changes)}). Set "
+            f"{'it' if len(changes) == 1 else 'them'} back to resume (the run's config: {self.path / CONFIG_FILE}), or "
+            f"start a new run elsewhere (--output-dir) or over it (--overwrite)"
         )
+
+
+def _is_manifest(relative: str) -> bool:
+    return relative.startswith("checkpoints/") and relative.endswith(".json") and relative.count("/") == 1
+
+
+def _tensorboard_dir(algorithm: str | None) -> str | None:
+    """The folder a run of ``algorithm`` logs into (train.py's logger), relative to the run folder."""
+    return f"tensorboard/{algorithm}_1" if algorithm else None
+
+
+def _where_the_run_writes(relative: str, algorithm: str | None) -> bool:
+    tensorboard = _tensorboard_dir(algorithm)
+    return (
+        relative in _RUN_FILES
+        or bool(_POLICY_VIDEO.match(relative))
+        or (tensorboard is not None and relative.startswith(tensorboard + "/"))
+    )
+
+
+def _relative_file(folder: pathlib.Path, path: pathlib.Path | None) -> str | None:
+    """``path`` relative to ``folder`` when it is a file inside it (links resolved), else None."""
+    if path is None:
+        return None
+    inside = relative_to(folder.resolve(), pathlib.Path(path).resolve())
+    return inside if inside is not None and not inside.startswith("..") else None
+
+
+def _files_under(folder: pathlib.Path) -> list[str]:
+    """Every file (and link) under ``folder`` but the lock, relative and sorted."""
+    if not folder.is_dir():
+        return []
+    out = []
+    for root, _dirs, names in os.walk(folder):
+        for name in names:
+            path = pathlib.Path(root) / name
+            relative = path.relative_to(folder).as_posix()
+            if relative != ".lock":
+                out.append(relative)
+    return sorted(out)
+
+
+def _some(names: list[str], most: int = 5) -> str:
+    """``a, b and 3 more``."""
+    shown = ", ".join(names[:most])
+    return f"{shown} and {len(names) - most} more" if len(names) > most else shown
+
+
+def _remove_empty_folders(root: pathlib.Path, folders: set[str]) -> None:
+    """Removes those of ``folders`` (relative), and the folders above them, that are left empty."""
+    for relative in sorted(folders, key=lambda f: -f.count("/")):
+        path = root / relative
+        while path != root and path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+            path = path.parent

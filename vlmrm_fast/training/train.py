@@ -4,8 +4,11 @@ Writes into ``output_dir``: ``config.yaml`` (as resolved: the prompts and episod
 used), ``tensorboard/`` (VLM and ground-truth episode rewards side by side),
 ``videos/`` (policy mp4s), ``checkpoints/`` (model and replay buffer every
 ``checkpoint_every`` steps, at the end, and on SIGINT/SIGTERM; see checkpoints.py),
-``final_model.zip``. ``--resume`` continues from the newest intact checkpoint (damaged
-ones are moved into ``checkpoints/damaged/``; see run_folder.py); with ``--start-if-new`` it
+``final_model.zip`` (a byte copy of the final checkpoint's model), and ``run_files.json``, the
+record of what it wrote (run_files.py): it deletes and writes over only files that record or a
+checkpoint's manifest vouches for, never the config file given. ``--resume`` continues from the
+newest intact checkpoint (damaged ones are moved into ``checkpoints/damaged/``; see
+run_folder.py), or says a run whose final model is whole is finished; with ``--start-if-new`` it
 starts the run when the folder holds no checkpoint yet (the first start of a restartable job).
 
 Exit codes: 0 finished; 1 crashed (traceback; the checkpoints on disk stay whole) or a
@@ -17,9 +20,9 @@ stopped by SIGINT / SIGTERM after saving a checkpoint, or before training starte
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pathlib
 import shlex
-import shutil
 import signal
 import sys
 import threading
@@ -36,6 +39,7 @@ from vlmrm_fast.distributed import jobs as distributed_jobs
 from vlmrm_fast.distributed.channel import RankFailure
 from vlmrm_fast.envs import get_task
 from vlmrm_fast.failures import EXIT_CRASHED, EXIT_DONE, EXIT_SIGINT, EXIT_SIGTERM, ExpectedFailure, mark_crash
+from vlmrm_fast.memory import check_replay_buffer_fits
 from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.callbacks import (
@@ -48,11 +52,21 @@ from vlmrm_fast.training.callbacks import (
     TrainingControl,
     TrainingProgress,
 )
-from vlmrm_fast.training.config import ConfigError, TrainConfig, algorithm_kwargs, load_config, resolved, run_identity
+from vlmrm_fast.training.config import (
+    ConfigError,
+    TrainConfig,
+    algorithm_kwargs,
+    load_config,
+    resolved,
+    run_identity,
+    unrecorded_fields,
+)
 from vlmrm_fast.training.curves import LearningCurves
+from vlmrm_fast.training.run_files import RunFiles
 from vlmrm_fast.training.run_folder import (
     CONFIG_FILE,
     FINAL_MODEL,
+    Inventory,
     ResumePoint,
     RunFolder,
     RunFolderError,
@@ -163,14 +177,18 @@ class OncePerStepLogger(Logger):
 
 
 def _logger(
-    cfg: TrainConfig, run_dir: pathlib.Path, start_steps: int, curves: LearningCurves, wandb_run: Any = None
+    cfg: TrainConfig, files: RunFiles, start_steps: int, curves: LearningCurves, wandb_run: Any = None
 ) -> Logger:
     if not cfg.logging.tensorboard:
         return OncePerStepLogger(None, [curves])
-    folder = run_dir / "tensorboard" / f"{cfg.rl.algorithm}_1"
+    folder = files.folder / "tensorboard" / f"{cfg.rl.algorithm}_1"
     # Logs of an earlier process of this run past the resume step describe work the resume discards.
     purge_step = start_steps + 1 if folder.exists() else None
-    formats: list = [TensorBoardWriter(str(folder), purge_step), curves]
+    before = set(folder.iterdir()) if folder.is_dir() else set()
+    writer = TensorBoardWriter(str(folder), purge_step)
+    for path in sorted(set(folder.iterdir()) - before):  # the event file the writer made: on the run's record
+        files.add_appended(path.relative_to(files.folder).as_posix())
+    formats: list = [writer, curves]
     if wandb_run is not None:  # W&B mirrors the TensorBoard files; videos go to it here (wandb_logging.py)
         from vlmrm_fast.training.wandb_logging import WandbVideos
 
@@ -191,7 +209,7 @@ def _load_checkpoint(cfg: TrainConfig, point: ResumePoint, env) -> BaseAlgorithm
     """The model (and replay buffer) of the checkpoint to resume from; a RunFolderError if it does not load."""
     checkpoint = point.checkpoint
     try:
-        model = ALGORITHM_CLASSES[cfg.rl.algorithm].load(checkpoint.model, env=env, device=cfg.rl.device)
+        model = ALGORITHM_CLASSES[cfg.rl.algorithm].load(point.model_file, env=env, device=cfg.rl.device)
         if point.replay_buffer and isinstance(model, OffPolicyAlgorithm):
             model.load_replay_buffer(checkpoint.replay_buffer)
     except Exception as exc:
@@ -249,37 +267,59 @@ def _train(
 ) -> int:
     identity = plain(run_identity(cfg))
     folder = RunFolder(cfg.run_dir)
-    off_policy = issubclass(ALGORITHM_CLASSES[cfg.rl.algorithm], OffPolicyAlgorithm)
+    algorithm = cfg.rl.algorithm
+    off_policy = issubclass(ALGORITHM_CLASSES[algorithm], OffPolicyAlgorithm)
     point: ResumePoint | None = None
-    replaced: list[str] = []
+    previous: Inventory | None = None  # a previous run's files, deleted once the model is set up
+    adopt: list[str] = []
     with sigterm_raises():  # until training starts there is nothing to save: a SIGTERM stops the start
         folder.check_writable()
         if resume and start_if_new and not folder.holds_checkpoints():
             # A restarted or requeued job cut short before its first checkpoint: nothing to lose but its logs.
-            replaced = folder.check_unused(overwrite=True)
+            previous = folder.check_unused(overwrite=True, algorithm=algorithm, given_config=cfg.source)
             print(
                 f"--resume --start-if-new: no checkpoint in {folder.checkpoint_dir} yet; starting the run",
                 file=sys.stderr,
             )
         elif resume:
+            finished = folder.finished_model(identity)
+            if finished is not None and finished >= cfg.rl.total_timesteps:
+                return _finished(cfg, finished)
+            adopt = folder.check_resumable(algorithm, cfg.source)
             point = folder.resume_point(
                 identity, needs_replay_buffer=off_policy, allow_empty_replay_buffer=allow_empty_replay_buffer
             )
-            if point.checkpoint.steps >= cfg.rl.total_timesteps and not (point.damaged or point.incomplete):
-                return _nothing_to_train(cfg, point)  # (damage found is set aside by the load below, as always)
+            unrecorded = unrecorded_fields(point.identity, identity)
+            if unrecorded:
+                print(
+                    f"--resume: {point.checkpoint.name} was saved before {', '.join(unrecorded)} "
+                    f"{'was' if len(unrecorded) == 1 else 'were'} part of the run identity: not compared with this "
+                    f"config; leave {'it' if len(unrecorded) == 1 else 'them'} as the run started",
+                    file=sys.stderr,
+                )
+            if point.checkpoint.steps >= cfg.rl.total_timesteps and not (point.damaged or point.incomplete or adopt):
+                return _nothing_to_train(cfg, point, identity)  # (damage found is set aside by the load below)
         else:
-            replaced = folder.check_unused(overwrite=overwrite)
+            previous = folder.check_unused(overwrite=overwrite, algorithm=algorithm, given_config=cfg.source)
         print(startup_summary(cfg, point), flush=True)
         check_reward_weights(cfg)
         venv = make_env(cfg)
         print(ready_summary(cfg, venv), flush=True)
         monitored = VecMonitor(venv)
         try:
+            buffer = replay_buffer_size(cfg, venv)
+            if buffer is not None:  # refused in a line before SB3 allocates it (numpy's error is 39 lines)
+                check_replay_buffer_fits(buffer.transitions, buffer.each, f"{cfg.task}'s observations and actions")
             model, stats = _setup_model(cfg, monitored, point, off_policy)
-            if replaced:
-                folder.clear()
+            if previous is not None and previous.holds_a_run():
+                for line in folder.clear(algorithm, cfg.source):
+                    print(line, file=sys.stderr)
+            if adopt:
+                RunFiles(cfg.run_dir).adopt(adopt)
                 print(
-                    f"--overwrite: deleted the previous run's {', '.join(replaced)} in {folder.path}", file=sys.stderr
+                    f"--resume: {cfg.run_dir} kept no record of the files its run wrote (a run from before records): "
+                    f"recorded {', '.join(adopt)} as this run's",
+                    file=sys.stderr,
                 )
         except BaseException:
             monitored.close()
@@ -292,16 +332,26 @@ def _train(
             monitored.close()
 
 
-def _nothing_to_train(cfg: TrainConfig, point: ResumePoint) -> int:
+def _finished(cfg: TrainConfig, steps: int) -> int:
+    """A resume of a run whose final model is whole (on the run's record) at rl.total_timesteps or more: the run
+    is finished; nothing is loaded, trained or written."""
+    print(
+        f"nothing to train: the run finished at {steps:,} steps (rl.total_timesteps is {cfg.rl.total_timesteps:,}); "
+        f"its final model {cfg.run_dir / FINAL_MODEL} is whole (its sha256 is on the run's record) and stays as it "
+        f"is. Raise rl.total_timesteps, or pass --total-timesteps, to train on"
+    )
+    return EXIT_DONE
+
+
+def _nothing_to_train(cfg: TrainConfig, point: ResumePoint, identity: dict[str, Any]) -> int:
     """A resume of a run that has reached rl.total_timesteps, its checkpoint folder whole: the newest checkpoint
     becomes the final model, without building envs or loading anything."""
     checkpoint = point.checkpoint
-    final = cfg.run_dir / FINAL_MODEL
-    with open(checkpoint.model, "rb") as source:
-        checkpoints.write_atomically(final, lambda f: shutil.copyfileobj(source, f))
+    RunFiles(cfg.run_dir).copy(FINAL_MODEL, checkpoint.model, steps=checkpoint.steps, identity=identity)
     print(
         f"nothing to train: the run is at {checkpoint.steps:,} of {cfg.rl.total_timesteps:,} steps "
-        f"(rl.total_timesteps; raise it, or pass --total-timesteps, to train on); {final} is {checkpoint.name}"
+        f"(rl.total_timesteps; raise it, or pass --total-timesteps, to train on); "
+        f"{cfg.run_dir / FINAL_MODEL} is {checkpoint.name}"
     )
     return EXIT_DONE
 
@@ -328,7 +378,8 @@ def startup_summary(cfg: TrainConfig, point: ResumePoint | None) -> str:
             f"  rl.total_timesteps  {rl.total_timesteps:,}{_default(cfg, 'rl.total_timesteps')}",
             f"  reward.model        {r.model}{_default(cfg, 'reward.model')} on {r.device}",
             f"  output_dir          {cfg.run_dir.resolve()}{_default(cfg, 'output_dir')}",
-            f"  checkpoints         every {lg.checkpoint_every:,} steps{buffers}",
+            f"  checkpoints         every {lg.checkpoint_every:,} steps{_default(cfg, 'logging.checkpoint_every')}"
+            f"{buffers}",
         ]
     )
 
@@ -347,7 +398,77 @@ def ready_summary(cfg: TrainConfig, venv: Any) -> str:
     lines = [f"  env                 {venv.num_envs} envs of {cfg.task}; {how}"]
     if describe is not None:
         lines.append(f"  reward encoder      {describe()}")
+    buffer = replay_buffer_size(cfg, venv)
+    if buffer is not None:
+        default = "" if buffer.given else ", the default"
+        keep = cfg.logging.keep_replay_buffers
+        newest = "the newest checkpoint" if keep == 1 else f"each of the newest {keep} checkpoints"
+        lines.append(
+            f"  replay buffer       {buffer.transitions:,} transitions (rl.kwargs.buffer_size{default}): "
+            f"{_gib(buffer.bytes)} in memory, and as much on disk in {newest} "
+            f"(logging.keep_replay_buffers), in {(cfg.run_dir / 'checkpoints').resolve()}"
+        )
     return "\n".join(lines)
+
+
+def _write_config(cfg: TrainConfig, files: RunFiles) -> None:
+    """``config.yaml``, the config as resolved, on the run's record; never over the config file given (a user's
+    own ``RUN/config.yaml``, comments and all: the run reads the same config from it)."""
+    given = (
+        cfg.source is not None
+        and cfg.source.is_file()
+        and cfg.source.resolve() == (files.folder / CONFIG_FILE).resolve()
+    )
+    if not given:
+        files.write_text(CONFIG_FILE, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayBufferSize:
+    """The replay buffer SB3 will allocate for the run: ``transitions`` of ``each`` bytes."""
+
+    transitions: int
+    each: int
+    given: bool  # rl.kwargs.buffer_size was given (else the algorithm's default)
+
+    @property
+    def bytes(self) -> int:
+        return self.transitions * self.each
+
+
+def replay_buffer_size(cfg: TrainConfig, venv: Any) -> ReplayBufferSize | None:
+    """What SB3's ReplayBuffer of an off-policy run holds (its arrays: observations, next observations unless
+    ``optimize_memory_usage``, actions as float32, rewards, dones, time-outs), computed from the envs' spaces
+    before it is allocated; None for an on-policy algorithm or a replay buffer class of the user's."""
+    import inspect
+
+    import numpy as np
+
+    algorithm = ALGORITHM_CLASSES[cfg.rl.algorithm]
+    kwargs = algorithm_kwargs(cfg.rl)
+    if not issubclass(algorithm, OffPolicyAlgorithm) or kwargs.get("replay_buffer_class") is not None:
+        return None
+    obs, action = venv.observation_space, venv.action_space
+    if not hasattr(obs, "shape") or obs.shape is None or not hasattr(action, "shape"):
+        return None
+    given = "buffer_size" in kwargs
+    size = int(
+        kwargs["buffer_size"] if given else inspect.signature(algorithm.__init__).parameters["buffer_size"].default
+    )
+    n_envs = venv.num_envs
+    transitions = max(size // n_envs, 1) * n_envs  # SB3 keeps buffer_size // n_envs rows of n_envs
+    copies = 1 if kwargs.get("optimize_memory_usage") else 2
+    action_dtype = np.float32 if np.dtype(action.dtype) == np.float64 else np.dtype(action.dtype)
+    each = (
+        copies * int(np.prod(obs.shape)) * np.dtype(obs.dtype).itemsize
+        + int(np.prod(action.shape or (1,))) * np.dtype(action_dtype).itemsize
+        + 3 * 4  # rewards, dones, time-outs: float32
+    )
+    return ReplayBufferSize(transitions, each, given)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.2f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
 
 
 def _setup_model(
@@ -386,19 +507,23 @@ def _run(
 ) -> int:
     run_dir = folder.path
     run_dir.mkdir(parents=True, exist_ok=True)
-    checkpoints.write_text_atomically(run_dir / CONFIG_FILE, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    files = RunFiles(run_dir)
+    _write_config(cfg, files)
     start_steps = int(model.num_timesteps)
     wandb_run = None
     if cfg.logging.wandb is not None:  # before the TensorBoard writer, which W&B's sync then mirrors
         from vlmrm_fast.training.wandb_logging import start_run
 
-        wandb_run = start_run(cfg, run_dir, resumed=resumed)
+        wandb_run = start_run(cfg, files, resumed=resumed)
     curves = LearningCurves(run_dir, start_steps)
-    model.set_logger(_logger(cfg, run_dir, start_steps, curves, wandb_run))
+    model.set_logger(_logger(cfg, files, start_steps, curves, wandb_run))
     extra = {"identity": identity, "config_hash": identity_hash(identity)}
 
     def save(tag: str, reason: str) -> checkpoints.Checkpoint:
-        saved = checkpoints.save_checkpoint(
+        # The curves first: a kill between the two leaves curves past the newest checkpoint, which a resume
+        # drops and draws again, never a checkpoint whose curve rows are lost.
+        curves.save()
+        return checkpoints.save_checkpoint(
             model,
             folder.checkpoint_dir,
             tag=tag,
@@ -407,8 +532,6 @@ def _run(
             keep_replay_buffers=cfg.logging.keep_replay_buffers,
             keep_checkpoints=cfg.logging.keep_checkpoints,
         )
-        curves.save()
-        return saved
 
     episode_batch = cfg.rl.episode_batch
     if episode_batch:
@@ -429,6 +552,7 @@ def _run(
                 run_dir / "videos",
                 cfg.logging.video_every,
                 cfg.logging.video_episodes,
+                run_files=files,
             )
         )
     control = TrainingControl(callbacks, stop, on_policy=not isinstance(model, OffPolicyAlgorithm))
@@ -476,7 +600,8 @@ def _run(
             file=sys.stderr,
         )
         return stop.exit_code
-    checkpoints.write_atomically(run_dir / FINAL_MODEL, model.save)
+    # A byte copy of the final checkpoint's model: its manifest vouches for it, and restores it from this copy.
+    files.copy(FINAL_MODEL, checkpoint.model, steps=int(model.num_timesteps), identity=identity)
     note = f" ({stop.name} came after the last step)" if stop.requested else ""
     print(f"done: {model.num_timesteps} steps{note}; model, logs and videos in {run_dir}")
     return EXIT_DONE
@@ -497,7 +622,10 @@ def add_subcommand(sub: argparse._SubParsersAction) -> None:
         help="continue from the newest intact checkpoint in the run folder (damaged ones are moved aside)",
     )
     mode.add_argument(
-        "--overwrite", action="store_true", help="delete a previous run's files in the run folder and start over"
+        "--overwrite",
+        action="store_true",
+        help="delete the previous run's files in the run folder (those its records vouch for, listed first; never "
+        "yours, nor the config file given) and start over",
     )
     p.add_argument(
         "--start-if-new",

@@ -13,19 +13,19 @@ A run's W&B id is kept in the run folder (``wandb_run_id``): ``--resume`` contin
 
 from __future__ import annotations
 
-import pathlib
 import secrets
 from typing import Any
 
 from stable_baselines3.common.logger import KVWriter
 
 from vlmrm_fast.models.families import MissingDependencyError, installed
+from vlmrm_fast.training.run_files import RunFiles
+from vlmrm_fast.training.run_folder import WANDB_RUN_ID as RUN_ID_FILE
 
-RUN_ID_FILE = "wandb_run_id"
 
-
-def start_run(cfg: Any, run_dir: pathlib.Path, *, resumed: bool) -> Any:
-    """Starts (or, for a resumed training run, continues) the W&B run of ``cfg.logging.wandb``."""
+def start_run(cfg: Any, files: RunFiles, *, resumed: bool) -> Any:
+    """Starts (or, for a resumed training run, continues) the W&B run of ``cfg.logging.wandb``; its id goes
+    on the run's record (``files``)."""
     settings = cfg.logging.wandb
     if not installed("wandb"):
         raise MissingDependencyError(
@@ -34,9 +34,10 @@ def start_run(cfg: Any, run_dir: pathlib.Path, *, resumed: bool) -> Any:
         )
     import wandb
 
+    run_dir = files.folder
     id_file = run_dir / RUN_ID_FILE
     run_id = id_file.read_text().strip() if resumed and id_file.is_file() else secrets.token_hex(6)
-    id_file.write_text(run_id + "\n")
+    files.write_text(RUN_ID_FILE, run_id + "\n")
     return wandb.init(
         project=settings.project,
         mode=settings.mode,
