@@ -490,4 +490,3 @@ def world_bytes(model: mujoco.MjModel) -> int:
 
     with wp.ScopedDevice("cpu"):
         return arrays(mjw.make_data(model, nworld=2)) - arrays(mjw.make_data(model, nworld=1))
-
