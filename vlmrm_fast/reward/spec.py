@@ -41,6 +41,11 @@ class RewardModelSpec:
     (docs/models.md). ``encoder_options`` go to the backend (``compile_mode``, ``attention``,
     ``engine_cache_dir``, FP8's ``fp8_scaling`` and ``fp8_calibration``, a path in a config; see
     ``encoders.make_image_encoder``).
+
+    A generative VLM judge (docs/judge.md) is named the same way (``model``: a hub repository such as
+    ``Qwen/Qwen2-VL-2B-Instruct``, a folder, or ``vlmrm-tiny-qwen2-vl``) and asks ``tasks`` of kind
+    ``question`` (or one question about the target prompt); ``image_size`` (pixels, or [height, width])
+    is its input size, to which frames are resized (default 224).
     """
 
     model: str = DEFAULT_MODEL
@@ -59,6 +64,7 @@ class RewardModelSpec:
     seed: int = 0
     resize_mode: str | None = None
     tokenizer: str | None = None
+    image_size: Any = None
     encoder_options: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
@@ -93,6 +99,8 @@ class RewardModelSpec:
         put("seed", non_negative_int(self.seed, "seed"))
         if self.resize_mode is not None:
             one_of(self.resize_mode, "resize_mode", RESIZE_MODES)
+        if self.image_size is not None:
+            put("image_size", _image_size(self.image_size))
         if not isinstance(self.encoder_options, Mapping):
             raise FieldTypeError("encoder_options", f"must be a mapping of option names, got {self.encoder_options!r}")
         put("encoder_options", dict(self.encoder_options))  # a copy (a spec pickles to other ranks)
@@ -147,6 +155,14 @@ class RewardModelSpec:
 def spec_fields() -> set[str]:
     """The names of a RewardModelSpec's fields but ``encoder_options``."""
     return {field.name for field in dataclasses.fields(RewardModelSpec)} - {"encoder_options"}
+
+
+def _image_size(value: Any) -> tuple[int, int]:
+    """``224`` or ``[224, 336]`` -> (height, width)."""
+    sizes = [value] * 2 if not isinstance(value, (list, tuple)) else list(value)
+    if len(sizes) != 2:
+        raise FieldError("image_size", f"must be a size in pixels or [height, width], got {value!r}")
+    return positive_int(sizes[0], "image_size"), positive_int(sizes[1], "image_size")
 
 
 def _prompt_sets(sets: Any) -> dict[str, tuple[str, ...]]:
