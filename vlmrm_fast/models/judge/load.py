@@ -47,7 +47,7 @@ def is_judge_name(name: str) -> bool:
     name = name.strip()
     if name in TINY_JUDGES:
         return True
-    folder = _folder_of(name)
+    folder = folder_of(name)
     if folder is not None:
         return (folder / "config.json").is_file() and not (folder / "open_clip_config.json").is_file()
     if name.startswith("hf-hub:") or name.count("/") != 1:
@@ -60,7 +60,7 @@ def is_judge_name(name: str) -> bool:
     return first not in models and not difflib.get_close_matches(first, models, n=1, cutoff=0.8)
 
 
-def _folder_of(name: str) -> Path | None:
+def folder_of(name: str) -> Path | None:
     if name.startswith("local-dir:"):
         return Path(name[len("local-dir:") :])
     path = Path(name).expanduser()
@@ -81,7 +81,7 @@ def load_judge(
     name = name.strip()
     if name in TINY_JUDGES:
         return _tiny(name, device, dtype, seed)
-    folder = _folder_of(name)
+    folder = folder_of(name)
     if folder is None:
         folder = Path(judge_folder(name, cache_dir))
     elif not folder.is_dir():
