@@ -21,6 +21,7 @@ from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec, as_frame_te
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
 from vlmrm_fast.reward.formulas import normalize
 from vlmrm_fast.reward.head import RewardHead
+from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
 from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.reward.tasks import Task, as_reward_tasks, normalize_prompts, unique_prompts
 
@@ -44,9 +45,11 @@ class VLMRewardModel:
         backend: str = "auto",
         precision: str = "auto",
         batch_size: int | None = None,
+        schedule: ScoreSchedule = EVERY_STEP,
         **encoder_options: Any,
     ):
         self.clip = clip
+        self.schedule = schedule
         self.device = torch.device(device)
         self.multi_task = multi_task
         self._text_cache: dict[str, torch.Tensor] = {}
@@ -230,5 +233,6 @@ def load_reward_model(model: str | RewardModelSpec, pretrained: str | None = Non
         backend=spec.backend,
         precision=spec.precision,
         batch_size=spec.batch_size,
+        schedule=spec.schedule,
         **spec.encoder_options,
     )
