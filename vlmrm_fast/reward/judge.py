@@ -30,6 +30,7 @@ from vlmrm_fast.frames import FrameView
 from vlmrm_fast.preprocess import as_frame_tensor
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
 from vlmrm_fast.reward.formulas import answer_reward
+from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
 from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.reward.tasks import GoalBaselineTask, QuestionTask, as_reward_tasks
 
@@ -66,8 +67,10 @@ class JudgeRewardModel:
         batch_size: int | None = None,
         image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
         precision: str = "fp32",
+        schedule: ScoreSchedule = EVERY_STEP,
     ):
         self.judge = judge
+        self.schedule = schedule
         self.device = torch.device(device)
         self.precision = precision
         self.chunk_size = int(batch_size or DEFAULT_JUDGE_CHUNK)
@@ -287,6 +290,7 @@ def load_judge_reward_model(spec: RewardModelSpec) -> JudgeRewardModel:
         batch_size=spec.batch_size,
         image_size=spec.image_size or DEFAULT_IMAGE_SIZE,
         precision=precision.name,
+        schedule=spec.schedule,
     )
 
 

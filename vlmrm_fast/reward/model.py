@@ -23,6 +23,7 @@ from vlmrm_fast.profiling import NULL_TIMER, StageTimer
 from vlmrm_fast.reward.formulas import normalize
 from vlmrm_fast.reward.head import RewardHead
 from vlmrm_fast.reward.judge import JudgeRewardModel, is_judge_spec, load_judge_reward_model
+from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
 from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.reward.tasks import QuestionTask, Task, as_reward_tasks, normalize_prompts, unique_prompts
 
@@ -46,9 +47,11 @@ class VLMRewardModel:
         backend: str = "auto",
         precision: str = "auto",
         batch_size: int | None = None,
+        schedule: ScoreSchedule = EVERY_STEP,
         **encoder_options: Any,
     ):
         self.clip = clip
+        self.schedule = schedule
         self.device = torch.device(device)
         self.multi_task = multi_task
         self._text_cache: dict[str, torch.Tensor] = {}
@@ -253,5 +256,6 @@ def load_reward_model(
         backend=spec.backend,
         precision=spec.precision,
         batch_size=spec.batch_size,
+        schedule=spec.schedule,
         **spec.encoder_options,
     )

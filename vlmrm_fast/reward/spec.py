@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from vlmrm_fast.checks import FieldError, FieldTypeError, non_negative_int, number, one_of, positive_int
 from vlmrm_fast.encoders import BACKEND_OPTIONS, BACKENDS, PRECISION_NAMES
 from vlmrm_fast.preprocess import RESIZE_MODES
+from vlmrm_fast.reward.schedule import ScoreSchedule
 from vlmrm_fast.reward.tasks import GoalBaselineTask, Task, as_reward_tasks, normalize_prompts
 
 if TYPE_CHECKING:
@@ -40,7 +41,9 @@ class RewardModelSpec:
     Face tokenizer of a model whose tokenizer lives on the hub (SigLIP), instead of the cache
     (docs/models.md). ``encoder_options`` go to the backend (``compile_mode``, ``attention``,
     ``engine_cache_dir``, FP8's ``fp8_scaling`` and ``fp8_calibration``, a path in a config; see
-    ``encoders.make_image_encoder``).
+    ``encoders.make_image_encoder``). ``score_every``: score each env on every n-th step of its
+    episode (and on its last step); ``between_scores``: the reward of the other steps, "zero" or
+    "hold" (the env's last score; ``reward/schedule.py``).
 
     A generative VLM judge (docs/judge.md) is named the same way (``model``: a hub repository such as
     ``Qwen/Qwen2-VL-2B-Instruct``, a folder, or ``vlmrm-tiny-qwen2-vl``) and asks ``tasks`` of kind
@@ -64,6 +67,8 @@ class RewardModelSpec:
     seed: int = 0
     resize_mode: str | None = None
     tokenizer: str | None = None
+    score_every: int = 1
+    between_scores: str = "zero"
     image_size: Any = None
     encoder_options: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
@@ -101,6 +106,7 @@ class RewardModelSpec:
             one_of(self.resize_mode, "resize_mode", RESIZE_MODES)
         if self.image_size is not None:
             put("image_size", _image_size(self.image_size))
+        put("score_every", self.schedule.score_every)  # checked there, named as the field
         if not isinstance(self.encoder_options, Mapping):
             raise FieldTypeError("encoder_options", f"must be a mapping of option names, got {self.encoder_options!r}")
         put("encoder_options", dict(self.encoder_options))  # a copy (a spec pickles to other ranks)
@@ -122,6 +128,11 @@ class RewardModelSpec:
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise FieldTypeError(key, f"is neither a reward model field nor an encoder option{hint}")
         return cls(**fields, encoder_options=options)
+
+    @property
+    def schedule(self) -> ScoreSchedule:
+        """Which steps the model scores (``score_every``, ``between_scores``)."""
+        return ScoreSchedule(self.score_every, self.between_scores)
 
     def replace(self, **changes: Any) -> RewardModelSpec:
         return dataclasses.replace(self, **changes)
