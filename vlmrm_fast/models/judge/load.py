@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from vlmrm_fast.models.hub import WeightsUnavailableError
 from vlmrm_fast.models.judge.families import JudgeFamily, judge_family, require_judge_packages
 from vlmrm_fast.models.judge.tiny import TINY_JUDGES
 from vlmrm_fast.models.network import hf_endpoint, hub_offline, network_reachable
-from vlmrm_fast.models.random_init import RandomWeightsWarning, _LocalGenerator
+from vlmrm_fast.models.random_init import _LocalGenerator
 
 #: The files of a hub judge that loading needs: configs, weights, tokenizer, chat template.
 JUDGE_FILES = ("*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken")
@@ -115,9 +114,7 @@ def _from_folder(name: str, folder: Path, device: torch.device, dtype: torch.dty
     family = judge_family(config, name)
     require_judge_packages(name, family)
     processor = AutoProcessor.from_pretrained(folder)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RandomWeightsWarning)
-        model = AutoModelForImageTextToText.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa")
+    model: Any = AutoModelForImageTextToText.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa")
     model = model.to(device).eval().requires_grad_(False)
     return LoadedJudge(model, processor, family, name, str(folder))
 
