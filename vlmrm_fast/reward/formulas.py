@@ -69,8 +69,8 @@ def answer_reward(logits: torch.Tensor, yes: int, no: int, score: str) -> torch.
     """A question task's reward from the logits (N, V) of the answer's first token, in float32:
     ``yes_vs_no`` P(yes) / (P(yes) + P(no)), ``log_p_yes`` log P(yes), ``log_odds`` l_yes - l_no."""
     logits = logits.float()
-    if score == "yes_vs_no":
-        return torch.softmax(logits[:, [yes, no]], dim=-1)[:, 0]
+    if score == "yes_vs_no":  # the vocabulary's normalizer cancels: exp(l_yes) / (exp(l_yes) + exp(l_no))
+        return torch.sigmoid(logits[:, yes] - logits[:, no])
     if score == "log_p_yes":
         return torch.log_softmax(logits, dim=-1)[:, yes]
     if score == "log_odds":
