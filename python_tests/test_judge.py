@@ -107,7 +107,8 @@ def test_pixels_equal_the_processor(name):
             frames = resized.permute(0, 2, 3, 1).numpy()
         for i, frame in enumerate(frames):
             expected = processor_inputs(processor, text, frame)["pixel_values"]
-            np.testing.assert_allclose(pixels[i].numpy(), expected.reshape(pixels[i].shape).numpy(), atol=1e-5, rtol=0)
+            ours = model.adapter.as_processor_pixels(pixels[i : i + 1])
+            np.testing.assert_allclose(ours.numpy(), expected.reshape(ours.shape).numpy(), atol=1e-5, rtol=0)
 
 
 def test_a_renderers_view_is_read_where_it_lies():
@@ -121,6 +122,25 @@ def test_a_renderers_view_is_read_where_it_lies():
     )
     pixels = model.preprocess(FrameView(buffer.data_ptr(), layout, buffer.device, owner=buffer))
     assert torch.equal(pixels, model.preprocess(FrameView.of(torch.from_numpy(frames))))
+
+
+@pytest.mark.parametrize("name", ["vlmrm-tiny-qwen2-vl", "vlmrm-tiny-qwen2.5-vl"])
+def test_the_vision_towers_packed_attention_equals_one_call_per_frame(name, monkeypatch):
+    """The GPU's attention schedule (all frames in one call; Qwen2.5-VL's windows too) against transformers'
+    one call per frame, on the same frames."""
+    from vlmrm_fast.models.judge import qwen
+
+    model = load_reward_model(name, tasks=list(QUESTIONS), device="cpu", batch_size=4)
+    frames = frames_of(4)
+    per_frame = model(frames).numpy()
+    calls = []
+    packed = qwen.packed_sdpa
+    monkeypatch.setattr(qwen, "packed_sdpa", lambda *args, **kwargs: calls.append(1) or packed(*args, **kwargs))
+    visual = model.judge.model.model.visual
+    qwen.use_packed_attention(visual, on_cpu=True)
+    assert visual.config._attn_implementation == qwen.PACKED_ATTENTION
+    assert_rewards_close(model(frames).numpy(), per_frame)
+    assert len(calls) == 2, "one call per block of the tiny tower, for all four frames"
 
 
 def test_batch_size_does_not_change_rewards():

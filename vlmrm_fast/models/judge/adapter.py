@@ -24,6 +24,11 @@ class Adapter(Protocol):
         as the family's Hugging Face image processor computes it."""
         ...
 
+    def as_processor_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Pixel input (N, *pixel_shape) in the layout of the processor's ``pixel_values`` (which a family may
+        store more compactly: Qwen keeps one temporal copy of a still frame)."""
+        ...
+
     def encode(self, pixels: torch.Tensor) -> Any:
         """Pixel input (N, *pixel_shape) -> the vision tower's output, which the language model's forward
         takes as ``mm_encoder_outputs={"image": ...}``."""

@@ -41,6 +41,10 @@ class IdeficsAdapter:
             images, ip.do_rescale, ip.rescale_factor, ip.do_normalize, ip.image_mean, ip.image_std
         )
 
+    def as_processor_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
+        """The processor's layout, which the judge keeps: (N, tiles, 3, tile, tile)."""
+        return pixels
+
     def encode(self, pixels: torch.Tensor) -> Any:
         return self.model.model.get_image_features(pixel_values=pixels, return_dict=True)
 
