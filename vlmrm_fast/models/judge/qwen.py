@@ -99,21 +99,25 @@ def use_packed_attention(vision_tower: Any, *, on_cpu: bool = False) -> None:
 class StillPatchEmbed(nn.Module):
     """Qwen's patch embedding for still images: ``(M, 3 x patch^2)`` patches through the 3D convolution's
     kernel summed over its temporal taps; the processor's ``(M, 3 x temporal x patch^2)`` patches (a video,
-    or the reference path) still go through the convolution itself."""
+    or the reference path) still go through the family's own forward. It holds the same ``proj`` (the
+    weights keep their names) and its summed kernel as a buffer that is not saved."""
 
-    def __init__(self, embed: nn.Module):
+    weight: torch.Tensor
+
+    def __init__(self, embed: Any):
         super().__init__()
-        self.embed = embed
-        conv = embed.proj
-        self.still_dim = embed.in_channels * embed.patch_size**2
-        weight = conv.weight.detach().float().sum(dim=2).flatten(1)  # (embed_dim, channels x patch^2)
-        self.register_buffer("weight", weight.to(conv.weight.dtype), persistent=False)
-        self.bias = conv.bias
+        self.proj: nn.Conv3d = embed.proj
+        for name in ("in_channels", "temporal_patch_size", "patch_size", "embed_dim"):
+            setattr(self, name, getattr(embed, name))  # what the family's forward reads
+        self._family_forward = type(embed).forward
+        self.still_dim = int(embed.in_channels) * int(embed.patch_size) ** 2
+        weight = self.proj.weight.detach().float().sum(dim=2).flatten(1)  # (embed_dim, channels x patch^2)
+        self.register_buffer("weight", weight.to(self.proj.weight.dtype), persistent=False)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         if hidden_states.shape[-1] != self.still_dim:
-            return self.embed(hidden_states)
-        return F.linear(hidden_states.to(self.weight.dtype), self.weight, self.bias)
+            return self._family_forward(self, hidden_states)
+        return F.linear(hidden_states.to(self.weight.dtype), self.weight, self.proj.bias)
 
 
 class QwenAdapter:
