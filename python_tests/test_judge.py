@@ -126,21 +126,22 @@ def test_a_renderers_view_is_read_where_it_lies():
 
 @pytest.mark.parametrize("name", ["vlmrm-tiny-qwen2-vl", "vlmrm-tiny-qwen2.5-vl"])
 def test_the_vision_towers_packed_attention_equals_one_call_per_frame(name, monkeypatch):
-    """The GPU's attention schedule (all frames in one call; Qwen2.5-VL's windows too) against transformers'
-    one call per frame, on the same frames."""
+    """The judge's attention schedule (all frames in one call; Qwen2.5-VL's windows too) against transformers'
+    own, one call per frame, on the same frames."""
     from vlmrm_fast.models.judge import qwen
 
-    model = load_reward_model(name, tasks=list(QUESTIONS), device="cpu", batch_size=4)
-    frames = frames_of(4)
-    per_frame = model(frames).numpy()
     calls = []
     packed = qwen.packed_sdpa
     monkeypatch.setattr(qwen, "packed_sdpa", lambda *args, **kwargs: calls.append(1) or packed(*args, **kwargs))
-    visual = model.judge.model.model.visual
-    qwen.use_packed_attention(visual, on_cpu=True)
-    assert visual.config._attn_implementation == qwen.PACKED_ATTENTION
-    assert_rewards_close(model(frames).numpy(), per_frame)
+    model = load_reward_model(name, tasks=list(QUESTIONS), device="cpu", batch_size=4)
+    frames = frames_of(4)
+    rewards = model(frames).numpy()
     assert len(calls) == 2, "one call per block of the tiny tower, for all four frames"
+    visual = model.judge.model.model.visual
+    assert visual.config._attn_implementation == qwen.PACKED_ATTENTION
+    visual.config._attn_implementation = "sdpa"
+    assert_rewards_close(rewards, model(frames).numpy())
+    assert len(calls) == 2
 
 
 def test_batch_size_does_not_change_rewards():

@@ -15,9 +15,9 @@ normalization and the patch layout are computed here in one pass over the frame
 (temporal, height and width positions), which :meth:`QwenAdapter.positions` takes from the model's
 own ``get_rope_index`` for the whole prompt.
 
-On a GPU the vision tower's attention over the packed frames is transformers' own with one change of
-schedule: its SDPA path runs one attention call per frame (a python loop of N small kernel launches in
-every block), while every frame of a judge has the same number of patches. :func:`packed_sdpa`, registered with
+The vision tower's attention over the packed frames is transformers' own with one change of schedule:
+its SDPA path runs one attention call per frame (a python loop of N small calls, on a GPU N kernel
+launches, in every block), while every frame of a judge has the same number of patches. :func:`packed_sdpa`, registered with
 transformers' ``AttentionInterface`` and given the packed (flash-attention) calling convention, runs the
 frames as one batch of equal sequences, the same arithmetic in one call; segments of unequal length
 (Qwen2.5-VL's windows at the image's edges) run one by one, as before.
@@ -83,14 +83,11 @@ def _segment_lengths(cu_seqlens: torch.Tensor) -> list[int]:
     return lengths
 
 
-def use_packed_attention(vision_tower: Any, *, on_cpu: bool = False) -> None:
-    """Runs ``vision_tower``'s attention through :func:`packed_sdpa` where it runs SDPA on a GPU (on a CPU
-    the per-frame calls cost no launches, and PyTorch's CPU attention ran them faster than one batched call:
-    4.3 against 5.4 ms for 32 frames of the tiny Qwen2-VL)."""
+def use_packed_attention(vision_tower: Any) -> None:
+    """Runs ``vision_tower``'s attention through :func:`packed_sdpa` where it runs SDPA."""
     from transformers import AttentionInterface
 
-    on_gpu = next(vision_tower.parameters()).device.type == "cuda"
-    if vision_tower.config._attn_implementation != "sdpa" or not (on_gpu or on_cpu):
+    if vision_tower.config._attn_implementation != "sdpa":
         return  # flash attention takes the packed layout itself; eager stays as asked
     AttentionInterface.register(PACKED_ATTENTION, packed_sdpa)
     vision_tower.config._attn_implementation = PACKED_ATTENTION
