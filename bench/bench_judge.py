@@ -5,7 +5,9 @@ side by side in one run, with the same weights and the same rewards.
   image processor's steps on the device, one vision pass per frame, the language model over the image
   tokens and the end of the prompt from the question's cached prefix, logits at the answer position only;
 - anchor: the Hugging Face processor on PIL images and a full forward of the whole prompt, a batch of 32
-  (LeRobot's TOPReward, RLinf and Robometer score this way), the model as transformers builds it.
+  (LeRobot's TOPReward, RLinf and Robometer score this way), the model as transformers builds it. Two
+  processors: transformers 5's default (its torchvision backend) and its PIL backend, the numpy image
+  processor that transformers 4 (which those libraries pin) gives by default.
 
 Both read P(yes) / (P(yes) + P(no)) of the answer's first token; the run reports the largest difference.
 The models have random weights (the compute of trained ones): ``--arch tiny`` is the package's tiny random
@@ -83,6 +85,16 @@ def build(arch: str, device: torch.device, dtype: torch.dtype, seed: int = 0) ->
     return LoadedJudge(model, processor, judge_family(config, arch), arch, f"random init (seed {seed})")
 
 
+def pil_processor(processor):
+    """The same processor with transformers' PIL (numpy) image processor, transformers 4's default."""
+    import transformers as tf
+
+    image_processor = tf.Qwen2VLImageProcessorPil(**processor.image_processor.to_dict())
+    return type(processor)(
+        image_processor, processor.tokenizer, processor.video_processor, chat_template=processor.chat_template
+    )
+
+
 def anchor_scorer(model, processor, yes: int, no: int):
     """The reward libraries' way: PIL images through the processor, the whole prompt through the model."""
     from PIL import Image
@@ -124,6 +136,13 @@ def main(argv=None) -> int:
     p.add_argument("--frames", type=int, default=128, help="frames scored per call (224 x 224 px)")
     p.add_argument("--min-seconds", type=float, default=5.0)
     p.add_argument("--no-anchor", action="store_true", help="time ours only (e.g. FP8, whose anchor is bf16's)")
+    p.add_argument(
+        "--anchors",
+        nargs="+",
+        choices=("torchvision", "pil"),
+        default=["torchvision", "pil"],
+        help="the anchor's image processors (default both)",
+    )
     p.add_argument("--out", type=pathlib.Path, help="write the rows as JSON")
     args = p.parse_args(argv)
     logging.disable(logging.WARNING)
@@ -138,36 +157,45 @@ def main(argv=None) -> int:
     frames = np.random.default_rng(0).integers(0, 256, (args.frames, 224, 224, 3), dtype=np.uint8)
     on_device = torch.from_numpy(frames).to(device)
     rows = []
-    print("| arch | device | precision | path | batch | frames/s | x anchor | max reward diff | load |")
+    print(
+        "| arch | device | precision | path | batch | frames/s | x anchor (torchvision / PIL processor) | max reward diff | load |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
-    anchor_fps, anchor_rewards = None, None
+    anchors: dict[str, float] = {}
+    reference = None  # the first anchor's rewards
+
+    def ratios(fps: float) -> str:
+        return " / ".join(f"{fps / anchors[name]:.2f}" if name in anchors else "-" for name in ("torchvision", "pil"))
+
     for batch in args.batch_size:
         task = QuestionTask(QUESTION)
         ours = JudgeRewardModel(judge, [task], device=device, batch_size=batch, precision=precision.name)
-        if plain is not None and anchor_fps is None:
+        if plain is not None and not anchors:
             question = ours._questions[0]
-            load = os.getloadavg()[0]
-            anchor_fps, anchor_rewards = timed(
-                anchor_scorer(plain, judge.processor, question.yes, question.no), frames, sync, args.min_seconds
-            )
-            row = dict(path="anchor", batch=ANCHOR_BATCH, fps=anchor_fps, load=(load, os.getloadavg()[0]))
-            rows.append(row)
-            print(
-                f"| {args.arch} | {device} | {precision.name} | HF processor on PIL + full forward | {ANCHOR_BATCH} | "
-                f"{anchor_fps:.1f} | 1.00 | | {load:.1f}-{os.getloadavg()[0]:.1f} |",
-                flush=True,
-            )
+            processors = {"torchvision": judge.processor, "pil": pil_processor(judge.processor)}
+            for name in args.anchors:
+                load = os.getloadavg()[0]
+                scorer = anchor_scorer(plain, processors[name], question.yes, question.no)
+                fps, rewards = timed(scorer, frames, sync, args.min_seconds)
+                anchors[name] = fps
+                reference = rewards if reference is None else reference
+                diff = float((rewards.float() - reference.float()).abs().max())
+                loads = (load, os.getloadavg()[0])
+                rows.append(dict(path=f"anchor ({name})", batch=ANCHOR_BATCH, fps=fps, max_diff=diff, load=loads))
+                print(
+                    f"| {args.arch} | {device} | {precision.name} | HF processor ({name}) on PIL + full forward | "
+                    f"{ANCHOR_BATCH} | {fps:.1f} | {ratios(fps)} | {diff:.1e} | {loads[0]:.1f}-{loads[1]:.1f} |",
+                    flush=True,
+                )
         load = os.getloadavg()[0]
         fps, rewards = timed(ours, on_device, sync, args.min_seconds)
-        diff = None if anchor_rewards is None else float((rewards.float() - anchor_rewards.float()).abs().max())
-        ratio = None if anchor_fps is None else fps / anchor_fps
-        rows.append(
-            dict(path="ours", batch=batch, fps=fps, ratio=ratio, max_diff=diff, load=(load, os.getloadavg()[0]))
-        )
+        diff = None if reference is None else float((rewards.float() - reference.float()).abs().max())
+        loads = (load, os.getloadavg()[0])
+        ratio = {name: fps / anchor for name, anchor in anchors.items()}
+        rows.append(dict(path="ours", batch=batch, fps=fps, ratio=ratio, max_diff=diff, load=loads))
         print(
             f"| {args.arch} | {device} | {precision.name} | ours (device processor, cached prefix) | {batch} | "
-            f"{fps:.1f} | {'' if ratio is None else f'{ratio:.2f}'} | {'' if diff is None else f'{diff:.1e}'} | "
-            f"{load:.1f}-{os.getloadavg()[0]:.1f} |",
+            f"{fps:.1f} | {ratios(fps)} | {'' if diff is None else f'{diff:.1e}'} | {loads[0]:.1f}-{loads[1]:.1f} |",
             flush=True,
         )
     if args.out:
