@@ -76,6 +76,7 @@ class JudgeRewardModel:
         self.chunk_size = int(batch_size or DEFAULT_JUDGE_CHUNK)
         self.adapter = judge.family.adapter(judge.model, judge.processor, tuple(image_size))
         self.multi_task = multi_task
+        self._buffer: torch.Tensor | None = None
         self._questions: list[_Question] = []
         self.set_tasks(tasks, multi_task=multi_task)
 
@@ -165,11 +166,10 @@ class JudgeRewardModel:
             images = tvF.resize(
                 images, list(self.image_size), interpolation=tvF.InterpolationMode.BICUBIC, antialias=True
             )
-        pixels = self.adapter.pixels(images)
+        pixels = self.adapter.pixels(images, out)
         if out is None:
             return pixels.to(self.dtype)
-        out.copy_(pixels)
-        return out
+        return out if pixels is out else out.copy_(pixels)
 
     # ---------------------------------------------------------------------- reward
     @torch.inference_mode()
@@ -215,15 +215,18 @@ class JudgeRewardModel:
     def __call__(self, frames: Any) -> torch.Tensor:
         """uint8 frames (N, H, W, 3), numpy or torch -> rewards (N,) (or (N, K) with several tasks)."""
         frames = as_frame_tensor(frames)
-        outs = [
-            self.score_pixels(self._pixels(frames[start : start + self.chunk_size]))
-            for start in range(0, frames.shape[0], self.chunk_size)
-        ]
+        if self._buffer is None:  # reused: a fresh buffer of this size each call costs its page faults
+            self._buffer = self.pixel_buffer(self.chunk_size)
+        outs = []
+        for start in range(0, frames.shape[0], self.chunk_size):
+            chunk = frames[start : start + self.chunk_size]
+            outs.append(self.score_pixels(self._pixels(chunk, self._buffer[: chunk.shape[0]])))
         return torch.cat(outs) if len(outs) > 1 else outs[0]
 
     def close(self) -> None:
         """Releases the weights and the prefix caches: the judge scores no more frames."""
         self.judge = dataclasses.replace(self.judge, model=None)
+        self._buffer = None
         for question in self._questions:
             question.prefix_kv = []
 

@@ -19,9 +19,9 @@ class Adapter(Protocol):
     image_size: tuple[int, int]
     pixel_shape: tuple[int, ...]
 
-    def pixels(self, frames: torch.Tensor) -> torch.Tensor:
-        """uint8 frames (N, 3, H, W) of ``image_size`` on the device -> float32 pixel input (N, *pixel_shape),
-        as the family's Hugging Face image processor computes it."""
+    def pixels(self, frames: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """uint8 frames (N, 3, H, W) of ``image_size`` on the device -> pixel input (N, *pixel_shape), as the
+        family's Hugging Face image processor computes it in float32 (into ``out`` when given)."""
         ...
 
     def as_processor_pixels(self, pixels: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,7 @@ class IdeficsAdapter:
         self.image_size = image_size
         self.pixel_shape = tuple(self.pixels(torch.zeros((1, 3, *image_size), dtype=torch.uint8)).shape[1:])
 
-    def pixels(self, frames: torch.Tensor) -> torch.Tensor:
+    def pixels(self, frames: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         from transformers.image_utils import SizeDict
 
         ip = self.image_processor
@@ -37,9 +37,10 @@ class IdeficsAdapter:
             images, _, _ = ip.split_images(images, max_image_size=ip.max_image_size, resample=ip.resample)
         else:
             images = ip.resize(images, SizeDict(height=tile, width=tile), resample=ip.resample)[:, None]
-        return ip.rescale_and_normalize(
+        pixels = ip.rescale_and_normalize(
             images, ip.do_rescale, ip.rescale_factor, ip.do_normalize, ip.image_mean, ip.image_std
         )
+        return pixels if out is None else out.copy_(pixels)
 
     def as_processor_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
         """The processor's layout, which the judge keeps: (N, tiles, 3, tile, tile)."""

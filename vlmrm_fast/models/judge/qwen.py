@@ -147,21 +147,23 @@ class QwenAdapter:
 
         return smart_resize(*size, ip.patch_size * ip.merge_size, ip.size.shortest_edge, ip.size.longest_edge)
 
-    def pixels(self, frames: torch.Tensor) -> torch.Tensor:
+    def pixels(self, frames: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         ip = self.image_processor
         images = frames
         if ip.do_resize:
             images = ip.resize(images, size=ip.size, resample=ip.resample, factor=ip.patch_size * ip.merge_size)
         n, c, h, w = images.shape
         p, m = ip.patch_size, ip.merge_size
-        # The processor's order: merge window by merge window, then channel, row and column of a patch.
-        patches = (
-            images.reshape(n, c, h // p // m, m, p, w // p // m, m, p)
-            .permute(0, 2, 5, 3, 6, 1, 4, 7)
-            .reshape(n, (h // p) * (w // p), c, p * p)
-        )
-        scale, shift = self._scale.to(patches.device), self._shift.to(patches.device)
-        return torch.addcmul(shift, patches.to(torch.float32), scale).flatten(2)
+        if out is None or out.dtype != torch.float32:
+            out = torch.empty((n, (h // p) * (w // p), c * p * p), dtype=torch.float32, device=images.device)
+        # The processor's order: merge window by merge window, then channel, row and column of a patch. The
+        # frames are gathered into that order and converted to float in one copy, then scaled in place.
+        patches = out.view(n, h // p // m, w // p // m, m, m, c, p, p)
+        patches.copy_(images.reshape(n, c, h // p // m, m, p, w // p // m, m, p).permute(0, 2, 5, 3, 6, 1, 4, 7))
+        scale, shift = self._scale.to(out.device), self._shift.to(out.device)
+        by_channel = out.view(n, -1, c, p * p)
+        torch.addcmul(shift, by_channel, scale, out=by_channel)
+        return out
 
     def as_processor_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
         """Pixels (N, patches, 3 x patch^2) -> the processor's (N x patches, 3 x temporal x patch^2)."""
