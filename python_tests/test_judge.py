@@ -151,6 +151,22 @@ def test_batch_size_does_not_change_rewards():
     assert_rewards_close(three.numpy(), one.numpy())
 
 
+@pytest.mark.parametrize("name", ["vlmrm-tiny-qwen3-vl", "vlmrm-tiny-smolvlm"])
+def test_the_prefix_cache_does_not_change_rewards(name):
+    """The question's prefix run once into a KV cache against every frame running its whole prompt."""
+    model = judge(name)
+    frames = frames_of(3)
+    cached = model(frames).numpy()
+    model.cache_prefix = False
+    try:
+        model.set_tasks(list(QUESTIONS))
+        assert all(not q.prefix_kv for q in model._questions)
+        assert_rewards_close(model(frames).numpy(), cached)
+    finally:
+        model.cache_prefix = True
+        model.set_tasks(list(QUESTIONS))
+
+
 def test_questions_share_one_vision_pass(monkeypatch):
     model = judge("vlmrm-tiny-idefics3", batch_size=4)
     calls = []

@@ -68,8 +68,10 @@ class JudgeRewardModel:
         image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
         precision: str = "fp32",
         schedule: ScoreSchedule = EVERY_STEP,
+        cache_prefix: bool = True,
     ):
         self.judge = judge
+        self.cache_prefix = cache_prefix  # False: every frame runs its whole prompt (the same rewards, slower)
         self.schedule = schedule
         self.device = torch.device(device)
         self.precision = precision
@@ -131,18 +133,19 @@ class JudgeRewardModel:
         yes = answer_token(processor.tokenizer, task.yes, lead, field.replace("question", "yes"))
         no = answer_token(processor.tokenizer, task.no, lead, field.replace("question", "no"))
         prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
-        split = layout.prefix.shape[1]
+        split = layout.prefix.shape[1] if self.cache_prefix else 0
+        ids = torch.cat([layout.prefix, layout.tail], dim=1)
         positions = None if layout.positions is None else layout.positions.to(self.device)
         if split:
             out = model(
-                input_ids=layout.prefix.to(self.device),
+                input_ids=ids[:, :split].to(self.device),
                 position_ids=None if positions is None else positions[:, :, :split],
                 use_cache=True,
                 logits_to_keep=1,
             )
             prefix_kv = [(layer.keys, layer.values) for layer in out.cache.layers]
         tail_positions = None if positions is None else positions[:, :, split:]
-        return _Question(task, layout.tail.to(self.device), tail_positions, prefix_kv, yes, no)
+        return _Question(task, ids[:, split:].to(self.device), tail_positions, prefix_kv, yes, no)
 
     # ------------------------------------------------------------------ image side
     def pixel_buffer(self, num_frames: int) -> torch.Tensor:

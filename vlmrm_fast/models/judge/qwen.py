@@ -138,6 +138,7 @@ class QwenAdapter:
         self.pixel_shape = tuple(probe.shape[1:])
         height, width = self._resized_size(image_size)
         self.grid = (1, height // ip.patch_size, width // ip.patch_size)  # (temporal, height, width) patches
+        self._grids: dict[tuple[int, torch.device], torch.Tensor] = {}
 
     def _resized_size(self, size: tuple[int, int]) -> tuple[int, int]:
         ip = self.image_processor
@@ -174,7 +175,10 @@ class QwenAdapter:
 
     def encode(self, pixels: torch.Tensor) -> Any:
         n = pixels.shape[0]
-        grid = torch.tensor([self.grid], dtype=torch.long, device=pixels.device).expand(n, 3)
+        key = (n, pixels.device)
+        if key not in self._grids:  # made once per batch size: no host-to-device copy per batch
+            self._grids[key] = torch.tensor([self.grid] * n, dtype=torch.long, device=pixels.device)
+        grid = self._grids[key]
         return self.model.model.get_image_features(
             pixel_values=pixels.reshape(-1, pixels.shape[-1]), image_grid_thw=grid, return_dict=True
         )
