@@ -22,6 +22,7 @@ Qwen2-VL (``vlmrm-tiny-qwen2-vl``, for a CPU), ``--arch qwen2-vl-2b`` Qwen2-VL-2
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import logging
 import os
@@ -70,7 +71,8 @@ def build(arch: str, device: torch.device, dtype: torch.dtype, seed: int = 0) ->
 
     config, processor = TINY_JUDGES["vlmrm-tiny-qwen2-vl"].build()
     if arch == "qwen2-vl-2b":
-        text = {**config.text_config.to_dict(), **QWEN2_VL_2B["text_config"]}
+        tiny = config.text_config
+        text = dict(QWEN2_VL_2B["text_config"], bos_token_id=None, eos_token_id=tiny.eos_token_id, pad_token_id=0)
         config = tf.Qwen2VLConfig(
             text_config=text,
             vision_config=QWEN2_VL_2B["vision_config"],
@@ -79,7 +81,12 @@ def build(arch: str, device: torch.device, dtype: torch.dtype, seed: int = 0) ->
             vision_start_token_id=config.vision_start_token_id,
             vision_end_token_id=config.vision_end_token_id,
         )
-    with _LocalGenerator(torch.Generator().manual_seed(seed)), torch.device(device):
+    random = (
+        _LocalGenerator(torch.Generator(device=device).manual_seed(seed))
+        if device.type != "meta"  # shapes only (a dry run of the build)
+        else contextlib.nullcontext()
+    )
+    with random, torch.device(device):  # the weights drawn where they run: a 2B model's init in seconds on a GPU
         model = tf.Qwen2VLForConditionalGeneration._from_config(config, attn_implementation="sdpa", dtype=dtype)
     model = model.to(device).eval().requires_grad_(False)
     return LoadedJudge(model, processor, judge_family(config, arch), arch, f"random init (seed {seed})")
