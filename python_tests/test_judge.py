@@ -240,6 +240,8 @@ def test_clip_tasks_and_fields_are_refused_for_a_judge():
         load_reward_model(
             "vlmrm-tiny-qwen2-vl", tasks=[{"goal_prompt": "up", "negative_prompts": "down"}], device="cpu"
         )
+    with pytest.raises(FieldError, match=r"^target_prompts: a judge asks one question about one target prompt, got 2"):
+        load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts=["up", "upright"], device="cpu")
     with pytest.raises(FieldError, match=r"^alpha: is CLIP's goal-baseline projection"):
         load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="up", baseline_prompts="down", alpha=0.5, device="cpu")
     with pytest.raises(FieldError, match=r"^checkpoint: does not apply to a generative VLM judge"):

@@ -245,6 +245,13 @@ def judge_tasks(tasks: Sequence[Any]) -> tuple[QuestionTask, ...]:
         elif isinstance(task, GoalBaselineTask) and task.alpha == 0 and len(task.target_prompts) == 1:
             name = task.name if task.name != task.target_prompts[0] else None
             out.append(QuestionTask.about(task.target_prompts[0], name=name))
+        elif isinstance(task, GoalBaselineTask) and task.alpha == 0:
+            raise FieldError(
+                "target_prompts",
+                f"a judge asks one question about one target prompt, got {len(task.target_prompts)} "
+                f"({', '.join(map(repr, task.target_prompts))}): keep one, or ask each as a question task "
+                "(tasks=[{'kind': 'question', 'question': ...}, ...])",
+            )
         else:
             raise FieldError(
                 f"tasks[{i}]",
