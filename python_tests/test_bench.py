@@ -43,3 +43,19 @@ def test_paper_preprocess_bench_compares_both_transforms(tmp_path):
     assert (row["model"], row["task"], row["open_clip_mode"], row["frames"]) == ("vlmrm-tiny", "cartpole", "squash", 4)
     assert 0 < row["mean_abs_difference"] <= row["max_abs_difference"] < 0.1
     assert abs(row["mean_difference"]) <= row["mean_abs_difference"] and row["reward_std"] > 0
+
+
+def test_judge_bench_times_both_paths_on_the_same_rewards(tmp_path):
+    """bench/bench_judge.py: ours and the processor-on-PIL anchor, side by side, with the same rewards."""
+    out = tmp_path / "judge.json"
+    command = [str(ROOT / "bench" / "bench_judge.py"), "--frames", "8", "--batch-size", "4", "--min-seconds", "0"]
+    result = run_python([*command, "--out", str(out)], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    torchvision, pil, ours = json.loads(out.read_text())["rows"]
+    assert [row["path"] for row in (torchvision, pil, ours)] == ["anchor (torchvision)", "anchor (pil)", "ours"]
+    assert (
+        (torchvision["batch"], ours["batch"]) == (32, 4)
+        and ours["fps"] > 0
+        and set(ours["ratio"]) == {"torchvision", "pil"}
+    )
+    assert ours["max_diff"] < 1e-4 and pil["max_diff"] < 1e-4

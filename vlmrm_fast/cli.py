@@ -127,7 +127,11 @@ def _add_download(sub: argparse._SubParsersAction) -> None:
         help="fetch a model's pretrained weights, and its tokenizer where that lives on the hub, into the local cache "
         "(needs network)",
     )
-    p.add_argument("model", help="'name/tag' (e.g. ViT-L-14/laion2b_s32b_b82k) or 'hf-hub:org/repo'")
+    p.add_argument(
+        "model",
+        help="'name/tag' (e.g. ViT-L-14/laion2b_s32b_b82k), 'hf-hub:org/repo', or a generative VLM judge's hub "
+        "repository (e.g. Qwen/Qwen2-VL-2B-Instruct)",
+    )
     p.add_argument("--pretrained", metavar="TAG", help="the tag, if not given as name/tag")
     p.add_argument("--cache-dir", metavar="DIR", help="cache folder (default: the Hugging Face cache, HF_HUB_CACHE)")
     p.set_defaults(func=_download, setup=True)

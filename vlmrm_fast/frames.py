@@ -87,6 +87,51 @@ class FrameView:
         if self.ready is not None:
             torch.cuda.current_stream(self.device).wait_event(self.ready)
 
+    def tensor(self) -> torch.Tensor:
+        """The frames as a uint8 (N, H, W, 3) tensor on ``device``, for consumers written in torch (a
+        generative judge's image processor): a view of the lent memory where the layout is one frame
+        after another with rows top-down, else a copy (the EGL buffer's bottom-up rows, tiled frames).
+        Valid while the view is lent; a device view is first waited for on the current stream."""
+        self.wait()
+        layout = self.layout
+        rows_of_tiles = -(-layout.num_frames // layout.frames_per_row)
+        shape = [rows_of_tiles, layout.frames_per_row, layout.height, layout.width, 3]
+        strides = [layout.frame_row_stride, layout.frame_col_stride, layout.row_stride, layout.pixel_stride, 1]
+        start = self.address + layout.offset
+        flipped = []
+        for dim, (size, stride) in enumerate(zip(shape, strides)):
+            if stride < 0:  # as_strided takes no negative strides: start at the far end, flip afterwards
+                start += stride * (size - 1)
+                strides[dim] = -stride
+                flipped.append(dim)
+        span = sum(stride * (size - 1) for size, stride in zip(shape, strides)) + 1
+        frames = torch.as_strided(_bytes_at(start, span, self.device, self.owner), shape, strides)
+        if flipped:
+            frames = frames.flip(flipped)
+        return frames.reshape(-1, layout.height, layout.width, 3)[: layout.num_frames]
+
+
+def _bytes_at(address: int, size: int, device: torch.device, owner: Any) -> torch.Tensor:
+    """``size`` bytes from ``address`` as a uint8 tensor sharing the memory: within ``owner``'s storage
+    when it is a tensor, else host memory read in place or device memory through the CUDA array
+    interface (a renderer's mapped buffer)."""
+    if isinstance(owner, torch.Tensor):
+        storage = owner.untyped_storage()
+        whole = torch.empty(0, dtype=torch.uint8, device=owner.device).set_(storage)
+        start = address - storage.data_ptr()
+        if start < 0 or start + size > whole.numel():
+            raise ValueError("the frame view reaches outside the tensor that owns its memory")
+        return whole[start : start + size]
+    if device.type == "cpu":
+        import ctypes
+
+        return torch.from_numpy(np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(address)))
+
+    class _DeviceBytes:
+        __cuda_array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (address, False), "version": 3}
+
+    return torch.as_tensor(_DeviceBytes(), device=device)
+
 
 class FrameSource(Protocol):
     """What the batch engine needs of a renderer (``BatchRenderer``, ``WarpBatchRenderer``): draw

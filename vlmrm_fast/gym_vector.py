@@ -202,12 +202,25 @@ class VLMRewardVectorWrapper(VectorWrapper):
     each task's in ``infos["vlm_rewards"][name]`` with several tasks.
     """
 
-    def __init__(self, env: VectorEnv, reward_model: RewardModel, *, env_reward_weight: float = 0.0):
+    def __init__(
+        self,
+        env: VectorEnv,
+        reward_model: RewardModel,
+        *,
+        env_reward_weight: float = 0.0,
+        episode_length: int | None = None,
+    ):
+        from vlmrm_fast.frames import HostFrames
+        from vlmrm_fast.pipeline import ChunkedScorer
+
         super().__init__(env)
         self.reward_model = reward_model
         self.reward_mix = RewardMix(task_names(reward_model), env_reward_weight)
         self._mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         self._done = np.zeros(env.num_envs, dtype=bool)
+        # The SB3 wrapper's scorer, in one range: the reward model's schedule (and windows) as there.
+        self._scorer = ChunkedScorer(reward_model, [slice(0, env.num_envs)], episode_length=episode_length)
+        self._host_frames = HostFrames()
 
     @property
     def reward_tasks(self) -> tuple[str, ...]:
@@ -219,12 +232,19 @@ class VLMRewardVectorWrapper(VectorWrapper):
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):
         self._done[:] = False
+        self._scorer.restart()
         return self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]  # vector envs take a list
 
     def step(self, actions):
         obs, env_rewards, terminated, truncated, infos = self.env.step(actions)
-        frames = self._frames(infos)
-        mixed = self.reward_mix(self.reward_model(frames).cpu().numpy(), env_rewards)
+        dones = np.logical_or(terminated, truncated)
+        self._host_frames.stack(list(self._frames(infos)))
+        next_step = self._mode == AutoresetMode.NEXT_STEP
+        self._scorer.begin(resetting=self._done if next_step else None, last=dones)
+        rows = slice(0, self.num_envs)
+        with self._host_frames.lend(rows) as view:
+            self._scorer.submit(view, rows)
+        mixed = self.reward_mix(self._scorer.finish(dones), env_rewards)
         infos = dict(infos)
         if mixed.per_task is not None:
             infos["vlm_rewards"] = {name: values.astype(np.float64) for name, values in mixed.per_task.items()}
@@ -235,9 +255,9 @@ class VLMRewardVectorWrapper(VectorWrapper):
         infos["gt_reward"] = np.asarray(env_rewards, dtype=np.float64)
         infos["_gt_reward"] = np.ones(self.num_envs, dtype=bool)
         rewards = mixed.rewards.astype(np.float64)
-        if self._mode == AutoresetMode.NEXT_STEP:
+        if next_step:
             rewards[self._done] = 0.0  # these envs' step was their reset
-        self._done = np.logical_or(terminated, truncated)
+        self._done = dones
         return obs, rewards, terminated, truncated, infos
 
     def _frames(self, infos: dict[str, Any]) -> np.ndarray:
@@ -304,7 +324,9 @@ def _sync_vector_env(
         return RecordFrame(env) if mode == AutoresetMode.SAME_STEP else env
 
     vector = gymnasium.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=mode)
-    return VLMRewardVectorWrapper(vector, reward_model, env_reward_weight=plan.env.env_reward_weight)
+    return VLMRewardVectorWrapper(
+        vector, reward_model, env_reward_weight=plan.env.env_reward_weight, episode_length=plan.env.episode_length
+    )
 
 
 def _with_episode_length(stack: dict[str, Any], max_episode_steps: int | None) -> dict[str, Any]:

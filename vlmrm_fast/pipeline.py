@@ -15,6 +15,11 @@ encoder. So while the encoder runs chunk k, the host simulates chunk k + 1 and
 the render stream draws and preprocesses it. On the CPU the same calls run one
 after another. Rewards do not depend on the chunking: every frame is
 preprocessed, encoded and scored on its own.
+
+The reward model's schedule (``reward/schedule.py``: ``score_every``, ``between_scores``) says which
+envs a step scores: ``begin`` plans the step, ``submit`` encodes only the due envs of a range (all of
+them, or a smaller batch gathered from them), and ``finish`` gives the others their reward between
+scores and counts the step.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from vlmrm_fast.checks import chunk_count
 from vlmrm_fast.frames import FrameView
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
 from vlmrm_fast.reward.protocol import RewardModel
+from vlmrm_fast.reward.schedule import ScheduleClock, StepPlan, schedule_of
 
 
 def plan_chunks(num_envs: int, chunks: int | str, device: torch.device, *, overlaps: bool = True) -> list[slice]:
@@ -45,9 +51,10 @@ def plan_chunks(num_envs: int, chunks: int | str, device: torch.device, *, overl
 
 
 class ChunkedScorer:
-    """Scores a step's frames chunk by chunk (see the module docstring)."""
+    """Scores a step's frames chunk by chunk (see the module docstring). ``episode_length``: the envs'
+    time limit, the last step of their episodes where they report their ends after scoring (None: none)."""
 
-    def __init__(self, reward_model: RewardModel, chunks: list[slice]):
+    def __init__(self, reward_model: RewardModel, chunks: list[slice], *, episode_length: int | None = None):
         self.reward_model = reward_model
         self.device = torch.device(reward_model.device)
         self.chunks = list(chunks)
@@ -58,30 +65,57 @@ class ChunkedScorer:
         shape = (num_envs, len(reward_model.tasks)) if reward_model.multi_task else (num_envs,)
         self._rewards = torch.empty(shape, dtype=torch.float32, device=self.device)
         self._host = torch.empty(shape, dtype=torch.float32, pin_memory=on_gpu)
+        self.clock = ScheduleClock(schedule_of(reward_model), num_envs, episode_length)
+        self._plan = StepPlan.every_env(num_envs)
 
-    def begin(self) -> None:
-        """Starts a step: the render stream must not run ahead of the last step's reads."""
+    def restart(self) -> None:
+        """Every env starts a new episode (the VecEnv was reset)."""
+        self.clock.restart()
+
+    def begin(self, *, resetting: np.ndarray | None = None, last: np.ndarray | None = None) -> StepPlan:
+        """Starts a step: plans which envs it scores (``resetting``: envs the step only resets; ``last``:
+        envs whose episode it ends, when known before scoring; see ``ScheduleClock.plan``). The render
+        stream must not run ahead of the last step's reads."""
         if self.render_stream is not None:
             self.render_stream.wait_stream(torch.cuda.current_stream(self.device))
+        self._plan = self.clock.plan(resetting=resetting, last=last)
+        return self._plan
 
     @torch.inference_mode()
     def submit(self, view: FrameView, rows: slice, timer: StageTimer = NULL_TIMER) -> None:
         """Preprocesses the frames of envs ``rows`` (on the render stream), then encodes and
-        scores them (on the current stream, after them); returns without waiting."""
+        scores the due ones (on the current stream, after them); returns without waiting."""
+        due = self._plan.due_in(rows)
+        if due is not None and due.size == 0:
+            return  # none of these envs is scored on this step
         pixels = self._pixels[rows]
+        self._preprocess(view, pixels, timer)
+        if due is None:
+            self.reward_model.score_pixels(pixels, out=self._rewards[rows], timer=timer)
+        else:
+            index = torch.as_tensor(due, device=self.device)
+            scores = self.reward_model.score_pixels(pixels.index_select(0, index), timer=timer)
+            self._rewards[rows].index_copy_(0, index, scores.to(self._rewards.dtype))
+
+    def _preprocess(self, view: FrameView, pixels: torch.Tensor, timer: StageTimer) -> None:
+        """The frames of ``view`` into ``pixels`` on the render stream; the current stream waits for them."""
         if self.render_stream is None:
             self.reward_model.preprocess(view, out=pixels, timer=timer)
         else:
             with torch.cuda.stream(self.render_stream):
                 self.reward_model.preprocess(view, out=pixels, timer=timer)
             torch.cuda.current_stream(self.device).wait_stream(self.render_stream)
-        self.reward_model.score_pixels(pixels, out=self._rewards[rows], timer=timer)
 
-    def finish(self, timer: StageTimer = NULL_TIMER) -> np.ndarray:
-        """The step's rewards on the host (waits for the encoder)."""
+    def finish(self, dones: np.ndarray, timer: StageTimer = NULL_TIMER) -> np.ndarray:
+        """The step's rewards on the host (waits for the encoder): the due envs' scores, the others'
+        reward between scores. ``dones``: the envs whose episode the step ended (their count restarts)."""
         with timer.stage("transfer"):
             if self.render_stream is None:
-                return self._rewards.numpy().copy()
-            self._host.copy_(self._rewards, non_blocking=True)
-            torch.cuda.current_stream(self.device).synchronize()
-            return self._host.numpy().copy()
+                scores = self._rewards.numpy().copy()
+            else:
+                self._host.copy_(self._rewards, non_blocking=True)
+                torch.cuda.current_stream(self.device).synchronize()
+                scores = self._host.numpy().copy()
+        rewards = self.clock.rewards(self._plan, scores)
+        self.clock.end_step(self._plan, dones)
+        return rewards

@@ -34,6 +34,7 @@ from vlmrm_fast.frames import HostFrames, SteppedFrameSource
 from vlmrm_fast.pipeline import ChunkedScorer, plan_chunks
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
 from vlmrm_fast.reward.protocol import RewardModel, check_reward_model
+from vlmrm_fast.reward.schedule import schedule_of
 
 FRAME_KEY = "vlmrm_frame"
 
@@ -74,7 +75,9 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
     rewards and leave the frames to ``last_frames()`` (episode-batch scoring).
     ``env_reward_weight`` (rho): the reward is ``vlm + rho * env`` (FuRL's mix), the VLM part in
     ``info["vlm_reward"]``. The envs of a VecEnv that is not a stepped frame source must be
-    :class:`RecordFrame`-wrapped.
+    :class:`RecordFrame`-wrapped. The reward model's schedule (``score_every``, ``between_scores``;
+    ``reward/schedule.py``) says which steps it scores; ``episode_length`` (default: the VecEnv's own
+    ``episode_length``, if it has one) is the envs' time limit, which ends their episodes.
     """
 
     def __init__(
@@ -85,6 +88,7 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         pipeline_chunks: int | str | Sequence[slice] = "auto",
         defer_rewards: bool = False,
         env_reward_weight: float = 0.0,
+        episode_length: int | None = None,
     ):
         super().__init__(venv)
         self.reward_model = check_reward_model(reward_model)
@@ -95,7 +99,15 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
             ranges = list(pipeline_chunks)
         else:
             ranges = plan_chunks(venv.num_envs, cast(int | str, pipeline_chunks), reward_model.device)
-        self._scorer = ChunkedScorer(reward_model, ranges)
+        if episode_length is None:
+            episode_length = getattr(venv, "episode_length", None)
+        if defer_rewards and not schedule_of(reward_model).every_step:
+            raise ValueError(
+                f"defer_rewards (episode-batch scoring) scores every step's frame later; the reward model scores "
+                f"{schedule_of(reward_model).describe()}: give it score_every=1, or leave defer_rewards off"
+            )
+        self._scorer = ChunkedScorer(reward_model, ranges, episode_length=episode_length)
+        self._resetting: np.ndarray | None = None  # envs the next step only resets (next-step autoreset)
         self._source: SteppedFrameSource | None = venv if isinstance(venv, SteppedFrameSource) else None
         self._frames = HostFrames()
         self._actions: np.ndarray | None = None
@@ -111,6 +123,8 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         return self.reward_mix.env_reward_weight
 
     def reset(self):
+        self._scorer.restart()
+        self._resetting = None
         return self.venv.reset()
 
     def step_async(self, actions: np.ndarray) -> None:
@@ -123,8 +137,8 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
             raise RuntimeError("step_wait() called without step_async()")
         actions, self._actions = self._actions, None
         scorer, timer = self._scorer, self.timer
-        scorer.begin()
         if self._source is not None:  # simulate and draw range k + 1 while the encoder runs range k
+            scorer.begin(resetting=self._resetting)  # episodes end at the time limit, known before scoring
             obs, env_rewards, dones, infos = self._source.step_in_ranges(
                 actions, scorer.chunks, scorer.render_stream, self._score
             )
@@ -132,14 +146,17 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
             with timer.stage("physics_render"):
                 obs, env_rewards, dones, infos = self.venv.step_wait()
                 self._frames.stack(pop_frames(infos))
+            scorer.begin(last=dones)
             for rows in scorer.chunks:
                 self._score(rows, self._frames.lend(rows))
         self._stepped = True
+        next_step_resets = bool(getattr(self.venv, "reset_on_next_step", False))
+        self._resetting = np.asarray(dones, dtype=bool).copy() if next_step_resets else None
         for info, gt in zip(infos, env_rewards):
             info["gt_reward"] = float(gt)
         if self.defer_rewards:  # scored later (episode batches), mixed in there
             return obs, np.zeros(self.num_envs, dtype=np.float32), dones, infos
-        return obs, self._rewards(scorer.finish(timer), env_rewards, infos), dones, infos
+        return obs, self._rewards(scorer.finish(dones, timer), env_rewards, infos), dones, infos
 
     def _score(self, rows: slice, lent) -> None:
         if not self.defer_rewards:

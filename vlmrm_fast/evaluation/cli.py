@@ -169,7 +169,8 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
         "--models",
         nargs="+",
         required=True,
-        help="CLIP models, e.g. ViT-B-32/laion2b_s34b_b79k ViT-L-14/laion2b_s32b_b82k",
+        help="CLIP models, e.g. ViT-B-32/laion2b_s34b_b79k ViT-L-14/laion2b_s32b_b82k, or generative VLM judges "
+        "(Qwen/Qwen2-VL-2B-Instruct: one question about the first target prompt)",
     )
     p.add_argument("--labels", help="labels CSV (index,label) to use instead of the dataset's")
     _add_prompt_options(p)
@@ -190,6 +191,7 @@ def _landscape(args: argparse.Namespace) -> int:
     from vlmrm_fast.device import check_device_option
     from vlmrm_fast.envs import get_task
     from vlmrm_fast.evaluation.landscape import reward_landscape
+    from vlmrm_fast.models.judge import is_judge_name
     from vlmrm_fast.reward import load_reward_model
 
     check_device_option(args.device)
@@ -205,7 +207,7 @@ def _landscape(args: argparse.Namespace) -> int:
     goal = {"goal": None} if args.no_goal else {"goal": args.goal} if args.goal is not None else {}
     model = load_reward_model(
         args.model,
-        target_prompts=targets,
+        target_prompts=list(targets)[:1] if is_judge_name(args.model) else targets,  # a judge: its curves come below
         device=args.device,
         batch_size=args.batch_size,
         resize_mode=get_task(args.task).resize_mode,
@@ -233,8 +235,8 @@ def _landscape(args: argparse.Namespace) -> int:
     print(f"wrote {png_path}, {csv_path}")
     if land.random_weights:
         print(
-            f"{land.model} has random weights: the landscape is noise (spread per alpha: "
-            + ", ".join(f"{a:g}: {s:.2g}" for a, s in zip(land.alphas, land.spreads()))
+            f"{land.model} has random weights: the landscape is noise (spread per curve: "
+            + ", ".join(f"{c}: {s:.2g}" for c, s in zip(land.curves, land.spreads()))
             + ")"
         )
     if land.goal is None and not args.no_goal:
@@ -255,7 +257,11 @@ def add_landscape(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--variable", required=True, help="state variable: pole_angle, position, qpos:<joint>, qpos[i], state[i]"
     )
-    p.add_argument("--model", required=True, help="CLIP model, e.g. ViT-L-14/laion2b_s32b_b82k")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="CLIP model, e.g. ViT-L-14/laion2b_s32b_b82k, or a generative VLM judge (one curve per target prompt)",
+    )
     p.add_argument(
         "--range", type=float, nargs=2, metavar=("LOW", "HIGH"), help="sweep range (default: the variable's)"
     )

@@ -21,9 +21,19 @@ from vlmrm_fast.evaluation.dataset import StateDataset
 from vlmrm_fast.evaluation.epic import state_epic_distance
 from vlmrm_fast.evaluation.plotting import new_figure, palette, save_figure
 from vlmrm_fast.evaluation.precision_recall import PrecisionRecall, plot_precision_recall, precision_recall
-from vlmrm_fast.evaluation.scoring import alpha_tasks, binary_task, check_alphas, parameter_count, score_frames
+from vlmrm_fast.evaluation.scoring import (
+    alpha_tasks,
+    binary_task,
+    check_alphas,
+    is_judge,
+    model_name,
+    parameter_count,
+    score_frames,
+)
+from vlmrm_fast.models.judge import is_judge_name
 from vlmrm_fast.progress import progress_iter
-from vlmrm_fast.reward import VLMRewardModel, load_reward_model
+from vlmrm_fast.reward import JudgeRewardModel, QuestionTask, VLMRewardModel, load_reward_model
+from vlmrm_fast.reward.tasks import normalize_prompts
 
 
 @dataclasses.dataclass
@@ -135,7 +145,7 @@ class Evaluation:
 
 def evaluate_models(
     dataset: StateDataset,
-    models: Sequence[str | VLMRewardModel],
+    models: Sequence[str | VLMRewardModel | JudgeRewardModel],
     alphas: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
     *,
     target_prompts: Any = None,
@@ -151,7 +161,9 @@ def evaluate_models(
     ``models`` are names for :func:`load_reward_model` (loaded one at a time) or
     loaded models. Prompts default to the dataset task's. Precision-recall is
     computed when the labels are boolean: the first target prompt against
-    ``negative_prompts`` (default: the baseline prompts).
+    ``negative_prompts`` (default: the baseline prompts). A generative VLM judge has no
+    alpha: it is scored once, on P(yes) / (P(yes) + P(no)) for the question about the first
+    target prompt (its row's alpha 0), which is also the probability its precision-recall reads.
     """
     if not models:
         raise ValueError("models is empty; give at least one, e.g. ['ViT-L-14/laion2b_s32b_b82k']")
@@ -172,22 +184,36 @@ def evaluate_models(
     boolean = np.isin(labels[dataset.labelled], (0.0, 1.0)).all() and 0 < np.nansum(labels) < n_labelled
     if boolean and negatives:
         tasks.append(binary_task(targets, negatives, threshold))
+    first_target = normalize_prompts(targets, "target_prompts")[:1]
     results = []
     for entry in progress_iter(models, desc="models", unit="model", enabled=progress and len(models) >= 2):
         model = (
             load_reward_model(
-                entry, target_prompts=targets, device=device, batch_size=batch_size, resize_mode=spec.resize_mode
+                entry,
+                target_prompts=first_target if is_judge_name(entry) else targets,
+                device=device,
+                batch_size=batch_size,
+                resize_mode=spec.resize_mode,
             )
             if isinstance(entry, str)
             else entry
         )
         try:
+            if is_judge(model):  # one column: P(yes) about the first target prompt, its own probability too
+                question = QuestionTask.about(first_target[0])
+                rewards = score_frames(model, dataset.frames, [question], progress=progress)
+                epic = state_epic_distance(rewards, labels)
+                binary = precision_recall(rewards[:, 0], labels) if boolean else None
+                results.append(
+                    ModelEvaluation(model_name(model), parameter_count(model), (0.0,), epic, rewards, binary, threshold)
+                )
+                continue
             rewards = score_frames(model, dataset.frames, tasks, progress=progress)
             epic = state_epic_distance(rewards[:, : len(alphas)], labels)
             binary = precision_recall(rewards[:, len(alphas)], labels) if len(tasks) > len(alphas) else None
             results.append(
                 ModelEvaluation(
-                    model.clip.model_id,
+                    model_name(model),
                     parameter_count(model),
                     alphas,
                     epic,

@@ -1,7 +1,8 @@
 """Reward landscapes: the CLIP reward along one state variable, for several alphas (the paper's Figure 2).
 
 Every other variable stays at the task's initial state (``reset(seed)``); the
-frames of the sweep are encoded once and scored for all alphas together.
+frames of the sweep are encoded once and scored for all alphas together. A generative VLM
+judge has no alpha: its landscape has one curve per question (docs/judge.md).
 """
 
 from __future__ import annotations
@@ -17,9 +18,16 @@ import numpy as np
 
 from vlmrm_fast.envs import TaskSpec, get_task
 from vlmrm_fast.evaluation.plotting import new_figure, palette, save_figure
-from vlmrm_fast.evaluation.scoring import alpha_tasks, score_frames
+from vlmrm_fast.evaluation.scoring import (
+    alpha_tasks,
+    is_judge,
+    judge_evaluation_tasks,
+    model_name,
+    random_weights,
+    score_frames,
+)
 from vlmrm_fast.evaluation.states import StateAccess, initial_state, make_task_env, render_states, state_access
-from vlmrm_fast.reward import VLMRewardModel
+from vlmrm_fast.reward import JudgeRewardModel, VLMRewardModel
 
 DEFAULT_ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 _AUTO = object()
@@ -34,7 +42,8 @@ _CLASSIC_SWEEPS = {
 
 @dataclasses.dataclass
 class Landscape:
-    """Rewards (V, K) at V values of one state variable for K alphas."""
+    """Rewards (V, K) at V values of one state variable for K alphas (or, for a judge, K questions: ``alphas``
+    is then empty and ``questions`` names the curves)."""
 
     task: str
     model: str
@@ -45,6 +54,12 @@ class Landscape:
     goal: float | None = None
     frames: np.ndarray | None = dataclasses.field(default=None, repr=False)  # (V, H, W, 3), for the plot's strip
     random_weights: bool = False  # the model's weights are a random initialization: its rewards are noise
+    questions: tuple[str, ...] = ()  # a judge's curves, by task name
+
+    @property
+    def curves(self) -> tuple[str, ...]:
+        """One label per column: ``alpha=0.5``, or a judge's task name."""
+        return self.questions or tuple(f"alpha={a:g}" for a in self.alphas)
 
     def normalized(self) -> np.ndarray:
         """Rewards min-max scaled to [0, 1] per alpha (a constant column becomes 0.5)."""
@@ -53,12 +68,12 @@ class Landscape:
         return np.where(high > low, (self.rewards - low) / span, 0.5)
 
     def save_csv(self, path: str | pathlib.Path) -> pathlib.Path:
-        """Columns: the variable, then the raw reward for each alpha (``reward_alpha=0.5``)."""
+        """Columns: the variable, then the raw reward for each alpha (``reward_alpha=0.5``) or question."""
         path = pathlib.Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w", newline="") as f:
             writer = csv.writer(f)
-            writer.writerow([self.variable] + [f"reward_alpha={a:g}" for a in self.alphas])
+            writer.writerow([self.variable] + [f"reward_{curve}" for curve in self.curves])
             for value, row in zip(self.values, self.rewards):
                 writer.writerow([f"{value:.6g}"] + [f"{r:.8g}" for r in row])
         return path
@@ -80,18 +95,16 @@ class Landscape:
             fig, ax = new_figure((7.5, 4.8))
         y = self.normalized() if normalize else self.rewards
         spreads = self.spreads()
-        for k, (alpha, color) in enumerate(zip(self.alphas, palette(len(self.alphas)))):
-            label = f"α = {alpha:g}" + (f" (spread {spreads[k]:.2g})" if normalize else "")
+        names = self.questions or tuple(f"α = {a:g}" for a in self.alphas)
+        kind = "judge reward" if self.questions else "CLIP reward"
+        for k, (name, color) in enumerate(zip(names, palette(len(names)))):
+            label = name + (f" (spread {spreads[k]:.2g})" if normalize else "")
             ax.plot(self.values, y[:, k], color=color, lw=2, label=label)
         if self.goal is not None:
             ax.axvline(self.goal, color="#d62728", ls="--", lw=1.5, label=f"goal ({self.variable} = {self.goal:g})")
         ax.set_xlim(self.values.min(), self.values.max())
         ax.set_xlabel(self.variable)
-        ax.set_ylabel(
-            "CLIP reward, each α's curve scaled to [0, 1]\n(its true spread in the legend)"
-            if normalize
-            else "CLIP reward"
-        )
+        ax.set_ylabel(f"{kind}, each curve scaled to [0, 1]\n(its true spread in the legend)" if normalize else kind)
         ax.set_title(f"{self.task}: reward landscape\n{self.model}", fontsize=10)
         if self.random_weights:
             ax.text(
@@ -166,7 +179,7 @@ def sweep_states(task: str | TaskSpec, variable: str, values: Any, *, seed: int 
 
 
 def reward_landscape(
-    model: VLMRewardModel,
+    model: VLMRewardModel | JudgeRewardModel,
     task: str | TaskSpec,
     variable: str,
     values: Any = None,
@@ -180,7 +193,8 @@ def reward_landscape(
     seed: int = 0,
     progress: bool = False,
 ) -> Landscape:
-    """The reward of ``model`` along ``variable`` of ``task`` for each alpha.
+    """The reward of ``model`` along ``variable`` of ``task`` for each alpha (a judge: for each of its
+    questions, or one about each target prompt given).
 
     ``values`` defaults to ``n_points`` points over the variable's default range
     (:func:`sweep_range`); prompts default to the task's; ``goal`` to the task's
@@ -203,7 +217,8 @@ def reward_landscape(
             default_goal = sweep_range(spec, variable)[1]
         except ValueError:
             default_goal = None
-    tasks = alpha_tasks(targets, baselines, alphas)
+    judge = is_judge(model)
+    tasks = judge_evaluation_tasks(model, target_prompts) if judge else alpha_tasks(targets, baselines, alphas)
     states, access = sweep_states(spec, variable, values, seed=seed)
     frames = render_states(spec, states, size=size, progress=progress)
     rewards = score_frames(model, frames, tasks, progress=progress)
@@ -213,12 +228,13 @@ def reward_landscape(
     values = states[:, access.index(variable)]
     return Landscape(
         spec.name,
-        model.clip.model_id,
+        model_name(model),
         variable,
         values,
-        tuple(t.alpha for t in tasks),
+        () if judge else tuple(t.alpha for t in tasks),
         rewards,
         goal_value,
         frames,
-        random_weights=model.clip.weights.startswith("random init"),
+        random_weights=random_weights(model),
+        questions=tuple(str(t.name) for t in tasks) if judge else (),
     )

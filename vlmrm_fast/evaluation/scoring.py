@@ -9,12 +9,15 @@ import numpy as np
 import torch
 
 from vlmrm_fast.progress import progress_iter
-from vlmrm_fast.reward import BinaryTask, GoalBaselineTask, VLMRewardModel
+from vlmrm_fast.reward import BinaryTask, GoalBaselineTask, JudgeRewardModel, QuestionTask, VLMRewardModel
 from vlmrm_fast.reward.tasks import normalize_prompts
 
 
-def score_frames(model: VLMRewardModel, frames: Any, tasks: Sequence[Any], *, progress: bool = False) -> np.ndarray:
-    """Rewards (N, K) float64 of frames (N, H, W, 3) for K tasks; the frames are encoded once.
+def score_frames(
+    model: VLMRewardModel | JudgeRewardModel, frames: Any, tasks: Sequence[Any], *, progress: bool = False
+) -> np.ndarray:
+    """Rewards (N, K) float64 of frames (N, H, W, 3) for K tasks; the frames are encoded once (a judge's
+    vision tower runs once per frame for all its questions).
 
     The model's own tasks are restored afterwards.
     """
@@ -22,16 +25,43 @@ def score_frames(model: VLMRewardModel, frames: Any, tasks: Sequence[Any], *, pr
     if frames.ndim != 4 or frames.shape[0] == 0:
         raise ValueError(f"frames must be (N, H, W, 3) with N >= 1, got shape {frames.shape}")
     chunk = model.chunk_size
-    embeddings = []
-    for start in progress_iter(range(0, frames.shape[0], chunk), desc="encode", unit="batch", enabled=progress):
-        embeddings.append(model.embed_images(frames[start : start + chunk]))
-    embeddings = torch.cat(embeddings)
+    batches = progress_iter(range(0, frames.shape[0], chunk), desc="encode", unit="batch", enabled=progress)
     previous, previous_multi = model.tasks, model.multi_task
+    if isinstance(model, JudgeRewardModel):
+        model.set_tasks(tasks, multi_task=True)
+        try:
+            rewards = [model(frames[start : start + chunk]) for start in batches]
+            return torch.cat(rewards).double().cpu().numpy()
+        finally:
+            model.set_tasks(previous, multi_task=previous_multi)
+    embeddings = torch.cat([model.embed_images(frames[start : start + chunk]) for start in batches])
     model.set_tasks(tasks, multi_task=True)
     try:
         return model.reward_from_embeddings(embeddings).double().cpu().numpy()
     finally:
         model.set_tasks(previous, multi_task=previous_multi)
+
+
+def is_judge(model: Any) -> bool:
+    """Whether ``model`` is a generative VLM judge (its tasks are questions; it has no alpha)."""
+    return isinstance(model, JudgeRewardModel)
+
+
+def judge_evaluation_tasks(model: JudgeRewardModel, target_prompts: Any = None) -> list[QuestionTask]:
+    """What a judge is evaluated on: one question about each target prompt given, else its own questions."""
+    if target_prompts is None:
+        return list(model.tasks)
+    return [QuestionTask.about(p) for p in normalize_prompts(target_prompts, "target_prompts")]
+
+
+def model_name(model: VLMRewardModel | JudgeRewardModel) -> str:
+    return model.judge.model_id if isinstance(model, JudgeRewardModel) else model.clip.model_id
+
+
+def random_weights(model: VLMRewardModel | JudgeRewardModel) -> bool:
+    """Whether the model's weights are a random initialization (its rewards are noise)."""
+    weights = model.judge.weights if isinstance(model, JudgeRewardModel) else model.clip.weights
+    return weights.startswith("random init")
 
 
 def alpha_tasks(target_prompts: Any, baseline_prompts: Any, alphas: Sequence[float]) -> list[GoalBaselineTask]:
@@ -59,6 +89,7 @@ def check_alphas(alphas: Sequence[float]) -> tuple[float, ...]:
     return out
 
 
-def parameter_count(model: VLMRewardModel) -> int:
-    """Parameters of the whole CLIP model (image and text towers)."""
-    return int(sum(p.numel() for p in model.clip.model.parameters()))
+def parameter_count(model: VLMRewardModel | JudgeRewardModel) -> int:
+    """Parameters of the whole model (CLIP's image and text towers; a judge's vision tower and language model)."""
+    weights = model.judge.model if isinstance(model, JudgeRewardModel) else model.clip.model
+    return int(sum(p.numel() for p in weights.parameters()))

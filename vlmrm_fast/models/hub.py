@@ -30,12 +30,25 @@ def download_weights(model: str, pretrained: str | None = None, *, cache_dir: st
 def download_model(model: str, pretrained: str | None = None, *, cache_dir: str | None = None) -> dict[str, Path]:
     """Fetches what loading ``model`` offline needs into the local cache (or finds it there): its
     pretrained weights and, for a model whose tokenizer lives on the hub (SigLIP), that tokenizer.
-    Returns ``{"weights": path, "tokenizer": folder}`` (tokenizer only where there is one)."""
+    Returns ``{"weights": path, "tokenizer": folder}`` (tokenizer only where there is one); for a generative
+    VLM judge (``Qwen/Qwen2-VL-2B-Instruct``) ``{"model": folder}``, the snapshot of its weights, processor
+    and tokenizer."""
     import open_clip
 
     from vlmrm_fast.models.families import check_requirements, model_config
+    from vlmrm_fast.models.judge import TINY_JUDGES, is_judge_name, judge_folder
     from vlmrm_fast.models.tokenizers import download_tokenizer, hub_tokenizer_name
 
+    if is_judge_name(model):
+        if pretrained is not None:
+            raise ValueError(
+                f"pretrained={pretrained!r} does not apply to the judge {model!r}: its repository is its weights"
+            )
+        if model in TINY_JUDGES:
+            raise ValueError(f"{model!r} is built in (random weights): nothing to download")
+        if model.startswith("local-dir:") or Path(model).is_dir():
+            raise ValueError(f"{model!r} is a local folder: nothing to download")
+        return {"model": Path(judge_folder(model, cache_dir))}
     name, tag = parse_model_name(model, pretrained)
     if name.startswith("hf-hub:"):
         return {"weights": Path(hub_folder(name[len("hf-hub:") :], cache_dir))}
@@ -176,6 +189,14 @@ def require_weights(model: str, pretrained: str | None = None, *, cache_dir: str
     checks this before it builds its envs. Names without weights (random init, local files) pass."""
     import open_clip
 
+    from vlmrm_fast.models.judge import TINY_JUDGES, is_judge_name
+
+    if is_judge_name(model):
+        from vlmrm_fast.models.judge.load import check_judge_reachable, folder_of
+
+        if model not in TINY_JUDGES and folder_of(model) is None:
+            check_judge_reachable(model, cache_dir)
+        return
     name, tag = parse_model_name(model, pretrained)
     if name.startswith("hf-hub:"):
         repo_id = name[len("hf-hub:") :]

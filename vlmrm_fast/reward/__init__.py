@@ -1,4 +1,4 @@
-"""CLIP reward models: prompts and tasks, model loading, the reward formulas."""
+"""Reward models: CLIP's and generative VLM judges', prompts and tasks, model loading, the reward formulas."""
 
 from vlmrm_fast.models import (
     TINY_MODEL,
@@ -8,10 +8,11 @@ from vlmrm_fast.models import (
     load_clip,
     register_builtin_configs,
 )
+from vlmrm_fast.reward.judge import JudgeRewardModel
 from vlmrm_fast.reward.model import VLMRewardModel, load_reward_model
 from vlmrm_fast.reward.protocol import RewardModel
 from vlmrm_fast.reward.spec import RewardModelSpec
-from vlmrm_fast.reward.tasks import BinaryTask, GoalBaselineTask
+from vlmrm_fast.reward.tasks import BinaryTask, GoalBaselineTask, QuestionTask
 
 register_builtin_configs()
 
@@ -19,7 +20,9 @@ __all__ = [
     "TINY_MODEL",
     "BinaryTask",
     "GoalBaselineTask",
+    "JudgeRewardModel",
     "PromptTruncatedWarning",
+    "QuestionTask",
     "RandomWeightsWarning",
     "RewardModel",
     "RewardModelSpec",

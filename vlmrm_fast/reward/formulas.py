@@ -8,6 +8,9 @@ knows also gives its row of the kernel's task table (:meth:`Formula.kernel_entry
 twin on the CPU, CUDA on a GPU) then computes the same in one pass over the embeddings for every
 task. :data:`FORMULAS` maps each task type to its formula: adding a reward is a task dataclass, a
 formula here and a row; a kernel entry only where speed asks for one.
+
+A generative judge's question tasks read their reward from the answer's logits instead of an
+embedding: :func:`answer_reward` is that formula (docs/judge.md).
 """
 
 from __future__ import annotations
@@ -60,6 +63,19 @@ def binary_probability(x: torch.Tensor, goal: torch.Tensor, negatives: torch.Ten
     """``softmax(scale [x.goal, x.n_1, ..])[:, 0]`` for normalized ``x``."""
     logits = scale * (x @ torch.cat([goal[None], negatives]).T)
     return torch.softmax(logits, dim=-1)[:, 0]
+
+
+def answer_reward(logits: torch.Tensor, yes: int, no: int, score: str) -> torch.Tensor:
+    """A question task's reward from the logits (N, V) of the answer's first token, in float32:
+    ``yes_vs_no`` P(yes) / (P(yes) + P(no)), ``log_p_yes`` log P(yes), ``log_odds`` l_yes - l_no."""
+    logits = logits.float()
+    if score == "yes_vs_no":  # the vocabulary's normalizer cancels: exp(l_yes) / (exp(l_yes) + exp(l_no))
+        return torch.sigmoid(logits[:, yes] - logits[:, no])
+    if score == "log_p_yes":
+        return torch.log_softmax(logits, dim=-1)[:, yes]
+    if score == "log_odds":
+        return logits[:, yes] - logits[:, no]
+    raise ValueError(f"score {score!r} is unknown")
 
 
 class Formula(Protocol):

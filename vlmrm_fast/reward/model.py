@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from vlmrm_fast.checks import FieldError
 from vlmrm_fast.device import resolve_device
 from vlmrm_fast.encoders import make_image_encoder
 from vlmrm_fast.frames import FrameView
@@ -21,8 +22,10 @@ from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec, as_frame_te
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
 from vlmrm_fast.reward.formulas import normalize
 from vlmrm_fast.reward.head import RewardHead
+from vlmrm_fast.reward.judge import JudgeRewardModel, is_judge_spec, load_judge_reward_model
+from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
 from vlmrm_fast.reward.spec import RewardModelSpec
-from vlmrm_fast.reward.tasks import Task, as_reward_tasks, normalize_prompts, unique_prompts
+from vlmrm_fast.reward.tasks import QuestionTask, Task, as_reward_tasks, normalize_prompts, unique_prompts
 
 DEFAULT_CHUNK = 256
 
@@ -44,13 +47,15 @@ class VLMRewardModel:
         backend: str = "auto",
         precision: str = "auto",
         batch_size: int | None = None,
+        schedule: ScoreSchedule = EVERY_STEP,
         **encoder_options: Any,
     ):
         self.clip = clip
+        self.schedule = schedule
         self.device = torch.device(device)
         self.multi_task = multi_task
         self._text_cache: dict[str, torch.Tensor] = {}
-        tasks = as_reward_tasks(tasks)
+        tasks = clip_tasks(tasks)
         self._warm_text_cache(unique_prompts(tasks))  # fp32 text tower, before the encoder casts the visual one
         self.encoder = make_image_encoder(
             clip, backend, device=self.device, precision=precision, batch_size=batch_size, **encoder_options
@@ -116,7 +121,7 @@ class VLMRewardModel:
 
     def set_tasks(self, tasks: Iterable[Any], *, multi_task: bool = True) -> None:
         """Replaces the reward tasks; on a bad task nothing changes."""
-        tasks = as_reward_tasks(tasks)
+        tasks = clip_tasks(tasks)
         self._warm_text_cache(unique_prompts(tasks))
         self.head = RewardHead(tasks, self._text_cache.__getitem__, self.logit_scale, self.device)
         self.multi_task = multi_task
@@ -189,8 +194,25 @@ class VLMRewardModel:
         self.clip = dataclasses.replace(self.clip, model=None, tokenizer=None)
 
 
-def load_reward_model(model: str | RewardModelSpec, pretrained: str | None = None, **fields: Any) -> VLMRewardModel:
-    """Loads a CLIP reward model from a :class:`RewardModelSpec`, or from its fields.
+def clip_tasks(tasks: Iterable[Any]) -> tuple[Task, ...]:
+    """``tasks`` as CLIP's reward tasks; a question task is refused with the fix."""
+    tasks = as_reward_tasks(tasks)
+    for i, task in enumerate(tasks):
+        if isinstance(task, QuestionTask):
+            raise FieldError(
+                f"tasks[{i}]",
+                f"{task.name!r} is a question task: a CLIP model gives no answers to read; ask it of a generative VLM "
+                "judge (model='Qwen/Qwen2-VL-2B-Instruct', docs/judge.md)",
+            )
+    return tasks
+
+
+def load_reward_model(
+    model: str | RewardModelSpec, pretrained: str | None = None, **fields: Any
+) -> VLMRewardModel | JudgeRewardModel:
+    """Loads a CLIP reward model from a :class:`RewardModelSpec`, or from its fields; a generative VLM
+    judge (:class:`~vlmrm_fast.reward.judge.JudgeRewardModel`, docs/judge.md) for a judge's name or
+    question tasks.
 
     ``model`` is an open_clip name (``"ViT-bigG-14"``), ``"name/tag"``
     (``"ViT-L-14/laion2b_s32b_b82k"``), ``"hf-hub:org/repo"`` or ``"vlmrm-tiny"``;
@@ -209,6 +231,10 @@ def load_reward_model(model: str | RewardModelSpec, pretrained: str | None = Non
         spec = model
     else:
         spec = RewardModelSpec.from_kwargs(model=model, pretrained=pretrained, **fields)
+    if is_judge_spec(spec):
+        return load_judge_reward_model(spec)
+    if spec.image_size is not None:
+        raise FieldError("image_size", f"sets a generative VLM judge's input size; {spec.model} takes its own")
     tasks, multi = spec.reward_tasks()
     resolved = resolve_device(spec.device)
     clip = load_clip(
@@ -230,5 +256,6 @@ def load_reward_model(model: str | RewardModelSpec, pretrained: str | None = Non
         backend=spec.backend,
         precision=spec.precision,
         batch_size=spec.batch_size,
+        schedule=spec.schedule,
         **spec.encoder_options,
     )

@@ -7,6 +7,9 @@ and the training callbacks use a reward model through this interface alone.
 A step scores frames in two halves, so that a GPU can overlap them with the next range's drawing:
 ``preprocess`` (frames lent in place -> encoder input, on the render stream) and ``score_pixels``
 (encoder input -> rewards, on the current stream). ``__call__`` does both for frames in memory.
+
+A model may also carry a ``schedule`` (:class:`~vlmrm_fast.reward.schedule.ScoreSchedule`): which steps
+of an env's episode the env stack scores; without one, every step.
 """
 
 from __future__ import annotations

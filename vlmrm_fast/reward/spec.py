@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from vlmrm_fast.checks import FieldError, FieldTypeError, non_negative_int, number, one_of, positive_int
 from vlmrm_fast.encoders import BACKEND_OPTIONS, BACKENDS, PRECISION_NAMES
 from vlmrm_fast.preprocess import RESIZE_MODES
+from vlmrm_fast.reward.schedule import ScoreSchedule
 from vlmrm_fast.reward.tasks import GoalBaselineTask, Task, as_reward_tasks, normalize_prompts
 
 if TYPE_CHECKING:
@@ -40,7 +41,14 @@ class RewardModelSpec:
     Face tokenizer of a model whose tokenizer lives on the hub (SigLIP), instead of the cache
     (docs/models.md). ``encoder_options`` go to the backend (``compile_mode``, ``attention``,
     ``engine_cache_dir``, FP8's ``fp8_scaling`` and ``fp8_calibration``, a path in a config; see
-    ``encoders.make_image_encoder``).
+    ``encoders.make_image_encoder``). ``score_every``: score each env on every n-th step of its
+    episode (and on its last step); ``between_scores``: the reward of the other steps, "zero" or
+    "hold" (the env's last score; ``reward/schedule.py``).
+
+    A generative VLM judge (docs/judge.md) is named the same way (``model``: a hub repository such as
+    ``Qwen/Qwen2-VL-2B-Instruct``, a folder, or ``vlmrm-tiny-qwen2-vl``) and asks ``tasks`` of kind
+    ``question`` (or one question about the target prompt); ``image_size`` (pixels, or [height, width])
+    is its input size, to which frames are resized (default 224).
     """
 
     model: str = DEFAULT_MODEL
@@ -59,6 +67,9 @@ class RewardModelSpec:
     seed: int = 0
     resize_mode: str | None = None
     tokenizer: str | None = None
+    score_every: int = 1
+    between_scores: str = "zero"
+    image_size: Any = None
     encoder_options: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
@@ -93,6 +104,9 @@ class RewardModelSpec:
         put("seed", non_negative_int(self.seed, "seed"))
         if self.resize_mode is not None:
             one_of(self.resize_mode, "resize_mode", RESIZE_MODES)
+        if self.image_size is not None:
+            put("image_size", _image_size(self.image_size))
+        put("score_every", self.schedule.score_every)  # checked there, named as the field
         if not isinstance(self.encoder_options, Mapping):
             raise FieldTypeError("encoder_options", f"must be a mapping of option names, got {self.encoder_options!r}")
         put("encoder_options", dict(self.encoder_options))  # a copy (a spec pickles to other ranks)
@@ -114,6 +128,11 @@ class RewardModelSpec:
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise FieldTypeError(key, f"is neither a reward model field nor an encoder option{hint}")
         return cls(**fields, encoder_options=options)
+
+    @property
+    def schedule(self) -> ScoreSchedule:
+        """Which steps the model scores (``score_every``, ``between_scores``)."""
+        return ScoreSchedule(self.score_every, self.between_scores)
 
     def replace(self, **changes: Any) -> RewardModelSpec:
         return dataclasses.replace(self, **changes)
@@ -147,6 +166,14 @@ class RewardModelSpec:
 def spec_fields() -> set[str]:
     """The names of a RewardModelSpec's fields but ``encoder_options``."""
     return {field.name for field in dataclasses.fields(RewardModelSpec)} - {"encoder_options"}
+
+
+def _image_size(value: Any) -> tuple[int, int]:
+    """``224`` or ``[224, 336]`` -> (height, width)."""
+    sizes = [value] * 2 if not isinstance(value, (list, tuple)) else list(value)
+    if len(sizes) != 2:
+        raise FieldError("image_size", f"must be a size in pixels or [height, width], got {value!r}")
+    return positive_int(sizes[0], "image_size"), positive_int(sizes[1], "image_size")
 
 
 def _prompt_sets(sets: Any) -> dict[str, tuple[str, ...]]:

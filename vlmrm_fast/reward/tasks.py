@@ -1,12 +1,17 @@
-"""What a reward asks of CLIP: prompts and parameters, checked on construction.
+"""What a reward asks of a model: prompts and parameters, checked on construction.
 
-Two kinds, both scored from one image-embedding pass (docs/reward.md):
+Two kinds for CLIP, both scored from one image-embedding pass (docs/reward.md):
 
 * :class:`GoalBaselineTask` (Rocamonde et al., 2024): ``1 - 0.5 |P (x - g)|^2``
   with ``g`` the mean target embedding and ``P`` the goal-baseline projection of
   strength ``alpha``.
 * :class:`BinaryTask` (Baumli et al., 2023): the softmax probability of the goal
   prompt against negative prompts, thresholded (or the probability itself).
+
+One for a generative VLM (a judge, docs/judge.md), several scored from one vision pass:
+
+* :class:`QuestionTask`: a yes/no question about the frame; the reward is read from the
+  answer word's logits (``score``: P(yes) against P(no), log P(yes), or the log-odds).
 """
 
 from __future__ import annotations
@@ -113,19 +118,72 @@ class BinaryTask:
         return (self.goal_prompt,) + self.negative_prompts
 
 
-Task = GoalBaselineTask | BinaryTask
+#: What a question task's reward reads from the answer's logits ``l`` (docs/judge.md):
+#: ``yes_vs_no`` = P(yes) / (P(yes) + P(no)) in [0, 1]; ``log_p_yes`` = log P(yes) over the whole
+#: vocabulary, at most 0; ``log_odds`` = l_yes - l_no = log(P(yes) / P(no)), unbounded.
+ANSWER_SCORES = ("yes_vs_no", "log_p_yes", "log_odds")
+
+
+@dataclasses.dataclass(frozen=True)
+class QuestionTask:
+    """A question a generative VLM answers about each frame; the reward is read from the probability it
+    gives the answer words ``yes`` and ``no`` (each one token of its tokenizer) as its first word.
+
+    ``score`` (:data:`ANSWER_SCORES`): ``"yes_vs_no"`` (default) the probability of ``yes`` among the two
+    answers, bounded, for PPO as it comes; ``"log_p_yes"`` LeRobot TOPReward's log-probability of ``yes``,
+    which also falls when the model would say something else; ``"log_odds"`` the logit margin, which does
+    not saturate as the model grows sure.
+    """
+
+    question: str
+    score: str = "yes_vs_no"
+    yes: str = "Yes"
+    no: str = "No"
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.question, str):
+            raise FieldTypeError("question", f"must be one string, got {type(self.question).__name__}")
+        if not self.question.strip():
+            raise FieldError("question", "is empty; ask about the frame, e.g. 'Is the pole upright?'")
+        object.__setattr__(self, "question", self.question.strip())
+        if self.score not in ANSWER_SCORES:
+            raise FieldError("score", f"{self.score!r} is unknown; use one of {', '.join(map(repr, ANSWER_SCORES))}")
+        for field in ("yes", "no"):
+            word = getattr(self, field)
+            if not isinstance(word, str) or not word.strip() or word != word.strip():
+                raise FieldError(field, f"must be one answer word without spaces around it, got {word!r}")
+        if self.yes == self.no:
+            raise FieldError("no", f"equals yes ({self.yes!r}): the two answers must differ")
+        object.__setattr__(self, "name", self.name or f"question: {self.question}")
+
+    @classmethod
+    def about(cls, prompt: str, **fields: Any) -> QuestionTask:
+        """The question a CLIP target prompt asks a judge: ``Does this image show <prompt>? Answer yes or no.``"""
+        (prompt,) = normalize_prompts(prompt, "target_prompts")
+        return cls(f"Does this image show {prompt}? Answer yes or no.", **fields)
+
+    @property
+    def prompts(self) -> tuple[str, ...]:
+        return (self.question,)
+
+
+Task = GoalBaselineTask | BinaryTask | QuestionTask
+_KINDS: dict[str, type] = {"goal_baseline": GoalBaselineTask, "binary": BinaryTask, "question": QuestionTask}
 
 
 def as_reward_task(spec: Any) -> Task:
-    """A task object, or a dict of its fields (``kind: binary`` selects :class:`BinaryTask`)."""
-    if isinstance(spec, (GoalBaselineTask, BinaryTask)):
+    """A task object, or a dict of its fields (``kind: binary`` selects :class:`BinaryTask`, ``kind:
+    question`` :class:`QuestionTask`; a dict with a ``question`` or ``goal_prompt`` says its kind itself)."""
+    if isinstance(spec, (GoalBaselineTask, BinaryTask, QuestionTask)):
         return spec
     if isinstance(spec, dict):
         fields = dict(spec)
-        kind = fields.pop("kind", "binary" if "goal_prompt" in fields else "goal_baseline")
-        cls = {"goal_baseline": GoalBaselineTask, "binary": BinaryTask}.get(kind)
+        implied = "question" if "question" in fields else "binary" if "goal_prompt" in fields else "goal_baseline"
+        kind = fields.pop("kind", implied)
+        cls = _KINDS.get(kind)
         if cls is None:
-            raise ValueError(f"task kind {kind!r} is unknown; use 'goal_baseline' or 'binary'")
+            raise ValueError(f"task kind {kind!r} is unknown; use {', '.join(map(repr, _KINDS))}")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(fields) - names)
         if unknown:
@@ -133,7 +191,7 @@ def as_reward_task(spec: Any) -> Task:
         if cls is GoalBaselineTask and "target_prompts" not in fields:
             raise ValueError("a goal-baseline task needs target_prompts")
         return cls(**fields)
-    raise TypeError(f"a task must be GoalBaselineTask, BinaryTask or a dict, got {type(spec).__name__}")
+    raise TypeError(f"a task must be GoalBaselineTask, BinaryTask, QuestionTask or a dict, got {type(spec).__name__}")
 
 
 def as_reward_tasks(specs: Iterable[Any]) -> tuple[Task, ...]:

@@ -1,0 +1,304 @@
+"""Generative VLM judges: rewards against a plain, uncached transformers forward of the same model on
+its processor's inputs, for every family; the image processor on the device against the processor; the
+refusals. The models are the tiny random judges the package builds offline."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+import pytest
+import torch
+from tolerances import assert_rewards_close
+
+from vlmrm_fast.checks import FieldError
+from vlmrm_fast.frames import FrameLayout, FrameView
+from vlmrm_fast.models.judge import TINY_JUDGES, families
+from vlmrm_fast.models.judge.prompt import chat_text, processor_inputs
+from vlmrm_fast.reward import QuestionTask, load_reward_model
+from vlmrm_fast.reward.judge import JudgeRewardModel
+
+JUDGES = list(TINY_JUDGES)
+QUESTIONS = (
+    QuestionTask("Is the pole upright?"),
+    QuestionTask("Is the robot kneeling?", score="log_p_yes"),
+    QuestionTask("Does this image show a car at the peak of the mountain?", score="log_odds", yes="True", no="False"),
+)
+
+
+@pytest.fixture(autouse=True)
+def smolvlm_without_num2words(monkeypatch):
+    """SmolVLM's processor imports num2words only to phrase video prompts; where the package is missing
+    (it comes with the judge extra), frames need none of it."""
+    import importlib.util
+
+    if importlib.util.find_spec("num2words") is None:
+        import transformers.models.smolvlm.processing_smolvlm as smolvlm
+
+        monkeypatch.setattr(smolvlm, "num2words", str)
+        row = families.JUDGE_FAMILIES["smolvlm"]
+        monkeypatch.setitem(families.JUDGE_FAMILIES, "smolvlm", dataclasses.replace(row, packages=()))
+
+
+def frames_of(n: int, size=(224, 224), seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (n, *size, 3), dtype=np.uint8)
+
+
+@functools.cache
+def judge(name: str, batch_size: int = 4) -> JudgeRewardModel:
+    return load_reward_model(name, tasks=list(QUESTIONS), device="cpu", batch_size=batch_size)
+
+
+def reference_rewards(model: JudgeRewardModel, frames: np.ndarray) -> np.ndarray:
+    """Each question's reward written plainly: the processor's inputs for the whole prompt and one frame, a
+    full forward without a cache, a log-softmax of the last position's logits, the task's formula."""
+    hf, processor, tokenizer = model.judge.model, model.judge.processor, model.judge.processor.tokenizer
+    lead = model.judge.family.answer_lead
+    columns = []
+    for task in QUESTIONS:
+        yes, no = (tokenizer(lead + word, add_special_tokens=False)["input_ids"][0] for word in (task.yes, task.no))
+        text = chat_text(processor, task.question)
+        column = []
+        for frame in frames:
+            with torch.no_grad():
+                logits = hf(**processor_inputs(processor, text, frame)).logits[0, -1].double()
+            log_p = torch.log_softmax(logits, dim=-1)
+            formulas = {
+                "yes_vs_no": torch.exp(log_p[yes]) / (torch.exp(log_p[yes]) + torch.exp(log_p[no])),
+                "log_p_yes": log_p[yes],
+                "log_odds": log_p[yes] - log_p[no],
+            }
+            column.append(float(formulas[task.score]))
+        columns.append(column)
+    return np.array(columns).T
+
+
+@pytest.mark.parametrize("name", JUDGES)
+def test_rewards_equal_a_full_uncached_forward(name):
+    model = judge(name)
+    frames = frames_of(5)
+    rewards = model(frames).numpy()
+    expected = reference_rewards(model, frames)
+    np.testing.assert_allclose(rewards, expected, atol=1e-4, rtol=0)
+    assert rewards.shape == (5, len(QUESTIONS))
+    assert np.ptp(rewards, axis=0).max() > 1e-6, "the frames must move the rewards (the image reaches the model)"
+
+
+@pytest.mark.parametrize("name", JUDGES)
+def test_pixels_equal_the_processor(name):
+    """The image processor's steps on the device equal the processor's pixel values (fp32, 1e-5), for
+    frames of the judge's input size and, resized first, for frames of another size."""
+    model = judge(name)
+    processor = model.judge.processor
+    text = chat_text(processor, "Is the pole upright?")
+    for size in ((224, 224), (120, 160)):
+        frames = frames_of(2, size, seed=1)
+        pixels = model.preprocess(FrameView.of(torch.from_numpy(frames)))
+        if size != model.image_size:
+            from torchvision.transforms.v2 import functional as tvF
+
+            resized = tvF.resize(
+                torch.from_numpy(frames).permute(0, 3, 1, 2),
+                list(model.image_size),
+                antialias=True,
+                interpolation=tvF.InterpolationMode.BICUBIC,
+            )
+            frames = resized.permute(0, 2, 3, 1).numpy()
+        for i, frame in enumerate(frames):
+            expected = processor_inputs(processor, text, frame)["pixel_values"]
+            ours = model.adapter.as_processor_pixels(pixels[i : i + 1])
+            np.testing.assert_allclose(ours.numpy(), expected.reshape(ours.shape).numpy(), atol=1e-5, rtol=0)
+
+
+def test_a_renderers_view_is_read_where_it_lies():
+    """The EGL renderer lends RGBA rows bottom-up: the judge reads them as the upright RGB frames."""
+    model = judge("vlmrm-tiny-qwen2-vl")
+    frames = frames_of(3)
+    rgba = np.concatenate([frames[:, ::-1], np.full((3, 224, 224, 1), 7, np.uint8)], axis=-1).copy()
+    buffer = torch.from_numpy(rgba)
+    layout = FrameLayout(
+        3, 224, 224, pixel_stride=4, row_stride=-224 * 4, frame_row_stride=224 * 224 * 4, offset=223 * 224 * 4
+    )
+    pixels = model.preprocess(FrameView(buffer.data_ptr(), layout, buffer.device, owner=buffer))
+    assert torch.equal(pixels, model.preprocess(FrameView.of(torch.from_numpy(frames))))
+
+
+@pytest.mark.parametrize("name", ["vlmrm-tiny-qwen2-vl", "vlmrm-tiny-qwen2.5-vl"])
+def test_the_vision_towers_packed_attention_equals_one_call_per_frame(name, monkeypatch):
+    """The judge's attention schedule (all frames in one call; Qwen2.5-VL's windows too) against transformers'
+    own, one call per frame, on the same frames."""
+    from vlmrm_fast.models.judge import qwen
+
+    calls = []
+    packed = qwen.packed_sdpa
+    monkeypatch.setattr(qwen, "packed_sdpa", lambda *args, **kwargs: calls.append(1) or packed(*args, **kwargs))
+    model = load_reward_model(name, tasks=list(QUESTIONS), device="cpu", batch_size=4)
+    frames = frames_of(4)
+    rewards = model(frames).numpy()
+    assert len(calls) == 2, "one call per block of the tiny tower, for all four frames"
+    visual = model.judge.model.model.visual
+    assert visual.config._attn_implementation == qwen.PACKED_ATTENTION
+    visual.config._attn_implementation = "sdpa"
+    assert_rewards_close(rewards, model(frames).numpy())
+    assert len(calls) == 2
+
+
+def test_batch_size_does_not_change_rewards():
+    frames = frames_of(5)
+    one = judge("vlmrm-tiny-qwen2-vl", batch_size=1)(frames)
+    three = judge("vlmrm-tiny-qwen2-vl", batch_size=3)(frames)
+    assert_rewards_close(three.numpy(), one.numpy())
+
+
+@pytest.mark.parametrize("name", ["vlmrm-tiny-qwen3-vl", "vlmrm-tiny-smolvlm"])
+def test_the_prefix_cache_does_not_change_rewards(name):
+    """The question's prefix run once into a KV cache against every frame running its whole prompt."""
+    model = judge(name)
+    frames = frames_of(3)
+    cached = model(frames).numpy()
+    model.cache_prefix = False
+    try:
+        model.set_tasks(list(QUESTIONS))
+        assert all(not q.prefix_kv for q in model._questions)
+        assert_rewards_close(model(frames).numpy(), cached)
+    finally:
+        model.cache_prefix = True
+        model.set_tasks(list(QUESTIONS))
+
+
+def test_questions_share_one_vision_pass(monkeypatch):
+    model = judge("vlmrm-tiny-idefics3", batch_size=4)
+    calls = []
+    encode = model.adapter.encode
+    monkeypatch.setattr(model.adapter, "encode", lambda pixels: calls.append(len(pixels)) or encode(pixels))
+    model(frames_of(6))
+    assert calls == [4, 2]
+
+
+def test_one_target_prompt_asks_a_question_about_it():
+    model = load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="a humanoid robot kneeling", device="cpu")
+    (task,) = model.tasks
+    assert task.question == "Does this image show a humanoid robot kneeling? Answer yes or no."
+    assert model(frames_of(2)).shape == (2,) and not model.multi_task
+
+
+def test_answer_words_of_several_tokens_are_refused_naming_the_split():
+    with pytest.raises(FieldError) as info:
+        load_reward_model("vlmrm-tiny-qwen2-vl", tasks=[QuestionTask("Is it up?", yes="Yep")], device="cpu")
+    message = str(info.value)
+    assert message.startswith("tasks[0].yes: 'Yep' is 3 tokens") and "'Y' + 'e' + 'p'" in message
+    assert "choose another word" in message
+
+
+@pytest.mark.parametrize(
+    ("task", "fragment"),
+    [
+        (dict(question="  "), "question: is empty; ask about the frame"),
+        (dict(question="Up?", score="p"), "score: 'p' is unknown; use one of 'yes_vs_no', 'log_p_yes', 'log_odds'"),
+        (dict(question="Up?", yes="Yes", no="Yes"), "no: equals yes ('Yes'): the two answers must differ"),
+    ],
+)
+def test_bad_questions_are_refused(task, fragment):
+    with pytest.raises(FieldError, match=fragment.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):
+        QuestionTask(**task)
+
+
+def test_a_prompt_too_long_for_the_context_is_refused():
+    long = "Is " + "the pole upright and " * 200 + "the cart still?"
+    with pytest.raises(FieldError) as info:
+        load_reward_model("vlmrm-tiny-qwen2-vl", tasks=[QuestionTask(long)], device="cpu")
+    message = str(info.value)
+    assert message.startswith("tasks[0].question: the prompt with the image is ")
+    assert "of them the image's at 224x224), over the model's context of 512: shorten the question" in message
+
+
+def test_models_that_are_no_judge_are_refused(tmp_path):
+    with pytest.raises(FieldError, match=r"^model: 'vlmrm-tiny' is a CLIP model; question tasks need a generative"):
+        load_reward_model("vlmrm-tiny", tasks=[QuestionTask("Up?")], device="cpu")
+    with pytest.raises(FieldError, match=r"^tasks\[0\]: 'question: Up\?' is a question task: a CLIP model"):
+        load_reward_model(
+            "vlmrm-tiny", tasks=[{"kind": "goal_baseline", "target_prompts": "up"}], device="cpu"
+        ).set_tasks([QuestionTask("Up?")])
+    import json
+
+    for model_type, words in (
+        ("qwen2", "is a text-only language model (model_type 'qwen2'): a judge looks at frames; use one of Qwen2-VL"),
+        ("clip", "is a contrastive image-text model (model_type 'clip'), not a generative VLM"),
+        ("llava", "is a vision-language model of type 'llava', which has no judge adapter here"),
+    ):
+        folder = tmp_path / model_type
+        folder.mkdir()
+        config = {"model_type": model_type, **({"vision_config": {}} if model_type != "qwen2" else {})}
+        (folder / "config.json").write_text(json.dumps(config))
+        with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            load_reward_model(f"local-dir:{folder}", tasks=[QuestionTask("Up?")], device="cpu")
+
+
+def test_clip_tasks_and_fields_are_refused_for_a_judge():
+    with pytest.raises(FieldError, match=r"^tasks\[0\]: a generative VLM judge answers questions; BinaryTask"):
+        load_reward_model(
+            "vlmrm-tiny-qwen2-vl", tasks=[{"goal_prompt": "up", "negative_prompts": "down"}], device="cpu"
+        )
+    with pytest.raises(FieldError, match=r"^target_prompts: a judge asks one question about one target prompt, got 2"):
+        load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts=["up", "upright"], device="cpu")
+    with pytest.raises(FieldError, match=r"^alpha: is CLIP's goal-baseline projection"):
+        load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="up", baseline_prompts="down", alpha=0.5, device="cpu")
+    with pytest.raises(FieldError, match=r"^checkpoint: does not apply to a generative VLM judge"):
+        load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="up", checkpoint="w.pt", device="cpu")
+    with pytest.raises(FieldError, match=r"^image_size: sets a generative VLM judge's input size; vlmrm-tiny takes"):
+        load_reward_model("vlmrm-tiny", target_prompts="up", image_size=112, device="cpu")
+
+
+def test_fp8_where_it_cannot_run_is_refused():
+    with pytest.raises(Exception, match=r"^precision='fp8': FP8 needs an NVIDIA GPU .*Use precision='bf16'"):
+        load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="up", device="cpu", precision="fp8")
+
+
+def test_a_missing_transformers_extra_names_the_install(monkeypatch):
+    import importlib.metadata
+
+    from vlmrm_fast.models.families import MissingDependencyError
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda package: "4.46.0")
+    with pytest.raises(MissingDependencyError) as info:
+        load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="up", device="cpu")
+    assert str(info.value) == (
+        "vlmrm-tiny-qwen2-vl is a generative VLM judge, which runs through transformers >= 5.24; transformers "
+        "4.46.0 is installed, older than 5.24: pip install 'vlmrm-fast[judge]' (from a checkout: pip install '.[judge]')"
+    )
+    monkeypatch.undo()
+    monkeypatch.setitem(
+        families.JUDGE_FAMILIES,
+        "smolvlm",
+        dataclasses.replace(families.JUDGE_FAMILIES["smolvlm"], packages=("no_such_pkg",)),
+    )
+    with pytest.raises(
+        MissingDependencyError, match=r"SmolVLM's processor needs no_such_pkg, which is not installed: pip"
+    ):
+        load_reward_model("vlmrm-tiny-smolvlm", target_prompts="up", device="cpu")
+
+
+def test_offline_a_missing_hub_judge_fails_fast_with_the_download_line(monkeypatch, tmp_path):
+    import time
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    start = time.monotonic()
+    with pytest.raises(Exception) as info:
+        load_reward_model("Qwen/Qwen2-VL-2B-Instruct", target_prompts="up", device="cpu", cache_dir=str(tmp_path))
+    assert time.monotonic() - start < 10
+    message = str(info.value)
+    assert message.startswith(
+        f"the judge Qwen/Qwen2-VL-2B-Instruct: not in the local cache ({tmp_path}) and HF_HUB_OFFLINE"
+    )
+    assert f"`vlmrm-fast download Qwen/Qwen2-VL-2B-Instruct --cache-dir {tmp_path}`" in message
+
+
+def test_a_judge_folder_loads_as_the_hub_would(tmp_path):
+    """A judge saved with save_pretrained loads from its folder (the form of a hub snapshot) and scores as it did."""
+    model = judge("vlmrm-tiny-idefics3")
+    model.judge.model.save_pretrained(tmp_path)
+    model.judge.processor.save_pretrained(tmp_path)
+    again = load_reward_model(str(tmp_path), tasks=list(QUESTIONS), device="cpu", batch_size=4)
+    frames = frames_of(2)
+    assert_rewards_close(again(frames).numpy(), model(frames).numpy())

@@ -1,0 +1,156 @@
+"""A generative VLM judge through every surface a CLIP reward model has: the VecEnv (gymnasium envs and the
+batch engine's renderer buffer), the scoring schedule, gymnasium's make_vec, episode-batch scoring, the
+training config, `vlmrm-fast evaluate` and `landscape`, `vlmrm-fast download`."""
+
+from __future__ import annotations
+
+import csv
+import pathlib
+import warnings
+
+import numpy as np
+import pytest
+import yaml
+from tolerances import assert_rewards_close
+
+from vlmrm_fast import FastVLMRewardVecEnv
+from vlmrm_fast.reward import QuestionTask, load_reward_model
+
+JUDGE = "vlmrm-tiny-qwen2-vl"
+
+
+def test_vec_env_scores_the_frames_it_steps_to():
+    """Gymnasium envs (CartPole) and the batch engine's frames where the renderer lends them: each step's
+    reward is the judge's reward of the frames of the reached state."""
+    for task, options in (("cartpole", {}), ("humanoid-kneeling", {"render_size": 64, "renderer": "egl"})):
+        env = FastVLMRewardVecEnv(task, 3, model=JUDGE, image_size=112, env_reward_weight=0.0, seed=0, **options)
+        try:
+            env.reset()
+            actions = np.stack([env.action_space.sample() for _ in range(3)])
+            _, rewards, _, _ = env.step(actions)
+            frames = env.venv.last_frames() if task != "cartpole" else np.stack(env.get_images())
+            assert_rewards_close(rewards, env.reward_model(frames).numpy(), err_msg=task)
+        finally:
+            env.close()
+
+
+def test_score_every_runs_the_judge_on_the_due_steps_only():
+    env = FastVLMRewardVecEnv(
+        "humanoid-kneeling",
+        2,
+        model=JUDGE,
+        render_size=48,
+        image_size=56,
+        episode_length=6,
+        score_every=3,
+        between_scores="hold",
+        env_reward_weight=0.0,
+    )
+    calls = []
+    encode = env.reward_model.adapter.encode
+    env.reward_model.adapter.encode = lambda pixels: calls.append(len(pixels)) or encode(pixels)
+    try:
+        env.reset()
+        zero = np.zeros((2, *env.action_space.shape), np.float32)
+        rewards = [env.step(zero)[1] for _ in range(6)]
+    finally:
+        env.close()
+    assert calls == [2, 2], "steps 3 and 6 of the episode are scored, the others are not"
+    assert np.all(rewards[0] == 0) and np.all(rewards[1] == 0)  # hold: 0 before the first score
+    np.testing.assert_array_equal(rewards[3], rewards[2])
+    np.testing.assert_array_equal(rewards[4], rewards[2])
+
+
+def test_make_vec_and_episode_batch_scoring():
+    import gymnasium
+
+    from vlmrm_fast.reward.batch_scoring import FrameBatchScorer
+
+    env = gymnasium.make_vec(
+        "vlmrm_fast/humanoid-kneeling",
+        num_envs=2,
+        vectorization_mode="vector_entry_point",
+        model=JUDGE,
+        image_size=56,
+        render_size=48,
+        max_episode_steps=4,
+    )
+    try:
+        env.reset(seed=0)
+        _, rewards, _, _, _ = env.step(np.zeros(env.action_space.shape, np.float32))
+        frames = np.stack(env.render())
+        model = env.reward_model
+        assert_rewards_close(rewards, model(frames).numpy())
+        frames = np.random.default_rng(0).integers(0, 256, (10, 40, 60, 3), dtype=np.uint8)
+        scorer = FrameBatchScorer(model, 4)
+        for start in range(0, 10, 3):
+            scorer.add(frames[start : start + 3])
+        assert_rewards_close(scorer.finish(), model(frames).numpy())
+    finally:
+        env.close()
+
+
+def test_evaluate_and_landscape_score_a_judge(tmp_path):
+    from vlmrm_fast.cli import main as cli_main
+    from vlmrm_fast.evaluation.dataset import StateDataset
+    from vlmrm_fast.evaluation.evaluate import evaluate_models
+    from vlmrm_fast.evaluation.landscape import reward_landscape
+
+    ds = StateDataset.sample("cartpole", 12, seed=0, size=(40, 60))
+    ds = ds.with_labels((np.abs(ds.states[:, 2]) < 0.05).astype(float))
+    model = load_reward_model(JUDGE, target_prompts="a pole", device="cpu", image_size=56)
+    (m,) = evaluate_models(ds, [model], (0.0, 0.5)).models
+    question = QuestionTask.about("pole vertically upright on top of the cart")
+    model.set_tasks([question], multi_task=True)
+    assert m.model == JUDGE and m.alphas == (0.0,) and m.epic.shape == (1,)
+    assert_rewards_close(m.rewards, model(ds.frames).numpy())
+    land = reward_landscape(model, "cartpole", "pole_angle", n_points=3, size=(40, 60))
+    assert land.questions == (question.name,) and land.rewards.shape == (3, 1)
+
+    data, out = tmp_path / "cp.npz", tmp_path / "eval"
+    ds.save(data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert cli_main(["evaluate", str(data), "--models", JUDGE, "--device", "cpu", "-o", str(out)]) == 0
+        argv = ["landscape", "cartpole", "--variable", "pole_angle", "--model", JUDGE, "--points", "3"]
+        assert cli_main([*argv, "--size", "40", "60", "--device", "cpu", "-o", str(out)]) == 0
+    rows = list(csv.DictReader(open(out / "epic.csv")))
+    assert [r["model"] for r in rows] == [JUDGE]
+    header = next(csv.reader(open(out / "landscape_cartpole_pole_angle.csv")))
+    assert header == ["pole_angle", f"reward_{question.name}"]
+
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize("task", ["humanoid-kneeling", "cartpole"])
+def test_ppo_trains_with_the_judge_from_a_config(tmp_path, task):
+    from stable_baselines3 import PPO
+
+    from vlmrm_fast.training.config import load_config
+    from vlmrm_fast.training.train import train
+
+    config = yaml.safe_load((CONFIGS / "judge-quickstart.yaml").read_text())
+    assert config["reward"]["model"] == JUDGE and config["rl"]["algorithm"] == "PPO"
+    config["output_dir"] = str(tmp_path / "run")
+    config["env"] = {
+        "task": task,
+        "n_envs": 2,
+        "episode_length": 16,
+        **({"render_size": 64} if task != "cartpole" else {}),
+    }
+    config["rl"].update(total_timesteps=64, device="cpu", kwargs={"n_steps": 16, "batch_size": 16, "n_epochs": 1})
+    config["logging"] = {"checkpoint_every": 64, "video_every": 0}
+    assert train(load_config(config)) == 0
+    assert PPO.load(tmp_path / "run" / "final_model.zip").num_timesteps >= 64
+
+
+def test_download_of_a_judge(tmp_path, monkeypatch, capsys):
+    from vlmrm_fast.cli import main as cli_main
+
+    assert cli_main(["download", JUDGE]) == 2
+    assert "is built in (random weights): nothing to download" in capsys.readouterr().err
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert cli_main(["download", "Qwen/Qwen2-VL-2B-Instruct", "--cache-dir", str(tmp_path)]) == 2
+    assert "`vlmrm-fast download Qwen/Qwen2-VL-2B-Instruct --cache-dir" in capsys.readouterr().err

@@ -1,0 +1,29 @@
+"""Generative VLMs as judges: the model families, their adapters, loading by name (docs/judge.md).
+
+    families.py   the supported families by model_type (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, SmolVLM, Idefics3),
+                  the refusal of a model that is no judge, the transformers extra
+    adapter.py    what a family supplies: image processing on the device, the vision tower, positions
+    qwen.py       the Qwen families' adapter (patches, multimodal RoPE)
+    idefics.py    SmolVLM's and Idefics3's adapter (tiles, a global image)
+    prompt.py     a question's prompt split into the cached prefix and the per-frame tail; answer tokens
+    load.py       a judge by name (tiny, folder, hub), the cache and the download line
+    tiny.py       tiny random judges of each family, built offline
+    fp8.py        FP8 linear layers through torchao
+
+The reward model itself (frames -> rewards) is :class:`vlmrm_fast.reward.judge.JudgeRewardModel`.
+"""
+
+from vlmrm_fast.models.judge.families import JUDGE_FAMILIES, JudgeFamily, judge_family
+from vlmrm_fast.models.judge.load import LoadedJudge, is_judge_name, judge_folder, load_judge
+from vlmrm_fast.models.judge.tiny import TINY_JUDGES
+
+__all__ = [
+    "JUDGE_FAMILIES",
+    "TINY_JUDGES",
+    "JudgeFamily",
+    "LoadedJudge",
+    "is_judge_name",
+    "judge_family",
+    "judge_folder",
+    "load_judge",
+]

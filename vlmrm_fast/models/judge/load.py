@@ -1,0 +1,153 @@
+"""A judge by name: a tiny random model (``vlmrm-tiny-qwen2-vl``, ...), a local folder, or a hub repository
+(``Qwen/Qwen2-VL-2B-Instruct``), loaded with its processor, in eval mode on a device.
+
+Hub repositories come from the Hugging Face cache first; the hub is asked only when the cache lacks them
+and it answers within seconds, so that an offline machine fails fast with the ``vlmrm-fast download``
+line. A name is a judge's (:func:`is_judge_name`) when it is a tiny judge, a folder with a transformers
+``config.json`` (and no ``open_clip_config.json``), or ``org/repo`` whose first part is no open_clip
+architecture; every other name is CLIP's (``vlmrm_fast.models.load_clip``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vlmrm_fast.models.hub import WeightsUnavailableError
+from vlmrm_fast.models.judge.families import JudgeFamily, judge_family, require_judge_packages
+from vlmrm_fast.models.judge.tiny import TINY_JUDGES
+from vlmrm_fast.models.network import hf_endpoint, hub_offline, network_reachable
+from vlmrm_fast.models.random_init import _LocalGenerator
+
+#: The files of a hub judge that loading needs: configs, weights, tokenizer, chat template.
+JUDGE_FILES = ("*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken")
+
+
+@dataclasses.dataclass
+class LoadedJudge:
+    """A judge's transformers model (eval mode, on its device) and processor."""
+
+    model: Any
+    processor: Any
+    family: JudgeFamily
+    model_id: str  # as the user named it
+    weights: str  # "random init (seed N)" or the folder the weights came from
+
+
+def is_judge_name(name: str) -> bool:
+    """Whether ``name`` names a judge rather than a CLIP model (see the module docstring); no network."""
+    if not isinstance(name, str):
+        return False
+    name = name.strip()
+    if name in TINY_JUDGES:
+        return True
+    folder = folder_of(name)
+    if folder is not None:
+        return (folder / "config.json").is_file() and not (folder / "open_clip_config.json").is_file()
+    if name.startswith("hf-hub:") or name.count("/") != 1:
+        return False
+    from vlmrm_fast.models.names import known_models
+
+    first = name.split("/")[0]
+    models = known_models()
+    # A CLIP name with a typo ("ViT-L-41/laion...") stays CLIP's, whose error names the close match.
+    return first not in models and not difflib.get_close_matches(first, models, n=1, cutoff=0.8)
+
+
+def folder_of(name: str) -> Path | None:
+    if name.startswith("local-dir:"):
+        return Path(name[len("local-dir:") :])
+    path = Path(name).expanduser()
+    return path if name.startswith(("/", ".", "~")) or path.is_dir() else None
+
+
+def load_judge(
+    name: str,
+    *,
+    device: torch.device,
+    dtype: torch.dtype = torch.float32,
+    cache_dir: str | None = None,
+    seed: int = 0,
+) -> LoadedJudge:
+    """The judge ``name`` (see the module docstring) in eval mode on ``device`` in ``dtype``; random weights
+    from ``seed`` for a tiny judge."""
+    require_judge_packages(name)
+    name = name.strip()
+    if name in TINY_JUDGES:
+        return _tiny(name, device, dtype, seed)
+    folder = folder_of(name)
+    if folder is None:
+        folder = Path(judge_folder(name, cache_dir))
+    elif not folder.is_dir():
+        raise FileNotFoundError(f"model folder {str(folder)!r} does not exist")
+    return _from_folder(name, folder, device, dtype)
+
+
+def _tiny(name: str, device: torch.device, dtype: torch.dtype, seed: int) -> LoadedJudge:
+    from transformers import AutoModelForImageTextToText
+
+    recipe = TINY_JUDGES[name]
+    family = judge_family({"model_type": recipe.model_type}, name)
+    require_judge_packages(name, family)
+    config, processor = recipe.build()
+    # Random weights from a generator of our own: the same for a seed in any process or thread.
+    with _LocalGenerator(torch.Generator().manual_seed(seed)):
+        model = AutoModelForImageTextToText.from_config(config, attn_implementation="sdpa")
+    model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    return LoadedJudge(model, processor, family, name, f"random init (seed {seed})")
+
+
+def _from_folder(name: str, folder: Path, device: torch.device, dtype: torch.dtype) -> LoadedJudge:
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(
+            f"model {name!r}: {folder / 'config.json'} is not a readable transformers config ({exc})"
+        ) from None
+    family = judge_family(config, name)
+    require_judge_packages(name, family)
+    processor = AutoProcessor.from_pretrained(folder)
+    model: Any = AutoModelForImageTextToText.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa")
+    model = model.to(device).eval().requires_grad_(False)
+    return LoadedJudge(model, processor, family, name, str(folder))
+
+
+def judge_folder(repo_id: str, cache_dir: str | None = None) -> str:
+    """The cache snapshot holding hub judge ``repo_id``: the cached one, else downloaded when the hub
+    answers, else a :class:`~vlmrm_fast.models.hub.WeightsUnavailableError` naming the download."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return snapshot_download(repo_id, cache_dir=cache_dir, allow_patterns=list(JUDGE_FILES), local_files_only=True)
+    except LocalEntryNotFoundError:
+        pass
+    check_judge_reachable(repo_id, cache_dir)
+    return snapshot_download(repo_id, cache_dir=cache_dir, allow_patterns=list(JUDGE_FILES))
+
+
+def check_judge_reachable(repo_id: str, cache_dir: str | None = None) -> None:
+    """Raises the ``vlmrm-fast download`` line when hub judge ``repo_id`` is neither cached nor downloadable
+    now; without loading or downloading anything."""
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    if isinstance(try_to_load_from_cache(repo_id, "config.json", cache_dir=cache_dir), str):
+        return
+    if not hub_offline() and network_reachable(hf_endpoint()):
+        return
+    reason = "HF_HUB_OFFLINE is set" if hub_offline() else f"{hf_endpoint()} is unreachable"
+    cache_option = f" --cache-dir {cache_dir}" if cache_dir else ""
+    raise WeightsUnavailableError(
+        f"the judge {repo_id}: not in the local cache ({cache_dir or HF_HUB_CACHE}) and {reason}. On a machine with "
+        f"network run `vlmrm-fast download {repo_id}{cache_option}` (or `hf download {repo_id}{cache_option}`), then "
+        f"copy the cache folder here (or point HF_HUB_CACHE at it); or give the model's folder "
+        f"(model='local-dir:/path/to/{repo_id.split('/')[-1]}')."
+    )

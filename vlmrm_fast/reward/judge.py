@@ -1,0 +1,333 @@
+"""JudgeRewardModel: frames in, a generative VLM's answer probabilities out.
+
+A judge asks each frame one or more yes/no questions (:class:`~vlmrm_fast.reward.tasks.QuestionTask`)
+and reads the reward from the logits of the answer's first token, without generating:
+
+    frames (N, H, W, 3) uint8, where the renderer lent them
+      -> resized to the judge's input size, the family's image processor on the device   (preprocess)
+      -> the vision tower, once per frame for every question                             (score_pixels)
+      -> per question: the language model over the image tokens and the end of the prompt, from the
+         question's cached prefix, logits at the last position only
+      -> the task's score of the answer words' logits -> rewards (N,) or (N, K)
+
+The text before the image (system prompt, question) is the same for every frame: its KV cache is computed
+once per question set (``set_tasks``) and each batch of frames runs from it. The input size is fixed, so
+the number of image tokens and the length of every forward are too: no padding. docs/judge.md has the
+prompt layout and what a frame costs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from vlmrm_fast.checks import FieldError
+from vlmrm_fast.device import resolve_device
+from vlmrm_fast.frames import FrameView
+from vlmrm_fast.preprocess import as_frame_tensor
+from vlmrm_fast.profiling import NULL_TIMER, StageTimer
+from vlmrm_fast.reward.formulas import answer_reward
+from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
+from vlmrm_fast.reward.spec import RewardModelSpec
+from vlmrm_fast.reward.tasks import GoalBaselineTask, QuestionTask, as_reward_tasks
+
+#: Frames per batch when none is asked for.
+DEFAULT_JUDGE_CHUNK = 32
+#: The judge's input size when the spec sets none (height, width): 64 image tokens for Qwen2-VL.
+DEFAULT_IMAGE_SIZE = (224, 224)
+
+
+@dataclasses.dataclass
+class _Question:
+    """A question task made ready: its prompt's split, the prefix's keys and values per layer (batch 1),
+    the positions of the tail, and the ids of its answer words."""
+
+    task: QuestionTask
+    tail: torch.Tensor  # (1, T) token ids
+    tail_positions: torch.Tensor | None  # (3, 1, T) for the Qwen families
+    prefix_kv: list[tuple[torch.Tensor, torch.Tensor]]
+    yes: int
+    no: int
+
+
+class JudgeRewardModel:
+    """A generative VLM scoring frames with question tasks (see the module docstring); a
+    :class:`~vlmrm_fast.reward.protocol.RewardModel`."""
+
+    def __init__(
+        self,
+        judge: Any,
+        tasks: Sequence[Any],
+        *,
+        device: torch.device,
+        multi_task: bool = False,
+        batch_size: int | None = None,
+        image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
+        precision: str = "fp32",
+        schedule: ScoreSchedule = EVERY_STEP,
+        cache_prefix: bool = True,
+    ):
+        self.judge = judge
+        self.cache_prefix = cache_prefix  # False: every frame runs its whole prompt (the same rewards, slower)
+        self.schedule = schedule
+        self.device = torch.device(device)
+        self.precision = precision
+        self.chunk_size = int(batch_size or DEFAULT_JUDGE_CHUNK)
+        self.adapter = judge.family.adapter(judge.model, judge.processor, tuple(image_size))
+        self.multi_task = multi_task
+        self._buffer: torch.Tensor | None = None
+        self._questions: list[_Question] = []
+        self.set_tasks(tasks, multi_task=multi_task)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def tasks(self) -> tuple[QuestionTask, ...]:
+        return tuple(q.task for q in self._questions)
+
+    @property
+    def model(self) -> Any:
+        if self.judge.model is None:
+            raise RuntimeError(
+                f"this judge ({self.judge.model_id}) was closed: close() released its weights, so it scores no more "
+                "frames; load it again (vlmrm_fast.load_reward_model) to score"
+            )
+        return self.judge.model
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        return self.adapter.image_size
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def __repr__(self) -> str:
+        names = ", ".join(repr(t.name) for t in self.tasks)
+        h, w = self.image_size
+        return (
+            f"JudgeRewardModel({self.judge.model_id} ({self.judge.family.name}), weights={self.judge.weights}, "
+            f"{h}x{w} px, {self.precision}, tasks=[{names}])"
+        )
+
+    # ------------------------------------------------------------------- questions
+    @torch.inference_mode()
+    def set_tasks(self, tasks: Sequence[Any], *, multi_task: bool = True) -> None:
+        """Replaces the questions, computing each one's prefix cache; on a bad task nothing changes."""
+        tasks = judge_tasks(as_reward_tasks(tasks))
+        self._questions = [self._prepare(task, f"tasks[{i}].question") for i, task in enumerate(tasks)]
+        self.multi_task = multi_task
+
+    def _prepare(self, task: QuestionTask, field: str) -> _Question:
+        from vlmrm_fast.models.judge.prompt import answer_token, layout_prompt
+
+        model, processor = self.model, self.judge.processor
+        config = model.config
+        context = getattr(config.get_text_config(), "max_position_embeddings", None)
+        layout = layout_prompt(
+            processor, self.adapter, config.image_token_id, task.question, context=context, field=field
+        )
+        lead = self.judge.family.answer_lead
+        yes = answer_token(processor.tokenizer, task.yes, lead, field.replace("question", "yes"))
+        no = answer_token(processor.tokenizer, task.no, lead, field.replace("question", "no"))
+        prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+        split = layout.prefix.shape[1] if self.cache_prefix else 0
+        ids = torch.cat([layout.prefix, layout.tail], dim=1)
+        positions = None if layout.positions is None else layout.positions.to(self.device)
+        if split:
+            out = model(
+                input_ids=ids[:, :split].to(self.device),
+                position_ids=None if positions is None else positions[:, :, :split],
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            prefix_kv = [(layer.keys, layer.values) for layer in out.cache.layers]
+        tail_positions = None if positions is None else positions[:, :, split:]
+        return _Question(task, ids[:, split:].to(self.device), tail_positions, prefix_kv, yes, no)
+
+    # ------------------------------------------------------------------ image side
+    def pixel_buffer(self, num_frames: int) -> torch.Tensor:
+        """An uninitialized pixel input (num_frames, *the family's pixel shape) on the model's device."""
+        return torch.empty((num_frames, *self.adapter.pixel_shape), dtype=self.dtype, device=self.device)
+
+    @torch.inference_mode()
+    def preprocess(
+        self, view: FrameView, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER
+    ) -> torch.Tensor:
+        """The frames of a :class:`~vlmrm_fast.frames.FrameView` -> pixel input, on the device."""
+        with timer.stage("preprocess"):
+            return self._pixels(view.tensor(), out)
+
+    def _pixels(self, frames: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """uint8 frames (N, H, W, 3) on any device -> pixel input (N, ...) on the model's device (into ``out``)."""
+        from torchvision.transforms.v2 import functional as tvF
+
+        images = frames.to(self.device, non_blocking=True).permute(0, 3, 1, 2)
+        if tuple(images.shape[-2:]) != self.image_size:
+            images = tvF.resize(
+                images, list(self.image_size), interpolation=tvF.InterpolationMode.BICUBIC, antialias=True
+            )
+        pixels = self.adapter.pixels(images, out)
+        if out is None:
+            return pixels.to(self.dtype)
+        return out if pixels is out else out.copy_(pixels)
+
+    # ---------------------------------------------------------------------- reward
+    @torch.inference_mode()
+    def score_pixels(
+        self, pixels: torch.Tensor, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER
+    ) -> torch.Tensor:
+        """Pixel input (N, ...) -> rewards (N,), or (N, K) with several tasks (into ``out``)."""
+        chunks = []
+        for start in range(0, pixels.shape[0], self.chunk_size):
+            chunk = pixels[start : start + self.chunk_size]
+            with timer.stage("encode"):
+                vision = self.adapter.encode(chunk)
+            with timer.stage("reward"):
+                chunks.append(torch.stack([self._reward(q, vision, chunk.shape[0]) for q in self._questions], 1))
+        rewards = torch.cat(chunks) if len(chunks) > 1 else chunks[0]
+        rewards = rewards if self.multi_task else rewards[:, 0]
+        if out is None:
+            return rewards
+        out.copy_(rewards)
+        return out
+
+    def _reward(self, question: _Question, vision: Any, n: int) -> torch.Tensor:
+        """One question's rewards (n,) for a batch whose vision output is ``vision``."""
+        from transformers import DynamicCache
+
+        model = self.model
+        cache = None
+        if question.prefix_kv:
+            expanded = [(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in question.prefix_kv]
+            cache = DynamicCache(ddp_cache_data=expanded, config=model.config)
+        positions = question.tail_positions
+        out = model(
+            input_ids=question.tail.expand(n, -1),
+            position_ids=None if positions is None else positions.expand(-1, n, -1),
+            cache=cache,
+            mm_encoder_outputs={"image": vision},
+            use_cache=cache is not None,
+            logits_to_keep=1,
+        )
+        return answer_reward(out.logits[:, -1], question.yes, question.no, question.task.score)
+
+    @torch.inference_mode()
+    def __call__(self, frames: Any) -> torch.Tensor:
+        """uint8 frames (N, H, W, 3), numpy or torch -> rewards (N,) (or (N, K) with several tasks)."""
+        frames = as_frame_tensor(frames)
+        if self._buffer is None:  # reused: a fresh buffer of this size each call costs its page faults
+            self._buffer = self.pixel_buffer(self.chunk_size)
+        outs = []
+        for start in range(0, frames.shape[0], self.chunk_size):
+            chunk = frames[start : start + self.chunk_size]
+            outs.append(self.score_pixels(self._pixels(chunk, self._buffer[: chunk.shape[0]])))
+        return torch.cat(outs) if len(outs) > 1 else outs[0]
+
+    def close(self) -> None:
+        """Releases the weights and the prefix caches: the judge scores no more frames."""
+        self.judge = dataclasses.replace(self.judge, model=None)
+        self._buffer = None
+        for question in self._questions:
+            question.prefix_kv = []
+
+
+def judge_tasks(tasks: Sequence[Any]) -> tuple[QuestionTask, ...]:
+    """``tasks`` as a judge's question tasks: a goal-baseline task of one target prompt (a task's default,
+    the training config's ``target_prompts``) asks :meth:`QuestionTask.about` it; CLIP's other tasks are
+    refused with the fix."""
+    out = []
+    for i, task in enumerate(tasks):
+        if isinstance(task, QuestionTask):
+            out.append(task)
+        elif isinstance(task, GoalBaselineTask) and task.alpha == 0 and len(task.target_prompts) == 1:
+            name = task.name if task.name != task.target_prompts[0] else None
+            out.append(QuestionTask.about(task.target_prompts[0], name=name))
+        elif isinstance(task, GoalBaselineTask) and task.alpha == 0:
+            raise FieldError(
+                "target_prompts",
+                f"a judge asks one question about one target prompt, got {len(task.target_prompts)} "
+                f"({', '.join(map(repr, task.target_prompts))}): keep one, or ask each as a question task "
+                "(tasks=[{'kind': 'question', 'question': ...}, ...])",
+            )
+        else:
+            raise FieldError(
+                f"tasks[{i}]",
+                f"a generative VLM judge answers questions; {type(task).__name__} {task.name!r} is a CLIP reward "
+                "(embeddings, alpha, negative prompts). Give question tasks, e.g. tasks=[{'kind': 'question', "
+                "'question': 'Is the pole upright?'}], or one target prompt with alpha 0",
+            )
+    return tuple(out)
+
+
+def is_judge_spec(spec: RewardModelSpec) -> bool:
+    """Whether ``spec`` asks for a judge: it names one, or its tasks are questions."""
+    from vlmrm_fast.models.judge.load import is_judge_name
+
+    return is_judge_name(spec.model) or any(isinstance(t, QuestionTask) for t in spec.tasks or ())
+
+
+def load_judge_reward_model(spec: RewardModelSpec) -> JudgeRewardModel:
+    """The judge of ``spec`` (a judge's name, question tasks or one target prompt; see docs/judge.md)."""
+    from vlmrm_fast.encoders.precision import resolve
+    from vlmrm_fast.models.judge.fp8 import convert_judge_to_fp8
+    from vlmrm_fast.models.judge.load import is_judge_name, load_judge
+
+    if not is_judge_name(spec.model):
+        raise FieldError(
+            "model",
+            f"{spec.model!r} is a CLIP model; question tasks need a generative VLM judge, e.g. "
+            f"model='Qwen/Qwen2-VL-2B-Instruct' (or 'vlmrm-tiny-qwen2-vl' to try the plumbing)",
+        )
+    _refuse_clip_fields(spec)
+    tasks, multi = spec.reward_tasks()
+    tasks = judge_tasks(tasks)  # before the weights load: a bad task fails in a moment
+    device = resolve_device(spec.device)
+    precision = resolve(spec.precision, device)
+    judge = load_judge(
+        spec.model,
+        device=device,
+        dtype=precision.dtype,
+        cache_dir=spec.cache_dir,
+        seed=spec.seed,
+    )
+    if precision.fp8:
+        convert_judge_to_fp8(judge.model)
+    return JudgeRewardModel(
+        judge,
+        tasks,
+        device=device,
+        multi_task=multi,
+        batch_size=spec.batch_size,
+        image_size=spec.image_size or DEFAULT_IMAGE_SIZE,
+        precision=precision.name,
+        schedule=spec.schedule,
+    )
+
+
+def _refuse_clip_fields(spec: RewardModelSpec) -> None:
+    """The spec's CLIP-only fields, refused when set: they would change nothing for a judge."""
+    why = {
+        "pretrained": "a judge's weights come with its name (a hub repository or a folder)",
+        "checkpoint": "a judge's weights come with its name (a hub repository or a folder)",
+        "tokenizer": "a judge's tokenizer comes with its processor",
+    }
+    for field, reason in why.items():
+        if getattr(spec, field) is not None:
+            raise FieldError(field, f"does not apply to a generative VLM judge: {reason}; leave it out")
+    if spec.resize_mode not in (None, "squash"):
+        raise FieldError(
+            "resize_mode",
+            f"{spec.resize_mode!r} is CLIP's; a judge squashes frames to its input size (image_size): use 'squash' "
+            "or leave it out",
+        )
+    if spec.alpha:
+        raise FieldError("alpha", "is CLIP's goal-baseline projection; a judge has no embedding to project: use 0")
+    if spec.backend not in ("auto", "torch"):
+        raise FieldError("backend", f"{spec.backend!r} runs CLIP image towers; a judge runs in torch: use 'auto'")
+    if spec.encoder_options:
+        raise FieldError(
+            "encoder_options", f"{sorted(spec.encoder_options)} configure CLIP's encoder backends, not a judge"
+        )
