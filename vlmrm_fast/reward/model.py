@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -24,6 +24,9 @@ from vlmrm_fast.reward.head import RewardHead
 from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
 from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.reward.tasks import Task, as_reward_tasks, normalize_prompts, unique_prompts
+
+if TYPE_CHECKING:
+    from vlmrm_fast.reward.window_model import WindowRewardModel
 
 DEFAULT_CHUNK = 256
 
@@ -192,7 +195,9 @@ class VLMRewardModel:
         self.clip = dataclasses.replace(self.clip, model=None, tokenizer=None)
 
 
-def load_reward_model(model: str | RewardModelSpec, pretrained: str | None = None, **fields: Any) -> VLMRewardModel:
+def load_reward_model(
+    model: str | RewardModelSpec, pretrained: str | None = None, **fields: Any
+) -> VLMRewardModel | WindowRewardModel:
     """Loads a CLIP reward model from a :class:`RewardModelSpec`, or from its fields.
 
     ``model`` is an open_clip name (``"ViT-bigG-14"``), ``"name/tag"``
@@ -205,6 +210,8 @@ def load_reward_model(model: str | RewardModelSpec, pretrained: str | None = Non
     (keeps wide frames whole); ``resize_mode="paper"`` does what the paper's code did
     (a squash by PyTorch's float bicubic without antialiasing, OpenAI's mean and std; see
     ``vlmrm_fast.preprocess``). Other keywords are encoder options (see :class:`RewardModelSpec`).
+    A video model's name, or ``window=``, gives a model of windows of frames
+    (:class:`~vlmrm_fast.reward.window_model.WindowRewardModel`; docs/video-rewards.md).
     """
     if isinstance(model, RewardModelSpec):
         if pretrained is not None or fields:
@@ -212,6 +219,10 @@ def load_reward_model(model: str | RewardModelSpec, pretrained: str | None = Non
         spec = model
     else:
         spec = RewardModelSpec.from_kwargs(model=model, pretrained=pretrained, **fields)
+    if spec.window is not None:
+        from vlmrm_fast.reward.window_model import load_window_model
+
+        return load_window_model(spec)
     tasks, multi = spec.reward_tasks()
     resolved = resolve_device(spec.device)
     clip = load_clip(

@@ -104,10 +104,19 @@ class ScheduleClock:
 
     ``episode_length``: the time limit, the last step of an episode where the envs report their
     ends only after the frames are scored (the batch engine); None where there is none.
+    ``episode_ends_only``: score each episode on its last step alone (a window of the whole episode).
     """
 
-    def __init__(self, schedule: ScoreSchedule, num_envs: int, episode_length: int | None = None):
+    def __init__(
+        self,
+        schedule: ScoreSchedule,
+        num_envs: int,
+        episode_length: int | None = None,
+        *,
+        episode_ends_only: bool = False,
+    ):
         self.schedule = schedule
+        self.episode_ends_only = episode_ends_only
         self.num_envs = int(num_envs)
         self.episode_length = episode_length
         self.steps = np.zeros(self.num_envs, dtype=np.int64)  # steps each env's episode has taken
@@ -131,7 +140,10 @@ class ScheduleClock:
         else:
             ends = np.zeros(self.num_envs, dtype=bool)
         every = self.schedule.score_every
-        due = ends | (stepping & (step % every == 0)) if every > 1 else stepping.copy()
+        if self.episode_ends_only:
+            due = ends.copy()
+        else:
+            due = ends | (stepping & (step % every == 0)) if every > 1 else stepping.copy()
         return StepPlan(stepping, step, ends, due, bool(due.all()))
 
     def rewards(self, plan: StepPlan, scores: np.ndarray) -> np.ndarray:

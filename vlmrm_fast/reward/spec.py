@@ -18,6 +18,7 @@ from vlmrm_fast.encoders import BACKEND_OPTIONS, BACKENDS, PRECISION_NAMES
 from vlmrm_fast.preprocess import RESIZE_MODES
 from vlmrm_fast.reward.schedule import ScoreSchedule
 from vlmrm_fast.reward.tasks import GoalBaselineTask, Task, as_reward_tasks, normalize_prompts
+from vlmrm_fast.reward.window import WindowSpec, check_window_fields
 
 if TYPE_CHECKING:
     from vlmrm_fast.envs import TaskSpec
@@ -43,7 +44,10 @@ class RewardModelSpec:
     ``engine_cache_dir``, FP8's ``fp8_scaling`` and ``fp8_calibration``, a path in a config; see
     ``encoders.make_image_encoder``). ``score_every``: score each env on every n-th step of its
     episode (and on its last step); ``between_scores``: the reward of the other steps, "zero" or
-    "hold" (the env's last score; ``reward/schedule.py``).
+    "hold" (the env's last score; ``reward/schedule.py``). ``window``: score a window of each env's
+    frames (a :class:`~vlmrm_fast.reward.window.WindowSpec`: ``{frames: 8, timing: streamed,
+    embedding: video}``) with a video model, or with the mean of a frame model's embeddings
+    (docs/video-rewards.md).
     """
 
     model: str = DEFAULT_MODEL
@@ -64,6 +68,7 @@ class RewardModelSpec:
     tokenizer: str | None = None
     score_every: int = 1
     between_scores: str = "zero"
+    window: WindowSpec | None = None
     encoder_options: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
@@ -102,6 +107,8 @@ class RewardModelSpec:
         if not isinstance(self.encoder_options, Mapping):
             raise FieldTypeError("encoder_options", f"must be a mapping of option names, got {self.encoder_options!r}")
         put("encoder_options", dict(self.encoder_options))  # a copy (a spec pickles to other ranks)
+        put("window", WindowSpec.of(self.window))
+        check_window_fields(self)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> RewardModelSpec:

@@ -1,0 +1,318 @@
+"""Reward models of windows of frames: a video model reading the window, or the mean of a frame model's
+embeddings (``reward/window.py`` says what a window is; docs/video-rewards.md how to use them).
+
+A window model scores in two stages, so that the env stack encodes each frame once, when it is
+drawn, and keeps what a window needs in a ring per env (``reward/window_ring.py``):
+
+- ``frame_items(pixels)``: each preprocessed frame -> what the ring keeps of it: the frame itself
+  for a video model, its normalised embedding for the mean of frames;
+- ``window_embeddings(items)``: the items a window reads (``reads(K)``, oldest first) -> one
+  embedding per window, which the reward head (``reward/head.py``, the frame models' formulas and
+  kernels) turns into rewards.
+
+Offline, :meth:`WindowRewardModel.score_windows` runs both on an episode's frames (each frame's item
+computed once, the windows gathered from them) and ``model(windows)`` on uint8 windows (N, K, H, W, 3).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from vlmrm_fast.frames import FrameView
+from vlmrm_fast.preprocess import FramePreprocessor, as_frame_tensor
+from vlmrm_fast.profiling import NULL_TIMER, StageTimer
+from vlmrm_fast.reward.head import RewardHead
+from vlmrm_fast.reward.model import DEFAULT_CHUNK, VLMRewardModel
+from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
+from vlmrm_fast.reward.tasks import BinaryTask, Task, as_reward_tasks, unique_prompts
+from vlmrm_fast.reward.window import WindowSpec, subsample_indices
+
+
+class WindowRewardModel(abc.ABC):
+    """Windows of frames in, rewards out: the :class:`~vlmrm_fast.reward.protocol.RewardModel` interface
+    (whose ``score_pixels`` refuses single frames), a ``window``, and the two stages the env stack's
+    rings run (see the module docstring)."""
+
+    window: WindowSpec
+    schedule: ScoreSchedule
+    device: torch.device
+    multi_task: bool
+    chunk_size: int  # windows per encoder batch (frames per batch for the mean of frames' encoder)
+    head: RewardHead
+    preprocessor: FramePreprocessor
+    name: str
+
+    @property
+    def tasks(self) -> tuple[Task, ...]:
+        return self.head.tasks
+
+    # ------------------------------------------------------------------ the two stages
+    @property
+    @abc.abstractmethod
+    def item_shape(self) -> tuple[int, ...]:
+        """The shape of what a ring keeps of one frame."""
+
+    @property
+    @abc.abstractmethod
+    def item_dtype(self) -> torch.dtype: ...
+
+    @abc.abstractmethod
+    def reads(self, frames: int) -> list[int]:
+        """Which of a window's ``frames`` frames (0 the oldest) its embedding reads, oldest first."""
+
+    @abc.abstractmethod
+    def frame_items(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Preprocessed frames (n, 3, S, S) -> what a ring keeps of each, (n, *item_shape)."""
+
+    @abc.abstractmethod
+    def window_embeddings(self, items: torch.Tensor) -> torch.Tensor:
+        """The items of windows (n, len(reads(K)), *item_shape), oldest first -> embeddings (n, D)."""
+
+    def rewards_of(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """Window embeddings (n, D) -> rewards (n,), or (n, K) with several tasks."""
+        rewards = self.head(embeddings)
+        return rewards if self.multi_task else rewards[:, 0]
+
+    # ------------------------------------------------------------------ RewardModel
+    def pixel_buffer(self, num_frames: int) -> torch.Tensor:
+        size = self.preprocessor.spec.size
+        return torch.empty((num_frames, 3, size, size), dtype=self.preprocessor.dtype, device=self.device)
+
+    @torch.inference_mode()
+    def preprocess(
+        self, view: FrameView, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER
+    ) -> torch.Tensor:
+        """The frames of a view -> the model's input for each frame (N, 3, S, S)."""
+        with timer.stage("preprocess"):
+            return self.preprocessor.run(view, out)
+
+    def score_pixels(
+        self, pixels: torch.Tensor, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER
+    ) -> torch.Tensor:
+        raise ValueError(
+            f"{self.name} scores windows of {self.window.frames} frames, not single frames: score them through "
+            "the env stack (FastVLMRewardVecEnv, make_vec), model(windows) with windows (N, K, H, W, 3), or "
+            "score_windows(frames, windows)"
+        )
+
+    @torch.inference_mode()
+    def __call__(self, frames: Any) -> torch.Tensor:
+        """``frames``: uint8 windows (N, K, H, W, 3), oldest frame first, numpy or torch -> rewards (N,)
+        (or (N, tasks))."""
+        windows = frames
+        if isinstance(windows, np.ndarray):
+            windows = torch.from_numpy(np.ascontiguousarray(windows))
+        if not isinstance(windows, torch.Tensor) or windows.ndim != 5:
+            shape = tuple(getattr(windows, "shape", ()))
+            raise ValueError(
+                f"{self.name} scores windows of frames (N, K, H, W, 3), got shape {shape}"
+                + (
+                    "; a single frame per env is no window: stack each env's K frames, oldest first"
+                    if len(shape) == 4
+                    else ""
+                )
+            )
+        n, k = windows.shape[:2]
+        return self.score_windows(windows.reshape((n * k, *windows.shape[2:])), np.arange(n * k).reshape(n, k))
+
+    @torch.inference_mode()
+    def score_windows(self, frames: Any, windows: Any) -> torch.Tensor:
+        """Rewards of windows of ``frames`` (uint8 (F, H, W, 3)): ``windows`` (W, K) holds each window's
+        frame indices, oldest first. Each frame is preprocessed and turned into its item once."""
+        frames = as_frame_tensor(frames)
+        windows = torch.as_tensor(np.asarray(windows), dtype=torch.long)
+        if windows.ndim != 2 or windows.shape[1] != self.window.frames:
+            raise ValueError(
+                f"windows must be (W, {self.window.frames}) frame indices (the window's {self.window.frames} frames), "
+                f"got shape {tuple(windows.shape)}"
+            )
+        batch = max(1, self.chunk_size)
+        items = torch.cat(
+            [
+                self.frame_items(self.preprocessor(frames[start : start + batch]))
+                for start in range(0, frames.shape[0], batch)
+            ]
+        )
+        reads = windows[:, self.reads(self.window.frames)].to(items.device)
+        embeddings = [
+            self.window_embeddings(items[reads[start : start + batch]]) for start in range(0, reads.shape[0], batch)
+        ]
+        return self.rewards_of(torch.cat(embeddings))
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.window.describe()}"
+
+
+class MeanOfFramesModel(WindowRewardModel):
+    """A frame model (a :class:`VLMRewardModel`, any open_clip family) scoring a window by the mean of
+    its frames' normalised embeddings (the paper code's ``avg_frame``): each frame is encoded once, by
+    the frame model's encoder backend, and the reward head scores the mean."""
+
+    def __init__(self, frames: VLMRewardModel, window: WindowSpec):
+        self.frames = frames
+        self.window = window
+        self.schedule = frames.schedule
+        self.device = frames.device
+        self.multi_task = frames.multi_task
+        self.chunk_size = frames.chunk_size
+        self.head = frames.head
+        self.preprocessor = frames.preprocessor
+        self.name = frames.clip.model_id
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        return (self.frames.embed_dim,)
+
+    @property
+    def item_dtype(self) -> torch.dtype:
+        return torch.float32
+
+    def reads(self, frames: int) -> list[int]:
+        return list(range(frames))
+
+    def frame_items(self, pixels: torch.Tensor) -> torch.Tensor:
+        self.frames._check_open()
+        return F.normalize(self.frames._in_chunks(pixels, self.frames.encoder.encode_rows).float(), dim=-1)
+
+    def window_embeddings(self, items: torch.Tensor) -> torch.Tensor:
+        return items.mean(dim=1)
+
+    def close(self) -> None:
+        self.frames.close()
+
+    def __repr__(self) -> str:
+        return f"MeanOfFramesModel({self.frames!r}, window={self.window})"
+
+
+class VideoWindowModel(WindowRewardModel):
+    """A video model (``vlmrm_fast.models.video``) scoring a window: the ring keeps each frame
+    preprocessed as the model was trained (its ``info.preprocess``, by the fused kernel), and the
+    model reads its ``info.num_frames`` of a window's K (``subsample_indices``: evenly spaced, the
+    newest kept), every due env's window in one batch of ``chunk_size`` (compiled, the batch fixed and
+    padded, where ``compiled``)."""
+
+    def __init__(
+        self,
+        video: Any,
+        tasks: Sequence[Any],
+        window: WindowSpec,
+        *,
+        multi_task: bool = False,
+        schedule: ScoreSchedule = EVERY_STEP,
+        batch_size: int | None = None,
+        compiled: bool = False,
+        compile_mode: str | None = None,
+        resize_mode: str | None = None,
+    ):
+        self.video = video
+        self.window = window
+        self.schedule = schedule
+        self.device = torch.device(video.device)
+        self.multi_task = multi_task
+        self.name = video.info.name
+        self.chunk_size = int(batch_size or DEFAULT_CHUNK)
+        spec = video.info.preprocess
+        if resize_mode is not None:
+            spec = dataclasses.replace(spec, resize_mode=resize_mode)
+        self.preprocessor = FramePreprocessor(spec, self.device, video.dtype)
+        tasks = as_reward_tasks(tasks)
+        prompts = unique_prompts(tasks)
+        text = dict(zip(prompts, video.encode_text(prompts).float()))
+        scale = video.logit_scale
+        if scale is None:
+            if any(isinstance(task, BinaryTask) and task.temperature is None for task in tasks):
+                raise ValueError(
+                    f"{self.name} was trained without a logit scale (raw dot products): give the binary task a "
+                    "temperature= (its softmax's 1 / scale)"
+                )
+            scale = 1.0
+        self.head = RewardHead(tasks, text.__getitem__, float(scale), self.device)
+        self.compiled = bool(compiled)
+        self._features = self._uncompiled
+        if self.compiled:
+            self._features = torch.compile(self._uncompiled, dynamic=False, mode=compile_mode)
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        size = self.preprocessor.spec.size
+        return (3, size, size)
+
+    @property
+    def item_dtype(self) -> torch.dtype:
+        return self.preprocessor.dtype
+
+    def reads(self, frames: int) -> list[int]:
+        return subsample_indices(frames, self.video.info.num_frames)
+
+    def frame_items(self, pixels: torch.Tensor) -> torch.Tensor:
+        return pixels
+
+    def _uncompiled(self, windows: torch.Tensor) -> torch.Tensor:
+        # The model's features without its input checks (made once, in window_embeddings), which
+        # torch.compile cannot trace under inference mode.
+        return F.normalize(self.video._video_features(windows), dim=-1)
+
+    def window_embeddings(self, items: torch.Tensor) -> torch.Tensor:
+        """Windows (n, T, 3, S, S) -> embeddings (n, D), in batches of ``chunk_size`` (a compiled model
+        gets each batch padded to ``chunk_size``: its one shape)."""
+        if items.shape[0] == 0:
+            return torch.empty((0, self.video.info.embed_dim), device=self.device)
+        self.video.check_windows(items[:1])
+        out = []
+        for start in range(0, items.shape[0], self.chunk_size):
+            batch = items[start : start + self.chunk_size]
+            n = batch.shape[0]
+            if self.compiled and n < self.chunk_size:
+                batch = torch.cat([batch, batch[-1:].expand(self.chunk_size - n, *batch.shape[1:])])
+            out.append(self._features(batch.contiguous())[:n])
+        return torch.cat(out).float() if len(out) > 1 else out[0].float()
+
+    def close(self) -> None:
+        self.video = None
+        self._features = self._uncompiled
+
+    def __repr__(self) -> str:
+        backend = f"compiled, batch {self.chunk_size}" if self.compiled else "eager"
+        return f"VideoWindowModel({self.name}, {self.preprocessor.dtype}, {backend}, window={self.window})"
+
+
+def load_window_model(spec: Any) -> WindowRewardModel:
+    """The window reward model of a :class:`~vlmrm_fast.reward.spec.RewardModelSpec` with a ``window``."""
+    from vlmrm_fast.device import resolve_device
+    from vlmrm_fast.reward.model import load_reward_model
+
+    window: WindowSpec = spec.window
+    if window.embedding == "mean_of_frames":
+        return MeanOfFramesModel(load_reward_model(spec.replace(window=None)), window)
+    from vlmrm_fast.models.video import load_video_model
+
+    device = resolve_device(spec.device)
+    dtype = _video_dtype(spec.precision, device)
+    video = load_video_model(spec.model, checkpoint=spec.checkpoint, device=device, dtype=dtype, seed=spec.seed)
+    tasks, multi = spec.reward_tasks()
+    compiled = spec.backend == "compile" or (spec.backend == "auto" and device.type == "cuda" and spec.batch_size)
+    return VideoWindowModel(
+        video,
+        tasks,
+        window,
+        multi_task=multi,
+        schedule=spec.schedule,
+        batch_size=spec.batch_size,
+        compiled=bool(compiled),
+        compile_mode=spec.encoder_options.get("compile_mode"),
+        resize_mode=spec.resize_mode,
+    )
+
+
+def _video_dtype(precision: str, device: torch.device) -> torch.dtype:
+    """fp32 on the CPU, bf16 on a GPU (fp16 without bf16) for "auto"; a named precision as named."""
+    from vlmrm_fast.encoders.precision import resolve
+
+    return resolve(precision, device).dtype
