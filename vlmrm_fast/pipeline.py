@@ -19,7 +19,7 @@ preprocessed, encoded and scored on its own.
 The reward model's schedule (``reward/schedule.py``: ``score_every``, ``between_scores``) says which
 envs a step scores: ``begin`` plans the step, ``submit`` encodes only the due envs of a range (all of
 them, or a smaller batch gathered from them), and ``finish`` gives the others their reward between
-scores and counts the step. A window model (one with a ``window``; ``reward/window_ring.py``) keeps
+scores and counts the step. A window model (a ``reward.window_model.WindowRewardModel``; ``reward/window_ring.py``) keeps
 each env's window in a ring on its device: every range's frames are preprocessed into the ring, and
 the due envs' windows are embedded and scored.
 """
@@ -34,6 +34,7 @@ from vlmrm_fast.frames import FrameView
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
 from vlmrm_fast.reward.protocol import RewardModel
 from vlmrm_fast.reward.schedule import ScheduleClock, StepPlan, schedule_of
+from vlmrm_fast.reward.window_model import WindowRewardModel
 from vlmrm_fast.reward.window_ring import WindowRing
 
 
@@ -68,9 +69,10 @@ class ChunkedScorer:
         shape = (num_envs, len(reward_model.tasks)) if reward_model.multi_task else (num_envs,)
         self._rewards = torch.empty(shape, dtype=torch.float32, device=self.device)
         self._host = torch.empty(shape, dtype=torch.float32, pin_memory=on_gpu)
-        window = getattr(reward_model, "window", None)
-        self.ring = WindowRing(reward_model, num_envs, episode_length) if window is not None else None
-        episode_ends_only = window is not None and window.timing == "episode_end"
+        self.ring: WindowRing | None = None
+        if isinstance(reward_model, WindowRewardModel):
+            self.ring = WindowRing(reward_model, num_envs, episode_length)
+        episode_ends_only = self.ring is not None and self.ring.episode_end
         self.clock = ScheduleClock(
             schedule_of(reward_model), num_envs, episode_length, episode_ends_only=episode_ends_only
         )

@@ -290,7 +290,9 @@ def load_window_model(spec: Any) -> WindowRewardModel:
 
     window: WindowSpec = spec.window
     if window.embedding == "mean_of_frames":
-        return MeanOfFramesModel(load_reward_model(spec.replace(window=None)), window)
+        frames = load_reward_model(spec.replace(window=None))
+        assert isinstance(frames, VLMRewardModel)  # no window: a frame model
+        return MeanOfFramesModel(frames, window)
     from vlmrm_fast.models.video import load_video_model
 
     device = resolve_device(spec.device)

@@ -25,6 +25,8 @@ index arrays).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 
@@ -32,12 +34,15 @@ from vlmrm_fast.profiling import NULL_TIMER, StageTimer
 from vlmrm_fast.reward.schedule import StepPlan
 from vlmrm_fast.reward.window import episode_end_frames
 
+if TYPE_CHECKING:
+    from vlmrm_fast.reward.window_model import WindowRewardModel
+
 
 class WindowRing:
     """The windows of ``num_envs`` envs of a window model (see the module docstring). ``episode_length``:
     the time limit, which an episode-end window is spread over (required for it)."""
 
-    def __init__(self, model, num_envs: int, episode_length: int | None = None):
+    def __init__(self, model: WindowRewardModel, num_envs: int, episode_length: int | None = None):
         self.model = model
         self.window = model.window
         self.frames = self.window.frames
@@ -134,8 +139,8 @@ class WindowRing:
                     part = slice(rows.start + start, rows.start + min(start + batch, due.size))
                     windows = self.items[:, part].index_select(0, slots).transpose(0, 1)
                 else:
-                    envs = torch.as_tensor(due[start : start + batch] + rows.start, device=self.device)
-                    windows = self.items[slots.view(1, -1), envs.view(-1, 1)]
+                    scored = torch.as_tensor(due[start : start + batch] + rows.start, device=self.device)
+                    windows = self.items[slots.view(1, -1), scored.view(-1, 1)]
                 embeddings.append(self.model.window_embeddings(windows))  # (n, reads, *item), oldest first
         with timer.stage("reward"):
             rewards = self.model.rewards_of(torch.cat(embeddings) if len(embeddings) > 1 else embeddings[0])
