@@ -11,6 +11,7 @@ import torch
 from vlmrm_fast.progress import progress_iter
 from vlmrm_fast.reward import BinaryTask, GoalBaselineTask, VLMRewardModel
 from vlmrm_fast.reward.tasks import normalize_prompts
+from vlmrm_fast.reward.window import paper_windows
 
 
 def score_frames(model: VLMRewardModel, frames: Any, tasks: Sequence[Any], *, progress: bool = False) -> np.ndarray:
@@ -32,6 +33,34 @@ def score_frames(model: VLMRewardModel, frames: Any, tasks: Sequence[Any], *, pr
         return model.reward_from_embeddings(embeddings).double().cpu().numpy()
     finally:
         model.set_tasks(previous, multi_task=previous_multi)
+
+
+def score_episode_windows(
+    model: Any,
+    frames: Any,
+    episodes: Sequence[np.ndarray],
+    tasks: Sequence[Any],
+    *,
+    window_size: int,
+    window_step: int = 1,
+) -> np.ndarray:
+    """Rewards (N, K) float64 of frames (N, H, W, 3) for K tasks by a window reward model: the paper
+    code's windows of ``window_size`` frames every ``window_step`` frames inside each episode (``episodes``:
+    each one's frame indices, in order), each window's reward on its last frame; NaN on the frames that end
+    no window. Each frame is encoded once, each window embedded once for every task."""
+    windows = [idx[paper_windows(len(idx), window_size, window_step)] for idx in episodes if len(idx) >= window_size]
+    if not windows:
+        longest = max((len(idx) for idx in episodes), default=0)
+        raise ValueError(
+            f"window_size {window_size} is longer than every episode (the longest has {longest} frames); give at "
+            f"most {longest}"
+        )
+    stacked = np.concatenate(windows)
+    embeddings = model.embed_windows(frames, stacked)
+    rewards = model.head_for(tasks)(embeddings).double().cpu().numpy()
+    out = np.full((np.asarray(frames).shape[0], rewards.shape[1]), np.nan)
+    out[stacked[:, -1]] = rewards
+    return out
 
 
 def alpha_tasks(target_prompts: Any, baseline_prompts: Any, alphas: Sequence[float]) -> list[GoalBaselineTask]:
@@ -59,6 +88,10 @@ def check_alphas(alphas: Sequence[float]) -> tuple[float, ...]:
     return out
 
 
-def parameter_count(model: VLMRewardModel) -> int:
-    """Parameters of the whole CLIP model (image and text towers)."""
-    return int(sum(p.numel() for p in model.clip.model.parameters()))
+def parameter_count(model: Any) -> int:
+    """Parameters of the whole model (image or video and text towers)."""
+    network = getattr(model, "video", None)
+    if network is None:
+        frames = getattr(model, "frames", model)  # a mean-of-frames window model's frame model
+        network = frames.clip.model
+    return int(sum(p.numel() for p in network.parameters()))

@@ -98,6 +98,13 @@ def paper_window_ends(length: int, size: int, step: int) -> np.ndarray:
     return np.arange(size - 1, length, step)
 
 
+def paper_windows(length: int, size: int, step: int) -> np.ndarray:
+    """The paper code's windows inside an episode of ``length`` frames (see :func:`paper_window_ends`), as
+    (W, ``size``) frame indices, oldest first."""
+    ends = paper_window_ends(length, size, step)
+    return ends[:, None] - np.arange(size - 1, -1, -1)[None, :]
+
+
 def episode_end_frames(length: int, frames: int) -> np.ndarray:
     """The frames (0-based, oldest first) an episode-end window of ``frames`` frames keeps of an episode
     of ``length`` frames: evenly spaced, its last frame always kept (:func:`subsample_indices`)."""

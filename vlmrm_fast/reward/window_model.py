@@ -126,25 +126,49 @@ class WindowRewardModel(abc.ABC):
     def score_windows(self, frames: Any, windows: Any) -> torch.Tensor:
         """Rewards of windows of ``frames`` (uint8 (F, H, W, 3)): ``windows`` (W, K) holds each window's
         frame indices, oldest first. Each frame is preprocessed and turned into its item once."""
+        return self.rewards_of(self.embed_windows(frames, windows))
+
+    @torch.inference_mode()
+    def embed_windows(self, frames: Any, windows: Any) -> torch.Tensor:
+        """The embeddings (W, D) of windows of ``frames`` (see :meth:`score_windows`); a window may hold
+        any number of frames (the model reads ``reads(K)`` of them)."""
         frames = as_frame_tensor(frames)
         windows = torch.as_tensor(np.asarray(windows), dtype=torch.long)
-        if windows.ndim != 2 or windows.shape[1] != self.window.frames:
-            raise ValueError(
-                f"windows must be (W, {self.window.frames}) frame indices (the window's {self.window.frames} frames), "
-                f"got shape {tuple(windows.shape)}"
-            )
+        if windows.ndim != 2 or windows.shape[0] == 0:
+            raise ValueError(f"windows must be (W, K) frame indices, oldest first, got shape {tuple(windows.shape)}")
         batch = max(1, self.chunk_size)
+        needed = torch.unique(windows)  # each frame that some window holds, preprocessed and encoded once
+        if int(needed.min()) < 0 or int(needed.max()) >= frames.shape[0]:
+            raise ValueError(
+                f"windows index frames 0..{frames.shape[0] - 1}, got {int(needed.min())}..{int(needed.max())}"
+            )
         items = torch.cat(
             [
-                self.frame_items(self.preprocessor(frames[start : start + batch]))
-                for start in range(0, frames.shape[0], batch)
+                self.frame_items(self.preprocessor(frames[needed[start : start + batch]]))
+                for start in range(0, needed.shape[0], batch)
             ]
         )
-        reads = windows[:, self.reads(self.window.frames)].to(items.device)
+        position = torch.searchsorted(needed, windows[:, self.reads(windows.shape[1])]).to(items.device)
         embeddings = [
-            self.window_embeddings(items[reads[start : start + batch]]) for start in range(0, reads.shape[0], batch)
+            self.window_embeddings(items[position[start : start + batch]])
+            for start in range(0, position.shape[0], batch)
         ]
-        return self.rewards_of(torch.cat(embeddings))
+        return torch.cat(embeddings) if len(embeddings) > 1 else embeddings[0]
+
+    def head_for(self, tasks: Sequence[Any]) -> RewardHead:
+        """A reward head of other ``tasks`` (goal-baseline, binary) on this model's text embeddings."""
+        tasks = as_reward_tasks(tasks)
+        prompts = unique_prompts(tasks)
+        text = dict(zip(prompts, self.text_embeddings(prompts)))
+        return RewardHead(tasks, text.__getitem__, self.logit_scale_for(tasks), self.device)
+
+    @abc.abstractmethod
+    def text_embeddings(self, prompts: Sequence[str]) -> torch.Tensor:
+        """Normalised (P, D) float32 text embeddings of ``prompts``."""
+
+    @abc.abstractmethod
+    def logit_scale_for(self, tasks: Sequence[Task]) -> float:
+        """The softmax scale of binary ``tasks`` (refused where the model has none and a task no temperature)."""
 
     def describe(self) -> str:
         return f"{self.name}: {self.window.describe()}"
@@ -184,6 +208,12 @@ class MeanOfFramesModel(WindowRewardModel):
     def window_embeddings(self, items: torch.Tensor) -> torch.Tensor:
         return items.mean(dim=1)
 
+    def text_embeddings(self, prompts: Sequence[str]) -> torch.Tensor:
+        return self.frames.embed_text(prompts)
+
+    def logit_scale_for(self, tasks: Sequence[Task]) -> float:
+        return self.frames.logit_scale
+
     def close(self) -> None:
         self.frames.close()
 
@@ -222,18 +252,7 @@ class VideoWindowModel(WindowRewardModel):
         if resize_mode is not None:
             spec = dataclasses.replace(spec, resize_mode=resize_mode)
         self.preprocessor = FramePreprocessor(spec, self.device, video.dtype)
-        tasks = as_reward_tasks(tasks)
-        prompts = unique_prompts(tasks)
-        text = dict(zip(prompts, video.encode_text(prompts).float()))
-        scale = video.logit_scale
-        if scale is None:
-            if any(isinstance(task, BinaryTask) and task.temperature is None for task in tasks):
-                raise ValueError(
-                    f"{self.name} was trained without a logit scale (raw dot products): give the binary task a "
-                    "temperature= (its softmax's 1 / scale)"
-                )
-            scale = 1.0
-        self.head = RewardHead(tasks, text.__getitem__, float(scale), self.device)
+        self.head = self.head_for(tasks)
         self.compiled = bool(compiled)
         self._features = self._uncompiled
         if self.compiled:
@@ -253,6 +272,19 @@ class VideoWindowModel(WindowRewardModel):
 
     def frame_items(self, pixels: torch.Tensor) -> torch.Tensor:
         return pixels
+
+    def text_embeddings(self, prompts: Sequence[str]) -> torch.Tensor:
+        return self.video.encode_text(list(prompts)).float()
+
+    def logit_scale_for(self, tasks: Sequence[Task]) -> float:
+        if self.video.logit_scale is not None:
+            return float(self.video.logit_scale)
+        if any(isinstance(task, BinaryTask) and task.temperature is None for task in tasks):
+            raise ValueError(
+                f"{self.name} was trained without a logit scale (it compares raw dot products): give the binary "
+                "task a temperature= (its softmax's 1 / scale)"
+            )
+        return 1.0
 
     def _uncompiled(self, windows: torch.Tensor) -> torch.Tensor:
         # The model's features without its input checks (made once, in window_embeddings), which
