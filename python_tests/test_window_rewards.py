@@ -256,3 +256,15 @@ def test_missing_extra_names_the_pip_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)
     with pytest.raises(ImportError, match=r"pip install 'vlmrm-fast\[video\]'"):
         load_reward_model("xclip-tiny", window={"frames": 8}, device="cpu", **prompts())
+
+
+@pytest.mark.slow  # torch.compile of the tiny ViCLIP on the CPU
+def test_compiled_video_model_scores_as_the_eager_one():
+    """backend compile: one fixed batch of windows (4), a batch of 2 padded to it; the rewards of the
+    eager model."""
+    common = dict(window={"frames": 8}, device="cpu", batch_size=4, **prompts())
+    eager = load_reward_model("viclip-tiny", backend="torch", **common)
+    compiled = load_reward_model("viclip-tiny", backend="compile", **common)
+    assert compiled.compiled and not eager.compiled
+    windows = np.random.default_rng(2).integers(0, 256, (6, 8, 40, 40, 3), dtype=np.uint8)
+    assert_rewards_close(compiled(windows).numpy(), eager(windows).numpy())

@@ -303,7 +303,7 @@ class VideoWindowModel(WindowRewardModel):
             n = batch.shape[0]
             if self.compiled and n < self.chunk_size:
                 batch = torch.cat([batch, batch[-1:].expand(self.chunk_size - n, *batch.shape[1:])])
-            out.append(self._features(batch.contiguous())[:n])
+            out.append(self._features(batch if batch.is_contiguous() else batch.contiguous())[:n])
         return torch.cat(out).float() if len(out) > 1 else out[0].float()
 
     def close(self) -> None:

@@ -2,7 +2,8 @@
 
 A :class:`WindowRing` holds, for every env, K slots of what the window model keeps of a frame
 (``frame_items``: the preprocessed frame for a video model, its normalised embedding for the mean of
-frames), as one tensor (K, N, *item) on the model's device. The step's scorer
+frames), as one tensor (N, K, *item) on the model's device: an env's window lies in one block, so
+gathering the due envs' windows in time order is one copy. The step's scorer
 (``pipeline.ChunkedScorer``) preprocesses each range's frames with the fused kernel, and the ring:
 
 1. writes the items of the envs that keep this step's frame into their slots;
@@ -64,7 +65,7 @@ class WindowRing:
             for c in cursors
         ]
         self.items = torch.empty(
-            (self.frames, self.num_envs, *model.item_shape), dtype=model.item_dtype, device=self.device
+            (self.num_envs, self.frames, *model.item_shape), dtype=model.item_dtype, device=self.device
         )
         self._cursor = self.frames - 1  # streamed: the slot the last step wrote
         self._writes: dict[int, np.ndarray] = {}  # this step: slot -> envs that write it
@@ -119,7 +120,7 @@ class WindowRing:
                 inside = envs[(envs >= rows.start) & (envs < rows.stop)] - rows.start
                 if not inside.size:
                     continue
-                target = self.items[slot, rows]
+                target = self.items[rows, slot]
                 if every and inside.size == items.shape[0]:
                     target.copy_(items)
                     continue
@@ -137,10 +138,10 @@ class WindowRing:
             for start in range(0, due.size, batch):
                 if every_due:  # the common case: no index to upload, the windows read in place
                     part = slice(rows.start + start, rows.start + min(start + batch, due.size))
-                    windows = self.items[:, part].index_select(0, slots).transpose(0, 1)
+                    windows = self.items[part].index_select(1, slots)
                 else:
                     scored = torch.as_tensor(due[start : start + batch] + rows.start, device=self.device)
-                    windows = self.items[slots.view(1, -1), scored.view(-1, 1)]
+                    windows = self.items[scored.view(-1, 1), slots.view(1, -1)]
                 embeddings.append(self.model.window_embeddings(windows))  # (n, reads, *item), oldest first
         with timer.stage("reward"):
             rewards = self.model.rewards_of(torch.cat(embeddings) if len(embeddings) > 1 else embeddings[0])
