@@ -257,20 +257,6 @@ def _size_of(state: dict[str, torch.Tensor]) -> str | None:
     return None
 
 
-def flops_per_window(name: str) -> float:
-    """FLOPs of one window through the video tower (a multiply-add counts 2), counted by torch on the
-    meta device (no memory, no weights)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    entry = MODELS[name]
-    with torch.device("meta"):
-        tower = VisionTransformer(entry.config)
-        pixels = torch.empty(1, entry.config.num_frames, 3, entry.config.image_size, entry.config.image_size)
-    with FlopCounterMode(display=False) as counter:
-        tower(pixels)
-    return float(counter.get_total_flops())
-
-
 def tokens_per_window(name: str) -> int:
     """The tokens one window's class token attends over: every frame's patches, and itself."""
     c = MODELS[name].config
