@@ -98,6 +98,11 @@ def test_preprocessing_is_the_released_processors():
         tv = transformers.VideoMAEImageProcessor(**settings)([list(frames)], return_tensors="pt").pixel_values
         grey = (ours(frames) - tv[0]).abs() * torch.tensor(spec.std).view(3, 1, 1) * 255
         assert float(grey.max()) <= 3 and float(grey.mean()) < 0.5
+    # The processor crops from (w - S) // 2, torchvision and the kernel from round((w - S) / 2) (halves to
+    # even): one column apart where w - S is 3 modulo 4.
+    frames = random_frames(2, spec.size, spec.size + 19, seed=0)
+    pil = transformers.VideoMAEImageProcessorPil(**settings)([list(frames)], return_tensors="pt").pixel_values[0]
+    assert torch.equal(ours(frames)[..., :-1], pil[..., 1:]) and not torch.equal(ours(frames), pil)
 
 
 def test_a_saved_xclipmodel_loads_as_its_checkpoint(tmp_path):
