@@ -12,6 +12,7 @@ docs/video-models.md says which model to pick, what each costs and where its wei
 from vlmrm_fast.models.video.base import (
     VideoModel,
     VideoModelInfo,
+    flops_per_window,
     known_video_models,
     load_video_model,
     subsample_indices,
@@ -21,6 +22,7 @@ from vlmrm_fast.models.video.base import (
 __all__ = [
     "VideoModel",
     "VideoModelInfo",
+    "flops_per_window",
     "known_video_models",
     "load_video_model",
     "subsample_indices",

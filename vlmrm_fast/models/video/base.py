@@ -8,6 +8,7 @@ before any weight is loaded (how many frames, how each is preprocessed), and
 
     video_model_info(name)     the info of a registered model (no weights loaded)
     load_video_model(name)     the model, with a checkpoint's weights or seeded random ones
+    flops_per_window(name)     what one window costs the video tower
     subsample_indices(K, T)    which of a window's K frames a model of T frames reads
 """
 
@@ -194,6 +195,21 @@ def load_video_model(
     model = family.load(name, checkpoint=checkpoint, seed=seed)
     model.eval().requires_grad_(False)
     return model.to(device=torch.device(device), dtype=dtype)
+
+
+def flops_per_window(name: str) -> float:
+    """FLOPs of one window through the video tower of ``name`` (a multiply-add counts 2), counted by
+    torch's FLOP counter on the meta device: shapes only, no memory, no weights."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    family = _family_of(name)
+    with torch.device("meta"):
+        model = family.load(name, checkpoint=None, seed=0).eval()
+    info = model.info
+    pixels = torch.empty(1, info.num_frames, 3, info.preprocess.size, info.preprocess.size, device="meta")
+    with FlopCounterMode(display=False) as counter:
+        model.encode_video(pixels)
+    return float(counter.get_total_flops())
 
 
 def _family_of(name: Any) -> Any:

@@ -250,13 +250,17 @@ class S3D(VideoModel):
         x = max_pool_same(x, (1, 3, 3), (1, 2, 2))
         x = self.gating(self.conv_2c(self.conv_2b(x)))
         x = max_pool_same(x, (1, 3, 3), (1, 2, 2))
-        x = self.mixed_3c(self.mixed_3b(x))
+        x = self._blocks(x, "mixed_3b", "mixed_3c")
         x = max_pool_same(x, (3, 3, 3), (2, 2, 2))
-        for name in ("mixed_4b", "mixed_4c", "mixed_4d", "mixed_4e", "mixed_4f"):
-            x = getattr(self, name)(x)
+        x = self._blocks(x, "mixed_4b", "mixed_4c", "mixed_4d", "mixed_4e", "mixed_4f")
         x = max_pool_same(x, (2, 2, 2), (2, 2, 2))
-        x = self.mixed_5c(self.mixed_5b(x))
+        x = self._blocks(x, "mixed_5b", "mixed_5c")
         return self.fc(x.mean(dim=(2, 3, 4)))
+
+    def _blocks(self, x: torch.Tensor, *names: str) -> torch.Tensor:
+        for name in names:
+            x = self.get_submodule(name)(x)
+        return x
 
     def _text_features(self, prompts: list[str]) -> torch.Tensor:
         return self.text_module(self.tokenizer(prompts).to(self.device))

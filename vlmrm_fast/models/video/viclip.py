@@ -131,6 +131,20 @@ class Transformer(nn.Module):
         return x
 
 
+class PatchEmbedding(nn.Module):
+    """The released tower's ``Conv3d`` with a kernel of one frame, run as a 2D convolution of each frame:
+    its weight keeps the released (W, 3, 1, p, p) shape."""
+
+    def __init__(self, width: int, patch: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(width, 3, 1, patch, patch) * (3 * patch * patch) ** -0.5)
+        self.patch = patch
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        """(M, 3, S, S) -> (M, g*g, W)"""
+        return F.conv2d(frames, self.weight.squeeze(2), stride=self.patch).flatten(2).transpose(1, 2)
+
+
 class VisionTransformer(nn.Module):
     """The video tower: (N, T, 3, S, S) -> (N, embed_dim)."""
 
@@ -139,9 +153,7 @@ class VisionTransformer(nn.Module):
         width, patch = config.vision_width, config.patch_size
         grid = config.image_size // patch
         scale = width**-0.5
-        # The released tower's Conv3d with a kernel of one frame: the weight keeps its (W, 3, 1, p, p) shape.
-        self.conv1 = nn.Module()
-        self.conv1.weight = nn.Parameter(torch.randn(width, 3, 1, patch, patch) * (3 * patch * patch) ** -0.5)
+        self.conv1 = PatchEmbedding(width, patch)
         self.class_embedding = nn.Parameter(torch.randn(width) * scale)
         self.positional_embedding = nn.Parameter(torch.randn(grid * grid + 1, width) * scale)
         self.temporal_positional_embedding = nn.Parameter(torch.randn(1, config.num_frames, width) * scale)
@@ -149,13 +161,10 @@ class VisionTransformer(nn.Module):
         self.transformer = Transformer(width, config.vision_layers, config.vision_heads)
         self.ln_post = nn.LayerNorm(width)
         self.proj = nn.Parameter(torch.randn(width, config.embed_dim) * scale)
-        self.patch_size = patch
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
         n, t = pixels.shape[:2]
-        weight = self.conv1.weight.squeeze(2)
-        patches = F.conv2d(pixels.flatten(0, 1), weight, stride=self.patch_size)  # (N*T, W, g, g)
-        patches = patches.flatten(2).transpose(1, 2) + self.positional_embedding[1:]  # (N*T, g*g, W)
+        patches = self.conv1(pixels.flatten(0, 1)) + self.positional_embedding[1:]  # (N*T, g*g, W)
         patches = patches.view(n, t, -1, patches.shape[-1]) + self.temporal_positional_embedding.unsqueeze(2)
         cls = (self.class_embedding + self.positional_embedding[0]).expand(n, 1, -1)
         x = torch.cat([cls, patches.flatten(1, 2)], dim=1)  # the class token, then every frame's patches
@@ -246,20 +255,6 @@ def _size_of(state: dict[str, torch.Tensor]) -> str | None:
         if tuple(conv.shape) == (c.vision_width, 3, 1, c.patch_size, c.patch_size) and layers == c.vision_layers:
             return name
     return None
-
-
-def flops_per_window(name: str) -> float:
-    """FLOPs of one window through the video tower (a multiply-add counts 2), counted by torch on the
-    meta device (no memory, no weights)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    entry = MODELS[name]
-    with torch.device("meta"):
-        tower = VisionTransformer(entry.config)
-        pixels = torch.empty(1, entry.config.num_frames, 3, entry.config.image_size, entry.config.image_size)
-    with FlopCounterMode(display=False) as counter:
-        tower(pixels)
-    return float(counter.get_total_flops())
 
 
 def tokens_per_window(name: str) -> int:
