@@ -100,7 +100,7 @@ def straightforward_rate(model, frames: np.ndarray, window: int) -> tuple[float,
             pixels = pixels.to(model.device, model.preprocessor.dtype)
             with torch.inference_mode():
                 embedding = model.video.encode_video(pixels[None])  # one window at a time
-                rewards[env] = float(model.rewards_of(embedding)[0])
+                rewards[env] = float(model.rewards_of(model.head(embedding))[0])
     sync(model.device)
     return steps * n / (time.perf_counter() - start), rewards
 

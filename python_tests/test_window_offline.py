@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from tolerances import assert_rewards_close
 
 from vlmrm_fast import load_reward_model
@@ -64,9 +65,9 @@ def test_evaluate_scores_windows_of_each_episode(viclip):
     ends = [3, 5, 7] + [9 + e for e in (3, 5, 7, 9, 11)]
     assert np.flatnonzero(~np.isnan(rewards[:, 0])).tolist() == ends
     tasks = alpha_tasks(prompts()["target_prompts"], prompts()["baseline_prompts"], (0.0, 0.5))
-    heads = viclip.head_for(tasks)
-    windows = np.stack([np.arange(e - 3, e + 1) for e in ends])
-    expected = heads(viclip.embed_windows(ds.frames, windows)).numpy()
+    windows = [np.arange(e - 3, e + 1)[viclip.reads(4)] for e in ends]  # each window's 8 frames, read in order
+    pixels = torch.stack([viclip.preprocessor(ds.frames[w]) for w in windows])
+    expected = viclip.head_for(tasks)(viclip.video.encode_video(pixels)).numpy()
     assert_rewards_close(rewards[ends], expected)
     labels = np.where(np.isin(np.arange(len(ds)), ends), ds.labels, np.nan)
     np.testing.assert_allclose(result.models[0].epic, state_epic_distance(rewards, labels))

@@ -182,7 +182,7 @@ def test_video_window_reads_the_newest_frames_subsampled():
     assert isinstance(model, VideoWindowModel) and model.reads(16) == [1, 3, 5, 7, 9, 11, 13, 15]
     windows = np.random.default_rng(1).integers(0, 256, (2, 16, 50, 70, 3), dtype=np.uint8)
     pixels = torch.stack([model.preprocessor(w[1::2]) for w in windows])
-    expected = model.rewards_of(model.video.encode_video(pixels))
+    expected = model.rewards_of(model.head(model.video.encode_video(pixels)))
     assert_rewards_close(model(windows).numpy(), expected.numpy())
 
 
@@ -268,3 +268,27 @@ def test_compiled_video_model_scores_as_the_eager_one():
     assert compiled.compiled and not eager.compiled
     windows = np.random.default_rng(2).integers(0, 256, (6, 8, 40, 40, 3), dtype=np.uint8)
     assert_rewards_close(compiled(windows).numpy(), eager(windows).numpy())
+
+
+def test_xclip_scores_each_window_against_its_own_prompts():
+    """X-CLIP's text is made for each window: each reward is the formulas' (reward/formulas.py) with that
+    window's own prompt embeddings, for a goal-baseline and a binary task at once."""
+    from vlmrm_fast.reward.head import RewardHead
+    from vlmrm_fast.reward.tasks import BinaryTask, GoalBaselineTask
+
+    tasks = [
+        GoalBaselineTask(("a robot walking",), ("a robot",), 0.5, name="walk"),
+        BinaryTask("a robot walking", ("a robot falling", "a robot"), probability=True, name="binary"),
+    ]
+    model = load_reward_model("xclip-tiny", window={"frames": 8}, tasks=tasks, device="cpu")
+    windows = np.random.default_rng(3).integers(0, 256, (3, 8, 48, 48, 3), dtype=np.uint8)
+    pixels = torch.stack([model.preprocessor(w) for w in windows])
+    prompts = ["a robot walking", "a robot", "a robot falling"]
+    video, text = model.video.encode_video_and_text(pixels, prompts)
+    expected = [
+        RewardHead(tasks, dict(zip(prompts, text[n])).__getitem__, model.video.logit_scale, torch.device("cpu"))
+        .reference(video[n : n + 1])
+        .numpy()[0]
+        for n in range(3)
+    ]
+    assert_rewards_close(model(windows).numpy(), np.stack(expected))

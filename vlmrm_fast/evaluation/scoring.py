@@ -56,8 +56,7 @@ def score_episode_windows(
             f"most {longest}"
         )
     stacked = np.concatenate(windows)
-    embeddings = model.embed_windows(frames, stacked)
-    rewards = model.head_for(tasks)(embeddings).double().cpu().numpy()
+    rewards = model.score_windows(frames, stacked, tasks).double().cpu().numpy()
     out = np.full((np.asarray(frames).shape[0], rewards.shape[1]), np.nan)
     out[stacked[:, -1]] = rewards
     return out

@@ -6,9 +6,10 @@ drawn, and keeps what a window needs in a ring per env (``reward/window_ring.py`
 
 - ``frame_items(pixels)``: each preprocessed frame -> what the ring keeps of it: the frame itself
   for a video model, its normalised embedding for the mean of frames;
-- ``window_embeddings(items)``: the items a window reads (``reads(K)``, oldest first) -> one
-  embedding per window, which the reward head (``reward/head.py``, the frame models' formulas and
-  kernels) turns into rewards.
+- ``window_rewards(items)``: the items a window reads (``reads(K)``, oldest first) -> one embedding
+  per window (``window_embeddings``), which the reward head (``reward/head.py``, the frame models'
+  formulas and kernels) turns into rewards; a model whose text depends on the window (X-CLIP) scores
+  each window against its own prompt embeddings (:func:`per_window_rewards`).
 
 Offline, :meth:`WindowRewardModel.score_windows` runs both on an episode's frames (each frame's item
 computed once, the windows gathered from them) and ``model(windows)`` on uint8 windows (N, K, H, W, 3).
@@ -75,9 +76,13 @@ class WindowRewardModel(abc.ABC):
     def window_embeddings(self, items: torch.Tensor) -> torch.Tensor:
         """The items of windows (n, len(reads(K)), *item_shape), oldest first -> embeddings (n, D)."""
 
-    def rewards_of(self, embeddings: torch.Tensor) -> torch.Tensor:
-        """Window embeddings (n, D) -> rewards (n,), or (n, K) with several tasks."""
-        rewards = self.head(embeddings)
+    def window_rewards(self, items: torch.Tensor, head: RewardHead | None = None) -> torch.Tensor:
+        """The items of windows (see :meth:`window_embeddings`) -> rewards (n, tasks) of ``head``'s tasks
+        (default: the model's own)."""
+        return (self.head if head is None else head)(self.window_embeddings(items))
+
+    def rewards_of(self, rewards: torch.Tensor) -> torch.Tensor:
+        """The model's own tasks' rewards (n, tasks) as it returns them: (n,), or (n, K) with several tasks."""
         return rewards if self.multi_task else rewards[:, 0]
 
     # ------------------------------------------------------------------ RewardModel
@@ -123,15 +128,11 @@ class WindowRewardModel(abc.ABC):
         return self.score_windows(windows.reshape((n * k, *windows.shape[2:])), np.arange(n * k).reshape(n, k))
 
     @torch.inference_mode()
-    def score_windows(self, frames: Any, windows: Any) -> torch.Tensor:
+    def score_windows(self, frames: Any, windows: Any, tasks: Sequence[Any] | None = None) -> torch.Tensor:
         """Rewards of windows of ``frames`` (uint8 (F, H, W, 3)): ``windows`` (W, K) holds each window's
-        frame indices, oldest first. Each frame is preprocessed and turned into its item once."""
-        return self.rewards_of(self.embed_windows(frames, windows))
-
-    @torch.inference_mode()
-    def embed_windows(self, frames: Any, windows: Any) -> torch.Tensor:
-        """The embeddings (W, D) of windows of ``frames`` (see :meth:`score_windows`); a window may hold
-        any number of frames (the model reads ``reads(K)`` of them)."""
+        frame indices, oldest first (any K: the model reads ``reads(K)`` of them). Each frame is
+        preprocessed and turned into its item once. The model's own tasks' rewards as it returns them,
+        or (W, len(tasks)) for other ``tasks``."""
         frames = as_frame_tensor(frames)
         windows = torch.as_tensor(np.asarray(windows), dtype=torch.long)
         if windows.ndim != 2 or windows.shape[0] == 0:
@@ -149,11 +150,13 @@ class WindowRewardModel(abc.ABC):
             ]
         )
         position = torch.searchsorted(needed, windows[:, self.reads(windows.shape[1])]).to(items.device)
-        embeddings = [
-            self.window_embeddings(items[position[start : start + batch]])
+        head = None if tasks is None else self.head_for(tasks)
+        rewards = [
+            self.window_rewards(items[position[start : start + batch]], head)
             for start in range(0, position.shape[0], batch)
         ]
-        return torch.cat(embeddings) if len(embeddings) > 1 else embeddings[0]
+        out = torch.cat(rewards) if len(rewards) > 1 else rewards[0]
+        return self.rewards_of(out) if tasks is None else out
 
     def head_for(self, tasks: Sequence[Any]) -> RewardHead:
         """A reward head of other ``tasks`` (goal-baseline, binary) on this model's text embeddings."""
@@ -291,6 +294,21 @@ class VideoWindowModel(WindowRewardModel):
         # torch.compile cannot trace under inference mode.
         return F.normalize(self.video._video_features(windows), dim=-1)
 
+    def window_rewards(self, items: torch.Tensor, head: RewardHead | None = None) -> torch.Tensor:
+        """As every window model's; a model whose text depends on the window (X-CLIP's prompt generator)
+        scores each window against its own prompt embeddings (:func:`per_window_rewards`)."""
+        if not self.video.info.conditions_text:
+            return super().window_rewards(items, head)
+        tasks = (self.head if head is None else head).tasks
+        prompts = unique_prompts(tasks)
+        out = []
+        for start in range(0, items.shape[0], self.chunk_size):
+            batch = items[start : start + self.chunk_size]
+            self.video.check_windows(batch)
+            video, text = self.video.encode_video_and_text(batch.contiguous(), prompts)
+            out.append(per_window_rewards(tasks, prompts, video.float(), text.float(), self.logit_scale_for(tasks)))
+        return torch.cat(out) if len(out) > 1 else out[0]
+
     def window_embeddings(self, items: torch.Tensor) -> torch.Tensor:
         """Windows (n, T, 3, S, S) -> embeddings (n, D), in batches of ``chunk_size`` (a compiled model
         gets each batch padded to ``chunk_size``: its one shape)."""
@@ -313,6 +331,39 @@ class VideoWindowModel(WindowRewardModel):
     def __repr__(self) -> str:
         backend = f"compiled, batch {self.chunk_size}" if self.compiled else "eager"
         return f"VideoWindowModel({self.name}, {self.preprocessor.dtype}, {backend}, window={self.window})"
+
+
+def per_window_rewards(
+    tasks: Sequence[Task], prompts: Sequence[str], video: torch.Tensor, text: torch.Tensor, logit_scale: float
+) -> torch.Tensor:
+    """Rewards (n, len(tasks)) of normalised window embeddings ``video`` (n, D), each against its own
+    normalised prompt embeddings ``text`` (n, P, D) of ``prompts``: the formulas of ``reward/formulas.py``
+    (docs/reward.md), with window ``n``'s goal, baseline and negatives taken from ``text[n]``."""
+    row = {prompt: i for i, prompt in enumerate(prompts)}
+
+    def rows(names: Sequence[str]) -> torch.Tensor:
+        return text[:, [row[name] for name in names]]
+
+    columns = []
+    for task in tasks:
+        if isinstance(task, BinaryTask):
+            scale = logit_scale if task.temperature is None else 1.0 / task.temperature
+            p = torch.softmax(scale * torch.einsum("nd,nmd->nm", video, rows(task.prompts)), dim=-1)[:, 0]
+            columns.append(p if task.probability else (p > task.threshold).float())
+            continue
+        g = rows(task.target_prompts).mean(dim=1)
+        u = torch.zeros_like(g)
+        if task.baseline_prompts:
+            d = g - rows(task.baseline_prompts).mean(dim=1)
+            norm = d.norm(dim=-1, keepdim=True)
+            if bool((norm <= 1e-6).any()):
+                raise ValueError("the baseline and target prompts embed to the same point for a window")
+            u = d / norm
+        v = video - g
+        vu = (v * u).sum(dim=-1)
+        alpha = task.alpha
+        columns.append(1.0 - 0.5 * ((1.0 - alpha) ** 2 * (v * v).sum(dim=-1) + (2.0 * alpha - alpha**2) * vu * vu))
+    return torch.stack(columns, dim=1)
 
 
 def load_window_model(spec: Any) -> WindowRewardModel:

@@ -133,7 +133,7 @@ class WindowRing:
         every_due = due.size == rows.stop - rows.start
         with timer.stage("encode"):
             slots = self._slot_index[self._cursor if not self.episode_end else 0]
-            embeddings = []
+            scores = []
             batch = max(1, self.model.chunk_size)
             for start in range(0, due.size, batch):
                 if every_due:  # the common case: no index to upload, the windows read in place
@@ -142,9 +142,9 @@ class WindowRing:
                 else:
                     scored = torch.as_tensor(due[start : start + batch] + rows.start, device=self.device)
                     windows = self.items[scored.view(-1, 1), slots.view(1, -1)]
-                embeddings.append(self.model.window_embeddings(windows))  # (n, reads, *item), oldest first
+                scores.append(self.model.window_rewards(windows))  # windows (n, reads, *item), oldest first
         with timer.stage("reward"):
-            rewards = self.model.rewards_of(torch.cat(embeddings) if len(embeddings) > 1 else embeddings[0])
+            rewards = self.model.rewards_of(torch.cat(scores) if len(scores) > 1 else scores[0])
             if every_due:
                 out.copy_(rewards)
             else:
