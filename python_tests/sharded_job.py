@@ -27,7 +27,10 @@ TRAJECTORIES = {
     "humanoid": ("humanoid-kneeling", 4, 8),
     "cartpole": ("cartpole", 4, 8),
     "uneven": ("humanoid-kneeling", 5, 8),  # 2 envs on rank 0, 3 on rank 1
+    "windows": ("humanoid-kneeling", 5, 8),  # each rank keeps the windows of its own envs
 }
+# A case's reward model where it is not the tiny CLIP's frames.
+CASE_REWARDS = {"windows": {"model": "viclip-tiny", "window": {"frames": 3}, "score_every": 2}}
 # Cases of a job of 3 ranks: (a TRAJECTORIES case, ShardedVecEnv's distributed arguments).
 THREE_RANKS = {
     "uneven_3": ("uneven", {}),  # 1 + 2 + 2: two serving ranks answer in parallel
@@ -36,12 +39,12 @@ THREE_RANKS = {
 }
 
 
-def env_kwargs(task: str) -> dict:
-    """Small frames, short episodes (so that steps end episodes), the tiny CLIP on the CPU."""
+def env_kwargs(task: str, case: str | None = None) -> dict:
+    """Small frames, short episodes (so that steps end episodes), the tiny CLIP (or the case's model) on the CPU."""
     kwargs = {"model": "vlmrm-tiny", "alpha": 0.5, "device": "cpu", "episode_length": 5, "seed": 3}
     if task.startswith("humanoid"):
         kwargs["render_size"] = 32
-    return kwargs
+    return {**kwargs, **CASE_REWARDS.get(case or "", {})}
 
 
 def trajectory(env, steps: int) -> dict[str, np.ndarray]:
@@ -80,7 +83,7 @@ def run_trajectory(case: str, out: pathlib.Path, rank: int) -> None:
     if rank != 0:
         serve_shard(timeout=TIMEOUT)
         return
-    env = ShardedVecEnv(task, num_envs, timeout=TIMEOUT, **distributed, **env_kwargs(task))
+    env = ShardedVecEnv(task, num_envs, timeout=TIMEOUT, **distributed, **env_kwargs(task, base))
     try:
         if distributed:
             env.profile()  # every rank's stage times in the tables
