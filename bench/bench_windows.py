@@ -5,7 +5,8 @@
         --envs 1024 --size 224 --stack --out bench/out/windows_h100.json                 # a GPU (see RESULTS.md)
 
 The scorer rows time the step's scorer (``pipeline.ChunkedScorer``, the reward's whole share of a step:
-preprocess, encode, ring, reward head, the rewards to the host) on the same uint8 frames per step:
+preprocess, encode, ring, reward head, the rewards to the host) on the same uint8 frames per step,
+the rows stepped in turn (each sees the same load), each step timed; a row's rate is its median step's:
 
   frames         the frame reward of ``--frame-model`` (each env's frame scored)
   mean           a window of ``--frames`` frames, the mean of the same model's frame embeddings
@@ -55,29 +56,41 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def scorer_rate(model, frames: np.ndarray, device: torch.device, warmup: int) -> tuple[float, np.ndarray]:
-    """Env steps per second of the step's scorer over ``frames`` (steps, N, H, W, 3), and its last rewards."""
-    steps, n = frames.shape[:2]
-    scorer = ChunkedScorer(model, [slice(0, n)])
-    host = HostFrames()
-    no_dones = np.zeros(n, dtype=bool)
-    rewards = np.zeros(n)
+class ScorerLoop:
+    """The step's scorer of ``model`` over ``frames`` (steps, N, H, W, 3), one step at a time."""
 
-    def step(t: int) -> np.ndarray:
-        host.stack(list(frames[t]))
-        scorer.begin()
-        with host.lend(slice(0, n)) as view:
-            scorer.submit(view, slice(0, n))
-        return scorer.finish(no_dones)
+    def __init__(self, model, frames: np.ndarray, device: torch.device):
+        self.frames, self.device = frames, device
+        n = frames.shape[1]
+        self.rows = slice(0, n)
+        self.scorer = ChunkedScorer(model, [self.rows])
+        self.host = HostFrames()
+        self.no_dones = np.zeros(n, dtype=bool)
+        self.rewards = np.zeros(n)
 
+    def step(self, t: int) -> float:
+        """Scores step ``t``'s frames; returns the seconds it took (the device waited for)."""
+        start = time.perf_counter()
+        self.host.stack(list(self.frames[t % self.frames.shape[0]]))
+        self.scorer.begin()
+        with self.host.lend(self.rows) as view:
+            self.scorer.submit(view, self.rows)
+        self.rewards = self.scorer.finish(self.no_dones)
+        sync(self.device)
+        return time.perf_counter() - start
+
+
+def side_by_side(loops: dict[str, ScorerLoop], steps: int, warmup: int) -> dict[str, float]:
+    """Env steps per second of each loop, stepped in turn (so that each sees the same load): the median
+    step's time."""
     for t in range(warmup):
-        step(t % steps)
-    sync(device)
-    start = time.perf_counter()
+        for loop in loops.values():
+            loop.step(t)
+    times: dict[str, list[float]] = {name: [] for name in loops}
     for t in range(steps):
-        rewards = step(t)
-    sync(device)
-    return steps * n / (time.perf_counter() - start), rewards
+        for name, loop in loops.items():
+            times[name].append(loop.step(t))
+    return {name: loops[name].rows.stop / float(np.median(times[name])) for name in loops}
 
 
 def straightforward_rate(model, frames: np.ndarray, window: int) -> tuple[float, np.ndarray]:
@@ -89,8 +102,9 @@ def straightforward_rate(model, frames: np.ndarray, window: int) -> tuple[float,
     steps, n = frames.shape[:2]
     history = [collections.deque(maxlen=window) for _ in range(n)]
     rewards = np.zeros(n)
-    start = time.perf_counter()
+    times = []
     for t in range(steps):
+        start = time.perf_counter()
         for env in range(n):
             kept = history[env]
             kept.append(frames[t, env].copy())  # gathered on the host
@@ -101,14 +115,22 @@ def straightforward_rate(model, frames: np.ndarray, window: int) -> tuple[float,
             with torch.inference_mode():
                 embedding = model.video.encode_video(pixels[None])  # one window at a time
                 rewards[env] = float(model.rewards_of(model.head(embedding))[0])
-    sync(model.device)
-    return steps * n / (time.perf_counter() - start), rewards
+        sync(model.device)
+        times.append(time.perf_counter() - start)
+    return n / float(np.median(times)), rewards
 
 
 def stack_rate(fields: dict[str, Any], args: argparse.Namespace) -> float:
     """Env steps per second of the whole stack with the reward ``fields``."""
     env = FastVLMRewardVecEnv(
-        TASK, args.envs, device=args.device, render_size=args.size, episode_length=args.episode_length, **fields
+        TASK,
+        args.envs,
+        device=args.device,
+        render_size=args.size,
+        episode_length=args.episode_length,
+        physics=args.physics,
+        renderer=args.renderer,
+        **fields,
     )
     env.seed(0)
     env.reset()
@@ -139,27 +161,32 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     window = {"frames": args.frames}
     mean_model = load_reward_model(args.frame_model, window={**window, "embedding": "mean_of_frames"}, **common_fields)
     rows: list[dict[str, Any]] = []
-    # frames and mean alternate, so that both see the same load
-    rates: dict[str, list[float]] = {"frames": [], "mean": []}
-    for _ in range(args.repeats):
-        rates["frames"].append(scorer_rate(frame_model, frames, device, args.warmup)[0])
-        rates["mean"].append(scorer_rate(mean_model, frames, device, args.warmup)[0])
-    frame_rate, mean_rate = max(rates["frames"]), max(rates["mean"])
+    loops = {
+        "frames": ScorerLoop(frame_model, frames, device),
+        "mean": ScorerLoop(mean_model, frames, device),
+    }
+    videos = {}
+    for every in args.score_every:
+        video = load_reward_model(args.video_model, window=window, score_every=every, **common_fields)
+        videos[every] = video
+        loops[f"video {every}"] = ScorerLoop(video, frames, device)
+    rates = side_by_side(loops, args.steps, args.warmup)
+    frame_rate, mean_rate = rates["frames"], rates["mean"]
     rows.append({"row": "frames", "model": args.frame_model, "steps_per_s": frame_rate})
     rows.append(
         {"row": "mean", "model": args.frame_model, "steps_per_s": mean_rate, "time_vs_frames": frame_rate / mean_rate}
     )
-    for every in args.score_every:
-        video = load_reward_model(args.video_model, window=window, score_every=every, **common_fields)
-        rate, ours = scorer_rate(video, frames, device, args.warmup)
-        row = {"row": "video", "model": args.video_model, "score_every": every, "steps_per_s": rate}
+    for every, video in videos.items():
+        row = {"row": "video", "model": args.video_model, "score_every": every, "steps_per_s": rates[f"video {every}"]}
         if every == 1:
             base_frames = frames[: args.straightforward_steps]
             base_rate, base_rewards = straightforward_rate(video, base_frames, args.frames)
-            _, ours_same = scorer_rate(video, base_frames, device, 0)
+            same = ScorerLoop(video, base_frames, device)
+            for t in range(base_frames.shape[0]):
+                same.step(t)
             row["straightforward_steps_per_s"] = base_rate
-            row["speedup"] = rate / base_rate
-            row["max_reward_difference"] = float(np.abs(ours_same - base_rewards).max())
+            row["speedup"] = row["steps_per_s"] / base_rate
+            row["max_reward_difference"] = float(np.abs(same.rewards - base_rewards).max())
         rows.append(row)
     if args.stack:
         stack = [
@@ -243,25 +270,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--size", type=int, default=128, help="the rendered frames' height and width")
     p.add_argument("--steps", type=int, default=24, help="timed steps per row")
     p.add_argument("--warmup", type=int, default=4)
-    p.add_argument(
-        "--repeats",
-        type=int,
-        default=3,
-        help="frames and mean timed this many times each, alternating; the best counts",
-    )
     p.add_argument("--score-every", type=int, nargs="+", default=[1, 4])
     p.add_argument("--straightforward-steps", type=int, default=4, help="steps the straightforward way is timed on")
     p.add_argument("--stack", action="store_true", help="also time whole env steps")
     p.add_argument("--episode-length", type=int, default=1000)
+    p.add_argument("--physics", default="auto", help="the stack rows' physics (batch, warp, auto)")
+    p.add_argument("--renderer", default="auto", help="the stack rows' renderer (egl, warp, auto)")
     p.add_argument("--ring-envs", type=int, default=1024)
     p.add_argument("--ring-video-model", default="viclip-b16")
     p.add_argument("--ring-embed-dim", type=int, default=512, help="the frame model's embedding size (ViT-B-32: 512)")
+    p.add_argument("--threads", type=int, help="torch's threads (default: torch's own)")
     p.add_argument("--out", type=pathlib.Path)
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     report = measure(args)
     text = markdown(report)
     print(text)
