@@ -19,6 +19,8 @@ from vlmrm_fast.reward.batch_scoring import score_episode_windows
 
 TASK = "cartpole"
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
+
 
 def prompts() -> dict:
     spec = get_task(TASK)

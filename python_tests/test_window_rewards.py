@@ -26,6 +26,8 @@ SMALL = {"render_size": 48, "renderer": "egl"}
 MEAN = {"model": "vlmrm-tiny", "window": {"frames": 4, "embedding": "mean_of_frames"}}
 VICLIP = {"model": "viclip-tiny", "window": {"frames": 4}}
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
+
 
 def prompts(task: str = HUMANOID) -> dict:
     spec = get_task(task)
