@@ -18,6 +18,7 @@ there: attention does not depend on the order).
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import torch
 import torch.nn.functional as F
@@ -218,7 +219,7 @@ class ViCLIP(VideoModel):
         return self.text_encoder(self.tokenizer(prompts).to(self.device))
 
 
-def load(name: str, *, checkpoint: str | None, seed: int) -> ViCLIP:
+def load(name: str, *, checkpoint: str | os.PathLike | None, seed: int) -> ViCLIP:
     entry = MODELS[name]
     with _LocalGenerator(torch.Generator().manual_seed(seed)):
         model = ViCLIP(entry.info, entry.config)
@@ -227,7 +228,7 @@ def load(name: str, *, checkpoint: str | None, seed: int) -> ViCLIP:
     return model
 
 
-def read_checkpoint(model: ViCLIP, checkpoint: str) -> dict[str, torch.Tensor]:
+def read_checkpoint(model: ViCLIP, checkpoint: str | os.PathLike) -> dict[str, torch.Tensor]:
     """The state dict of a released ViCLIP file, checked against ``model`` name by name and shape by shape."""
     from vlmrm_fast.models.video.checkpoints import mismatch_message, read_state_dict
 
