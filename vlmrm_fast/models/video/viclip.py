@@ -55,9 +55,11 @@ class Entry:
 
 
 def _entry(name: str, config: ViCLIPConfig, *, tiny: bool = False) -> Entry:
-    # The released code's test transform: a squash to 224 x 224 by bicubic resampling, ImageNet's mean and std.
+    # The released code's test transform as it ran (torchvision before 0.17 resized tensors without antialiasing),
+    # and the paper's repository's: a squash to 224 x 224 by bicubic interpolation without antialiasing, ImageNet's
+    # mean and std (docs/video-models.md).
     preprocess = PreprocessSpec(
-        size=config.image_size, mean=IMAGENET_MEAN, std=IMAGENET_STD, interpolation="bicubic", resize_mode="squash"
+        size=config.image_size, mean=IMAGENET_MEAN, std=IMAGENET_STD, interpolation="bicubic", resize_mode="paper"
     )
     info = VideoModelInfo(name, config.num_frames, preprocess, embed_dim=config.embed_dim, tiny=tiny)
     return Entry(info, config)
