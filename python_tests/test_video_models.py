@@ -4,6 +4,7 @@ embeddings out), subsampling a window, random weights from a seed, and the one-l
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import warnings
 
@@ -15,6 +16,7 @@ from vlmrm_fast.models.random_init import RandomWeightsWarning
 from vlmrm_fast.models.video import (
     VideoModel,
     VideoModelInfo,
+    flops_per_window,
     known_video_models,
     load_video_model,
     subsample_indices,
@@ -24,6 +26,11 @@ from vlmrm_fast.preprocess import PreprocessSpec
 
 TINY = ("viclip-tiny", "xclip-tiny", "s3d-tiny")
 PROMPTS = ["a humanoid robot kneeling", "a humanoid robot"]
+
+
+@functools.cache
+def tiny(name: str) -> VideoModel:
+    return load_video_model(name)
 
 
 def windows(name: str, n: int = 2, seed: int = 0) -> torch.Tensor:
@@ -49,7 +56,7 @@ def test_every_model_has_its_info_without_loading_weights():
 
 @pytest.mark.parametrize("name", TINY)
 def test_a_tiny_model_encodes_windows_and_prompts_into_unit_vectors(name):
-    model = load_video_model(name)
+    model = tiny(name)
     assert isinstance(model, VideoModel) and model.info == video_model_info(name)
     assert not model.training and not any(p.requires_grad for p in model.parameters())
     video = model.encode_video(windows(name, 3))
@@ -64,12 +71,13 @@ def test_a_tiny_model_encodes_windows_and_prompts_into_unit_vectors(name):
     if not model.info.conditions_text:  # the same prompts for every window
         torch.testing.assert_close(both_text, text.expand(3, -1, -1))
     assert model.logit_scale is None or model.logit_scale > 0
+    assert 1e6 < flops_per_window(name) < 1e8  # counted on the meta device, whatever the family
 
 
 @pytest.mark.parametrize("name", TINY)
 def test_each_window_is_encoded_on_its_own(name):
     """A window's embedding does not depend on the others in its batch (to float precision)."""
-    model = load_video_model(name)
+    model = tiny(name)
     x = windows(name, 3)
     torch.testing.assert_close(model.encode_video(x[1:2]), model.encode_video(x)[1:2], atol=1e-5, rtol=1e-5)
 
@@ -154,7 +162,7 @@ def test_an_unknown_name_lists_the_known_ones():
 
 
 def test_bad_windows_are_refused_in_one_line_each():
-    model = load_video_model("viclip-tiny")
+    model = tiny("viclip-tiny")
     x = windows("viclip-tiny")
     cases = [
         (x[:, 0], r"viclip-tiny scores windows of 8 frames \(N, 8, 3, 64, 64\), got single frames \(2, 3, 64, 64\): "),
@@ -173,7 +181,7 @@ def test_bad_windows_are_refused_in_one_line_each():
 
 
 def test_bad_prompts_are_refused_in_one_line_each():
-    model = load_video_model("s3d-tiny")
+    model = tiny("s3d-tiny")
     with pytest.raises(TypeError, match=r"got the string 'a robot': use \['a robot'\]") as exc:
         model.encode_text("a robot")
     one_line(exc)

@@ -15,6 +15,8 @@ before any weight is loaded (how many frames, how each is preprocessed), and
 from __future__ import annotations
 
 import dataclasses
+import numbers
+import os
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -151,8 +153,9 @@ def subsample_indices(window: int, num_frames: int) -> list[int]:
     leave out the newest.)
     """
     for value, name in ((window, "window"), (num_frames, "num_frames")):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    window, num_frames = int(window), int(num_frames)
     return [window - 1 - (j * window) // num_frames for j in range(num_frames - 1, -1, -1)]
 
 
@@ -176,7 +179,7 @@ def video_model_info(name: str) -> VideoModelInfo:
 def load_video_model(
     name: str,
     *,
-    checkpoint: str | None = None,
+    checkpoint: str | os.PathLike | None = None,
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
     seed: int = 0,

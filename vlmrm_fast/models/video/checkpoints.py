@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
 
-def read_state_dict(path: str | Path, model_name: str, *, wrapper_key: str | None = None) -> dict[str, torch.Tensor]:
+def read_state_dict(
+    path: str | os.PathLike, model_name: str, *, wrapper_key: str | None = None
+) -> dict[str, torch.Tensor]:
     """The tensors of a ``torch.save`` file (weights only: nothing in it runs as code); a file that
     wraps them in a dict under ``wrapper_key`` (the training code's ``{"model": ...}``) is unwrapped."""
     path = Path(path)

@@ -23,7 +23,9 @@ model's (the reward's cosine).
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vlmrm_fast.models.prompts import PromptTruncatedWarning
 from vlmrm_fast.models.random_init import _LocalGenerator
 from vlmrm_fast.models.video.base import VideoModel, VideoModelInfo
 from vlmrm_fast.preprocess import PreprocessSpec
@@ -197,6 +200,10 @@ class SentenceEmbedding(nn.Module):
         return self.fc2(F.relu(self.fc1(self.word_embd(tokens))).amax(dim=1))
 
 
+class UnknownWordsWarning(UserWarning):
+    """A prompt has words S3D's dictionary lacks: they are dropped from its text embedding."""
+
+
 class WordTokenizer:
     """Prompts -> (P, max_words) token ids by the dictionary's words (token = index + 1, 0 pads)."""
 
@@ -207,7 +214,23 @@ class WordTokenizer:
     def __call__(self, prompts: list[str]) -> torch.Tensor:
         tokens = torch.zeros(len(prompts), self.max_words, dtype=torch.long)
         for row, prompt in enumerate(prompts):
-            known = [self.token_of[w] for w in re.findall(r"[\w']+", prompt.lower()) if w in self.token_of]
+            words = re.findall(r"[\w']+", prompt.lower())
+            unknown = [w for w in words if w not in self.token_of]
+            if unknown:
+                warnings.warn(
+                    f"prompt {prompt!r}: the dictionary lacks {', '.join(map(repr, unknown))}, which S3D drops; "
+                    f"say it with words the dictionary has",
+                    UnknownWordsWarning,
+                    stacklevel=4,
+                )
+            known = [self.token_of[w] for w in words if w in self.token_of]
+            if len(known) > self.max_words:
+                warnings.warn(
+                    f"prompt {prompt!r} has {len(known)} words S3D knows; it reads the first {self.max_words}, so "
+                    f"the last {len(known) - self.max_words} are dropped. Shorten the prompt.",
+                    PromptTruncatedWarning,
+                    stacklevel=4,
+                )
             known = known[: self.max_words]
             tokens[row, : len(known)] = torch.tensor(known, dtype=torch.long)
         return tokens
@@ -274,7 +297,7 @@ def space_to_depth(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(n, 8 * c, t // 2, h // 2, w // 2)
 
 
-def load(name: str, *, checkpoint: str | None, seed: int) -> S3D:
+def load(name: str, *, checkpoint: str | os.PathLike | None, seed: int) -> S3D:
     entry = MODELS[name]
     words = list(BUILTIN_WORDS) if checkpoint is None else read_dictionary(Path(checkpoint), name)
     with _LocalGenerator(torch.Generator().manual_seed(seed)):

@@ -18,6 +18,7 @@ there: attention does not depend on the order).
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import torch
 import torch.nn.functional as F
@@ -54,9 +55,11 @@ class Entry:
 
 
 def _entry(name: str, config: ViCLIPConfig, *, tiny: bool = False) -> Entry:
-    # The released code's test transform: a squash to 224 x 224 by bicubic resampling, ImageNet's mean and std.
+    # The released code's test transform as it ran (torchvision before 0.17 resized tensors without antialiasing),
+    # and the paper's repository's: a squash to 224 x 224 by bicubic interpolation without antialiasing, ImageNet's
+    # mean and std (docs/video-models.md).
     preprocess = PreprocessSpec(
-        size=config.image_size, mean=IMAGENET_MEAN, std=IMAGENET_STD, interpolation="bicubic", resize_mode="squash"
+        size=config.image_size, mean=IMAGENET_MEAN, std=IMAGENET_STD, interpolation="bicubic", resize_mode="paper"
     )
     info = VideoModelInfo(name, config.num_frames, preprocess, embed_dim=config.embed_dim, tiny=tiny)
     return Entry(info, config)
@@ -218,7 +221,7 @@ class ViCLIP(VideoModel):
         return self.text_encoder(self.tokenizer(prompts).to(self.device))
 
 
-def load(name: str, *, checkpoint: str | None, seed: int) -> ViCLIP:
+def load(name: str, *, checkpoint: str | os.PathLike | None, seed: int) -> ViCLIP:
     entry = MODELS[name]
     with _LocalGenerator(torch.Generator().manual_seed(seed)):
         model = ViCLIP(entry.info, entry.config)
@@ -227,7 +230,7 @@ def load(name: str, *, checkpoint: str | None, seed: int) -> ViCLIP:
     return model
 
 
-def read_checkpoint(model: ViCLIP, checkpoint: str) -> dict[str, torch.Tensor]:
+def read_checkpoint(model: ViCLIP, checkpoint: str | os.PathLike) -> dict[str, torch.Tensor]:
     """The state dict of a released ViCLIP file, checked against ``model`` name by name and shape by shape."""
     from vlmrm_fast.models.video.checkpoints import mismatch_message, read_state_dict
 

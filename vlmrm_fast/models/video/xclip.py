@@ -22,6 +22,7 @@ after it (0 here, the end token there) changes nothing.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -169,7 +170,7 @@ class XCLIP(VideoModel):
         return F.normalize(video, dim=-1), F.normalize(text, dim=-1)
 
 
-def load(name: str, *, checkpoint: str | None, seed: int) -> XCLIP:
+def load(name: str, *, checkpoint: str | os.PathLike | None, seed: int) -> XCLIP:
     entry = MODELS[name]
     transformers = require_transformers(name)
     config = xclip_config(name)
@@ -178,7 +179,7 @@ def load(name: str, *, checkpoint: str | None, seed: int) -> XCLIP:
             model = transformers.XCLIPModel(config)
     else:
         model = _from_pretrained(transformers, name, str(checkpoint))
-        _check_config(name, model.config, config, checkpoint)
+        _check_config(name, model.config, config, str(checkpoint))
     model.eval()
     return XCLIP(entry.info, model)
 
