@@ -97,7 +97,14 @@ def straightforward_rate(model, frames: np.ndarray, window: int) -> tuple[float,
     """The paper evaluator's way (see the module docstring), over the same frames, and its last rewards."""
     from PIL import Image
 
-    transform = model.preprocessor.spec.open_clip_transform()
+    spec = model.preprocessor.spec
+    if spec.resize_mode == "paper":  # its reference is torchvision's on tensors, here given one frame at a time
+        paper = spec.paper_transform()
+
+        def transform(image):
+            return paper(np.asarray(image)[None])[0]
+    else:
+        transform = spec.open_clip_transform()
     reads = subsample_indices(window, model.video.info.num_frames)
     steps, n = frames.shape[:2]
     history = [collections.deque(maxlen=window) for _ in range(n)]

@@ -18,7 +18,7 @@ from vlmrm_fast.encoders import BACKEND_OPTIONS, BACKENDS, PRECISION_NAMES
 from vlmrm_fast.preprocess import RESIZE_MODES
 from vlmrm_fast.reward.schedule import ScoreSchedule
 from vlmrm_fast.reward.tasks import GoalBaselineTask, Task, as_reward_tasks, normalize_prompts
-from vlmrm_fast.reward.window import WindowSpec, check_window_fields
+from vlmrm_fast.reward.window import WindowSpec, check_window_fields, is_video_model
 
 if TYPE_CHECKING:
     from vlmrm_fast.envs import TaskSpec
@@ -137,7 +137,8 @@ class RewardModelSpec:
         return dataclasses.replace(self, **changes)
 
     def with_task_defaults(self, task: TaskSpec) -> RewardModelSpec:
-        """The task's prompts and preprocessing where this spec leaves them None."""
+        """The task's prompts and preprocessing where this spec leaves them None (a video model keeps its
+        own preprocessing)."""
         changes: dict[str, Any] = {}
         if self.tasks is None and self.target_prompts is None:
             if not task.target_prompts:
@@ -145,7 +146,7 @@ class RewardModelSpec:
             changes["target_prompts"] = task.target_prompts
         if self.tasks is None and self.baseline_prompts is None:
             changes["baseline_prompts"] = task.baseline_prompts
-        if self.resize_mode is None and task.resize_mode is not None:
+        if self.resize_mode is None and task.resize_mode is not None and not is_video_model(self.model):
             changes["resize_mode"] = task.resize_mode
         return self.replace(**changes) if changes else self
 

@@ -187,12 +187,6 @@ def check_window_fields(spec: Any) -> None:
         raise FieldError(
             "pretrained", f"video model {model!r} takes its weights from checkpoint: (docs/video-models.md)"
         )
-    if spec.resize_mode == "paper":
-        raise FieldError(
-            "resize_mode",
-            f"'paper' is the paper's CLIP preprocessing; video model {model!r} preprocesses as it was trained "
-            "(leave resize_mode out, or use shortest or squash)",
-        )
     unknown = sorted(set(spec.encoder_options) - {"compile_mode"})
     if unknown:
         raise FieldError(

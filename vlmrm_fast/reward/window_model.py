@@ -252,7 +252,7 @@ class VideoWindowModel(WindowRewardModel):
         self.name = video.info.name
         self.chunk_size = int(batch_size or DEFAULT_CHUNK)
         spec = video.info.preprocess
-        if resize_mode is not None:
+        if resize_mode is not None:  # the geometry only: the model's own mean and std stay
             spec = dataclasses.replace(spec, resize_mode=resize_mode)
         self.preprocessor = FramePreprocessor(spec, self.device, video.dtype)
         self.head = self.head_for(tasks)
