@@ -81,15 +81,16 @@ class ScorerLoop:
 
 
 def side_by_side(loops: dict[str, ScorerLoop], steps: int, warmup: int) -> dict[str, float]:
-    """Env steps per second of each loop, stepped in turn (so that each sees the same load): the median
-    step's time."""
+    """Env steps per second of each loop, stepped in turn (so that each sees the same load; which goes
+    first rotates, the first reading the step's frames from memory): the median step's time."""
     for t in range(warmup):
         for loop in loops.values():
             loop.step(t)
     times: dict[str, list[float]] = {name: [] for name in loops}
+    names = list(loops)
     for t in range(steps):
-        for name, loop in loops.items():
-            times[name].append(loop.step(t))
+        for name in names[t % len(names) :] + names[: t % len(names)]:  # each row first in turn (cold caches)
+            times[name].append(loops[name].step(t))
     return {name: loops[name].rows.stop / float(np.median(times[name])) for name in loops}
 
 
@@ -101,10 +102,14 @@ def straightforward_rate(model, frames: np.ndarray, window: int) -> tuple[float,
     if spec.resize_mode == "paper":  # its reference is torchvision's on tensors, here given one frame at a time
         paper = spec.paper_transform()
 
-        def transform(image):
-            return paper(np.asarray(image)[None])[0]
+        def transform(frame: np.ndarray) -> torch.Tensor:
+            return paper(frame[None])[0]
     else:
-        transform = spec.open_clip_transform()
+        pil = spec.open_clip_transform()
+
+        def transform(frame: np.ndarray) -> torch.Tensor:
+            return pil(Image.fromarray(frame))
+
     reads = subsample_indices(window, model.video.info.num_frames)
     steps, n = frames.shape[:2]
     history = [collections.deque(maxlen=window) for _ in range(n)]
@@ -117,7 +122,7 @@ def straightforward_rate(model, frames: np.ndarray, window: int) -> tuple[float,
             kept.append(frames[t, env].copy())  # gathered on the host
             frames_k = list(kept)
             frames_k = [frames_k[0]] * (window - len(frames_k)) + frames_k  # the episode's first frame before it
-            pixels = torch.stack([transform(Image.fromarray(frames_k[i])) for i in reads])  # one frame at a time
+            pixels = torch.stack([transform(frames_k[i]) for i in reads])  # one frame at a time
             pixels = pixels.to(model.device, model.preprocessor.dtype)
             with torch.inference_mode():
                 embedding = model.video.encode_video(pixels[None])  # one window at a time
