@@ -85,10 +85,10 @@ class StepPlan:
     all_due: bool
 
     @classmethod
-    def every_env(cls, num_envs: int, step: np.ndarray | None = None) -> StepPlan:
+    def every_env(cls, num_envs: int) -> StepPlan:
+        """Every env steps and is scored (a first step of an episode)."""
         ones = np.ones(num_envs, dtype=bool)
-        steps = np.ones(num_envs, dtype=np.int64) if step is None else step
-        return cls(ones, steps, np.zeros(num_envs, dtype=bool), ones, True)
+        return cls(ones, np.ones(num_envs, dtype=np.int64), np.zeros(num_envs, dtype=bool), ones, True)
 
     def due_in(self, rows: slice) -> np.ndarray | None:
         """The due envs of ``rows``, as offsets from ``rows.start``; None when all of them are due."""
