@@ -28,9 +28,13 @@ TRAJECTORIES = {
     "cartpole": ("cartpole", 4, 8),
     "uneven": ("humanoid-kneeling", 5, 8),  # 2 envs on rank 0, 3 on rank 1
     "judge": ("humanoid-kneeling", 4, 8),  # a generative VLM judge (tiny, random) scores on every rank
+    "windows": ("humanoid-kneeling", 5, 8),  # each rank keeps the windows of its own envs
 }
-#: A case's reward model instead of the tiny CLIP.
-REWARDS = {"judge": {"model": "vlmrm-tiny-qwen2-vl", "alpha": 0.0, "image_size": 56}}
+#: A case's reward model where it is not the tiny CLIP's frames.
+CASE_REWARDS = {
+    "judge": {"model": "vlmrm-tiny-qwen2-vl", "alpha": 0.0, "image_size": 56},
+    "windows": {"model": "viclip-tiny", "window": {"frames": 3}, "score_every": 2},
+}
 # Cases of a job of 3 ranks: (a TRAJECTORIES case, ShardedVecEnv's distributed arguments).
 THREE_RANKS = {
     "uneven_3": ("uneven", {}),  # 1 + 2 + 2: two serving ranks answer in parallel
@@ -44,7 +48,7 @@ def env_kwargs(task: str, case: str | None = None) -> dict:
     kwargs = {"model": "vlmrm-tiny", "alpha": 0.5, "device": "cpu", "episode_length": 5, "seed": 3}
     if task.startswith("humanoid"):
         kwargs["render_size"] = 32
-    return {**kwargs, **REWARDS.get(case or "", {})}
+    return {**kwargs, **CASE_REWARDS.get(case or "", {})}
 
 
 def trajectory(env, steps: int) -> dict[str, np.ndarray]:

@@ -59,3 +59,18 @@ def test_judge_bench_times_both_paths_on_the_same_rewards(tmp_path):
         and set(ours["ratio"]) == {"torchvision", "pil"}
     )
     assert ours["max_diff"] < 1e-4 and pil["max_diff"] < 1e-4
+
+
+def test_windows_bench_measures_every_row_side_by_side(tmp_path):
+    """bench/bench_windows.py: the frame reward, the mean of frames and the video model on the same frames,
+    the straightforward way giving the same rewards, and the rings' memory."""
+    out = tmp_path / "windows.json"
+    command = [str(ROOT / "bench" / "bench_windows.py"), "--envs", "4", "--steps", "2"]
+    result = run_python([*command, "--straightforward-steps", "1", "--out", str(out)], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    rows = {(r["row"], r.get("score_every")): r for r in report["rows"]}
+    assert set(rows) == {("frames", None), ("mean", None), ("video", 1), ("video", 4)}
+    assert rows[("mean", None)]["time_vs_frames"] > 0 and rows[("video", 1)]["speedup"] > 0
+    assert rows[("video", 1)]["max_reward_difference"] < 1e-5
+    assert report["ring_bytes"]["viclip-b16 bfloat16"] == 1024 * 8 * 3 * 224 * 224 * 2

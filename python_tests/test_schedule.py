@@ -22,6 +22,8 @@ from vlmrm_fast.wrappers import RecordFrame, VLMRewardVecEnvWrapper
 HUMANOID = "humanoid-kneeling"
 SMALL = {"render_size": 48, "episode_length": 5, "renderer": "egl"}
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
+
 
 def scheduled(scores: np.ndarray, dones: np.ndarray, every: int, between: str, resetting=None) -> np.ndarray:
     """The schedule written plainly, one env at a time: ``scores`` and ``dones`` (steps, envs)."""

@@ -19,7 +19,9 @@ preprocessed, encoded and scored on its own.
 The reward model's schedule (``reward/schedule.py``: ``score_every``, ``between_scores``) says which
 envs a step scores: ``begin`` plans the step, ``submit`` encodes only the due envs of a range (all of
 them, or a smaller batch gathered from them), and ``finish`` gives the others their reward between
-scores and counts the step.
+scores and counts the step. A window model (a ``reward.window_model.WindowRewardModel``; ``reward/window_ring.py``) keeps
+each env's window in a ring on its device: every range's frames are preprocessed into the ring, and
+the due envs' windows are embedded and scored.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from vlmrm_fast.frames import FrameView
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
 from vlmrm_fast.reward.protocol import RewardModel
 from vlmrm_fast.reward.schedule import ScheduleClock, StepPlan, schedule_of
+from vlmrm_fast.reward.window_model import WindowRewardModel
+from vlmrm_fast.reward.window_ring import WindowRing
 
 
 def plan_chunks(num_envs: int, chunks: int | str, device: torch.device, *, overlaps: bool = True) -> list[slice]:
@@ -65,7 +69,13 @@ class ChunkedScorer:
         shape = (num_envs, len(reward_model.tasks)) if reward_model.multi_task else (num_envs,)
         self._rewards = torch.empty(shape, dtype=torch.float32, device=self.device)
         self._host = torch.empty(shape, dtype=torch.float32, pin_memory=on_gpu)
-        self.clock = ScheduleClock(schedule_of(reward_model), num_envs, episode_length)
+        self.ring: WindowRing | None = None
+        if isinstance(reward_model, WindowRewardModel):
+            self.ring = WindowRing(reward_model, num_envs, episode_length)
+        episode_ends_only = self.ring is not None and self.ring.episode_end
+        self.clock = ScheduleClock(
+            schedule_of(reward_model), num_envs, episode_length, episode_ends_only=episode_ends_only
+        )
         self._plan = StepPlan.every_env(num_envs)
 
     def restart(self) -> None:
@@ -79,12 +89,20 @@ class ChunkedScorer:
         if self.render_stream is not None:
             self.render_stream.wait_stream(torch.cuda.current_stream(self.device))
         self._plan = self.clock.plan(resetting=resetting, last=last)
+        if self.ring is not None:
+            self.ring.begin(self._plan)
         return self._plan
 
     @torch.inference_mode()
     def submit(self, view: FrameView, rows: slice, timer: StageTimer = NULL_TIMER) -> None:
         """Preprocesses the frames of envs ``rows`` (on the render stream), then encodes and
         scores the due ones (on the current stream, after them); returns without waiting."""
+        if self.ring is not None:  # the frames into the envs' windows, the due windows scored
+            pixels = self._pixels[rows]
+            if self.ring.needs_frames(rows):
+                self._preprocess(view, pixels, timer)
+            self.ring.submit(pixels, rows, self._rewards[rows], timer)
+            return
         due = self._plan.due_in(rows)
         if due is not None and due.size == 0:
             return  # none of these envs is scored on this step

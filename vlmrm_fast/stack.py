@@ -42,6 +42,7 @@ from vlmrm_fast.pipeline import plan_chunks
 from vlmrm_fast.rendering import RENDERERS, choose_renderer
 from vlmrm_fast.reward.protocol import RewardModel, check_reward_model
 from vlmrm_fast.reward.spec import RewardModelSpec, spec_fields
+from vlmrm_fast.reward.window import check_window_for_episodes
 
 if TYPE_CHECKING:
     from stable_baselines3.common.vec_env import VecEnv
@@ -127,6 +128,7 @@ def plan_stack(env: EnvSpec, reward: RewardModelSpec | RewardModel) -> StackPlan
     overlaps = renderer is None or RENDERERS[renderer].overlaps_encoder  # host frames: uploads overlap the encoder
     chunks = env.pipeline_chunks if row.steps_in_ranges else 1
     ranges = tuple(plan_chunks(env.n_envs, chunks, device, overlaps=overlaps))
+    check_window_for_episodes(getattr(reward, "window", None), env.episode_length)
     largest = max(r.stop - r.start for r in ranges)
     if isinstance(reward, RewardModelSpec):
         encoder_batch = reward.batch_size or largest

@@ -101,6 +101,11 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
             ranges = plan_chunks(venv.num_envs, cast(int | str, pipeline_chunks), reward_model.device)
         if episode_length is None:
             episode_length = getattr(venv, "episode_length", None)
+        if defer_rewards and getattr(reward_model, "window", None) is not None:
+            raise ValueError(
+                "defer_rewards (rl.episode_batch) scores single frames after the rollout; a window model scores each "
+                "env's window as it steps: leave defer_rewards off (rl.episode_batch: false)"
+            )
         if defer_rewards and not schedule_of(reward_model).every_step:
             raise ValueError(
                 f"defer_rewards (episode-batch scoring) scores every step's frame later; the reward model scores "

@@ -1,8 +1,10 @@
 """``vlmrm-fast dataset | evaluate | landscape``: evaluating reward models from the command line.
 
 vlmrm-fast dataset sample humanoid-kneeling -n 200 -o data/kneeling.npz [--policy runs/x/final_model.zip]
+vlmrm-fast dataset sample humanoid-kneeling --episodes 10 -o data/kneeling-episodes.npz   (whole episodes)
 vlmrm-fast dataset label data/kneeling.npz data/kneeling_labels.csv
 vlmrm-fast evaluate data/kneeling.npz --models ViT-B-32/laion2b_s34b_b79k ViT-L-14/laion2b_s32b_b82k -o eval/
+vlmrm-fast evaluate data/kneeling-episodes.npz --models viclip-b16 --window-step 4 -o eval/   (windows of frames)
 vlmrm-fast landscape cartpole --variable pole_angle --model ViT-L-14/laion2b_s32b_b82k -o eval/
 """
 
@@ -26,9 +28,14 @@ def _dataset_sample(args: argparse.Namespace) -> int:
     from vlmrm_fast.evaluation.states import load_policy
 
     policy = load_policy(args.policy, args.algorithm) if args.policy else None
-    ds = StateDataset.sample(
-        args.task, args.n, policy=policy, seed=args.seed, size=_size(args.size), thin=args.thin, progress=True
-    )
+    if args.episodes is not None:
+        ds = StateDataset.sample_episodes(
+            args.task, args.episodes, policy=policy, seed=args.seed, size=_size(args.size), progress=True
+        )
+    else:
+        ds = StateDataset.sample(
+            args.task, args.n, policy=policy, seed=args.seed, size=_size(args.size), thin=args.thin, progress=True
+        )
     if args.policy:
         ds.source = str(args.policy)
     out = ds.save(args.output)
@@ -87,6 +94,12 @@ def add_dataset(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"), help="frame size (default: the task's)")
     s.add_argument("--thin", type=int, default=4, help="roll out n*thin steps and keep n states at random (default 4)")
+    s.add_argument(
+        "--episodes",
+        type=int,
+        help="keep every state of this many whole episodes, in order, instead of n states at random "
+        "(a dataset of episodes, which window models score)",
+    )
     s.set_defaults(func=_dataset_sample)
 
     lab = jobs.add_parser("label", help="import labels from a CSV with columns index,label")
@@ -125,6 +138,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         device=args.device,
         batch_size=args.batch_size,
         progress=True,
+        window_size=args.window_size,
+        window_step=args.window_step,
     )
     out = pathlib.Path(args.output)
     Console().print(result.table())
@@ -169,8 +184,8 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
         "--models",
         nargs="+",
         required=True,
-        help="CLIP models, e.g. ViT-B-32/laion2b_s34b_b79k ViT-L-14/laion2b_s32b_b82k, or generative VLM judges "
-        "(Qwen/Qwen2-VL-2B-Instruct: one question about the first target prompt)",
+        help="CLIP or video models, e.g. ViT-B-32/laion2b_s34b_b79k ViT-L-14/laion2b_s32b_b82k viclip-b16, or generative "
+        "VLM judges (Qwen/Qwen2-VL-2B-Instruct: one question about the first target prompt)",
     )
     p.add_argument("--labels", help="labels CSV (index,label) to use instead of the dataset's")
     _add_prompt_options(p)
@@ -178,6 +193,15 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
         "--negatives", nargs="+", help="negative prompts of the binary reward (default: the baseline prompts)"
     )
     p.add_argument("--threshold", type=float, default=0.5, help="binary reward threshold on the goal probability")
+    p.add_argument(
+        "--window-size",
+        type=int,
+        help="frames per window (a dataset of episodes): video models read windows (default: the model's frame "
+        "count); with it, a CLIP model scores the mean of a window's frame embeddings",
+    )
+    p.add_argument(
+        "--window-step", type=int, default=1, help="a window starts every this many frames of an episode (default 1)"
+    )
     p.add_argument(
         "-o", "--output", default="eval", help="folder for epic.csv, epic.png, precision_recall.* (default eval/)"
     )

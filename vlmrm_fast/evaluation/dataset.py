@@ -4,6 +4,7 @@ Workflow::
 
     ds = StateDataset.sample("humanoid-kneeling", 200, policy="runs/x/final_model.zip")
     ds.save("kneeling.npz")            # states, frames, labels (NaN = unlabelled)
+    StateDataset.sample_episodes("humanoid-kneeling", 10)   # every state of 10 whole episodes, in order
     ds.contact_sheet("kneeling.png")   # numbered thumbnails to label from
     ds.write_label_template("kneeling_labels.csv")
     # ... a person fills the `label` column (1 = goal reached, 0 = not; or any score) ...
@@ -24,7 +25,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from vlmrm_fast.envs import get_task
-from vlmrm_fast.evaluation.states import render_states, sample_states
+from vlmrm_fast.evaluation.states import render_states, sample_episodes, sample_states
 
 SHEET_PAGE = 100  # thumbnails per contact-sheet image
 _TRUE = {"1", "true", "yes", "y", "t"}
@@ -42,6 +43,9 @@ class StateDataset:
     labels: np.ndarray | None = None  # (N,) float64, NaN = unlabelled
     source: str = "random"  # "random" or the policy file the states came from
     seed: int = 0
+    # (N,) the episode of each state, for a dataset of whole episodes (each one's states in order, one after
+    # another); None for states drawn at random. Window reward models score windows of an episode's frames.
+    episodes: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.states = np.asarray(self.states, dtype=np.float64)
@@ -62,6 +66,20 @@ class StateDataset:
         self.labels = np.full(n, np.nan) if self.labels is None else np.asarray(self.labels, dtype=np.float64)
         if self.labels.shape != (n,):
             raise ValueError(f"labels must be ({n},), got {self.labels.shape}")
+        if self.episodes is not None:
+            self.episodes = np.asarray(self.episodes, dtype=np.int64)
+            if self.episodes.shape != (n,) or (np.diff(self.episodes) < 0).any():
+                raise ValueError(f"episodes must be ({n},) episode numbers, each episode's states one after another")
+
+    def episode_ranges(self) -> list[np.ndarray]:
+        """The state indices of each episode, in order (a dataset of whole episodes)."""
+        if self.episodes is None:
+            raise ValueError(
+                "this dataset holds states drawn at random, not whole episodes: sample one with "
+                "`vlmrm-fast dataset sample TASK --episodes N` (StateDataset.sample_episodes)"
+            )
+        bounds = np.flatnonzero(np.diff(self.episodes)) + 1
+        return np.split(np.arange(len(self)), bounds)
 
     def __len__(self) -> int:
         return self.states.shape[0]
@@ -97,6 +115,30 @@ class StateDataset:
         )
         return cls(spec.name, states, frames, names, source=source, seed=seed)
 
+    @classmethod
+    def sample_episodes(
+        cls,
+        task: str,
+        episodes: int,
+        *,
+        policy: Any = None,
+        seed: int = 0,
+        size: tuple[int, int] | None = None,
+        progress: bool = False,
+    ) -> StateDataset:
+        """Every state of ``episodes`` whole episodes (random actions, or ``policy``), in order, rendered at ``size``."""
+        spec = get_task(task)
+        states, names, episode_of = sample_episodes(spec, episodes, policy=policy, seed=seed, progress=progress)
+        frames = render_states(spec, states, size=size, progress=progress)
+        source = (
+            "random"
+            if policy is None
+            else str(policy)
+            if isinstance(policy, (str, pathlib.Path))
+            else type(policy).__name__
+        )
+        return cls(spec.name, states, frames, names, source=source, seed=seed, episodes=episode_of)
+
     def rendered(self, size: tuple[int, int] | None = None, *, progress: bool = False) -> StateDataset:
         """The same states and labels with frames rendered again at ``size`` (height, width)."""
         frames = render_states(self.task, self.states, size=size, progress=progress)
@@ -112,6 +154,7 @@ class StateDataset:
         path.parent.mkdir(parents=True, exist_ok=True)
         meta = {"task": self.task, "source": self.source, "seed": int(self.seed), "version": 1}
         with open(path, "wb") as f:  # an open file keeps numpy from appending .npz to the name
+            episodes = {} if self.episodes is None else {"episodes": self.episodes}
             np.savez_compressed(
                 f,
                 states=self.states,
@@ -119,6 +162,7 @@ class StateDataset:
                 labels=self.labels,
                 state_names=np.array(self.state_names, dtype=str),
                 meta=np.array(json.dumps(meta)),
+                **episodes,
             )
         return path
 
@@ -144,6 +188,7 @@ class StateDataset:
                     labels=data["labels"],
                     source=meta.get("source", "random"),
                     seed=meta.get("seed", 0),
+                    episodes=data["episodes"] if "episodes" in data.files else None,
                 )
         except (ValueError, KeyError, OSError, zipfile.BadZipFile) as exc:
             if str(exc).startswith(str(path)):

@@ -28,12 +28,15 @@ from vlmrm_fast.evaluation.scoring import (
     is_judge,
     model_name,
     parameter_count,
+    score_episode_windows,
     score_frames,
 )
 from vlmrm_fast.models.judge import is_judge_name
 from vlmrm_fast.progress import progress_iter
 from vlmrm_fast.reward import JudgeRewardModel, QuestionTask, VLMRewardModel, load_reward_model
 from vlmrm_fast.reward.tasks import normalize_prompts
+from vlmrm_fast.reward.window import is_video_model
+from vlmrm_fast.reward.window_model import WindowRewardModel
 
 
 @dataclasses.dataclass
@@ -145,7 +148,7 @@ class Evaluation:
 
 def evaluate_models(
     dataset: StateDataset,
-    models: Sequence[str | VLMRewardModel | JudgeRewardModel],
+    models: Sequence[str | VLMRewardModel | JudgeRewardModel | WindowRewardModel],
     alphas: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
     *,
     target_prompts: Any = None,
@@ -155,6 +158,8 @@ def evaluate_models(
     device: str = "auto",
     batch_size: int | None = None,
     progress: bool = False,
+    window_size: int | None = None,
+    window_step: int = 1,
 ) -> Evaluation:
     """EPIC distance of each model's reward to the labels for each alpha, and the binary reward's precision-recall.
 
@@ -164,6 +169,12 @@ def evaluate_models(
     ``negative_prompts`` (default: the baseline prompts). A generative VLM judge has no
     alpha: it is scored once, on P(yes) / (P(yes) + P(no)) for the question about the first
     target prompt (its row's alpha 0), which is also the probability its precision-recall reads.
+
+    Window models score a dataset of whole episodes (``StateDataset.sample_episodes``) as the paper's code
+    did: windows of ``window_size`` frames every ``window_step`` frames inside each episode, each window's
+    reward on its last frame; only the labelled states that end a window count. A video model's name is
+    a window model (its window: ``window_size``, default the model's frame count); a frame model's name
+    with ``window_size`` is one too, scoring the mean of the window's frame embeddings.
     """
     if not models:
         raise ValueError("models is empty; give at least one, e.g. ['ViT-L-14/laion2b_s32b_b82k']")
@@ -194,6 +205,7 @@ def evaluate_models(
                 device=device,
                 batch_size=batch_size,
                 resize_mode=spec.resize_mode,
+                window=_window_of(entry, window_size),
             )
             if isinstance(entry, str)
             else entry
@@ -208,12 +220,26 @@ def evaluate_models(
                     ModelEvaluation(model_name(model), parameter_count(model), (0.0,), epic, rewards, binary, threshold)
                 )
                 continue
-            rewards = score_frames(model, dataset.frames, tasks, progress=progress)
-            epic = state_epic_distance(rewards[:, : len(alphas)], labels)
-            binary = precision_recall(rewards[:, len(alphas)], labels) if len(tasks) > len(alphas) else None
+            if isinstance(model, WindowRewardModel):
+                size = window_size or model.window.frames
+                rewards = score_episode_windows(
+                    model, dataset.frames, dataset.episode_ranges(), tasks, window_size=size, window_step=window_step
+                )
+                scored_labels = np.where(np.isnan(rewards[:, 0]), np.nan, labels)  # the states that end a window
+                if int((~np.isnan(scored_labels)).sum()) < 2:
+                    raise ValueError(
+                        f"fewer than 2 labelled states end a window of {size} frames every {window_step}: label the "
+                        "states that end windows, or give a smaller window_size or window_step"
+                    )
+                name = f"{model.name} (window {size})"
+            else:
+                rewards = score_frames(model, dataset.frames, tasks, progress=progress)
+                scored_labels, name = labels, model_name(model)
+            epic = state_epic_distance(rewards[:, : len(alphas)], scored_labels)
+            binary = precision_recall(rewards[:, len(alphas)], scored_labels) if len(tasks) > len(alphas) else None
             results.append(
                 ModelEvaluation(
-                    model_name(model),
+                    name,
                     parameter_count(model),
                     alphas,
                     epic,
@@ -226,6 +252,16 @@ def evaluate_models(
             if isinstance(entry, str):
                 model.close()
     return Evaluation(spec.name, n_labelled, results)
+
+
+def _window_of(model: str, window_size: int | None) -> dict[str, Any] | None:
+    """The window a model named for evaluation scores: a video model's (its frame count unless
+    ``window_size``), a frame model's mean of frames when ``window_size`` is given, else none."""
+    if is_video_model(model):
+        from vlmrm_fast.models.video import video_model_info
+
+        return {"frames": window_size or video_model_info(model).num_frames}
+    return None if window_size is None else {"frames": window_size, "embedding": "mean_of_frames"}
 
 
 def _human_count(n: int) -> str:

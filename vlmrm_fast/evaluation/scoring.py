@@ -11,6 +11,8 @@ import torch
 from vlmrm_fast.progress import progress_iter
 from vlmrm_fast.reward import BinaryTask, GoalBaselineTask, JudgeRewardModel, QuestionTask, VLMRewardModel
 from vlmrm_fast.reward.tasks import normalize_prompts
+from vlmrm_fast.reward.window import paper_windows
+from vlmrm_fast.reward.window_model import MeanOfFramesModel, VideoWindowModel, WindowRewardModel
 
 
 def score_frames(
@@ -54,14 +56,43 @@ def judge_evaluation_tasks(model: JudgeRewardModel, target_prompts: Any = None) 
     return [QuestionTask.about(p) for p in normalize_prompts(target_prompts, "target_prompts")]
 
 
-def model_name(model: VLMRewardModel | JudgeRewardModel) -> str:
-    return model.judge.model_id if isinstance(model, JudgeRewardModel) else model.clip.model_id
+def model_name(model: VLMRewardModel | JudgeRewardModel | WindowRewardModel) -> str:
+    if isinstance(model, JudgeRewardModel):
+        return model.judge.model_id
+    return model.name if isinstance(model, WindowRewardModel) else model.clip.model_id
 
 
 def random_weights(model: VLMRewardModel | JudgeRewardModel) -> bool:
     """Whether the model's weights are a random initialization (its rewards are noise)."""
     weights = model.judge.weights if isinstance(model, JudgeRewardModel) else model.clip.weights
     return weights.startswith("random init")
+
+
+def score_episode_windows(
+    model: Any,
+    frames: Any,
+    episodes: Sequence[np.ndarray],
+    tasks: Sequence[Any],
+    *,
+    window_size: int,
+    window_step: int = 1,
+) -> np.ndarray:
+    """Rewards (N, K) float64 of frames (N, H, W, 3) for K tasks by a window reward model: the paper
+    code's windows of ``window_size`` frames every ``window_step`` frames inside each episode (``episodes``:
+    each one's frame indices, in order), each window's reward on its last frame; NaN on the frames that end
+    no window. Each frame is encoded once, each window embedded once for every task."""
+    windows = [idx[paper_windows(len(idx), window_size, window_step)] for idx in episodes if len(idx) >= window_size]
+    if not windows:
+        longest = max((len(idx) for idx in episodes), default=0)
+        raise ValueError(
+            f"window_size {window_size} is longer than every episode (the longest has {longest} frames); give at "
+            f"most {longest}"
+        )
+    stacked = np.concatenate(windows)
+    rewards = model.score_windows(frames, stacked, tasks).double().cpu().numpy()
+    out = np.full((np.asarray(frames).shape[0], rewards.shape[1]), np.nan)
+    out[stacked[:, -1]] = rewards
+    return out
 
 
 def alpha_tasks(target_prompts: Any, baseline_prompts: Any, alphas: Sequence[float]) -> list[GoalBaselineTask]:
@@ -89,7 +120,13 @@ def check_alphas(alphas: Sequence[float]) -> tuple[float, ...]:
     return out
 
 
-def parameter_count(model: VLMRewardModel | JudgeRewardModel) -> int:
-    """Parameters of the whole model (CLIP's image and text towers; a judge's vision tower and language model)."""
-    weights = model.judge.model if isinstance(model, JudgeRewardModel) else model.clip.model
-    return int(sum(p.numel() for p in weights.parameters()))
+def parameter_count(model: VLMRewardModel | JudgeRewardModel | WindowRewardModel) -> int:
+    """Parameters of the whole model (CLIP's image and text towers, a video model's, a judge's vision tower and
+    language model)."""
+    if isinstance(model, JudgeRewardModel):
+        network = model.judge.model
+    elif isinstance(model, VideoWindowModel):
+        network = model.video
+    else:  # CLIP, or the CLIP whose frame embeddings a mean-of-frames window model averages
+        network = (model.frames if isinstance(model, MeanOfFramesModel) else model).clip.model
+    return int(sum(p.numel() for p in network.parameters()))

@@ -243,6 +243,48 @@ def sample_states(
     return np.stack(visited)[chosen], access.names
 
 
+def sample_episodes(
+    task: str | TaskSpec,
+    episodes: int,
+    *,
+    policy: Any = None,
+    seed: int = 0,
+    deterministic: bool = False,
+    progress: bool = False,
+) -> tuple[np.ndarray, tuple[str, ...], np.ndarray]:
+    """Every state that ``episodes`` whole episodes of ``policy`` (random actions when None) reach, in
+    order: the state after each step, as the env stack draws and scores them (the reset state is no
+    step's). Returns (N, S) states, their variable names, and (N,) the episode of each state."""
+    if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or episodes < 1:
+        raise ValueError(f"episodes must be a positive integer, got {episodes!r}")
+    spec = get_task(task)
+    if isinstance(policy, (str, pathlib.Path)):
+        policy = load_policy(policy)
+    env = spec.make(render_mode=None)
+    env.action_space.seed(seed)
+    rng = np.random.default_rng(seed)
+    visited: list[np.ndarray] = []
+    episode_of: list[int] = []
+    try:
+        access = None
+        for episode in progress_iter(range(episodes), desc="sample", unit="episode", enabled=progress):
+            obs, _ = env.reset(seed=seed if episode == 0 else int(rng.integers(2**31)))
+            access = access or state_access(env)  # read once the env holds a state
+            done = False
+            while not done:
+                action = (
+                    env.action_space.sample() if policy is None else policy.predict(obs, deterministic=deterministic)[0]
+                )
+                obs, _, terminated, truncated, _ = env.step(action)
+                visited.append(access.get(env))
+                episode_of.append(episode)
+                done = terminated or truncated
+    finally:
+        env.close()
+    assert access is not None
+    return np.stack(visited), access.names, np.asarray(episode_of, dtype=np.int64)
+
+
 def load_policy(path: str | pathlib.Path, algorithm: str | None = None) -> Any:
     """An SB3 model saved by ``vlmrm-fast train`` (``final_model.zip`` or a checkpoint), on the CPU.
 

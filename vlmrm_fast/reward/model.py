@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -26,6 +26,9 @@ from vlmrm_fast.reward.judge import JudgeRewardModel, is_judge_spec, load_judge_
 from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
 from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.reward.tasks import QuestionTask, Task, as_reward_tasks, normalize_prompts, unique_prompts
+
+if TYPE_CHECKING:
+    from vlmrm_fast.reward.window_model import WindowRewardModel
 
 DEFAULT_CHUNK = 256
 
@@ -209,10 +212,10 @@ def clip_tasks(tasks: Iterable[Any]) -> tuple[Task, ...]:
 
 def load_reward_model(
     model: str | RewardModelSpec, pretrained: str | None = None, **fields: Any
-) -> VLMRewardModel | JudgeRewardModel:
+) -> VLMRewardModel | JudgeRewardModel | WindowRewardModel:
     """Loads a CLIP reward model from a :class:`RewardModelSpec`, or from its fields; a generative VLM
     judge (:class:`~vlmrm_fast.reward.judge.JudgeRewardModel`, docs/judge.md) for a judge's name or
-    question tasks.
+    question tasks; a window model (docs/video-rewards.md) for a spec with a ``window``.
 
     ``model`` is an open_clip name (``"ViT-bigG-14"``), ``"name/tag"``
     (``"ViT-L-14/laion2b_s32b_b82k"``), ``"hf-hub:org/repo"`` or ``"vlmrm-tiny"``;
@@ -224,6 +227,8 @@ def load_reward_model(
     (keeps wide frames whole); ``resize_mode="paper"`` does what the paper's code did
     (a squash by PyTorch's float bicubic without antialiasing, OpenAI's mean and std; see
     ``vlmrm_fast.preprocess``). Other keywords are encoder options (see :class:`RewardModelSpec`).
+    A video model's name, or ``window=``, gives a model of windows of frames
+    (:class:`~vlmrm_fast.reward.window_model.WindowRewardModel`; docs/video-rewards.md).
     """
     if isinstance(model, RewardModelSpec):
         if pretrained is not None or fields:
@@ -232,9 +237,19 @@ def load_reward_model(
     else:
         spec = RewardModelSpec.from_kwargs(model=model, pretrained=pretrained, **fields)
     if is_judge_spec(spec):
+        if spec.window is not None:
+            raise FieldError(
+                "window",
+                f"scores windows of frames with a video model or the mean of a CLIP's frame embeddings; {spec.model} "
+                "is a generative VLM judge, which answers about one frame (drop window; score_every scores less often)",
+            )
         return load_judge_reward_model(spec)
     if spec.image_size is not None:
         raise FieldError("image_size", f"sets a generative VLM judge's input size; {spec.model} takes its own")
+    if spec.window is not None:
+        from vlmrm_fast.reward.window_model import load_window_model
+
+        return load_window_model(spec)
     tasks, multi = spec.reward_tasks()
     resolved = resolve_device(spec.device)
     clip = load_clip(

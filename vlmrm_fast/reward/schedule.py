@@ -85,10 +85,10 @@ class StepPlan:
     all_due: bool
 
     @classmethod
-    def every_env(cls, num_envs: int, step: np.ndarray | None = None) -> StepPlan:
+    def every_env(cls, num_envs: int) -> StepPlan:
+        """Every env steps and is scored (a first step of an episode)."""
         ones = np.ones(num_envs, dtype=bool)
-        steps = np.ones(num_envs, dtype=np.int64) if step is None else step
-        return cls(ones, steps, np.zeros(num_envs, dtype=bool), ones, True)
+        return cls(ones, np.ones(num_envs, dtype=np.int64), np.zeros(num_envs, dtype=bool), ones, True)
 
     def due_in(self, rows: slice) -> np.ndarray | None:
         """The due envs of ``rows``, as offsets from ``rows.start``; None when all of them are due."""
@@ -104,10 +104,19 @@ class ScheduleClock:
 
     ``episode_length``: the time limit, the last step of an episode where the envs report their
     ends only after the frames are scored (the batch engine); None where there is none.
+    ``episode_ends_only``: score each episode on its last step alone (a window of the whole episode).
     """
 
-    def __init__(self, schedule: ScoreSchedule, num_envs: int, episode_length: int | None = None):
+    def __init__(
+        self,
+        schedule: ScoreSchedule,
+        num_envs: int,
+        episode_length: int | None = None,
+        *,
+        episode_ends_only: bool = False,
+    ):
         self.schedule = schedule
+        self.episode_ends_only = episode_ends_only
         self.num_envs = int(num_envs)
         self.episode_length = episode_length
         self.steps = np.zeros(self.num_envs, dtype=np.int64)  # steps each env's episode has taken
@@ -131,7 +140,10 @@ class ScheduleClock:
         else:
             ends = np.zeros(self.num_envs, dtype=bool)
         every = self.schedule.score_every
-        due = ends | (stepping & (step % every == 0)) if every > 1 else stepping.copy()
+        if self.episode_ends_only:
+            due = ends.copy()
+        else:
+            due = ends | (stepping & (step % every == 0)) if every > 1 else stepping.copy()
         return StepPlan(stepping, step, ends, due, bool(due.all()))
 
     def rewards(self, plan: StepPlan, scores: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ from vlmrm_fast.encoders import BACKEND_OPTIONS, BACKENDS, PRECISION_NAMES
 from vlmrm_fast.preprocess import RESIZE_MODES
 from vlmrm_fast.reward.schedule import ScoreSchedule
 from vlmrm_fast.reward.tasks import GoalBaselineTask, Task, as_reward_tasks, normalize_prompts
+from vlmrm_fast.reward.window import WindowSpec, check_window_fields, is_video_model
 
 if TYPE_CHECKING:
     from vlmrm_fast.envs import TaskSpec
@@ -43,7 +44,10 @@ class RewardModelSpec:
     ``engine_cache_dir``, FP8's ``fp8_scaling`` and ``fp8_calibration``, a path in a config; see
     ``encoders.make_image_encoder``). ``score_every``: score each env on every n-th step of its
     episode (and on its last step); ``between_scores``: the reward of the other steps, "zero" or
-    "hold" (the env's last score; ``reward/schedule.py``).
+    "hold" (the env's last score; ``reward/schedule.py``). ``window``: score a window of each env's
+    frames (a :class:`~vlmrm_fast.reward.window.WindowSpec`: ``{frames: 8, timing: streamed,
+    embedding: video}``) with a video model, or with the mean of a frame model's embeddings
+    (docs/video-rewards.md).
 
     A generative VLM judge (docs/judge.md) is named the same way (``model``: a hub repository such as
     ``Qwen/Qwen2-VL-2B-Instruct``, a folder, or ``vlmrm-tiny-qwen2-vl``) and asks ``tasks`` of kind
@@ -69,6 +73,7 @@ class RewardModelSpec:
     tokenizer: str | None = None
     score_every: int = 1
     between_scores: str = "zero"
+    window: WindowSpec | None = None
     image_size: Any = None
     encoder_options: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
@@ -110,6 +115,8 @@ class RewardModelSpec:
         if not isinstance(self.encoder_options, Mapping):
             raise FieldTypeError("encoder_options", f"must be a mapping of option names, got {self.encoder_options!r}")
         put("encoder_options", dict(self.encoder_options))  # a copy (a spec pickles to other ranks)
+        put("window", WindowSpec.of(self.window))
+        check_window_fields(self)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> RewardModelSpec:
@@ -138,7 +145,8 @@ class RewardModelSpec:
         return dataclasses.replace(self, **changes)
 
     def with_task_defaults(self, task: TaskSpec) -> RewardModelSpec:
-        """The task's prompts and preprocessing where this spec leaves them None."""
+        """The task's prompts and preprocessing where this spec leaves them None (a video model keeps its
+        own preprocessing)."""
         changes: dict[str, Any] = {}
         if self.tasks is None and self.target_prompts is None:
             if not task.target_prompts:
@@ -146,7 +154,7 @@ class RewardModelSpec:
             changes["target_prompts"] = task.target_prompts
         if self.tasks is None and self.baseline_prompts is None:
             changes["baseline_prompts"] = task.baseline_prompts
-        if self.resize_mode is None and task.resize_mode is not None:
+        if self.resize_mode is None and task.resize_mode is not None and not is_video_model(self.model):
             changes["resize_mode"] = task.resize_mode
         return self.replace(**changes) if changes else self
 

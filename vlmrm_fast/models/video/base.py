@@ -1,0 +1,227 @@
+"""What every video-language model offers the window machinery, and the models by name.
+
+A video model reads a window of ``T`` preprocessed frames (oldest first) and gives one embedding
+for it; its text tower gives one embedding per prompt; both are L2-normalised, so a reward is
+computed from them as from a frame model's. :class:`VideoModelInfo` says what a window needs
+before any weight is loaded (how many frames, how each is preprocessed), and
+:func:`subsample_indices` picks a model's ``T`` frames out of a longer window.
+
+    video_model_info(name)     the info of a registered model (no weights loaded)
+    load_video_model(name)     the model, with a checkpoint's weights or seeded random ones
+    flops_per_window(name)     what one window costs the video tower
+    subsample_indices(K, T)    which of a window's K frames a model of T frames reads
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from vlmrm_fast.models.random_init import RandomWeightsWarning
+from vlmrm_fast.preprocess import PreprocessSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class VideoModelInfo:
+    """What the window machinery needs to know of a model before loading its weights."""
+
+    name: str  # registry name, e.g. "viclip-b16"
+    num_frames: int  # frames per window the model reads
+    preprocess: PreprocessSpec  # each frame's preprocessing, which the fused kernel runs
+    embed_dim: int = 0  # size of the video and text embeddings
+    #: The text embedding depends on the window (X-CLIP's prompt generator): the model's own
+    #: similarity comes from :meth:`VideoModel.encode_video_and_text`, per window.
+    conditions_text: bool = False
+    #: The pip extra the model needs beyond the core install (None: nothing more).
+    extra: str | None = None
+    #: Random weights are fine (the tiny models of tests and smoke runs): no warning when loaded without a checkpoint.
+    tiny: bool = False
+
+
+class VideoModel(torch.nn.Module):
+    """A video-language model: windows of frames and prompts -> L2-normalised embeddings.
+
+    Subclasses supply ``_video_features`` (windows -> unnormalised embeddings) and
+    ``_text_features`` (prompts -> unnormalised embeddings); the checks of the inputs and the
+    normalisation are made here, once.
+    """
+
+    info: VideoModelInfo
+    #: The temperature of a softmax over prompts (the binary reward), as the model was trained with;
+    #: None for a model trained without one (S3D's MIL-NCE compares raw dot products).
+    logit_scale: float | None
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.parameters()).dtype
+
+    @torch.inference_mode()
+    def encode_video(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Windows ``(N, T, 3, S, S)`` of preprocessed frames, oldest first, ``T == info.num_frames``
+        -> ``(N, D)`` L2-normalised embeddings."""
+        return F.normalize(self._video_features(self.check_windows(pixels)), dim=-1)
+
+    @torch.inference_mode()
+    def encode_text(self, prompts: Sequence[str]) -> torch.Tensor:
+        """Prompts -> ``(P, D)`` L2-normalised embeddings (for X-CLIP, before the window's prompt:
+        see :meth:`encode_video_and_text`)."""
+        return F.normalize(self._text_features(check_prompts(prompts)), dim=-1)
+
+    @torch.inference_mode()
+    def encode_video_and_text(self, pixels: torch.Tensor, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Windows and prompts -> ``(N, D)`` video and ``(N, P, D)`` text embeddings, L2-normalised:
+        each window's own text embeddings where the model conditions its text on the video
+        (``info.conditions_text``), else the same ``encode_text`` row for every window."""
+        video = self.encode_video(pixels)
+        text = self.encode_text(prompts)
+        return video, text.unsqueeze(0).expand(video.shape[0], -1, -1)
+
+    def check_windows(self, pixels: Any) -> torch.Tensor:
+        """``pixels`` as windows this model reads, or one line naming what is wrong and the fix."""
+        info = self.info
+        size, frames = info.preprocess.size, info.num_frames
+        expected = f"(N, {frames}, 3, {size}, {size})"
+        if not isinstance(pixels, torch.Tensor):
+            raise TypeError(f"{info.name} reads a torch tensor of windows {expected}, got {type(pixels).__name__}")
+        shape = tuple(pixels.shape)
+        if pixels.ndim == 4 and shape[1:] == (3, size, size):
+            raise ValueError(
+                f"{info.name} scores windows of {frames} frames {expected}, got single frames {shape}: "
+                f"give it each env's window (a window reward), or score single frames with a frame model"
+            )
+        if pixels.ndim != 5 or shape[2:] != (3, size, size):
+            raise ValueError(
+                f"{info.name} reads windows of preprocessed frames {expected}, got shape {shape}; "
+                f"preprocess each frame with its info.preprocess ({size} px) and stack the windows oldest first"
+            )
+        if shape[1] != frames:
+            raise ValueError(
+                f"{info.name} reads {frames} frames per window, got {shape[1]}: pick them out of the window "
+                f"with subsample_indices({shape[1]}, {frames})"
+            )
+        if shape[0] == 0:
+            raise ValueError(f"{info.name} got no windows (shape {shape}); give at least one")
+        if pixels.dtype != self.dtype or pixels.device != self.device:
+            raise ValueError(
+                f"{info.name} runs in {self.dtype} on {self.device}, got windows in {pixels.dtype} on "
+                f"{pixels.device}: preprocess into the model's dtype and device"
+            )
+        return pixels
+
+    def _video_features(self, pixels: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _text_features(self, prompts: list[str]) -> torch.Tensor:
+        raise NotImplementedError
+
+
+def check_prompts(prompts: Any) -> list[str]:
+    """A non-empty list of prompt strings, or one line naming what is wrong."""
+    if isinstance(prompts, str):
+        raise TypeError(f"prompts must be a list of strings, got the string {prompts!r}: use [{prompts!r}]")
+    prompts = list(prompts)
+    if not prompts:
+        raise ValueError("prompts must not be empty: give at least one prompt")
+    bad = [p for p in prompts if not isinstance(p, str)]
+    if bad:
+        raise TypeError(f"prompts must be strings, got {type(bad[0]).__name__} {bad[0]!r}")
+    return prompts
+
+
+def subsample_indices(window: int, num_frames: int) -> list[int]:
+    """Which of a window's ``window`` frames (index 0 oldest, ``window - 1`` newest) a model that
+    reads ``num_frames`` frames gets, oldest first.
+
+    The rule: the newest frame is always read, and the ``j``-th frame back from it in the
+    subsample is the one ``floor(j * window / num_frames)`` frames older than the newest. So a
+    window of ``num_frames * s`` frames is read every ``s``-th frame ending at the newest (32 ->
+    8: 3, 7, ..., 31), a window of exactly ``num_frames`` frames is read whole, and a shorter
+    window repeats frames evenly (4 -> 8: 0, 0, 1, 1, 2, 2, 3, 3). Each frame's age in the
+    subsample depends on the window's length only, never on where the window lies in the episode.
+    (The paper's evaluator took every ``window // num_frames``-th frame from the oldest, which can
+    leave out the newest.)
+    """
+    for value, name in ((window, "window"), (num_frames, "num_frames")):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    window, num_frames = int(window), int(num_frames)
+    return [window - 1 - (j * window) // num_frames for j in range(num_frames - 1, -1, -1)]
+
+
+def _families() -> tuple[Any, ...]:
+    # Imported here: each family's module imports this one for the base class.
+    from vlmrm_fast.models.video import s3d, viclip, xclip
+
+    return viclip, xclip, s3d
+
+
+def known_video_models() -> list[str]:
+    """Every registered video model's name."""
+    return [name for family in _families() for name in family.MODELS]
+
+
+def video_model_info(name: str) -> VideoModelInfo:
+    """The info of the video model ``name``, without loading weights (or the optional extra)."""
+    return _family_of(name).MODELS[name].info
+
+
+def load_video_model(
+    name: str,
+    *,
+    checkpoint: str | os.PathLike | None = None,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+) -> VideoModel:
+    """The video model ``name`` in eval mode on ``device`` in ``dtype``, frozen: with the weights of
+    ``checkpoint`` (the published file or folder; docs/video-models.md says which), else random
+    weights from ``seed`` (the same for a seed in any process or thread)."""
+    family = _family_of(name)
+    if checkpoint is None and not family.MODELS[name].info.tiny:
+        warnings.warn(
+            f"{name} has no checkpoint: random weights. Rewards are meaningless; fine for benchmarks. "
+            f"Give checkpoint= (docs/video-models.md says where the published weights are)",
+            RandomWeightsWarning,
+            stacklevel=2,
+        )
+    model = family.load(name, checkpoint=checkpoint, seed=seed)
+    model.eval().requires_grad_(False)
+    return model.to(device=torch.device(device), dtype=dtype)
+
+
+def flops_per_window(name: str) -> float:
+    """FLOPs of one window through the video tower of ``name`` (a multiply-add counts 2), counted by
+    torch's FLOP counter on the meta device: shapes only, no memory, no weights."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    family = _family_of(name)
+    with torch.device("meta"):
+        model = family.load(name, checkpoint=None, seed=0).eval()
+    info = model.info
+    pixels = torch.empty(1, info.num_frames, 3, info.preprocess.size, info.preprocess.size, device="meta")
+    with FlopCounterMode(display=False) as counter:
+        model.encode_video(pixels)
+    return float(counter.get_total_flops())
+
+
+def _family_of(name: Any) -> Any:
+    for family in _families():
+        if name in family.MODELS:
+            return family
+    import difflib
+
+    known = known_video_models()
+    close = difflib.get_close_matches(str(name), known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise ValueError(f"unknown video model {name!r}: {hint}the known ones are {', '.join(known)}")

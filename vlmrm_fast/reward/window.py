@@ -1,0 +1,212 @@
+"""A reward from a window of frames: which frames a window holds, and how it is embedded.
+
+``RewardModelSpec.window`` (a :class:`WindowSpec`; ``window: {frames: 8}`` in a config) makes a reward
+model score each env's window of frames instead of its single frame (docs/video-rewards.md):
+
+- ``frames`` (K): how many frames a window holds;
+- ``timing``: ``"streamed"``, the window of the env's last K frames, scored on the steps its schedule
+  scores (``score_every``); or ``"episode_end"`` (RoboCLIP's), one window per episode, its K frames
+  evenly spaced over the episode up to its last, scored on its last step;
+- ``embedding``: ``"video"``, a video model (``vlmrm_fast.models.video``: ViCLIP, X-CLIP, S3D) embeds
+  the window, reading the model's own number of frames out of the K (:func:`subsample_indices`, which
+  keeps the newest); or ``"mean_of_frames"``, a frame model (any open_clip family) embeds each frame
+  once, and the window's embedding is the mean of its frames' normalised embeddings (the paper code's
+  ``avg_frame``).
+
+A window never holds two episodes' frames: at an env's reset its window starts again, the new
+episode's first frame standing in for the frames before it until K have been drawn.
+
+This module also says which frames each window reads offline (:func:`streamed_window`,
+:func:`paper_window_ends`, :func:`episode_end_frames`), the reference the streamed rings are tested
+against and the windows episode-batch scoring and ``vlmrm-fast evaluate`` score.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from vlmrm_fast.checks import FieldError, one_of, positive_int
+
+#: When a window is scored: on the schedule's steps, the window ending there; or once per episode.
+TIMINGS = ("streamed", "episode_end")
+#: How a window becomes one embedding: a video model reads it, or a frame model's embeddings are averaged.
+EMBEDDINGS = ("video", "mean_of_frames")
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowSpec:
+    """A window of ``frames`` frames per env, scored as ``timing`` says and embedded as ``embedding`` says
+    (see the module docstring)."""
+
+    frames: int
+    timing: str = "streamed"
+    embedding: str = "video"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "frames", positive_int(self.frames, "frames"))
+        one_of(self.timing, "timing", TIMINGS)
+        one_of(self.embedding, "embedding", EMBEDDINGS)
+
+    @classmethod
+    def of(cls, value: Any, name: str = "window") -> WindowSpec | None:
+        """``value`` as a window: a WindowSpec, a mapping of its fields, or None; errors name ``name.field``."""
+        if value is None or isinstance(value, WindowSpec):
+            return value
+        if not isinstance(value, dict):
+            raise FieldError(name, f"must be a mapping such as {{frames: 8}}, got {value!r}")
+        unknown = sorted(set(value) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise FieldError(f"{name}.{unknown[0]}", "unknown field; a window has frames, timing and embedding")
+        if "frames" not in value:
+            raise FieldError(f"{name}.frames", "is required: how many frames a window holds, e.g. 8")
+        try:
+            return cls(**value)
+        except FieldError as exc:
+            raise FieldError(f"{name}.{exc.field}", exc.reason) from None
+
+    def describe(self) -> str:
+        embedded = "the mean of its frame embeddings" if self.embedding == "mean_of_frames" else "the video model"
+        if self.timing == "episode_end":
+            return f"one window per episode, {self.frames} frames up to its last step, embedded by {embedded}"
+        return f"the last {self.frames} frames, embedded by {embedded}"
+
+
+def subsample_indices(window: int, num_frames: int) -> list[int]:
+    """Which of a window's frames (0 the oldest) a video model of ``num_frames`` frames reads: evenly
+    spaced, the newest always among them (``vlmrm_fast.models.video.subsample_indices``)."""
+    from vlmrm_fast.models.video import subsample_indices as indices
+
+    return indices(window, num_frames)
+
+
+def streamed_window(step: int, frames: int) -> np.ndarray:
+    """The frame indices (0: the episode's first frame) of the streamed window of ``frames`` frames
+    ending at frame ``step`` (0-based), oldest first: the episode's first frame repeated before it."""
+    return np.maximum(np.arange(step - frames + 1, step + 1), 0)
+
+
+def paper_window_ends(length: int, size: int, step: int) -> np.ndarray:
+    """The last frames of the paper code's windows inside an episode of ``length`` frames: windows of
+    ``size`` frames starting every ``step`` frames from the first, none past the episode's end (its
+    ``window_size`` and ``window_step``); each window's reward lands on its last frame."""
+    size, step = positive_int(size, "window_size"), positive_int(step, "window_step")
+    if size > length:
+        raise FieldError("window_size", f"{size} frames is more than the episode's {length}; give at most {length}")
+    return np.arange(size - 1, length, step)
+
+
+def paper_windows(length: int, size: int, step: int) -> np.ndarray:
+    """The paper code's windows inside an episode of ``length`` frames (see :func:`paper_window_ends`), as
+    (W, ``size``) frame indices, oldest first."""
+    ends = paper_window_ends(length, size, step)
+    return ends[:, None] - np.arange(size - 1, -1, -1)[None, :]
+
+
+def episode_end_frames(length: int, frames: int) -> np.ndarray:
+    """The frames (0-based, oldest first) an episode-end window of ``frames`` frames keeps of an episode
+    of ``length`` frames: evenly spaced, its last frame always kept (:func:`subsample_indices`)."""
+    if frames > length:
+        raise FieldError("window.frames", f"{frames} is more than the episode's {length} steps; give at most {length}")
+    return np.asarray(subsample_indices(length, frames))
+
+
+def is_video_model(model: str) -> bool:
+    """Whether ``model`` names a video model (``vlmrm_fast.models.video``) rather than an open_clip one."""
+    from vlmrm_fast.models.video import known_video_models
+
+    return model in known_video_models()
+
+
+def video_model_names() -> str:
+    """The video models' names, for messages."""
+    from vlmrm_fast.models.video import known_video_models
+
+    return ", ".join(name for name in known_video_models() if "tiny" not in name)
+
+
+#: The encoder backends and precisions a video model runs (torch.compile of the whole model, or eager).
+VIDEO_BACKENDS = ("auto", "torch", "compile")
+VIDEO_PRECISIONS = ("auto", "fp32", "fp16", "bf16")
+
+
+def check_window_fields(spec: Any) -> None:
+    """The fields of a reward model's spec that must agree with its window (or its lack of one): a
+    FieldError naming the field and the fix."""
+    model, window = spec.model, spec.window
+    video = is_video_model(model)
+    if video and window is None:
+        from vlmrm_fast.models.video import video_model_info
+
+        frames = video_model_info(model).num_frames
+        raise FieldError(
+            "window",
+            f"model {model!r} scores windows of frames, not single frames; add window: {{frames: {frames}}} "
+            f"(its {frames} frames per window; docs/video-rewards.md)",
+        )
+    if window is None:
+        return
+    if window.embedding == "video" and not video:
+        raise FieldError(
+            "window.embedding",
+            f"'video' needs a video model, and {model!r} embeds single frames: set window.embedding: mean_of_frames "
+            f"(the mean of its frame embeddings), or use a video model ({video_model_names()})",
+        )
+    if window.embedding == "mean_of_frames" and video:
+        raise FieldError(
+            "window.embedding",
+            f"mean_of_frames averages a frame model's embeddings, and {model!r} embeds the window itself: "
+            "leave window.embedding out (video)",
+        )
+    if window.timing == "episode_end" and spec.score_every != 1:
+        raise FieldError(
+            "score_every",
+            "window.timing: episode_end scores each episode once, on its last step; leave score_every at 1",
+        )
+    if window.timing == "episode_end" and spec.between_scores != "zero":
+        raise FieldError(
+            "between_scores",
+            "window.timing: episode_end scores each episode once, on its last step: the steps before get 0; "
+            "leave between_scores at zero",
+        )
+    if not video:
+        return
+    if spec.backend not in VIDEO_BACKENDS:
+        raise FieldError(
+            "backend",
+            f"{spec.backend!r} builds CLIP image towers; video model {model!r} runs on "
+            f"{' or '.join(map(repr, VIDEO_BACKENDS[1:]))} (or 'auto')",
+        )
+    if spec.precision not in VIDEO_PRECISIONS:
+        raise FieldError(
+            "precision", f"{spec.precision!r}: video model {model!r} runs in {', '.join(VIDEO_PRECISIONS)}"
+        )
+    if spec.pretrained is not None:
+        raise FieldError(
+            "pretrained", f"video model {model!r} takes its weights from checkpoint: (docs/video-models.md)"
+        )
+    unknown = sorted(set(spec.encoder_options) - {"compile_mode"})
+    if unknown:
+        raise FieldError(
+            f"encoder_options.{unknown[0]}", f"is an image-tower option; video model {model!r} takes compile_mode only"
+        )
+
+
+def check_window_for_episodes(window: WindowSpec | None, episode_length: int | None) -> None:
+    """A window the envs' episodes can fill: a FieldError naming the field and the fix."""
+    if window is None:
+        return
+    if window.timing == "episode_end" and episode_length is None:
+        raise FieldError(
+            "window.timing",
+            "episode_end spreads one window over an episode's time limit, and these envs have none: "
+            "give env.episode_length (episode_length=), or use timing: streamed",
+        )
+    if episode_length is not None and window.frames > episode_length:
+        raise FieldError(
+            "window.frames",
+            f"{window.frames} frames is more than an episode's {episode_length} steps, so no window would ever "
+            f"fill; give at most {episode_length} (or a longer env.episode_length)",
+        )

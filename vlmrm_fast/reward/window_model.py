@@ -1,0 +1,408 @@
+"""Reward models of windows of frames: a video model reading the window, or the mean of a frame model's
+embeddings (``reward/window.py`` says what a window is; docs/video-rewards.md how to use them).
+
+A window model scores in two stages, so that the env stack encodes each frame once, when it is
+drawn, and keeps what a window needs in a ring per env (``reward/window_ring.py``):
+
+- ``frame_items(pixels)``: each preprocessed frame -> what the ring keeps of it: the frame itself
+  for a video model, its normalised embedding for the mean of frames;
+- ``window_rewards(items)``: the items a window reads (``reads(K)``, oldest first) -> one embedding
+  per window (``window_embeddings``), which the reward head (``reward/head.py``, the frame models'
+  formulas and kernels) turns into rewards; a model whose text depends on the window (X-CLIP) scores
+  each window against its own prompt embeddings (:func:`per_window_rewards`).
+
+Offline, :meth:`WindowRewardModel.score_windows` runs both on an episode's frames (each frame's item
+computed once, the windows gathered from them) and ``model(windows)`` on uint8 windows (N, K, H, W, 3).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from vlmrm_fast.frames import FrameView
+from vlmrm_fast.preprocess import FramePreprocessor, as_frame_tensor
+from vlmrm_fast.profiling import NULL_TIMER, StageTimer
+from vlmrm_fast.reward.head import RewardHead
+from vlmrm_fast.reward.model import DEFAULT_CHUNK, VLMRewardModel
+from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
+from vlmrm_fast.reward.tasks import BinaryTask, GoalBaselineTask, Task, as_reward_tasks, unique_prompts
+from vlmrm_fast.reward.window import WindowSpec, subsample_indices
+
+
+class WindowRewardModel(abc.ABC):
+    """Windows of frames in, rewards out: the :class:`~vlmrm_fast.reward.protocol.RewardModel` interface
+    (whose ``score_pixels`` refuses single frames), a ``window``, and the two stages the env stack's
+    rings run (see the module docstring)."""
+
+    window: WindowSpec
+    schedule: ScoreSchedule
+    device: torch.device
+    multi_task: bool
+    chunk_size: int  # windows per encoder batch (frames per batch for the mean of frames' encoder)
+    head: RewardHead
+    preprocessor: FramePreprocessor
+    name: str
+
+    @property
+    def tasks(self) -> tuple[Task, ...]:
+        return self.head.tasks
+
+    # ------------------------------------------------------------------ the two stages
+    @property
+    @abc.abstractmethod
+    def item_shape(self) -> tuple[int, ...]:
+        """The shape of what a ring keeps of one frame."""
+
+    @property
+    @abc.abstractmethod
+    def item_dtype(self) -> torch.dtype: ...
+
+    @abc.abstractmethod
+    def reads(self, frames: int) -> list[int]:
+        """Which of a window's ``frames`` frames (0 the oldest) its embedding reads, oldest first."""
+
+    @abc.abstractmethod
+    def frame_items(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Preprocessed frames (n, 3, S, S) -> what a ring keeps of each, (n, *item_shape)."""
+
+    @abc.abstractmethod
+    def window_embeddings(self, items: torch.Tensor) -> torch.Tensor:
+        """The items of windows (n, len(reads(K)), *item_shape), oldest first -> embeddings (n, D)."""
+
+    def window_rewards(self, items: torch.Tensor, head: RewardHead | None = None) -> torch.Tensor:
+        """The items of windows (see :meth:`window_embeddings`) -> rewards (n, tasks) of ``head``'s tasks
+        (default: the model's own)."""
+        return (self.head if head is None else head)(self.window_embeddings(items))
+
+    def rewards_of(self, rewards: torch.Tensor) -> torch.Tensor:
+        """The model's own tasks' rewards (n, tasks) as it returns them: (n,), or (n, K) with several tasks."""
+        return rewards if self.multi_task else rewards[:, 0]
+
+    # ------------------------------------------------------------------ RewardModel
+    def pixel_buffer(self, num_frames: int) -> torch.Tensor:
+        size = self.preprocessor.spec.size
+        return torch.empty((num_frames, 3, size, size), dtype=self.preprocessor.dtype, device=self.device)
+
+    @torch.inference_mode()
+    def preprocess(
+        self, view: FrameView, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER
+    ) -> torch.Tensor:
+        """The frames of a view -> the model's input for each frame (N, 3, S, S)."""
+        with timer.stage("preprocess"):
+            return self.preprocessor.run(view, out)
+
+    def score_pixels(
+        self, pixels: torch.Tensor, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER
+    ) -> torch.Tensor:
+        raise ValueError(
+            f"{self.name} scores windows of {self.window.frames} frames, not single frames: score them through "
+            "the env stack (FastVLMRewardVecEnv, make_vec), model(windows) with windows (N, K, H, W, 3), or "
+            "score_windows(frames, windows)"
+        )
+
+    @torch.inference_mode()
+    def __call__(self, frames: Any) -> torch.Tensor:
+        """``frames``: uint8 windows (N, K, H, W, 3), oldest frame first, numpy or torch -> rewards (N,)
+        (or (N, tasks))."""
+        windows = frames
+        if isinstance(windows, np.ndarray):
+            windows = torch.from_numpy(np.ascontiguousarray(windows))
+        if not isinstance(windows, torch.Tensor) or windows.ndim != 5:
+            shape = tuple(getattr(windows, "shape", ()))
+            raise ValueError(
+                f"{self.name} scores windows of frames (N, K, H, W, 3), got shape {shape}"
+                + (
+                    "; a single frame per env is no window: stack each env's K frames, oldest first"
+                    if len(shape) == 4
+                    else ""
+                )
+            )
+        n, k = windows.shape[:2]
+        return self.score_windows(windows.reshape((n * k, *windows.shape[2:])), np.arange(n * k).reshape(n, k))
+
+    @torch.inference_mode()
+    def score_windows(self, frames: Any, windows: Any, tasks: Sequence[Any] | None = None) -> torch.Tensor:
+        """Rewards of windows of ``frames`` (uint8 (F, H, W, 3)): ``windows`` (W, K) holds each window's
+        frame indices, oldest first (any K: the model reads ``reads(K)`` of them). Each frame is
+        preprocessed and turned into its item once. The model's own tasks' rewards as it returns them,
+        or (W, len(tasks)) for other ``tasks``."""
+        frames = as_frame_tensor(frames)
+        windows = torch.as_tensor(np.asarray(windows), dtype=torch.long)
+        if windows.ndim != 2 or windows.shape[0] == 0:
+            raise ValueError(f"windows must be (W, K) frame indices, oldest first, got shape {tuple(windows.shape)}")
+        batch = max(1, self.chunk_size)
+        needed = torch.unique(windows)  # each frame that some window holds, preprocessed and encoded once
+        if int(needed.min()) < 0 or int(needed.max()) >= frames.shape[0]:
+            raise ValueError(
+                f"windows index frames 0..{frames.shape[0] - 1}, got {int(needed.min())}..{int(needed.max())}"
+            )
+        items = torch.cat(
+            [
+                self.frame_items(self.preprocessor(frames[needed[start : start + batch]]))
+                for start in range(0, needed.shape[0], batch)
+            ]
+        )
+        position = torch.searchsorted(needed, windows[:, self.reads(windows.shape[1])]).to(items.device)
+        head = None if tasks is None else self.head_for(tasks)
+        rewards = [
+            self.window_rewards(items[position[start : start + batch]], head)
+            for start in range(0, position.shape[0], batch)
+        ]
+        out = torch.cat(rewards) if len(rewards) > 1 else rewards[0]
+        return self.rewards_of(out) if tasks is None else out
+
+    def head_for(self, tasks: Sequence[Any]) -> RewardHead:
+        """A reward head of other ``tasks`` (goal-baseline, binary) on this model's text embeddings."""
+        tasks = as_reward_tasks(tasks)
+        prompts = unique_prompts(tasks)
+        text = dict(zip(prompts, self.text_embeddings(prompts)))
+        return RewardHead(tasks, text.__getitem__, self.logit_scale_for(tasks), self.device)
+
+    @abc.abstractmethod
+    def text_embeddings(self, prompts: Sequence[str]) -> torch.Tensor:
+        """Normalised (P, D) float32 text embeddings of ``prompts``."""
+
+    @abc.abstractmethod
+    def logit_scale_for(self, tasks: Sequence[Task]) -> float:
+        """The softmax scale of binary ``tasks`` (refused where the model has none and a task no temperature)."""
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.window.describe()}"
+
+
+class MeanOfFramesModel(WindowRewardModel):
+    """A frame model (a :class:`VLMRewardModel`, any open_clip family) scoring a window by the mean of
+    its frames' normalised embeddings (the paper code's ``avg_frame``): each frame is encoded once, by
+    the frame model's encoder backend, and the reward head scores the mean."""
+
+    def __init__(self, frames: VLMRewardModel, window: WindowSpec):
+        self.frames = frames
+        self.window = window
+        self.schedule = frames.schedule
+        self.device = frames.device
+        self.multi_task = frames.multi_task
+        self.chunk_size = frames.chunk_size
+        self.head = frames.head
+        self.preprocessor = frames.preprocessor
+        self.name = frames.clip.model_id
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        return (self.frames.embed_dim,)
+
+    @property
+    def item_dtype(self) -> torch.dtype:
+        return torch.float32
+
+    def reads(self, frames: int) -> list[int]:
+        return list(range(frames))
+
+    def frame_items(self, pixels: torch.Tensor) -> torch.Tensor:
+        self.frames._check_open()
+        return F.normalize(self.frames._in_chunks(pixels, self.frames.encoder.encode_rows).float(), dim=-1)
+
+    def window_embeddings(self, items: torch.Tensor) -> torch.Tensor:
+        return items.mean(dim=1)
+
+    def text_embeddings(self, prompts: Sequence[str]) -> torch.Tensor:
+        return self.frames.embed_text(prompts)
+
+    def logit_scale_for(self, tasks: Sequence[Task]) -> float:
+        return self.frames.logit_scale
+
+    def close(self) -> None:
+        self.frames.close()
+
+    def __repr__(self) -> str:
+        return f"MeanOfFramesModel({self.frames!r}, window={self.window})"
+
+
+class VideoWindowModel(WindowRewardModel):
+    """A video model (``vlmrm_fast.models.video``) scoring a window: the ring keeps each frame
+    preprocessed as the model was trained (its ``info.preprocess``, by the fused kernel), and the
+    model reads its ``info.num_frames`` of a window's K (``subsample_indices``: evenly spaced, the
+    newest kept), every due env's window in one batch of ``chunk_size`` (compiled, the batch fixed and
+    padded, where ``compiled``)."""
+
+    def __init__(
+        self,
+        video: Any,
+        tasks: Sequence[Any],
+        window: WindowSpec,
+        *,
+        multi_task: bool = False,
+        schedule: ScoreSchedule = EVERY_STEP,
+        batch_size: int | None = None,
+        compiled: bool = False,
+        compile_mode: str | None = None,
+        resize_mode: str | None = None,
+    ):
+        self.video = video
+        self.window = window
+        self.schedule = schedule
+        self.device = torch.device(video.device)
+        self.multi_task = multi_task
+        self.name = video.info.name
+        self.chunk_size = int(batch_size or DEFAULT_CHUNK)
+        spec = video.info.preprocess
+        if resize_mode is not None:  # the geometry only: the model's own mean and std stay
+            spec = dataclasses.replace(spec, resize_mode=resize_mode)
+        self.preprocessor = FramePreprocessor(spec, self.device, video.dtype)
+        self.head = self.head_for(tasks)
+        self.compiled = bool(compiled)
+        self._features = self._uncompiled
+        if self.compiled:
+            self._features = torch.compile(self._uncompiled, dynamic=False, mode=compile_mode)
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        size = self.preprocessor.spec.size
+        return (3, size, size)
+
+    @property
+    def item_dtype(self) -> torch.dtype:
+        return self.preprocessor.dtype
+
+    def reads(self, frames: int) -> list[int]:
+        return subsample_indices(frames, self.video.info.num_frames)
+
+    def frame_items(self, pixels: torch.Tensor) -> torch.Tensor:
+        return pixels
+
+    def text_embeddings(self, prompts: Sequence[str]) -> torch.Tensor:
+        return self.video.encode_text(list(prompts)).float()
+
+    def logit_scale_for(self, tasks: Sequence[Task]) -> float:
+        if self.video.logit_scale is not None:
+            return float(self.video.logit_scale)
+        if any(isinstance(task, BinaryTask) and task.temperature is None for task in tasks):
+            raise ValueError(
+                f"{self.name} was trained without a logit scale (it compares raw dot products): give the binary "
+                "task a temperature= (its softmax's 1 / scale)"
+            )
+        return 1.0
+
+    def _uncompiled(self, windows: torch.Tensor) -> torch.Tensor:
+        # The model's features without its input checks (made once, in window_embeddings), which
+        # torch.compile cannot trace under inference mode.
+        return F.normalize(self.video._video_features(windows), dim=-1)
+
+    def window_rewards(self, items: torch.Tensor, head: RewardHead | None = None) -> torch.Tensor:
+        """As every window model's; a model whose text depends on the window (X-CLIP's prompt generator)
+        scores each window against its own prompt embeddings (:func:`per_window_rewards`)."""
+        if not self.video.info.conditions_text:
+            return super().window_rewards(items, head)
+        tasks = (self.head if head is None else head).tasks
+        prompts = unique_prompts(tasks)
+        out = []
+        for start in range(0, items.shape[0], self.chunk_size):
+            batch = items[start : start + self.chunk_size]
+            self.video.check_windows(batch)
+            video, text = self.video.encode_video_and_text(batch.contiguous(), prompts)
+            out.append(per_window_rewards(tasks, prompts, video.float(), text.float(), self.logit_scale_for(tasks)))
+        return torch.cat(out) if len(out) > 1 else out[0]
+
+    def window_embeddings(self, items: torch.Tensor) -> torch.Tensor:
+        """Windows (n, T, 3, S, S) -> embeddings (n, D), in batches of ``chunk_size`` (a compiled model
+        gets each batch padded to ``chunk_size``: its one shape)."""
+        if items.shape[0] == 0:
+            return torch.empty((0, self.video.info.embed_dim), device=self.device)
+        self.video.check_windows(items[:1])
+        out = []
+        for start in range(0, items.shape[0], self.chunk_size):
+            batch = items[start : start + self.chunk_size]
+            n = batch.shape[0]
+            if self.compiled and n < self.chunk_size:
+                batch = torch.cat([batch, batch[-1:].expand(self.chunk_size - n, *batch.shape[1:])])
+            out.append(self._features(batch if batch.is_contiguous() else batch.contiguous())[:n])
+        return torch.cat(out).float() if len(out) > 1 else out[0].float()
+
+    def close(self) -> None:
+        self.video = None
+        self._features = self._uncompiled
+
+    def __repr__(self) -> str:
+        backend = f"compiled, batch {self.chunk_size}" if self.compiled else "eager"
+        return f"VideoWindowModel({self.name}, {self.preprocessor.dtype}, {backend}, window={self.window})"
+
+
+def per_window_rewards(
+    tasks: Sequence[Task], prompts: Sequence[str], video: torch.Tensor, text: torch.Tensor, logit_scale: float
+) -> torch.Tensor:
+    """Rewards (n, len(tasks)) of normalised window embeddings ``video`` (n, D), each against its own
+    normalised prompt embeddings ``text`` (n, P, D) of ``prompts``: the formulas of ``reward/formulas.py``
+    (docs/reward.md), with window ``n``'s goal, baseline and negatives taken from ``text[n]``."""
+    row = {prompt: i for i, prompt in enumerate(prompts)}
+
+    def rows(names: Sequence[str]) -> torch.Tensor:
+        return text[:, [row[name] for name in names]]
+
+    columns = []
+    for task in tasks:
+        if isinstance(task, BinaryTask):
+            scale = logit_scale if task.temperature is None else 1.0 / task.temperature
+            p = torch.softmax(scale * torch.einsum("nd,nmd->nm", video, rows(task.prompts)), dim=-1)[:, 0]
+            columns.append(p if task.probability else (p > task.threshold).float())
+            continue
+        if not isinstance(task, GoalBaselineTask):
+            raise TypeError(
+                f"{task.name!r} is a {type(task).__name__}: a window of frames is scored by goal-baseline and binary "
+                "tasks (a question is for a generative VLM judge, docs/judge.md)"
+            )
+        g = rows(task.target_prompts).mean(dim=1)
+        u = torch.zeros_like(g)
+        if task.baseline_prompts:
+            d = g - rows(task.baseline_prompts).mean(dim=1)
+            norm = d.norm(dim=-1, keepdim=True)
+            if bool((norm <= 1e-6).any()):
+                raise ValueError("the baseline and target prompts embed to the same point for a window")
+            u = d / norm
+        v = video - g
+        vu = (v * u).sum(dim=-1)
+        alpha = task.alpha
+        columns.append(1.0 - 0.5 * ((1.0 - alpha) ** 2 * (v * v).sum(dim=-1) + (2.0 * alpha - alpha**2) * vu * vu))
+    return torch.stack(columns, dim=1)
+
+
+def load_window_model(spec: Any) -> WindowRewardModel:
+    """The window reward model of a :class:`~vlmrm_fast.reward.spec.RewardModelSpec` with a ``window``."""
+    from vlmrm_fast.device import resolve_device
+    from vlmrm_fast.reward.model import load_reward_model
+
+    window: WindowSpec = spec.window
+    if window.embedding == "mean_of_frames":
+        frames = load_reward_model(spec.replace(window=None))
+        assert isinstance(frames, VLMRewardModel)  # no window: a frame model
+        return MeanOfFramesModel(frames, window)
+    from vlmrm_fast.models.video import load_video_model
+
+    device = resolve_device(spec.device)
+    dtype = _video_dtype(spec.precision, device)
+    video = load_video_model(spec.model, checkpoint=spec.checkpoint, device=device, dtype=dtype, seed=spec.seed)
+    tasks, multi = spec.reward_tasks()
+    compiled = spec.backend == "compile" or (spec.backend == "auto" and device.type == "cuda" and spec.batch_size)
+    return VideoWindowModel(
+        video,
+        tasks,
+        window,
+        multi_task=multi,
+        schedule=spec.schedule,
+        batch_size=spec.batch_size,
+        compiled=bool(compiled),
+        compile_mode=spec.encoder_options.get("compile_mode"),
+        resize_mode=spec.resize_mode,
+    )
+
+
+def _video_dtype(precision: str, device: torch.device) -> torch.dtype:
+    """fp32 on the CPU, bf16 on a GPU (fp16 without bf16) for "auto"; a named precision as named."""
+    from vlmrm_fast.encoders.precision import resolve
+
+    return resolve(precision, device).dtype
