@@ -87,7 +87,7 @@ def test_physics_and_renderers_are_rows_of_one_table_each():
     for row in RENDERERS.values():
         assert row.description and row.needs and ":" in row.implementation
     with pytest.raises(ValueError, match="renderer: 'vulkan' is not one of"):
-        rendering.choose_renderer("vulkan", None)
+        rendering.choose_renderer("vulkan", torch.device("cpu"))
 
 
 def test_a_task_without_an_engine_version_names_the_physics_that_runs_it():

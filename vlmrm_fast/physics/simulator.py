@@ -21,10 +21,13 @@ from __future__ import annotations
 import abc
 import warnings
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import mujoco
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 #: The states a simulator offers and a renderer draws (see the module docstring).
 NATIVE_DATA = "native data"
@@ -48,10 +51,10 @@ class Simulator(Protocol):
 
     @classmethod
     def for_engine(
-        cls, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], gpu: int | None
+        cls, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], device: torch.device
     ) -> Simulator:
         """The engine's simulator: gymnasium's step (``mj_rnePostConstraint`` included) of ``num_envs``
-        copies of ``model``, copying out ``outputs``, on CUDA device ``gpu`` where it uses one."""
+        copies of ``model``, copying out ``outputs``, on ``device`` (the plan's) where it uses one."""
         ...
 
     @property
