@@ -172,6 +172,30 @@ def test_vector_env_seeding(rm):
     fast.close()
 
 
+def test_the_vector_env_has_the_plan_choose_among_the_engines(rm, monkeypatch):
+    """physics "auto" (the default) is the plan's to resolve, among the batch engine's rows only; a physics of
+    gymnasium envs asked for is refused, and where no engine can run here the plan says why each could not."""
+    import dataclasses
+
+    from vlmrm_fast import RewardModelSpec, rendering
+    from vlmrm_fast.envs.spec import EnvSpec
+    from vlmrm_fast.stack import plan_stack
+
+    spec = RewardModelSpec(model="vlmrm-tiny", device="cpu")
+    assert plan_stack(EnvSpec(HUMANOID, 1), spec, engine_only=True).physics == "batch"
+    with pytest.raises(ValueError, match=r"^VLMRewardVectorEnv drives the MuJoCo batch engine \(physics='batch' or"):
+        VLMRewardVectorEnv(HUMANOID, N, reward_model=rm, physics="gym")
+    for name, row in list(rendering.RENDERERS.items()):
+        monkeypatch.setitem(rendering.RENDERERS, name, dataclasses.replace(row, unavailable=lambda device: "no GL"))
+    assert plan_stack(EnvSpec(HUMANOID, 1), spec).physics == "gym"  # elsewhere "auto" falls back on gymnasium envs
+    with pytest.raises(RuntimeError) as refused:
+        plan_stack(EnvSpec(HUMANOID, 1), spec, engine_only=True)
+    assert str(refused.value) == (
+        "physics='auto': nothing can run task 'humanoid-kneeling' here (batch: no renderer can draw here "
+        "(egl: no GL; warp: no GL))"
+    )
+
+
 def test_disabled_autoreset_is_refused_naming_the_modes(rm):
     with pytest.raises(ValueError, match="NextStep"):
         VLMRewardVectorEnv(HUMANOID, N, reward_model=rm, autoreset_mode=AutoresetMode.DISABLED)
