@@ -9,7 +9,8 @@ its outputs; a renderer draws it from one of the states its class ``offers``, mo
   ``_core.sim.BatchSim``), drawn where it lies, on the simulator's threads;
 * :data:`HOST_POSITIONS`: ``qpos``, (num_envs, nq) float64 in the host's memory;
 * :data:`DEVICE_WORLDS`: MuJoCo Warp's model and data of every world on one device (``warp_model``,
-  ``warp_data``, ``warp_stream``, ``device``).
+  ``warp_data``, ``warp_stream``, ``device``), and its outputs there (``torch_outputs``: torch views of
+  ``outputs`` on ``device``, which the engine reads for a learner's observations on that device).
 
 A renderer's class says which states it ``draws``; the plan pairs a physics with a renderer that
 draws a state the physics' simulator offers, and refuses a pair that cannot meet
@@ -43,7 +44,7 @@ class Simulator(Protocol):
 
     ``offers``: the states a renderer may draw it from, most direct first (a class attribute); a state
     offered brings its members (``native``; ``qpos``; ``warp_model``, ``warp_data``, ``warp_stream``,
-    ``device``). ``for_engine`` is how the engine makes one (its row names the class).
+    ``device``, ``torch_outputs``). ``for_engine`` is how the engine makes one (its row names the class).
     """
 
     offers: ClassVar[tuple[str, ...]]
