@@ -318,7 +318,7 @@ def test_resuming_a_finished_run_answers_without_building_envs(tmp_path, monkeyp
     final.unlink()
     capsys.readouterr()
 
-    def no_envs(cfg):
+    def no_envs(cfg, plan=None):
         raise AssertionError("a finished run needs no envs")
 
     monkeypatch.setattr(train, "make_env", no_envs)
