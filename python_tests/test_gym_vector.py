@@ -210,9 +210,15 @@ def test_wrapper_over_same_step_needs_recorded_frames(rm):
     wrapped.close()
 
 
-def test_cartpole_make_vec_is_sync_under_the_reward_wrapper(rm):
+@pytest.mark.parametrize("env_reward_weight", [0.0, 1.0])  # a reset step: the scorer's 0 and gymnasium's 0
+def test_cartpole_make_vec_is_sync_under_the_reward_wrapper(rm, env_reward_weight):
     env = gymnasium.make_vec(
-        "vlmrm_fast/cartpole", num_envs=2, vectorization_mode="vector_entry_point", reward_model=rm, max_episode_steps=3
+        "vlmrm_fast/cartpole",
+        num_envs=2,
+        vectorization_mode="vector_entry_point",
+        reward_model=rm,
+        max_episode_steps=3,
+        env_reward_weight=env_reward_weight,
     )
     assert isinstance(env, VLMRewardVectorWrapper)
     env.reset(seed=0)
