@@ -16,6 +16,7 @@ from typing import Any
 
 import mujoco
 import numpy as np
+import torch
 
 from vlmrm_fast.physics import Physics
 from vlmrm_fast.physics.simulator import HOST_POSITIONS, OutputSpec, SimulatorBase, parse_outputs
@@ -41,7 +42,7 @@ class KinematicSimulator(SimulatorBase):
 
     @classmethod
     def for_engine(
-        cls, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], gpu: int | None
+        cls, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], device: torch.device
     ) -> KinematicSimulator:
         return cls(model, num_envs, frame_skip, outputs)
 
@@ -113,6 +114,8 @@ ROW = Physics(
     "a test double: each actuated joint moves at its control, MuJoCo computes the rest (python_tests/double_physics.py)",
     "a MuJoCo task",
     engine=True,
-    unavailable=lambda task, gpu: None if task.batch is not None else f"task {task.name!r} has no batch-engine version",
+    unavailable=lambda task, device: (
+        None if task.batch is not None else f"task {task.name!r} has no batch-engine version"
+    ),
     simulator="double_physics:KinematicSimulator",
 )

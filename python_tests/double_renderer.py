@@ -37,7 +37,7 @@ class FlatRenderer(BatchRendererBase):
 
     @classmethod
     def for_engine(
-        cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, gpu: int | None
+        cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, device: torch.device
     ) -> FlatRenderer:
         height, width = render_size
         return cls(model, num_envs, width, height)
@@ -86,6 +86,6 @@ ROW = Renderer(
     "a test double: each frame one colour, from the root's position (python_tests/double_renderer.py)",
     "nothing",
     overlaps_encoder=True,
-    unavailable=lambda gpu: None,
+    unavailable=lambda device: None,
     implementation="double_renderer:FlatRenderer",
 )

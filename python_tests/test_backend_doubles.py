@@ -24,8 +24,9 @@ from vlmrm_fast.envs.spec import EnvSpec
 from vlmrm_fast.physics import PHYSICS
 from vlmrm_fast.physics.simulator import DEVICE_WORLDS
 from vlmrm_fast.rendering import RENDERERS
-from vlmrm_fast.reward import formulas
+from vlmrm_fast.reward import formulas, load_reward_model
 from vlmrm_fast.reward.head import RewardHead
+from vlmrm_fast.reward.tasks import TASK_KINDS, TaskKind
 from vlmrm_fast.stack import plan_stack
 
 TINY = {"model": "vlmrm-tiny", "alpha": 0.5, "device": "cpu"}
@@ -135,13 +136,23 @@ class Cosine:
 
 
 def test_a_reward_formula_is_its_task_a_formula_and_a_row(monkeypatch):
-    """The head scores a task of a new kind with its formula's row alone (the torch path: no kernel entry)."""
-    monkeypatch.setitem(formulas.FORMULAS, CosineTask, Cosine)
+    """A task of a new kind, its formula and one row of the task kinds: the head scores it (the torch path: no
+    kernel entry), and a reward spec and a loaded model take it by its kind's name, as a config names it."""
+    monkeypatch.setitem(TASK_KINDS, "cosine", TaskKind(CosineTask, f"{__name__}:Cosine"))
     text = dict(zip(("a", "b"), formulas.normalize(torch.randn(2, 16, generator=torch.Generator().manual_seed(0)))))
     head = RewardHead([CosineTask("a"), CosineTask("b", name="other")], text.__getitem__, 100.0, torch.device("cpu"))
     embeddings = torch.randn(5, 16, generator=torch.Generator().manual_seed(1))
     x = formulas.normalize(embeddings)
     torch.testing.assert_close(head(embeddings), torch.stack([x @ text["a"], x @ text["b"]], dim=1))
+
+    spec = RewardModelSpec(model="vlmrm-tiny", device="cpu", tasks=[{"kind": "cosine", "prompt": "a humanoid robot"}])
+    model = load_reward_model(spec)
+    frames = torch.randint(0, 256, (3, 32, 32, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))
+    image = formulas.normalize(model.embed_images(frames))
+    prompt = formulas.normalize(model.embed_text(["a humanoid robot"]))[0]
+    torch.testing.assert_close(
+        model(frames), (image @ prompt)[:, None], rtol=1e-5, atol=1e-6
+    )  # (tasks=: one column each)
 
 
 def test_a_task_is_one_row(monkeypatch):

@@ -143,13 +143,14 @@ def test_config_score_batch_size():
         "rl": {"algorithm": "SAC", "kwargs": {"train_freq": [20, "step"]}, "episode_batch": True},
         "env": {"task": "humanoid-kneeling", "n_envs": 4, "render_size": 64},
     }
-    from vlmrm_fast.training.train import reward_spec, score_batch_size
+    from vlmrm_fast.training.train import plan_run
 
-    assert score_batch_size(load_config(copy.deepcopy(base))) == 80  # one rollout of 20 steps x 4 envs, on the CPU
-    assert reward_spec(load_config(copy.deepcopy(base))).batch_size == 80  # the encoder's batch is the scoring batch
+    plan = plan_run(load_config(copy.deepcopy(base)))
+    assert plan.encoder_batch == 80 and plan.defer_rewards  # one rollout of 20 steps x 4 envs, on the CPU
+    assert "encoder batch 80, rewards left to episode batches" in plan.describe()
     given = copy.deepcopy(base)
     given["reward"]["batch_size"] = 37
-    assert score_batch_size(load_config(given)) == 37
+    assert plan_run(load_config(given)).encoder_batch == 37
     wrong = copy.deepcopy(base)
     wrong["reward"].update(batch_size=0)
     with pytest.raises(ConfigError, match="reward.batch_size: must be a positive integer or null, got 0"):

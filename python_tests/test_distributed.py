@@ -429,6 +429,7 @@ def test_train_under_torchrun(tmp_path):
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     assert "rank 0 (cpu on " in result.stdout and "): env 0" in result.stdout and "): envs 1-2" in result.stdout
+    assert "  rank 0's stack      cartpole, 1 envs scored on cpu: physics gym," in result.stdout  # its plan's line
     run = tmp_path / "run"
     assert (run / "final_model.zip").is_file() and (run / "config.yaml").is_file()
     assert list((run / "checkpoints").glob("model_*_steps.zip"))

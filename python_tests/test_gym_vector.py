@@ -172,6 +172,30 @@ def test_vector_env_seeding(rm):
     fast.close()
 
 
+def test_the_vector_env_has_the_plan_choose_among_the_engines(rm, monkeypatch):
+    """physics "auto" (the default) is the plan's to resolve, among the batch engine's rows only; a physics of
+    gymnasium envs asked for is refused, and where no engine can run here the plan says why each could not."""
+    import dataclasses
+
+    from vlmrm_fast import RewardModelSpec, rendering
+    from vlmrm_fast.envs.spec import EnvSpec
+    from vlmrm_fast.stack import plan_stack
+
+    spec = RewardModelSpec(model="vlmrm-tiny", device="cpu")
+    assert plan_stack(EnvSpec(HUMANOID, 1), spec, engine_only=True).physics == "batch"
+    with pytest.raises(ValueError, match=r"^VLMRewardVectorEnv drives the MuJoCo batch engine \(physics='batch' or"):
+        VLMRewardVectorEnv(HUMANOID, N, reward_model=rm, physics="gym")
+    for name, row in list(rendering.RENDERERS.items()):
+        monkeypatch.setitem(rendering.RENDERERS, name, dataclasses.replace(row, unavailable=lambda device: "no GL"))
+    assert plan_stack(EnvSpec(HUMANOID, 1), spec).physics == "gym"  # elsewhere "auto" falls back on gymnasium envs
+    with pytest.raises(RuntimeError) as refused:
+        plan_stack(EnvSpec(HUMANOID, 1), spec, engine_only=True)
+    assert str(refused.value) == (
+        "physics='auto': nothing can run task 'humanoid-kneeling' here (batch: no renderer can draw here "
+        "(egl: no GL; warp: no GL))"
+    )
+
+
 def test_disabled_autoreset_is_refused_naming_the_modes(rm):
     with pytest.raises(ValueError, match="NextStep"):
         VLMRewardVectorEnv(HUMANOID, N, reward_model=rm, autoreset_mode=AutoresetMode.DISABLED)
@@ -186,9 +210,15 @@ def test_wrapper_over_same_step_needs_recorded_frames(rm):
     wrapped.close()
 
 
-def test_cartpole_make_vec_is_sync_under_the_reward_wrapper(rm):
+@pytest.mark.parametrize("env_reward_weight", [0.0, 1.0])  # a reset step: the scorer's 0 and gymnasium's 0
+def test_cartpole_make_vec_is_sync_under_the_reward_wrapper(rm, env_reward_weight):
     env = gymnasium.make_vec(
-        "vlmrm_fast/cartpole", num_envs=2, vectorization_mode="vector_entry_point", reward_model=rm, max_episode_steps=3
+        "vlmrm_fast/cartpole",
+        num_envs=2,
+        vectorization_mode="vector_entry_point",
+        reward_model=rm,
+        max_episode_steps=3,
+        env_reward_weight=env_reward_weight,
     )
     assert isinstance(env, VLMRewardVectorWrapper)
     env.reset(seed=0)

@@ -162,11 +162,19 @@ def test_the_defaults_that_decide_the_cost_are_printed_before_training(tmp_path,
     assert "rl.total_timesteps  100,000 (the default)" in summary
     assert "reward.model        ViT-bigG-14/laion2b_s39b_b160k (the default)" in summary
     assert f"output_dir          {pathlib.Path('runs/train').resolve()} (the default)" in summary
-    # a run prints it first, before the envs are made
+    # a run prints it first, before the envs are made; then the stack's plan in its one line, before anything loads
     assert cli_main(["train", str(_config(tmp_path))]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "vlmrm-fast train: humanoid-kneeling, 2 envs; from scratch", out
-    assert "  rl.total_timesteps  8" in out and "  reward.model        vlmrm-tiny on cpu" in out
+    assert "  rl.total_timesteps  8" in out and "  reward.model        vlmrm-tiny" in out
+    from vlmrm_fast.training.train import plan_run
+
+    plan = plan_run(load_config(str(_config(tmp_path))))
+    assert f"  stack               {plan.describe()}" in out, out
+    assert plan.describe().startswith("humanoid-kneeling, 2 envs scored on cpu: physics batch, renderer ")
+    assert [line for line in out if "renderer" in line or "scored on" in line] == [
+        f"  stack               {plan.describe()}"
+    ]
     assert out[-1].startswith("done: 8 steps")
 
 
@@ -236,7 +244,7 @@ def test_the_summary_marks_only_the_fields_the_config_left_out(tmp_path, capsys)
     given = {"env": {"task": "humanoid-kneeling"}, "rl": {"algorithm": "SAC", "total_timesteps": 100_000}}
     summary = startup_summary(load_config(given), None).splitlines()
     assert "  rl.algorithm        SAC" in summary and "  rl.total_timesteps  100,000" in summary
-    assert "  reward.model        ViT-bigG-14/laion2b_s39b_b160k (the default) on auto" in summary
+    assert "  reward.model        ViT-bigG-14/laion2b_s39b_b160k (the default)" in summary
     # a command-line override counts as given
     config = _config(tmp_path)
     assert cli_main(["train", str(config), "--output-dir", str(tmp_path / "other"), "--total-timesteps", "4"]) == 0
@@ -310,7 +318,7 @@ def test_resuming_a_finished_run_answers_without_building_envs(tmp_path, monkeyp
     final.unlink()
     capsys.readouterr()
 
-    def no_envs(cfg):
+    def no_envs(cfg, plan=None):
         raise AssertionError("a finished run needs no envs")
 
     monkeypatch.setattr(train, "make_env", no_envs)
@@ -701,3 +709,55 @@ def test_a_long_prompt_is_warned_of_in_a_line_a_terminal_shows():
     (warning,) = [w for w in caught if issubclass(w.category, PromptTruncatedWarning)]
     text = str(warning.message)
     assert len(text) < 300 and "(10,025 characters)" in text and "the last 1931 are dropped" in text, text
+
+
+def test_a_resume_where_auto_would_choose_another_renderer_is_refused_in_a_line(tmp_path, monkeypatch, capsys):
+    """renderer auto resolves by the machine (EGL on a GPU, Warp on a CPU): each checkpoint records what it chose,
+    and a resume where it would choose otherwise is refused before anything loads, naming both and the value to
+    pin; pinned, the run resumes. (A row of the renderer double stands for the other machine's choice.)"""
+    from double_renderer import ROW as FLAT
+
+    from vlmrm_fast import rendering
+    from vlmrm_fast.training import checkpoints
+
+    monkeypatch.setitem(rendering.AUTO_ORDER, "cpu", ("egl",))  # the machine the run starts on
+    config = _config(tmp_path)
+    assert cli_main(["train", str(config)]) == 0
+    newest = checkpoints.scan(tmp_path / "run" / "checkpoints").newest()
+    assert newest.manifest["plan"] == {"env.physics": "batch", "env.renderer": "egl"}
+    capsys.readouterr()
+
+    monkeypatch.setitem(rendering.RENDERERS, FLAT.name, FLAT)
+    monkeypatch.setitem(rendering.AUTO_ORDER, "cpu", ("flat", "egl"))  # another machine: auto chooses otherwise
+    assert cli_main(["train", str(config), "--resume", "--total-timesteps", "12"]) == 2
+    assert _one_line(capsys.readouterr().err) == (
+        "vlmrm-fast train: error: --resume: the run's renderer was 'egl' where it started, and env.renderer: auto "
+        "chooses 'flat' here; to resume the run as it ran, set env.renderer: egl in the config (the frames or the "
+        "dynamics would change otherwise), or start a new run (--output-dir, or --overwrite)"
+    )
+    assert checkpoints.scan(tmp_path / "run" / "checkpoints").newest().steps == 8  # nothing changed
+
+    pinned = yaml.safe_load(config.read_text())
+    pinned["env"]["renderer"] = "egl"
+    config.write_text(yaml.safe_dump(pinned))
+    assert cli_main(["train", str(config), "--resume", "--total-timesteps", "12"]) == 0
+    assert checkpoints.scan(tmp_path / "run" / "checkpoints").newest().manifest["plan"]["env.renderer"] == "egl"
+
+
+def test_a_resume_where_auto_would_choose_another_physics_names_the_physics_to_pin():
+    from vlmrm_fast import RewardModelSpec
+    from vlmrm_fast.envs.spec import EnvSpec
+    from vlmrm_fast.stack import plan_stack
+    from vlmrm_fast.training.run_folder import RunFolderError, check_resumed_choices
+
+    plan = plan_stack(EnvSpec("humanoid-kneeling", 1, physics="gym"), RewardModelSpec(model="vlmrm-tiny", device="cpu"))
+    check_resumed_choices({"env.physics": "gym", "env.renderer": None}, plan)  # as the run ran: no word
+    check_resumed_choices(None, plan)  # a checkpoint from before the choices were recorded: not compared
+    with pytest.raises(RunFolderError) as refused:
+        check_resumed_choices({"env.physics": "batch", "env.renderer": "egl"}, plan)
+    assert str(refused.value) == (
+        "--resume: the run's physics was 'batch' where it started, and env.physics: auto chooses 'gym' here; the run's "
+        "renderer was 'egl' where it started, and env.renderer: auto chooses none (its gymnasium envs drew their "
+        "frames) here; to resume the run as it ran, set env.physics: batch and env.renderer: egl in the config (the "
+        "frames or the dynamics would change otherwise), or start a new run (--output-dir, or --overwrite)"
+    )

@@ -493,8 +493,14 @@ def test_paper_config_loads_and_builds_its_env(path, tmp_path):
         assert cfg.rl.algorithm == ("DQN" if cfg.task == "cartpole" else "SAC")
         # The paper's code refuses a CLIP-rewarded run unless updates come after whole episodes.
         assert kwargs["train_freq"] % cfg.env.episode_length == 0 and cfg.rl.episode_batch
-    # Build it for real with the tiny CLIP swapped in (nothing to download) and small sizes.
-    small = copy.deepcopy(cfg)
+    # The paper's scoring of an episode's last step (on the next episode's first frame) is a line away, off.
+    line = "  # score_terminal_on: reset_frame"
+    assert cfg.env.score_terminal_on == "terminal_state" and path.read_text().count(line) == 1
+    exact = tmp_path / "exact.yaml"
+    exact.write_text(path.read_text().replace(line, line.replace("# ", "")))
+    assert load_config(exact).env.score_terminal_on == "reset_frame"
+    # Build it for real (the paper's scoring on) with the tiny CLIP swapped in (nothing to download) and small sizes.
+    small = copy.deepcopy(load_config(exact))
     small.reward = small.reward.replace(model="vlmrm-tiny", device="cpu", precision="fp32")  # fp16 is for GPUs
     small.env = small.env.replace(n_envs=2, render_size=48 if spec.batch is not None else None)
     small.rl = small.rl.replace(device="cpu", kwargs=dict(kwargs, buffer_size=100))

@@ -4,6 +4,7 @@ the pipeline's ranges once each, and hands the plan down; the backends are rows 
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import numpy as np
 import pytest
@@ -52,12 +53,37 @@ def test_a_construction_makes_each_choice_once(monkeypatch, task):
         assert isinstance(plan, StackPlan) and plan.device == torch.device("cpu")
         assert plan.ranges == (slice(0, 3),) and plan.encoder_batch == 3 == env.reward_model.chunk_size
         assert (plan.physics, plan.renderer) == (env.physics, env.renderer)
+        # one value per setting: the plan's env spec holds each choice as it runs, never "auto"
+        assert "auto" not in dataclasses.astuple(plan.env)
+        assert (plan.env.physics, plan.env.renderer) == (plan.physics, plan.renderer)
+        assert plan.env.pipeline_chunks == len(plan.ranges) and plan.env.solver == plan.solver
         assert plan.describe().startswith(f"{task}, 3 envs scored on cpu: physics {plan.physics}")
         if task == "cartpole":
             assert plan.physics == "gym" and plan.renderer is None
         else:
             assert plan.physics == "batch" and env.venv.frame_source is not None
             assert env.renderer in RENDERERS and plan.env.frame_shape == (32, 32)
+    finally:
+        env.close()
+
+
+def test_one_device_goes_down_to_the_simulator_and_the_renderer(monkeypatch):
+    """The plan's torch.device is what the engine's simulator and renderer are made for (no index in between)."""
+    from vlmrm_fast.physics import Physics
+    from vlmrm_fast.rendering import Renderer
+
+    seen = []
+    for cls, name in ((Physics, "make_simulator"), (Renderer, "make")):
+        original = getattr(cls, name)
+
+        def recording(self, *args, _original=original):
+            seen.append(args[-1])
+            return _original(self, *args)
+
+        monkeypatch.setattr(cls, name, recording)
+    env = FastVLMRewardVecEnv("humanoid-kneeling", 2, render_size=32, episode_length=4, **TINY)
+    try:
+        assert seen == [env.plan.device, env.plan.device] and all(type(d) is torch.device for d in seen)
     finally:
         env.close()
 
@@ -87,7 +113,7 @@ def test_physics_and_renderers_are_rows_of_one_table_each():
     for row in RENDERERS.values():
         assert row.description and row.needs and ":" in row.implementation
     with pytest.raises(ValueError, match="renderer: 'vulkan' is not one of"):
-        rendering.choose_renderer("vulkan", None)
+        rendering.choose_renderer("vulkan", torch.device("cpu"))
 
 
 def test_a_task_without_an_engine_version_names_the_physics_that_runs_it():

@@ -336,6 +336,8 @@ def _config_places() -> list[str]:
 
 # The fields compared by what they run take a value that runs something else; any other gets a stand-in.
 _CHANGED = {"env.physics": "warp", "env.solver": "cg"}
+# The fields whose "auto" stands for the choice each checkpoint records apart start from a named value.
+_NAMED = {"env.renderer": "egl"}
 
 
 @pytest.mark.parametrize("place", _config_places())
@@ -353,6 +355,8 @@ def test_every_config_field_is_in_the_run_identity_or_exempt_with_its_reason(pla
         return
     assert place in places, f"{place} is neither in the run identity nor in IDENTITY_EXEMPT with a reason"
     section, _, name = place.rpartition(".")
+    if place in _NAMED:
+        (identity[section] if section else identity)[name] = places[place] = _NAMED[place]
     changed = copy.deepcopy(identity)
     holder = changed[section] if section else changed
     new = _CHANGED.get(place, "<another value>")
@@ -370,6 +374,9 @@ def test_every_config_field_is_in_the_run_identity_or_exempt_with_its_reason(pla
         ({"physics": "warp", "solver": None}, {"physics": "warp", "solver": "newton"}, True),  # Warp's default
         ({"physics": "warp", "solver": None}, {"physics": "warp", "solver": "cg"}, False),
         ({"physics": "batch", "solver": None}, {"physics": "batch", "solver": "pgs"}, False),
+        ({"renderer": "auto"}, {"renderer": "egl"}, True),  # what auto chose is recorded and compared apart
+        ({"renderer": "warp"}, {"renderer": "auto"}, True),
+        ({"renderer": "egl"}, {"renderer": "warp"}, False),
     ],
 )
 def test_physics_and_solver_are_compared_by_what_they_run(then, now, same):
@@ -382,7 +389,9 @@ def test_physics_and_solver_are_compared_by_what_they_run(then, now, same):
     differences = identity_differences(a, b)
     assert (differences == []) == same, differences
     if not same:
-        assert all(d.startswith(("env.physics: ", "env.solver: ")) and " then, " in d for d in differences)
+        assert all(
+            d.startswith(("env.physics: ", "env.solver: ", "env.renderer: ")) and " then, " in d for d in differences
+        )
 
 
 def test_a_checkpoint_older_than_an_identity_field_is_not_compared_on_it_and_the_resume_says_so():

@@ -199,15 +199,16 @@ def test_auto_renderer_is_warp_on_the_cpu_when_installed(rms, monkeypatch):
     from vlmrm_fast.rendering import choose_renderer
 
     fast = make_fast(rms[HUMANOID], HUMANOID, physics="batch")
-    assert fast.env_spec.renderer == "auto"
     assert fast.renderer == ("warp" if warp_runtime.warp_available() is None else "egl")
+    assert fast.env_spec.renderer == fast.renderer  # the plan's spec holds the choice, one value
     fast.close()
-    assert choose_renderer("auto", 0) == "egl"  # frames scored on cuda:0
-    assert choose_renderer("egl", None) == "egl" and choose_renderer("warp", 0) == "warp"  # a choice is kept
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    assert choose_renderer("auto", gpu) == "egl"  # frames scored on cuda:0
+    assert choose_renderer("egl", cpu) == "egl" and choose_renderer("warp", gpu) == "warp"  # a choice is kept
     monkeypatch.setattr(warp_runtime, "warp_available", lambda: "MuJoCo Warp is not installed")
-    assert choose_renderer("auto", None) == "egl"
+    assert choose_renderer("auto", cpu) == "egl"
     with pytest.raises(ValueError, match="renderer: 'vulkan' is not one of"):
-        choose_renderer("vulkan", None)
+        choose_renderer("vulkan", cpu)
 
 
 @pytest.mark.parametrize("renderer", ["egl", pytest.param("warp", marks=pytest.mark.warp)])

@@ -223,17 +223,20 @@ def test_a_training_config_takes_it(tmp_path):
 
 
 def test_a_runs_videos_step_with_the_solver_it_trains_with():
-    """The gymnasium env of a run's videos (EnvSpec.env_factory) runs the solver of the run's physics."""
+    """The gymnasium env of a run's videos (StackPlan.env_factory) runs the solver of the run's physics."""
     import mujoco
 
+    from vlmrm_fast import RewardModelSpec
     from vlmrm_fast.envs.spec import EnvSpec
+    from vlmrm_fast.stack import plan_stack
 
     for physics, solver, expected in [
         ("warp", None, mujoco.mjtSolver.mjSOL_NEWTON),
         ("batch", None, mujoco.mjtSolver.mjSOL_PGS),  # gymnasium's humanoid, as shipped
         ("batch", "cg", mujoco.mjtSolver.mjSOL_CG),
     ]:
-        env = EnvSpec(TASK, 1, physics=physics, solver=solver).with_task_defaults().env_factory()()
+        spec = EnvSpec(TASK, 1, physics=physics, solver=solver)
+        env = plan_stack(spec, RewardModelSpec(model="vlmrm-tiny", device="cpu")).env_factory()()
         assert env.unwrapped.model.opt.solver == expected
         env.close()
     with pytest.raises(ValueError, match="is no MuJoCo task; leave solver out"):

@@ -335,7 +335,7 @@ def test_batch_env_steps_with_the_warp_renderer_without_the_reward_wrapper():
     from vlmrm_fast.envs import get_task
 
     task = get_task("humanoid-kneeling")
-    env = MujocoBatchVecEnv(task.batch, 4, render_size=(32, 32), episode_length=5, gpu=0, renderer="warp")
+    env = MujocoBatchVecEnv(task.batch, 4, render_size=(32, 32), episode_length=5, device="cuda:0", renderer="warp")
     try:
         env.seed(0)
         env.reset()

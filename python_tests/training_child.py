@@ -65,10 +65,10 @@ def _install_slow_setup() -> None:
 
     original = train.make_env
 
-    def make_env(cfg):
+    def make_env(cfg, plan=None):
         os.write(2, b"making the envs\n")
         time.sleep(60)
-        return original(cfg)
+        return original(cfg, plan)
 
     train.make_env = make_env
 

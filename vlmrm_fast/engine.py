@@ -24,15 +24,18 @@ from typing import Any
 
 import gymnasium
 import numpy as np
+import torch
 from stable_baselines3.common.vec_env import VecEnv
 
 from vlmrm_fast.actions import check_actions
 from vlmrm_fast.checks import one_of
+from vlmrm_fast.device import resolve_device
 from vlmrm_fast.envs.batch_task import BatchTask
-from vlmrm_fast.envs.time_limits import TIME_LIMITS
+from vlmrm_fast.envs.time_limits import SCORE_TERMINAL_ON, TIME_LIMITS
 from vlmrm_fast.frames import FrameView
 from vlmrm_fast.memory import check_envs_fit, env_bytes
 from vlmrm_fast.physics import PHYSICS
+from vlmrm_fast.physics.simulator import DEVICE_WORLDS
 from vlmrm_fast.physics.solver import with_solver
 from vlmrm_fast.profiling import NULL_TIMER
 from vlmrm_fast.rendering import RENDERERS
@@ -89,8 +92,9 @@ class BatchEnvView:
 class MujocoBatchVecEnv(VecEnv):
     """``num_envs`` envs of a MuJoCo task (its :class:`BatchTask` glue, ``batch``), simulated by
     ``physics`` and drawn by ``renderer`` (rows of ``vlmrm_fast.physics.PHYSICS`` and
-    ``vlmrm_fast.rendering.RENDERERS``, as :mod:`vlmrm_fast.stack` chose them) on CUDA device ``gpu``
-    (None: the CPU); ``solver``: the constraint solver the task's model runs with (None: its own).
+    ``vlmrm_fast.rendering.RENDERERS``, as :mod:`vlmrm_fast.stack` chose them) for frames scored on
+    ``device`` (the CPU, or ``cuda:N``, where a GPU renderer draws and MuJoCo Warp runs);
+    ``solver``: the constraint solver the task's model runs with (None: its own).
 
     Env ``i`` is seeded with ``seed + i`` at the next reset, as SB3's vector envs do; the
     episode ends after ``episode_length`` steps, as ``time_limit`` says: a truncation
@@ -103,6 +107,12 @@ class MujocoBatchVecEnv(VecEnv):
     observation and is reset by the next step instead, whose action it ignores: that step returns
     the reset observation with reward 0, not done, and its frame is drawn from the reset state
     (``autoreset_envs`` marks those envs).
+
+    ``score_terminal_on``: the frame drawn for an episode's last step: ``"terminal_state"``, the state
+    that ended it; ``"reset_frame"``, the next episode's reset state, as SB3's vector envs showed the
+    paper's code (they reset a finished env before ``get_images()``): finished envs are then reset
+    before their range is drawn, their observation and reward still those of the state that ended the
+    episode (``envs.spec.SCORE_TERMINAL_ON``; same-step resets only).
     """
 
     def __init__(
@@ -113,16 +123,19 @@ class MujocoBatchVecEnv(VecEnv):
         render_size: tuple[int, int],
         episode_length: int | None,
         time_limit: str = "truncate",
-        gpu: int | None = None,
+        device: torch.device | str = "cpu",
         renderer: str = "egl",
         physics: str = "batch",
         solver: str | None = None,
+        score_terminal_on: str = "terminal_state",
     ):
         height, width = render_size
+        device = resolve_device(device)
         self.batch = batch
         self._closed = False
         self.episode_length = episode_length
         self.time_limit = one_of(time_limit, "time_limit", TIME_LIMITS)
+        self.score_terminal_on = one_of(score_terminal_on, "score_terminal_on", SCORE_TERMINAL_ON)
         self.physics = one_of(physics, "physics", [name for name, row in PHYSICS.items() if row.engine])
         self.renderer = one_of(renderer, "renderer", tuple(RENDERERS))
         self.model = batch.build_model(max(height, width))
@@ -130,16 +143,16 @@ class MujocoBatchVecEnv(VecEnv):
             self.model = with_solver(self.model, solver)
         # Refused before anything is allocated, naming what it needs.
         if PHYSICS[self.physics].state_on_host:
-            frames_on_host = (height, width) if gpu is None else None  # on a GPU they are in its memory
+            frames_on_host = (height, width) if device.type == "cpu" else None  # on a GPU they are in its memory
             each = "MuJoCo's data" + (f" and a {height}x{width} RGBA frame" if frames_on_host else "")
             check_envs_fit(num_envs, env_bytes(self.model, frames_on_host), each)
         else:  # MuJoCo Warp: the worlds and their frames where the simulations run
             from vlmrm_fast.physics.warp import world_bytes
 
             each = f"MuJoCo Warp's data of one world and its {height}x{width} RGB frame"
-            check_envs_fit(num_envs, world_bytes(self.model) + 3 * height * width, each, gpu)
-        self.sim = PHYSICS[self.physics].make_simulator(self.model, num_envs, batch.frame_skip, batch.outputs, gpu)
-        self.frame_source = RENDERERS[self.renderer].make(self.model, num_envs, render_size, batch.camera, gpu)
+            check_envs_fit(num_envs, world_bytes(self.model) + 3 * height * width, each, device)
+        self.sim = PHYSICS[self.physics].make_simulator(self.model, num_envs, batch.frame_skip, batch.outputs, device)
+        self.frame_source = RENDERERS[self.renderer].make(self.model, num_envs, render_size, batch.camera, device)
         obs_dim = batch.observation(self.sim.outputs).shape[1]
         low, high = self.model.actuator_ctrlrange.copy().astype(np.float32).T
         self.views = [BatchEnvView(self, i) for i in range(num_envs)]  # before the base class asks their render_mode
@@ -156,6 +169,7 @@ class MujocoBatchVecEnv(VecEnv):
         self.reset_on_next_step = False
         self._reset_next = np.zeros(num_envs, dtype=bool)  # envs the next step resets (next-step autoreset)
         self.autoreset_envs = np.zeros(num_envs, dtype=bool)  # envs the last step reset instead of stepping
+        self._ended: dict[int, dict[str, np.ndarray]] = {}  # reset_frame: the outputs of the states that ended envs
 
     # ------------------------------------------------------------------ VecEnv API
     def _check_open(self) -> None:
@@ -170,13 +184,21 @@ class MujocoBatchVecEnv(VecEnv):
         self.sim.reset(seed=seeds, noise_scale=self.batch.reset_noise_scale)
         self._reset_seeds()
         self._steps[:] = 0
+        self._ended.clear()
         self._reset_next[:] = False
         self.autoreset_envs[:] = False
         return self.batch.observation(self.sim.outputs)
 
-    def seed(self, seed: int | None = None) -> Sequence[int | None]:
-        """Env ``i`` is seeded with ``seed + i`` at the next reset; None: unseeded (see base class)."""
-        self._seeds = [None if seed is None else seed + i for i in range(self.num_envs)]
+    def seed(self, seed: int | Sequence[int] | None = None) -> Sequence[int | None]:
+        """Env ``i`` is seeded with ``seed + i`` at the next reset, or with ``seed[i]`` given one seed per env
+        (gymnasium's ``reset(seed=[...])``); None: unseeded (see base class)."""
+        if seed is None or isinstance(seed, (int, np.integer)):
+            self._seeds = [None if seed is None else int(seed) + i for i in range(self.num_envs)]
+        else:
+            seeds = [int(s) for s in seed]
+            if len(seeds) != self.num_envs:
+                raise ValueError(f"seed: {len(seeds)} seeds for {self.num_envs} envs; give one per env, or an int")
+            self._seeds = list(seeds)
         return self._seeds
 
     def step_async(self, actions: np.ndarray) -> None:
@@ -220,13 +242,36 @@ class MujocoBatchVecEnv(VecEnv):
             resets = np.flatnonzero(self._reset_next[rows]) + rows.start
             if resets.size:  # next-step autoreset: the step of a finished env is its reset
                 self.sim.reset(resets, noise_scale=self.batch.reset_noise_scale)
+            if self.score_terminal_on == "reset_frame":
+                self._reset_ended(rows)
         with self.timer.stage("render"):
             self.frame_source.draw(self.sim, rows, stream)
+
+    def _reset_ended(self, rows: slice) -> None:
+        """Resets the envs of ``rows`` whose episode this step ends (the time limit) before they are drawn,
+        keeping the outputs of the states that ended them for the step's observations and rewards."""
+        if self.reset_on_next_step:
+            raise ValueError(
+                "score_terminal_on='reset_frame' draws the reset that ends a step (SB3's vector envs); with next-step "
+                "autoreset the reset comes a step later: use same-step autoreset, or score_terminal_on='terminal_state'"
+            )
+        if not self.episode_length:
+            return
+        ended = np.flatnonzero(self._steps[rows] + 1 >= self.episode_length) + rows.start
+        if ended.size:
+            outputs = self.sim.outputs
+            self._ended.update({int(env): {k: v[env].copy() for k, v in outputs.items()} for env in ended})
+            self.sim.reset(ended, noise_scale=self.batch.reset_noise_scale)
 
     def _observe(self, actions: np.ndarray):
         """Observations and rewards from the copied-out fields (all envs at once), then the resets."""
         with self.timer.stage("observe"):
             fields = self.sim.outputs
+            if self._ended:  # envs reset before they were drawn: the step is that of the states that ended them
+                fields = {key: value.copy() for key, value in fields.items()}
+                for row, ended in self._ended.items():
+                    for key, value in ended.items():
+                        fields[key][row] = value
             obs = self.batch.observation(fields)
             rewards, terms = self._step_reward(fields, np.asarray(actions, np.float64), self.sim.dt)
             self._steps += 1
@@ -246,7 +291,10 @@ class MujocoBatchVecEnv(VecEnv):
                 ids = np.flatnonzero(dones)
                 for env in ids:
                     infos[env]["terminal_observation"] = obs[env].copy()
-                self.sim.reset(ids, noise_scale=self.batch.reset_noise_scale)
+                unreset = ids[[int(env) not in self._ended for env in ids]]  # (reset_frame: reset before drawing)
+                if unreset.size:
+                    self.sim.reset(unreset, noise_scale=self.batch.reset_noise_scale)
+                self._ended.clear()
                 self._steps[ids] = 0
                 obs[ids] = self.batch.observation(self.sim.outputs)[ids]
         return obs, rewards.astype(np.float32), dones, infos
@@ -255,11 +303,8 @@ class MujocoBatchVecEnv(VecEnv):
         """Every env's observation of the current state (what the last ``reset`` or step returned) as a
         torch tensor on ``device``: computed where the state lies when the simulator keeps it there
         (``torch_outputs`` of MuJoCo Warp physics), else the host's observation copied there."""
-        import torch
-
-        fields = getattr(self.sim, "torch_outputs", None)
-        if fields is not None and next(iter(fields.values())).device == torch.device(device):
-            return self.batch.observation(fields)
+        if DEVICE_WORLDS in self.sim.offers and self.sim.device == torch.device(device):
+            return self.batch.observation(self.sim.torch_outputs)
         return torch.as_tensor(self.batch.observation(self.sim.outputs), device=device)
 
     def last_frames(self, device: Any = None):

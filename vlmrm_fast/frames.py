@@ -172,9 +172,11 @@ class SteppedFrameSource(Protocol):
     ``step_in_ranges(actions, ranges, stream, on_frames)`` takes a whole step, lending each range's
     frames to ``on_frames(rows, lent)`` (a context manager of a :class:`FrameView`) before it
     simulates the next, and returns what ``step_wait`` returns. The VLM reward wrapper scores
-    range k while range k + 1 is simulated and drawn; the source alone holds the step's state."""
+    range k while range k + 1 is simulated and drawn; the source alone holds the step's state.
+    ``score_terminal_on``: the frame it draws for an episode's last step (``envs.time_limits``)."""
 
     timer: Any
+    score_terminal_on: str
 
     def step_in_ranges(
         self,

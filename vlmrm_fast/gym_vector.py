@@ -32,12 +32,16 @@ import vlmrm_fast.envs  # noqa: F401  (registers the tasks as vlmrm_fast/<task>)
 from vlmrm_fast.checks import boolean
 from vlmrm_fast.engine import MujocoBatchVecEnv
 from vlmrm_fast.reward.protocol import RewardModel
-from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.wrappers import RewardMix, task_names
 
 #: The keys of the SB3 stack's infos that the gymnasium API says otherwise (terminated/truncated, final_obs).
 _SB3_KEYS = ("terminal_observation", "TimeLimit.truncated")
 _MODES = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP)
+_RESET_FRAME_NEXT_STEP = (
+    "score_terminal_on='reset_frame' scores an episode's last step on the frame of the reset within that step, as SB3's "
+    "vector envs reset; under gymnasium's NEXT_STEP autoreset the reset comes a step later: use "
+    "autoreset_mode='SameStep', or score_terminal_on='terminal_state'"
+)
 
 
 def _autoreset_mode(mode: Any) -> AutoresetMode:
@@ -95,22 +99,26 @@ class VLMRewardVectorEnv(VectorEnv):
         **stack: Any,
     ):
         from vlmrm_fast.physics import PHYSICS
-        from vlmrm_fast.stack import specs_of_arguments
+        from vlmrm_fast.stack import plan_stack, specs_of_arguments
         from vlmrm_fast.vec_env import FastVLMRewardVecEnv
 
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode={render_mode!r}: the batch engine renders 'rgb_array' frames")
         torch_outputs = boolean(torch_outputs, "torch_outputs")
-        stack = {"physics": "batch", **_with_episode_length(stack, max_episode_steps)}
+        stack = _with_episode_length(stack, max_episode_steps)
         env, reward, options = specs_of_arguments(type(self).__name__, task, num_envs, stack)
-        if env.physics not in PHYSICS or not PHYSICS[env.physics].engine:
+        if env.physics != "auto" and not PHYSICS[env.physics].engine:
             engines = " or ".join(repr(name) for name, row in PHYSICS.items() if row.engine)
             raise ValueError(
                 f"VLMRewardVectorEnv drives the MuJoCo batch engine (physics={engines}); for gymnasium envs use "
                 "gymnasium.make_vec(..., vectorization_mode='sync') under VLMRewardVectorWrapper"
             )
         mode = _autoreset_mode(autoreset_mode)
-        self.stack = FastVLMRewardVecEnv.from_specs(env, reward, **options)
+        if mode == AutoresetMode.NEXT_STEP and env.score_terminal_on == "reset_frame":
+            raise ValueError(_RESET_FRAME_NEXT_STEP)
+        defer = options.pop("defer_rewards", False)
+        plan = plan_stack(env, reward, engine_only=True, defer_rewards=defer)
+        self.stack = FastVLMRewardVecEnv.from_plan(plan, reward, **options)
         engine = self.stack.venv  # the MujocoBatchVecEnv under the VLM reward
         assert isinstance(engine, MujocoBatchVecEnv), "an engine physics builds the batch engine"
         self.engine: MujocoBatchVecEnv = engine
@@ -144,7 +152,7 @@ class VLMRewardVectorEnv(VectorEnv):
         seeds = _seeds(seed, self.num_envs)
         super().reset(seed=None if seeds is None else seeds[0])
         if seeds is not None:
-            self.engine._seeds = list(seeds)  # SB3's VecEnv applies them at the next reset
+            self.engine.seed(seeds)  # one per env, applied at the reset
         obs = self.stack.reset()
         return self._outputs(obs)[0], {}
 
@@ -154,9 +162,8 @@ class VLMRewardVectorEnv(VectorEnv):
         obs, rewards, dones, step_infos = self.stack.step(np.asarray(actions))
         truncated = np.array([info["TimeLimit.truncated"] for info in step_infos], dtype=bool)
         terminated = dones & ~truncated
-        rewards = np.asarray(rewards, dtype=np.float64)
-        reset_now = self.engine.autoreset_envs
-        rewards[reset_now] = 0.0  # NEXT_STEP: a reset step has reward 0 and the reset's (empty) info
+        rewards = np.asarray(rewards, dtype=np.float64)  # (a NEXT_STEP reset step's: 0, the scorer's and the engine's)
+        reset_now = self.engine.autoreset_envs  # NEXT_STEP: these envs' step was their reset, its info empty
         same_step = self.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
         infos: dict[str, Any] = {}
         for i, raw in enumerate(step_infos):
@@ -199,7 +206,9 @@ class VLMRewardVectorWrapper(VectorWrapper):
     ``SAME_STEP`` vector env needs (it resets a finished env before ``render()`` could show the
     state that ended it). Under ``NEXT_STEP`` a reset step gets reward 0. ``env_reward_weight``
     (rho): the reward is ``vlm + rho * env``; the env's own reward is in ``infos["gt_reward"]``,
-    each task's in ``infos["vlm_rewards"][name]`` with several tasks.
+    each task's in ``infos["vlm_rewards"][name]`` with several tasks. ``score_terminal_on``:
+    ``"reset_frame"`` scores an episode's last step on the frame its reset drew, as the paper's code did
+    (``SAME_STEP`` only; ``envs.time_limits``).
     """
 
     def __init__(
@@ -209,14 +218,22 @@ class VLMRewardVectorWrapper(VectorWrapper):
         *,
         env_reward_weight: float = 0.0,
         episode_length: int | None = None,
+        score_terminal_on: str = "terminal_state",
     ):
+        from vlmrm_fast.checks import one_of
+        from vlmrm_fast.envs.time_limits import SCORE_TERMINAL_ON
         from vlmrm_fast.frames import HostFrames
         from vlmrm_fast.pipeline import ChunkedScorer
+        from vlmrm_fast.reward.window import check_window_for_terminal_frames
 
         super().__init__(env)
         self.reward_model = reward_model
         self.reward_mix = RewardMix(task_names(reward_model), env_reward_weight)
         self._mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+        self.score_terminal_on = one_of(score_terminal_on, "score_terminal_on", SCORE_TERMINAL_ON)
+        check_window_for_terminal_frames(getattr(reward_model, "window", None), self.score_terminal_on)
+        if self.score_terminal_on == "reset_frame" and self._mode != AutoresetMode.SAME_STEP:
+            raise ValueError(_RESET_FRAME_NEXT_STEP)
         self._done = np.zeros(env.num_envs, dtype=bool)
         # The SB3 wrapper's scorer, in one range: the reward model's schedule (and windows) as there.
         self._scorer = ChunkedScorer(reward_model, [slice(0, env.num_envs)], episode_length=episode_length)
@@ -238,7 +255,12 @@ class VLMRewardVectorWrapper(VectorWrapper):
     def step(self, actions):
         obs, env_rewards, terminated, truncated, infos = self.env.step(actions)
         dones = np.logical_or(terminated, truncated)
-        self._host_frames.stack(list(self._frames(infos)))
+        frames = list(self._frames(infos))
+        if self.score_terminal_on == "reset_frame" and dones.any():  # SAME_STEP reset them: the frame they show now
+            shown = self.env.render()
+            for env in np.flatnonzero(dones):
+                frames[env] = shown[env]
+        self._host_frames.stack(frames)
         next_step = self._mode == AutoresetMode.NEXT_STEP
         self._scorer.begin(resetting=self._done if next_step else None, last=dones)
         rows = slice(0, self.num_envs)
@@ -254,9 +276,7 @@ class VLMRewardVectorWrapper(VectorWrapper):
             infos["_vlm_reward"] = np.ones(self.num_envs, dtype=bool)
         infos["gt_reward"] = np.asarray(env_rewards, dtype=np.float64)
         infos["_gt_reward"] = np.ones(self.num_envs, dtype=bool)
-        rewards = mixed.rewards.astype(np.float64)
-        if next_step:
-            rewards[self._done] = 0.0  # these envs' step was their reset
+        rewards = mixed.rewards.astype(np.float64)  # (a NEXT_STEP reset step's: 0, the scorer's and gymnasium's)
         self._done = dones
         return obs, rewards, terminated, truncated, infos
 
@@ -304,28 +324,26 @@ def _sync_vector_env(
     max_episode_steps: int | None = None,
     **stack: Any,
 ) -> VectorEnv:
-    from vlmrm_fast.stack import load_for, plan_stack, specs_of_arguments
-    from vlmrm_fast.wrappers import RecordFrame
+    from vlmrm_fast.stack import build_stack, plan_stack, specs_of_arguments
 
     if render_mode != "rgb_array":
         raise ValueError(f"render_mode={render_mode!r}: VLM rewards score 'rgb_array' frames")
     stack = _with_episode_length(stack, max_episode_steps)
-    # The physics asked for is planned as FastVLMRewardVecEnv plans it (a batch physics is refused for a task
-    # without a batch-engine version, naming the one that runs it), never replaced silently.
-    env, reward, _ = specs_of_arguments("make_vec", task, num_envs, {"physics": "gym", **stack})
+    # Planned as FastVLMRewardVecEnv plans it (a batch physics is refused for a task without a batch-engine
+    # version, naming the one that runs it), and built by the same builder, gymnasium's vector env holding the envs.
+    env, reward, _ = specs_of_arguments("make_vec", task, num_envs, stack)
     plan = plan_stack(env, reward)
     assert not plan.engine, "a task without a batch-engine version runs its gymnasium envs"
-    reward_model = load_for(plan, reward) if isinstance(reward, RewardModelSpec) else reward
     mode = AutoresetMode(autoreset_mode)
-    make_env = plan.env.env_factory()
-
-    def make() -> gymnasium.Env:
-        env = make_env()
-        return RecordFrame(env) if mode == AutoresetMode.SAME_STEP else env
-
-    vector = gymnasium.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=mode)
+    vector, reward_model = build_stack(
+        plan, reward, vector=lambda envs: gymnasium.vector.SyncVectorEnv(envs, autoreset_mode=mode)
+    )
     return VLMRewardVectorWrapper(
-        vector, reward_model, env_reward_weight=plan.env.env_reward_weight, episode_length=plan.env.episode_length
+        vector,
+        reward_model,
+        env_reward_weight=plan.env.env_reward_weight,
+        episode_length=plan.env.episode_length,
+        score_terminal_on=plan.env.score_terminal_on,
     )
 
 

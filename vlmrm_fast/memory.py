@@ -28,9 +28,12 @@ import functools
 import gc
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vlmrm_fast.failures import ExpectedFailure
+
+if TYPE_CHECKING:
+    import torch
 
 
 class EnvsDoNotFitError(ExpectedFailure, MemoryError):
@@ -67,26 +70,26 @@ def env_bytes(model: Any, frame_shape: tuple[int, int] | None) -> int:
     return int(arrays) + (4 * frame_shape[0] * frame_shape[1] if frame_shape else 0)
 
 
-def device_available_bytes(gpu: int | None) -> int | None:
-    """The memory free for new allocations on CUDA device ``gpu`` (None: the host's, :func:`available_bytes`)."""
-    if gpu is None:
+def device_available_bytes(device: torch.device | None) -> int | None:
+    """The memory free for new allocations on ``device`` (None or the CPU: the host's, :func:`available_bytes`)."""
+    if device is None or device.type == "cpu":
         return available_bytes()
     import torch
 
     try:
-        return int(torch.cuda.mem_get_info(gpu)[0])
+        return int(torch.cuda.mem_get_info(device)[0])
     except (RuntimeError, AssertionError):
         return None
 
 
-def check_envs_fit(n_envs: int, each: int, what: str, gpu: int | None = None) -> None:
+def check_envs_fit(n_envs: int, each: int, what: str, device: torch.device | None = None) -> None:
     """Refuses ``n_envs`` envs of ``each`` bytes (a lower bound; ``what`` says of what) when they exceed the
-    memory available (the host's, or CUDA device ``gpu``'s), naming the number of envs, the memory they need
+    memory available (the host's, or ``device``'s), naming the number of envs, the memory they need
     and the most that fit."""
-    available = device_available_bytes(gpu)
+    available = device_available_bytes(device)
     if available is None or n_envs * each <= available:
         return
-    where = "memory" if gpu is None else f"memory on cuda:{gpu}"
+    where = "memory" if device is None or device.type == "cpu" else f"memory on {device}"
     raise EnvsDoNotFitError(
         f"n_envs={n_envs:,}: the envs need at least {_gib(n_envs * each)} of {where} ({each / 1024:,.0f} KiB each: "
         f"{what}), and {_gib(available)} are available; use at most {available // each:,} envs here"

@@ -5,8 +5,8 @@ its simulator and renderer, and the reward wrapper. None of them decides anythin
 
     env = EnvSpec("humanoid-kneeling", 64, render_size=224)
     plan = plan_stack(env, RewardModelSpec(model="ViT-L-14/laion2b_s32b_b82k"))
-    plan.describe()   # 'humanoid-kneeling, 64 envs, scored on cuda:0: physics batch, renderer egl, ...'
-    stack = build_stack(plan, RewardModelSpec(...), seed=0)
+    plan.describe()   # 'humanoid-kneeling, 64 envs scored on cuda:0: physics batch, renderer egl, ...'
+    venv, model = build_stack(plan, RewardModelSpec(...))
 
 The choices, each made once, in this order:
 
@@ -17,7 +17,12 @@ The choices, each made once, in this order:
    engine's physics when it draws one of the states its simulator offers (``Renderer.draws``,
    ``Physics.offers``): a pair that cannot meet is refused, naming both and what would;
 4. the pipeline's ranges of envs (``pipeline.plan_chunks``: one range where nothing can overlap);
-5. the encoder's batch: the largest range (fixed-batch encoders are built for it), unless the spec sets one.
+5. the encoder's batch: the largest range (fixed-batch encoders are built for it), or for rewards scored
+   later in episode batches the batch that fills the device, unless the spec sets one.
+
+Each setting of the plan has one value: ``plan.env`` is the env spec with every choice written in
+(``physics``, ``renderer``, ``solver``, ``pipeline_chunks`` as they run, never ``"auto"``), and the device is
+one ``torch.device`` handed down to the engine, its simulator and its renderer.
 
 ``FastVLMRewardVecEnv`` (a keyword front over this module), ``ShardedVecEnv`` and the gymnasium vector
 env build their stacks here; :func:`specs_of_arguments` is the one place keywords become specs.
@@ -28,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -42,10 +48,10 @@ from vlmrm_fast.pipeline import plan_chunks
 from vlmrm_fast.rendering import RENDERERS, choose_renderer
 from vlmrm_fast.reward.protocol import RewardModel, check_reward_model
 from vlmrm_fast.reward.spec import RewardModelSpec, spec_fields
-from vlmrm_fast.reward.window import check_window_for_episodes
+from vlmrm_fast.reward.window import check_window_for_episodes, check_window_for_terminal_frames
 
 if TYPE_CHECKING:
-    from stable_baselines3.common.vec_env import VecEnv
+    import gymnasium
 
 logger = logging.getLogger(__name__)
 
@@ -60,32 +66,52 @@ OPTIONS = ("seed", "env_kwargs", "defer_rewards")
 class StackPlan:
     """Every choice of one stack, made once (see the module docstring for the order).
 
-    ``env``: the env spec with the task's defaults filled in; ``task``: its task (with its scene
-    assets); ``device``: where frames are scored, and drawn when they are drawn on a GPU;
-    ``physics``: a row of ``physics.PHYSICS``; ``renderer``: a row of ``rendering.RENDERERS`` (None: the
-    task's gymnasium envs draw their own frames); ``solver``: the constraint solver the engine runs the
-    task's model with (None: the model's own); ``ranges``: the pipeline's ranges of envs;
-    ``encoder_batch``: the frames per encoder batch.
+    ``env``: the env spec with every choice in it, each setting one value: the task's defaults filled in,
+    ``physics`` a row of ``physics.PHYSICS``, ``renderer`` a row of ``rendering.RENDERERS`` (None: the task's
+    gymnasium envs draw their own frames), ``solver`` the constraint solver the task's model runs with
+    (None: the model's own), ``pipeline_chunks`` the number of ranges; ``task``: its task (with its scene
+    assets); ``device``: where frames are scored, and drawn when they are drawn on a GPU (the CPU or
+    ``cuda:N``, the one device handed down to the renderer and the simulator); ``ranges``: the pipeline's
+    ranges of envs; ``encoder_batch``: the frames per encoder batch; ``defer_rewards``: the rewards are
+    left to the caller, who scores the frames in episode batches.
     """
 
     env: EnvSpec
     task: TaskSpec = dataclasses.field(compare=False, repr=False)
     device: torch.device
-    physics: str
-    renderer: str | None
-    solver: str | None
     ranges: tuple[slice, ...]
     encoder_batch: int
+    defer_rewards: bool = False
 
     @property
-    def gpu(self) -> int | None:
-        """The CUDA index of ``device``; None on the CPU."""
-        return self.device.index if self.device.type == "cuda" else None
+    def physics(self) -> str:
+        return self.env.physics
+
+    @property
+    def renderer(self) -> str | None:
+        return self.env.renderer
+
+    @property
+    def solver(self) -> str | None:
+        return self.env.solver
 
     @property
     def engine(self) -> bool:
         """Whether the envs run in the batch engine (else in the task's gymnasium envs)."""
         return PHYSICS[self.physics].engine
+
+    def env_factory(self, **env_kwargs: Any) -> Callable[[], gymnasium.Env]:
+        """A factory of one gymnasium env of the task as the plan draws, steps and ends it (frame size,
+        scene assets, the solver, episode length, time limit): the envs of ``physics="gym"``, and a run's
+        videos (which so run the dynamics the run trains on)."""
+        task, env = self.task, self.env
+        return lambda: task.make(
+            render_size=env.frame_shape,
+            episode_length=env.episode_length,
+            time_limit=env.time_limit,
+            solver=env.solver,
+            **env_kwargs,
+        )
 
     def describe(self) -> str:
         """The plan in one line (logged once per stack; ``vlmrm-fast train`` prints it)."""
@@ -93,27 +119,50 @@ class StackPlan:
         ranges = f"{len(self.ranges)} range{'s' if len(self.ranges) > 1 else ''} of {'/'.join(map(str, sizes))} envs"
         drawn = f"renderer {self.renderer}" if self.renderer else "frames drawn by the gymnasium envs"
         solver = f" ({self.solver} solver)" if self.solver else ""
+        scored = ", rewards left to episode batches" if self.defer_rewards else ""
+        terminal = (
+            ", the last step of an episode scored on the reset frame"
+            if self.env.score_terminal_on == ("reset_frame")
+            else ""
+        )
         return (
             f"{self.env.task}, {self.env.n_envs} envs scored on {self.device}: physics {self.physics}{solver}, "
-            f"{drawn}, {ranges}, encoder batch {self.encoder_batch}"
+            f"{drawn}, {ranges}, encoder batch {self.encoder_batch}{scored}{terminal}"
         )
 
 
-def plan_stack(env: EnvSpec, reward: RewardModelSpec | RewardModel) -> StackPlan:
-    """The plan of ``env``'s envs scored by ``reward`` (a spec to load, or a loaded reward model)."""
+def plan_stack(
+    env: EnvSpec,
+    reward: RewardModelSpec | RewardModel,
+    *,
+    engine_only: bool = False,
+    defer_rewards: bool = False,
+    rollout_steps: int | None = None,
+) -> StackPlan:
+    """The plan of ``env``'s envs scored by ``reward`` (a spec to load, or a loaded reward model).
+
+    ``engine_only``: the envs must run in the batch engine (the gymnasium vector env drives it), so that
+    ``physics="auto"`` picks among the engine rows. ``defer_rewards``: the caller scores the frames in
+    episode batches; the encoder batch, unless the spec sets one, is then the batch that fills the device
+    (``reward.batch_scoring.episode_batch_size``), evened out over a rollout of ``rollout_steps`` steps of
+    every env when given.
+    """
     env = env.with_task_defaults()
     task = env.task_spec()
     if not isinstance(reward, RewardModelSpec):
         check_reward_model(reward)
     device = resolve_device(reward.device) if isinstance(reward, RewardModelSpec) else torch.device(reward.device)
-    gpu = device.index if device.type == "cuda" else None
     asked = PHYSICS.get(env.physics)  # None: "auto"
-    drawable = asked is not None and asked.engine and asked.unavailable(task, gpu) is None  # (its module loads)
-    renderer = choose_renderer(env.renderer, gpu, offers=asked.offers if asked is not None and drawable else None)
-    physics = _choose_physics(env, task, renderer, gpu)
+    drawable = asked is not None and asked.engine and asked.unavailable(task, device) is None  # (its module loads)
+    renderer = None
+    if env.renderer is not None:
+        renderer = choose_renderer(
+            env.renderer, device, offers=asked.offers if asked is not None and drawable else None
+        )
+    physics = _choose_physics(env, task, renderer, device, engine_only)
     row = PHYSICS[physics]
     if not row.engine:
-        if env.renderer != "auto":
+        if env.renderer not in ("auto", None):
             raise ValueError(
                 f"renderer={env.renderer!r} draws the MuJoCo batch engine's tasks; task {task.name!r} runs on "
                 f"gymnasium envs (physics={physics!r}), which draw their own frames"
@@ -129,40 +178,66 @@ def plan_stack(env: EnvSpec, reward: RewardModelSpec | RewardModel) -> StackPlan
     chunks = env.pipeline_chunks if row.steps_in_ranges else 1
     ranges = tuple(plan_chunks(env.n_envs, chunks, device, overlaps=overlaps))
     check_window_for_episodes(getattr(reward, "window", None), env.episode_length)
-    largest = max(r.stop - r.start for r in ranges)
-    if isinstance(reward, RewardModelSpec):
-        encoder_batch = reward.batch_size or largest
-    else:
-        encoder_batch = int(reward.chunk_size or largest)
-    plan = StackPlan(env, task, device, physics, renderer, solver, ranges, encoder_batch)
+    check_window_for_terminal_frames(getattr(reward, "window", None), env.score_terminal_on)
+    encoder_batch = _encoder_batch(reward, env, device, ranges, defer_rewards, rollout_steps)
+    resolved = env.replace(physics=physics, renderer=renderer, solver=solver, pipeline_chunks=len(ranges))
+    plan = StackPlan(resolved, task, device, ranges, encoder_batch, defer_rewards)
     logger.info("stack: %s", plan.describe())
     return plan
 
 
-def _choose_physics(env: EnvSpec, task: TaskSpec, renderer: str | None, gpu: int | None) -> str:
+def _encoder_batch(
+    reward: RewardModelSpec | RewardModel,
+    env: EnvSpec,
+    device: torch.device,
+    ranges: tuple[slice, ...],
+    defer_rewards: bool,
+    rollout_steps: int | None,
+) -> int:
+    """The frames per encoder batch: a loaded model's, the spec's, else the episode batch that fills the
+    device (deferred rewards), else the largest range."""
+    if not isinstance(reward, RewardModelSpec):
+        return int(reward.chunk_size or max(r.stop - r.start for r in ranges))
+    if reward.batch_size:
+        return reward.batch_size
+    if defer_rewards:
+        from vlmrm_fast.reward.batch_scoring import episode_batch_size
+
+        frames = rollout_steps * env.n_envs if rollout_steps else None
+        return episode_batch_size(reward.model, device, frames_per_rollout=frames, frame_shape=env.frame_shape)
+    return max(r.stop - r.start for r in ranges)
+
+
+def _choose_physics(
+    env: EnvSpec, task: TaskSpec, renderer: str | None, device: torch.device, engine_only: bool = False
+) -> str:
     """The physics that runs ``task`` for ``env.physics`` (a row, or "auto": the first of AUTO_ORDER that
-    can), ``renderer`` being the one that would draw the batch engine's frames (None: none can here)."""
+    can, among the engine rows where ``engine_only``), ``renderer`` being the one that would draw the batch
+    engine's frames (None: none can here)."""
     requested = env.physics
-    for name in AUTO_ORDER if requested == "auto" else (requested,):
+    order = [name for name in AUTO_ORDER if PHYSICS[name].engine or not engine_only]
+    passed: list[str] = []  # why "auto" passed over each row
+    for name in order if requested == "auto" else (requested,):
         row = PHYSICS[name]
-        task_problem = row.unavailable(task, gpu)
-        drawing_problem = _renderer_problem(renderer, gpu) if row.engine and task_problem is None else None
+        task_problem = row.unavailable(task, device)
+        drawing_problem = _renderer_problem(renderer, device) if row.engine and task_problem is None else None
         pairing = row.engine and not (task_problem or drawing_problem)
-        pairing_problem = _pairing_problem(row, renderer, task, gpu) if pairing else None
+        pairing_problem = _pairing_problem(row, renderer, task, device) if pairing else None
         if not (task_problem or drawing_problem or pairing_problem):
             return name
         if requested == "auto":
+            passed.append(f"{name}: {task_problem or drawing_problem or pairing_problem}")
             continue
         if pairing_problem is not None:
             raise ValueError(pairing_problem)
         if drawing_problem is not None:
             raise RuntimeError(f"physics={name!r} draws with a batch renderer: {drawing_problem}")
-        others = [n for n, other in PHYSICS.items() if n != name and other.unavailable(task, gpu) is None]
+        others = [n for n, other in PHYSICS.items() if n != name and other.unavailable(task, device) is None]
         raise ValueError(f"{task_problem}; use physics={' or '.join(map(repr, others))} (or 'auto')")
-    raise RuntimeError(f"no physics can run task {task.name!r} here")  # pragma: no cover - "gym" always can
+    raise RuntimeError(f"physics='auto': nothing can run task {task.name!r} here ({'; '.join(passed)})")
 
 
-def _pairing_problem(physics: Physics, renderer: str | None, task: TaskSpec, gpu: int | None) -> str | None:
+def _pairing_problem(physics: Physics, renderer: str | None, task: TaskSpec, device: torch.device) -> str | None:
     """Why ``renderer`` cannot draw ``physics`` (it draws none of the states its simulator offers), naming the
     renderers and the physics that would meet here, in one line; None when it can."""
     drawer = RENDERERS[renderer] if renderer is not None else None
@@ -171,12 +246,12 @@ def _pairing_problem(physics: Physics, renderer: str | None, task: TaskSpec, gpu
     drawers = [
         name
         for name, row in RENDERERS.items()
-        if row.unavailable(gpu) is None and row.state_for(physics.offers) is not None
+        if row.unavailable(device) is None and row.state_for(physics.offers) is not None
     ]
     drawn = [
         name
         for name, row in PHYSICS.items()
-        if row.engine and row.unavailable(task, gpu) is None and drawer.state_for(row.offers) is not None
+        if row.engine and row.unavailable(task, device) is None and drawer.state_for(row.offers) is not None
     ]
     instead = [f"renderer={' or '.join(map(repr, drawers))} with physics={physics.name!r}"] if drawers else []
     instead += [f"physics={' or '.join(map(repr, drawn))} with renderer={drawer.name!r}"] if drawn else []
@@ -206,12 +281,12 @@ def _choose_solver(env: EnvSpec, task: TaskSpec, row: Physics) -> str | None:
     return solver
 
 
-def _renderer_problem(renderer: str | None, gpu: int | None) -> str | None:
+def _renderer_problem(renderer: str | None, device: torch.device) -> str | None:
     """Why ``renderer`` (None: "auto" found none) cannot draw the batch engine's frames here, or None."""
     if renderer is None:
-        reasons = "; ".join(f"{name}: {row.unavailable(gpu)}" for name, row in RENDERERS.items())
+        reasons = "; ".join(f"{name}: {row.unavailable(device)}" for name, row in RENDERERS.items())
         return f"no renderer can draw here ({reasons})"
-    why = RENDERERS[renderer].unavailable(gpu)
+    why = RENDERERS[renderer].unavailable(device)
     if why is None:
         return None
     others = " or ".join(repr(name) for name in RENDERERS if name != renderer)
@@ -223,9 +298,12 @@ def build_stack(
     reward: RewardModelSpec | RewardModel,
     *,
     env_kwargs: dict[str, Any] | None = None,
-) -> tuple[VecEnv, RewardModel]:
+    vector: Callable[[list[Callable[[], gymnasium.Env]]], Any] | None = None,
+) -> tuple[Any, RewardModel]:
     """The envs of ``plan`` (the batch engine, or the task's gymnasium envs recording their frames) and
-    the reward model that scores them (``reward`` as loaded, or loaded from it for the plan)."""
+    the reward model that scores them (``reward`` as loaded, or loaded from it for the plan). ``vector``
+    holds the gymnasium envs, given their factories: SB3's ``DummyVecEnv`` unless it says otherwise
+    (gymnasium's ``SyncVectorEnv``, for the gymnasium vector API)."""
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     from vlmrm_fast.engine import MujocoBatchVecEnv
@@ -239,20 +317,24 @@ def build_stack(
     model = load_for(plan, reward) if isinstance(reward, RewardModelSpec) else reward
     if plan.engine:
         assert plan.task.batch is not None and plan.renderer is not None and plan.env.frame_shape is not None
-        venv: VecEnv = MujocoBatchVecEnv(
+        venv: Any = MujocoBatchVecEnv(
             plan.task.batch,
             plan.env.n_envs,
             render_size=plan.env.frame_shape,
             episode_length=plan.env.episode_length,
             time_limit=plan.env.time_limit,
-            gpu=plan.gpu,
+            device=plan.device,
             renderer=plan.renderer,
             physics=plan.physics,
             solver=plan.solver,
+            score_terminal_on=plan.env.score_terminal_on,
         )
     else:
-        make = plan.env.env_factory(**(env_kwargs or {}))
-        venv = DummyVecEnv([lambda: RecordFrame(make())] * plan.env.n_envs)  # the frame of each reached state
+        make = plan.env_factory(**(env_kwargs or {}))
+        recording: list[Callable[[], gymnasium.Env]] = [
+            lambda: RecordFrame(make())
+        ] * plan.env.n_envs  # (the frame of each reached state in its info)
+        venv = (vector or DummyVecEnv)(recording)
     return venv, model
 
 

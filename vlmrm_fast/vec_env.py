@@ -75,7 +75,7 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
         given = {"reward_model": reward_model, "reward_spec": reward_spec}
         arguments = {name: value for name, value in given.items() if value is not None}
         env, model, _ = specs_of_arguments(type(self).__name__, task, num_envs, {**arguments, **settings})
-        self._build(env, model, seed=seed, env_kwargs=env_kwargs, defer_rewards=defer_rewards)
+        self._build(plan_stack(env, model, defer_rewards=defer_rewards), model, seed=seed, env_kwargs=env_kwargs)
 
     @classmethod
     def from_specs(
@@ -89,29 +89,44 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
     ) -> FastVLMRewardVecEnv:
         """The stack of ``env`` scored by ``reward`` (a spec to load, or a loaded reward model), the specs
         taken whole."""
+        return cls.from_plan(
+            plan_stack(env, reward, defer_rewards=defer_rewards), reward, seed=seed, env_kwargs=env_kwargs
+        )
+
+    @classmethod
+    def from_plan(
+        cls,
+        plan: StackPlan,
+        reward: RewardModelSpec | RewardModel,
+        *,
+        seed: int | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+    ) -> FastVLMRewardVecEnv:
+        """The stack of a plan already made (:func:`~vlmrm_fast.stack.plan_stack`), scored by ``reward``, the
+        spec or the loaded model it was planned for (``vlmrm-fast train`` plans before it loads anything)."""
         stack = cls.__new__(cls)
-        stack._build(env, reward, seed=seed, env_kwargs=env_kwargs, defer_rewards=defer_rewards)
+        stack._build(plan, reward, seed=seed, env_kwargs=env_kwargs)
         return stack
 
     def _build(
         self,
-        env: EnvSpec,
+        plan: StackPlan,
         reward: RewardModelSpec | RewardModel,
         *,
         seed: int | None,
         env_kwargs: dict[str, Any] | None,
-        defer_rewards: bool,
     ) -> None:
         seed = None if seed is None else non_negative_int(seed, "seed")
-        self.plan: StackPlan = plan_stack(env, reward)
+        self.plan: StackPlan = plan
         self._owns_reward_model = isinstance(reward, RewardModelSpec)  # loaded here: closed with the env
-        venv, model = build_stack(self.plan, reward, env_kwargs=env_kwargs)
+        venv, model = build_stack(plan, reward, env_kwargs=env_kwargs)
         super().__init__(
             venv,
             model,
-            pipeline_chunks=self.plan.ranges,
-            defer_rewards=defer_rewards,
-            env_reward_weight=self.plan.env.env_reward_weight,
+            pipeline_chunks=plan.ranges,
+            defer_rewards=plan.defer_rewards,
+            env_reward_weight=plan.env.env_reward_weight,
+            score_terminal_on=plan.env.score_terminal_on,
         )
         if seed is not None:
             # Applied now, so stepping without reset() starts from (and auto-resets with) seeded states;

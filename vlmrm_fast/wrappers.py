@@ -29,12 +29,14 @@ import torch
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 
 from vlmrm_fast.actions import check_actions
-from vlmrm_fast.checks import number
+from vlmrm_fast.checks import number, one_of
+from vlmrm_fast.envs.time_limits import SCORE_TERMINAL_ON
 from vlmrm_fast.frames import HostFrames, SteppedFrameSource
 from vlmrm_fast.pipeline import ChunkedScorer, plan_chunks
 from vlmrm_fast.profiling import NULL_TIMER, StageTimer
 from vlmrm_fast.reward.protocol import RewardModel, check_reward_model
 from vlmrm_fast.reward.schedule import schedule_of
+from vlmrm_fast.reward.window import check_window_for_terminal_frames
 
 FRAME_KEY = "vlmrm_frame"
 
@@ -78,6 +80,10 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
     :class:`RecordFrame`-wrapped. The reward model's schedule (``score_every``, ``between_scores``;
     ``reward/schedule.py``) says which steps it scores; ``episode_length`` (default: the VecEnv's own
     ``episode_length``, if it has one) is the envs' time limit, which ends their episodes.
+    ``score_terminal_on``: the frame an episode's last step is scored on (``envs.time_limits``):
+    ``"terminal_state"``, the state that ended it, or ``"reset_frame"``, the next episode's first, as the
+    paper's code scored it (a VecEnv's own render after the step; the batch engine draws it itself, built
+    with the same setting).
     """
 
     def __init__(
@@ -89,9 +95,12 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         defer_rewards: bool = False,
         env_reward_weight: float = 0.0,
         episode_length: int | None = None,
+        score_terminal_on: str = "terminal_state",
     ):
         super().__init__(venv)
         self.reward_model = check_reward_model(reward_model)
+        self.score_terminal_on = one_of(score_terminal_on, "score_terminal_on", SCORE_TERMINAL_ON)
+        check_window_for_terminal_frames(getattr(reward_model, "window", None), self.score_terminal_on)
         self.reward_mix = RewardMix(task_names(reward_model), env_reward_weight)
         self.defer_rewards = bool(defer_rewards)
         self.timer = NULL_TIMER
@@ -114,6 +123,11 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         self._scorer = ChunkedScorer(reward_model, ranges, episode_length=episode_length)
         self._resetting: np.ndarray | None = None  # envs the next step only resets (next-step autoreset)
         self._source: SteppedFrameSource | None = venv if isinstance(venv, SteppedFrameSource) else None
+        if self._source is not None and self._source.score_terminal_on != self.score_terminal_on:
+            raise ValueError(
+                f"score_terminal_on={self.score_terminal_on!r}: the batch engine draws the frame of an episode's last "
+                f"step itself, as {self._source.score_terminal_on!r}; build it with the same score_terminal_on"
+            )
         self._frames = HostFrames()
         self._actions: np.ndarray | None = None
         self._stepped = False
@@ -150,7 +164,12 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         else:
             with timer.stage("physics_render"):
                 obs, env_rewards, dones, infos = self.venv.step_wait()
-                self._frames.stack(pop_frames(infos))
+                frames = pop_frames(infos)
+                if self.score_terminal_on == "reset_frame" and dones.any():  # the VecEnv reset them: their frame now
+                    ended = np.flatnonzero(dones)
+                    for env, frame in zip(ended, self.venv.env_method("render", indices=ended.tolist())):
+                        frames[env] = frame
+                self._frames.stack(frames)
             scorer.begin(last=dones)
             for rows in scorer.chunks:
                 self._score(rows, self._frames.lend(rows))

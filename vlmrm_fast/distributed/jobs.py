@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from vlmrm_fast.distributed.channel import RankFailure
 from vlmrm_fast.distributed.config import DEFAULTS, DistributedConfig
-from vlmrm_fast.distributed.launch import Launch, LayoutError, check_launcher
+from vlmrm_fast.distributed.launch import Launch, LayoutError, check_launcher, launched
 
 if TYPE_CHECKING:
     from vlmrm_fast.envs.spec import EnvSpec
@@ -43,16 +43,17 @@ def serve_for_training(distributed: DistributedConfig) -> int:
     return 0
 
 
-def make_vec_env(env: EnvSpec, reward: RewardModelSpec, distributed: DistributedConfig = DEFAULTS, **options: Any):
-    """A FastVLMRewardVecEnv of ``env`` scored by ``reward`` in a single process; on rank 0 of a job of
-    several ranks, the ShardedVecEnv of the same specs laid out as ``distributed`` says (the layout
-    printed one line per rank). ``options``: FastVLMRewardVecEnv's ``seed``, ``env_kwargs``, ``defer_rewards``."""
-    from vlmrm_fast.vec_env import FastVLMRewardVecEnv
+def several_ranks() -> bool:
+    """True on rank 0 of a job of several ranks, whose envs are a ShardedVecEnv (each rank plans its own)."""
+    return launched()
 
-    if Launch.detect().world_size > 1:
-        from vlmrm_fast.distributed.sharded import REFUSED_ARGUMENTS, ShardedVecEnv
 
-        if options.pop("defer_rewards", False):
-            raise ValueError(f"ShardedVecEnv: defer_rewards= is not supported: {REFUSED_ARGUMENTS['defer_rewards']}")
-        return ShardedVecEnv.from_specs(env, reward, distributed, **options)
-    return FastVLMRewardVecEnv.from_specs(env, reward, **options)
+def make_sharded_env(env: EnvSpec, reward: RewardModelSpec, distributed: DistributedConfig = DEFAULTS, **options: Any):
+    """On rank 0 of a job of several ranks, the ShardedVecEnv of ``env`` scored by ``reward``, laid out as
+    ``distributed`` says (the layout printed one line per rank). ``options``: FastVLMRewardVecEnv's ``seed``,
+    ``env_kwargs``, ``defer_rewards`` (refused: episode batches need every frame in one process)."""
+    from vlmrm_fast.distributed.sharded import REFUSED_ARGUMENTS, ShardedVecEnv
+
+    if options.pop("defer_rewards", False):
+        raise ValueError(f"ShardedVecEnv: defer_rewards= is not supported: {REFUSED_ARGUMENTS['defer_rewards']}")
+    return ShardedVecEnv.from_specs(env, reward, distributed, **options)

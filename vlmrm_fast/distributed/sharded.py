@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium
 import numpy as np
@@ -40,6 +40,9 @@ from vlmrm_fast.distributed.protocol import CLOSE, Built, Call, Refuse, Reply, S
 from vlmrm_fast.distributed.timings import RankClock, RankTimes, table
 from vlmrm_fast.envs.spec import EnvSpec
 from vlmrm_fast.reward.spec import RewardModelSpec
+
+if TYPE_CHECKING:
+    from vlmrm_fast.stack import StackPlan
 
 #: FastVLMRewardVecEnv arguments that cannot travel to other ranks, and why
 REFUSED_ARGUMENTS = {
@@ -193,6 +196,7 @@ class ShardedVecEnv(VecEnv):
         self._local = None
         self._local_actions: np.ndarray | None = None
         self._learner_model = None
+        self._learner_plan: StackPlan | None = None
         self._failure: RankFailure | None = None
         self._lock = threading.Lock()  # between the heartbeat's thread and a gather: see _gather
         self._waiting = False
@@ -559,9 +563,17 @@ class ShardedVecEnv(VecEnv):
 
     # ------------------------------------------------------------------ rank 0's envs
     @property
-    def local_env(self):
-        """Rank 0's own FastVLMRewardVecEnv (envs ``shards[0].envs``; None with ``learner_envs=0``)."""
-        return self._local
+    def plan(self) -> StackPlan:
+        """Rank 0's plan: that of its own envs (``shards[0].envs``; each rank plans its own), or with
+        ``learner_envs=0`` that of one env on rank 0's device, made on first use (a run's videos and their
+        reward model read it)."""
+        if self._local is not None:
+            return self._local.plan
+        if self._learner_plan is None:
+            from vlmrm_fast.stack import plan_stack
+
+            self._learner_plan = plan_stack(self._env.replace(n_envs=1), self._learner_reward)
+        return self._learner_plan
 
     @property
     def reward_model(self):
@@ -570,10 +582,9 @@ class ShardedVecEnv(VecEnv):
         if self._local is not None:
             return self._local.reward_model
         if self._learner_model is None:
-            from vlmrm_fast.stack import load_for, plan_stack
+            from vlmrm_fast.stack import load_for
 
-            plan = plan_stack(self._env.replace(n_envs=1), self._learner_reward)
-            self._learner_model = load_for(plan, self._learner_reward)
+            self._learner_model = load_for(self.plan, self._learner_reward)
         return self._learner_model
 
     @property

@@ -8,10 +8,9 @@ it travels to every rank. Fields left None take the task's defaults (:meth:`with
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import gymnasium
 import numpy as np
 
 from vlmrm_fast import physics as _physics
@@ -19,7 +18,7 @@ from vlmrm_fast import rendering as _rendering
 from vlmrm_fast.checks import FieldError, FieldTypeError, chunk_count, number, one_of, positive_int
 from vlmrm_fast.envs import TaskSpec, get_task
 from vlmrm_fast.envs.paper_assets import normalized_folder
-from vlmrm_fast.envs.time_limits import TIME_LIMITS
+from vlmrm_fast.envs.time_limits import SCORE_TERMINAL_ON, TIME_LIMITS
 from vlmrm_fast.physics.solver import SOLVERS
 
 
@@ -31,7 +30,8 @@ class EnvSpec:
     simulated, a row of ``vlmrm_fast.physics.PHYSICS`` (the MuJoCo batch engine, gymnasium envs, ...) or
     ``"auto"`` (the first that can run the task, ``vlmrm_fast.stack``); ``renderer``: what draws the
     batch engine's frames, a row of ``vlmrm_fast.rendering.RENDERERS`` or ``"auto"`` (Warp on a CPU
-    when installed, EGL otherwise: ``rendering.AUTO_ORDER``); ``pipeline_chunks``: the ranges
+    when installed, EGL otherwise: ``rendering.AUTO_ORDER``), None where none does (``physics="gym"``:
+    the gymnasium envs draw their own; a stack's plan says so); ``pipeline_chunks``: the ranges
     of envs a step is scored in while the next is simulated (``"auto"``: up to 4 on a GPU, 1 on the
     CPU); ``env_reward_weight`` (rho): the agent learns from ``vlm + rho * env``. ``time_limit``: how
     an episode ends at ``episode_length``, ``"truncate"`` (SB3 bootstraps, the default) or
@@ -40,8 +40,13 @@ class EnvSpec:
     generated textures (see ``envs.paper_assets``). ``solver``: the constraint solver the task's model
     runs with (``"newton"``, ``"cg"``, ``"pgs"``; None: the physics' default, which is the model's own
     for ``physics="batch"`` and Newton for ``"warp"``, whose MuJoCo Warp has no PGS; docs/physics.md
-    compares them). How the envs spread over torchrun's ranks is
-    :class:`~vlmrm_fast.distributed.DistributedConfig`'s.
+    compares them). ``score_terminal_on``: the frame an episode's last step is scored on,
+    ``"terminal_state"`` (the state that ended it) or ``"reset_frame"`` (the next episode's first, as
+    the paper's code scored it; ``envs.time_limits``, docs/paper.md). How the envs spread over
+    torchrun's ranks is :class:`~vlmrm_fast.distributed.DistributedConfig`'s.
+
+    A stack's plan (``vlmrm_fast.stack.StackPlan.env``) is this spec with every choice made: the task's
+    defaults filled in, ``physics``, ``renderer``, ``solver`` and ``pipeline_chunks`` as they run.
     """
 
     task: str
@@ -49,12 +54,13 @@ class EnvSpec:
     episode_length: int | None = None
     render_size: int | tuple[int, int] | None = None
     physics: str = "auto"
-    renderer: str = "auto"
+    renderer: str | None = "auto"
     pipeline_chunks: int | str = "auto"
     env_reward_weight: float = 0.0
     time_limit: str = "truncate"
     scene_assets: str | None = None
     solver: str | None = None
+    score_terminal_on: str = "terminal_state"
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -74,10 +80,18 @@ class EnvSpec:
         if shape is not None and not isinstance(self.render_size, (int, np.integer)):
             put("render_size", shape)  # a list from YAML becomes the (height, width) it means
         one_of(self.physics, "physics", ("auto", *_physics.PHYSICS))
-        one_of(self.renderer, "renderer", ("auto", *_rendering.RENDERERS))
+        if self.renderer is not None:
+            one_of(self.renderer, "renderer", ("auto", *_rendering.RENDERERS))
+        elif self.physics != "gym":
+            raise FieldError(
+                "renderer",
+                f"None draws nothing, and physics={self.physics!r} runs the batch engine, which a renderer draws; "
+                "name one, or 'auto' (None goes with physics='gym', whose gymnasium envs draw their own frames)",
+            )
         put("pipeline_chunks", chunk_count(self.pipeline_chunks, "pipeline_chunks", self.n_envs))
         put("env_reward_weight", number(self.env_reward_weight, "env_reward_weight"))
         one_of(self.time_limit, "time_limit", TIME_LIMITS)
+        one_of(self.score_terminal_on, "score_terminal_on", SCORE_TERMINAL_ON)
         if self.solver is not None:
             one_of(self.solver, "solver", tuple(SOLVERS))
         if self.scene_assets is not None:
@@ -94,16 +108,6 @@ class EnvSpec:
     def task_spec(self) -> TaskSpec:
         """The task, drawn with ``scene_assets`` when given."""
         return get_task(self.task).with_scene_assets(self.scene_assets)
-
-    def env_factory(self, **env_kwargs: Any) -> Callable[[], gymnasium.Env]:
-        """A factory of one gymnasium env of the task as this spec draws, steps and ends it (frame size,
-        scene assets, the solver of its physics, episode length, time limit): the envs of
-        ``physics="gym"``, and a run's videos (which so run the dynamics the run trains on)."""
-        task, size, limit, time_limit = self.task_spec(), self.frame_shape, self.episode_length, self.time_limit
-        solver = _physics.PHYSICS[self.physics].solver_for(self.solver) if self.physics != "auto" else self.solver
-        return lambda: task.make(
-            render_size=size, episode_length=limit, time_limit=time_limit, solver=solver, **env_kwargs
-        )
 
     @property
     def frame_shape(self) -> tuple[int, int] | None:

@@ -10,6 +10,13 @@ for a limit that only bounds the episodes.
 and does not bootstrap, so the agent values the states near the end as if nothing came after
 them. It matters most with a long horizon (MountainCar's gamma 0.9999). Use it to reproduce
 the paper's runs.
+
+Which frame the last step of an episode is scored on (``score_terminal_on``): ``"terminal_state"``
+(the default), the state that ended the episode, what the step reached; ``"reset_frame"``, the next
+episode's first state, as the paper's code scored it by accident of its vector env (SB3's
+``SubprocVecEnv`` resets a finished env inside its step, and the code's ``get_images()`` came after):
+about 1% of the humanoid's transitions and 0.5% of the classic-control ones were scored on a pose
+the agent did not reach. Only for reproducing those rewards exactly (docs/paper.md).
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from vlmrm_fast.checks import one_of
 
 #: The ways an episode can end at its length (see the module docstring).
 TIME_LIMITS = ("truncate", "terminal")
+#: The frames an episode's last step can be scored on (see the module docstring).
+SCORE_TERMINAL_ON = ("terminal_state", "reset_frame")
 
 
 class TerminalTimeLimit(gymnasium.Wrapper):

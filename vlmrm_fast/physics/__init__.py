@@ -21,24 +21,25 @@ from vlmrm_fast.lazy import named
 
 if TYPE_CHECKING:
     import mujoco
+    import torch
 
 #: A task as the rows read it: ``envs.TaskSpec`` (its ``name`` and ``batch``, the engine's glue or None);
 #: named loosely so that physics, below the tasks, does not import them.
 TaskSpec = Any
 
 
-def _needs_batch_glue(task: TaskSpec, gpu: int | None) -> str | None:
+def _needs_batch_glue(task: TaskSpec, device: torch.device) -> str | None:
     return None if task.batch is not None else f"task {task.name!r} has no batch-engine version"
 
 
-def _always(task: TaskSpec, gpu: int | None) -> str | None:
+def _always(task: TaskSpec, device: torch.device) -> str | None:
     return None
 
 
-def _warp_unavailable(task: TaskSpec, gpu: int | None) -> str | None:
+def _warp_unavailable(task: TaskSpec, device: torch.device) -> str | None:
     from vlmrm_fast import warp_runtime
 
-    return _needs_batch_glue(task, gpu) or warp_runtime.warp_available()
+    return _needs_batch_glue(task, device) or warp_runtime.warp_available()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,8 +47,8 @@ class Physics:
     """One physics backend: its name (``EnvSpec.physics``), what it is, and how it is made.
 
     ``engine``: it runs in the batch engine, drawn by one of the renderers; otherwise the task's
-    gymnasium envs step and draw themselves. ``unavailable(task, gpu)``: why it cannot run ``task``
-    for frames scored on CUDA device ``gpu`` (None: the CPU), or None. ``simulator``: for an engine
+    gymnasium envs step and draw themselves. ``unavailable(task, device)``: why it cannot run ``task``
+    for frames scored on ``device`` (the CPU or ``cuda:N``), or None. ``simulator``: for an engine
     row, ``"module:Class"`` of its :class:`~vlmrm_fast.physics.simulator.Simulator`, whose ``offers``
     say which states a renderer may draw it from (:attr:`offers`); ``solvers``: the constraint
     solvers it runs (None: any, ``EnvSpec.solver``) and ``default_solver`` the one a task's model runs
@@ -60,7 +61,7 @@ class Physics:
     description: str
     needs: str
     engine: bool
-    unavailable: Callable[[TaskSpec, int | None], str | None]
+    unavailable: Callable[[TaskSpec, torch.device], str | None]
     simulator: str | None = None
     solvers: tuple[str, ...] | None = None
     default_solver: str | None = None
@@ -79,12 +80,12 @@ class Physics:
         return () if self.simulator is None else tuple(named(self.simulator).offers)
 
     def make_simulator(
-        self, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: tuple[Any, ...], gpu: int | None
+        self, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: tuple[Any, ...], device: torch.device
     ) -> Any:
-        """The engine's simulator of ``num_envs`` copies of ``model``."""
+        """The engine's simulator of ``num_envs`` copies of ``model``, for frames scored on ``device``."""
         if self.simulator is None:
             raise ValueError(f"physics={self.name!r} does not run in the batch engine")
-        return named(self.simulator).for_engine(model, num_envs, frame_skip, outputs, gpu)
+        return named(self.simulator).for_engine(model, num_envs, frame_skip, outputs, device)
 
 
 PHYSICS: dict[str, Physics] = {

@@ -14,7 +14,7 @@ the output fields from the same ``mjData``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import mujoco
 import numpy as np
@@ -22,6 +22,9 @@ import numpy as np
 import vlmrm_fast._native  # noqa: F401  (libmujoco, then the core)
 from vlmrm_fast._core import sim as _native_sim
 from vlmrm_fast.physics.simulator import HOST_POSITIONS, NATIVE_DATA, OutputSpec, SimulatorBase, parse_outputs
+
+if TYPE_CHECKING:
+    import torch
 
 SimulationError = _native_sim.SimulationError
 
@@ -94,10 +97,10 @@ class BatchSimulator(SimulatorBase):
 
     @classmethod
     def for_engine(
-        cls, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], gpu: int | None
+        cls, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], device: torch.device
     ) -> BatchSimulator:
         """The engine's simulator (its row of ``vlmrm_fast.physics.PHYSICS``): gymnasium's step on every env,
-        ``mj_rnePostConstraint`` included, on every CPU this process may use (``gpu`` plays no part)."""
+        ``mj_rnePostConstraint`` included, on every CPU this process may use (``device`` plays no part)."""
         return cls(model, num_envs, frame_skip=frame_skip, outputs=outputs, rne_post_constraint=True)
 
     # ------------------------------------------------------------------- views

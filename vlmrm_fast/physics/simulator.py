@@ -9,7 +9,8 @@ its outputs; a renderer draws it from one of the states its class ``offers``, mo
   ``_core.sim.BatchSim``), drawn where it lies, on the simulator's threads;
 * :data:`HOST_POSITIONS`: ``qpos``, (num_envs, nq) float64 in the host's memory;
 * :data:`DEVICE_WORLDS`: MuJoCo Warp's model and data of every world on one device (``warp_model``,
-  ``warp_data``, ``warp_stream``, ``device``).
+  ``warp_data``, ``warp_stream``, ``device``), and its outputs there (``torch_outputs``: torch views of
+  ``outputs`` on ``device``, which the engine reads for a learner's observations on that device).
 
 A renderer's class says which states it ``draws``; the plan pairs a physics with a renderer that
 draws a state the physics' simulator offers, and refuses a pair that cannot meet
@@ -21,10 +22,13 @@ from __future__ import annotations
 import abc
 import warnings
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import mujoco
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 #: The states a simulator offers and a renderer draws (see the module docstring).
 NATIVE_DATA = "native data"
@@ -40,7 +44,7 @@ class Simulator(Protocol):
 
     ``offers``: the states a renderer may draw it from, most direct first (a class attribute); a state
     offered brings its members (``native``; ``qpos``; ``warp_model``, ``warp_data``, ``warp_stream``,
-    ``device``). ``for_engine`` is how the engine makes one (its row names the class).
+    ``device``, ``torch_outputs``). ``for_engine`` is how the engine makes one (its row names the class).
     """
 
     offers: ClassVar[tuple[str, ...]]
@@ -48,10 +52,10 @@ class Simulator(Protocol):
 
     @classmethod
     def for_engine(
-        cls, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], gpu: int | None
+        cls, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], device: torch.device
     ) -> Simulator:
         """The engine's simulator: gymnasium's step (``mj_rnePostConstraint`` included) of ``num_envs``
-        copies of ``model``, copying out ``outputs``, on CUDA device ``gpu`` where it uses one."""
+        copies of ``model``, copying out ``outputs``, on ``device`` (the plan's) where it uses one."""
         ...
 
     @property

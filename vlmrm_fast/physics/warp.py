@@ -204,18 +204,17 @@ class WarpSimulator(SimulatorBase):
 
     @classmethod
     def for_engine(
-        cls, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], gpu: int | None
+        cls, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], device: torch.device
     ) -> WarpSimulator:
-        """The engine's simulator (its row of ``vlmrm_fast.physics.PHYSICS``): every world on CUDA device
-        ``gpu`` (None: Warp's CPU backend, said in one line), gymnasium's step with ``rne_postconstraint``."""
-        if gpu is None:
+        """The engine's simulator (its row of ``vlmrm_fast.physics.PHYSICS``): every world on ``device`` (the
+        CPU: Warp's CPU backend, said in one line), gymnasium's step with ``rne_postconstraint``."""
+        if device.type == "cpu":
             warnings.warn(
                 "physics='warp' on the CPU runs MuJoCo Warp's CPU backend: correct but slow, for testing; on a GPU "
                 "it runs on CUDA (physics='batch' is the fast choice on a CPU)",
                 CPUBackendWarning,
                 stacklevel=2,
             )
-        device = torch.device("cpu") if gpu is None else torch.device("cuda", gpu)
         return cls(model, num_envs, frame_skip, outputs, rne_post_constraint=True, device=device)
 
     def _field_rows(self, name: str, reference: mujoco.MjData) -> tuple[Any, int]:

@@ -20,17 +20,18 @@ from vlmrm_fast.lazy import named
 
 if TYPE_CHECKING:
     import mujoco
+    import torch
 
     from vlmrm_fast.frames import FrameSource
 
 
-def _egl_unavailable(gpu: int | None) -> str | None:
+def _egl_unavailable(device: torch.device) -> str | None:
     from vlmrm_fast.rendering.egl import egl_unavailable
 
     return egl_unavailable()
 
 
-def _warp_unavailable(gpu: int | None) -> str | None:
+def _warp_unavailable(device: torch.device) -> str | None:
     from vlmrm_fast import warp_runtime
 
     return warp_runtime.warp_available()
@@ -44,8 +45,8 @@ class Renderer:
     split into ranges (``pipeline_chunks``) hides drawing behind encoding. A renderer whose drawing
     time-slices the GPU against CUDA's work (OpenGL in its own context) gains nothing from ranges and
     loses the context switches: ``pipeline_chunks="auto"`` gives it one range.
-    ``unavailable(gpu)``: why it cannot draw here for frames scored on CUDA device ``gpu`` (None: the
-    CPU), or None. ``implementation``: ``"module:Class"`` of its ``BatchRendererBase``, imported when
+    ``unavailable(device)``: why it cannot draw here for frames scored on ``device`` (the CPU or
+    ``cuda:N``), or None. ``implementation``: ``"module:Class"`` of its ``BatchRendererBase``, imported when
     the row is asked what it draws or to make one.
     """
 
@@ -53,7 +54,7 @@ class Renderer:
     description: str
     needs: str
     overlaps_encoder: bool
-    unavailable: Callable[[int | None], str | None]
+    unavailable: Callable[[torch.device], str | None]
     implementation: str
 
     @property
@@ -66,11 +67,11 @@ class Renderer:
         return next((state for state in offers if state in self.draws), None)
 
     def make(
-        self, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, gpu: int | None
+        self, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, device: torch.device
     ) -> FrameSource:
-        """A renderer drawing ``num_envs`` frames of ``render_size`` (height, width) from ``camera``, on
-        CUDA device ``gpu`` (None: the CPU)."""
-        return named(self.implementation).for_engine(model, num_envs, render_size, camera, gpu)
+        """A renderer drawing ``num_envs`` frames of ``render_size`` (height, width) from ``camera``, for
+        frames scored on ``device``."""
+        return named(self.implementation).for_engine(model, num_envs, render_size, camera, device)
 
 
 RENDERERS: dict[str, Renderer] = {
@@ -101,18 +102,18 @@ RENDERERS: dict[str, Renderer] = {
 AUTO_ORDER = {"cpu": ("warp", "egl"), "cuda": ("egl", "warp")}
 
 
-def choose_renderer(requested: str, gpu: int | None, offers: tuple[str, ...] | None = None) -> str | None:
+def choose_renderer(requested: str, device: torch.device, offers: tuple[str, ...] | None = None) -> str | None:
     """The renderer that draws for ``requested`` (a row of :data:`RENDERERS`, or ``"auto"``) when frames
-    are scored on CUDA device ``gpu`` (None: the CPU): a named one as it is (made later, its errors
+    are scored on ``device`` (the CPU or ``cuda:N``): a named one as it is (made later, its errors
     then; whether it can draw the physics is the plan's to say), ``"auto"`` the first available of
     :data:`AUTO_ORDER` that draws one of the states ``offers`` (None: any), None when none is."""
     from vlmrm_fast.checks import one_of
 
     if one_of(requested, "renderer", ("auto", *RENDERERS)) != "auto":
         return requested
-    for name in AUTO_ORDER["cpu" if gpu is None else "cuda"]:
+    for name in AUTO_ORDER[device.type]:
         row = RENDERERS[name]
-        if (offers is None or row.state_for(offers) is not None) and row.unavailable(gpu) is None:
+        if (offers is None or row.state_for(offers) is not None) and row.unavailable(device) is None:
             return name
     return None
 

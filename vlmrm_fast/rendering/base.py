@@ -47,10 +47,11 @@ class BatchRendererBase(abc.ABC):
     @classmethod
     @abc.abstractmethod
     def for_engine(
-        cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, gpu: int | None
+        cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, device: torch.device
     ) -> BatchRendererBase:
         """The engine's renderer (its row of ``vlmrm_fast.rendering.RENDERERS``): ``num_envs`` frames of
-        ``render_size`` (height, width) from ``camera``, on CUDA device ``gpu`` (None: the CPU)."""
+        ``render_size`` (height, width) from ``camera``, for frames scored on ``device`` (the plan's: the CPU, or
+        ``cuda:N``, where a renderer that draws on a GPU draws)."""
 
     @property
     @abc.abstractmethod

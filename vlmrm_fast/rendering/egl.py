@@ -94,11 +94,12 @@ class BatchRenderer(BatchRendererBase):
 
     @classmethod
     def for_engine(
-        cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, gpu: int | None
+        cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, device: torch.device
     ) -> BatchRenderer:
-        """The engine's EGL renderer (its row of ``vlmrm_fast.rendering.RENDERERS``)."""
+        """The engine's EGL renderer (its row of ``vlmrm_fast.rendering.RENDERERS``): on the EGL device of
+        ``device``'s GPU, or Mesa's on the CPU."""
         height, width = render_size
-        return cls(model, num_envs, width, height, camera=camera, gpu=gpu)
+        return cls(model, num_envs, width, height, camera=camera, gpu=device.index if device.type == "cuda" else None)
 
     # ------------------------------------------------------------------ properties
     @property

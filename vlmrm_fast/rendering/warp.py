@@ -146,11 +146,10 @@ class WarpBatchRenderer(BatchRendererBase):
 
     @classmethod
     def for_engine(
-        cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, gpu: int | None
+        cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, device: torch.device
     ) -> WarpBatchRenderer:
-        """The engine's MuJoCo Warp renderer (its row of ``vlmrm_fast.rendering.RENDERERS``)."""
+        """The engine's MuJoCo Warp renderer (its row of ``vlmrm_fast.rendering.RENDERERS``), on ``device``."""
         height, width = render_size
-        device = torch.device("cpu") if gpu is None else torch.device("cuda", gpu)  # resolved: the plan's
         return cls(model, num_envs, width, height, camera=camera, device=device)
 
     # ------------------------------------------------------------------ properties

@@ -6,8 +6,8 @@ embeddings, the model's logit scale): it keeps the text-side tensors it needs an
 rewards of normalized image embeddings with :meth:`Formula.reward`. A formula the fused kernel
 knows also gives its row of the kernel's task table (:meth:`Formula.kernel_entry`); the kernel (C++
 twin on the CPU, CUDA on a GPU) then computes the same in one pass over the embeddings for every
-task. :data:`FORMULAS` maps each task type to its formula: adding a reward is a task dataclass, a
-formula here and a row; a kernel entry only where speed asks for one.
+task. Each kind of task names its formula in its row of ``reward.tasks.TASK_KINDS``: adding a reward is a
+task dataclass, a formula and that row; a kernel entry only where speed asks for one.
 
 A generative judge's question tasks read their reward from the answer's logits instead of an
 embedding: :func:`answer_reward` is that formula (docs/judge.md).
@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from vlmrm_fast import kernels
-from vlmrm_fast.reward.tasks import BinaryTask, GoalBaselineTask
+from vlmrm_fast.lazy import named
+from vlmrm_fast.reward.tasks import TASK_KINDS, BinaryTask, GoalBaselineTask, kind_of
 
 TextEmbedding = Callable[[str], torch.Tensor]  # prompt -> normalized (D,) float32 embedding
 
@@ -138,18 +139,10 @@ class Binary:
         return entry, list(self.embeddings)
 
 
-#: Each reward task's formula, by the task's type.
-FORMULAS: dict[type, Callable[[Any, TextEmbedding, float], Formula]] = {
-    GoalBaselineTask: GoalBaseline,
-    BinaryTask: Binary,
-}
-
-
 def formula_of(task: Any, text_embedding: TextEmbedding, logit_scale: float) -> Formula:
-    """The formula of ``task`` with its text side computed."""
-    make = FORMULAS.get(type(task))
-    if make is None:
-        raise TypeError(
-            f"no reward formula for {type(task).__name__}; known: {', '.join(t.__name__ for t in FORMULAS)}"
-        )
-    return make(task, text_embedding, logit_scale)
+    """The formula of ``task`` (its kind's, ``reward.tasks.TASK_KINDS``) with its text side computed."""
+    kind = TASK_KINDS.get(kind_of(task) or "")
+    if kind is None or kind.formula is None:
+        known = ", ".join(k.task.__name__ for k in TASK_KINDS.values() if k.formula is not None)
+        raise TypeError(f"no reward formula from image embeddings for {type(task).__name__}; known: {known}")
+    return named(kind.formula)(task, text_embedding, logit_scale)

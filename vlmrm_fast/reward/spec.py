@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from vlmrm_fast.checks import FieldError, FieldTypeError, non_negative_int, number, one_of, positive_int
 from vlmrm_fast.encoders import BACKEND_OPTIONS, BACKENDS, PRECISION_NAMES
@@ -20,8 +20,23 @@ from vlmrm_fast.reward.schedule import ScoreSchedule
 from vlmrm_fast.reward.tasks import GoalBaselineTask, Task, as_reward_tasks, normalize_prompts
 from vlmrm_fast.reward.window import WindowSpec, check_window_fields, is_video_model
 
-if TYPE_CHECKING:
-    from vlmrm_fast.envs import TaskSpec
+
+class TaskDefaults(Protocol):
+    """What a reward spec takes from a task (an ``envs.TaskSpec``, above the reward): its name, its prompts and
+    its preprocessing."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def target_prompts(self) -> tuple[str, ...]: ...
+
+    @property
+    def baseline_prompts(self) -> tuple[str, ...]: ...
+
+    @property
+    def resize_mode(self) -> str | None: ...
+
 
 #: The model when none is named: the paper's largest CLIP.
 DEFAULT_MODEL = "ViT-bigG-14/laion2b_s39b_b160k"
@@ -144,7 +159,7 @@ class RewardModelSpec:
     def replace(self, **changes: Any) -> RewardModelSpec:
         return dataclasses.replace(self, **changes)
 
-    def with_task_defaults(self, task: TaskSpec) -> RewardModelSpec:
+    def with_task_defaults(self, task: TaskDefaults) -> RewardModelSpec:
         """The task's prompts and preprocessing where this spec leaves them None (a video model keeps its
         own preprocessing)."""
         changes: dict[str, Any] = {}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from vlmrm_fast.checks import FieldError, FieldTypeError, number
 
@@ -168,30 +168,72 @@ class QuestionTask:
         return (self.question,)
 
 
-Task = GoalBaselineTask | BinaryTask | QuestionTask
-_KINDS: dict[str, type] = {"goal_baseline": GoalBaselineTask, "binary": BinaryTask, "question": QuestionTask}
+class Task(Protocol):
+    """What every reward task is: a frozen dataclass of its prompts and parameters, checked on construction,
+    with the ``name`` it is logged under and the ``prompts`` a model embeds or asks for it."""
+
+    @property
+    def name(self) -> str | None: ...
+
+    @property
+    def prompts(self) -> tuple[str, ...]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskKind:
+    """A kind of reward task: ``task``, its dataclass (a :class:`Task`), and ``formula``, what scores it from
+    image embeddings as ``"module:Class"`` (a ``reward.formulas.Formula``, imported on first use; None: not
+    scored from embeddings, as a judge's question, read from the answer's logits)."""
+
+    task: type
+    formula: str | None = None
+
+    def required(self) -> list[str]:
+        """The fields a task of this kind must be given."""
+        return [
+            f.name
+            for f in dataclasses.fields(self.task)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
+
+
+#: The kinds of reward task by the name a config gives them (``kind:``), read wherever a task is taken: a
+#: new kind is its dataclass, its formula and one row here (docs/architecture.md, "Where to add things").
+TASK_KINDS: dict[str, TaskKind] = {
+    "goal_baseline": TaskKind(GoalBaselineTask, "vlmrm_fast.reward.formulas:GoalBaseline"),
+    "binary": TaskKind(BinaryTask, "vlmrm_fast.reward.formulas:Binary"),
+    "question": TaskKind(QuestionTask),
+}
+
+
+def kind_of(task: Any) -> str | None:
+    """The name of ``task``'s kind in :data:`TASK_KINDS` (None: no kind's dataclass)."""
+    return next((name for name, kind in TASK_KINDS.items() if type(task) is kind.task), None)
 
 
 def as_reward_task(spec: Any) -> Task:
-    """A task object, or a dict of its fields (``kind: binary`` selects :class:`BinaryTask`, ``kind:
-    question`` :class:`QuestionTask`; a dict with a ``question`` or ``goal_prompt`` says its kind itself)."""
-    if isinstance(spec, (GoalBaselineTask, BinaryTask, QuestionTask)):
+    """A task object of a kind of :data:`TASK_KINDS`, or a dict of its fields: ``kind:`` names its kind, else
+    the fields say it (the first kind given one of its required fields, e.g. ``question`` or ``goal_prompt``;
+    a goal-baseline task when none is)."""
+    if kind_of(spec) is not None:
         return spec
     if isinstance(spec, dict):
         fields = dict(spec)
-        implied = "question" if "question" in fields else "binary" if "goal_prompt" in fields else "goal_baseline"
-        kind = fields.pop("kind", implied)
-        cls = _KINDS.get(kind)
-        if cls is None:
-            raise ValueError(f"task kind {kind!r} is unknown; use {', '.join(map(repr, _KINDS))}")
-        names = {f.name for f in dataclasses.fields(cls)}
+        implied = next((name for name, kind in TASK_KINDS.items() if set(kind.required()) & set(fields)), None)
+        name = fields.pop("kind", implied or next(iter(TASK_KINDS)))
+        kind = TASK_KINDS.get(name)
+        if kind is None:
+            raise ValueError(f"task kind {name!r} is unknown; use {', '.join(map(repr, TASK_KINDS))}")
+        names = {f.name for f in dataclasses.fields(kind.task)}
         unknown = sorted(set(fields) - names)
         if unknown:
-            raise ValueError(f"{cls.__name__} has no field(s) {unknown}; fields are {sorted(names)}")
-        if cls is GoalBaselineTask and "target_prompts" not in fields:
-            raise ValueError("a goal-baseline task needs target_prompts")
-        return cls(**fields)
-    raise TypeError(f"a task must be GoalBaselineTask, BinaryTask, QuestionTask or a dict, got {type(spec).__name__}")
+            raise ValueError(f"{kind.task.__name__} has no field(s) {unknown}; fields are {sorted(names)}")
+        missing = [field for field in kind.required() if field not in fields]
+        if missing:
+            raise ValueError(f"a {name.replace('_', '-')} task needs {' and '.join(missing)}")
+        return kind.task(**fields)
+    classes = ", ".join(kind.task.__name__ for kind in TASK_KINDS.values())
+    raise TypeError(f"a task must be one of {classes} or a dict, got {type(spec).__name__}")
 
 
 def as_reward_tasks(specs: Iterable[Any]) -> tuple[Task, ...]:

@@ -210,3 +210,14 @@ def check_window_for_episodes(window: WindowSpec | None, episode_length: int | N
             f"{window.frames} frames is more than an episode's {episode_length} steps, so no window would ever "
             f"fill; give at most {episode_length} (or a longer env.episode_length)",
         )
+
+
+def check_window_for_terminal_frames(window: WindowSpec | None, score_terminal_on: str) -> None:
+    """Refuses a window with ``score_terminal_on="reset_frame"``: the paper's reset frame stands in for one
+    frame's reward, and in a window it would put the next episode's first state among this one's."""
+    if window is not None and score_terminal_on == "reset_frame":
+        raise FieldError(
+            "score_terminal_on",
+            "reset_frame reproduces the paper's one-frame rewards, and a window would then mix the next episode's "
+            "first frame into this one's last window; use score_terminal_on: terminal_state with a window",
+        )

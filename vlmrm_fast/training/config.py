@@ -296,6 +296,10 @@ def _solver_run(env: dict[str, Any]) -> Any:
 
 # Identity fields whose values name the same thing in several ways: compared by what they run.
 _COMPARED_AS = {"env.physics": _physics_dynamics, "env.solver": _solver_run}
+# Identity fields whose "auto" resolves by the machine (EGL on a GPU, Warp on a CPU): each checkpoint records
+# what it resolved to (run_folder.RESOLVED_CHOICES) and a resume compares that with its own plan, so "auto" on
+# either side here is the same as the value it stands for.
+_RESOLVED_APART = ("env.renderer",)
 
 
 def run_identity(cfg: TrainConfig) -> dict[str, Any]:
@@ -314,7 +318,7 @@ def run_identity(cfg: TrainConfig) -> dict[str, Any]:
 
 # Identity fields added since checkpoints were first written, with the value older runs had. An identity field
 # a checkpoint's manifest lacks and this table does not know is not compared (the resume names it).
-_ADDED_ENV_FIELDS = {"time_limit": "truncate", "scene_assets": None}
+_ADDED_ENV_FIELDS = {"time_limit": "truncate", "scene_assets": None, "score_terminal_on": "terminal_state"}
 
 
 def upgraded_identity(saved: dict[str, Any]) -> dict[str, Any]:
@@ -353,7 +357,9 @@ def identity_differences(saved: dict[str, Any], current: dict[str, Any]) -> list
     for place in [p for p in now if p in then]:
         section = place.split(".")[0]
         compared = _COMPARED_AS.get(place)
-        if compared is not None:  # (equal values are the same: a change it follows from is named on its own)
+        if place in _RESOLVED_APART and "auto" in (then[place], now[place]):
+            same = True
+        elif compared is not None:  # (equal values are the same: a change it follows from is named on its own)
             same = then[place] == now[place] or compared(saved.get(section) or {}) == compared(
                 current.get(section) or {}
             )

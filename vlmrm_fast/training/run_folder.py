@@ -107,6 +107,43 @@ def _same_run(checkpoint: checkpoints.Checkpoint, identity: dict[str, Any]) -> b
     return not identity_differences(_identity_of(checkpoint), identity)
 
 
+#: The choices of a run's stack that "auto" makes from the machine (``env.physics``, ``env.renderer``), recorded
+#: in each checkpoint beside the run identity (which holds the config as written): a resume elsewhere that
+#: would choose otherwise is refused, naming the value to pin.
+RESOLVED_CHOICES = ("env.physics", "env.renderer")
+
+
+def resolved_choices(plan: Any) -> dict[str, Any]:
+    """``{"env.physics": "batch", "env.renderer": "egl"}``: what the stack's plan (``stack.StackPlan``) runs."""
+    return {place: getattr(plan.env, place.split(".")[1]) for place in RESOLVED_CHOICES}
+
+
+def check_resumed_choices(saved: dict[str, Any] | None, plan: Any) -> None:
+    """Refuses a resume whose plan chooses another physics or renderer than the run's checkpoint records (its
+    config leaves them "auto", which resolves by the machine: EGL on a GPU, Warp on a CPU), in one line naming
+    both and the value to pin. A checkpoint that records none (saved before they were recorded) is not compared."""
+    if not isinstance(saved, dict):
+        return
+    now = resolved_choices(plan)
+    changed = [place for place in RESOLVED_CHOICES if place in saved and saved[place] != now[place]]
+    if not changed:
+        return
+
+    def named(value: Any) -> str:
+        return "none (its gymnasium envs drew their frames)" if value is None else repr(value)
+
+    what = "; ".join(
+        f"the run's {place.split('.')[1]} was {named(saved[place])} where it started, and {place}: auto chooses "
+        f"{named(now[place])} here"
+        for place in changed
+    )
+    pins = " and ".join(f"{place}: {saved[place]}" for place in changed if saved[place] is not None)
+    raise RunFolderError(
+        f"--resume: {what}; to resume the run as it ran, set {pins} in the config (the frames or the dynamics "
+        f"would change otherwise), or start a new run (--output-dir, or --overwrite)"
+    )
+
+
 def identity_hash(identity: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(plain(identity), sort_keys=True).encode()).hexdigest()[:16]
 

@@ -40,7 +40,7 @@ from vlmrm_fast.distributed.channel import RankFailure
 from vlmrm_fast.envs import get_task
 from vlmrm_fast.failures import EXIT_CRASHED, EXIT_DONE, EXIT_SIGINT, EXIT_SIGTERM, ExpectedFailure, mark_crash
 from vlmrm_fast.memory import check_replay_buffer_fits
-from vlmrm_fast.reward.spec import RewardModelSpec
+from vlmrm_fast.stack import StackPlan, plan_stack
 from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.callbacks import (
     EpisodeBatchLogs,
@@ -70,49 +70,44 @@ from vlmrm_fast.training.run_folder import (
     ResumePoint,
     RunFolder,
     RunFolderError,
+    check_resumed_choices,
     identity_hash,
     plain,
+    resolved_choices,
 )
 from vlmrm_fast.training.signals import StopRequest, sigterm_raises
 from vlmrm_fast.training.tensorboard import TensorBoardWriter
+from vlmrm_fast.vec_env import FastVLMRewardVecEnv
 
 ALGORITHM_CLASSES = {"SAC": SAC, "PPO": PPO, "DQN": DQN}
 
 
-def make_env(cfg: TrainConfig):
-    """The run's envs (a config resolved with the task's defaults): split over the ranks under torchrun."""
-    return distributed_jobs.make_vec_env(
-        cfg.env, reward_spec(cfg), cfg.distributed, seed=cfg.seed, defer_rewards=cfg.rl.episode_batch
-    )
+def plan_run(cfg: TrainConfig) -> StackPlan | None:
+    """The plan of the run's envs, made before anything is loaded (episode-batch scoring encodes the rollout's
+    frames in batches that fill the device, evened out over a rollout); None on rank 0 of several ranks,
+    where every rank plans its own envs and the ShardedVecEnv gives rank 0's plan once built."""
+    if distributed_jobs.several_ranks():
+        return None
+    return plan_stack(cfg.env, cfg.reward, defer_rewards=cfg.rl.episode_batch, rollout_steps=rollout_steps(cfg))
 
 
-def reward_spec(cfg: TrainConfig) -> RewardModelSpec:
-    """The run's reward model: the config's, with the task's defaults; episode-batch scoring never
-    encodes per step, so its encoder batch is the scoring batch."""
-    spec = cfg.reward.with_task_defaults(get_task(cfg.env.task))
-    if cfg.rl.episode_batch and spec.batch_size is None:
-        spec = spec.replace(batch_size=score_batch_size(cfg))
-    return spec
-
-
-def score_batch_size(cfg: TrainConfig) -> int:
-    """reward.batch_size, else what fills the GPU, evened out over a rollout's frames."""
-    if cfg.reward.batch_size:
-        return cfg.reward.batch_size
-    from vlmrm_fast.device import resolve_device
-    from vlmrm_fast.reward.batch_scoring import episode_batch_size
-
+def rollout_steps(cfg: TrainConfig) -> int | None:
+    """The vec-env steps of one rollout when ``rl.kwargs.train_freq`` counts steps; None otherwise."""
     train_freq = cfg.rl.kwargs.get("train_freq", 1)
     if isinstance(train_freq, (list, tuple)) and len(train_freq) == 2 and train_freq[1] == "step":
         train_freq = train_freq[0]
-    steps = train_freq if isinstance(train_freq, int) and not isinstance(train_freq, bool) else None
-    env = cfg.env.with_task_defaults()
-    return episode_batch_size(
-        cfg.reward.model,
-        resolve_device(cfg.reward.device),
-        frames_per_rollout=steps * env.n_envs if steps else None,
-        frame_shape=env.frame_shape,
-    )
+    return train_freq if isinstance(train_freq, int) and not isinstance(train_freq, bool) else None
+
+
+def make_env(cfg: TrainConfig, plan: StackPlan | None = None):
+    """The run's envs, built from ``plan`` (:func:`plan_run`'s, made here when not given); under torchrun
+    split over the ranks, each planning its own."""
+    plan = plan or plan_run(cfg)
+    if plan is None:
+        return distributed_jobs.make_sharded_env(
+            cfg.env, cfg.reward, cfg.distributed, seed=cfg.seed, defer_rewards=cfg.rl.episode_batch
+        )
+    return FastVLMRewardVecEnv.from_plan(plan, cfg.reward, seed=cfg.seed)
 
 
 def check_rl_device(device: Any) -> None:
@@ -303,11 +298,18 @@ def _train(
         else:
             previous = folder.check_unused(overwrite=overwrite, algorithm=algorithm, given_config=cfg.source)
         print(startup_summary(cfg, point), flush=True)
+        plan = plan_run(cfg)
+        if plan is not None:  # (under torchrun rank 0's plan is known once the ranks have built their envs)
+            _planned(plan, point, "stack")
         check_reward_weights(cfg)
-        venv = make_env(cfg)
-        print(ready_summary(cfg, venv), flush=True)
+        venv = make_env(cfg, plan)
         monitored = VecMonitor(venv)
         try:
+            if plan is None:
+                _planned(venv.plan, point, "rank 0's stack")
+            ready = ready_summary(cfg, venv)
+            if ready:
+                print(ready, flush=True)
             buffer = replay_buffer_size(cfg, venv)
             if buffer is not None:  # refused in a line before SB3 allocates it (numpy's error is 39 lines)
                 check_replay_buffer_fits(buffer.transitions, buffer.each, f"{cfg.task}'s observations and actions")
@@ -331,6 +333,13 @@ def _train(
             return _run(cfg, model, venv, stats, folder, identity, stop, resumed=point is not None)
         finally:
             monitored.close()
+
+
+def _planned(plan: StackPlan, point: ResumePoint | None, whose: str) -> None:
+    """Prints the plan's line; a resume whose "auto" choices come out otherwise here is refused first."""
+    if point is not None:
+        check_resumed_choices(point.checkpoint.manifest.get("plan"), plan)
+    print(f"  {whose:<19} {plan.describe()}", flush=True)
 
 
 def _finished(cfg: TrainConfig, steps: int) -> int:
@@ -377,7 +386,7 @@ def startup_summary(cfg: TrainConfig, point: ResumePoint | None) -> str:
             f"vlmrm-fast train: {cfg.task}, {cfg.env.n_envs} envs; {start}",
             f"  rl.algorithm        {rl.algorithm}{_default(cfg, 'rl.algorithm')}",
             f"  rl.total_timesteps  {rl.total_timesteps:,}{_default(cfg, 'rl.total_timesteps')}",
-            f"  reward.model        {r.model}{_default(cfg, 'reward.model')} on {r.device}",
+            f"  reward.model        {r.model}{_default(cfg, 'reward.model')}",
             f"  output_dir          {cfg.run_dir.resolve()}{_default(cfg, 'output_dir')}",
             f"  checkpoints         every {lg.checkpoint_every:,} steps{_default(cfg, 'logging.checkpoint_every')}"
             f"{buffers}",
@@ -386,17 +395,11 @@ def startup_summary(cfg: TrainConfig, point: ResumePoint | None) -> str:
 
 
 def ready_summary(cfg: TrainConfig, venv: Any) -> str:
-    """What the envs and the reward model came out as on this machine, printed once they are built: the
-    renderer ``env.renderer: auto`` chose, and the encoder's backend, precision, batch and device."""
-    renderer = getattr(venv, "renderer", None)
-    how = "gymnasium envs draw their own frames" if renderer is None else f"renderer {renderer}"
-    if renderer is not None and type(venv).__name__ == "ShardedVecEnv":
-        how += " on rank 0"
-    if renderer is not None and cfg.env.renderer == "auto":
-        how += " (env.renderer: auto)"
+    """What the reward model came out as on this machine, printed once the envs are built (the plan's line
+    came before): the encoder's backend, precision, batch and device, and the replay buffer."""
     encoder = getattr(getattr(venv, "reward_model", None), "encoder", None)
     describe = getattr(encoder, "describe", None)
-    lines = [f"  env                 {venv.num_envs} envs of {cfg.task}; {how}"]
+    lines = []
     if describe is not None:
         lines.append(f"  reward encoder      {describe()}")
     buffer = replay_buffer_size(cfg, venv)
@@ -518,7 +521,7 @@ def _run(
         wandb_run = start_run(cfg, files, resumed=resumed)
     curves = LearningCurves(run_dir, start_steps)
     model.set_logger(_logger(cfg, files, start_steps, curves, wandb_run))
-    extra = {"identity": identity, "config_hash": identity_hash(identity)}
+    extra = {"identity": identity, "config_hash": identity_hash(identity), "plan": resolved_choices(venv.plan)}
 
     def save(tag: str, reason: str) -> checkpoints.Checkpoint:
         # The curves first: a kill between the two leaves curves past the newest checkpoint, which a resume
@@ -548,7 +551,7 @@ def _run(
     if cfg.logging.video_every:
         callbacks.append(
             PolicyVideo(
-                cfg.env.with_task_defaults().env_factory(),  # one env of the run's task, as the run draws it
+                venv.plan.env_factory(),  # one env of the run's task, as the run draws and steps it
                 venv.reward_model,
                 run_dir / "videos",
                 cfg.logging.video_every,
