@@ -6,21 +6,28 @@ patch_size^2`` values (a still image repeated over the temporal patch), laid out
 window; the vision tower runs all frames' patches as one sequence, each frame attending within itself,
 and merges 2 x 2 patches into one token.
 
-A frame is a still image, so the judge keeps one temporal copy of each patch (``3 x patch_size^2``
-values: half the processor's) and embeds it with the patch embedding's kernel summed over its temporal
-taps (:class:`StillPatchEmbed`, a matrix product: the same sum of products as the 3D convolution over
-the repeated copies, which on a CPU took ten times longer). The resize is the processor's own; the
-normalization and the patch layout are computed here in one pass over the frame
-(:meth:`QwenAdapter.as_processor_pixels` gives the processor's layout back, which a test compares). The language model places tokens with multimodal RoPE
-(temporal, height and width positions), which :meth:`QwenAdapter.positions` takes from the model's
-own ``get_rope_index`` for the whole prompt.
+A judge's pixel input is the normalized frame itself, channels last (N, H, W, 3): the processor's
+resize and normalization, one pass over the frame. The patches are cut by the patch embedding: a frame
+is a still image, so the 3D convolution over its repeated temporal copies is the same sum of products
+as a 2D convolution of stride ``patch_size`` with the kernel summed over its temporal taps
+(:class:`StillPatchEmbed`), whose output is put in the processor's merge-window order.
+:meth:`QwenAdapter.as_processor_pixels` cuts the processor's patches from the pixel input, which a test
+compares with the processor's. The language model places tokens with multimodal RoPE (temporal, height
+and width positions), which :meth:`QwenAdapter.positions` takes from the model's own ``get_rope_index``
+for the whole prompt.
 
-The vision tower's attention over the packed frames is transformers' own with one change of schedule:
-its SDPA path runs one attention call per frame (a python loop of N small calls, on a GPU N kernel
-launches, in every block), while every frame of a judge has the same number of patches. :func:`packed_sdpa`, registered with
-transformers' ``AttentionInterface`` and given the packed (flash-attention) calling convention, runs the
-frames as one batch of equal sequences, the same arithmetic in one call; segments of unequal length
-(Qwen2.5-VL's windows at the image's edges) run one by one, as before.
+The vision tower runs as transformers wrote it, with two changes for a judge's fixed frame size:
+
+- what depends only on the frames' grid (the rotary position ids, the sequence boundaries, Qwen2.5-VL's
+  window order, Qwen3-VL's position-embedding interpolation) is computed once per batch size by
+  transformers' own ``vision_utils`` helpers and passed in, as transformers provides for precomputed
+  inputs, instead of in every pass (a python loop over the frames, and host reads);
+- each block's attention is :class:`PackedVisionAttention`: transformers' SDPA path runs one attention
+  call per frame (a python loop of N small calls, on a GPU N kernel launches, in every block) and
+  rotates queries and keys in five passes each; every frame of a judge has the same number of patches,
+  so the frames run as one batch of equal sequences, the same arithmetic in one call, after one rotation
+  of queries and keys together. Segments of unequal length (Qwen2.5-VL's windows at an image's edges) run
+  one by one.
 """
 
 from __future__ import annotations
@@ -32,89 +39,113 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-#: The name the vision towers' packed attention is registered under: transformers hands the packed layout
-#: (cumulative sequence lengths) to implementations whose name holds "flash".
-PACKED_ATTENTION = "flash_layout_sdpa"
+
+class PackedVisionAttention(nn.Module):
+    """A Qwen vision block's attention (transformers' ``VisionAttention``, same weights, same forward
+    arguments) for sequences packed one after another (``cu_seqlens``), each attending within itself.
+
+    Queries and keys are rotated together, ``x * cos + rotate_half(x) * sin`` with ``rotate_half`` read
+    as the halves of each head, in float32 as transformers does; equal segments run as one batch."""
+
+    def __init__(self, attention: Any):
+        super().__init__()
+        self.qkv: nn.Linear = attention.qkv
+        self.proj: nn.Linear = attention.proj
+        self.num_heads = int(attention.num_heads)
+        self.head_dim = int(attention.head_dim)
+        self.scaling = float(attention.scaling)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        cu_seqlens: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        assert position_embeddings is not None
+        length, heads, dim = hidden_states.shape[0], self.num_heads, self.head_dim
+        qkv = self.qkv(hidden_states).view(length, 3 * heads, dim)
+        rotated = _rotate(qkv[:, : 2 * heads], *position_embeddings).to(qkv.dtype)  # (T, 2 x heads, dim)
+        lengths = _segment_lengths(cu_seqlens)
+        if len(set(lengths)) == 1:
+            count, each = len(lengths), lengths[0]
+            q, k = (
+                rotated.view(count, each, 2, heads, dim).permute(2, 0, 3, 1, 4).unbind(0)
+            )  # (count, heads, each, dim)
+            v = qkv[:, 2 * heads :].view(count, each, heads, dim).transpose(1, 2)
+            out = F.scaled_dot_product_attention(q, k, v, scale=self.scaling)  # (count, heads, each, dim)
+            out = out.transpose(1, 2).reshape(length, heads * dim)
+        else:
+            q, k = rotated.view(length, 2, heads, dim).permute(1, 2, 0, 3).unbind(0)  # (heads, T, dim)
+            v = qkv[:, 2 * heads :].transpose(0, 1)
+            parts = [
+                F.scaled_dot_product_attention(q, k, v, scale=self.scaling)
+                for q, k, v in zip(*(t.split(lengths, dim=1) for t in (q, k, v)))
+            ]
+            out = torch.cat(parts, dim=1).transpose(0, 1).reshape(length, heads * dim)
+        return self.proj(out)
 
 
-def packed_sdpa(
-    module: Any,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    cu_seq_lens_q: torch.Tensor | None = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """Non-causal attention of (1, heads, T, dim) query, key and value holding sequences one after another
-    (``cu_seq_lens_q``: their cumulative lengths), each attending within itself -> (1, T, heads, dim)."""
-    assert cu_seq_lens_q is not None and attention_mask is None
-    lengths = _segment_lengths(cu_seq_lens_q)
-    heads, dim = query.shape[1], query.shape[-1]
-    if len(set(lengths)) == 1:
-        n, length = len(lengths), lengths[0]
-        q, k, v = (t[0].unflatten(1, (n, length)).transpose(0, 1) for t in (query, key, value))
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scaling)  # (n, heads, length, dim)
-        return out.transpose(1, 2).reshape(1, n * length, heads, dim), None
-    parts = [
-        F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scaling)
-        for q, k, v in zip(*(t.split(lengths, dim=2) for t in (query, key, value)))
-    ]
-    return torch.cat(parts, dim=2).transpose(1, 2), None
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of ``x`` (T, heads, dim) by ``cos``, ``sin`` (T, dim): ``x * cos + rotate_half(x) *
+    sin`` in float32, where ``rotate_half(x)`` is ``(-second half, first half)`` of each head."""
+    x = x.float()
+    cos, sin = cos.float()[:, None], sin.float()[:, None]
+    out = x * cos
+    half = x.shape[-1] // 2
+    out[..., :half].addcmul_(x[..., half:], sin[..., :half], value=-1.0)
+    out[..., half:].addcmul_(x[..., :half], sin[..., half:])
+    return out
 
 
 _LENGTHS: dict[int, tuple[torch.Tensor, list[int]]] = {}
 
 
 def _segment_lengths(cu_seqlens: torch.Tensor) -> list[int]:
-    """The lengths of the packed sequences, read from the device once per tensor: the vision tower passes one
-    ``cu_seqlens`` tensor to all its blocks (two where some blocks attend in windows), so a pass waits for
-    the device once or twice, not once per block."""
+    """The lengths of the packed sequences, read from the device once per tensor: a judge passes the same
+    ``cu_seqlens`` tensors to every pass (two where some blocks attend in windows), so the tower waits for
+    the device once, not once per block and pass."""
     key = id(cu_seqlens)
     cached = _LENGTHS.get(key)
     if cached is not None and cached[0] is cu_seqlens:
         return cached[1]
     lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
-    if len(_LENGTHS) >= 4:
+    if len(_LENGTHS) >= 8:
         _LENGTHS.clear()
     _LENGTHS[key] = (cu_seqlens, lengths)  # the tensor is held, so its id cannot be reused while cached
     return lengths
 
 
-def use_packed_attention(vision_tower: Any) -> None:
-    """Runs ``vision_tower``'s attention through :func:`packed_sdpa` where it runs SDPA."""
-    from transformers import AttentionInterface
-
-    if vision_tower.config._attn_implementation != "sdpa":
-        return  # flash attention takes the packed layout itself; eager stays as asked
-    AttentionInterface.register(PACKED_ATTENTION, packed_sdpa)
-    vision_tower.config._attn_implementation = PACKED_ATTENTION
-
-
 class StillPatchEmbed(nn.Module):
-    """Qwen's patch embedding for still images: ``(M, 3 x patch^2)`` patches through the 3D convolution's
-    kernel summed over its temporal taps; the processor's ``(M, 3 x temporal x patch^2)`` patches (a video,
-    or the reference path) still go through the family's own forward. It holds the same ``proj`` (the
-    weights keep their names) and its summed kernel as a buffer that is not saved."""
+    """Qwen's patch embedding for still frames: normalized frames (N, H, W, 3) through a 2D convolution of
+    stride ``patch_size`` with the 3D convolution's kernel summed over its temporal taps, the patches'
+    embeddings in the processor's merge-window order (N x patches, embed_dim). The processor's
+    ``(M, 3 x temporal x patch^2)`` patches (a video, or the reference path) still go through the family's
+    own forward. It holds the same ``proj`` (the weights keep their names) and its summed kernel as a
+    buffer that is not saved."""
 
     weight: torch.Tensor
 
-    def __init__(self, embed: Any):
+    def __init__(self, embed: Any, merge_size: int):
         super().__init__()
         self.proj: nn.Conv3d = embed.proj
         for name in ("in_channels", "temporal_patch_size", "patch_size", "embed_dim"):
             setattr(self, name, getattr(embed, name))  # what the family's forward reads
+        self.merge_size = int(merge_size)
+        self.stride = int(embed.patch_size)
         self._family_forward = type(embed).forward
-        self.still_dim = int(embed.in_channels) * int(embed.patch_size) ** 2
-        weight = self.proj.weight.detach().float().sum(dim=2).flatten(1)  # (embed_dim, channels x patch^2)
+        weight = self.proj.weight.detach().float().sum(dim=2)  # (embed_dim, channels, patch, patch)
         self.register_buffer("weight", weight.to(self.proj.weight.dtype), persistent=False)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        if hidden_states.shape[-1] != self.still_dim:
+        if hidden_states.dim() != 4:
             return self._family_forward(self, hidden_states)
-        return F.linear(hidden_states.to(self.weight.dtype), self.weight, self.proj.bias)
+        frames = hidden_states.to(self.weight.dtype).permute(0, 3, 1, 2)  # channels last in memory
+        out = F.conv2d(frames, self.weight, self.proj.bias, stride=self.stride)  # (N, E, gh, gw)
+        n, e, gh, gw = out.shape
+        m = self.merge_size
+        out = out.permute(0, 2, 3, 1).reshape(n, gh // m, m, gw // m, m, e).transpose(2, 3)
+        return out.reshape(n * gh * gw, e)
 
 
 class QwenAdapter:
@@ -124,21 +155,24 @@ class QwenAdapter:
         self.model = model
         self.image_processor = ip = processor.image_processor
         self.image_size = image_size
-        visual = model.model.visual
-        use_packed_attention(visual)
+        self.visual = visual = model.model.visual
         if not isinstance(visual.patch_embed, StillPatchEmbed):
-            visual.patch_embed = StillPatchEmbed(visual.patch_embed)
-        # The processor's rescale and normalization as one multiply-add per channel: x * scale + shift.
+            visual.patch_embed = StillPatchEmbed(visual.patch_embed, visual.spatial_merge_size)
+        if visual.config._attn_implementation == "sdpa":  # flash attention takes the packed layout itself
+            for block in visual.blocks:
+                if not isinstance(block.attn, PackedVisionAttention):
+                    block.attn = PackedVisionAttention(block.attn)
+        height, width = self._resized_size(image_size)
+        self.pixel_shape = (height, width, 3)
+        self.grid = (1, height // ip.patch_size, width // ip.patch_size)  # (temporal, height, width) patches
+        # The processor's rescale and normalization as one multiply-add per value of a row of pixels
+        # (width x channels): x * scale + shift.
         mean = torch.tensor(ip.image_mean if ip.do_normalize else [0.0] * 3, dtype=torch.float64)
         std = torch.tensor(ip.image_std if ip.do_normalize else [1.0] * 3, dtype=torch.float64)
         rescale = ip.rescale_factor if ip.do_rescale else 1.0
-        self._scale = (rescale / std).float()[:, None]
-        self._shift = (-mean / std).float()[:, None]
-        probe = self.pixels(torch.zeros((1, 3, *image_size), dtype=torch.uint8))
-        self.pixel_shape = tuple(probe.shape[1:])
-        height, width = self._resized_size(image_size)
-        self.grid = (1, height // ip.patch_size, width // ip.patch_size)  # (temporal, height, width) patches
-        self._grids: dict[tuple[int, torch.device], torch.Tensor] = {}
+        self._row_scale = (rescale / std).float().repeat(width)
+        self._row_shift = (-mean / std).float().repeat(width)
+        self._vision_inputs: dict[tuple[int, torch.device], dict[str, Any]] = {}
 
     def _resized_size(self, size: tuple[int, int]) -> tuple[int, int]:
         ip = self.image_processor
@@ -151,37 +185,61 @@ class QwenAdapter:
     def pixels(self, frames: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         ip = self.image_processor
         images = frames
-        if ip.do_resize:
+        if ip.do_resize and tuple(images.shape[-2:]) != self.pixel_shape[:2]:
             images = ip.resize(images, size=ip.size, resample=ip.resample, factor=ip.patch_size * ip.merge_size)
-        n, c, h, w = images.shape
-        p, m = ip.patch_size, ip.merge_size
-        if out is None or out.dtype != torch.float32:
-            out = torch.empty((n, (h // p) * (w // p), c * p * p), dtype=torch.float32, device=images.device)
-        # The processor's order: merge window by merge window, then channel, row and column of a patch. The
-        # frames are gathered into that order and converted to float in one copy, then scaled in place.
-        patches = out.view(n, h // p // m, w // p // m, m, m, c, p, p)
-        patches.copy_(images.reshape(n, c, h // p // m, m, p, w // p // m, m, p).permute(0, 2, 5, 3, 6, 1, 4, 7))
-        scale, shift = self._scale.to(out.device), self._shift.to(out.device)
-        by_channel = out.view(n, -1, c, p * p)
-        torch.addcmul(shift, by_channel, scale, out=by_channel)
+        n = images.shape[0]
+        if out is None or out.dtype != torch.float32 or not out.is_contiguous():
+            out = torch.empty((n, *self.pixel_shape), dtype=torch.float32, device=images.device)
+        out.copy_(images.permute(0, 2, 3, 1))  # uint8 -> float32, channels last
+        rows = out.view(-1, self._row_scale.numel())
+        self._row_scale, self._row_shift = self._row_scale.to(rows.device), self._row_shift.to(rows.device)
+        rows.mul_(self._row_scale).add_(self._row_shift)
         return out
 
     def as_processor_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
-        """Pixels (N, patches, 3 x patch^2) -> the processor's (N x patches, 3 x temporal x patch^2)."""
-        n, count, dim = pixels.shape
-        channels = self.image_processor.temporal_patch_size
-        still = pixels.reshape(n * count, 3, 1, dim // 3)
-        return still.expand(-1, -1, channels, -1).reshape(n * count, -1)
+        """Pixels (N, H, W, 3) -> the processor's patches (N x patches, 3 x temporal x patch^2): merge window
+        by merge window, then channel, temporal copy, row and column of a patch."""
+        ip = self.image_processor
+        n, h, w, c = pixels.shape
+        p, m, t = ip.patch_size, ip.merge_size, ip.temporal_patch_size
+        patches = pixels.permute(0, 3, 1, 2).reshape(n, c, h // p // m, m, p, w // p // m, m, p)
+        still = patches.permute(0, 2, 5, 3, 6, 1, 4, 7).reshape(-1, c, 1, p * p)
+        return still.expand(-1, -1, t, -1).reshape(still.shape[0], -1)
+
+    def vision_inputs(self, n: int, device: torch.device) -> dict[str, Any]:
+        """The vision tower's inputs that depend only on the grid of ``n`` frames (made once per batch size, by
+        transformers' helpers): ``image_grid_thw`` and the precomputed tensors its forward takes as keywords."""
+        key = (n, device)
+        if key not in self._vision_inputs:
+            from transformers import vision_utils as vu
+            from transformers.utils.generic import get_max_seqlen
+
+            visual = self.visual
+            grid = torch.tensor([self.grid] * n, dtype=torch.long, device=device)
+            merge = visual.spatial_merge_size
+            inputs: dict[str, Any] = {"image_grid_thw": grid}
+            inputs["position_ids"] = vu.get_vision_position_ids(grid, merge)
+            inputs["cu_seqlens"], inputs["max_seqlen"] = vu.get_vision_attention_seqlens(grid, visual.config)
+            if hasattr(visual, "fullatt_block_indexes"):  # Qwen2.5-VL: windows of attention in most blocks
+                inputs["window_index"], windows = vu.get_vision_window_index(
+                    grid, merge, visual.window_size, visual.patch_size
+                )
+                inputs["cu_window_seqlens"] = windows
+                inputs["max_window_seqlen"] = get_max_seqlen(windows, visual.config)
+            if hasattr(visual, "pos_embed"):  # Qwen3-VL: a learned position grid resampled to the frame's
+                inputs["interp_indices"], inputs["interp_weights"] = vu.get_vision_interpolation_indices_and_weights(
+                    grid,
+                    visual.num_grid_per_side,
+                    mode=visual.interpolation_mode,
+                    align_corners=visual.interpolation_align_corners,
+                    spatial_merge_size=merge,
+                )
+            self._vision_inputs[key] = {k: v for k, v in inputs.items() if v is not None}
+        return self._vision_inputs[key]
 
     def encode(self, pixels: torch.Tensor) -> Any:
-        n = pixels.shape[0]
-        key = (n, pixels.device)
-        if key not in self._grids:  # made once per batch size: no host-to-device copy per batch
-            self._grids[key] = torch.tensor([self.grid] * n, dtype=torch.long, device=pixels.device)
-        grid = self._grids[key]
-        return self.model.model.get_image_features(
-            pixel_values=pixels.reshape(-1, pixels.shape[-1]), image_grid_thw=grid, return_dict=True
-        )
+        inputs = self.vision_inputs(pixels.shape[0], pixels.device)
+        return self.model.model.get_image_features(pixel_values=pixels, return_dict=True, **inputs)
 
     def positions(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         positions, _ = self.model.model.get_rope_index(
