@@ -116,6 +116,14 @@ def _segment_lengths(cu_seqlens: torch.Tensor) -> list[int]:
     return lengths
 
 
+class QuickGELU(nn.Module):
+    """transformers' ``QuickGELUActivation``, ``x * sigmoid(1.702 x)``, in one temporary instead of two (the
+    values are the same)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(x * 1.702).mul_(x)
+
+
 class StillPatchEmbed(nn.Module):
     """Qwen's patch embedding for still frames: normalized frames (N, H, W, 3) through a 2D convolution of
     stride ``patch_size`` with the 3D convolution's kernel summed over its temporal taps, the patches'
@@ -158,10 +166,14 @@ class QwenAdapter:
         self.visual = visual = model.model.visual
         if not isinstance(visual.patch_embed, StillPatchEmbed):
             visual.patch_embed = StillPatchEmbed(visual.patch_embed, visual.spatial_merge_size)
-        if visual.config._attn_implementation == "sdpa":  # flash attention takes the packed layout itself
-            for block in visual.blocks:
-                if not isinstance(block.attn, PackedVisionAttention):
-                    block.attn = PackedVisionAttention(block.attn)
+        from transformers.activations import QuickGELUActivation
+
+        for block in visual.blocks:
+            sdpa = visual.config._attn_implementation == "sdpa"  # flash attention takes the packed layout itself
+            if sdpa and not isinstance(block.attn, PackedVisionAttention):
+                block.attn = PackedVisionAttention(block.attn)
+            if isinstance(getattr(block.mlp, "act", None), QuickGELUActivation):  # Qwen2-VL's
+                block.mlp.act = QuickGELU()
         height, width = self._resized_size(image_size)
         self.pixel_shape = (height, width, 3)
         self.grid = (1, height // ip.patch_size, width // ip.patch_size)  # (temporal, height, width) patches
@@ -193,7 +205,7 @@ class QwenAdapter:
         out.copy_(images.permute(0, 2, 3, 1))  # uint8 -> float32, channels last
         rows = out.view(-1, self._row_scale.numel())
         self._row_scale, self._row_shift = self._row_scale.to(rows.device), self._row_shift.to(rows.device)
-        rows.mul_(self._row_scale).add_(self._row_shift)
+        torch.addcmul(self._row_shift, rows, self._row_scale, out=rows)
         return out
 
     def as_processor_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
