@@ -42,6 +42,7 @@ from vlmrm_fast.envs import get_task  # noqa: E402
 from vlmrm_fast.frames import HostFrames  # noqa: E402
 from vlmrm_fast.pipeline import ChunkedScorer  # noqa: E402
 from vlmrm_fast.reward.window import subsample_indices  # noqa: E402
+from vlmrm_fast.reward.window_model import ring_item_shape  # noqa: E402
 
 TASK = "humanoid-kneeling"
 
@@ -219,7 +220,7 @@ def measure(args: argparse.Namespace, stack: bool) -> dict[str, Any]:
             )
     from vlmrm_fast.models.video import video_model_info
 
-    item = video_model_info(args.ring_video_model).frame_feature_shape  # what the ring keeps of a frame
+    item = ring_item_shape(video_model_info(args.ring_video_model))  # what the ring keeps of a frame
     memory = {
         f"{args.ring_video_model} {dtype}": ring_bytes(args.ring_envs, args.frames, item, getattr(torch, dtype))
         for dtype in ("bfloat16", "float32")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -227,8 +228,8 @@ class MeanOfFramesModel(WindowRewardModel):
 class VideoWindowModel(WindowRewardModel):
     """A video model (``vlmrm_fast.models.video``) scoring a window: each frame is preprocessed as the
     model was trained (its ``info.preprocess``, by the fused kernel) and the ring keeps what the model
-    computes of a frame alone (``frame_features``: ViCLIP's patch embeddings, computed once per frame;
-    the preprocessed frame itself for a model that reads the window whole), and the model reads its
+    computes of a frame alone (``frame_features``: ViCLIP's patch embeddings, computed once per frame)
+    where that is no larger than the preprocessed frame, else the preprocessed frame, and the model reads its
     ``info.num_frames`` of a window's K (``subsample_indices``: evenly spaced, the newest kept), every
     due env's window in one batch of ``chunk_size`` (compiled, the batch fixed and padded, where
     ``compiled``)."""
@@ -257,6 +258,8 @@ class VideoWindowModel(WindowRewardModel):
         if resize_mode is not None:  # the geometry only: the model's own mean and std stay
             spec = dataclasses.replace(spec, resize_mode=resize_mode)
         self.preprocessor = FramePreprocessor(spec, self.device, video.dtype)
+        self._item_shape = ring_item_shape(video.info)
+        self.keeps_features = self._item_shape == video.info.frame_feature_shape
         self.head = self.head_for(tasks)
         self.compiled = bool(compiled)
         self._features = self._uncompiled
@@ -265,7 +268,7 @@ class VideoWindowModel(WindowRewardModel):
 
     @property
     def item_shape(self) -> tuple[int, ...]:
-        return self.video.info.frame_feature_shape
+        return self._item_shape
 
     @property
     def item_dtype(self) -> torch.dtype:
@@ -275,7 +278,7 @@ class VideoWindowModel(WindowRewardModel):
         return subsample_indices(frames, self.video.info.num_frames)
 
     def frame_items(self, pixels: torch.Tensor) -> torch.Tensor:
-        return self.video.frame_features(pixels)
+        return self.video.frame_features(pixels) if self.keeps_features else pixels
 
     def text_embeddings(self, prompts: Sequence[str]) -> torch.Tensor:
         return self.video.encode_text(list(prompts)).float()
@@ -292,7 +295,10 @@ class VideoWindowModel(WindowRewardModel):
 
     def _uncompiled(self, windows: torch.Tensor) -> torch.Tensor:
         # The model's unchecked features (the windows' shape is checked once, in window_embeddings).
-        return F.normalize(self.video.window_features(windows), dim=-1)
+        video = self.video
+        return F.normalize(
+            video.window_features(windows) if self.keeps_features else video.video_features(windows), dim=-1
+        )
 
     def window_rewards(self, items: torch.Tensor, head: RewardHead | None = None) -> torch.Tensor:
         """As every window model's; a model whose text depends on the window (X-CLIP's prompt generator)
@@ -337,6 +343,16 @@ class VideoWindowModel(WindowRewardModel):
     def __repr__(self) -> str:
         backend = f"compiled, batch {self.chunk_size}" if self.compiled else "eager"
         return f"VideoWindowModel({self.name}, {self.preprocessor.dtype}, {backend}, window={self.window})"
+
+
+def ring_item_shape(info: Any) -> tuple[int, ...]:
+    """What a window ring keeps of each frame for the video model of ``info`` (a ``VideoModelInfo``): the
+    model's frame features (computed once per frame, not once per window that holds it) where they are no
+    larger than the preprocessed frame (ViCLIP-B/16's as many values, the tiny models' far fewer), else the
+    preprocessed frame (3, S, S) (ViCLIP-L/14's features would be 1.7x its pixels)."""
+    size = info.preprocess.size
+    pixels, features = (3, size, size), tuple(info.frame_feature_shape)
+    return features if math.prod(features) <= math.prod(pixels) else pixels
 
 
 def per_window_rewards(
