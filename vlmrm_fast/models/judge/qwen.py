@@ -6,13 +6,14 @@ patch_size^2`` values (a still image repeated over the temporal patch), laid out
 window; the vision tower runs all frames' patches as one sequence, each frame attending within itself,
 and merges 2 x 2 patches into one token.
 
-A judge's pixel input is the normalized frame itself, channels last (N, H, W, 3): the processor's
-resize and normalization, one pass over the frame. The patches are cut by the patch embedding: a frame
+A judge's pixel input is the frame as the processor resizes it, as float, channels last (N, H, W, 3):
+one conversion of the uint8 frame. The normalization and the patches are the patch embedding's: a frame
 is a still image, so the 3D convolution over its repeated temporal copies is the same sum of products
-as a 2D convolution of stride ``patch_size`` with the kernel summed over its temporal taps
-(:class:`StillPatchEmbed`), whose output is put in the processor's merge-window order.
-:meth:`QwenAdapter.as_processor_pixels` cuts the processor's patches from the pixel input, which a test
-compares with the processor's. The language model places tokens with multimodal RoPE (temporal, height
+as a 2D convolution of stride ``patch_size`` with the kernel summed over its temporal taps, and the
+normalization ``x * scale + shift`` per channel, under that linear map, is the kernel scaled per channel
+plus a constant added to the bias (:class:`StillPatchEmbed`); its output is put in the processor's
+merge-window order. :meth:`QwenAdapter.as_processor_pixels` normalizes the pixel input and cuts the
+processor's patches from it, which a test compares with the processor's. The language model places tokens with multimodal RoPE (temporal, height
 and width positions), which :meth:`QwenAdapter.positions` takes from the model's own ``get_rope_index``
 for the whole prompt.
 
@@ -125,16 +126,19 @@ class QuickGELU(nn.Module):
 
 
 class StillPatchEmbed(nn.Module):
-    """Qwen's patch embedding for still frames: normalized frames (N, H, W, 3) through a 2D convolution of
-    stride ``patch_size`` with the 3D convolution's kernel summed over its temporal taps, the patches'
-    embeddings in the processor's merge-window order (N x patches, embed_dim). The processor's
-    ``(M, 3 x temporal x patch^2)`` patches (a video, or the reference path) still go through the family's
-    own forward. It holds the same ``proj`` (the weights keep their names) and its summed kernel as a
-    buffer that is not saved."""
+    """Qwen's patch embedding for still frames, the processor's normalization folded in: frames as the
+    processor resized them (N, H, W, 3), float values 0-255, through a 2D convolution of stride
+    ``patch_size`` whose kernel is the 3D convolution's summed over its temporal taps and scaled per
+    channel by the normalization (``x * scale + shift`` under a linear map is the kernel scaled by
+    ``scale`` plus a constant, which joins the bias); the patches' embeddings in the processor's
+    merge-window order (N x patches, embed_dim). The processor's ``(M, 3 x temporal x patch^2)`` patches
+    (a video, or the reference path) still go through the family's own forward. It holds the same
+    ``proj`` (the weights keep their names) and the folded kernel and bias as buffers that are not saved."""
 
     weight: torch.Tensor
+    bias: torch.Tensor
 
-    def __init__(self, embed: Any, merge_size: int):
+    def __init__(self, embed: Any, merge_size: int, scale: torch.Tensor, shift: torch.Tensor):
         super().__init__()
         self.proj: nn.Conv3d = embed.proj
         for name in ("in_channels", "temporal_patch_size", "patch_size", "embed_dim"):
@@ -142,14 +146,20 @@ class StillPatchEmbed(nn.Module):
         self.merge_size = int(merge_size)
         self.stride = int(embed.patch_size)
         self._family_forward = type(embed).forward
-        weight = self.proj.weight.detach().float().sum(dim=2)  # (embed_dim, channels, patch, patch)
-        self.register_buffer("weight", weight.to(self.proj.weight.dtype), persistent=False)
+        kernel = self.proj.weight.detach().double().sum(dim=2)  # (embed_dim, channels, patch, patch)
+        bias = torch.zeros(kernel.shape[0], dtype=torch.float64, device=kernel.device)
+        if self.proj.bias is not None:
+            bias += self.proj.bias.detach().double()
+        scale, shift = (v.to(kernel.device, torch.float64)[None, :, None, None] for v in (scale, shift))
+        dtype = self.proj.weight.dtype
+        self.register_buffer("weight", (kernel * scale).to(dtype), persistent=False)
+        self.register_buffer("bias", (bias + (kernel * shift).sum(dim=(1, 2, 3))).to(dtype), persistent=False)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         if hidden_states.dim() != 4:
             return self._family_forward(self, hidden_states)
         frames = hidden_states.to(self.weight.dtype).permute(0, 3, 1, 2)  # channels last in memory
-        out = F.conv2d(frames, self.weight, self.proj.bias, stride=self.stride)  # (N, E, gh, gw)
+        out = F.conv2d(frames, self.weight, self.bias, stride=self.stride)  # (N, E, gh, gw)
         n, e, gh, gw = out.shape
         m = self.merge_size
         out = out.permute(0, 2, 3, 1).reshape(n, gh // m, m, gw // m, m, e).transpose(2, 3)
@@ -164,8 +174,14 @@ class QwenAdapter:
         self.image_processor = ip = processor.image_processor
         self.image_size = image_size
         self.visual = visual = model.model.visual
+        # The processor's rescale and normalization, x * scale + shift per channel, which the patch embedding
+        # folds in.
+        mean = torch.tensor(ip.image_mean if ip.do_normalize else [0.0] * 3, dtype=torch.float64)
+        std = torch.tensor(ip.image_std if ip.do_normalize else [1.0] * 3, dtype=torch.float64)
+        rescale = ip.rescale_factor if ip.do_rescale else 1.0
+        self.scale, self.shift = rescale / std, -mean / std
         if not isinstance(visual.patch_embed, StillPatchEmbed):
-            visual.patch_embed = StillPatchEmbed(visual.patch_embed, visual.spatial_merge_size)
+            visual.patch_embed = StillPatchEmbed(visual.patch_embed, visual.spatial_merge_size, self.scale, self.shift)
         from transformers.activations import QuickGELUActivation
 
         for block in visual.blocks:
@@ -177,13 +193,6 @@ class QwenAdapter:
         height, width = self._resized_size(image_size)
         self.pixel_shape = (height, width, 3)
         self.grid = (1, height // ip.patch_size, width // ip.patch_size)  # (temporal, height, width) patches
-        # The processor's rescale and normalization as one multiply-add per value of a row of pixels
-        # (width x channels): x * scale + shift.
-        mean = torch.tensor(ip.image_mean if ip.do_normalize else [0.0] * 3, dtype=torch.float64)
-        std = torch.tensor(ip.image_std if ip.do_normalize else [1.0] * 3, dtype=torch.float64)
-        rescale = ip.rescale_factor if ip.do_rescale else 1.0
-        self._row_scale = (rescale / std).float().repeat(width)
-        self._row_shift = (-mean / std).float().repeat(width)
         self._vision_inputs: dict[tuple[int, torch.device], dict[str, Any]] = {}
 
     def _resized_size(self, size: tuple[int, int]) -> tuple[int, int]:
@@ -199,22 +208,19 @@ class QwenAdapter:
         images = frames
         if ip.do_resize and tuple(images.shape[-2:]) != self.pixel_shape[:2]:
             images = ip.resize(images, size=ip.size, resample=ip.resample, factor=ip.patch_size * ip.merge_size)
-        n = images.shape[0]
-        if out is None or out.dtype != torch.float32 or not out.is_contiguous():
-            out = torch.empty((n, *self.pixel_shape), dtype=torch.float32, device=images.device)
-        out.copy_(images.permute(0, 2, 3, 1))  # uint8 -> float32, channels last
-        rows = out.view(-1, self._row_scale.numel())
-        self._row_scale, self._row_shift = self._row_scale.to(rows.device), self._row_shift.to(rows.device)
-        torch.addcmul(self._row_shift, rows, self._row_scale, out=rows)
-        return out
+        if out is None:
+            out = torch.empty((images.shape[0], *self.pixel_shape), dtype=torch.float32, device=images.device)
+        return out.copy_(images.permute(0, 2, 3, 1))  # uint8 -> float, channels last: whole numbers, exact in bf16
 
     def as_processor_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
-        """Pixels (N, H, W, 3) -> the processor's patches (N x patches, 3 x temporal x patch^2): merge window
-        by merge window, then channel, temporal copy, row and column of a patch."""
+        """Pixels (N, H, W, 3) -> the processor's normalized patches (N x patches, 3 x temporal x patch^2): merge
+        window by merge window, then channel, temporal copy, row and column of a patch."""
         ip = self.image_processor
         n, h, w, c = pixels.shape
         p, m, t = ip.patch_size, ip.merge_size, ip.temporal_patch_size
-        patches = pixels.permute(0, 3, 1, 2).reshape(n, c, h // p // m, m, p, w // p // m, m, p)
+        scale, shift = (v.to(pixels.device, torch.float32) for v in (self.scale, self.shift))
+        normalized = torch.addcmul(shift, pixels.float(), scale)  # in float32, as the processor computes it
+        patches = normalized.permute(0, 3, 1, 2).reshape(n, c, h // p // m, m, p, w // p // m, m, p)
         still = patches.permute(0, 2, 5, 3, 6, 1, 4, 7).reshape(-1, c, 1, p * p)
         return still.expand(-1, -1, t, -1).reshape(still.shape[0], -1)
 
