@@ -149,10 +149,11 @@ def test_the_vision_tower_equals_transformers_own(name, monkeypatch):
     """The judge's vision tower (frames embedded by a 2D convolution, the grid's inputs computed once, all
     frames in one attention call per block; Qwen2.5-VL's windows too) against transformers' own tower on the
     processor's pixel values, frame by frame."""
-    model = load_reward_model(name, tasks=list(QUESTIONS), device="cpu", batch_size=4)
-    hf, processor = load_judge(name, device=torch.device("cpu")).model, model.judge.processor
-    for tower in (model.judge.model.model.visual, hf.model.visual):
-        sharpen_attention(tower)
+    ours, theirs = (load_judge(name, device=torch.device("cpu")) for _ in range(2))
+    for judged in (ours, theirs):
+        sharpen_attention(judged.model.model.visual)  # before the judge is built: it keeps copies of some weights
+    model = JudgeRewardModel(ours, list(QUESTIONS), device=torch.device("cpu"), batch_size=4)
+    hf, processor = theirs.model, model.judge.processor
     frames = frames_of(4)
     pixels = model.preprocess(FrameView.of(torch.from_numpy(frames)))
     calls = []

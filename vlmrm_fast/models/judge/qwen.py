@@ -27,7 +27,7 @@ The vision tower runs as transformers wrote it, with two changes for a judge's f
   call per frame (a python loop of N small calls, on a GPU N kernel launches, in every block) and
   rotates queries and keys in five passes each; every frame of a judge has the same number of patches,
   so the frames run as one batch of equal sequences, the same arithmetic in one call, after one rotation
-  of queries and keys together. Segments of unequal length (Qwen2.5-VL's windows at an image's edges) run
+  of queries and keys together (a complex product, their rows kept interleaved). Segments of unequal length (Qwen2.5-VL's windows at an image's edges) run
   one by one.
 """
 
@@ -43,18 +43,34 @@ from torch import nn
 
 class PackedVisionAttention(nn.Module):
     """A Qwen vision block's attention (transformers' ``VisionAttention``, same weights, same forward
-    arguments) for sequences packed one after another (``cu_seqlens``), each attending within itself.
+    arguments) for sequences packed one after another (``cu_seqlens``), each attending within itself;
+    equal segments run as one batch.
 
-    Queries and keys are rotated together, ``x * cos + rotate_half(x) * sin`` with ``rotate_half`` read
-    as the halves of each head, in float32 as transformers does; equal segments run as one batch."""
+    The rotary embedding, ``x * cos + rotate_half(x) * sin`` (in float32, as transformers computes it),
+    turns each pair of a head's values ``(x[i], x[i + dim/2])`` by the angle whose cosine and sine are
+    ``cos[i]``, ``sin[i]`` (both halves of ``cos`` and ``sin`` repeat the same angles): a complex product.
+    So the projection's query and key rows of each head are kept interleaved, ``i, i + dim/2, ...`` (a
+    copy of its weight, not saved), which makes every pair adjacent, and queries and keys turn in one
+    complex multiplication. Queries and keys with the same order of values within a head give the same
+    dot products, so the attention is unchanged; values keep their order."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
 
     def __init__(self, attention: Any):
         super().__init__()
-        self.qkv: nn.Linear = attention.qkv
+        self.qkv: nn.Linear = attention.qkv  # the weights keep their names
         self.proj: nn.Linear = attention.proj
-        self.num_heads = int(attention.num_heads)
-        self.head_dim = int(attention.head_dim)
+        self.num_heads = heads = int(attention.num_heads)
+        self.head_dim = dim = int(attention.head_dim)
         self.scaling = float(attention.scaling)
+        half = torch.arange(dim // 2)
+        within = torch.stack([half, half + dim // 2], dim=1).flatten()  # 0, dim/2, 1, dim/2 + 1, ...
+        queries_keys = (torch.arange(2 * heads)[:, None] * dim + within).flatten()
+        rows = torch.cat([queries_keys, torch.arange(2 * heads * dim, 3 * heads * dim)]).to(self.qkv.weight.device)
+        self.register_buffer("weight", self.qkv.weight.detach()[rows].clone(), persistent=False)
+        bias = None if self.qkv.bias is None else self.qkv.bias.detach()[rows].clone()
+        self.register_buffer("bias", bias, persistent=False)
 
     def forward(
         self,
@@ -65,8 +81,11 @@ class PackedVisionAttention(nn.Module):
     ) -> torch.Tensor:
         assert position_embeddings is not None
         length, heads, dim = hidden_states.shape[0], self.num_heads, self.head_dim
-        qkv = self.qkv(hidden_states).view(length, 3 * heads, dim)
-        rotated = _rotate(qkv[:, : 2 * heads], *position_embeddings).to(qkv.dtype)  # (T, 2 x heads, dim)
+        qkv = F.linear(hidden_states, self.weight, self.bias).view(length, 3 * heads, dim)
+        cos, sin = position_embeddings
+        turn = torch.complex(cos[:, : dim // 2].float(), sin[:, : dim // 2].float())[:, None]  # (T, 1, dim/2)
+        pairs = torch.view_as_complex(qkv[:, : 2 * heads].float().unflatten(-1, (dim // 2, 2)))
+        rotated = torch.view_as_real(pairs * turn).flatten(-2).to(qkv.dtype)  # (T, 2 x heads, dim), interleaved
         lengths = _segment_lengths(cu_seqlens)
         if len(set(lengths)) == 1:
             count, each = len(lengths), lengths[0]
@@ -85,18 +104,6 @@ class PackedVisionAttention(nn.Module):
             ]
             out = torch.cat(parts, dim=1).transpose(0, 1).reshape(length, heads * dim)
         return self.proj(out)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding of ``x`` (T, heads, dim) by ``cos``, ``sin`` (T, dim): ``x * cos + rotate_half(x) *
-    sin`` in float32, where ``rotate_half(x)`` is ``(-second half, first half)`` of each head."""
-    x = x.float()
-    cos, sin = cos.float()[:, None], sin.float()[:, None]
-    out = x * cos
-    half = x.shape[-1] // 2
-    out[..., :half].addcmul_(x[..., half:], sin[..., :half], value=-1.0)
-    out[..., half:].addcmul_(x[..., :half], sin[..., half:])
-    return out
 
 
 _LENGTHS: dict[int, tuple[torch.Tensor, list[int]]] = {}
