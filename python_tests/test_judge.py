@@ -144,16 +144,27 @@ def sharpen_attention(tower) -> None:
             block.attn.qkv.weight.mul_(25.0)
 
 
-@pytest.mark.parametrize("name", ["vlmrm-tiny-qwen2-vl", "vlmrm-tiny-qwen2.5-vl", "vlmrm-tiny-qwen3-vl"])
-def test_the_vision_tower_equals_transformers_own(name, monkeypatch):
+@pytest.mark.parametrize(
+    ("name", "interleaved"),
+    [
+        ("vlmrm-tiny-qwen2-vl", True),
+        ("vlmrm-tiny-qwen2.5-vl", True),
+        ("vlmrm-tiny-qwen3-vl", True),
+        ("vlmrm-tiny-qwen2-vl", False),  # the path of a quantized projection (FP8), its halves turned in place
+    ],
+)
+def test_the_vision_tower_equals_transformers_own(name, interleaved, monkeypatch):
     """The judge's vision tower (frames embedded by a 2D convolution, the grid's inputs computed once, all
-    frames in one attention call per block; Qwen2.5-VL's windows too) against transformers' own tower on the
-    processor's pixel values, frame by frame."""
+    frames in one attention call per block, queries and keys turned together; Qwen2.5-VL's windows too)
+    against transformers' own tower on the processor's pixel values, frame by frame."""
     ours, theirs = (load_judge(name, device=torch.device("cpu")) for _ in range(2))
     for judged in (ours, theirs):
         sharpen_attention(judged.model.model.visual)  # before the judge is built: it keeps copies of some weights
     model = JudgeRewardModel(ours, list(QUESTIONS), device=torch.device("cpu"), batch_size=4)
     hf, processor = theirs.model, model.judge.processor
+    for block in model.judge.model.model.visual.blocks:
+        assert block.attn.interleaved
+        block.attn.interleaved = interleaved
     frames = frames_of(4)
     pixels = model.preprocess(FrameView.of(torch.from_numpy(frames)))
     calls = []
@@ -283,6 +294,19 @@ def test_clip_tasks_and_fields_are_refused_for_a_judge():
         load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="up", checkpoint="w.pt", device="cpu")
     with pytest.raises(FieldError, match=r"^image_size: sets a generative VLM judge's input size; vlmrm-tiny takes"):
         load_reward_model("vlmrm-tiny", target_prompts="up", image_size=112, device="cpu")
+
+
+def test_an_fp8_judge_scores_as_its_bf16_self():
+    """FP8 linear layers (torchao, emulated on the CPU) in a judge built after the conversion: the quantized
+    projections run as they are, and the rewards stay near the bf16 judge's."""
+    from vlmrm_fast.models.judge.fp8 import convert_judge_to_fp8
+
+    judges = [load_judge("vlmrm-tiny-qwen2-vl", device=torch.device("cpu"), dtype=torch.bfloat16) for _ in range(2)]
+    assert convert_judge_to_fp8(judges[1].model, emulate=True) > 0
+    bf16, fp8 = (JudgeRewardModel(j, list(QUESTIONS[:1]), device=torch.device("cpu"), precision="bf16") for j in judges)
+    assert not any(block.attn.interleaved for block in fp8.judge.model.model.visual.blocks)
+    frames = frames_of(3)
+    np.testing.assert_allclose(fp8(frames).float().numpy(), bf16(frames).float().numpy(), atol=0.02, rtol=0)
 
 
 def test_fp8_where_it_cannot_run_is_refused():

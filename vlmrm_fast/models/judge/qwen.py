@@ -52,7 +52,8 @@ class PackedVisionAttention(nn.Module):
     So the projection's query and key rows of each head are kept interleaved, ``i, i + dim/2, ...`` (a
     copy of its weight, not saved), which makes every pair adjacent, and queries and keys turn in one
     complex multiplication. Queries and keys with the same order of values within a head give the same
-    dot products, so the attention is unchanged; values keep their order."""
+    dot products, so the attention is unchanged; values keep their order. A projection whose weight is
+    no plain tensor (FP8's quantized weights) is run as it is, its halves turned in place."""
 
     weight: torch.Tensor
     bias: torch.Tensor | None
@@ -64,12 +65,16 @@ class PackedVisionAttention(nn.Module):
         self.num_heads = heads = int(attention.num_heads)
         self.head_dim = dim = int(attention.head_dim)
         self.scaling = float(attention.scaling)
-        half = torch.arange(dim // 2)
-        within = torch.stack([half, half + dim // 2], dim=1).flatten()  # 0, dim/2, 1, dim/2 + 1, ...
-        queries_keys = (torch.arange(2 * heads)[:, None] * dim + within).flatten()
-        rows = torch.cat([queries_keys, torch.arange(2 * heads * dim, 3 * heads * dim)]).to(self.qkv.weight.device)
-        self.register_buffer("weight", self.qkv.weight.detach()[rows].clone(), persistent=False)
-        bias = None if self.qkv.bias is None else self.qkv.bias.detach()[rows].clone()
+        self.interleaved = type(self.qkv.weight.data) is torch.Tensor
+        weight = bias = None
+        if self.interleaved:
+            half = torch.arange(dim // 2)
+            within = torch.stack([half, half + dim // 2], dim=1).flatten()  # 0, dim/2, 1, dim/2 + 1, ...
+            queries_keys = (torch.arange(2 * heads)[:, None] * dim + within).flatten()
+            rows = torch.cat([queries_keys, torch.arange(2 * heads * dim, 3 * heads * dim)]).to(self.qkv.weight.device)
+            weight = self.qkv.weight.detach()[rows].clone()
+            bias = None if self.qkv.bias is None else self.qkv.bias.detach()[rows].clone()
+        self.register_buffer("weight", weight, persistent=False)
         self.register_buffer("bias", bias, persistent=False)
 
     def forward(
@@ -81,11 +86,15 @@ class PackedVisionAttention(nn.Module):
     ) -> torch.Tensor:
         assert position_embeddings is not None
         length, heads, dim = hidden_states.shape[0], self.num_heads, self.head_dim
-        qkv = F.linear(hidden_states, self.weight, self.bias).view(length, 3 * heads, dim)
         cos, sin = position_embeddings
-        turn = torch.complex(cos[:, : dim // 2].float(), sin[:, : dim // 2].float())[:, None]  # (T, 1, dim/2)
-        pairs = torch.view_as_complex(qkv[:, : 2 * heads].float().unflatten(-1, (dim // 2, 2)))
-        rotated = torch.view_as_real(pairs * turn).flatten(-2).to(qkv.dtype)  # (T, 2 x heads, dim), interleaved
+        if self.interleaved:
+            qkv = F.linear(hidden_states, self.weight, self.bias).view(length, 3 * heads, dim)
+            turn = torch.complex(cos[:, : dim // 2].float(), sin[:, : dim // 2].float())[:, None]  # (T, 1, dim/2)
+            pairs = torch.view_as_complex(qkv[:, : 2 * heads].float().unflatten(-1, (dim // 2, 2)))
+            rotated = torch.view_as_real(pairs * turn).flatten(-2).to(qkv.dtype)  # (T, 2 x heads, dim)
+        else:
+            qkv = self.qkv(hidden_states).view(length, 3 * heads, dim)
+            rotated = _rotate_halves(qkv[:, : 2 * heads], cos, sin).to(qkv.dtype)
         lengths = _segment_lengths(cu_seqlens)
         if len(set(lengths)) == 1:
             count, each = len(lengths), lengths[0]
@@ -104,6 +113,18 @@ class PackedVisionAttention(nn.Module):
             ]
             out = torch.cat(parts, dim=1).transpose(0, 1).reshape(length, heads * dim)
         return self.proj(out)
+
+
+def _rotate_halves(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """``x * cos + rotate_half(x) * sin`` of ``x`` (T, heads, dim) by ``cos``, ``sin`` (T, dim), in float32, where
+    ``rotate_half(x)`` is ``(-second half, first half)`` of each head."""
+    x = x.float()
+    cos, sin = cos.float()[:, None], sin.float()[:, None]
+    out = x * cos
+    half = x.shape[-1] // 2
+    out[..., :half].addcmul_(x[..., half:], sin[..., :half], value=-1.0)
+    out[..., half:].addcmul_(x[..., :half], sin[..., half:])
+    return out
 
 
 _LENGTHS: dict[int, tuple[torch.Tensor, list[int]]] = {}
