@@ -30,6 +30,7 @@ import pathlib
 import sys
 import time
 import warnings
+from typing import Any
 
 import numpy as np
 import torch
@@ -150,6 +151,13 @@ def main(argv=None) -> int:
         default=["torchvision", "pil"],
         help="the anchor's image processors (default both)",
     )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="rounds of every path in turn (each round times each path for --min-seconds); the rows give the "
+        "median round's frames/s and the range",
+    )
     p.add_argument("--out", type=pathlib.Path, help="write the rows as JSON")
     args = p.parse_args(argv)
     logging.disable(logging.WARNING)
@@ -163,46 +171,51 @@ def main(argv=None) -> int:
         convert_judge_to_fp8(judge.model)
     frames = np.random.default_rng(0).integers(0, 256, (args.frames, 224, 224, 3), dtype=np.uint8)
     on_device = torch.from_numpy(frames).to(device)
+    task = QuestionTask(QUESTION)
+    # Every path timed in turn, round after round: each sees the same load (this machine is shared).
+    paths: list[tuple[dict, Any, Any]] = []  # (row, scorer, its input)
+    if plain is not None:
+        question = JudgeRewardModel(judge, [task], device=device, precision=precision.name)._questions[0]
+        processors = {"torchvision": judge.processor, "pil": pil_processor(judge.processor)}
+        for name in args.anchors:
+            scorer = anchor_scorer(plain, processors[name], question.yes, question.no)
+            paths.append((dict(path=f"anchor ({name})", anchor=name, batch=ANCHOR_BATCH), scorer, frames))
+    for batch in args.batch_size:
+        ours = JudgeRewardModel(judge, [task], device=device, batch_size=batch, precision=precision.name)
+        paths.append((dict(path="ours", batch=batch), ours, on_device))
+    runs: list[list[float]] = [[] for _ in paths]
+    results: list[Any] = [None] * len(paths)
+    loads = [os.getloadavg()[0], 0.0]
+    for _ in range(max(1, args.repeats)):
+        for i, (_, scorer, inputs) in enumerate(paths):
+            fps, results[i] = timed(scorer, inputs, sync, args.min_seconds)
+            runs[i].append(fps)
+    loads[1] = os.getloadavg()[0]
+    anchor_runs = {row["anchor"]: r for (row, _, _), r in zip(paths, runs) if "anchor" in row}
+    reference = results[0] if plain is not None else None  # the first anchor's rewards
     rows = []
     print(
-        "| arch | device | precision | path | batch | frames/s | x anchor (torchvision / PIL processor) | max reward diff | load |"
+        "| arch | device | precision | path | batch | frames/s (median round; range) | x anchor (torchvision / PIL "
+        "processor) | max reward diff | load |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    anchors: dict[str, float] = {}
-    reference = None  # the first anchor's rewards
-
-    def ratios(fps: float) -> str:
-        return " / ".join(f"{fps / anchors[name]:.2f}" if name in anchors else "-" for name in ("torchvision", "pil"))
-
-    for batch in args.batch_size:
-        task = QuestionTask(QUESTION)
-        ours = JudgeRewardModel(judge, [task], device=device, batch_size=batch, precision=precision.name)
-        if plain is not None and not anchors:
-            question = ours._questions[0]
-            processors = {"torchvision": judge.processor, "pil": pil_processor(judge.processor)}
-            for name in args.anchors:
-                load = os.getloadavg()[0]
-                scorer = anchor_scorer(plain, processors[name], question.yes, question.no)
-                fps, rewards = timed(scorer, frames, sync, args.min_seconds)
-                anchors[name] = fps
-                reference = rewards if reference is None else reference
-                diff = float((rewards.float() - reference.float()).abs().max())
-                loads = (load, os.getloadavg()[0])
-                rows.append(dict(path=f"anchor ({name})", batch=ANCHOR_BATCH, fps=fps, max_diff=diff, load=loads))
-                print(
-                    f"| {args.arch} | {device} | {precision.name} | HF processor ({name}) on PIL + full forward | "
-                    f"{ANCHOR_BATCH} | {fps:.1f} | {ratios(fps)} | {diff:.1e} | {loads[0]:.1f}-{loads[1]:.1f} |",
-                    flush=True,
-                )
-        load = os.getloadavg()[0]
-        fps, rewards = timed(ours, on_device, sync, args.min_seconds)
+    for (row, _, _), fps_runs, rewards in zip(paths, runs, results):
+        fps = float(np.median(fps_runs))
         diff = None if reference is None else float((rewards.float() - reference.float()).abs().max())
-        loads = (load, os.getloadavg()[0])
-        ratio = {name: fps / anchor for name, anchor in anchors.items()}
-        rows.append(dict(path="ours", batch=batch, fps=fps, ratio=ratio, max_diff=diff, load=loads))
+        # Against each anchor: the median over rounds of the round's ratio (both timed under that round's load).
+        ratio = {name: float(np.median(np.divide(fps_runs, a))) for name, a in anchor_runs.items()}
+        row = dict(row, fps=fps, fps_runs=fps_runs, ratio=ratio, max_diff=diff, load=tuple(loads))
+        rows.append(row)
+        ratios = " / ".join(f"{ratio[n]:.2f}" if n in ratio else "-" for n in ("torchvision", "pil"))
+        label = (
+            f"HF processor ({row['anchor']}) on PIL + full forward"
+            if "anchor" in row
+            else "ours (device processor, cached prefix)"
+        )
+        spread = f" ({min(fps_runs):.1f}-{max(fps_runs):.1f})" if len(fps_runs) > 1 else ""
         print(
-            f"| {args.arch} | {device} | {precision.name} | ours (device processor, cached prefix) | {batch} | "
-            f"{fps:.1f} | {ratios(fps)} | {'' if diff is None else f'{diff:.1e}'} | {loads[0]:.1f}-{loads[1]:.1f} |",
+            f"| {args.arch} | {device} | {precision.name} | {label} | {row['batch']} | {fps:.1f}{spread} | {ratios} | "
+            f"{'' if diff is None else f'{diff:.1e}'} | {loads[0]:.1f}-{loads[1]:.1f} |",
             flush=True,
         )
     if args.out:

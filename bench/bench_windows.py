@@ -42,6 +42,7 @@ from vlmrm_fast.envs import get_task  # noqa: E402
 from vlmrm_fast.frames import HostFrames  # noqa: E402
 from vlmrm_fast.pipeline import ChunkedScorer  # noqa: E402
 from vlmrm_fast.reward.window import subsample_indices  # noqa: E402
+from vlmrm_fast.reward.window_model import ring_item_shape  # noqa: E402
 
 TASK = "humanoid-kneeling"
 
@@ -163,7 +164,7 @@ def ring_bytes(envs: int, frames: int, item: tuple[int, ...], dtype: torch.dtype
     return envs * frames * int(np.prod(item)) * torch.empty((), dtype=dtype).element_size()
 
 
-def measure(args: argparse.Namespace) -> dict[str, Any]:
+def measure(args: argparse.Namespace, stack: bool) -> dict[str, Any]:
     device = torch.device(args.device)
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
@@ -200,16 +201,16 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             row["speedup"] = row["steps_per_s"] / base_rate
             row["max_reward_difference"] = float(np.abs(same.rewards - base_rewards).max())
         rows.append(row)
-    if args.stack:
-        stack = [
+    if stack:
+        stack_rows = [
             ("frames", {"model": args.frame_model}),
             ("mean", {"model": args.frame_model, "window": {**window, "embedding": "mean_of_frames"}}),
         ]
-        stack += [
+        stack_rows += [
             (f"video every {n}", {"model": args.video_model, "window": window, "score_every": n})
             for n in args.score_every
         ]
-        for name, fields in stack:
+        for name, fields in stack_rows:
             rows.append(
                 {
                     "row": f"stack {name}",
@@ -219,11 +220,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             )
     from vlmrm_fast.models.video import video_model_info
 
-    size = video_model_info(args.ring_video_model).preprocess.size
+    item = ring_item_shape(video_model_info(args.ring_video_model))  # what the ring keeps of a frame
     memory = {
-        f"{args.ring_video_model} {dtype}": ring_bytes(
-            args.ring_envs, args.frames, (3, size, size), getattr(torch, dtype)
-        )
+        f"{args.ring_video_model} {dtype}": ring_bytes(args.ring_envs, args.frames, item, getattr(torch, dtype))
         for dtype in ("bfloat16", "float32")
     }
     memory[f"mean of frames, D={args.ring_embed_dim}"] = ring_bytes(
@@ -246,19 +245,24 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"{m['cpu']} ({m['cores']} cores), {m['gpu'] or 'no GPU'}, torch {m['versions']['torch']}, device "
         f"{report['device']}, {report['envs']} envs, windows of {report['frames']} frames, frames "
-        f"{report['size']} px, {report['threads']} torch threads: `{m['command']}`",
+        f"{report['size']} px, {report['threads']} torch threads, {report.get('repeats', 1)} run(s): `{m['command']}`",
         "",
         "| row | model | score every | env steps/s | against |",
         "|---|---|---|---|---|",
     ]
+
+    def runs(r: dict[str, Any], key: str, form: str) -> str:
+        values = r.get(f"{key}_runs")
+        return f" (runs {', '.join(format(v, form) for v in values)})" if values else ""
+
     for r in report["rows"]:
         against = ""
         if "time_vs_frames" in r:
-            against = f"{r['time_vs_frames']:.3f}x the frame reward's time"
+            against = f"{r['time_vs_frames']:.3f}x the frame reward's time{runs(r, 'time_vs_frames', '.3f')}"
         if "speedup" in r:
             against = (
-                f"{r['speedup']:.1f}x the straightforward way ({r['straightforward_steps_per_s']:,.0f} steps/s; "
-                f"rewards within {r['max_reward_difference']:.1e})"
+                f"{r['speedup']:.1f}x the straightforward way{runs(r, 'speedup', '.1f')} "
+                f"({r['straightforward_steps_per_s']:,.0f} steps/s; rewards within {r['max_reward_difference']:.1e})"
             )
         lines.append(
             f"| {r['row']} | {r['model']} | {r.get('score_every', '')} | {r['steps_per_s']:,.0f} | {against} |"
@@ -292,15 +296,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ring-video-model", default="viclip-b16")
     p.add_argument("--ring-embed-dim", type=int, default=512, help="the frame model's embedding size (ViT-B-32: 512)")
     p.add_argument("--threads", type=int, help="torch's threads (default: torch's own)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs of the scorer rows (the stack rows run once); the median run's figures",
+    )
     p.add_argument("--out", type=pathlib.Path)
     return p.parse_args(argv)
+
+
+def merged(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report of several runs of the same rows: each figure the median run's, with every run's kept."""
+    report = reports[0]
+    for i, row in enumerate(report["rows"]):
+        for key in ("steps_per_s", "time_vs_frames", "speedup", "straightforward_steps_per_s"):
+            runs = [r["rows"][i][key] for r in reports if key in r["rows"][i]]
+            if len(runs) > 1:
+                row[key], row[f"{key}_runs"] = float(np.median(runs)), runs
+    report["repeats"] = len(reports)
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    report = measure(args)
+    runs = [measure(args, stack=args.stack and i == 0) for i in range(max(1, args.repeats))]
+    report = merged(runs)
     text = markdown(report)
     print(text)
     if args.out:

@@ -15,6 +15,7 @@ from tolerances import assert_rewards_close
 from vlmrm_fast.checks import FieldError
 from vlmrm_fast.frames import FrameLayout, FrameView
 from vlmrm_fast.models.judge import TINY_JUDGES, families
+from vlmrm_fast.models.judge.load import load_judge
 from vlmrm_fast.models.judge.prompt import chat_text, processor_inputs
 from vlmrm_fast.reward import QuestionTask, load_reward_model
 from vlmrm_fast.reward.judge import JudgeRewardModel
@@ -50,10 +51,21 @@ def judge(name: str, batch_size: int = 4) -> JudgeRewardModel:
     return load_reward_model(name, tasks=list(QUESTIONS), device="cpu", batch_size=batch_size)
 
 
+@functools.cache
+def transformers_model(name: str):
+    """The judge's model as transformers builds it, none of the judge's modules in it, with the same weights."""
+    model = load_judge(name, device=torch.device("cpu")).model
+    ours = judge(name).judge.model.state_dict()
+    assert all(torch.equal(value, ours[key]) for key, value in model.state_dict().items())
+    return model
+
+
 def reference_rewards(model: JudgeRewardModel, frames: np.ndarray) -> np.ndarray:
     """Each question's reward written plainly: the processor's inputs for the whole prompt and one frame, a
-    full forward without a cache, a log-softmax of the last position's logits, the task's formula."""
-    hf, processor, tokenizer = model.judge.model, model.judge.processor, model.judge.processor.tokenizer
+    full forward of transformers' own model without a cache, a log-softmax of the last position's logits,
+    the task's formula."""
+    hf, processor = transformers_model(model.judge.model_id), model.judge.processor
+    tokenizer = processor.tokenizer
     lead = model.judge.family.answer_lead
     columns = []
     for task in QUESTIONS:
@@ -124,24 +136,58 @@ def test_a_renderers_view_is_read_where_it_lies():
     assert torch.equal(pixels, model.preprocess(FrameView.of(torch.from_numpy(frames))))
 
 
-@pytest.mark.parametrize("name", ["vlmrm-tiny-qwen2-vl", "vlmrm-tiny-qwen2.5-vl"])
-def test_the_vision_towers_packed_attention_equals_one_call_per_frame(name, monkeypatch):
-    """The judge's attention schedule (all frames in one call; Qwen2.5-VL's windows too) against transformers'
-    own, one call per frame, on the same frames."""
-    from vlmrm_fast.models.judge import qwen
+def sharpen_attention(tower) -> None:
+    """Queries and keys of a random tiny tower with weights 25x larger (the same in every tower it is given):
+    its attention is then far from uniform, so a wrong rotation or a frame attending outside itself shows."""
+    with torch.no_grad():
+        for block in tower.blocks:
+            block.attn.qkv.weight.mul_(25.0)
 
-    calls = []
-    packed = qwen.packed_sdpa
-    monkeypatch.setattr(qwen, "packed_sdpa", lambda *args, **kwargs: calls.append(1) or packed(*args, **kwargs))
-    model = load_reward_model(name, tasks=list(QUESTIONS), device="cpu", batch_size=4)
+
+@pytest.mark.parametrize(
+    ("name", "interleaved"),
+    [
+        ("vlmrm-tiny-qwen2-vl", True),
+        ("vlmrm-tiny-qwen2.5-vl", True),
+        ("vlmrm-tiny-qwen3-vl", True),
+        ("vlmrm-tiny-qwen2-vl", False),  # the path of a quantized projection (FP8), its halves turned in place
+    ],
+)
+def test_the_vision_tower_equals_transformers_own(name, interleaved, monkeypatch):
+    """The judge's vision tower (frames embedded by a 2D convolution, the grid's inputs computed once, all
+    frames in one attention call per block, queries and keys turned together; Qwen2.5-VL's windows too)
+    against transformers' own tower on the processor's pixel values, frame by frame."""
+    ours, theirs = (load_judge(name, device=torch.device("cpu")) for _ in range(2))
+    for judged in (ours, theirs):
+        sharpen_attention(judged.model.model.visual)  # before the judge is built: it keeps copies of some weights
+    model = JudgeRewardModel(ours, list(QUESTIONS), device=torch.device("cpu"), batch_size=4)
+    hf, processor = theirs.model, model.judge.processor
+    for block in model.judge.model.model.visual.blocks:
+        assert block.attn.interleaved
+        block.attn.interleaved = interleaved
     frames = frames_of(4)
-    rewards = model(frames).numpy()
-    assert len(calls) == 2, "one call per block of the tiny tower, for all four frames"
-    visual = model.judge.model.model.visual
-    assert visual.config._attn_implementation == qwen.PACKED_ATTENTION
-    visual.config._attn_implementation = "sdpa"
-    assert_rewards_close(rewards, model(frames).numpy())
-    assert len(calls) == 2
+    pixels = model.preprocess(FrameView.of(torch.from_numpy(frames)))
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(
+        torch.nn.functional, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or sdpa(*a, **k)
+    )
+    with torch.inference_mode():
+        ours = model.adapter.encode(pixels)
+        ours = model.adapter.encode(pixels)  # the grid's inputs made once are reused
+    assert len(calls) == 2 * len(model.judge.model.model.visual.blocks), "one call per block for all four frames"
+    text = chat_text(processor, "Is the pole upright?")
+    for i, frame in enumerate(frames):
+        inputs = processor_inputs(processor, text, frame)
+        with torch.no_grad():
+            expected = hf.model.get_image_features(
+                pixel_values=inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"], return_dict=True
+            )
+        np.testing.assert_allclose(ours.pooler_output[i].numpy(), expected.pooler_output[0].numpy(), atol=1e-5, rtol=0)
+        for deep, deep_expected in zip(
+            getattr(ours, "deepstack_features", None) or [], getattr(expected, "deepstack_features", None) or []
+        ):
+            np.testing.assert_allclose(deep[i].numpy(), deep_expected[0].numpy(), atol=1e-5, rtol=0)
 
 
 def test_batch_size_does_not_change_rewards():
@@ -248,6 +294,19 @@ def test_clip_tasks_and_fields_are_refused_for_a_judge():
         load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="up", checkpoint="w.pt", device="cpu")
     with pytest.raises(FieldError, match=r"^image_size: sets a generative VLM judge's input size; vlmrm-tiny takes"):
         load_reward_model("vlmrm-tiny", target_prompts="up", image_size=112, device="cpu")
+
+
+def test_an_fp8_judge_scores_as_its_bf16_self():
+    """FP8 linear layers (torchao, emulated on the CPU) in a judge built after the conversion: the quantized
+    projections run as they are, and the rewards stay near the bf16 judge's."""
+    from vlmrm_fast.models.judge.fp8 import convert_judge_to_fp8
+
+    judges = [load_judge("vlmrm-tiny-qwen2-vl", device=torch.device("cpu"), dtype=torch.bfloat16) for _ in range(2)]
+    assert convert_judge_to_fp8(judges[1].model, emulate=True) > 0
+    bf16, fp8 = (JudgeRewardModel(j, list(QUESTIONS[:1]), device=torch.device("cpu"), precision="bf16") for j in judges)
+    assert not any(block.attn.interleaved for block in fp8.judge.model.model.visual.blocks)
+    frames = frames_of(3)
+    np.testing.assert_allclose(fp8(frames).float().numpy(), bf16(frames).float().numpy(), atol=0.02, rtol=0)
 
 
 def test_fp8_where_it_cannot_run_is_refused():

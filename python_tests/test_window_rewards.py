@@ -188,6 +188,25 @@ def test_video_window_reads_the_newest_frames_subsampled():
     assert_rewards_close(model(windows).numpy(), expected.numpy())
 
 
+def test_the_ring_keeps_each_frames_features_where_no_larger_than_the_frame():
+    """ViCLIP's frames are embedded once, when drawn (the ring keeps their patch embeddings) where those
+    are no larger than the preprocessed frame; windows of them score as encode_video of the frames."""
+    from vlmrm_fast.models.video import video_model_info
+    from vlmrm_fast.reward.window_model import ring_item_shape
+
+    assert ring_item_shape(video_model_info("viclip-b16")) == (196, 768)  # as many values as 3 x 224 x 224
+    assert ring_item_shape(video_model_info("viclip-l14")) == (3, 224, 224)  # its 256 x 1,024 would be larger
+    assert ring_item_shape(video_model_info("xclip-base-patch32")) == (3, 224, 224)  # reads the window whole
+    model = load_reward_model("viclip-tiny", window={"frames": 8}, device="cpu", **prompts())
+    assert isinstance(model, VideoWindowModel) and model.item_shape == (16, 32) and model.keeps_features
+    with torch.inference_mode():
+        pixels = model.preprocessor(np.random.default_rng(2).integers(0, 256, (5, 50, 70, 3), dtype=np.uint8))
+        items = model.frame_items(pixels)
+        windows = torch.tensor([[0, 1, 2, 3, 4, 4, 4, 4], [0, 0, 0, 0, 0, 1, 2, 3]])
+        expected = model.head(model.video.encode_video(pixels[windows]))
+        assert_rewards_close(model.window_rewards(items[windows]).numpy(), expected.numpy())
+
+
 def test_paper_windows_inside_an_episode():
     assert paper_window_ends(10, 4, 3).tolist() == [3, 6, 9]
     assert paper_window_ends(10, 4, 4).tolist() == [3, 7]

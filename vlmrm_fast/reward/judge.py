@@ -51,6 +51,7 @@ class _Question:
     prefix_kv: list[tuple[torch.Tensor, torch.Tensor]]
     yes: int
     no: int
+    tail_mask: torch.Tensor | None = None  # (1, 1, T, prefix + T): which positions each tail token attends to
 
 
 class JudgeRewardModel:
@@ -145,7 +146,14 @@ class JudgeRewardModel:
             )
             prefix_kv = [(layer.keys, layer.values) for layer in out.cache.layers]
         tail_positions = None if positions is None else positions[:, :, split:]
-        return _Question(task, ids[:, split:].to(self.device), tail_positions, prefix_kv, yes, no)
+        tail = ids[:, split:].to(self.device)
+        mask = None
+        if split and config.get_text_config()._attn_implementation == "sdpa":
+            # The tail's causal mask over the prefix and itself, made once: the language model would build it
+            # (batch-sized) in every forward. SDPA reads a boolean mask as "attends".
+            mask = torch.ones((tail.shape[1], split + tail.shape[1]), dtype=torch.bool, device=self.device)
+            mask = mask.tril(diagonal=split)[None, None]
+        return _Question(task, tail, tail_positions, prefix_kv, yes, no, mask)
 
     # ------------------------------------------------------------------ image side
     def pixel_buffer(self, num_frames: int) -> torch.Tensor:
@@ -207,6 +215,7 @@ class JudgeRewardModel:
         out = model(
             input_ids=question.tail.expand(n, -1),
             position_ids=None if positions is None else positions.expand(-1, n, -1),
+            attention_mask=question.tail_mask,
             cache=cache,
             mm_encoder_outputs={"image": vision},
             use_cache=cache is not None,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -225,11 +226,13 @@ class MeanOfFramesModel(WindowRewardModel):
 
 
 class VideoWindowModel(WindowRewardModel):
-    """A video model (``vlmrm_fast.models.video``) scoring a window: the ring keeps each frame
-    preprocessed as the model was trained (its ``info.preprocess``, by the fused kernel), and the
-    model reads its ``info.num_frames`` of a window's K (``subsample_indices``: evenly spaced, the
-    newest kept), every due env's window in one batch of ``chunk_size`` (compiled, the batch fixed and
-    padded, where ``compiled``)."""
+    """A video model (``vlmrm_fast.models.video``) scoring a window: each frame is preprocessed as the
+    model was trained (its ``info.preprocess``, by the fused kernel) and the ring keeps what the model
+    computes of a frame alone (``frame_features``: ViCLIP's patch embeddings, computed once per frame)
+    where that is no larger than the preprocessed frame, else the preprocessed frame, and the model reads its
+    ``info.num_frames`` of a window's K (``subsample_indices``: evenly spaced, the newest kept), every
+    due env's window in one batch of ``chunk_size`` (compiled, the batch fixed and padded, where
+    ``compiled``)."""
 
     def __init__(
         self,
@@ -255,6 +258,8 @@ class VideoWindowModel(WindowRewardModel):
         if resize_mode is not None:  # the geometry only: the model's own mean and std stay
             spec = dataclasses.replace(spec, resize_mode=resize_mode)
         self.preprocessor = FramePreprocessor(spec, self.device, video.dtype)
+        self._item_shape = ring_item_shape(video.info)
+        self.keeps_features = self._item_shape == video.info.frame_feature_shape
         self.head = self.head_for(tasks)
         self.compiled = bool(compiled)
         self._features = self._uncompiled
@@ -263,8 +268,7 @@ class VideoWindowModel(WindowRewardModel):
 
     @property
     def item_shape(self) -> tuple[int, ...]:
-        size = self.preprocessor.spec.size
-        return (3, size, size)
+        return self._item_shape
 
     @property
     def item_dtype(self) -> torch.dtype:
@@ -274,7 +278,7 @@ class VideoWindowModel(WindowRewardModel):
         return subsample_indices(frames, self.video.info.num_frames)
 
     def frame_items(self, pixels: torch.Tensor) -> torch.Tensor:
-        return pixels
+        return self.video.frame_features(pixels) if self.keeps_features else pixels
 
     def text_embeddings(self, prompts: Sequence[str]) -> torch.Tensor:
         return self.video.encode_text(list(prompts)).float()
@@ -290,9 +294,11 @@ class VideoWindowModel(WindowRewardModel):
         return 1.0
 
     def _uncompiled(self, windows: torch.Tensor) -> torch.Tensor:
-        # The model's features without its input checks (made once, in window_embeddings), which
-        # torch.compile cannot trace under inference mode.
-        return F.normalize(self.video._video_features(windows), dim=-1)
+        # The model's unchecked features (the windows' shape is checked once, in window_embeddings).
+        video = self.video
+        return F.normalize(
+            video.window_features(windows) if self.keeps_features else video.video_features(windows), dim=-1
+        )
 
     def window_rewards(self, items: torch.Tensor, head: RewardHead | None = None) -> torch.Tensor:
         """As every window model's; a model whose text depends on the window (X-CLIP's prompt generator)
@@ -310,11 +316,17 @@ class VideoWindowModel(WindowRewardModel):
         return torch.cat(out) if len(out) > 1 else out[0]
 
     def window_embeddings(self, items: torch.Tensor) -> torch.Tensor:
-        """Windows (n, T, 3, S, S) -> embeddings (n, D), in batches of ``chunk_size`` (a compiled model
-        gets each batch padded to ``chunk_size``: its one shape)."""
+        """Windows of frame items (n, T, *item_shape) -> embeddings (n, D), in batches of ``chunk_size`` (a
+        compiled model gets each batch padded to ``chunk_size``: its one shape)."""
         if items.shape[0] == 0:
             return torch.empty((0, self.video.info.embed_dim), device=self.device)
-        self.video.check_windows(items[:1])
+        expected = (self.video.info.num_frames, *self.item_shape)
+        if tuple(items.shape[1:]) != expected or items.dtype != self.item_dtype or items.device != self.device:
+            raise ValueError(
+                f"{self.name} reads windows of frame items (n, {', '.join(map(str, expected))}) in {self.item_dtype} on "
+                f"{self.device}, got {tuple(items.shape)} in {items.dtype} on {items.device}: give it frame_items of "
+                "each frame, the windows oldest first"
+            )
         out = []
         for start in range(0, items.shape[0], self.chunk_size):
             batch = items[start : start + self.chunk_size]
@@ -331,6 +343,16 @@ class VideoWindowModel(WindowRewardModel):
     def __repr__(self) -> str:
         backend = f"compiled, batch {self.chunk_size}" if self.compiled else "eager"
         return f"VideoWindowModel({self.name}, {self.preprocessor.dtype}, {backend}, window={self.window})"
+
+
+def ring_item_shape(info: Any) -> tuple[int, ...]:
+    """What a window ring keeps of each frame for the video model of ``info`` (a ``VideoModelInfo``): the
+    model's frame features (computed once per frame, not once per window that holds it) where they are no
+    larger than the preprocessed frame (ViCLIP-B/16's as many values, the tiny models' far fewer), else the
+    preprocessed frame (3, S, S) (ViCLIP-L/14's features would be 1.7x its pixels)."""
+    size = info.preprocess.size
+    pixels, features = (3, size, size), tuple(info.frame_feature_shape)
+    return features if math.prod(features) <= math.prod(pixels) else pixels
 
 
 def per_window_rewards(

@@ -20,13 +20,14 @@ class Adapter(Protocol):
     pixel_shape: tuple[int, ...]
 
     def pixels(self, frames: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        """uint8 frames (N, 3, H, W) of ``image_size`` on the device -> pixel input (N, *pixel_shape), as the
-        family's Hugging Face image processor computes it in float32 (into ``out`` when given)."""
+        """uint8 frames (N, 3, H, W) of ``image_size`` on the device -> pixel input (N, *pixel_shape): the family's
+        Hugging Face image processor's steps, or those of them its vision call does not fold in (Qwen's patch
+        embedding folds in the normalization), into ``out`` when given."""
         ...
 
     def as_processor_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
-        """Pixel input (N, *pixel_shape) in the layout of the processor's ``pixel_values`` (which a family may
-        store more compactly: Qwen keeps one temporal copy of a still frame)."""
+        """Pixel input (N, *pixel_shape) -> the processor's ``pixel_values`` (a family may keep its input more
+        compactly: Qwen keeps the resized frame, its patch embedding normalizing it and cutting the patches)."""
         ...
 
     def encode(self, pixels: torch.Tensor) -> Any:

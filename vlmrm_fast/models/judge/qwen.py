@@ -6,21 +6,29 @@ patch_size^2`` values (a still image repeated over the temporal patch), laid out
 window; the vision tower runs all frames' patches as one sequence, each frame attending within itself,
 and merges 2 x 2 patches into one token.
 
-A frame is a still image, so the judge keeps one temporal copy of each patch (``3 x patch_size^2``
-values: half the processor's) and embeds it with the patch embedding's kernel summed over its temporal
-taps (:class:`StillPatchEmbed`, a matrix product: the same sum of products as the 3D convolution over
-the repeated copies, which on a CPU took ten times longer). The resize is the processor's own; the
-normalization and the patch layout are computed here in one pass over the frame
-(:meth:`QwenAdapter.as_processor_pixels` gives the processor's layout back, which a test compares). The language model places tokens with multimodal RoPE
-(temporal, height and width positions), which :meth:`QwenAdapter.positions` takes from the model's
-own ``get_rope_index`` for the whole prompt.
+A judge's pixel input is the frame as the processor resizes it, as float, channels last (N, H, W, 3):
+one conversion of the uint8 frame. The normalization and the patches are the patch embedding's: a frame
+is a still image, so the 3D convolution over its repeated temporal copies is the same sum of products
+as a 2D convolution of stride ``patch_size`` with the kernel summed over its temporal taps, and the
+normalization ``x * scale + shift`` per channel, under that linear map, is the kernel scaled per channel
+plus a constant added to the bias (:class:`StillPatchEmbed`); its output is put in the processor's
+merge-window order. :meth:`QwenAdapter.as_processor_pixels` normalizes the pixel input and cuts the
+processor's patches from it, which a test compares with the processor's. The language model places tokens with multimodal RoPE (temporal, height
+and width positions), which :meth:`QwenAdapter.positions` takes from the model's own ``get_rope_index``
+for the whole prompt.
 
-The vision tower's attention over the packed frames is transformers' own with one change of schedule:
-its SDPA path runs one attention call per frame (a python loop of N small calls, on a GPU N kernel
-launches, in every block), while every frame of a judge has the same number of patches. :func:`packed_sdpa`, registered with
-transformers' ``AttentionInterface`` and given the packed (flash-attention) calling convention, runs the
-frames as one batch of equal sequences, the same arithmetic in one call; segments of unequal length
-(Qwen2.5-VL's windows at the image's edges) run one by one, as before.
+The vision tower runs as transformers wrote it, with two changes for a judge's fixed frame size:
+
+- what depends only on the frames' grid (the rotary position ids, the sequence boundaries, Qwen2.5-VL's
+  window order, Qwen3-VL's position-embedding interpolation) is computed once per batch size by
+  transformers' own ``vision_utils`` helpers and passed in, as transformers provides for precomputed
+  inputs, instead of in every pass (a python loop over the frames, and host reads);
+- each block's attention is :class:`PackedVisionAttention`: transformers' SDPA path runs one attention
+  call per frame (a python loop of N small calls, on a GPU N kernel launches, in every block) and
+  rotates queries and keys in five passes each; every frame of a judge has the same number of patches,
+  so the frames run as one batch of equal sequences, the same arithmetic in one call, after one rotation
+  of queries and keys together (a complex product, their rows kept interleaved). Segments of unequal length (Qwen2.5-VL's windows at an image's edges) run
+  one by one.
 """
 
 from __future__ import annotations
@@ -32,89 +40,158 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-#: The name the vision towers' packed attention is registered under: transformers hands the packed layout
-#: (cumulative sequence lengths) to implementations whose name holds "flash".
-PACKED_ATTENTION = "flash_layout_sdpa"
+
+class PackedVisionAttention(nn.Module):
+    """A Qwen vision block's attention (transformers' ``VisionAttention``, same weights, same forward
+    arguments) for sequences packed one after another (``cu_seqlens``), each attending within itself;
+    equal segments run as one batch.
+
+    The rotary embedding, ``x * cos + rotate_half(x) * sin`` (in float32, as transformers computes it),
+    turns each pair of a head's values ``(x[i], x[i + dim/2])`` by the angle whose cosine and sine are
+    ``cos[i]``, ``sin[i]`` (both halves of ``cos`` and ``sin`` repeat the same angles): a complex product.
+    So the projection's query and key rows of each head are kept interleaved, ``i, i + dim/2, ...`` (a
+    copy of its weight, not saved), which makes every pair adjacent, and queries and keys turn in one
+    complex multiplication. Queries and keys with the same order of values within a head give the same
+    dot products, so the attention is unchanged; values keep their order. A projection whose weight is
+    no plain tensor (FP8's quantized weights) is run as it is, its halves turned in place."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+
+    def __init__(self, attention: Any):
+        super().__init__()
+        self.qkv: nn.Linear = attention.qkv  # the weights keep their names
+        self.proj: nn.Linear = attention.proj
+        self.num_heads = heads = int(attention.num_heads)
+        self.head_dim = dim = int(attention.head_dim)
+        self.scaling = float(attention.scaling)
+        self.interleaved = type(self.qkv.weight.data) is torch.Tensor
+        weight = bias = None
+        if self.interleaved:
+            half = torch.arange(dim // 2)
+            within = torch.stack([half, half + dim // 2], dim=1).flatten()  # 0, dim/2, 1, dim/2 + 1, ...
+            queries_keys = (torch.arange(2 * heads)[:, None] * dim + within).flatten()
+            rows = torch.cat([queries_keys, torch.arange(2 * heads * dim, 3 * heads * dim)]).to(self.qkv.weight.device)
+            weight = self.qkv.weight.detach()[rows].clone()
+            bias = None if self.qkv.bias is None else self.qkv.bias.detach()[rows].clone()
+        self.register_buffer("weight", weight, persistent=False)
+        self.register_buffer("bias", bias, persistent=False)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        cu_seqlens: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        assert position_embeddings is not None
+        length, heads, dim = hidden_states.shape[0], self.num_heads, self.head_dim
+        cos, sin = position_embeddings
+        if self.interleaved:
+            qkv = F.linear(hidden_states, self.weight, self.bias).view(length, 3 * heads, dim)
+            turn = torch.complex(cos[:, : dim // 2].float(), sin[:, : dim // 2].float())[:, None]  # (T, 1, dim/2)
+            pairs = torch.view_as_complex(qkv[:, : 2 * heads].float().unflatten(-1, (dim // 2, 2)))
+            rotated = torch.view_as_real(pairs * turn).flatten(-2).to(qkv.dtype)  # (T, 2 x heads, dim)
+        else:
+            qkv = self.qkv(hidden_states).view(length, 3 * heads, dim)
+            rotated = _rotate_halves(qkv[:, : 2 * heads], cos, sin).to(qkv.dtype)
+        lengths = _segment_lengths(cu_seqlens)
+        if len(set(lengths)) == 1:
+            count, each = len(lengths), lengths[0]
+            q, k = (
+                rotated.view(count, each, 2, heads, dim).permute(2, 0, 3, 1, 4).unbind(0)
+            )  # (count, heads, each, dim)
+            v = qkv[:, 2 * heads :].view(count, each, heads, dim).transpose(1, 2)
+            out = F.scaled_dot_product_attention(q, k, v, scale=self.scaling)  # (count, heads, each, dim)
+            out = out.transpose(1, 2).reshape(length, heads * dim)
+        else:
+            q, k = rotated.view(length, 2, heads, dim).permute(1, 2, 0, 3).unbind(0)  # (heads, T, dim)
+            v = qkv[:, 2 * heads :].transpose(0, 1)
+            parts = [
+                F.scaled_dot_product_attention(q, k, v, scale=self.scaling)
+                for q, k, v in zip(*(t.split(lengths, dim=1) for t in (q, k, v)))
+            ]
+            out = torch.cat(parts, dim=1).transpose(0, 1).reshape(length, heads * dim)
+        return self.proj(out)
 
 
-def packed_sdpa(
-    module: Any,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    cu_seq_lens_q: torch.Tensor | None = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """Non-causal attention of (1, heads, T, dim) query, key and value holding sequences one after another
-    (``cu_seq_lens_q``: their cumulative lengths), each attending within itself -> (1, T, heads, dim)."""
-    assert cu_seq_lens_q is not None and attention_mask is None
-    lengths = _segment_lengths(cu_seq_lens_q)
-    heads, dim = query.shape[1], query.shape[-1]
-    if len(set(lengths)) == 1:
-        n, length = len(lengths), lengths[0]
-        q, k, v = (t[0].unflatten(1, (n, length)).transpose(0, 1) for t in (query, key, value))
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scaling)  # (n, heads, length, dim)
-        return out.transpose(1, 2).reshape(1, n * length, heads, dim), None
-    parts = [
-        F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scaling)
-        for q, k, v in zip(*(t.split(lengths, dim=2) for t in (query, key, value)))
-    ]
-    return torch.cat(parts, dim=2).transpose(1, 2), None
+def _rotate_halves(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """``x * cos + rotate_half(x) * sin`` of ``x`` (T, heads, dim) by ``cos``, ``sin`` (T, dim), in float32, where
+    ``rotate_half(x)`` is ``(-second half, first half)`` of each head."""
+    x = x.float()
+    cos, sin = cos.float()[:, None], sin.float()[:, None]
+    out = x * cos
+    half = x.shape[-1] // 2
+    out[..., :half].addcmul_(x[..., half:], sin[..., :half], value=-1.0)
+    out[..., half:].addcmul_(x[..., :half], sin[..., half:])
+    return out
 
 
 _LENGTHS: dict[int, tuple[torch.Tensor, list[int]]] = {}
 
 
 def _segment_lengths(cu_seqlens: torch.Tensor) -> list[int]:
-    """The lengths of the packed sequences, read from the device once per tensor: the vision tower passes one
-    ``cu_seqlens`` tensor to all its blocks (two where some blocks attend in windows), so a pass waits for
-    the device once or twice, not once per block."""
+    """The lengths of the packed sequences, read from the device once per tensor: a judge passes the same
+    ``cu_seqlens`` tensors to every pass (two where some blocks attend in windows), so the tower waits for
+    the device once, not once per block and pass."""
     key = id(cu_seqlens)
     cached = _LENGTHS.get(key)
     if cached is not None and cached[0] is cu_seqlens:
         return cached[1]
     lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
-    if len(_LENGTHS) >= 4:
+    if len(_LENGTHS) >= 8:
         _LENGTHS.clear()
     _LENGTHS[key] = (cu_seqlens, lengths)  # the tensor is held, so its id cannot be reused while cached
     return lengths
 
 
-def use_packed_attention(vision_tower: Any) -> None:
-    """Runs ``vision_tower``'s attention through :func:`packed_sdpa` where it runs SDPA."""
-    from transformers import AttentionInterface
+class QuickGELU(nn.Module):
+    """transformers' ``QuickGELUActivation``, ``x * sigmoid(1.702 x)``, in one temporary instead of two (the
+    values are the same)."""
 
-    if vision_tower.config._attn_implementation != "sdpa":
-        return  # flash attention takes the packed layout itself; eager stays as asked
-    AttentionInterface.register(PACKED_ATTENTION, packed_sdpa)
-    vision_tower.config._attn_implementation = PACKED_ATTENTION
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(x * 1.702).mul_(x)
 
 
 class StillPatchEmbed(nn.Module):
-    """Qwen's patch embedding for still images: ``(M, 3 x patch^2)`` patches through the 3D convolution's
-    kernel summed over its temporal taps; the processor's ``(M, 3 x temporal x patch^2)`` patches (a video,
-    or the reference path) still go through the family's own forward. It holds the same ``proj`` (the
-    weights keep their names) and its summed kernel as a buffer that is not saved."""
+    """Qwen's patch embedding for still frames, the processor's normalization folded in: frames as the
+    processor resized them (N, H, W, 3), float values 0-255, through a 2D convolution of stride
+    ``patch_size`` whose kernel is the 3D convolution's summed over its temporal taps and scaled per
+    channel by the normalization (``x * scale + shift`` under a linear map is the kernel scaled by
+    ``scale`` plus a constant, which joins the bias); the patches' embeddings in the processor's
+    merge-window order (N x patches, embed_dim). The processor's ``(M, 3 x temporal x patch^2)`` patches
+    (a video, or the reference path) still go through the family's own forward. It holds the same
+    ``proj`` (the weights keep their names) and the folded kernel and bias as buffers that are not saved."""
 
     weight: torch.Tensor
+    bias: torch.Tensor
 
-    def __init__(self, embed: Any):
+    def __init__(self, embed: Any, merge_size: int, scale: torch.Tensor, shift: torch.Tensor):
         super().__init__()
         self.proj: nn.Conv3d = embed.proj
         for name in ("in_channels", "temporal_patch_size", "patch_size", "embed_dim"):
             setattr(self, name, getattr(embed, name))  # what the family's forward reads
+        self.merge_size = int(merge_size)
+        self.stride = int(embed.patch_size)
         self._family_forward = type(embed).forward
-        self.still_dim = int(embed.in_channels) * int(embed.patch_size) ** 2
-        weight = self.proj.weight.detach().float().sum(dim=2).flatten(1)  # (embed_dim, channels x patch^2)
-        self.register_buffer("weight", weight.to(self.proj.weight.dtype), persistent=False)
+        kernel = self.proj.weight.detach().double().sum(dim=2)  # (embed_dim, channels, patch, patch)
+        bias = torch.zeros(kernel.shape[0], dtype=torch.float64, device=kernel.device)
+        if self.proj.bias is not None:
+            bias += self.proj.bias.detach().double()
+        scale, shift = (v.to(kernel.device, torch.float64)[None, :, None, None] for v in (scale, shift))
+        dtype = self.proj.weight.dtype
+        self.register_buffer("weight", (kernel * scale).to(dtype), persistent=False)
+        self.register_buffer("bias", (bias + (kernel * shift).sum(dim=(1, 2, 3))).to(dtype), persistent=False)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        if hidden_states.shape[-1] != self.still_dim:
+        if hidden_states.dim() != 4:
             return self._family_forward(self, hidden_states)
-        return F.linear(hidden_states.to(self.weight.dtype), self.weight, self.proj.bias)
+        frames = hidden_states.to(self.weight.dtype).permute(0, 3, 1, 2)  # channels last in memory
+        out = F.conv2d(frames, self.weight, self.bias, stride=self.stride)  # (N, E, gh, gw)
+        n, e, gh, gw = out.shape
+        m = self.merge_size
+        out = out.permute(0, 2, 3, 1).reshape(n, gh // m, m, gw // m, m, e).transpose(2, 3)
+        return out.reshape(n * gh * gw, e)
 
 
 class QwenAdapter:
@@ -124,21 +201,27 @@ class QwenAdapter:
         self.model = model
         self.image_processor = ip = processor.image_processor
         self.image_size = image_size
-        visual = model.model.visual
-        use_packed_attention(visual)
-        if not isinstance(visual.patch_embed, StillPatchEmbed):
-            visual.patch_embed = StillPatchEmbed(visual.patch_embed)
-        # The processor's rescale and normalization as one multiply-add per channel: x * scale + shift.
+        self.visual = visual = model.model.visual
+        # The processor's rescale and normalization, x * scale + shift per channel, which the patch embedding
+        # folds in.
         mean = torch.tensor(ip.image_mean if ip.do_normalize else [0.0] * 3, dtype=torch.float64)
         std = torch.tensor(ip.image_std if ip.do_normalize else [1.0] * 3, dtype=torch.float64)
         rescale = ip.rescale_factor if ip.do_rescale else 1.0
-        self._scale = (rescale / std).float()[:, None]
-        self._shift = (-mean / std).float()[:, None]
-        probe = self.pixels(torch.zeros((1, 3, *image_size), dtype=torch.uint8))
-        self.pixel_shape = tuple(probe.shape[1:])
+        self.scale, self.shift = rescale / std, -mean / std
+        if not isinstance(visual.patch_embed, StillPatchEmbed):
+            visual.patch_embed = StillPatchEmbed(visual.patch_embed, visual.spatial_merge_size, self.scale, self.shift)
+        from transformers.activations import QuickGELUActivation
+
+        for block in visual.blocks:
+            sdpa = visual.config._attn_implementation == "sdpa"  # flash attention takes the packed layout itself
+            if sdpa and not isinstance(block.attn, PackedVisionAttention):
+                block.attn = PackedVisionAttention(block.attn)
+            if isinstance(getattr(block.mlp, "act", None), QuickGELUActivation):  # Qwen2-VL's
+                block.mlp.act = QuickGELU()
         height, width = self._resized_size(image_size)
+        self.pixel_shape = (height, width, 3)
         self.grid = (1, height // ip.patch_size, width // ip.patch_size)  # (temporal, height, width) patches
-        self._grids: dict[tuple[int, torch.device], torch.Tensor] = {}
+        self._vision_inputs: dict[tuple[int, torch.device], dict[str, Any]] = {}
 
     def _resized_size(self, size: tuple[int, int]) -> tuple[int, int]:
         ip = self.image_processor
@@ -151,37 +234,58 @@ class QwenAdapter:
     def pixels(self, frames: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         ip = self.image_processor
         images = frames
-        if ip.do_resize:
+        if ip.do_resize and tuple(images.shape[-2:]) != self.pixel_shape[:2]:
             images = ip.resize(images, size=ip.size, resample=ip.resample, factor=ip.patch_size * ip.merge_size)
-        n, c, h, w = images.shape
-        p, m = ip.patch_size, ip.merge_size
-        if out is None or out.dtype != torch.float32:
-            out = torch.empty((n, (h // p) * (w // p), c * p * p), dtype=torch.float32, device=images.device)
-        # The processor's order: merge window by merge window, then channel, row and column of a patch. The
-        # frames are gathered into that order and converted to float in one copy, then scaled in place.
-        patches = out.view(n, h // p // m, w // p // m, m, m, c, p, p)
-        patches.copy_(images.reshape(n, c, h // p // m, m, p, w // p // m, m, p).permute(0, 2, 5, 3, 6, 1, 4, 7))
-        scale, shift = self._scale.to(out.device), self._shift.to(out.device)
-        by_channel = out.view(n, -1, c, p * p)
-        torch.addcmul(shift, by_channel, scale, out=by_channel)
-        return out
+        if out is None:
+            out = torch.empty((images.shape[0], *self.pixel_shape), dtype=torch.float32, device=images.device)
+        return out.copy_(images.permute(0, 2, 3, 1))  # uint8 -> float, channels last: whole numbers, exact in bf16
 
     def as_processor_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
-        """Pixels (N, patches, 3 x patch^2) -> the processor's (N x patches, 3 x temporal x patch^2)."""
-        n, count, dim = pixels.shape
-        channels = self.image_processor.temporal_patch_size
-        still = pixels.reshape(n * count, 3, 1, dim // 3)
-        return still.expand(-1, -1, channels, -1).reshape(n * count, -1)
+        """Pixels (N, H, W, 3) -> the processor's normalized patches (N x patches, 3 x temporal x patch^2): merge
+        window by merge window, then channel, temporal copy, row and column of a patch."""
+        ip = self.image_processor
+        n, h, w, c = pixels.shape
+        p, m, t = ip.patch_size, ip.merge_size, ip.temporal_patch_size
+        scale, shift = (v.to(pixels.device, torch.float32) for v in (self.scale, self.shift))
+        normalized = torch.addcmul(shift, pixels.float(), scale)  # in float32, as the processor computes it
+        patches = normalized.permute(0, 3, 1, 2).reshape(n, c, h // p // m, m, p, w // p // m, m, p)
+        still = patches.permute(0, 2, 5, 3, 6, 1, 4, 7).reshape(-1, c, 1, p * p)
+        return still.expand(-1, -1, t, -1).reshape(still.shape[0], -1)
+
+    def vision_inputs(self, n: int, device: torch.device) -> dict[str, Any]:
+        """The vision tower's inputs that depend only on the grid of ``n`` frames (made once per batch size, by
+        transformers' helpers): ``image_grid_thw`` and the precomputed tensors its forward takes as keywords."""
+        key = (n, device)
+        if key not in self._vision_inputs:
+            from transformers import vision_utils as vu
+            from transformers.utils.generic import get_max_seqlen
+
+            visual = self.visual
+            grid = torch.tensor([self.grid] * n, dtype=torch.long, device=device)
+            merge = visual.spatial_merge_size
+            inputs: dict[str, Any] = {"image_grid_thw": grid}
+            inputs["position_ids"] = vu.get_vision_position_ids(grid, merge)
+            inputs["cu_seqlens"], inputs["max_seqlen"] = vu.get_vision_attention_seqlens(grid, visual.config)
+            if hasattr(visual, "fullatt_block_indexes"):  # Qwen2.5-VL: windows of attention in most blocks
+                inputs["window_index"], windows = vu.get_vision_window_index(
+                    grid, merge, visual.window_size, visual.patch_size
+                )
+                inputs["cu_window_seqlens"] = windows
+                inputs["max_window_seqlen"] = get_max_seqlen(windows, visual.config)
+            if hasattr(visual, "pos_embed"):  # Qwen3-VL: a learned position grid resampled to the frame's
+                inputs["interp_indices"], inputs["interp_weights"] = vu.get_vision_interpolation_indices_and_weights(
+                    grid,
+                    visual.num_grid_per_side,
+                    mode=visual.interpolation_mode,
+                    align_corners=visual.interpolation_align_corners,
+                    spatial_merge_size=merge,
+                )
+            self._vision_inputs[key] = {k: v for k, v in inputs.items() if v is not None}
+        return self._vision_inputs[key]
 
     def encode(self, pixels: torch.Tensor) -> Any:
-        n = pixels.shape[0]
-        key = (n, pixels.device)
-        if key not in self._grids:  # made once per batch size: no host-to-device copy per batch
-            self._grids[key] = torch.tensor([self.grid] * n, dtype=torch.long, device=pixels.device)
-        grid = self._grids[key]
-        return self.model.model.get_image_features(
-            pixel_values=pixels.reshape(-1, pixels.shape[-1]), image_grid_thw=grid, return_dict=True
-        )
+        inputs = self.vision_inputs(pixels.shape[0], pixels.device)
+        return self.model.model.get_image_features(pixel_values=pixels, return_dict=True, **inputs)
 
     def positions(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         positions, _ = self.model.model.get_rope_index(

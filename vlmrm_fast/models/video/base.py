@@ -43,14 +43,25 @@ class VideoModelInfo:
     extra: str | None = None
     #: Random weights are fine (the tiny models of tests and smoke runs): no warning when loaded without a checkpoint.
     tiny: bool = False
+    #: The shape of what the model computes of each frame alone (:meth:`VideoModel.frame_features`), which a window
+    #: ring keeps of each frame; None: the model reads the window's preprocessed frames themselves.
+    frame_features: tuple[int, ...] | None = None
+
+    @property
+    def frame_feature_shape(self) -> tuple[int, ...]:
+        """One frame's :meth:`VideoModel.frame_features`: ``frame_features``, or the preprocessed frame (3, S, S)."""
+        size = self.preprocess.size
+        return self.frame_features or (3, size, size)
 
 
 class VideoModel(torch.nn.Module):
     """A video-language model: windows of frames and prompts -> L2-normalised embeddings.
 
-    Subclasses supply ``_video_features`` (windows -> unnormalised embeddings) and
-    ``_text_features`` (prompts -> unnormalised embeddings); the checks of the inputs and the
-    normalisation are made here, once.
+    Subclasses supply ``window_features`` (windows -> unnormalised embeddings) and ``_text_features``
+    (prompts -> unnormalised embeddings); the checks of the inputs and the normalisation are made here,
+    once. A model that first computes something of each frame alone (ViCLIP's patch embeddings) also
+    supplies ``frame_features``, and its ``window_features`` reads those: a window ring then keeps each
+    frame's features, computed once when the frame is drawn, instead of once per window that holds it.
     """
 
     info: VideoModelInfo
@@ -70,7 +81,25 @@ class VideoModel(torch.nn.Module):
     def encode_video(self, pixels: torch.Tensor) -> torch.Tensor:
         """Windows ``(N, T, 3, S, S)`` of preprocessed frames, oldest first, ``T == info.num_frames``
         -> ``(N, D)`` L2-normalised embeddings."""
-        return F.normalize(self._video_features(self.check_windows(pixels)), dim=-1)
+        return F.normalize(self.video_features(self.check_windows(pixels)), dim=-1)
+
+    def video_features(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Windows ``(N, T, 3, S, S)`` -> ``(N, D)`` embeddings before normalisation, as :meth:`encode_video`
+        computes them but without its checks (:meth:`check_windows`) or its inference mode: for callers that
+        checked their windows once, and for ``torch.compile``, which cannot trace a function decorated with
+        ``torch.inference_mode`` when called under it."""
+        n, t = pixels.shape[:2]
+        return self.window_features(self.frame_features(pixels.flatten(0, 1)).unflatten(0, (n, t)))
+
+    def frame_features(self, frames: torch.Tensor) -> torch.Tensor:
+        """Preprocessed frames ``(M, 3, S, S)`` -> what the model computes of each alone, ``(M,
+        *info.frame_feature_shape)``: the frames themselves unless the model says otherwise."""
+        return frames
+
+    def window_features(self, features: torch.Tensor) -> torch.Tensor:
+        """Windows of :meth:`frame_features` ``(N, T, *info.frame_feature_shape)``, oldest first -> ``(N, D)``
+        embeddings before normalisation, unchecked."""
+        raise NotImplementedError
 
     @torch.inference_mode()
     def encode_text(self, prompts: Sequence[str]) -> torch.Tensor:
@@ -118,9 +147,6 @@ class VideoModel(torch.nn.Module):
                 f"{pixels.device}: preprocess into the model's dtype and device"
             )
         return pixels
-
-    def _video_features(self, pixels: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
 
     def _text_features(self, prompts: list[str]) -> torch.Tensor:
         raise NotImplementedError

@@ -267,8 +267,8 @@ class S3D(VideoModel):
             )
         self.tokenizer = WordTokenizer(words, config.max_words)
 
-    def _video_features(self, pixels: torch.Tensor) -> torch.Tensor:
-        x = space_to_depth(pixels.transpose(1, 2))  # (N, 3, T, S, S) -> (N, 24, T/2, S/2, S/2)
+    def window_features(self, features: torch.Tensor) -> torch.Tensor:
+        x = space_to_depth(features.transpose(1, 2))  # (N, 3, T, S, S) -> (N, 24, T/2, S/2, S/2)
         x = self.conv1(x)[:, :, 1:, 1:, 1:]  # padded by one on both sides: keep TensorFlow's 'SAME' alignment
         x = max_pool_same(x, (1, 3, 3), (1, 2, 2))
         x = self.gating(self.conv_2c(self.conv_2b(x)))

@@ -61,7 +61,15 @@ def _entry(name: str, config: ViCLIPConfig, *, tiny: bool = False) -> Entry:
     preprocess = PreprocessSpec(
         size=config.image_size, mean=IMAGENET_MEAN, std=IMAGENET_STD, interpolation="bicubic", resize_mode="paper"
     )
-    info = VideoModelInfo(name, config.num_frames, preprocess, embed_dim=config.embed_dim, tiny=tiny)
+    patches = (config.image_size // config.patch_size) ** 2
+    info = VideoModelInfo(
+        name,
+        config.num_frames,
+        preprocess,
+        embed_dim=config.embed_dim,
+        tiny=tiny,
+        frame_features=(patches, config.vision_width),  # a frame's patch embeddings, with their places
+    )
     return Entry(info, config)
 
 
@@ -78,7 +86,7 @@ MODELS: dict[str, Entry] = {
 
 class QuickGELU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.sigmoid(1.702 * x)
+        return torch.sigmoid(x * 1.702).mul_(x)  # x * sigmoid(1.702 x), in one temporary
 
 
 class Attention(nn.Module):
@@ -91,10 +99,21 @@ class Attention(nn.Module):
         self.in_proj_bias = nn.Parameter(torch.zeros(3 * width))
         self.out_proj = nn.Linear(width, width)
 
-    def forward(self, x: torch.Tensor, causal: bool) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, causal: bool, outputs: int | None = None) -> torch.Tensor:
+        """(N, L, W) -> (N, L, W); with ``outputs``, only the first ``outputs`` tokens' (N, outputs, W), each
+        still attending to every token (not with ``causal``)."""
         n, length, width = x.shape
-        qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias).view(n, length, 3, self.heads, width // self.heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        heads, dim = self.heads, width // self.heads
+        if outputs is None:
+            qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias).view(n, length, 3, heads, dim)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        else:
+            assert not causal
+            weight, bias = self.in_proj_weight, self.in_proj_bias
+            kv = F.linear(x, weight[width:], bias[width:]).view(n, length, 2, heads, dim)
+            k, v = kv.permute(2, 0, 3, 1, 4)
+            q = F.linear(x[:, :outputs], weight[:width], bias[:width]).view(n, outputs, heads, dim).transpose(1, 2)
+            length = outputs
         out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         return self.out_proj(out.transpose(1, 2).reshape(n, length, width))
 
@@ -118,8 +137,9 @@ class ResidualAttentionBlock(nn.Module):
         self.ln_2 = nn.LayerNorm(width)
         self.mlp = MLP(width)
 
-    def forward(self, x: torch.Tensor, causal: bool = False) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), causal)
+    def forward(self, x: torch.Tensor, causal: bool = False, outputs: int | None = None) -> torch.Tensor:
+        """(N, L, W) -> (N, L, W), or the first ``outputs`` tokens' (N, outputs, W) (see :class:`Attention`)."""
+        x = (x if outputs is None else x[:, :outputs]) + self.attn(self.ln_1(x), causal, outputs)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -128,9 +148,12 @@ class Transformer(nn.Module):
         super().__init__()
         self.resblocks = nn.ModuleList(ResidualAttentionBlock(width, heads) for _ in range(layers))
 
-    def forward(self, x: torch.Tensor, causal: bool = False) -> torch.Tensor:
-        for block in self.resblocks:
-            x = block(x, causal)
+    def forward(self, x: torch.Tensor, causal: bool = False, outputs: int | None = None) -> torch.Tensor:
+        """(N, L, W) -> (N, L, W); with ``outputs``, the first ``outputs`` tokens' (N, outputs, W) only, which the
+        last block computes alone (the others' outputs there would be read by no one)."""
+        last = len(self.resblocks) - 1
+        for i, block in enumerate(self.resblocks):
+            x = block(x, causal, outputs if i == last else None)
         return x
 
 
@@ -165,14 +188,23 @@ class VisionTransformer(nn.Module):
         self.ln_post = nn.LayerNorm(width)
         self.proj = nn.Parameter(torch.randn(width, config.embed_dim) * scale)
 
+    def frame_features(self, frames: torch.Tensor) -> torch.Tensor:
+        """Frames (M, 3, S, S) -> their patches' embeddings with the embedding of each patch's place (M, g*g, W):
+        all the tower computes of a frame before the frames of its window meet."""
+        return self.conv1(frames) + self.positional_embedding[1:]
+
+    def window_features(self, patches: torch.Tensor) -> torch.Tensor:
+        """Windows of :meth:`frame_features` (N, T, g*g, W), oldest first -> (N, embed_dim)."""
+        n, t, count, width = patches.shape
+        x = torch.empty((n, 1 + t * count, width), dtype=patches.dtype, device=patches.device)
+        x[:, 0] = self.class_embedding + self.positional_embedding[0]  # the class token, then every frame's patches
+        torch.add(patches, self.temporal_positional_embedding.unsqueeze(2), out=x[:, 1:].view(n, t, count, width))
+        x = self.transformer(self.ln_pre(x), outputs=1)  # the class token's output is the window's
+        return self.ln_post(x[:, 0]) @ self.proj
+
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
         n, t = pixels.shape[:2]
-        patches = self.conv1(pixels.flatten(0, 1)) + self.positional_embedding[1:]  # (N*T, g*g, W)
-        patches = patches.view(n, t, -1, patches.shape[-1]) + self.temporal_positional_embedding.unsqueeze(2)
-        cls = (self.class_embedding + self.positional_embedding[0]).expand(n, 1, -1)
-        x = torch.cat([cls, patches.flatten(1, 2)], dim=1)  # the class token, then every frame's patches
-        x = self.transformer(self.ln_pre(x))
-        return self.ln_post(x[:, 0]) @ self.proj
+        return self.window_features(self.frame_features(pixels.flatten(0, 1)).unflatten(0, (n, t)))
 
 
 class TextTransformer(nn.Module):
@@ -211,8 +243,11 @@ class ViCLIP(VideoModel):
     def logit_scale(self) -> float:  # type: ignore[override]
         return 1.0 / float(self.temp.detach().float())
 
-    def _video_features(self, pixels: torch.Tensor) -> torch.Tensor:
-        return self.vision_encoder(pixels)
+    def frame_features(self, frames: torch.Tensor) -> torch.Tensor:
+        return self.vision_encoder.frame_features(frames)
+
+    def window_features(self, features: torch.Tensor) -> torch.Tensor:
+        return self.vision_encoder.window_features(features)
 
     def _text_features(self, prompts: list[str]) -> torch.Tensor:
         from vlmrm_fast.models.prompts import check_prompt_lengths

@@ -144,8 +144,8 @@ class XCLIP(VideoModel):
         frames = self.model.visual_projection(vision.pooler_output).view(n, t, -1)
         return self.model.mit(frames).pooler_output, vision.last_hidden_state
 
-    def _video_features(self, pixels: torch.Tensor) -> torch.Tensor:
-        return self._frames(pixels)[0]
+    def window_features(self, features: torch.Tensor) -> torch.Tensor:
+        return self._frames(features)[0]
 
     def _text_features(self, prompts: list[str]) -> torch.Tensor:
         from vlmrm_fast.models.prompts import check_prompt_lengths
