@@ -178,7 +178,7 @@ def _add_best(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_export(sub: argparse._SubParsersAction) -> None:
-    from vlmrm_fast.encoders.export import add_subcommand
+    from vlmrm_fast.models.export import add_subcommand
 
     add_subcommand(sub)
 

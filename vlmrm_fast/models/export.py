@@ -1,4 +1,5 @@
-"""``vlmrm-fast export``: build a TensorRT engine into the engine cache ahead of time, or write the ONNX file alone."""
+"""``vlmrm-fast export``: a model's image tower built into a TensorRT engine in the engine cache ahead of time, or
+written as an ONNX file alone (a command over models/ and encoders/, so it sits here, above encoders)."""
 
 from __future__ import annotations
 
