@@ -42,7 +42,7 @@ from vlmrm_fast.envs import get_task  # noqa: E402
 from vlmrm_fast.models import RandomWeightsWarning, load_clip  # noqa: E402
 from vlmrm_fast.physics import PHYSICS  # noqa: E402
 from vlmrm_fast.rendering import RENDERERS  # noqa: E402
-from vlmrm_fast.vec_env import FastVLMRewardVecEnv  # noqa: E402
+from vlmrm_fast.stack.vec_env import FastVLMRewardVecEnv  # noqa: E402
 
 warnings.filterwarnings("ignore", category=RandomWeightsWarning)
 ALPHA = 0.5
@@ -360,7 +360,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    device = vlmrm_fast.device.resolve_device(args.device)
+    device = vlmrm_fast.runtime.device.resolve_device(args.device)
     mach = common.machine()
     args.ceiling_tflops = common.matmul_ceiling_tflops(device)
     mach["bf16_matmul_tflops"] = args.ceiling_tflops

@@ -16,7 +16,7 @@ import mujoco
 import numpy as np
 import torch
 
-from vlmrm_fast.frames import FrameView
+from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.physics.simulator import HOST_POSITIONS
 from vlmrm_fast.rendering import Renderer
 from vlmrm_fast.rendering.base import BatchRendererBase

@@ -26,8 +26,8 @@ from vlmrm_fast.physics.simulator import DEVICE_WORLDS
 from vlmrm_fast.rendering import RENDERERS
 from vlmrm_fast.reward import formulas, load_reward_model
 from vlmrm_fast.reward.head import RewardHead
-from vlmrm_fast.reward.tasks import TASK_KINDS, TaskKind
-from vlmrm_fast.stack import plan_stack
+from vlmrm_fast.reward.kinds import TASK_KINDS, TaskKind
+from vlmrm_fast.stack.plan import plan_stack
 
 TINY = {"model": "vlmrm-tiny", "alpha": 0.5, "device": "cpu"}
 TASK = "humanoid-kneeling"

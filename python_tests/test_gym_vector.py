@@ -20,7 +20,7 @@ from tolerances import assert_rewards_close
 import vlmrm_fast.envs  # noqa: F401  (registers vlmrm_fast/<task>)
 from vlmrm_fast import RecordFrame, load_reward_model
 from vlmrm_fast.envs import get_task
-from vlmrm_fast.gym_vector import VLMRewardVectorEnv, VLMRewardVectorWrapper
+from vlmrm_fast.stack.gym_vector import VLMRewardVectorEnv, VLMRewardVectorWrapper
 
 N = 3
 HUMANOID = "humanoid-kneeling"
@@ -179,7 +179,7 @@ def test_the_vector_env_has_the_plan_choose_among_the_engines(rm, monkeypatch):
 
     from vlmrm_fast import RewardModelSpec, rendering
     from vlmrm_fast.envs.spec import EnvSpec
-    from vlmrm_fast.stack import plan_stack
+    from vlmrm_fast.stack.plan import plan_stack
 
     spec = RewardModelSpec(model="vlmrm-tiny", device="cpu")
     assert plan_stack(EnvSpec(HUMANOID, 1), spec, engine_only=True).physics == "batch"

@@ -16,8 +16,8 @@ from kernel_references import MEAN, STD, assert_same_bits
 from tolerances import assert_same_picture
 
 from vlmrm_fast import BatchRenderer, FastVLMRewardVecEnv, build_info, load_reward_model
+from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec
 from vlmrm_fast.physics.batch import BatchSimulator
-from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
 
 pytestmark = pytest.mark.gpu
 

@@ -12,7 +12,7 @@ import pytest
 from child_process import run_python
 
 from vlmrm_fast import BatchRenderer, BatchSimulator
-from vlmrm_fast.device import native_cuda_usable
+from vlmrm_fast.runtime.device import native_cuda_usable
 
 pytestmark = pytest.mark.egl
 
@@ -134,7 +134,7 @@ def test_ranges_drawn_and_lent_in_place(humanoid):
     """The pipelined step's hand-off: frames drawn range by range, then lent where they lie."""
     import torch
 
-    from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
+    from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec
 
     n = 5
     sim = BatchSimulator(humanoid, n)
@@ -168,7 +168,7 @@ def test_host_reads_go_through_cuda_only_on_a_cuda_egl_device(humanoid):
     maps the buffer. Either way the host sees mujoco.Renderer's pixels, read after read."""
     import torch
 
-    from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
+    from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec
 
     qpos = random_qpos(humanoid, 3, seed=9, scale=0.3)
     spec = PreprocessSpec(size=32, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))

@@ -16,7 +16,7 @@ from tolerances import assert_rewards_close
 from vlmrm_fast import FastVLMRewardVecEnv, RewardModelSpec, load_reward_model
 from vlmrm_fast.envs import get_task
 from vlmrm_fast.envs.spec import EnvSpec
-from vlmrm_fast.stack import plan_stack
+from vlmrm_fast.stack.plan import plan_stack
 
 HUMANOID = "humanoid-kneeling"
 N, LENGTH, SIZE, SEED = 2, 3, 32, 7

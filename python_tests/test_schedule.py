@@ -16,8 +16,8 @@ from vlmrm_fast.encoders.base import ImageEncoder
 from vlmrm_fast.envs import get_task
 from vlmrm_fast.reward.schedule import ScheduleClock, ScoreSchedule
 from vlmrm_fast.reward.spec import RewardModelSpec
+from vlmrm_fast.stack.wrappers import RecordFrame, VLMRewardVecEnvWrapper
 from vlmrm_fast.training.config import ConfigError, load_config
-from vlmrm_fast.wrappers import RecordFrame, VLMRewardVecEnvWrapper
 
 HUMANOID = "humanoid-kneeling"
 SMALL = {"render_size": 48, "episode_length": 5, "renderer": "egl"}

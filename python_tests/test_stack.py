@@ -16,10 +16,10 @@ from vlmrm_fast import (
     RewardModelSpec,
     load_reward_model,
 )
-from vlmrm_fast.engine import MujocoBatchVecEnv
 from vlmrm_fast.envs import get_task
-from vlmrm_fast.frames import SteppedFrameSource
-from vlmrm_fast.wrappers import VLMRewardVecEnvWrapper, find_reward_wrapper
+from vlmrm_fast.frames.views import SteppedFrameSource
+from vlmrm_fast.stack.batch_env import MujocoBatchVecEnv
+from vlmrm_fast.stack.wrappers import VLMRewardVecEnvWrapper, find_reward_wrapper
 
 HUMANOID = "humanoid-kneeling"
 SMALL = {"render_size": 32, "episode_length": 6}

@@ -17,10 +17,10 @@ from stable_baselines3.common.callbacks import BaseCallback
 from vlmrm_fast import load_reward_model
 from vlmrm_fast.cli import main as cli_main
 from vlmrm_fast.envs import get_task
+from vlmrm_fast.stack.vec_env import FastVLMRewardVecEnv
 from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.config import ConfigError, load_config
 from vlmrm_fast.training.train import train
-from vlmrm_fast.vec_env import FastVLMRewardVecEnv
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 

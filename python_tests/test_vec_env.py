@@ -15,7 +15,7 @@ from tolerances import assert_rewards_close
 from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model
 from vlmrm_fast.envs import get_task
 from vlmrm_fast.physics import PHYSICS
-from vlmrm_fast.wrappers import RecordFrame, VLMRewardVecEnvWrapper
+from vlmrm_fast.stack.wrappers import RecordFrame, VLMRewardVecEnvWrapper
 
 N = 3
 TASK = "cartpole"
@@ -195,8 +195,8 @@ def test_humanoid_batch_engine_matches_gymnasium(rms, chunks):
 def test_auto_renderer_is_warp_on_the_cpu_when_installed(rms, monkeypatch):
     """renderer="auto" (the default): MuJoCo Warp where the frames are scored on the CPU and it is
     installed, EGL otherwise (on a GPU, or without MuJoCo Warp)."""
-    from vlmrm_fast import warp_runtime
     from vlmrm_fast.rendering import choose_renderer
+    from vlmrm_fast.runtime import warp as warp_runtime
 
     fast = make_fast(rms[HUMANOID], HUMANOID, physics="batch")
     assert fast.renderer == ("warp" if warp_runtime.warp_available() is None else "egl")
@@ -518,7 +518,7 @@ def test_create_close_cycles_leave_no_memory_behind():
     """30 create/close cycles of an env with its own reward model and 480 px frames, in a fresh process:
     the resident size grows by less than 20 MiB (0.67 MiB a cycle). Measured on a 2-core AMD EPYC: 36 to
     38 MiB before close() freed the env's reward model and simulator at once and handed the freed heap
-    back (vlmrm_fast/memory.py), 7 to 9 MiB after, nearly all of it in the first cycles."""
+    back (vlmrm_fast/runtime/memory.py), 7 to 9 MiB after, nearly all of it in the first cycles."""
     from child_process import run_python
 
     result = run_python(["-c", _CYCLES], env={"OMP_NUM_THREADS": "1"}, timeout=600)

@@ -228,7 +228,7 @@ def test_a_runs_videos_step_with_the_solver_it_trains_with():
 
     from vlmrm_fast import RewardModelSpec
     from vlmrm_fast.envs.spec import EnvSpec
-    from vlmrm_fast.stack import plan_stack
+    from vlmrm_fast.stack.plan import plan_stack
 
     for physics, solver, expected in [
         ("warp", None, mujoco.mjtSolver.mjSOL_NEWTON),

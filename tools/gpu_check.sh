@@ -137,7 +137,7 @@ probe() {
 import json, os, sys, time
 import gymnasium, mujoco, numpy as np, torch
 from vlmrm_fast import BatchRenderer, BatchSimulator
-from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
+from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec
 
 model = mujoco.MjModel.from_xml_path(os.path.join(os.path.dirname(gymnasium.__file__), "envs/mujoco/assets/humanoid.xml"))
 n, px = 64, 224

@@ -6,7 +6,7 @@ line on stderr, ``vlmrm-fast COMMAND: error: what went wrong and the fix``, and 
 else is a bug, or a crash in the middle of the work: its traceback shows (exit code 1).
 A failure that would show a traceback on a broken install (torch and torchvision from two builds, a
 native core that does not load) names the broken part and its fix in one line instead
-(``vlmrm_fast.health``). ``VLMRM_TRACEBACK=1`` shows the traceback of every failure.
+(``vlmrm_fast.runtime.health``). ``VLMRM_TRACEBACK=1`` shows the traceback of every failure.
 
 Exceptions say what they are by their class: :class:`ExpectedFailure` marks the package's own
 refusals, ``label`` names the kind of failure in the line (``config error``), and an exception
@@ -99,7 +99,7 @@ def broken_install_line(command: str) -> str | None:
     traceback was asked for); None otherwise, when a failure is the command's own."""
     if os.environ.get("VLMRM_TRACEBACK") == "1":
         return None
-    from vlmrm_fast.health import broken_install
+    from vlmrm_fast.runtime.health import broken_install
 
     broken = broken_install()
     return None if broken is None else f"vlmrm-fast {command}: broken install: {broken}"

@@ -1,4 +1,4 @@
-"""What the batch engine (:mod:`vlmrm_fast.engine`) needs of a MuJoCo task: its model, observation,
+"""What the batch engine (:mod:`vlmrm_fast.stack.batch_env`) needs of a MuJoCo task: its model, observation,
 camera, and its own reward with whatever per-env state that needs. A task offers it as
 ``TaskSpec.batch`` (e.g. :class:`~vlmrm_fast.envs.humanoid.HumanoidBatch`)."""
 
@@ -40,7 +40,7 @@ class BatchTask(Protocol):
     def observation(self, fields: dict[str, np.ndarray]) -> np.ndarray:
         """Every env's observation from the simulator's output fields: numpy in, numpy out; a task
         that also takes torch tensors (a simulator's fields on the device) gives a GPU-native learner
-        its observations where they lie (``engine.MujocoBatchVecEnv.device_observation``)."""
+        its observations where they lie (``stack.batch_env.MujocoBatchVecEnv.device_observation``)."""
         ...
 
     def step_reward(self, model: mujoco.MjModel, num_envs: int) -> StepReward: ...

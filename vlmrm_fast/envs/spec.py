@@ -28,7 +28,7 @@ class EnvSpec:
 
     ``render_size``: frames of (height, width), or a square's side; ``physics``: how the envs are
     simulated, a row of ``vlmrm_fast.physics.PHYSICS`` (the MuJoCo batch engine, gymnasium envs, ...) or
-    ``"auto"`` (the first that can run the task, ``vlmrm_fast.stack``); ``renderer``: what draws the
+    ``"auto"`` (the first that can run the task, ``vlmrm_fast.stack.plan``); ``renderer``: what draws the
     batch engine's frames, a row of ``vlmrm_fast.rendering.RENDERERS`` or ``"auto"`` (Warp on a CPU
     when installed, EGL otherwise: ``rendering.AUTO_ORDER``), None where none does (``physics="gym"``:
     the gymnasium envs draw their own; a stack's plan says so); ``pipeline_chunks``: the ranges
@@ -45,7 +45,7 @@ class EnvSpec:
     the paper's code scored it; ``envs.time_limits``, docs/paper.md). How the envs spread over
     torchrun's ranks is :class:`~vlmrm_fast.distributed.DistributedConfig`'s.
 
-    A stack's plan (``vlmrm_fast.stack.StackPlan.env``) is this spec with every choice made: the task's
+    A stack's plan (``vlmrm_fast.stack.plan.StackPlan.env``) is this spec with every choice made: the task's
     defaults filled in, ``physics``, ``renderer``, ``solver`` and ``pipeline_chunks`` as they run.
     """
 

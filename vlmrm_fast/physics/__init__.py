@@ -1,6 +1,6 @@
 """How a task's envs are simulated: one row per physics backend, and what ``physics="auto"`` picks.
 
-The batch engine (:mod:`vlmrm_fast.engine`) steps MuJoCo tasks with a simulator of one of the
+The batch engine (:mod:`vlmrm_fast.stack.batch_env`) steps MuJoCo tasks with a simulator of one of the
 engine rows (``batch``: MuJoCo's ``mjb_*`` batch API on the host's threads, :mod:`.batch`;
 ``warp``: MuJoCo Warp with every env's state on the GPU, :mod:`.warp`); the ``gym`` row runs the
 task's gymnasium envs instead, each drawing its own frames. :func:`.solver.with_solver` gives a
@@ -8,7 +8,7 @@ model another constraint solver (MuJoCo Warp has no PGS), so both engines can ru
 the backend needs, whether it can run a task here, and, for an engine row, the class of its
 simulator (:class:`.simulator.Simulator`: what the engine and the renderers read of one, and the
 states it offers a renderer). Adding a physics backend is a module and a row
-(docs/architecture.md, "Where to add things"). Only :mod:`vlmrm_fast.stack` chooses among them.
+(docs/architecture.md, "Where to add things"). Only :mod:`vlmrm_fast.stack.plan` chooses among them.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _always(task: TaskSpec, device: torch.device) -> str | None:
 
 
 def _warp_unavailable(task: TaskSpec, device: torch.device) -> str | None:
-    from vlmrm_fast import warp_runtime
+    from vlmrm_fast.runtime import warp as warp_runtime
 
     return _needs_batch_glue(task, device) or warp_runtime.warp_available()
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import mujoco
 import numpy as np
 
-import vlmrm_fast._native  # noqa: F401  (libmujoco, then the core)
+import vlmrm_fast.runtime.native  # noqa: F401  (libmujoco, then the core)
 from vlmrm_fast._core import sim as _native_sim
 from vlmrm_fast.physics.simulator import HOST_POSITIONS, NATIVE_DATA, OutputSpec, SimulatorBase, parse_outputs
 

@@ -38,10 +38,10 @@ import mujoco
 import numpy as np
 import torch
 
-from vlmrm_fast.device import resolve_device
 from vlmrm_fast.physics.simulator import DEVICE_WORLDS, OutputSpec, SimulatorBase, parse_outputs
 from vlmrm_fast.physics.solver import WARP_DEFAULT_SOLVER, WARP_SOLVERS, solver_name
-from vlmrm_fast.warp_runtime import import_warp, warp_stream_of
+from vlmrm_fast.runtime.device import resolve_device
+from vlmrm_fast.runtime.warp import import_warp, warp_stream_of
 
 wp, mjw = import_warp()
 

@@ -5,7 +5,7 @@ Each renderer is a :class:`~vlmrm_fast.rendering.base.BatchRendererBase` in a mo
 :data:`RENDERERS`: what it needs, whether it can draw here, whether its drawing may run beside the
 encoder's CUDA work, and its class, which says which states of a simulator it draws
 (:attr:`Renderer.draws`). Adding a renderer is a new module and a row (docs/architecture.md, "Where to
-add things"). Only :mod:`vlmrm_fast.stack` chooses among them.
+add things"). Only :mod:`vlmrm_fast.stack.plan` chooses among them.
 
 Nothing here imports a renderer's module until one is asked for: ``import vlmrm_fast.rendering`` is light.
 """
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import mujoco
     import torch
 
-    from vlmrm_fast.frames import FrameSource
+    from vlmrm_fast.frames.views import FrameSource
 
 
 def _egl_unavailable(device: torch.device) -> str | None:
@@ -32,7 +32,7 @@ def _egl_unavailable(device: torch.device) -> str | None:
 
 
 def _warp_unavailable(device: torch.device) -> str | None:
-    from vlmrm_fast import warp_runtime
+    from vlmrm_fast.runtime import warp as warp_runtime
 
     return warp_runtime.warp_available()
 

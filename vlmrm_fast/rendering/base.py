@@ -7,7 +7,7 @@ A renderer (:class:`~vlmrm_fast.rendering.egl.BatchRenderer` on EGL,
 simulator it draws (``draws``: ``vlmrm_fast.physics.simulator``'s names) and supplies how it draws
 positions (``_draw_qpos``) and a simulator's envs from one of those states (``_draw_sim``), how it
 lends frames in place (``lend``) and how it copies them out (``_fetch``). Both are
-``frames.FrameSource``\\ s; ``for_engine`` is how the engine makes one (its row names the class).
+``frames.views.FrameSource``\\ s; ``for_engine`` is how the engine makes one (its row names the class).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import mujoco
 import numpy as np
 
 from vlmrm_fast.checks import positive_int
-from vlmrm_fast.device import no_gpu_reason
-from vlmrm_fast.frames import FrameView
+from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.physics.simulator import Simulator
+from vlmrm_fast.runtime.device import no_gpu_reason
 
 if TYPE_CHECKING:
     import torch
@@ -85,7 +85,7 @@ class BatchRendererBase(abc.ABC):
 
     @abc.abstractmethod
     def lend(self, rows: slice | None = None, stream: Any = None) -> contextlib.AbstractContextManager[FrameView]:
-        """Lends frames ``rows`` in place (see ``frames.FrameSource``)."""
+        """Lends frames ``rows`` in place (see ``frames.views.FrameSource``)."""
 
     @abc.abstractmethod
     def _fetch(self, target: torch.device | None) -> Any:

@@ -4,7 +4,7 @@
     frames = renderer.render(qpos)                  # uint8 (64, 224, 224, 3), upright
     frames = renderer.render_sim(sim, device="cuda")  # torch CUDA tensor, no host copy
     renderer.draw(sim, slice(0, 32))                # frames 0..31 of the sim's states, kept in place
-    with renderer.lend(slice(0, 32), stream) as view:   # a FrameView of them (vlmrm_fast.frames)
+    with renderer.lend(slice(0, 32), stream) as view:   # a FrameView of them (vlmrm_fast.frames.views)
         ...
 
 Pixels equal ``mujoco.Renderer``'s for the same model, camera, size and state. One EGL
@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import mujoco
 import numpy as np
 
-import vlmrm_fast._native  # noqa: F401  (libmujoco, then the core)
+import vlmrm_fast.runtime.native  # noqa: F401  (libmujoco, then the core)
 from vlmrm_fast._core import render as _native_render
-from vlmrm_fast.device import build_info, native_cuda_usable
-from vlmrm_fast.frames import FrameLayout, FrameView
+from vlmrm_fast.frames.views import FrameLayout, FrameView
 from vlmrm_fast.physics.batch import BatchSimulator
 from vlmrm_fast.physics.simulator import HOST_POSITIONS, NATIVE_DATA
 from vlmrm_fast.rendering.base import BatchRendererBase
+from vlmrm_fast.runtime.device import build_info, native_cuda_usable
 
 if TYPE_CHECKING:
     import torch

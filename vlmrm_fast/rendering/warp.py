@@ -38,11 +38,11 @@ import numpy as np
 import torch
 
 from vlmrm_fast.checks import FieldError
-from vlmrm_fast.device import resolve_device
-from vlmrm_fast.frames import FrameLayout, FrameView
+from vlmrm_fast.frames.views import FrameLayout, FrameView
 from vlmrm_fast.physics.simulator import DEVICE_WORLDS, HOST_POSITIONS
 from vlmrm_fast.rendering.base import BatchRendererBase
-from vlmrm_fast.warp_runtime import import_warp, warp_stream_of
+from vlmrm_fast.runtime.device import resolve_device
+from vlmrm_fast.runtime.warp import import_warp, warp_stream_of
 
 MAX_FRAME_SIDE = 8192
 _UNPACK_KERNEL = None

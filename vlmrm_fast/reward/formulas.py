@@ -1,7 +1,7 @@
 """The reward formulas, each written once in plain torch: the reference the fused kernels are tested
 against, and the path wherever no kernel runs (docs/reward.md gives the math).
 
-A formula is made from its task (``reward/tasks.py``) and the text side (normalized prompt
+A formula is made from its task (``reward/kinds.py``) and the text side (normalized prompt
 embeddings, the model's logit scale): it keeps the text-side tensors it needs and computes the
 rewards of normalized image embeddings with :meth:`Formula.reward`. A formula the fused kernel
 knows also gives its row of the kernel's task table (:meth:`Formula.kernel_entry`); the kernel (C++
@@ -21,9 +21,9 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
-from vlmrm_fast import kernels
 from vlmrm_fast.lazy import named
-from vlmrm_fast.reward.tasks import TASK_KINDS, BinaryTask, GoalBaselineTask, kind_of
+from vlmrm_fast.reward.kinds import TASK_KINDS, BinaryTask, GoalBaselineTask, kind_of
+from vlmrm_fast.runtime import kernels
 
 TextEmbedding = Callable[[str], torch.Tensor]  # prompt -> normalized (D,) float32 embedding
 

@@ -8,13 +8,12 @@ from typing import Any
 import torch
 
 from vlmrm_fast.checks import FieldError
-from vlmrm_fast.device import resolve_device
 from vlmrm_fast.models import load_clip
 from vlmrm_fast.reward.judge import JudgeRewardModel, is_judge_spec, load_judge_reward_model
 from vlmrm_fast.reward.model import VLMRewardModel
 from vlmrm_fast.reward.spec import RewardModelSpec
-from vlmrm_fast.reward.window import WindowSpec
 from vlmrm_fast.reward.window_model import MeanOfFramesModel, VideoWindowModel, WindowRewardModel
+from vlmrm_fast.runtime.device import resolve_device
 
 
 def load_reward_model(
@@ -33,7 +32,7 @@ def load_reward_model(
     encoder's square input instead of open_clip's shortest-side resize and centre crop
     (keeps wide frames whole); ``resize_mode="paper"`` does what the paper's code did
     (a squash by PyTorch's float bicubic without antialiasing, OpenAI's mean and std; see
-    ``vlmrm_fast.preprocess``). Other keywords are encoder options (see :class:`RewardModelSpec`).
+    ``vlmrm_fast.frames.preprocess``). Other keywords are encoder options (see :class:`RewardModelSpec`).
     A video model's name, or ``window=``, gives a model of windows of frames
     (:class:`~vlmrm_fast.reward.window_model.WindowRewardModel`; docs/video-rewards.md).
     """
@@ -83,7 +82,8 @@ def load_reward_model(
 
 def load_window_model(spec: RewardModelSpec) -> WindowRewardModel:
     """The window reward model of a :class:`~vlmrm_fast.reward.spec.RewardModelSpec` with a ``window``."""
-    window: WindowSpec = spec.window
+    window = spec.window
+    assert window is not None  # load_reward_model sends only a spec with a window here
     if window.embedding == "mean_of_frames":
         frames = load_reward_model(spec.replace(window=None))
         assert isinstance(frames, VLMRewardModel)  # no window: a frame model

@@ -15,14 +15,14 @@ import torch
 
 from vlmrm_fast.checks import FieldError
 from vlmrm_fast.encoders import make_image_encoder
-from vlmrm_fast.frames import FrameView
+from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec, as_frame_tensor
+from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.models import LoadedClip, check_prompt_lengths
-from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec, as_frame_tensor
-from vlmrm_fast.profiling import NULL_TIMER, StageTimer
 from vlmrm_fast.reward.formulas import normalize
 from vlmrm_fast.reward.head import RewardHead
+from vlmrm_fast.reward.kinds import QuestionTask, Task, as_reward_tasks, normalize_prompts, unique_prompts
 from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
-from vlmrm_fast.reward.tasks import QuestionTask, Task, as_reward_tasks, normalize_prompts, unique_prompts
+from vlmrm_fast.runtime.profiling import NULL_TIMER, StageTimer
 
 DEFAULT_CHUNK = 256
 
@@ -159,7 +159,7 @@ class VLMRewardModel:
     def preprocess(
         self, view: FrameView, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER
     ) -> torch.Tensor:
-        """The frames of a :class:`~vlmrm_fast.frames.FrameView` -> encoder input (N, 3, S, S)."""
+        """The frames of a :class:`~vlmrm_fast.frames.views.FrameView` -> encoder input (N, 3, S, S)."""
         self._check_open()
         with timer.stage("preprocess"):
             return self.preprocessor.run(view, out)

@@ -17,7 +17,7 @@ episodes end only there); where the envs have stepped first (gymnasium envs), it
 ends an episode, a termination too. A step that only resets an env (gymnasium's next-step autoreset)
 is no step of an episode: it is not scored and not counted.
 
-The step's scorer (:class:`~vlmrm_fast.pipeline.ChunkedScorer`) encodes only the envs a step scores.
+The step's scorer (:class:`~vlmrm_fast.stack.scorer.ChunkedScorer`) encodes only the envs a step scores.
 Where every env resets together (the batch engine's time limit), a step scores all of them or none,
 so a fixed-batch encoder runs the batch it was built for; where only some are due, their frames are
 gathered into a smaller batch, which a fixed-batch encoder pads to its own (``ImageEncoder.encode_rows``).

@@ -27,14 +27,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vlmrm_fast.frames import FrameView
-from vlmrm_fast.preprocess import FramePreprocessor, as_frame_tensor
-from vlmrm_fast.profiling import NULL_TIMER, StageTimer
+from vlmrm_fast.frames.preprocess import FramePreprocessor, as_frame_tensor
+from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.reward.head import RewardHead
+from vlmrm_fast.reward.kinds import BinaryTask, GoalBaselineTask, Task, as_reward_tasks, unique_prompts
 from vlmrm_fast.reward.model import DEFAULT_CHUNK, VLMRewardModel
 from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
-from vlmrm_fast.reward.tasks import BinaryTask, GoalBaselineTask, Task, as_reward_tasks, unique_prompts
 from vlmrm_fast.reward.window import WindowSpec, subsample_indices
+from vlmrm_fast.runtime.profiling import NULL_TIMER, StageTimer
 
 
 class WindowRewardModel(abc.ABC):

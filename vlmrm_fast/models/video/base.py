@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from vlmrm_fast.preprocess import PreprocessSpec
+from vlmrm_fast.frames.preprocess import PreprocessSpec
 
 
 @dataclasses.dataclass(frozen=True)

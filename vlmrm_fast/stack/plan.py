@@ -16,7 +16,7 @@ The choices, each made once, in this order:
    task has one and the renderer can draw, the task's gymnasium envs otherwise); a renderer draws an
    engine's physics when it draws one of the states its simulator offers (``Renderer.draws``,
    ``Physics.offers``): a pair that cannot meet is refused, naming both and what would;
-4. the pipeline's ranges of envs (``pipeline.plan_chunks``: one range where nothing can overlap);
+4. the pipeline's ranges of envs (``stack.scorer.plan_chunks``: one range where nothing can overlap);
 5. the encoder's batch: the largest range (fixed-batch encoders are built for it), or for rewards scored
    later in episode batches the batch that fills the device, unless the spec sets one.
 
@@ -39,16 +39,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from vlmrm_fast.checks import positive_int
-from vlmrm_fast.device import resolve_device
 from vlmrm_fast.envs import TaskSpec
 from vlmrm_fast.envs.spec import EnvSpec
-from vlmrm_fast.memory import check_envs_fit
 from vlmrm_fast.physics import AUTO_ORDER, PHYSICS, Physics
-from vlmrm_fast.pipeline import plan_chunks
 from vlmrm_fast.rendering import RENDERERS, choose_renderer
 from vlmrm_fast.reward.protocol import RewardModel, check_reward_model
 from vlmrm_fast.reward.spec import RewardModelSpec, spec_fields
 from vlmrm_fast.reward.window import check_window_for_episodes, check_window_for_terminal_frames
+from vlmrm_fast.runtime.device import resolve_device
+from vlmrm_fast.runtime.memory import check_envs_fit
+from vlmrm_fast.stack.scorer import plan_chunks
 
 if TYPE_CHECKING:
     import gymnasium
@@ -306,8 +306,8 @@ def build_stack(
     (gymnasium's ``SyncVectorEnv``, for the gymnasium vector API)."""
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from vlmrm_fast.engine import MujocoBatchVecEnv
-    from vlmrm_fast.wrappers import RecordFrame
+    from vlmrm_fast.stack.batch_env import MujocoBatchVecEnv
+    from vlmrm_fast.stack.wrappers import RecordFrame
 
     if plan.engine and env_kwargs:
         raise ValueError("env_kwargs apply to gymnasium envs; use physics='gym' to pass them")

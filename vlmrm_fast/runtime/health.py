@@ -85,7 +85,7 @@ def _module(name: str, distribution: str) -> Part:
 
 def _native_core() -> Part:
     try:
-        importlib.import_module("vlmrm_fast._native")
+        importlib.import_module("vlmrm_fast.runtime.native")
     except Exception as exc:
         return Part("native core", "", str(exc))
     return Part("native core", "loaded")

@@ -1,7 +1,7 @@
 """The batch engine: a MuJoCo task's envs as one SB3 VecEnv, simulated together and drawn by a batch renderer.
 
 :class:`MujocoBatchVecEnv` is a plain ``VecEnv`` whose reward is the task's own. It is also a
-frame source in ranges (:class:`~vlmrm_fast.frames.SteppedFrameSource`), so that the VLM reward
+frame source in ranges (:class:`~vlmrm_fast.frames.views.SteppedFrameSource`), so that the VLM reward
 wrapper can score one range of envs while the next is simulated: ``step_in_ranges(actions, ranges,
 stream, on_frames)`` takes the whole step, range by range: it steps envs ``rows`` (frame_skip x
 mj_step + rnePostConstraint on the simulator's threads), draws the states they reach
@@ -27,18 +27,18 @@ import numpy as np
 import torch
 from stable_baselines3.common.vec_env import VecEnv
 
-from vlmrm_fast.actions import check_actions
 from vlmrm_fast.checks import one_of
-from vlmrm_fast.device import resolve_device
 from vlmrm_fast.envs.batch_task import BatchTask
 from vlmrm_fast.envs.time_limits import SCORE_TERMINAL_ON, TIME_LIMITS
-from vlmrm_fast.frames import FrameView
-from vlmrm_fast.memory import check_envs_fit, env_bytes
+from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.physics import PHYSICS
 from vlmrm_fast.physics.simulator import DEVICE_WORLDS
 from vlmrm_fast.physics.solver import with_solver
-from vlmrm_fast.profiling import NULL_TIMER
 from vlmrm_fast.rendering import RENDERERS
+from vlmrm_fast.runtime.device import resolve_device
+from vlmrm_fast.runtime.memory import check_envs_fit, env_bytes
+from vlmrm_fast.runtime.profiling import NULL_TIMER
+from vlmrm_fast.stack.actions import check_actions
 
 
 class BatchEnvView:
@@ -92,7 +92,7 @@ class BatchEnvView:
 class MujocoBatchVecEnv(VecEnv):
     """``num_envs`` envs of a MuJoCo task (its :class:`BatchTask` glue, ``batch``), simulated by
     ``physics`` and drawn by ``renderer`` (rows of ``vlmrm_fast.physics.PHYSICS`` and
-    ``vlmrm_fast.rendering.RENDERERS``, as :mod:`vlmrm_fast.stack` chose them) for frames scored on
+    ``vlmrm_fast.rendering.RENDERERS``, as :mod:`vlmrm_fast.stack.plan` chose them) for frames scored on
     ``device`` (the CPU, or ``cuda:N``, where a GPU renderer draws and MuJoCo Warp runs);
     ``solver``: the constraint solver the task's model runs with (None: its own).
 
@@ -103,7 +103,7 @@ class MujocoBatchVecEnv(VecEnv):
     Finished envs are reset inside ``step_wait`` (SB3's convention, gymnasium's
     ``AutoresetMode.SAME_STEP``: the final observation goes to ``info["terminal_observation"]``).
     With ``reset_on_next_step = True`` (gymnasium's default ``AutoresetMode.NEXT_STEP``, set by
-    :class:`~vlmrm_fast.gym_vector.VLMRewardVectorEnv`) a finished env returns its final
+    :class:`~vlmrm_fast.stack.gym_vector.VLMRewardVectorEnv`) a finished env returns its final
     observation and is reset by the next step instead, whose action it ignores: that step returns
     the reset observation with reward 0, not done, and its frame is drawn from the reset state
     (``autoreset_envs`` marks those envs).

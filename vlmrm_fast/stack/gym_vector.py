@@ -30,9 +30,9 @@ from gymnasium.vector.utils import batch_space
 
 import vlmrm_fast.envs  # noqa: F401  (registers the tasks as vlmrm_fast/<task>)
 from vlmrm_fast.checks import boolean
-from vlmrm_fast.engine import MujocoBatchVecEnv
 from vlmrm_fast.reward.protocol import RewardModel
-from vlmrm_fast.wrappers import RewardMix, task_names
+from vlmrm_fast.stack.batch_env import MujocoBatchVecEnv
+from vlmrm_fast.stack.wrappers import RewardMix, task_names
 
 #: The keys of the SB3 stack's infos that the gymnasium API says otherwise (terminated/truncated, final_obs).
 _SB3_KEYS = ("terminal_observation", "TimeLimit.truncated")
@@ -99,8 +99,8 @@ class VLMRewardVectorEnv(VectorEnv):
         **stack: Any,
     ):
         from vlmrm_fast.physics import PHYSICS
-        from vlmrm_fast.stack import plan_stack, specs_of_arguments
-        from vlmrm_fast.vec_env import FastVLMRewardVecEnv
+        from vlmrm_fast.stack.plan import plan_stack, specs_of_arguments
+        from vlmrm_fast.stack.vec_env import FastVLMRewardVecEnv
 
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode={render_mode!r}: the batch engine renders 'rgb_array' frames")
@@ -222,9 +222,9 @@ class VLMRewardVectorWrapper(VectorWrapper):
     ):
         from vlmrm_fast.checks import one_of
         from vlmrm_fast.envs.time_limits import SCORE_TERMINAL_ON
-        from vlmrm_fast.frames import HostFrames
-        from vlmrm_fast.pipeline import ChunkedScorer
+        from vlmrm_fast.frames.views import HostFrames
         from vlmrm_fast.reward.window import check_window_for_terminal_frames
+        from vlmrm_fast.stack.scorer import ChunkedScorer
 
         super().__init__(env)
         self.reward_model = reward_model
@@ -281,7 +281,7 @@ class VLMRewardVectorWrapper(VectorWrapper):
         return obs, rewards, terminated, truncated, infos
 
     def _frames(self, infos: dict[str, Any]) -> np.ndarray:
-        from vlmrm_fast.wrappers import FRAME_KEY
+        from vlmrm_fast.stack.wrappers import FRAME_KEY
 
         final = infos.get("final_info") or {}
         if FRAME_KEY in infos or FRAME_KEY in final:  # RecordFrame-wrapped sub-envs
@@ -324,7 +324,7 @@ def _sync_vector_env(
     max_episode_steps: int | None = None,
     **stack: Any,
 ) -> VectorEnv:
-    from vlmrm_fast.stack import build_stack, plan_stack, specs_of_arguments
+    from vlmrm_fast.stack.plan import build_stack, plan_stack, specs_of_arguments
 
     if render_mode != "rgb_array":
         raise ValueError(f"render_mode={render_mode!r}: VLM rewards score 'rgb_array' frames")
