@@ -7,7 +7,7 @@
 (b) paper-style: the paper's own pattern — the same, but SB3's SubprocVecEnv with
     one process per env rendering to numpy (frames cross process pipes);
 (c) fast: ``FastVLMRewardVecEnv`` end to end, per renderer (``--renderers egl warp``) and physics
-    (``--physics batch warp``: the CPU engine beside MuJoCo Warp, side by side in one run).
+    (``--physics batch warp``: the CPU simulator beside MuJoCo Warp, side by side in one run).
 
 Same task, model (random weights: the compute is the same), number of envs,
 resolution and steps. Reports frames scored per second for each and the fast
@@ -333,7 +333,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the physics to run, side by side (warp: MuJoCo Warp on the GPU, drawn by renderer warp)",
     )
     p.add_argument(
-        "--renderers", nargs="+", default=["egl"], choices=list(RENDERERS), help="the batch engine's renderers to run"
+        "--renderers", nargs="+", default=["egl"], choices=list(RENDERERS), help="the batch env's renderers to run"
     )
     p.add_argument(
         "--pipeline-chunks",
@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         for k in args.renderers
         for c in args.pipeline_chunks
         for physics in args.physics
-        if physics == "auto" or not PHYSICS[physics].engine or RENDERERS[k].state_for(PHYSICS[physics].offers)
+        if physics == "auto" or not PHYSICS[physics].batch_env or RENDERERS[k].state_for(PHYSICS[physics].offers)
     ]
     results, baselines = [], {}
     # The table as it grows: its header with the first result, then one row per result (printed once).

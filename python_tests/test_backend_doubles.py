@@ -1,7 +1,7 @@
 """What docs/architecture.md's "Where to add things" promises, shown with test doubles: a physics backend
 is one module and a row (``double_physics.py``), a renderer one module and a row (``double_renderer.py``),
 a reward formula its task, its formula and a row, a task one row; each registered for the test only,
-and taken by the plan, the engine, the renderers and the reward head as they are. The VecEnv contract
+and taken by the plan, the batch env, the renderers and the reward head as they are. The VecEnv contract
 tests run over the physics double too (``test_vec_env.py``, the ``venv`` fixture)."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def _reached_qpos(env: FastVLMRewardVecEnv) -> np.ndarray:
 
 @pytest.mark.egl
 def test_a_physics_backend_is_one_module_and_a_row(doubles):
-    """The plan takes the row, the engine steps its simulator with the actions, and EGL draws its host
+    """The plan takes the row, the batch env steps its simulator with the actions, and EGL draws its host
     positions: mujoco.Renderer's own pixels for the state the double reached."""
     plan = plan_stack(EnvSpec(TASK, 2, physics="kinematic", renderer="egl", **SMALL), RewardModelSpec(**TINY))
     assert (plan.physics, plan.renderer, plan.ranges) == ("kinematic", "egl", (slice(0, 2),))
@@ -74,7 +74,7 @@ def test_a_physics_backend_is_one_module_and_a_row(doubles):
 
 
 def test_a_renderer_is_one_module_and_a_row(doubles):
-    """The flat renderer draws the batch engine's and the physics double's host positions; its frames are
+    """The flat renderer draws the batch env's and the physics double's host positions; its frames are
     scored as any renderer's."""
     for physics in ("batch", "kinematic"):
         env = FastVLMRewardVecEnv(TASK, 3, physics=physics, renderer="flat", seed=1, **SMALL, **TINY)

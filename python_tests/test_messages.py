@@ -560,7 +560,7 @@ def test_make_vec_refuses_as_the_vec_env_does_and_names_the_fix():
     assert (
         str(make_vec.value)
         == str(vec_env.value)
-        == ("task 'cartpole' has no batch-engine version; use physics='gym' (or 'auto')")
+        == ("task 'cartpole' has no batch-env version; use physics='gym' (or 'auto')")
     )
     for text in ("yes", "no"):  # bool("no") is True
         with pytest.raises(TypeError, match=rf"^torch_outputs: must be true or false, got '{text}'$"):

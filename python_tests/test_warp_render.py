@@ -167,7 +167,7 @@ def test_bad_inputs_are_refused(humanoid_model, scene):
         with pytest.raises(ValueError, match="the renderer draws 2 of a model with nq=8"):
             renderer.draw(BatchSimulator(scene, 3))
     with pytest.raises(ValueError, match="width: must be at most 8192 pixels"):
-        WarpBatchRenderer(scene, 1, 9000, 16, camera="front", device="cpu")
+        WarpBatchRenderer(scene, 1, 16, 9000, camera="front", device="cpu")
     with pytest.raises(RuntimeError, match="closed"):
         renderer.frames()
 

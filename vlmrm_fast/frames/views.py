@@ -134,7 +134,7 @@ def _bytes_at(address: int, size: int, device: torch.device, owner: Any) -> torc
 
 
 class FrameSource(Protocol):
-    """What the batch engine needs of a renderer (``BatchRenderer``, ``WarpBatchRenderer``): draw
+    """What the batch env needs of a renderer (``EGLBatchRenderer``, ``WarpBatchRenderer``): draw
     frames ``rows`` of a simulator's states, lend them in place, hand them out.
 
     ``stream`` is the CUDA stream (torch) the source should draw and map on, or None on the

@@ -1,4 +1,4 @@
-"""What draws the batch engine's frames: one row per renderer, and what ``renderer="auto"`` picks.
+"""What draws the batch env's frames: one row per renderer, and what ``renderer="auto"`` picks.
 
 Each renderer is a :class:`~vlmrm_fast.rendering.base.BatchRendererBase` in a module of this package
 (``egl.py``: OpenGL through headless EGL; ``warp.py``: MuJoCo Warp's ray tracer) and one row of
@@ -71,7 +71,7 @@ class Renderer:
     ) -> FrameSource:
         """A renderer drawing ``num_envs`` frames of ``render_size`` (height, width) from ``camera``, for
         frames scored on ``device``."""
-        return named(self.implementation).for_engine(model, num_envs, render_size, camera, device)
+        return named(self.implementation).for_batch_env(model, num_envs, render_size, camera, device)
 
 
 RENDERERS: dict[str, Renderer] = {
@@ -83,7 +83,7 @@ RENDERERS: dict[str, Renderer] = {
             "headless EGL (Mesa's on a CPU, the NVIDIA driver's on a GPU)",
             overlaps_encoder=False,
             unavailable=_egl_unavailable,
-            implementation="vlmrm_fast.rendering.egl:BatchRenderer",
+            implementation="vlmrm_fast.rendering.egl:EGLBatchRenderer",
         ),
         Renderer(
             "warp",

@@ -1,4 +1,4 @@
-"""The batch engine: a MuJoCo task's envs as one SB3 VecEnv, simulated together and drawn by a batch renderer.
+"""The batch env: a MuJoCo task's envs as one SB3 VecEnv, simulated together and drawn by a batch renderer.
 
 :class:`MujocoBatchVecEnv` is a plain ``VecEnv`` whose reward is the task's own. It is also a
 frame source in ranges (:class:`~vlmrm_fast.frames.views.SteppedFrameSource`), so that the VLM reward
@@ -8,9 +8,9 @@ mj_step + rnePostConstraint on the simulator's threads), draws the states they r
 (``renderer="egl"``: scene updates on the simulator's threads, one GL pass; ``"warp"``: qpos to
 the device, one MuJoCo Warp launch) and lends their frames in place to ``on_frames``; then it
 computes observations and rewards from the copied-out fields (numpy, all envs at once) and resets
-finished envs. The engine alone holds a step's state; ``step_wait`` is the same step in one range.
+finished envs. The batch env alone holds a step's state; ``step_wait`` is the same step in one range.
 
-What the engine needs of a task is a :class:`~vlmrm_fast.envs.batch_task.BatchTask` (observations,
+What the batch env needs of a task is a :class:`~vlmrm_fast.envs.batch_task.BatchTask` (observations,
 and a ``StepReward`` holding the task's own per-env state), e.g.
 :class:`~vlmrm_fast.envs.humanoid.HumanoidBatch`.
 """
@@ -44,10 +44,10 @@ from vlmrm_fast.stack.actions import check_actions
 class BatchEnvView:
     """What ``get_attr``/``set_attr``/``env_method`` see of env ``index`` (no gymnasium object exists)."""
 
-    def __init__(self, engine: MujocoBatchVecEnv, index: int):
-        # A proxy, not a reference: views and engine in a cycle would keep the engine's simulator and
+    def __init__(self, batch_env: MujocoBatchVecEnv, index: int):
+        # A proxy, not a reference: views and the batch env in a cycle would keep the batch env's simulator and
         # renderer alive after close() until the garbage collector's next full pass.
-        self._engine = weakref.proxy(engine)
+        self._batch_env = weakref.proxy(batch_env)
         self.index = index
         self.render_mode = "rgb_array"
 
@@ -57,27 +57,27 @@ class BatchEnvView:
 
     @property
     def observation_space(self) -> gymnasium.Space:
-        return self._engine.observation_space
+        return self._batch_env.observation_space
 
     @property
     def action_space(self) -> gymnasium.Space:
-        return self._engine.action_space
+        return self._batch_env.action_space
 
     @property
     def dt(self) -> float:
-        return self._engine.sim.dt
+        return self._batch_env.sim.dt
 
     @property
     def episode_length(self) -> int | None:
-        return self._engine.episode_length
+        return self._batch_env.episode_length
 
     @property
     def qpos(self) -> np.ndarray:
-        return self._engine.sim.qpos[self.index].copy()
+        return self._batch_env.sim.qpos[self.index].copy()
 
     @property
     def qvel(self) -> np.ndarray:
-        return self._engine.sim.qvel[self.index].copy()
+        return self._batch_env.sim.qvel[self.index].copy()
 
     def get_wrapper_attr(self, name: str) -> Any:
         return getattr(self, name)
@@ -86,7 +86,7 @@ class BatchEnvView:
         setattr(self, name, value)
 
     def render(self) -> np.ndarray:
-        return self._engine.get_images()[self.index]
+        return self._batch_env.get_images()[self.index]
 
 
 class MujocoBatchVecEnv(VecEnv):
@@ -136,7 +136,7 @@ class MujocoBatchVecEnv(VecEnv):
         self.episode_length = episode_length
         self.time_limit = one_of(time_limit, "time_limit", TIME_LIMITS)
         self.score_terminal_on = one_of(score_terminal_on, "score_terminal_on", SCORE_TERMINAL_ON)
-        self.physics = one_of(physics, "physics", [name for name, row in PHYSICS.items() if row.engine])
+        self.physics = one_of(physics, "physics", [name for name, row in PHYSICS.items() if row.batch_env])
         self.renderer = one_of(renderer, "renderer", tuple(RENDERERS))
         self.model = batch.build_model(max(height, width))
         if solver is not None:  # the plan's (MuJoCo Warp has no PGS): one model for the physics and the drawing
@@ -179,7 +179,7 @@ class MujocoBatchVecEnv(VecEnv):
     def reset(self) -> np.ndarray:
         self._check_open()
         if any(self._options):
-            raise ValueError("the MuJoCo batch engine takes no reset options")
+            raise ValueError("the MuJoCo batch env takes no reset options")
         seeds = None if all(s is None for s in self._seeds) else [int(s) for s in self._seeds if s is not None]
         self.sim.reset(seed=seeds, noise_scale=self.batch.reset_noise_scale)
         self._reset_seeds()
