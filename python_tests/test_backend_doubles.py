@@ -2,11 +2,14 @@
 is one module and a row (``double_physics.py``), a renderer one module and a row (``double_renderer.py``),
 a reward formula its task, its formula and a row, a task one row; each registered for the test only,
 and taken by the plan, the batch env, the renderers and the reward head as they are. The VecEnv contract
-tests run over the physics double too (``test_vec_env.py``, the ``venv`` fixture)."""
+tests run over the physics double too (``test_vec_env.py``, the ``venv`` fixture). Its "Modules" table names
+every module of the package."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
+from pathlib import Path
 
 import gymnasium
 import mujoco
@@ -173,3 +176,37 @@ def test_a_task_is_one_row(monkeypatch):
         assert rewards.shape == (2,) and np.isfinite(rewards).all()
     finally:
         env.close()
+
+
+def _modules_table() -> list[tuple[str, str]]:
+    """docs/architecture.md's "Modules" table: (first cell, whole row) of each row."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    section = text.split("\n## Modules\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return [(row.split(" | ", 1)[0], row) for row in rows]
+
+
+def _mentions(module: str, table: list[tuple[str, str]]) -> bool:
+    """Whether the table names ``module`` (a path under vlmrm_fast/): its whole path in backticks, a folder's
+    ``__init__.py`` by its folder in a first cell, or its file name in the row of its folder (``reward/window*.py``
+    standing for the files it matches)."""
+    folder, _, name = module.rpartition("/")
+    for first, row in table:
+        named = re.findall(r"`([^`]+)`", first)
+        if f"`{module}`" in row or (not folder and name in named):
+            return True
+        folders = {n.rstrip("/") for n in named if n.endswith("/")}
+        patterns = [n for n in named if "*" in n]
+        if folder and (folder in folders or any(Path(module).match(p) for p in patterns)):
+            if name == "__init__.py" or f"`{name}`" in row or any(Path(module).match(p) for p in patterns):
+                return True
+    return False
+
+
+def test_the_modules_table_names_every_module():
+    package = Path(__file__).resolve().parents[1] / "vlmrm_fast"
+    table = _modules_table()
+    modules = sorted(str(path.relative_to(package)) for path in package.rglob("*.py"))
+    assert len(modules) > 100
+    missing = [module for module in modules if not _mentions(module, table)]
+    assert not missing, f"docs/architecture.md's Modules table does not name {', '.join(missing)}"

@@ -6,7 +6,7 @@ embeddings, the model's logit scale): it keeps the text-side tensors it needs an
 rewards of normalized image embeddings with :meth:`Formula.reward`. A formula the fused kernel
 knows also gives its row of the kernel's task table (:meth:`Formula.kernel_entry`); the kernel (C++
 twin on the CPU, CUDA on a GPU) then computes the same in one pass over the embeddings for every
-task. Each kind of task names its formula in its row of ``reward.tasks.TASK_KINDS``: adding a reward is a
+task. Each kind of task names its formula in its row of ``reward.kinds.TASK_KINDS``: adding a reward is a
 task dataclass, a formula and that row; a kernel entry only where speed asks for one.
 
 A generative judge's question tasks read their reward from the answer's logits instead of an
@@ -140,7 +140,7 @@ class Binary:
 
 
 def formula_of(task: Any, text_embedding: TextEmbedding, logit_scale: float) -> Formula:
-    """The formula of ``task`` (its kind's, ``reward.tasks.TASK_KINDS``) with its text side computed."""
+    """The formula of ``task`` (its kind's, ``reward.kinds.TASK_KINDS``) with its text side computed."""
     kind = TASK_KINDS.get(kind_of(task) or "")
     if kind is None or kind.formula is None:
         known = ", ".join(k.task.__name__ for k in TASK_KINDS.values() if k.formula is not None)
