@@ -25,10 +25,10 @@ from vlmrm_fast.failures import (
     EXIT_SIGTERM,
     ExpectedFailure,
     Terminated,
-    broken_install_line,
     closed_pipe,
     run_command,
 )
+from vlmrm_fast.runtime.health import broken_install_line
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -315,6 +315,7 @@ def _main(argv: Sequence[str] | None) -> int:
         setup=getattr(args, "setup", False),
         interrupted=getattr(args, "interrupted", "interrupted"),
         terminated=getattr(args, "terminated", "stopped by SIGTERM"),
+        diagnose=broken_install_line,
     )
 
 
