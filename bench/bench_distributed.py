@@ -35,7 +35,7 @@ import common  # noqa: E402
 from vlmrm_fast.distributed import ShardedVecEnv, launched_rank, serve_shard  # noqa: E402
 from vlmrm_fast.distributed.channel import Link  # noqa: E402
 from vlmrm_fast.distributed.launch import Launch, join  # noqa: E402
-from vlmrm_fast.vec_env import FastVLMRewardVecEnv  # noqa: E402
+from vlmrm_fast.stack.vec_env import FastVLMRewardVecEnv  # noqa: E402
 
 SHARD_STEP_SECONDS: list[float] = []  # this process's shard steps (FastVLMRewardVecEnv.step), timed
 

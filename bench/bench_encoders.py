@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
 
-    from vlmrm_fast.device import resolve_device
+    from vlmrm_fast.runtime.device import resolve_device
 
     if args.quick:
         args.models, args.backends, args.device, args.precision = ["vlmrm-tiny"], ["torch", "compile"], "cpu", ["fp32"]

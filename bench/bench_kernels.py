@@ -24,10 +24,10 @@ from collections.abc import Callable
 
 import torch
 
-from vlmrm_fast import kernels
-from vlmrm_fast.device import build_info, native_cuda_usable
-from vlmrm_fast.frames import FrameLayout
-from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
+from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec
+from vlmrm_fast.frames.views import FrameLayout
+from vlmrm_fast.runtime import kernels
+from vlmrm_fast.runtime.device import build_info, native_cuda_usable
 
 MEAN = (0.48145466, 0.4578275, 0.40821073)
 STD = (0.26862954, 0.26130258, 0.27577711)

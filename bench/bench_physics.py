@@ -1,4 +1,4 @@
-"""Physics alone: MuJoCo Warp (``WarpSimulator``) beside the CPU batch engine (``BatchSimulator``, all
+"""Physics alone: MuJoCo Warp (``WarpSimulator``) beside the CPU batch simulator (``BatchSimulator``, all
 host threads), the humanoid tasks' model and step (5 substeps, rne_postconstraint, the task's outputs).
 
 Each world count runs in a fresh process (so that its peak device memory is its own): env steps/s
@@ -6,7 +6,7 @@ Each world count runs in a fresh process (so that its peak device memory is its 
 every step (what the VecEnv reads) and kept on the device (``host_outputs=False``: torch tensors for
 a GPU-native learner); the time of the first step (Warp's modules loaded, the CUDA graph captured);
 a reset of every world with the task's noise, and the share of it that draws the noise on the host;
-peak device memory (MuJoCo Warp's memory pool and torch's allocator). The CPU engine runs the
+peak device memory (MuJoCo Warp's memory pool and torch's allocator). The CPU simulator runs the
 task's own model (PGS, float64: ``physics="batch"``), MuJoCo Warp the same model with Newton.
 
 ``--first-call``: Warp's first-call cost, as bench/warp_first_call.py measures it for the renderer:
@@ -173,7 +173,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=100, help="timed env steps of MuJoCo Warp (default 100)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument(
-        "--batch-steps", type=int, default=5, help="timed env steps of the CPU engine (default 5; 0: skip it)"
+        "--batch-steps", type=int, default=5, help="timed env steps of the CPU simulator (default 5; 0: skip it)"
     )
     parser.add_argument("--first-call", action="store_true", help="also Warp's first-call cost, cache cold and warm")
     parser.add_argument("--first-call-worlds", type=int, default=1024)

@@ -9,9 +9,9 @@ as a renderer fed from stepped simulations must:
   loop        per env: qpos -> MjData, mj_fwdPosition, Renderer.update_scene, render()
               (host frames; one mujoco.Renderer per env, round-robin over at most
               --baseline-renderers of them to bound memory)
-  batch       BatchRenderer.render(qpos): host uint8 (N, H, W, 3)
-  batch_sim   BatchRenderer.render_sim(BatchSimulator): no Python per env
-  batch_cuda  BatchRenderer.render(qpos, device="cuda") through CUDA-GL interop
+  batch       EGLBatchRenderer.render(qpos): host uint8 (N, H, W, 3)
+  batch_sim   EGLBatchRenderer.render_sim(BatchSimulator): no Python per env
+  batch_cuda  EGLBatchRenderer.render(qpos, device="cuda") through CUDA-GL interop
   batch_tK    K BatchRenderers (K EGL contexts) of N/K envs each, drawing from K threads at once
               (--threads K ...): does the GPU take GL work from several contexts faster than from one?
   warp        WarpBatchRenderer.draw(sim): qpos to the device, kinematics, BVH refit, render,
@@ -33,7 +33,7 @@ import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
 import vlmrm_fast  # noqa: E402
-from vlmrm_fast import BatchRenderer, BatchSimulator  # noqa: E402
+from vlmrm_fast import BatchSimulator, EGLBatchRenderer  # noqa: E402
 from vlmrm_fast.envs import humanoid  # noqa: E402
 
 CAMERA = humanoid.SCENES[humanoid.DEFAULT_SCENE].camera
@@ -86,7 +86,7 @@ def bench_loop(model, qpos, size, min_time, max_renderers) -> dict:
 def bench_batch(model, qpos, size, min_time, methods) -> dict:
     n = len(qpos)
     out = {}
-    with BatchRenderer(model, n, size, size, camera=CAMERA) as renderer:
+    with EGLBatchRenderer(model, n, size, size, camera=CAMERA) as renderer:
         out["egl"] = "software (llvmpipe)" if renderer.software else f"cuda:{renderer.cuda_device}"
         if "batch" in methods:
             out["batch"] = timed(lambda: renderer.render(qpos), n, min_time)
@@ -117,7 +117,7 @@ def bench_threads(model, qpos, size, min_time, threads: int) -> dict:
         sim = BatchSimulator(model, len(part), nthread=max(1, len(os.sched_getaffinity(0)) // len(shares)))
         sim.reset(qpos=qpos[part])
         sims.append(sim)
-        renderers.append(BatchRenderer(model, len(part), size, size, camera=CAMERA, nthread=1))
+        renderers.append(EGLBatchRenderer(model, len(part), size, size, camera=CAMERA, nthread=1))
     pool = ThreadPoolExecutor(len(shares))
 
     def run():

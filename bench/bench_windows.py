@@ -4,7 +4,7 @@
     python bench/bench_windows.py --device cuda --frame-model ViT-B-32 --video-model viclip-b16 \\
         --envs 1024 --size 224 --stack --out bench/out/windows_h100.json                 # a GPU (see RESULTS.md)
 
-The scorer rows time the step's scorer (``pipeline.ChunkedScorer``, the reward's whole share of a step:
+The scorer rows time the step's scorer (``stack.scorer.ChunkedScorer``, the reward's whole share of a step:
 preprocess, encode, ring, reward head, the rewards to the host) on the same uint8 frames per step,
 the rows stepped in turn (each sees the same load), each step timed; a row's rate is its median step's:
 
@@ -39,10 +39,10 @@ import common  # noqa: E402
 
 from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model  # noqa: E402
 from vlmrm_fast.envs import get_task  # noqa: E402
-from vlmrm_fast.frames import HostFrames  # noqa: E402
-from vlmrm_fast.pipeline import ChunkedScorer  # noqa: E402
+from vlmrm_fast.frames.views import HostFrames  # noqa: E402
 from vlmrm_fast.reward.window import subsample_indices  # noqa: E402
 from vlmrm_fast.reward.window_model import ring_item_shape  # noqa: E402
+from vlmrm_fast.stack.scorer import ChunkedScorer  # noqa: E402
 
 TASK = "humanoid-kneeling"
 

@@ -20,7 +20,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
-from vlmrm_fast import BatchRenderer  # noqa: E402
+from vlmrm_fast import EGLBatchRenderer  # noqa: E402
 from vlmrm_fast.envs import humanoid  # noqa: E402
 from vlmrm_fast.rendering.warp import WarpBatchRenderer  # noqa: E402
 
@@ -89,7 +89,7 @@ def main() -> None:
     for size in args.sizes:
         for name, (model, camera) in scenes(size).items():
             qpos = poses(model, args.poses)
-            with BatchRenderer(model, len(qpos), size, size, camera=camera) as egl:
+            with EGLBatchRenderer(model, len(qpos), size, size, camera=camera) as egl:
                 expected = egl.render(qpos)
             with WarpBatchRenderer(model, len(qpos), size, size, camera=camera, device=args.device) as warp:
                 got = warp.render(qpos)

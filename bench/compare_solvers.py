@@ -1,7 +1,7 @@
-"""What running the humanoid tasks on MuJoCo Warp changes: the engine (float32 MuJoCo Warp against
+"""What running the humanoid tasks on MuJoCo Warp changes: the batch env (float32 MuJoCo Warp against
 float64 CPU MuJoCo, both Newton) and the solver (Newton against the task's own PGS, both CPU MuJoCo).
 
-Every engine starts from the same states (the task's reset noise, drawn once, as float32 values) and
+Every simulator starts from the same states (the task's reset noise, drawn once, as float32 values) and
 takes the same actions, for one episode of the task's length. Prints, and writes with ``--out``:
 
 * the max abs qpos difference after 1, 10 and 100 steps (random actions);
@@ -35,7 +35,7 @@ from vlmrm_fast.physics.batch import BatchSimulator
 from vlmrm_fast.physics.solver import with_solver
 
 REPORT_STEPS = (1, 10, 100)
-ENGINES = ("cpu-pgs", "cpu-newton", "warp-newton")  # cpu-pgs: the task's own dynamics (the paper's)
+SIMULATORS = ("cpu-pgs", "cpu-newton", "warp-newton")  # cpu-pgs: the task's own dynamics (the paper's)
 REFERENCE = "cpu-pgs"
 
 
@@ -48,15 +48,15 @@ def policies(model, steps: int, envs: int, seed: int) -> dict[str, np.ndarray]:
     }
 
 
-def make_engine(name: str, model, envs: int, device: str):
+def make_simulator(name: str, model, envs: int, device: str):
     task = humanoid.HumanoidBatch
     solver = "pgs" if name.endswith("pgs") else "newton"
-    engine_model = with_solver(model, solver)
+    solver_model = with_solver(model, solver)
     if name.startswith("warp"):
         from vlmrm_fast.physics.warp import WarpSimulator
 
-        return WarpSimulator(engine_model, envs, task.frame_skip, task.outputs, rne_post_constraint=True, device=device)
-    return BatchSimulator(engine_model, envs, task.frame_skip, task.outputs, rne_post_constraint=True)
+        return WarpSimulator(solver_model, envs, task.frame_skip, task.outputs, rne_post_constraint=True, device=device)
+    return BatchSimulator(solver_model, envs, task.frame_skip, task.outputs, rne_post_constraint=True)
 
 
 def rollout(sim, model, start_qpos, start_qvel, ctrl: np.ndarray) -> dict[str, np.ndarray]:
@@ -77,20 +77,20 @@ def rollout(sim, model, start_qpos, start_qvel, ctrl: np.ndarray) -> dict[str, n
 def compare(args) -> dict:
     model = humanoid.humanoid_model(humanoid.DEFAULT_SCENE, 64)
     steps = max(REPORT_STEPS)
-    engines = {name: make_engine(name, model, args.envs, args.device) for name in ENGINES}
-    # The task's reset (qpos0 and noise, seeded per env), as float32 values: every engine starts there.
-    warp = engines["warp-newton"]
+    simulators = {name: make_simulator(name, model, args.envs, args.device) for name in SIMULATORS}
+    # The task's reset (qpos0 and noise, seeded per env), as float32 values: every simulator starts there.
+    warp = simulators["warp-newton"]
     warp.reset(seed=args.seed, noise_scale=humanoid.RESET_NOISE_SCALE)
     start_qpos, start_qvel = warp.qpos.copy(), warp.qvel.copy()
     runs: dict[str, dict[str, dict[str, np.ndarray]]] = {}
     seconds: dict[str, float] = {}
     for policy, ctrl in policies(model, steps, args.envs, args.seed).items():
         runs[policy] = {}
-        for name, sim in engines.items():
+        for name, sim in simulators.items():
             began = time.perf_counter()
             runs[policy][name] = rollout(sim, model, start_qpos, start_qvel, ctrl)
             seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - began
-    for sim in engines.values():
+    for sim in simulators.values():
         sim.close()
 
     def qpos_difference(policy: str, a: str, b: str) -> dict[str, float]:
@@ -122,9 +122,9 @@ def compare(args) -> dict:
                     "healthy_at_last_step": float(run["healthy"][-1].mean()),
                     "healthy_steps": float(run["healthy"].mean()),
                 }
-                for name, run in engine_runs.items()
+                for name, run in simulator_runs.items()
             }
-            for policy, engine_runs in runs.items()
+            for policy, simulator_runs in runs.items()
         },
         "seconds": seconds,
     }
@@ -141,9 +141,11 @@ def print_tables(result: dict) -> None:
         for pair, by_step in pairs.items():
             print(f"{policy:<14} {pair:<22} " + " ".join(f"{by_step[str(k)]:>10.2e}" for k in REPORT_STEPS))
     print("\nHumanoid-v5 ground truth per episode (healthy: root height in 1-2 m)")
-    print(f"{'policy':<14} {'engine':<12} {'return':>16} {'|dr| vs pgs':>12} {'healthy@end':>12} {'healthy steps':>14}")
-    for policy, engines in result["policies"].items():
-        for name, row in engines.items():
+    print(
+        f"{'policy':<14} {'simulator':<12} {'return':>16} {'|dr| vs pgs':>12} {'healthy@end':>12} {'healthy steps':>14}"
+    )
+    for policy, simulators in result["policies"].items():
+        for name, row in simulators.items():
             ret = f"{row['return_mean']:.1f} ± {row['return_std']:.1f}"
             print(
                 f"{policy:<14} {name:<12} {ret:>16} {row['reward_abs_difference_to_cpu_pgs']:>12.4f} "
@@ -153,7 +155,7 @@ def print_tables(result: dict) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", type=int, default=8, help="episodes per policy and engine (default 8)")
+    parser.add_argument("--envs", type=int, default=8, help="episodes per policy and simulator (default 8)")
     parser.add_argument("--device", default="cpu", help="MuJoCo Warp's device (default cpu: Warp's CPU backend)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="write the results as JSON here")

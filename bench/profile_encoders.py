@@ -409,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
-    from vlmrm_fast.device import resolve_device
+    from vlmrm_fast.runtime.device import resolve_device
 
     if args.quick:
         args.models, args.device, args.precision, args.batch_size, args.calls = ["vlmrm-tiny"], "cpu", ["fp32"], 8, 3

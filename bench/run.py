@@ -7,7 +7,7 @@
 (b) paper-style: the paper's own pattern — the same, but SB3's SubprocVecEnv with
     one process per env rendering to numpy (frames cross process pipes);
 (c) fast: ``FastVLMRewardVecEnv`` end to end, per renderer (``--renderers egl warp``) and physics
-    (``--physics batch warp``: the CPU engine beside MuJoCo Warp, side by side in one run).
+    (``--physics batch warp``: the CPU simulator beside MuJoCo Warp, side by side in one run).
 
 Same task, model (random weights: the compute is the same), number of envs,
 resolution and steps. Reports frames scored per second for each and the fast
@@ -42,7 +42,7 @@ from vlmrm_fast.envs import get_task  # noqa: E402
 from vlmrm_fast.models import RandomWeightsWarning, load_clip  # noqa: E402
 from vlmrm_fast.physics import PHYSICS  # noqa: E402
 from vlmrm_fast.rendering import RENDERERS  # noqa: E402
-from vlmrm_fast.vec_env import FastVLMRewardVecEnv  # noqa: E402
+from vlmrm_fast.stack.vec_env import FastVLMRewardVecEnv  # noqa: E402
 
 warnings.filterwarnings("ignore", category=RandomWeightsWarning)
 ALPHA = 0.5
@@ -333,7 +333,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the physics to run, side by side (warp: MuJoCo Warp on the GPU, drawn by renderer warp)",
     )
     p.add_argument(
-        "--renderers", nargs="+", default=["egl"], choices=list(RENDERERS), help="the batch engine's renderers to run"
+        "--renderers", nargs="+", default=["egl"], choices=list(RENDERERS), help="the batch env's renderers to run"
     )
     p.add_argument(
         "--pipeline-chunks",
@@ -360,7 +360,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    device = vlmrm_fast.device.resolve_device(args.device)
+    device = vlmrm_fast.runtime.device.resolve_device(args.device)
     mach = common.machine()
     args.ceiling_tflops = common.matmul_ceiling_tflops(device)
     mach["bf16_matmul_tflops"] = args.ceiling_tflops
@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         for k in args.renderers
         for c in args.pipeline_chunks
         for physics in args.physics
-        if physics == "auto" or not PHYSICS[physics].engine or RENDERERS[k].state_for(PHYSICS[physics].offers)
+        if physics == "auto" or not PHYSICS[physics].batch_env or RENDERERS[k].state_for(PHYSICS[physics].offers)
     ]
     results, baselines = [], {}
     # The table as it grows: its header with the first result, then one row per result (printed once).

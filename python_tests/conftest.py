@@ -37,7 +37,7 @@ def pytest_configure(config: pytest.Config) -> None:
     sys.path under `python3 -m pytest` without -P; a broken install) stops the run with its one line,
     instead of one collection error per test file."""
     try:
-        import vlmrm_fast._native  # noqa: F401  (the native core, loaded)
+        import vlmrm_fast.runtime.native  # noqa: F401  (the native core, loaded)
     except ImportError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -50,13 +50,13 @@ def _build_info() -> dict:
 
 
 def _gpu_missing() -> str | None:
-    """Why the GPU tests cannot run here, in the words of `vlmrm-fast info` (vlmrm_fast.device)."""
+    """Why the GPU tests cannot run here, in the words of `vlmrm-fast info` (vlmrm_fast.runtime.device)."""
     import torch
 
     info = _build_info()
     if info["cuda_compiled"] and info["cuda_available"] and torch.cuda.is_available():
         return None
-    from vlmrm_fast.device import no_gpu_reason
+    from vlmrm_fast.runtime.device import no_gpu_reason
 
     return no_gpu_reason()
 
@@ -78,7 +78,7 @@ def _tensorrt_missing() -> str | None:
 
 
 def _warp_missing() -> str | None:
-    from vlmrm_fast.warp_runtime import warp_available
+    from vlmrm_fast.runtime.warp import warp_available
 
     return warp_available()
 

@@ -3,7 +3,7 @@
 :class:`FlatRenderer` paints each env's frame in one colour, a function of the root's position
 (:func:`colour`), from a simulator's positions on the host: a picture a test can compute. :data:`ROW`
 is its row of ``vlmrm_fast.rendering.RENDERERS``; a test registers it
-(``monkeypatch.setitem(RENDERERS, ROW.name, ROW)``) and the plan and the engine take it from there.
+(``monkeypatch.setitem(RENDERERS, ROW.name, ROW)``) and the plan and the batch env take it from there.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import mujoco
 import numpy as np
 import torch
 
-from vlmrm_fast.frames import FrameView
+from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.physics.simulator import HOST_POSITIONS
 from vlmrm_fast.rendering import Renderer
 from vlmrm_fast.rendering.base import BatchRendererBase
@@ -30,17 +30,17 @@ def colour(qpos: np.ndarray) -> np.ndarray:
 class FlatRenderer(BatchRendererBase):
     draws = (HOST_POSITIONS,)
 
-    def __init__(self, model: mujoco.MjModel, num_envs: int, width: int, height: int):
-        super().__init__(model, num_envs, width, height)
+    def __init__(self, model: mujoco.MjModel, num_envs: int, height: int, width: int):
+        super().__init__(model, num_envs, height, width)
         self._frames = torch.zeros((num_envs, height, width, 3), dtype=torch.uint8)
         self._closed = False
 
     @classmethod
-    def for_engine(
+    def for_batch_env(
         cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, device: torch.device
     ) -> FlatRenderer:
         height, width = render_size
-        return cls(model, num_envs, width, height)
+        return cls(model, num_envs, height, width)
 
     @property
     def num_envs(self) -> int:

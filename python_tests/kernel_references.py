@@ -8,9 +8,9 @@ import open_clip
 import torch
 from PIL import Image
 
-from vlmrm_fast import kernels
-from vlmrm_fast.frames import FrameLayout
-from vlmrm_fast.preprocess import PreprocessSpec
+from vlmrm_fast.frames.preprocess import PreprocessSpec
+from vlmrm_fast.frames.views import FrameLayout
+from vlmrm_fast.runtime import kernels
 
 MEAN = tuple(open_clip.OPENAI_DATASET_MEAN)
 STD = tuple(open_clip.OPENAI_DATASET_STD)

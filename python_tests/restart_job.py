@@ -14,7 +14,7 @@ import sys
 def main() -> int:
     kill_at = int(sys.argv[1])
     if os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0" and os.environ.get("RANK") == "1":
-        from vlmrm_fast.vec_env import FastVLMRewardVecEnv
+        from vlmrm_fast.stack.vec_env import FastVLMRewardVecEnv
 
         step_wait, stepped = FastVLMRewardVecEnv.step_wait, [0]
 

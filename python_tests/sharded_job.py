@@ -22,7 +22,7 @@ import numpy as np
 
 TIMEOUT = 60.0
 
-# (task, num_envs, steps): cartpole takes the gymnasium path, the humanoid the batch engine
+# (task, num_envs, steps): cartpole takes the gymnasium path, the humanoid the batch env
 TRAJECTORIES = {
     "humanoid": ("humanoid-kneeling", 4, 8),
     "cartpole": ("cartpole", 4, 8),
@@ -252,7 +252,7 @@ def run_failure(
 ) -> None:
     """Ranks ``failing`` die or hang mid-run; rank 0 must stop with an error naming each of them."""
     from vlmrm_fast.distributed import Launch, ShardedVecEnv, serve_shard
-    from vlmrm_fast.vec_env import FastVLMRewardVecEnv
+    from vlmrm_fast.stack.vec_env import FastVLMRewardVecEnv
 
     if rank != 0 and rank not in failing:
         serve_shard(timeout=3600)

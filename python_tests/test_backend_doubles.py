@@ -1,12 +1,15 @@
 """What docs/architecture.md's "Where to add things" promises, shown with test doubles: a physics backend
 is one module and a row (``double_physics.py``), a renderer one module and a row (``double_renderer.py``),
 a reward formula its task, its formula and a row, a task one row; each registered for the test only,
-and taken by the plan, the engine, the renderers and the reward head as they are. The VecEnv contract
-tests run over the physics double too (``test_vec_env.py``, the ``venv`` fixture)."""
+and taken by the plan, the batch env, the renderers and the reward head as they are. The VecEnv contract
+tests run over the physics double too (``test_vec_env.py``, the ``venv`` fixture). Its "Modules" table names
+every module of the package."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
+from pathlib import Path
 
 import gymnasium
 import mujoco
@@ -26,8 +29,8 @@ from vlmrm_fast.physics.simulator import DEVICE_WORLDS
 from vlmrm_fast.rendering import RENDERERS
 from vlmrm_fast.reward import formulas, load_reward_model
 from vlmrm_fast.reward.head import RewardHead
-from vlmrm_fast.reward.tasks import TASK_KINDS, TaskKind
-from vlmrm_fast.stack import plan_stack
+from vlmrm_fast.reward.kinds import TASK_KINDS, TaskKind
+from vlmrm_fast.stack.plan import plan_stack
 
 TINY = {"model": "vlmrm-tiny", "alpha": 0.5, "device": "cpu"}
 TASK = "humanoid-kneeling"
@@ -47,7 +50,7 @@ def _reached_qpos(env: FastVLMRewardVecEnv) -> np.ndarray:
 
 @pytest.mark.egl
 def test_a_physics_backend_is_one_module_and_a_row(doubles):
-    """The plan takes the row, the engine steps its simulator with the actions, and EGL draws its host
+    """The plan takes the row, the batch env steps its simulator with the actions, and EGL draws its host
     positions: mujoco.Renderer's own pixels for the state the double reached."""
     plan = plan_stack(EnvSpec(TASK, 2, physics="kinematic", renderer="egl", **SMALL), RewardModelSpec(**TINY))
     assert (plan.physics, plan.renderer, plan.ranges) == ("kinematic", "egl", (slice(0, 2),))
@@ -74,7 +77,7 @@ def test_a_physics_backend_is_one_module_and_a_row(doubles):
 
 
 def test_a_renderer_is_one_module_and_a_row(doubles):
-    """The flat renderer draws the batch engine's and the physics double's host positions; its frames are
+    """The flat renderer draws the batch env's and the physics double's host positions; its frames are
     scored as any renderer's."""
     for physics in ("batch", "kinematic"):
         env = FastVLMRewardVecEnv(TASK, 3, physics=physics, renderer="flat", seed=1, **SMALL, **TINY)
@@ -173,3 +176,37 @@ def test_a_task_is_one_row(monkeypatch):
         assert rewards.shape == (2,) and np.isfinite(rewards).all()
     finally:
         env.close()
+
+
+def _modules_table() -> list[tuple[str, str]]:
+    """docs/architecture.md's "Modules" table: (first cell, whole row) of each row."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    section = text.split("\n## Modules\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return [(row.split(" | ", 1)[0], row) for row in rows]
+
+
+def _mentions(module: str, table: list[tuple[str, str]]) -> bool:
+    """Whether the table names ``module`` (a path under vlmrm_fast/): its whole path in backticks, a folder's
+    ``__init__.py`` by its folder in a first cell, or its file name in the row of its folder (``reward/window*.py``
+    standing for the files it matches)."""
+    folder, _, name = module.rpartition("/")
+    for first, row in table:
+        named = re.findall(r"`([^`]+)`", first)
+        if f"`{module}`" in row or (not folder and name in named):
+            return True
+        folders = {n.rstrip("/") for n in named if n.endswith("/")}
+        patterns = [n for n in named if "*" in n]
+        if folder and (folder in folders or any(Path(module).match(p) for p in patterns)):
+            if name == "__init__.py" or f"`{name}`" in row or any(Path(module).match(p) for p in patterns):
+                return True
+    return False
+
+
+def test_the_modules_table_names_every_module():
+    package = Path(__file__).resolve().parents[1] / "vlmrm_fast"
+    table = _modules_table()
+    modules = sorted(str(path.relative_to(package)) for path in package.rglob("*.py"))
+    assert len(modules) > 100
+    missing = [module for module in modules if not _mentions(module, table)]
+    assert not missing, f"docs/architecture.md's Modules table does not name {', '.join(missing)}"

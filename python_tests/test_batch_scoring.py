@@ -17,10 +17,10 @@ from vlmrm_fast import load_reward_model
 from vlmrm_fast.envs import get_task
 from vlmrm_fast.reward import batch_scoring
 from vlmrm_fast.reward.batch_scoring import FrameBatchScorer, even_batch, fill_batch_size, tower_gflops, tower_shape
+from vlmrm_fast.stack.vec_env import FastVLMRewardVecEnv
+from vlmrm_fast.stack.wrappers import find_reward_wrapper
 from vlmrm_fast.training.callbacks import EpisodeBatchRewards, EpisodeStats
 from vlmrm_fast.training.config import ConfigError, load_config
-from vlmrm_fast.vec_env import FastVLMRewardVecEnv
-from vlmrm_fast.wrappers import find_reward_wrapper
 
 NUM_ENVS, STEPS = 3, 7
 

@@ -13,8 +13,8 @@ from child_process import run_python
 
 from vlmrm_fast.encoders import make_image_encoder
 from vlmrm_fast.encoders.attention import FusedSelfAttention, fuse_attention
+from vlmrm_fast.encoders.build_progress import Phases
 from vlmrm_fast.encoders.compile_cache import CACHE_ENV, default_compile_cache_dir, resolve_compile_cache
-from vlmrm_fast.encoders.progress import Phases
 from vlmrm_fast.models import load_clip
 
 # torch.compile in fresh processes: left out of the quick subset (-m "not slow")

@@ -26,8 +26,9 @@ from kernel_references import (
 )
 from PIL import Image
 
-from vlmrm_fast import _cuda_emulation, kernels
-from vlmrm_fast.frames import FrameLayout
+from vlmrm_fast import _cuda_emulation
+from vlmrm_fast.frames.preprocess import FramePreprocessor
+from vlmrm_fast.frames.views import FrameLayout
 from vlmrm_fast.models import (
     MissingDependencyError,
     RandomWeightsWarning,
@@ -37,8 +38,8 @@ from vlmrm_fast.models import (
 )
 from vlmrm_fast.models import families as families_module
 from vlmrm_fast.models.load import architecture_preprocess_cfg
-from vlmrm_fast.preprocess import FramePreprocessor
 from vlmrm_fast.reward import BinaryTask, load_reward_model
+from vlmrm_fast.runtime import kernels
 
 H100 = (132, 227 * 1024)  # the emulated device: multiprocessors, shared memory per block
 TARGET = ("a humanoid robot kneeling",)

@@ -251,7 +251,7 @@ def test_calibration_measures_each_layer_input_and_scales_it_with_the_margin():
 
 
 def test_calibration_frames_are_preprocessed_as_the_reward_model_does(tmp_path):
-    from vlmrm_fast.preprocess import FramePreprocessor
+    from vlmrm_fast.frames.preprocess import FramePreprocessor
 
     clip, _ = tiny_tower()
     frames = np.random.default_rng(0).integers(0, 256, size=(5, 48, 80, 3), dtype=np.uint8)

@@ -1,4 +1,4 @@
-"""gymnasium's vector API: the registered tasks, VLMRewardVectorEnv (the batch engine) and
+"""gymnasium's vector API: the registered tasks, VLMRewardVectorEnv (the batch env) and
 VLMRewardVectorWrapper, against gymnasium's own checker and its own SyncVectorEnv.
 
 The reference for the vector env's contract is gymnasium itself: the same task's single envs
@@ -20,7 +20,7 @@ from tolerances import assert_rewards_close
 import vlmrm_fast.envs  # noqa: F401  (registers vlmrm_fast/<task>)
 from vlmrm_fast import RecordFrame, load_reward_model
 from vlmrm_fast.envs import get_task
-from vlmrm_fast.gym_vector import VLMRewardVectorEnv, VLMRewardVectorWrapper
+from vlmrm_fast.stack.gym_vector import VLMRewardVectorEnv, VLMRewardVectorWrapper
 
 N = 3
 HUMANOID = "humanoid-kneeling"
@@ -128,7 +128,7 @@ def test_vector_env_matches_gymnasiums_sync_vector_env(rm, mode):
             expected_f[done_before] = expected_s[done_before] = 0.0
             assert_rewards_close(rew_s, expected_s)
         assert_rewards_close(rew_f, expected_f)
-        # The engine computes the infos of a step (not Humanoid-v5's tendon infos, which its reward does
+        # The batch env computes the infos of a step (not Humanoid-v5's tendon infos, which its reward does
         # not need), each as gymnasium's, value and mask; the info of an env the step reset is empty
         # (gymnasium gives the reset's info there). Values come from the same states in numpy over all envs at once
         # (a norm may round its last bit otherwise than gymnasium's per env).
@@ -172,24 +172,24 @@ def test_vector_env_seeding(rm):
     fast.close()
 
 
-def test_the_vector_env_has_the_plan_choose_among_the_engines(rm, monkeypatch):
-    """physics "auto" (the default) is the plan's to resolve, among the batch engine's rows only; a physics of
-    gymnasium envs asked for is refused, and where no engine can run here the plan says why each could not."""
+def test_the_vector_env_has_the_plan_choose_among_the_batch_env_physics(rm, monkeypatch):
+    """physics "auto" (the default) is the plan's to resolve, among the batch env's rows only; a physics of
+    gymnasium envs asked for is refused, and where no batch-env physics can run here the plan says why each could not."""
     import dataclasses
 
     from vlmrm_fast import RewardModelSpec, rendering
     from vlmrm_fast.envs.spec import EnvSpec
-    from vlmrm_fast.stack import plan_stack
+    from vlmrm_fast.stack.plan import plan_stack
 
     spec = RewardModelSpec(model="vlmrm-tiny", device="cpu")
-    assert plan_stack(EnvSpec(HUMANOID, 1), spec, engine_only=True).physics == "batch"
-    with pytest.raises(ValueError, match=r"^VLMRewardVectorEnv drives the MuJoCo batch engine \(physics='batch' or"):
+    assert plan_stack(EnvSpec(HUMANOID, 1), spec, batch_env_only=True).physics == "batch"
+    with pytest.raises(ValueError, match=r"^VLMRewardVectorEnv drives the MuJoCo batch env \(physics='batch' or"):
         VLMRewardVectorEnv(HUMANOID, N, reward_model=rm, physics="gym")
     for name, row in list(rendering.RENDERERS.items()):
         monkeypatch.setitem(rendering.RENDERERS, name, dataclasses.replace(row, unavailable=lambda device: "no GL"))
     assert plan_stack(EnvSpec(HUMANOID, 1), spec).physics == "gym"  # elsewhere "auto" falls back on gymnasium envs
     with pytest.raises(RuntimeError) as refused:
-        plan_stack(EnvSpec(HUMANOID, 1), spec, engine_only=True)
+        plan_stack(EnvSpec(HUMANOID, 1), spec, batch_env_only=True)
     assert str(refused.value) == (
         "physics='auto': nothing can run task 'humanoid-kneeling' here (batch: no renderer can draw here "
         "(egl: no GL; warp: no GL))"

@@ -13,7 +13,7 @@ import torch
 from tolerances import assert_rewards_close
 
 from vlmrm_fast.checks import FieldError
-from vlmrm_fast.frames import FrameLayout, FrameView
+from vlmrm_fast.frames.views import FrameLayout, FrameView
 from vlmrm_fast.models.judge import TINY_JUDGES, families
 from vlmrm_fast.models.judge.load import load_judge
 from vlmrm_fast.models.judge.prompt import chat_text, processor_inputs

@@ -24,10 +24,10 @@ from kernel_references import (
     strided_embeddings,
 )
 
-from vlmrm_fast import kernels
-from vlmrm_fast.frames import FrameView
-from vlmrm_fast.kernels import kernel_dtype
-from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec, pillow_pass_order
+from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec, pillow_pass_order
+from vlmrm_fast.frames.views import FrameView
+from vlmrm_fast.runtime import kernels
+from vlmrm_fast.runtime.kernels import kernel_dtype
 
 # ----------------------------------------------------------------- preprocess
 

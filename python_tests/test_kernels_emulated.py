@@ -34,10 +34,11 @@ from kernel_references import (
     strided_embeddings,
 )
 
-from vlmrm_fast import _cuda_emulation, kernels
-from vlmrm_fast.frames import FrameLayout
-from vlmrm_fast.kernels import kernel_dtype
-from vlmrm_fast.preprocess import FramePreprocessor
+from vlmrm_fast import _cuda_emulation
+from vlmrm_fast.frames.preprocess import FramePreprocessor
+from vlmrm_fast.frames.views import FrameLayout
+from vlmrm_fast.runtime import kernels
+from vlmrm_fast.runtime.kernels import kernel_dtype
 
 # (multiprocessors, shared memory per block with opt-in)
 H100 = (132, 227 * 1024)

@@ -30,13 +30,14 @@ from kernel_references import (
     strided_embeddings,
 )
 
-from vlmrm_fast import build_info, kernels
-from vlmrm_fast.device import native_cuda_usable
-from vlmrm_fast.frames import FrameLayout, FrameView
-from vlmrm_fast.kernels import kernel_dtype
-from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
+from vlmrm_fast import build_info
+from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec
+from vlmrm_fast.frames.views import FrameLayout, FrameView
 from vlmrm_fast.reward.head import RewardHead
-from vlmrm_fast.reward.tasks import BinaryTask, GoalBaselineTask
+from vlmrm_fast.reward.kinds import BinaryTask, GoalBaselineTask
+from vlmrm_fast.runtime import kernels
+from vlmrm_fast.runtime.device import native_cuda_usable
+from vlmrm_fast.runtime.kernels import kernel_dtype
 
 
 def twin(spec: PreprocessSpec, frames: np.ndarray, dtype: torch.dtype) -> torch.Tensor:

@@ -227,7 +227,7 @@ def test_a_key_given_twice_in_a_config_is_refused(tmp_path, capsys):
 def test_rl_device_cuda_without_a_gpu_is_refused_as_reward_device_is(tmp_path, monkeypatch, capsys):
     import torch
 
-    from vlmrm_fast.device import no_gpu_reason
+    from vlmrm_fast.runtime.device import no_gpu_reason
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a machine without a GPU, whatever this one has
     config = _config(tmp_path, rl={**CONFIG["rl"], "device": "cuda"})
@@ -438,8 +438,9 @@ def test_nan_frames_get_a_fix_that_removes_the_nan(humanoid_tiny_rm, library):
 def test_more_envs_than_the_memory_holds_are_refused_before_allocating(humanoid_tiny_rm, monkeypatch):
     import mujoco
 
-    from vlmrm_fast import FastVLMRewardVecEnv, memory
+    from vlmrm_fast import FastVLMRewardVecEnv
     from vlmrm_fast.envs import get_task
+    from vlmrm_fast.runtime import memory
 
     with pytest.raises(MemoryError) as info:  # about 90 TiB: more than any machine has
         FastVLMRewardVecEnv("humanoid-kneeling", 10**9, reward_model=humanoid_tiny_rm, render_size=128)
@@ -505,7 +506,7 @@ def test_the_replay_buffer_said_at_start_up_is_what_sb3_allocates():
 
 
 def test_a_replay_buffer_beyond_memory_is_one_line_before_it_is_allocated(tmp_path, monkeypatch, capsys):
-    from vlmrm_fast import memory
+    from vlmrm_fast.runtime import memory
 
     monkeypatch.setattr(memory, "available_bytes", lambda: 2**30)
     rl = {**CONFIG["rl"], "kwargs": {k: v for k, v in CONFIG["rl"]["kwargs"].items() if k != "buffer_size"}}
@@ -559,7 +560,7 @@ def test_make_vec_refuses_as_the_vec_env_does_and_names_the_fix():
     assert (
         str(make_vec.value)
         == str(vec_env.value)
-        == ("task 'cartpole' has no batch-engine version; use physics='gym' (or 'auto')")
+        == ("task 'cartpole' has no batch-env version; use physics='gym' (or 'auto')")
     )
     for text in ("yes", "no"):  # bool("no") is True
         with pytest.raises(TypeError, match=rf"^torch_outputs: must be true or false, got '{text}'$"):
@@ -747,7 +748,7 @@ def test_a_resume_where_auto_would_choose_another_renderer_is_refused_in_a_line(
 def test_a_resume_where_auto_would_choose_another_physics_names_the_physics_to_pin():
     from vlmrm_fast import RewardModelSpec
     from vlmrm_fast.envs.spec import EnvSpec
-    from vlmrm_fast.stack import plan_stack
+    from vlmrm_fast.stack.plan import plan_stack
     from vlmrm_fast.training.run_folder import RunFolderError, check_resumed_choices
 
     plan = plan_stack(EnvSpec("humanoid-kneeling", 1, physics="gym"), RewardModelSpec(model="vlmrm-tiny", device="cpu"))

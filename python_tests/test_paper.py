@@ -61,7 +61,7 @@ def test_paper_scene_frames_are_gymnasiums_free_camera_with_the_papers_numbers()
     180, lookat (0, 0, 1).
     Measured at 480 x 480 with Mesa: 0 pixels differ. gymnasium renders a free camera, so
     ``trackbodyid`` does nothing: the view stays put when the robot moves 1.5 m."""
-    from vlmrm_fast.rendering.egl import BatchRenderer
+    from vlmrm_fast.rendering.egl import EGLBatchRenderer
 
     size = 96
     env = get_task("humanoid-kneeling").make_env(width=size, height=size)
@@ -75,7 +75,7 @@ def test_paper_scene_frames_are_gymnasiums_free_camera_with_the_papers_numbers()
         env.unwrapped.set_state(*state)
         env_frames.append(env.render().copy())
     env.unwrapped.mujoco_renderer.close()
-    batch = BatchRenderer(env.unwrapped.model, 2, size, size, camera=humanoid.PAPER_CAMERA)
+    batch = EGLBatchRenderer(env.unwrapped.model, 2, size, size, camera=humanoid.PAPER_CAMERA)
     batch_frames = list(batch.render(np.stack([qpos, moved])))
     batch.close()
     expected = _gymnasium_paper_camera_frames(env, states, size)
@@ -135,12 +135,12 @@ def test_the_papers_scene_is_the_papers_picture(tmp_path):
     """With the paper's image files (here stand-ins under its names), the paper scene's frame of the reset
     with seed 0 equals, pixel for pixel, the frame the paper's own code drew of its env reset with seed 0
     at 480 x 480 (``data/README.md``): drawn by mujoco.Renderer from our gymnasium env, and by the EGL
-    batch renderer from the batch engine's reset. The frame in ``data/`` is Mesa's (llvmpipe); a GPU's
+    batch renderer from the batch env's reset. The frame in ``data/`` is Mesa's (llvmpipe); a GPU's
     rasterizer rounds shadow and polygon edges its own way, so elsewhere it is skipped."""
     from PIL import Image
 
     from vlmrm_fast.physics.batch import BatchSimulator
-    from vlmrm_fast.rendering.egl import BatchRenderer
+    from vlmrm_fast.rendering.egl import EGLBatchRenderer
 
     paper = np.asarray(Image.open(PAPER_FRAME).convert("RGB"))
     size = paper.shape[0]
@@ -148,7 +148,7 @@ def test_the_papers_scene_is_the_papers_picture(tmp_path):
     model = task.batch.build_model(size)
     sim = BatchSimulator(model, 1)
     sim.reset(seed=0, noise_scale=humanoid.RESET_NOISE_SCALE)
-    batch = BatchRenderer(model, 1, size, size, camera=task.batch.camera)
+    batch = EGLBatchRenderer(model, 1, size, size, camera=task.batch.camera)
     try:
         if not batch.software:
             pytest.skip("the paper's frame in data/ was drawn by Mesa's llvmpipe; this EGL is a GPU's")

@@ -22,10 +22,10 @@ import torch
 from child_process import run_python
 from kernel_references import DTYPES, MEAN, STD, gl_atlas, gl_tiles_layout, random_frames
 
-from vlmrm_fast import kernels
 from vlmrm_fast.envs import get_task
-from vlmrm_fast.frames import FrameView
-from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
+from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec
+from vlmrm_fast.frames.views import FrameView
+from vlmrm_fast.runtime import kernels
 
 # FMA contraction in PyTorch's vectorized kernels moves a source position by up to an ulp, and with it
 # the weights: measured up to 2.2e-5 before normalization, 8.5e-5 after (std about 0.26), on random
@@ -87,7 +87,7 @@ def test_twin_is_torchvision_to_the_bit_on_pytorchs_portable_kernel(tmp_path):
     np.savez(tmp_path / "frames.npz", **cases)
     script = f"""
 import json, numpy as np, torch
-from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
+from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec
 assert torch.backends.cpu.get_cpu_capability() == "DEFAULT"
 result = {{}}
 for name, frames in np.load({str(tmp_path / "frames.npz")!r}).items():

@@ -15,9 +15,9 @@ import torch
 from kernel_references import MEAN, STD, assert_same_bits
 from tolerances import assert_same_picture
 
-from vlmrm_fast import BatchRenderer, FastVLMRewardVecEnv, build_info, load_reward_model
+from vlmrm_fast import EGLBatchRenderer, FastVLMRewardVecEnv, build_info, load_reward_model
+from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec
 from vlmrm_fast.physics.batch import BatchSimulator
-from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
 
 pytestmark = pytest.mark.gpu
 
@@ -38,15 +38,15 @@ def poses(model: mujoco.MjModel, n: int, seed: int) -> np.ndarray:
     return qpos
 
 
-def gpu_renderer(model: mujoco.MjModel, n: int, width: int, height: int) -> BatchRenderer:
-    renderer = BatchRenderer(model, n, width, height, camera="track")
+def gpu_renderer(model: mujoco.MjModel, n: int, height: int, width: int) -> EGLBatchRenderer:
+    renderer = EGLBatchRenderer(model, n, height, width, camera="track")
     if renderer.cuda_device is None:
         renderer.close()
         pytest.fail(f"the renderer is not on a CUDA GPU's EGL device: {build_info()['egl_devices']}")
     return renderer
 
 
-def preprocess_lent(pre: FramePreprocessor, renderer: BatchRenderer) -> torch.Tensor:
+def preprocess_lent(pre: FramePreprocessor, renderer: EGLBatchRenderer) -> torch.Tensor:
     """The preprocess of the renderer's frames lent in place: mapped into CUDA on the current
     stream for a GPU preprocessor, into host memory for a CPU one."""
     stream = torch.cuda.current_stream() if pre.device.type == "cuda" else None
@@ -59,7 +59,7 @@ def preprocess_lent(pre: FramePreprocessor, renderer: BatchRenderer) -> torch.Te
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_lent_frames_on_cuda_preprocess_as_the_host_twin(humanoid, dtype):
     spec = PreprocessSpec(size=32, mean=MEAN, std=STD)
-    with gpu_renderer(humanoid, 3, 64, 48) as renderer:  # not square: a swapped height and width shows
+    with gpu_renderer(humanoid, 3, 48, 64) as renderer:  # not square: a swapped height and width shows
         renderer.render(poses(humanoid, 3, seed=0))
         host = preprocess_lent(FramePreprocessor(spec, "cpu", dtype), renderer)
         device = torch.device("cuda", renderer.cuda_device)
@@ -182,7 +182,7 @@ def test_scoring_lent_frames_on_cuda_equals_scoring_the_host_frames(humanoid, ba
         **_encoder_options(backend),
     )
     assert rm.encoder.backend == backend
-    with gpu_renderer(humanoid, n, 64, 48) as renderer:
+    with gpu_renderer(humanoid, n, 48, 64) as renderer:
         for seed in (4, 5):
             renderer.render(poses(humanoid, n, seed=seed))
             with renderer.lend(stream=torch.cuda.current_stream()) as view:
@@ -234,7 +234,7 @@ def test_vec_env_on_cuda_matches_the_same_env_on_cpu(task, renderer, backend):
         else:  # gymnasium's own drawing on the host, on both
             np.testing.assert_array_equal(frames_g.cpu().numpy(), frames_c.numpy())
         assert rew_g.dtype == np.float32 and rew_g.shape == (n,)
-        # Exactly what each side's model gives its own frames (on the batch engine the GPU's are a CUDA
+        # Exactly what each side's model gives its own frames (on the batch env the GPU's are a CUDA
         # tensor, as episode-batch scoring takes them, and once more read back to the host).
         np.testing.assert_allclose(rew_g, gpu.reward_model(frames_g).cpu().numpy(), rtol=0, atol=1e-6)
         np.testing.assert_allclose(rew_g, gpu.reward_model(frames_g.cpu()).cpu().numpy(), rtol=0, atol=1e-6)

@@ -1,4 +1,4 @@
-"""One plan per stack (vlmrm_fast.stack): a construction resolves the device, the renderer, the physics and
+"""One plan per stack (vlmrm_fast.stack.plan): a construction resolves the device, the renderer, the physics and
 the pipeline's ranges once each, and hands the plan down; the backends are rows of their tables."""
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from vlmrm_fast import FastVLMRewardVecEnv, RewardModelSpec, pipeline, rendering, stack
-from vlmrm_fast import device as device_module
+from vlmrm_fast import FastVLMRewardVecEnv, RewardModelSpec, rendering
 from vlmrm_fast.envs.spec import EnvSpec
 from vlmrm_fast.physics import PHYSICS
 from vlmrm_fast.rendering import RENDERERS
-from vlmrm_fast.stack import StackPlan, plan_stack
+from vlmrm_fast.runtime import device as device_module
+from vlmrm_fast.stack import plan as plan_module
+from vlmrm_fast.stack import scorer
+from vlmrm_fast.stack.plan import StackPlan, plan_stack
 
 TINY = {"model": "vlmrm-tiny", "alpha": 0.5, "device": "cpu"}
 
@@ -39,12 +41,12 @@ def _unresolved(device, *args, **kwargs) -> bool:
 @pytest.mark.parametrize("task", ["humanoid-kneeling", "cartpole"])
 def test_a_construction_makes_each_choice_once(monkeypatch, task):
     counts: collections.Counter = collections.Counter()
-    for module in (stack, device_module):
+    for module in (plan_module, device_module):
         _counted(monkeypatch, counts, module, "resolve_device", "device", _unresolved)
-    for module in (stack, rendering):
+    for module in (plan_module, rendering):
         _counted(monkeypatch, counts, module, "choose_renderer", "renderer")
-    _counted(monkeypatch, counts, stack, "_choose_physics", "physics")
-    for module in (stack, pipeline):
+    _counted(monkeypatch, counts, plan_module, "_choose_physics", "physics")
+    for module in (plan_module, scorer):
         _counted(monkeypatch, counts, module, "plan_chunks", "ranges")
     env = FastVLMRewardVecEnv(task, 3, render_size=32, episode_length=4, **TINY)
     try:
@@ -68,7 +70,7 @@ def test_a_construction_makes_each_choice_once(monkeypatch, task):
 
 
 def test_one_device_goes_down_to_the_simulator_and_the_renderer(monkeypatch):
-    """The plan's torch.device is what the engine's simulator and renderer are made for (no index in between)."""
+    """The plan's torch.device is what the batch env's simulator and renderer are made for (no index in between)."""
     from vlmrm_fast.physics import Physics
     from vlmrm_fast.rendering import Renderer
 
@@ -89,7 +91,7 @@ def test_one_device_goes_down_to_the_simulator_and_the_renderer(monkeypatch):
 
 
 def test_the_plan_logs_its_line(caplog):
-    with caplog.at_level("INFO", logger="vlmrm_fast.stack"):
+    with caplog.at_level("INFO", logger="vlmrm_fast.stack.plan"):
         plan = plan_stack(EnvSpec("cartpole", 2), RewardModelSpec(**TINY))
     assert caplog.messages == [f"stack: {plan.describe()}"]
 
@@ -99,25 +101,25 @@ def test_pipeline_ranges_on_a_gpu_follow_the_renderer():
     whose GL context time-slices the GPU against CUDA's work (measured on an H100: 1,000 frames/s in the pipelined step)."""
     gpu = torch.device("cuda", 0)
     assert RENDERERS["warp"].overlaps_encoder and not RENDERERS["egl"].overlaps_encoder
-    assert len(pipeline.plan_chunks(256, "auto", gpu, overlaps=True)) == 4
-    assert pipeline.plan_chunks(256, "auto", gpu, overlaps=False) == [slice(0, 256)]
-    assert len(pipeline.plan_chunks(256, 2, gpu, overlaps=False)) == 2  # asked for: kept
-    assert pipeline.plan_chunks(256, "auto", torch.device("cpu")) == [slice(0, 256)]
+    assert len(scorer.plan_chunks(256, "auto", gpu, overlaps=True)) == 4
+    assert scorer.plan_chunks(256, "auto", gpu, overlaps=False) == [slice(0, 256)]
+    assert len(scorer.plan_chunks(256, 2, gpu, overlaps=False)) == 2  # asked for: kept
+    assert scorer.plan_chunks(256, "auto", torch.device("cpu")) == [slice(0, 256)]
 
 
 def test_physics_and_renderers_are_rows_of_one_table_each():
     assert set(PHYSICS) >= {"batch", "gym"} and set(RENDERERS) >= {"egl", "warp"}
     assert EnvSpec.__dataclass_fields__["physics"].default == "auto"
     for row in PHYSICS.values():
-        assert row.description and row.needs and (row.simulator is not None) == row.engine
+        assert row.description and row.needs and (row.simulator is not None) == row.batch_env
     for row in RENDERERS.values():
         assert row.description and row.needs and ":" in row.implementation
     with pytest.raises(ValueError, match="renderer: 'vulkan' is not one of"):
         rendering.choose_renderer("vulkan", torch.device("cpu"))
 
 
-def test_a_task_without_an_engine_version_names_the_physics_that_runs_it():
-    with pytest.raises(ValueError, match=r"no batch-engine version; use physics='gym' \(or 'auto'\)"):
+def test_a_task_without_a_batch_env_version_names_the_physics_that_runs_it():
+    with pytest.raises(ValueError, match=r"no batch-env version; use physics='gym' \(or 'auto'\)"):
         plan_stack(EnvSpec("cartpole", 1, physics="batch"), RewardModelSpec(**TINY))
 
 

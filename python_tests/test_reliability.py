@@ -634,7 +634,7 @@ def test_frame_and_action_messages_give_a_fix_that_works():
     import torch
 
     from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model
-    from vlmrm_fast.preprocess import as_frame_tensor
+    from vlmrm_fast.frames.preprocess import as_frame_tensor
 
     unit = np.random.default_rng(0).random((2, 8, 8, 3), dtype=np.float32)
     with pytest.raises(
@@ -784,7 +784,8 @@ def test_a_missing_model_offline_is_one_line_in_every_command(tmp_path, monkeypa
 
 
 def test_info_on_a_machine_without_a_gpu_says_so(monkeypatch, capsys):
-    from vlmrm_fast import cli, device
+    from vlmrm_fast import cli
+    from vlmrm_fast.runtime import device
 
     info = {
         "cuda_compiled": True,

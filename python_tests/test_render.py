@@ -1,4 +1,4 @@
-"""BatchRenderer: the same pixels as mujoco.Renderer, frames in order, errors, no leaks."""
+"""EGLBatchRenderer: the same pixels as mujoco.Renderer, frames in order, errors, no leaks."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from child_process import run_python
 
-from vlmrm_fast import BatchRenderer, BatchSimulator
-from vlmrm_fast.device import native_cuda_usable
+from vlmrm_fast import BatchSimulator, EGLBatchRenderer
+from vlmrm_fast.runtime.device import native_cuda_usable
 
 pytestmark = pytest.mark.egl
 
@@ -66,7 +66,7 @@ def random_qpos(model: mujoco.MjModel, n: int, seed: int, scale: float = 0.5) ->
     return qpos
 
 
-def reference_frames(model, qpos, width, height, camera=-1) -> np.ndarray:
+def reference_frames(model, qpos, height, width, camera=-1) -> np.ndarray:
     """mujoco.Renderer, one MjData per state after mj_forward."""
     frames = []
     with mujoco.Renderer(model, height=height, width=width) as renderer:
@@ -89,7 +89,7 @@ def assert_frames_equal(actual: np.ndarray, expected: np.ndarray) -> None:
 @pytest.mark.parametrize("camera", [-1, "track"])
 def test_humanoid_pixels_equal_mujoco_renderer(humanoid, camera):
     qpos = random_qpos(humanoid, 3, seed=0, scale=0.3)
-    with BatchRenderer(humanoid, 3, 64, 64, camera=camera) as renderer:
+    with EGLBatchRenderer(humanoid, 3, 64, 64, camera=camera) as renderer:
         frames = renderer.render(qpos)
     assert_frames_equal(frames, reference_frames(humanoid, qpos, 64, 64, camera))
 
@@ -97,20 +97,20 @@ def test_humanoid_pixels_equal_mujoco_renderer(humanoid, camera):
 @pytest.mark.parametrize("camera", [-1, "side", 0])
 def test_scene_pixels_equal_mujoco_renderer(scene, camera):
     qpos = random_qpos(scene, 2, seed=1, scale=0.4)
-    with BatchRenderer(scene, 2, 80, 48, camera=camera) as renderer:
+    with EGLBatchRenderer(scene, 2, 48, 80, camera=camera) as renderer:
         frames = renderer.render(qpos)
-    assert_frames_equal(frames, reference_frames(scene, qpos, 80, 48, camera))
+    assert_frames_equal(frames, reference_frames(scene, qpos, 48, 80, camera))
 
 
 def test_frames_follow_the_order_of_states(scene):
     qpos = random_qpos(scene, 4, seed=2, scale=0.6)
-    with BatchRenderer(scene, 4, 32, 32, camera="side") as renderer:
+    with EGLBatchRenderer(scene, 4, 32, 32, camera="side") as renderer:
         frames = renderer.render(qpos)
         flat = frames.reshape(4, -1)
         assert all(not np.array_equal(flat[i], flat[j]) for i in range(4) for j in range(i))
         order = [2, 0, 3, 1]
         np.testing.assert_array_equal(renderer.render(qpos[order]), frames[order])
-    with BatchRenderer(scene, 1, 32, 32, camera="side") as single:
+    with EGLBatchRenderer(scene, 1, 32, 32, camera="side") as single:
         for i in range(4):
             np.testing.assert_array_equal(single.render(qpos[i : i + 1])[0], frames[i])
 
@@ -123,7 +123,7 @@ def test_render_sim_equals_render_of_the_same_state(humanoid, persistent):
     rng = np.random.default_rng(3)
     for _ in range(4):
         sim.step(rng.uniform(-0.4, 0.4, (n, humanoid.nu)))
-    with BatchRenderer(humanoid, n, 48, 48) as renderer:
+    with EGLBatchRenderer(humanoid, n, 48, 48) as renderer:
         from_sim = renderer.render_sim(sim)
         from_qpos = renderer.render(sim.qpos.copy())
     np.testing.assert_array_equal(from_sim, from_qpos)
@@ -134,14 +134,14 @@ def test_ranges_drawn_and_lent_in_place(humanoid):
     """The pipelined step's hand-off: frames drawn range by range, then lent where they lie."""
     import torch
 
-    from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
+    from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec
 
     n = 5
     sim = BatchSimulator(humanoid, n)
     sim.qpos[:] = random_qpos(humanoid, n, seed=8)
     spec = PreprocessSpec(size=32, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
     pre = FramePreprocessor(spec, "cpu")
-    with BatchRenderer(humanoid, n, 40, 32, camera="track") as renderer:
+    with EGLBatchRenderer(humanoid, n, 32, 40, camera="track") as renderer:
         whole = renderer.render_sim(sim)
         renderer.render(np.tile(humanoid.qpos0, (n, 1)))  # other frames in the buffer first
         renderer.draw(sim, slice(0, 3))
@@ -168,13 +168,13 @@ def test_host_reads_go_through_cuda_only_on_a_cuda_egl_device(humanoid):
     maps the buffer. Either way the host sees mujoco.Renderer's pixels, read after read."""
     import torch
 
-    from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
+    from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec
 
     qpos = random_qpos(humanoid, 3, seed=9, scale=0.3)
     spec = PreprocessSpec(size=32, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
-    with BatchRenderer(humanoid, 3, 48, 40, camera="track") as renderer:
+    with EGLBatchRenderer(humanoid, 3, 40, 48, camera="track") as renderer:
         assert renderer.host_reads_through_cuda is (renderer.cuda_device is not None and native_cuda_usable())
-        expected = reference_frames(humanoid, qpos, 48, 40, "track")
+        expected = reference_frames(humanoid, qpos, 40, 48, "track")
         assert_frames_equal(renderer.render(qpos), expected)
         assert_frames_equal(renderer.frames(), expected)
         with renderer.lend(slice(1, 3)) as view:
@@ -192,7 +192,7 @@ def test_render_sim_leaves_the_physics_alone(humanoid):
     outputs = ["qpos", "cinert", "cvel", "cfrc_ext"]
     plain = BatchSimulator(humanoid, n, 5, outputs, rne_post_constraint=True)
     drawn = BatchSimulator(humanoid, n, 5, outputs, rne_post_constraint=True)
-    with BatchRenderer(humanoid, n, 16, 16) as renderer:
+    with EGLBatchRenderer(humanoid, n, 16, 16) as renderer:
         for ctrl in ctrls:
             plain.step(ctrl)
             drawn.step(ctrl)
@@ -202,7 +202,7 @@ def test_render_sim_leaves_the_physics_alone(humanoid):
 
 def test_calls_from_another_thread(scene):
     qpos = random_qpos(scene, 2, seed=4)
-    with BatchRenderer(scene, 2, 24, 24) as renderer:
+    with EGLBatchRenderer(scene, 2, 24, 24) as renderer:
         expected = renderer.render(qpos)
         results = []
         worker = threading.Thread(target=lambda: results.append(renderer.render(qpos)))
@@ -215,20 +215,20 @@ def test_calls_from_another_thread(scene):
 def test_errors_are_clear(scene, humanoid, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the max_geom case logs a MuJoCo warning to MUJOCO_LOG.TXT
     with pytest.raises(ValueError, match=r"camera 'nope' is not in the model; its cameras: 'side'"):
-        BatchRenderer(scene, 1, 16, 16, camera="nope")
+        EGLBatchRenderer(scene, 1, 16, 16, camera="nope")
     with pytest.raises(ValueError, match=r"camera id 3 is outside \[-1, 1\)"):
-        BatchRenderer(scene, 1, 16, 16, camera=3)
+        EGLBatchRenderer(scene, 1, 16, 16, camera=3)
     with pytest.raises(TypeError, match="camera"):
-        BatchRenderer(scene, 1, 16, 16, camera=1.5)
+        EGLBatchRenderer(scene, 1, 16, 16, camera=1.5)
     with pytest.raises(ValueError, match="exceeds this OpenGL's limit"):
-        BatchRenderer(scene, 1, 1 << 20, 16)
+        EGLBatchRenderer(scene, 1, 16, 1 << 20)
     with pytest.raises(ValueError, match="width: must be a positive integer, got 0"):
-        BatchRenderer(scene, 1, 0, 16)
+        EGLBatchRenderer(scene, 1, 16, 0)
     with pytest.raises(ValueError, match="gpu=99"):
-        BatchRenderer(scene, 1, 16, 16, gpu=99)
+        EGLBatchRenderer(scene, 1, 16, 16, gpu=99)
     with pytest.raises(RuntimeError, match="max_geom=2"):
-        BatchRenderer(humanoid, 1, 16, 16, max_geom=2).render(humanoid.qpos0[None])
-    renderer = BatchRenderer(scene, 2, 16, 16)
+        EGLBatchRenderer(humanoid, 1, 16, 16, max_geom=2).render(humanoid.qpos0[None])
+    renderer = EGLBatchRenderer(scene, 2, 16, 16)
     with pytest.raises(ValueError, match=r"qpos must have shape \(2, 8\)"):
         renderer.render(np.zeros((3, scene.nq)))
     bad = np.tile(scene.qpos0, (2, 1))
@@ -260,7 +260,7 @@ def test_missing_egl_names_the_packages():
         import json, mujoco, vlmrm_fast
         model = mujoco.MjModel.from_xml_string("<mujoco/>")
         try:
-            vlmrm_fast.BatchRenderer(model, 1, 8, 8)
+            vlmrm_fast.EGLBatchRenderer(model, 1, 8, 8)
             print(json.dumps({"error": None}))
         except RuntimeError as e:
             print(json.dumps({"error": str(e)}))
@@ -278,7 +278,7 @@ def test_hundred_renderers_leak_no_contexts_or_memory():
     out = _run_child(
         f"""
         import json, resource, mujoco, numpy as np
-        from vlmrm_fast import BatchRenderer
+        from vlmrm_fast import EGLBatchRenderer
         from vlmrm_fast._core import render as native_render
         model = mujoco.MjModel.from_xml_string({SCENE_XML!r})
         qpos = np.tile(model.qpos0, (2, 1))
@@ -289,7 +289,7 @@ def test_hundred_renderers_leak_no_contexts_or_memory():
 
         rss, live = [], []
         for i in range(100):
-            renderer = BatchRenderer(model, 2, 16, 16)
+            renderer = EGLBatchRenderer(model, 2, 16, 16)
             if i % 4 == 0:  # drawing costs a shader compile per context on llvmpipe
                 renderer.render(qpos)
             renderer.close()
@@ -309,7 +309,7 @@ def test_cuda_frames_equal_host_frames(humanoid):
     import torch
 
     qpos = random_qpos(humanoid, 5, seed=5, scale=0.3)
-    with BatchRenderer(humanoid, 5, 96, 64, camera="track") as renderer:
+    with EGLBatchRenderer(humanoid, 5, 64, 96, camera="track") as renderer:
         assert renderer.cuda_device is not None
         host = renderer.render(qpos)
         device = renderer.render(qpos, device="cuda")
@@ -323,7 +323,7 @@ def test_render_sim_on_device(humanoid):
     sim = BatchSimulator(humanoid, n, frame_skip=5)
     sim.reset(seed=1, noise_scale=0.1)
     sim.step(np.random.default_rng(6).uniform(-0.4, 0.4, (n, humanoid.nu)))
-    with BatchRenderer(humanoid, n, 64, 64) as renderer:
+    with EGLBatchRenderer(humanoid, n, 64, 64) as renderer:
         device = renderer.render_sim(sim, device="cuda")
         host = renderer.render_sim(sim)
     np.testing.assert_array_equal(device.cpu().numpy(), host)

@@ -49,7 +49,7 @@ def dominant(pixels: np.ndarray, channel: int) -> np.ndarray:
 @pytest.mark.egl
 def test_humanoid_frames_show_the_files_where_they_belong(tmp_path):
     """Sky above the horizon in the sky file's colour (the skybox is unlit), the floor in the tiles'
-    hue, the robot in its skin's; on the gymnasium env and the batch engine alike."""
+    hue, the robot in its skin's; on the gymnasium env and the batch env alike."""
     folder = humanoid_assets(tmp_path / "assets")
     env = get_task("humanoid-kneeling").with_scene_assets(str(folder)).make(render_size=(64, 64))
     env.reset(seed=0)

@@ -16,10 +16,10 @@ from vlmrm_fast import (
     RewardModelSpec,
     load_reward_model,
 )
-from vlmrm_fast.engine import MujocoBatchVecEnv
 from vlmrm_fast.envs import get_task
-from vlmrm_fast.frames import SteppedFrameSource
-from vlmrm_fast.wrappers import VLMRewardVecEnvWrapper, find_reward_wrapper
+from vlmrm_fast.frames.views import SteppedFrameSource
+from vlmrm_fast.stack.batch_env import MujocoBatchVecEnv
+from vlmrm_fast.stack.wrappers import VLMRewardVecEnvWrapper, find_reward_wrapper
 
 HUMANOID = "humanoid-kneeling"
 SMALL = {"render_size": 32, "episode_length": 6}
@@ -49,7 +49,7 @@ def test_the_stack(spec):
         env.close()
 
 
-def test_batch_engine_alone_is_a_plain_vec_env_with_the_task_reward(spec):
+def test_batch_env_alone_is_a_plain_vec_env_with_the_task_reward(spec):
     """Under the wrapper, gt_reward is exactly what the bare batch VecEnv returns as its reward."""
     task = get_task(HUMANOID)
     bare = MujocoBatchVecEnv(task.batch, 2, render_size=(32, 32), episode_length=6)

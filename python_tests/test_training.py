@@ -17,10 +17,10 @@ from stable_baselines3.common.callbacks import BaseCallback
 from vlmrm_fast import load_reward_model
 from vlmrm_fast.cli import main as cli_main
 from vlmrm_fast.envs import get_task
+from vlmrm_fast.stack.vec_env import FastVLMRewardVecEnv
 from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.config import ConfigError, load_config
 from vlmrm_fast.training.train import train
-from vlmrm_fast.vec_env import FastVLMRewardVecEnv
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
@@ -367,7 +367,7 @@ def test_every_config_field_is_in_the_run_identity_or_exempt_with_its_reason(pla
 @pytest.mark.parametrize(
     ("then", "now", "same"),
     [
-        ({"physics": "auto"}, {"physics": "batch"}, True),  # the batch engine and gymnasium step the same
+        ({"physics": "auto"}, {"physics": "batch"}, True),  # the batch env and gymnasium step the same
         ({"physics": "batch"}, {"physics": "gym"}, True),
         ({"physics": "batch"}, {"physics": "warp"}, False),  # float32 MuJoCo Warp, Newton
         ({"physics": "auto"}, {"physics": "warp"}, False),

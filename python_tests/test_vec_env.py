@@ -15,7 +15,7 @@ from tolerances import assert_rewards_close
 from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model
 from vlmrm_fast.envs import get_task
 from vlmrm_fast.physics import PHYSICS
-from vlmrm_fast.wrappers import RecordFrame, VLMRewardVecEnvWrapper
+from vlmrm_fast.stack.wrappers import RecordFrame, VLMRewardVecEnvWrapper
 
 N = 3
 TASK = "cartpole"
@@ -169,8 +169,8 @@ def test_sb3_wrappers_over_env(venv, wrapper):
 
 
 @pytest.mark.parametrize("chunks", [1, pytest.param(2, marks=pytest.mark.slow)])
-def test_humanoid_batch_engine_matches_gymnasium(rms, chunks):
-    """The batch engine reproduces Humanoid-v5 envs in a DummyVecEnv bit for bit, resets included,
+def test_humanoid_batch_env_matches_gymnasium(rms, chunks):
+    """The batch env reproduces Humanoid-v5 envs in a DummyVecEnv bit for bit, resets included,
     also when a step advances the envs in two ranges (the pipelined step)."""
     fast, dummy = make_fast(rms[HUMANOID], HUMANOID, physics="batch", pipeline_chunks=chunks), make_dummy(HUMANOID)
     assert fast.physics == "batch"
@@ -195,8 +195,8 @@ def test_humanoid_batch_engine_matches_gymnasium(rms, chunks):
 def test_auto_renderer_is_warp_on_the_cpu_when_installed(rms, monkeypatch):
     """renderer="auto" (the default): MuJoCo Warp where the frames are scored on the CPU and it is
     installed, EGL otherwise (on a GPU, or without MuJoCo Warp)."""
-    from vlmrm_fast import warp_runtime
     from vlmrm_fast.rendering import choose_renderer
+    from vlmrm_fast.runtime import warp as warp_runtime
 
     fast = make_fast(rms[HUMANOID], HUMANOID, physics="batch")
     assert fast.renderer == ("warp" if warp_runtime.warp_available() is None else "egl")
@@ -212,7 +212,7 @@ def test_auto_renderer_is_warp_on_the_cpu_when_installed(rms, monkeypatch):
 
 
 @pytest.mark.parametrize("renderer", ["egl", pytest.param("warp", marks=pytest.mark.warp)])
-def test_batch_engine_scores_the_reached_frames(rms, renderer):
+def test_batch_env_scores_the_reached_frames(rms, renderer):
     """The reward of each step is the reward model's score of the frame of the state it reached."""
     rm = rms[HUMANOID]
     fast = make_fast(rm, HUMANOID, physics="batch", episode_length=3, renderer=renderer, pipeline_chunks=2)
@@ -314,7 +314,7 @@ def test_env_reward_mixed_in_by_the_formula(tiny_rm):
 def test_renderer_choice_is_checked(rms):
     with pytest.raises(ValueError, match="renderer: 'vulkan' is not one of auto, egl, warp"):
         FastVLMRewardVecEnv(HUMANOID, 1, reward_model=rms[HUMANOID], renderer="vulkan", **SMALL)
-    with pytest.raises(ValueError, match="renderer='warp' draws the MuJoCo batch engine's tasks"):
+    with pytest.raises(ValueError, match="renderer='warp' draws the MuJoCo batch env's tasks"):
         FastVLMRewardVecEnv(TASK, 1, reward_model=rms[TASK], renderer="warp")
     with pytest.raises(ValueError, match="pipeline_chunks: must be 'auto' or an integer in \\[1, num_envs=2\\]"):
         FastVLMRewardVecEnv(HUMANOID, 2, reward_model=rms[HUMANOID], pipeline_chunks=3, **SMALL)
@@ -419,7 +419,7 @@ def test_bad_render_size(tiny_rm, render_size):
         FastVLMRewardVecEnv(TASK, 2, reward_model=tiny_rm, render_size=render_size)
 
 
-def test_bad_humanoid_actions_leave_batch_engine_untouched(rms):
+def test_bad_humanoid_actions_leave_batch_env_untouched(rms):
     env = make_fast(rms[HUMANOID], HUMANOID, physics="batch")
     env.seed(0)
     obs = env.reset()
@@ -435,8 +435,8 @@ def test_bad_humanoid_actions_leave_batch_engine_untouched(rms):
     env.close()
 
 
-def test_engine_choice(rms):
-    with pytest.raises(ValueError, match="no batch-engine version"):
+def test_physics_choice(rms):
+    with pytest.raises(ValueError, match="no batch-env version"):
         FastVLMRewardVecEnv(TASK, 1, reward_model=rms[TASK], physics="batch")
     env = FastVLMRewardVecEnv(HUMANOID, 1, reward_model=rms[HUMANOID], physics="gym", **SMALL)
     assert env.physics == "gym"
@@ -518,7 +518,7 @@ def test_create_close_cycles_leave_no_memory_behind():
     """30 create/close cycles of an env with its own reward model and 480 px frames, in a fresh process:
     the resident size grows by less than 20 MiB (0.67 MiB a cycle). Measured on a 2-core AMD EPYC: 36 to
     38 MiB before close() freed the env's reward model and simulator at once and handed the freed heap
-    back (vlmrm_fast/memory.py), 7 to 9 MiB after, nearly all of it in the first cycles."""
+    back (vlmrm_fast/runtime/memory.py), 7 to 9 MiB after, nearly all of it in the first cycles."""
     from child_process import run_python
 
     result = run_python(["-c", _CYCLES], env={"OMP_NUM_THREADS": "1"}, timeout=600)

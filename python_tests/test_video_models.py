@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from vlmrm_fast.failures import expected_failure
+from vlmrm_fast.frames.preprocess import PreprocessSpec
 from vlmrm_fast.models.random_init import RandomWeightsWarning
 from vlmrm_fast.models.video import (
     VideoModel,
@@ -22,7 +23,6 @@ from vlmrm_fast.models.video import (
     subsample_indices,
     video_model_info,
 )
-from vlmrm_fast.preprocess import PreprocessSpec
 
 TINY = ("viclip-tiny", "xclip-tiny", "s3d-tiny")
 PROMPTS = ["a humanoid robot kneeling", "a humanoid robot"]

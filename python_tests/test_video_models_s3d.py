@@ -19,9 +19,9 @@ from kernel_references import open_clip_reference, random_frames
 from torch import nn
 
 from vlmrm_fast.failures import expected_failure
+from vlmrm_fast.frames.preprocess import FramePreprocessor
 from vlmrm_fast.models.video import load_video_model, video_model_info
 from vlmrm_fast.models.video.s3d import BUILTIN_WORDS, MODELS, S3DConfig
-from vlmrm_fast.preprocess import FramePreprocessor
 
 TINY = "s3d-tiny"
 ATOL = 1e-4

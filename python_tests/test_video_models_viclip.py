@@ -22,10 +22,10 @@ from torch import nn
 from torchvision import transforms
 
 from vlmrm_fast.failures import expected_failure
+from vlmrm_fast.frames.preprocess import FramePreprocessor
 from vlmrm_fast.models.prompts import PromptTruncatedWarning
 from vlmrm_fast.models.video import flops_per_window, load_video_model, video_model_info
 from vlmrm_fast.models.video.viclip import MODELS, ViCLIPConfig, tokens_per_window
-from vlmrm_fast.preprocess import FramePreprocessor
 
 TINY = "viclip-tiny"
 ATOL = 1e-4  # fp32, the same weights: only the summation order differs

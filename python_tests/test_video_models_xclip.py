@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from kernel_references import random_frames
 
 from vlmrm_fast.failures import expected_failure
+from vlmrm_fast.frames.preprocess import FramePreprocessor
 from vlmrm_fast.models.video import load_video_model, video_model_info
 from vlmrm_fast.models.video.xclip import xclip_config
-from vlmrm_fast.preprocess import FramePreprocessor
 
 transformers = pytest.importorskip("transformers")  # the optional extra: pip install '.[video]'
 

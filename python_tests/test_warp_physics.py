@@ -11,7 +11,7 @@ tolerance 1e-6 where CPU MuJoCo works in float64 to 1e-8; through the contact so
 (40 substeps) from 3 seeds, the differences measured stay below 3e-5 of a field's scale (cfrc_ext; qpos 2e-6), so
 RTOL = 1e-3 holds them with a margin of 30 while a field read from the wrong place (O(1)) fails.
 The states start with the feet on the floor (sphere contacts): where a steep capsule (a shin) meets
-the floor the two engines orient the friction pyramid differently, a modelling difference that
+the floor the two simulators orient the friction pyramid differently, a modelling difference that
 docs/physics.md measures, not rounding.
 """
 
@@ -64,7 +64,7 @@ def sim(model):
 
 
 def cpu_twin(model: mujoco.MjModel, sim) -> BatchSimulator:
-    """A CPU engine in the Warp simulator's exact state (its float32 values)."""
+    """A CPU simulator in the Warp simulator's exact state (its float32 values)."""
     cpu = BatchSimulator(model, N, humanoid.FRAME_SKIP, OUTPUTS, rne_post_constraint=True, nthread=1)
     cpu.reset(qpos=sim.qpos, qvel=sim.qvel)
     return cpu
@@ -106,7 +106,7 @@ def test_steps_match_cpu_mujoco_newton(model, sim):
     assert contact_force > 10.0  # the feet pushed on the floor: cfrc_ext was compared where it matters
 
 
-def test_reset_draws_the_cpu_engines_noise_rounded_to_float32(model, sim):
+def test_reset_draws_the_cpu_simulators_noise_rounded_to_float32(model, sim):
     cpu = BatchSimulator(model, N, humanoid.FRAME_SKIP, OUTPUTS, rne_post_constraint=True, nthread=1)
     sim.reset(seed=11, noise_scale=humanoid.RESET_NOISE_SCALE)
     cpu.reset(seed=11, noise_scale=humanoid.RESET_NOISE_SCALE)
@@ -239,8 +239,8 @@ def test_closed_simulator_refuses_calls(model):
 
 
 @pytest.mark.slow
-def test_physics_bench_dry_run_measures_both_engines(tmp_path):
-    """bench/bench_physics.py on Warp's CPU backend at a tiny size: each engine's rate, side by side."""
+def test_physics_bench_dry_run_measures_both_simulators(tmp_path):
+    """bench/bench_physics.py on Warp's CPU backend at a tiny size: each simulator's rate, side by side."""
     out = tmp_path / "physics.json"
     command = [str(ROOT / "bench" / "bench_physics.py"), "--device", "cpu", "--worlds", "2", "--steps", "2"]
     command += ["--warmup", "1", "--batch-steps", "1", "--out", str(out)]

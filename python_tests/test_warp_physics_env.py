@@ -1,11 +1,11 @@
 """physics="warp" through every interface (here on Warp's CPU backend): FastVLMRewardVecEnv against the CPU
-engine running the same Newton model, the rewards as the model scores the frames, seeds, resets and
+simulator running the same Newton model, the rewards as the model scores the frames, seeds, resets and
 time limits, SB3's PPO and SAC, gymnasium's vector API, a training config, and the refusals.
 
 The stacks are built once per module (each builds a MuJoCo Warp model: seconds with Warp's kernel cache
 warm, about a minute cold). Tolerances: observations hold the physics' own fields, compared as
 test_warp_physics.py compares them (1e-3 of a field's scale: float32 against float64, Newton's
-tolerance; measured below 5e-5); the VLM rewards of two engines' frames agree to 1e-3 (the frames
+tolerance; measured below 5e-5); the VLM rewards of two simulators' frames agree to 1e-3 (the frames
 differ where a float32 state moves an edge by a pixel); the environment's own reward (gt_reward) to
 1e-3 of its scale, since its forward term is a velocity of a float32 state over dt = 0.015.
 """
@@ -73,7 +73,7 @@ def close_to_scale(a, b, what: str) -> None:
     assert np.abs(a - b).max() <= RTOL * scale, f"{what}: {np.abs(a - b).max()} > {RTOL} x {scale}"
 
 
-def test_the_plan_runs_the_task_on_the_gpu_engine(stacks):
+def test_the_plan_runs_the_task_on_the_gpu_simulator(stacks):
     warp, cpu = stacks
     assert (warp.physics, warp.renderer, warp.plan.solver) == ("warp", "warp", "newton")
     assert warp.plan.ranges == (slice(0, N),)
@@ -171,14 +171,14 @@ def test_torch_outputs_for_a_gpu_native_learner(rm):
     same bits as the host's; rewards and dones as tensors on the stack's device; actions taken as tensors."""
     env = make_vec(rm, torch_outputs=True)
     try:
-        engine = env.unwrapped.engine
+        batch_env = env.unwrapped.batch_env
         obs, _ = env.reset(seed=0)
         assert isinstance(obs, torch.Tensor) and obs.device == torch.device("cpu")
-        np.testing.assert_array_equal(obs.numpy(), engine.batch.observation(engine.sim.outputs))
+        np.testing.assert_array_equal(obs.numpy(), batch_env.batch.observation(batch_env.sim.outputs))
         actions = torch.zeros((2, 17))
         obs, rewards, terminated, truncated, infos = env.step(actions)
         assert all(isinstance(x, torch.Tensor) for x in (obs, rewards, terminated, truncated))
-        np.testing.assert_array_equal(obs.numpy(), engine.batch.observation(engine.sim.outputs))
+        np.testing.assert_array_equal(obs.numpy(), batch_env.batch.observation(batch_env.sim.outputs))
         assert rewards.shape == (2,) and terminated.dtype == torch.bool
     finally:
         env.close()
@@ -201,7 +201,7 @@ def test_on_a_cpu_it_says_it_is_for_testing(rm):
         ),
         (TASK, {"solver": "pgs"}, ValueError, r"runs the newton or cg solver, not 'pgs'; .*physics='batch'"),
         (TASK, {"pipeline_chunks": 2}, ValueError, "steps every env at once"),
-        ("cartpole", {}, ValueError, r"no batch-engine version; use physics='gym' \(or 'auto'\)"),
+        ("cartpole", {}, ValueError, r"no batch-env version; use physics='gym' \(or 'auto'\)"),
     ],
 )
 def test_refusals_name_the_way_out(rm, task, kwargs, error, match):
@@ -228,7 +228,7 @@ def test_a_runs_videos_step_with_the_solver_it_trains_with():
 
     from vlmrm_fast import RewardModelSpec
     from vlmrm_fast.envs.spec import EnvSpec
-    from vlmrm_fast.stack import plan_stack
+    from vlmrm_fast.stack.plan import plan_stack
 
     for physics, solver, expected in [
         ("warp", None, mujoco.mjtSolver.mjSOL_NEWTON),
@@ -244,9 +244,9 @@ def test_a_runs_videos_step_with_the_solver_it_trains_with():
 
 
 @pytest.mark.gpu
-def test_on_a_gpu_the_state_stays_there_and_matches_the_cpu_engine():
+def test_on_a_gpu_the_state_stays_there_and_matches_the_cpu_simulator():
     """physics="warp" on CUDA (the step and the draw as CUDA graphs on the simulator's stream) against the
-    CPU engine with the same Newton model drawn by the same renderer on the same GPU: the physics to the
+    CPU simulator with the same Newton model drawn by the same renderer on the same GPU: the physics to the
     module's tolerance, the same picture, each side's rewards its model's scores of its own frames; and
     the observations computed on the device are the host's."""
     from tolerances import assert_same_picture

@@ -167,7 +167,7 @@ def test_bad_inputs_are_refused(humanoid_model, scene):
         with pytest.raises(ValueError, match="the renderer draws 2 of a model with nq=8"):
             renderer.draw(BatchSimulator(scene, 3))
     with pytest.raises(ValueError, match="width: must be at most 8192 pixels"):
-        WarpBatchRenderer(scene, 1, 9000, 16, camera="front", device="cpu")
+        WarpBatchRenderer(scene, 1, 16, 9000, camera="front", device="cpu")
     with pytest.raises(RuntimeError, match="closed"):
         renderer.frames()
 
@@ -250,7 +250,7 @@ def test_one_warp_stream_per_torch_stream_handle_for_the_process(monkeypatch):
 
     import warp
 
-    from vlmrm_fast import warp_runtime as warp_rendering
+    from vlmrm_fast.runtime import warp as warp_rendering
 
     made: list[object] = []
 
@@ -331,8 +331,8 @@ def test_cuda_draws_on_torchs_default_stream_capture_and_replay(humanoid_model):
 @pytest.mark.gpu
 def test_batch_env_steps_with_the_warp_renderer_without_the_reward_wrapper():
     """Defect 1, through MujocoBatchVecEnv.step_wait and get_images (no stream given)."""
-    from vlmrm_fast.engine import MujocoBatchVecEnv
     from vlmrm_fast.envs import get_task
+    from vlmrm_fast.stack.batch_env import MujocoBatchVecEnv
 
     task = get_task("humanoid-kneeling")
     env = MujocoBatchVecEnv(task.batch, 4, render_size=(32, 32), episode_length=5, device="cuda:0", renderer="warp")

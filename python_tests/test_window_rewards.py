@@ -18,8 +18,8 @@ from vlmrm_fast.envs import get_task
 from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.reward.window import episode_end_frames, paper_window_ends, streamed_window
 from vlmrm_fast.reward.window_model import MeanOfFramesModel, VideoWindowModel
+from vlmrm_fast.stack.wrappers import RecordFrame, VLMRewardVecEnvWrapper
 from vlmrm_fast.training.config import ConfigError, load_config
-from vlmrm_fast.wrappers import RecordFrame, VLMRewardVecEnvWrapper
 
 HUMANOID = "humanoid-kneeling"
 SMALL = {"render_size": 48, "renderer": "egl"}
@@ -69,7 +69,7 @@ def offline_streamed(model, frames, dones, every: int) -> np.ndarray:
 
 @pytest.mark.parametrize("kind", [MEAN, VICLIP], ids=["mean_of_frames", "viclip"])
 def test_streamed_windows_equal_offline_windows(kind):
-    """The batch engine, 3 envs in 2 pipeline ranges, windows of 4 frames scored every 2 steps through
+    """The batch env, 3 envs in 2 pipeline ranges, windows of 4 frames scored every 2 steps through
     two 7-step episodes: each reward equals the same frames windowed offline."""
     env = FastVLMRewardVecEnv(
         HUMANOID, 3, device="cpu", episode_length=7, pipeline_chunks=2, score_every=2, **SMALL, **kind, **prompts()
@@ -295,7 +295,7 @@ def test_xclip_scores_each_window_against_its_own_prompts():
     """X-CLIP's text is made for each window: each reward is the formulas' (reward/formulas.py) with that
     window's own prompt embeddings, for a goal-baseline and a binary task at once."""
     from vlmrm_fast.reward.head import RewardHead
-    from vlmrm_fast.reward.tasks import BinaryTask, GoalBaselineTask
+    from vlmrm_fast.reward.kinds import BinaryTask, GoalBaselineTask
 
     tasks = [
         GoalBaselineTask(("a robot walking",), ("a robot",), 0.5, name="walk"),

@@ -33,8 +33,8 @@ def generate(out: Path) -> dict[str, str]:
         sys.executable,
         "-P",  # the modules of the environment (or PYTHONPATH), not a source tree in the working directory
         "-c",
-        # The native core links to libmujoco: loaded through vlmrm_fast._native, as the package's modules do.
-        "import runpy, vlmrm_fast._native; runpy.run_module('pybind11_stubgen', run_name='__main__', alter_sys=True)",
+        # The native core links to libmujoco: loaded through vlmrm_fast.runtime.native, as the package's modules do.
+        "import runpy, vlmrm_fast.runtime.native; runpy.run_module('pybind11_stubgen', run_name='__main__', alter_sys=True)",
         "--exit-code",
         "--output-dir",
         str(out),

@@ -58,7 +58,7 @@
 #                         (SKIP_PAPER=1: none; no DummyVecEnv reference); results e2e_TAG.json (TAG
 #                         default: the model)                                                  (~1-4 min)
 #   physics               bench/bench_physics.py: MuJoCo Warp physics alone at WORLDS (default 1024 4096
-#                         16384) worlds beside the CPU batch engine                            (~1-2 min)
+#                         16384) worlds beside the CPU batch env                            (~1-2 min)
 #   distributed [MODEL] [N]  bench/bench_distributed.py: 2 torchrun ranks sharing GPU 0 against one
 #                         process, N envs (default B32, 64) at 224 px: bytes per step, the gather's
 #                         overhead, message round trips; then device=auto on 2 ranks and 1 GPU must
@@ -136,14 +136,14 @@ probe() {
   python3 -P - "$out/interop_probe.json" <<'EOF'
 import json, os, sys, time
 import gymnasium, mujoco, numpy as np, torch
-from vlmrm_fast import BatchRenderer, BatchSimulator
-from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
+from vlmrm_fast import EGLBatchRenderer, BatchSimulator
+from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec
 
 model = mujoco.MjModel.from_xml_path(os.path.join(os.path.dirname(gymnasium.__file__), "envs/mujoco/assets/humanoid.xml"))
 n, px = 64, 224
 qpos = np.tile(model.qpos0, (n, 1))
 spec = PreprocessSpec(size=224, mean=(0.48145466, 0.4578275, 0.40821073), std=(0.26862954, 0.26130258, 0.27577711))
-renderer = BatchRenderer(model, n, px, px)
+renderer = EGLBatchRenderer(model, n, px, px)
 device = torch.device("cuda", renderer.cuda_device)
 sim = BatchSimulator(model, n)
 sim.reset(qpos=qpos)

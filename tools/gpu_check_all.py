@@ -326,7 +326,7 @@ def egl_figures(work: pathlib.Path, dry: bool) -> list[Row]:
 
 
 def physics_figures(work: pathlib.Path, dry: bool) -> list[Row]:
-    """MuJoCo Warp physics alone against the CPU batch engine (bench/bench_physics.py)."""
+    """MuJoCo Warp physics alone against the CPU batch simulator (bench/bench_physics.py)."""
     targets = (
         "physics alone, 4,096 worlds (5 substeps each): >= 200,000 env steps/s",
         "16,384 worlds on one GPU: runs; peak device memory stated",
@@ -345,7 +345,7 @@ def physics_figures(work: pathlib.Path, dry: bool) -> list[Row]:
         if "device_outputs" in warp:
             cell += f" ({warp['device_outputs']['env_steps_per_s']:,.0f} kept on the device)"
         if "batch" in r:
-            cell += f", CPU engine {r['batch']['env_steps_per_s']:,.0f}/s"
+            cell += f", CPU simulator {r['batch']['env_steps_per_s']:,.0f}/s"
         cells.append(cell)
     middle = done.get(4096) or done[max(done)]
     rate = middle["warp"]["host_outputs"]["env_steps_per_s"]
@@ -359,7 +359,7 @@ def physics_figures(work: pathlib.Path, dry: bool) -> list[Row]:
 
 
 def e2e_physics_figures(work: pathlib.Path, dry: bool) -> list[Row]:
-    """ViT-B-32 end to end with MuJoCo Warp physics and renderer, beside the CPU engine."""
+    """ViT-B-32 end to end with MuJoCo Warp physics and renderer, beside the CPU simulator."""
     targets = (
         "ViT-B-32, 4,096 envs, physics warp + renderer warp: >= 30,000 scored steps/s",
         "the same: >= 90% of the encoder alone at that batch",
@@ -519,7 +519,7 @@ CHECKS = [
     ),
     Check(
         "physics",
-        "MuJoCo Warp physics alone at 1,024 / 4,096 / 16,384 worlds beside the CPU engine",
+        "MuJoCo Warp physics alone at 1,024 / 4,096 / 16,384 worlds beside the CPU simulator",
         70,
         ["physics"],
         [bench("bench_physics.py", "--device", "cpu", "--worlds", "4", "--steps", "3", "--out", "{work}/physics.json")],

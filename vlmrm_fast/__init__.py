@@ -50,14 +50,12 @@ if _missing_core is not None:
 __version__ = "0.1.0"
 
 # Everything is loaded on first use: `import vlmrm_fast` (and `vlmrm-fast --help`) imports neither the
-# native core, torch nor Stable-Baselines3. vlmrm_fast._native loads the core (libmujoco first).
+# native core, torch nor Stable-Baselines3. vlmrm_fast.runtime.native loads the core (libmujoco first).
 if TYPE_CHECKING:  # the public names, one import each: the type checker reads them, and so does _public()
-    from vlmrm_fast.device import build_info
     from vlmrm_fast.envs.spec import EnvSpec
-    from vlmrm_fast.gym_vector import VLMRewardVectorEnv, VLMRewardVectorWrapper
+    from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec
     from vlmrm_fast.physics.batch import BatchSimulator
-    from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec
-    from vlmrm_fast.rendering.egl import BatchRenderer
+    from vlmrm_fast.rendering.egl import EGLBatchRenderer
     from vlmrm_fast.rendering.warp import WarpBatchRenderer  # imports MuJoCo Warp only when one is made
     from vlmrm_fast.reward import (
         TINY_MODEL,
@@ -73,8 +71,10 @@ if TYPE_CHECKING:  # the public names, one import each: the type checker reads t
         WeightsUnavailableError,
         load_reward_model,
     )
-    from vlmrm_fast.vec_env import FastVLMRewardVecEnv
-    from vlmrm_fast.wrappers import RecordFrame, VLMRewardVecEnvWrapper
+    from vlmrm_fast.runtime.device import build_info
+    from vlmrm_fast.stack.gym_vector import VLMRewardVectorEnv, VLMRewardVectorWrapper
+    from vlmrm_fast.stack.vec_env import FastVLMRewardVecEnv
+    from vlmrm_fast.stack.wrappers import RecordFrame, VLMRewardVecEnvWrapper
 
 _PUBLIC: dict[str, str] = {}
 
@@ -99,7 +99,7 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     if name in ("_core", "_cuda_emulation"):  # `from vlmrm_fast import _core`: the native modules, libmujoco first
-        importlib.import_module("vlmrm_fast._native")
+        importlib.import_module("vlmrm_fast.runtime.native")
         return importlib.import_module(f"{__name__}.{name}")
     if name == "__all__":
         return sorted(_public())

@@ -25,14 +25,14 @@ from vlmrm_fast.failures import (
     EXIT_SIGTERM,
     ExpectedFailure,
     Terminated,
-    broken_install_line,
     closed_pipe,
     run_command,
 )
+from vlmrm_fast.runtime.health import broken_install_line
 
 
 def _info(args: argparse.Namespace) -> int:
-    from vlmrm_fast.health import install_parts
+    from vlmrm_fast.runtime.health import install_parts
 
     parts = install_parts()
     broken = [part for part in parts if not part.ok]
@@ -42,7 +42,7 @@ def _info(args: argparse.Namespace) -> int:
         raise BrokenInstall(broken[0].problem or "")
 
     import vlmrm_fast
-    from vlmrm_fast.device import describe_cuda_device
+    from vlmrm_fast.runtime.device import describe_cuda_device
 
     info = vlmrm_fast.build_info()
     usable = describe_cuda_device(info)
@@ -70,7 +70,7 @@ def _info(args: argparse.Namespace) -> int:
 
 
 class BrokenInstall(ExpectedFailure):
-    """A part of the install that a run loads does not load (``vlmrm_fast.health``)."""
+    """A part of the install that a run loads does not load (``vlmrm_fast.runtime.health``)."""
 
     label = "broken install"
 
@@ -96,7 +96,7 @@ def tensorrt_support() -> str:
 
 def warp_renderer() -> str:
     """Whether renderer="warp" can be used here, in words."""
-    from vlmrm_fast.warp_runtime import warp_available
+    from vlmrm_fast.runtime.warp import warp_available
 
     missing = warp_available()
     if missing is not None:
@@ -178,7 +178,7 @@ def _add_best(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_export(sub: argparse._SubParsersAction) -> None:
-    from vlmrm_fast.encoders.export import add_subcommand
+    from vlmrm_fast.models.export import add_subcommand
 
     add_subcommand(sub)
 
@@ -190,21 +190,21 @@ def _add_check_precision(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_dataset(sub: argparse._SubParsersAction) -> None:
-    from vlmrm_fast.evaluation import cli
+    from vlmrm_fast.evaluation import commands
 
-    cli.add_dataset(sub)
+    commands.add_dataset(sub)
 
 
 def _add_evaluate(sub: argparse._SubParsersAction) -> None:
-    from vlmrm_fast.evaluation import cli
+    from vlmrm_fast.evaluation import commands
 
-    cli.add_evaluate(sub)
+    commands.add_evaluate(sub)
 
 
 def _add_landscape(sub: argparse._SubParsersAction) -> None:
-    from vlmrm_fast.evaluation import cli
+    from vlmrm_fast.evaluation import commands
 
-    cli.add_landscape(sub)
+    commands.add_landscape(sub)
 
 
 # Each entry adds one subcommand; the job's code lives in its own module, imported only when that
@@ -315,6 +315,7 @@ def _main(argv: Sequence[str] | None) -> int:
         setup=getattr(args, "setup", False),
         interrupted=getattr(args, "interrupted", "interrupted"),
         terminated=getattr(args, "terminated", "stopped by SIGTERM"),
+        diagnose=broken_install_line,
     )
 
 

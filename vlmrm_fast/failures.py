@@ -6,7 +6,7 @@ line on stderr, ``vlmrm-fast COMMAND: error: what went wrong and the fix``, and 
 else is a bug, or a crash in the middle of the work: its traceback shows (exit code 1).
 A failure that would show a traceback on a broken install (torch and torchvision from two builds, a
 native core that does not load) names the broken part and its fix in one line instead
-(``vlmrm_fast.health``). ``VLMRM_TRACEBACK=1`` shows the traceback of every failure.
+(``vlmrm_fast.runtime.health``, which the CLI hands to :func:`run_command`). ``VLMRM_TRACEBACK=1`` shows the traceback of every failure.
 
 Exceptions say what they are by their class: :class:`ExpectedFailure` marks the package's own
 refusals, ``label`` names the kind of failure in the line (``config error``), and an exception
@@ -62,10 +62,14 @@ def run_command(
     setup: bool = False,
     interrupted: str = "interrupted",
     terminated: str = "stopped by SIGTERM",
+    diagnose: Callable[[str], str | None] | None = None,
 ) -> int:
     """Runs a subcommand's ``job`` under the policy; returns its exit code. Ctrl-C (unless marked a
     crash) ends it with exit code 130 and the line ``interrupted``; a SIGTERM raised as
-    :class:`Terminated` with 143 and the line ``terminated``."""
+    :class:`Terminated` with 143 and the line ``terminated``. A failure that is not expected is put to
+    ``diagnose`` first (the CLI's: ``runtime.health.broken_install_line``, handed down so that this
+    module, which every layer imports for :class:`ExpectedFailure`, imports none of them): a line it
+    returns replaces the traceback."""
     try:
         return int(job() or EXIT_DONE)
     except BrokenPipeError:
@@ -78,7 +82,7 @@ def run_command(
         return EXIT_SIGTERM if sigterm else EXIT_SIGINT
     except Exception as exc:
         if not expected_failure(exc, setup=setup):
-            broken = broken_install_line(command)
+            broken = diagnose(command) if diagnose is not None else None
             if broken is None:
                 raise
             print(broken, file=sys.stderr)
@@ -92,14 +96,3 @@ def closed_pipe() -> int:
     had read enough. Exit code 0, and stdout pointed at nothing, so that Python's flush at exit stays quiet."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return EXIT_DONE
-
-
-def broken_install_line(command: str) -> str | None:
-    """``vlmrm-fast COMMAND: broken install: <the part and its fix>`` when the install is broken (and no
-    traceback was asked for); None otherwise, when a failure is the command's own."""
-    if os.environ.get("VLMRM_TRACEBACK") == "1":
-        return None
-    from vlmrm_fast.health import broken_install
-
-    broken = broken_install()
-    return None if broken is None else f"vlmrm-fast {command}: broken install: {broken}"

@@ -73,7 +73,7 @@ void bind_preprocess(py::module_& m) {
            py::arg("mean"), py::arg("std"),
            py::arg_v("pass_order", PassOrder::kHorizontalFirst, "PassOrder.horizontal_first"),
            "Frames of in_height x in_width -> (3, out_size, out_size), normalized by mean and std (RGB); "
-           "pass_order: the installed Pillow's (vlmrm_fast.preprocess.pillow_pass_order()).")
+           "pass_order: the installed Pillow's (vlmrm_fast.frames.preprocess.pillow_pass_order()).")
       .def_readonly("in_height", &PreprocessPlan::in_height)
       .def_readonly("in_width", &PreprocessPlan::in_width)
       .def_readonly("out_size", &PreprocessPlan::out_size)

@@ -148,7 +148,7 @@ void bind_render(py::module_& m) {
                 py::arg("frame_row_stride") = l.frame_row_stride, py::arg("offset") = r.top_row_offset());
           },
           "Where the frames lie in a lent pixel buffer, in bytes from its start "
-          "(vlmrm_fast.frames.FrameLayout's "
+          "(vlmrm_fast.frames.views.FrameLayout's "
           "fields; offset: frame 0's top row).");
 }
 

@@ -206,7 +206,7 @@ class PreprocessPlan:
     """
     def __init__(self, in_height: typing.SupportsInt | typing.SupportsIndex, in_width: typing.SupportsInt | typing.SupportsIndex, out_size: typing.SupportsInt | typing.SupportsIndex, mode: ResizeMode, filter: Filter, mean: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], std: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], pass_order: PassOrder = ...) -> None:
         """
-        Frames of in_height x in_width -> (3, out_size, out_size), normalized by mean and std (RGB); pass_order: the installed Pillow's (vlmrm_fast.preprocess.pillow_pass_order()).
+        Frames of in_height x in_width -> (3, out_size, out_size), normalized by mean and std (RGB); pass_order: the installed Pillow's (vlmrm_fast.frames.preprocess.pillow_pass_order()).
         """
     @property
     def crop_left(self) -> int:

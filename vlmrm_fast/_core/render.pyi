@@ -63,7 +63,7 @@ class BatchRenderer:
     @property
     def frame_layout(self) -> dict:
         """
-        Where the frames lie in a lent pixel buffer, in bytes from its start (vlmrm_fast.frames.FrameLayout's fields; offset: frame 0's top row).
+        Where the frames lie in a lent pixel buffer, in bytes from its start (vlmrm_fast.frames.views.FrameLayout's fields; offset: frame 0's top row).
         """
     @property
     def height(self) -> int:

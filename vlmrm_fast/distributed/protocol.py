@@ -45,7 +45,7 @@ class ShardSpec:
 
     def build(self):
         from vlmrm_fast.distributed.launch import use_device
-        from vlmrm_fast.vec_env import FastVLMRewardVecEnv
+        from vlmrm_fast.stack.vec_env import FastVLMRewardVecEnv
 
         use_device(self.device)  # this rank's GPU is torch's current device before anything is built
         return FastVLMRewardVecEnv.from_specs(self.env, self.reward, seed=self.seed, **self.options)

@@ -23,7 +23,6 @@ import gymnasium
 import numpy as np
 from stable_baselines3.common.vec_env import VecEnv
 
-from vlmrm_fast.actions import check_actions
 from vlmrm_fast.distributed.channel import Link, RankFailure, receive_all, signals_held
 from vlmrm_fast.distributed.config import DEFAULTS, DistributedConfig
 from vlmrm_fast.distributed.heartbeat import Heartbeat
@@ -40,9 +39,10 @@ from vlmrm_fast.distributed.protocol import CLOSE, Built, Call, Refuse, Reply, S
 from vlmrm_fast.distributed.timings import RankClock, RankTimes, table
 from vlmrm_fast.envs.spec import EnvSpec
 from vlmrm_fast.reward.spec import RewardModelSpec
+from vlmrm_fast.stack.actions import check_actions
 
 if TYPE_CHECKING:
-    from vlmrm_fast.stack import StackPlan
+    from vlmrm_fast.stack.plan import StackPlan
 
 #: FastVLMRewardVecEnv arguments that cannot travel to other ranks, and why
 REFUSED_ARGUMENTS = {
@@ -140,7 +140,7 @@ class ShardedVecEnv(VecEnv):
         verbose: int = 1,
         **env_kwargs: Any,
     ):
-        from vlmrm_fast.stack import specs_of_arguments
+        from vlmrm_fast.stack.plan import specs_of_arguments
 
         for name, why in REFUSED_ARGUMENTS.items():
             if env_kwargs.get(name):
@@ -515,7 +515,7 @@ class ShardedVecEnv(VecEnv):
     # ------------------------------------------------------------------ per-rank times
     def profile(self, enabled: bool = True) -> ShardedProfile:
         """Times each stage of every rank's step from now on (``env.profile()`` on every rank, see
-        :mod:`vlmrm_fast.profiling`) and starts every rank's clock over; ``.table()`` of the result is
+        :mod:`vlmrm_fast.runtime.profiling`) and starts every rank's clock over; ``.table()`` of the result is
         :meth:`rank_table`."""
         calls = {s.rank: Call("profile", (enabled,)) for s in self._holding() if s.rank != 0}
         self._post(calls)
@@ -570,7 +570,7 @@ class ShardedVecEnv(VecEnv):
         if self._local is not None:
             return self._local.plan
         if self._learner_plan is None:
-            from vlmrm_fast.stack import plan_stack
+            from vlmrm_fast.stack.plan import plan_stack
 
             self._learner_plan = plan_stack(self._env.replace(n_envs=1), self._learner_reward)
         return self._learner_plan
@@ -582,7 +582,7 @@ class ShardedVecEnv(VecEnv):
         if self._local is not None:
             return self._local.reward_model
         if self._learner_model is None:
-            from vlmrm_fast.stack import load_for
+            from vlmrm_fast.stack.plan import load_for
 
             self._learner_model = load_for(self.plan, self._learner_reward)
         return self._learner_model

@@ -41,10 +41,10 @@ from typing import Any
 import torch
 
 from vlmrm_fast.encoders.base import Backend, ImageEncoder
+from vlmrm_fast.encoders.build_progress import Phases, note
 from vlmrm_fast.encoders.compile_cache import CacheReport, inductor_caches_in, resolve_compile_cache
 from vlmrm_fast.encoders.fp8 import DEFAULT_FP8_SCALING, FP8_OPTIONS
 from vlmrm_fast.encoders.precision import Precision
-from vlmrm_fast.encoders.progress import Phases, note
 from vlmrm_fast.encoders.tower import prepare_clip_tower
 
 #: torch.compile modes this backend accepts; the cudagraph modes would capture twice.

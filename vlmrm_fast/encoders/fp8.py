@@ -102,7 +102,7 @@ def fp8_unsupported_reason(device: torch.device | str) -> str | None:
     if device.type != "cuda":
         return f"{need}; this device is {device.type.upper() if device.type == 'cpu' else device}"
     if not torch.cuda.is_available():
-        from vlmrm_fast.device import no_gpu_reason
+        from vlmrm_fast.runtime.device import no_gpu_reason
 
         return f"{need}; {no_gpu_reason()}"
     capability = torch.cuda.get_device_capability(device)

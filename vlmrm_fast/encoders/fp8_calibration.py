@@ -8,7 +8,7 @@ s comes from calibration:
 1. The calibration frames (``fp8_calibration``: uint8 (N, H, W, 3) as numpy or torch, or a path to
    a ``.npz`` holding a ``frames`` array, as ``vlmrm-fast dataset sample`` writes, or to a folder of
    images of one size) are preprocessed as the reward model preprocesses frames
-   (:class:`~vlmrm_fast.preprocess.FramePreprocessor`), in batches of :data:`CALIBRATION_BATCH`.
+   (:class:`~vlmrm_fast.frames.preprocess.FramePreprocessor`), in batches of :data:`CALIBRATION_BATCH`.
 2. The bf16 tower, attention already fused (so that the QKV projection is a linear layer), runs
    them; each transformer linear layer records the largest |x| its input reached (amax).
 3. s = :data:`STATIC_SCALE_MARGIN` x amax / 448.
@@ -75,8 +75,8 @@ def calibration_pixels(
 ) -> list[torch.Tensor]:
     """``frames`` (see the module docstring) as bf16 encoder input on ``device``, in batches.
 
-    ``preprocess``: the model's :class:`~vlmrm_fast.preprocess.PreprocessSpec`."""
-    from vlmrm_fast.preprocess import FramePreprocessor, as_frame_tensor
+    ``preprocess``: the model's :class:`~vlmrm_fast.frames.preprocess.PreprocessSpec`."""
+    from vlmrm_fast.frames.preprocess import FramePreprocessor, as_frame_tensor
 
     if isinstance(frames, (str, os.PathLike)):
         frames = load_frames(frames)

@@ -294,9 +294,9 @@ def auto_prefers_fp8(
 ) -> bool:
     """Whether ``precision="auto"`` takes FP8 for this tower, compiled with ``compile_options`` (the
     compile backend's; None: its defaults), at ``batch_size`` on ``device``."""
+    from vlmrm_fast.encoders.build_progress import note, stage
     from vlmrm_fast.encoders.fp8 import fp8_compatible, fp8_unsupported_reason, transformer_linears
     from vlmrm_fast.encoders.precision import AUTO_FP8_MIN_SPEEDUP, tower_tokens
-    from vlmrm_fast.encoders.progress import note, stage
 
     if fp8_unsupported_reason(device) is not None:
         return False

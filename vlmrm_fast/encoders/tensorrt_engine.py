@@ -25,9 +25,9 @@ from typing import Any
 import torch
 
 from vlmrm_fast.encoders.base import Backend, ImageEncoder
+from vlmrm_fast.encoders.build_progress import note, stage
 from vlmrm_fast.encoders.engine_cache import EngineCache, EngineKey, StaleEngineError
 from vlmrm_fast.encoders.onnx_export import INPUT_NAME, OUTPUT_NAME, export_image_tower
-from vlmrm_fast.encoders.progress import note, stage
 
 logger = logging.getLogger(__name__)
 

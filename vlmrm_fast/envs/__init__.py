@@ -21,7 +21,7 @@ Tasks drawn with the paper's textures (the humanoid's ``paper`` and ``paper-text
 a truncation or (as in the paper's code) a termination, is ``time_limit`` (``envs.time_limits``).
 
 ``get_task(name)`` returns a :class:`TaskSpec`. MuJoCo tasks (those with ``batch`` glue)
-run entirely in the batch engine (``vlmrm_fast/engine.py``); the others go through gymnasium environments
+run entirely in the batch env (``vlmrm_fast/stack/batch_env.py``); the others go through gymnasium environments
 (``env.render()`` frames) on the generic path. Any gymnasium id works as a task
 too, with prompts given by the caller.
 """

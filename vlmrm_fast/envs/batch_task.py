@@ -1,4 +1,4 @@
-"""What the batch engine (:mod:`vlmrm_fast.engine`) needs of a MuJoCo task: its model, observation,
+"""What the batch env (:mod:`vlmrm_fast.stack.batch_env`) needs of a MuJoCo task: its model, observation,
 camera, and its own reward with whatever per-env state that needs. A task offers it as
 ``TaskSpec.batch`` (e.g. :class:`~vlmrm_fast.envs.humanoid.HumanoidBatch`)."""
 
@@ -13,7 +13,7 @@ __all__ = ["BatchTask", "StepReward"]
 
 
 class StepReward(Protocol):
-    """A task's own reward for the engine's envs, with whatever per-env state it needs."""
+    """A task's own reward for the batch env's envs, with whatever per-env state it needs."""
 
     def before_step(self, fields: dict[str, np.ndarray], rows: slice) -> None:
         """Envs ``rows`` are about to step; ``fields`` are the simulator's outputs of their current state."""
@@ -26,7 +26,7 @@ class StepReward(Protocol):
 
 
 class BatchTask(Protocol):
-    """What the batch engine needs of a MuJoCo task (e.g. :class:`~vlmrm_fast.envs.humanoid.HumanoidBatch`)."""
+    """What the batch env needs of a MuJoCo task (e.g. :class:`~vlmrm_fast.envs.humanoid.HumanoidBatch`)."""
 
     frame_skip: int
     reset_noise_scale: float
@@ -40,7 +40,7 @@ class BatchTask(Protocol):
     def observation(self, fields: dict[str, np.ndarray]) -> np.ndarray:
         """Every env's observation from the simulator's output fields: numpy in, numpy out; a task
         that also takes torch tensors (a simulator's fields on the device) gives a GPU-native learner
-        its observations where they lie (``engine.MujocoBatchVecEnv.device_observation``)."""
+        its observations where they lie (``stack.batch_env.MujocoBatchVecEnv.device_observation``)."""
         ...
 
     def step_reward(self, model: mujoco.MjModel, num_envs: int) -> StepReward: ...

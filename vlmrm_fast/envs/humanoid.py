@@ -313,13 +313,13 @@ class HumanoidPoseEnv(HumanoidEnv):
 
 
 # ------------------------------------------------------------------ batched quantities
-# The batch engine computes observations and the environment's reward for all
+# The batch env computes observations and the environment's reward for all
 # envs at once from the fields the simulator copies out after each step (the
 # same mjData fields, at the same moment, that Humanoid-v5 reads).
 
 
 class HumanoidBatch:
-    """Humanoid-v5's observation, reward and info for the batch engine (terminate_when_unhealthy=False),
+    """Humanoid-v5's observation, reward and info for the batch env (terminate_when_unhealthy=False),
     drawn in ``scene`` (a :class:`~vlmrm_fast.envs.batch_task.BatchTask`), with the paper's image files from
     ``scene_assets`` if given."""
 

@@ -27,9 +27,9 @@ class EnvSpec:
     """``n_envs`` envs of ``task`` (a built-in task or a gymnasium id) and how they are stepped.
 
     ``render_size``: frames of (height, width), or a square's side; ``physics``: how the envs are
-    simulated, a row of ``vlmrm_fast.physics.PHYSICS`` (the MuJoCo batch engine, gymnasium envs, ...) or
-    ``"auto"`` (the first that can run the task, ``vlmrm_fast.stack``); ``renderer``: what draws the
-    batch engine's frames, a row of ``vlmrm_fast.rendering.RENDERERS`` or ``"auto"`` (Warp on a CPU
+    simulated, a row of ``vlmrm_fast.physics.PHYSICS`` (the MuJoCo batch env, gymnasium envs, ...) or
+    ``"auto"`` (the first that can run the task, ``vlmrm_fast.stack.plan``); ``renderer``: what draws the
+    batch env's frames, a row of ``vlmrm_fast.rendering.RENDERERS`` or ``"auto"`` (Warp on a CPU
     when installed, EGL otherwise: ``rendering.AUTO_ORDER``), None where none does (``physics="gym"``:
     the gymnasium envs draw their own; a stack's plan says so); ``pipeline_chunks``: the ranges
     of envs a step is scored in while the next is simulated (``"auto"``: up to 4 on a GPU, 1 on the
@@ -45,7 +45,7 @@ class EnvSpec:
     the paper's code scored it; ``envs.time_limits``, docs/paper.md). How the envs spread over
     torchrun's ranks is :class:`~vlmrm_fast.distributed.DistributedConfig`'s.
 
-    A stack's plan (``vlmrm_fast.stack.StackPlan.env``) is this spec with every choice made: the task's
+    A stack's plan (``vlmrm_fast.stack.plan.StackPlan.env``) is this spec with every choice made: the task's
     defaults filled in, ``physics``, ``renderer``, ``solver`` and ``pipeline_chunks`` as they run.
     """
 
@@ -85,7 +85,7 @@ class EnvSpec:
         elif self.physics != "gym":
             raise FieldError(
                 "renderer",
-                f"None draws nothing, and physics={self.physics!r} runs the batch engine, which a renderer draws; "
+                f"None draws nothing, and physics={self.physics!r} runs the batch env, which a renderer draws; "
                 "name one, or 'auto' (None goes with physics='gym', whose gymnasium envs draw their own frames)",
             )
         put("pipeline_chunks", chunk_count(self.pipeline_chunks, "pipeline_chunks", self.n_envs))

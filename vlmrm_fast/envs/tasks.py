@@ -1,5 +1,5 @@
 """The task registry: every built-in task as a :class:`TaskSpec` (prompts, the gymnasium env factory,
-episode length, frame size, the batch engine's glue), found by name with :func:`get_task` (a
+episode length, frame size, the batch env's glue), found by name with :func:`get_task` (a
 humanoid scene after an ``@``, any registered gymnasium id). What the tasks are is said in the
 package's docstring (``vlmrm_fast/envs/__init__.py``); their registration with gymnasium is
 ``envs/registration.py``.
@@ -36,7 +36,7 @@ class TaskSpec:
     baseline_prompts: tuple[str, ...] = ()
     episode_length: int | None = None  # None: the env's own time limit
     render_size: tuple[int, int] | None = None  # (height, width) the paper renders at
-    batch: BatchTask | None = None  # MuJoCo batch-engine glue (envs.humanoid.HumanoidBatch); None: gymnasium envs only
+    batch: BatchTask | None = None  # MuJoCo batch-env glue (envs.humanoid.HumanoidBatch); None: gymnasium envs only
     resize_mode: str | None = None  # preprocess override; "squash" keeps a wide frame whole
     hard: bool = False  # the paper found CLIP could not teach it
     scene: str | None = None  # humanoid tasks: the scene frames are drawn in (envs.humanoid.SCENES)

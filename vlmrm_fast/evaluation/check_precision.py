@@ -126,7 +126,7 @@ def embed(
     from vlmrm_fast.encoders.precision import named_precision
     from vlmrm_fast.encoders.torch_eager import TorchImageEncoder
     from vlmrm_fast.encoders.tower import prepare_clip_tower
-    from vlmrm_fast.preprocess import FramePreprocessor
+    from vlmrm_fast.frames.preprocess import FramePreprocessor
 
     twin = _tower_only(clip)
     resolved = named_precision(precision)
@@ -195,10 +195,10 @@ def check_precision(
     """The figures above, one :class:`PrecisionResult` per precision and FP8 scaling (bf16 first, the
     reference). Static FP8 scales are calibrated on ``calibration_frames`` (described by
     ``calibration_source``), or on ``frames`` when None."""
-    from vlmrm_fast.device import resolve_device
     from vlmrm_fast.encoders.fp8 import fp8_unsupported_reason
     from vlmrm_fast.models import load_clip
     from vlmrm_fast.reward.formulas import normalize
+    from vlmrm_fast.runtime.device import resolve_device
 
     if backend not in ("torch", "compile"):
         raise ValueError(f"--backend {backend!r}: use 'torch' or 'compile' (TensorRT builds no FP8 engines)")
@@ -358,8 +358,8 @@ def add_subcommand(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from vlmrm_fast.device import check_device_option
     from vlmrm_fast.envs import get_task
+    from vlmrm_fast.runtime.device import check_device_option
 
     check_device_option(args.device)  # before the frames are rendered
     if args.num_frames < 3 or args.batch_size < 1:

@@ -34,7 +34,7 @@ from vlmrm_fast.evaluation.scoring import (
 from vlmrm_fast.models.judge import is_judge_name
 from vlmrm_fast.progress import progress_iter
 from vlmrm_fast.reward import JudgeRewardModel, QuestionTask, VLMRewardModel, load_reward_model
-from vlmrm_fast.reward.tasks import normalize_prompts
+from vlmrm_fast.reward.kinds import normalize_prompts
 from vlmrm_fast.reward.window import is_video_model
 from vlmrm_fast.reward.window_model import WindowRewardModel
 

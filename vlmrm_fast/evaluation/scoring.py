@@ -10,7 +10,7 @@ import torch
 
 from vlmrm_fast.progress import progress_iter
 from vlmrm_fast.reward import BinaryTask, GoalBaselineTask, JudgeRewardModel, QuestionTask, VLMRewardModel
-from vlmrm_fast.reward.tasks import normalize_prompts
+from vlmrm_fast.reward.kinds import normalize_prompts
 from vlmrm_fast.reward.window import paper_windows
 from vlmrm_fast.reward.window_model import MeanOfFramesModel, VideoWindowModel, WindowRewardModel
 

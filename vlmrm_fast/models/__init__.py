@@ -9,15 +9,17 @@ and smoke runs. Weights come from a pretrained tag (Hugging Face cache first), a
     names.py        the accepted forms, the registered configs (model_configs/, register_model_config)
     families.py     the families (SigLIP, PE, EVA, MobileCLIP, ...), their optional packages, FLOPs
     tokenizers.py   hub tokenizers (SigLIP) from a folder or the cache, offline
+    errors.py       WeightsUnavailableError, raised by every way of fetching weights
     hub.py          the Hugging Face cache and hub: probing, downloading, what to do offline
     random_init.py  random weights from a thread-local generator
     load.py         load_clip, checkpoints
     prompts.py      prompts against the text context length
+    export.py       ``vlmrm-fast export``: a model's image tower as a TensorRT engine or ONNX file
 """
 
+from vlmrm_fast.models.errors import WeightsUnavailableError
 from vlmrm_fast.models.families import FAMILIES, Family, MissingDependencyError, family_of
 from vlmrm_fast.models.hub import (
-    WeightsUnavailableError,
     cached_hf_file,
     download_model,
     download_weights,

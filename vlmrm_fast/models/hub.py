@@ -7,15 +7,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from vlmrm_fast.failures import ExpectedFailure
+from vlmrm_fast.models.errors import WeightsUnavailableError
 from vlmrm_fast.models.names import parse_model_name
 from vlmrm_fast.models.network import hf_endpoint, hub_offline, network_reachable
 
 _HF_WEIGHT_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
-
-
-class WeightsUnavailableError(ExpectedFailure, RuntimeError):
-    """Pretrained weights are neither cached nor downloadable right now."""
 
 
 def download_weights(model: str, pretrained: str | None = None, *, cache_dir: str | None = None) -> Path:

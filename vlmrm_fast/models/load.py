@@ -10,12 +10,12 @@ from typing import Any
 
 import torch
 
+from vlmrm_fast.frames.preprocess import PreprocessSpec
 from vlmrm_fast.models.families import check_requirements, family_of_config, model_config
 from vlmrm_fast.models.hub import hub_folder, pretrained_file
 from vlmrm_fast.models.names import TINY_MODEL, parse_model_name, registered_preprocess_cfg
 from vlmrm_fast.models.random_init import RandomWeightsWarning, create_model
 from vlmrm_fast.models.tokenizers import load_tokenizer
-from vlmrm_fast.preprocess import PreprocessSpec
 
 
 @dataclasses.dataclass

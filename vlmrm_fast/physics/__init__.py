@@ -1,14 +1,14 @@
 """How a task's envs are simulated: one row per physics backend, and what ``physics="auto"`` picks.
 
-The batch engine (:mod:`vlmrm_fast.engine`) steps MuJoCo tasks with a simulator of one of the
-engine rows (``batch``: MuJoCo's ``mjb_*`` batch API on the host's threads, :mod:`.batch`;
+The batch env (:mod:`vlmrm_fast.stack.batch_env`) steps MuJoCo tasks with a simulator of one of the
+batch-env rows (``batch``: MuJoCo's ``mjb_*`` batch API on the host's threads, :mod:`.batch`;
 ``warp``: MuJoCo Warp with every env's state on the GPU, :mod:`.warp`); the ``gym`` row runs the
 task's gymnasium envs instead, each drawing its own frames. :func:`.solver.with_solver` gives a
-model another constraint solver (MuJoCo Warp has no PGS), so both engines can run the same one. A row says what
-the backend needs, whether it can run a task here, and, for an engine row, the class of its
-simulator (:class:`.simulator.Simulator`: what the engine and the renderers read of one, and the
+model another constraint solver (MuJoCo Warp has no PGS), so both simulators can run the same one. A row says what
+the backend needs, whether it can run a task here, and, for a batch-env row, the class of its
+simulator (:class:`.simulator.Simulator`: what the batch env and the renderers read of one, and the
 states it offers a renderer). Adding a physics backend is a module and a row
-(docs/architecture.md, "Where to add things"). Only :mod:`vlmrm_fast.stack` chooses among them.
+(docs/architecture.md, "Where to add things"). Only :mod:`vlmrm_fast.stack.plan` chooses among them.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ if TYPE_CHECKING:
     import mujoco
     import torch
 
-#: A task as the rows read it: ``envs.TaskSpec`` (its ``name`` and ``batch``, the engine's glue or None);
+#: A task as the rows read it: ``envs.TaskSpec`` (its ``name`` and ``batch``, the batch env's glue or None);
 #: named loosely so that physics, below the tasks, does not import them.
 TaskSpec = Any
 
 
 def _needs_batch_glue(task: TaskSpec, device: torch.device) -> str | None:
-    return None if task.batch is not None else f"task {task.name!r} has no batch-engine version"
+    return None if task.batch is not None else f"task {task.name!r} has no batch-env version"
 
 
 def _always(task: TaskSpec, device: torch.device) -> str | None:
@@ -37,7 +37,7 @@ def _always(task: TaskSpec, device: torch.device) -> str | None:
 
 
 def _warp_unavailable(task: TaskSpec, device: torch.device) -> str | None:
-    from vlmrm_fast import warp_runtime
+    from vlmrm_fast.runtime import warp as warp_runtime
 
     return _needs_batch_glue(task, device) or warp_runtime.warp_available()
 
@@ -46,9 +46,9 @@ def _warp_unavailable(task: TaskSpec, device: torch.device) -> str | None:
 class Physics:
     """One physics backend: its name (``EnvSpec.physics``), what it is, and how it is made.
 
-    ``engine``: it runs in the batch engine, drawn by one of the renderers; otherwise the task's
+    ``batch_env``: it runs in the batch env, drawn by one of the renderers; otherwise the task's
     gymnasium envs step and draw themselves. ``unavailable(task, device)``: why it cannot run ``task``
-    for frames scored on ``device`` (the CPU or ``cuda:N``), or None. ``simulator``: for an engine
+    for frames scored on ``device`` (the CPU or ``cuda:N``), or None. ``simulator``: for a batch-env
     row, ``"module:Class"`` of its :class:`~vlmrm_fast.physics.simulator.Simulator`, whose ``offers``
     say which states a renderer may draw it from (:attr:`offers`); ``solvers``: the constraint
     solvers it runs (None: any, ``EnvSpec.solver``) and ``default_solver`` the one a task's model runs
@@ -60,7 +60,7 @@ class Physics:
     name: str
     description: str
     needs: str
-    engine: bool
+    batch_env: bool
     unavailable: Callable[[TaskSpec, torch.device], str | None]
     simulator: str | None = None
     solvers: tuple[str, ...] | None = None
@@ -82,10 +82,10 @@ class Physics:
     def make_simulator(
         self, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: tuple[Any, ...], device: torch.device
     ) -> Any:
-        """The engine's simulator of ``num_envs`` copies of ``model``, for frames scored on ``device``."""
+        """The batch env's simulator of ``num_envs`` copies of ``model``, for frames scored on ``device``."""
         if self.simulator is None:
-            raise ValueError(f"physics={self.name!r} does not run in the batch engine")
-        return named(self.simulator).for_engine(model, num_envs, frame_skip, outputs, device)
+            raise ValueError(f"physics={self.name!r} does not run in the batch env")
+        return named(self.simulator).for_batch_env(model, num_envs, frame_skip, outputs, device)
 
 
 PHYSICS: dict[str, Physics] = {
@@ -93,9 +93,9 @@ PHYSICS: dict[str, Physics] = {
     for physics in (
         Physics(
             "batch",
-            "MuJoCo's batch engine: all envs in the native core, stepped on the host's threads (mjb_*)",
+            "MuJoCo's batch env: all envs in the native core, stepped on the host's threads (mjb_*)",
             "a MuJoCo task (the built-in humanoid tasks)",
-            engine=True,
+            batch_env=True,
             unavailable=_needs_batch_glue,
             simulator="vlmrm_fast.physics.batch:BatchSimulator",
         ),
@@ -104,7 +104,7 @@ PHYSICS: dict[str, Physics] = {
             "MuJoCo Warp: every env's state on the GPU, a step one CUDA graph, drawn where it lies; Newton or CG "
             "solver, float32 (docs/physics.md); on a CPU Warp's backend, for testing",
             "MuJoCo Warp (pip install 'vlmrm-fast[warp]') and a MuJoCo task",
-            engine=True,
+            batch_env=True,
             unavailable=_warp_unavailable,
             simulator="vlmrm_fast.physics.warp:WarpSimulator",
             solvers=("newton", "cg"),
@@ -116,13 +116,13 @@ PHYSICS: dict[str, Physics] = {
             "gym",
             "the task's gymnasium envs, one per env, each drawing its own frames (SB3's DummyVecEnv)",
             "any gymnasium task",
-            engine=False,
+            batch_env=False,
             unavailable=_always,
         ),
     )
 }
 
-#: What ``physics="auto"`` tries, in order: the batch engine where the task has one and a renderer
+#: What ``physics="auto"`` tries, in order: the batch env where the task has one and a renderer
 #: can draw it, the gymnasium envs otherwise. Never "warp": its dynamics (Newton, float32) are not the
 #: paper's (PGS, float64); ask for it by name.
 AUTO_ORDER = ("batch", "gym")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import mujoco
 import numpy as np
 
-import vlmrm_fast._native  # noqa: F401  (libmujoco, then the core)
+import vlmrm_fast.runtime.native  # noqa: F401  (libmujoco, then the core)
 from vlmrm_fast._core import sim as _native_sim
 from vlmrm_fast.physics.simulator import HOST_POSITIONS, NATIVE_DATA, OutputSpec, SimulatorBase, parse_outputs
 
@@ -96,10 +96,10 @@ class BatchSimulator(SimulatorBase):
         }
 
     @classmethod
-    def for_engine(
+    def for_batch_env(
         cls, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], device: torch.device
     ) -> BatchSimulator:
-        """The engine's simulator (its row of ``vlmrm_fast.physics.PHYSICS``): gymnasium's step on every env,
+        """The batch env's simulator (its row of ``vlmrm_fast.physics.PHYSICS``): gymnasium's step on every env,
         ``mj_rnePostConstraint`` included, on every CPU this process may use (``device`` plays no part)."""
         return cls(model, num_envs, frame_skip=frame_skip, outputs=outputs, rne_post_constraint=True)
 

@@ -1,8 +1,8 @@
-"""What a simulator of the batch engine is: the protocol the engine and the renderers read of one, the
+"""What a simulator of the batch env is: the protocol the batch env and the renderers read of one, the
 states it can offer a renderer, and what every simulator holds the same way, written once.
 
 A physics backend's simulator (:mod:`.batch`, :mod:`.warp`, or any class of :class:`Simulator`'s
-shape) holds ``num_envs`` simulations of one MuJoCo model. The engine steps and resets it and reads
+shape) holds ``num_envs`` simulations of one MuJoCo model. The batch env steps and resets it and reads
 its outputs; a renderer draws it from one of the states its class ``offers``, most direct first:
 
 * :data:`NATIVE_DATA`: each simulation's mjData in the native core (``native``, a
@@ -10,7 +10,7 @@ its outputs; a renderer draws it from one of the states its class ``offers``, mo
 * :data:`HOST_POSITIONS`: ``qpos``, (num_envs, nq) float64 in the host's memory;
 * :data:`DEVICE_WORLDS`: MuJoCo Warp's model and data of every world on one device (``warp_model``,
   ``warp_data``, ``warp_stream``, ``device``), and its outputs there (``torch_outputs``: torch views of
-  ``outputs`` on ``device``, which the engine reads for a learner's observations on that device).
+  ``outputs`` on ``device``, which the batch env reads for a learner's observations on that device).
 
 A renderer's class says which states it ``draws``; the plan pairs a physics with a renderer that
 draws a state the physics' simulator offers, and refuses a pair that cannot meet
@@ -40,21 +40,21 @@ OutputSpec = str | tuple[str, int] | tuple[str, int, int]
 
 
 class Simulator(Protocol):
-    """What the engine and a renderer read of a simulator (the plan reads its row, ``physics.PHYSICS``).
+    """What the batch env and a renderer read of a simulator (the plan reads its row, ``physics.PHYSICS``).
 
     ``offers``: the states a renderer may draw it from, most direct first (a class attribute); a state
     offered brings its members (``native``; ``qpos``; ``warp_model``, ``warp_data``, ``warp_stream``,
-    ``device``, ``torch_outputs``). ``for_engine`` is how the engine makes one (its row names the class).
+    ``device``, ``torch_outputs``). ``for_batch_env`` is how the batch env makes one (its row names the class).
     """
 
     offers: ClassVar[tuple[str, ...]]
     model: mujoco.MjModel
 
     @classmethod
-    def for_engine(
+    def for_batch_env(
         cls, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], device: torch.device
     ) -> Simulator:
-        """The engine's simulator: gymnasium's step (``mj_rnePostConstraint`` included) of ``num_envs``
+        """The batch env's simulator: gymnasium's step (``mj_rnePostConstraint`` included) of ``num_envs``
         copies of ``model``, copying out ``outputs``, on ``device`` (the plan's) where it uses one."""
         ...
 

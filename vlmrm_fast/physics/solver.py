@@ -1,6 +1,6 @@
 """A model's constraint solver, by name: MuJoCo Warp has Newton and CG, not PGS (gymnasium's humanoid
-uses PGS), so ``physics="warp"`` runs a copy of the task's model with Newton; the CPU engine can run
-that same copy, to compare the two engines, or the two solvers (docs/physics.md)."""
+uses PGS), so ``physics="warp"`` runs a copy of the task's model with Newton; the CPU simulator can run
+that same copy, to compare the two simulators, or the two solvers (docs/physics.md)."""
 
 from __future__ import annotations
 

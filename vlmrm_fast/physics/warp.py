@@ -13,9 +13,9 @@ output fields of every world gathered into one packed float64 buffer on the devi
 those launches are captured into a CUDA graph on the first call and replayed by the later ones.
 Resets run on the device too (``mujoco_warp.reset_data``, the new qpos/qvel rows, ``forward``),
 their noise drawn on the host by every simulator's generators (:class:`vlmrm_fast.physics.simulator.ResetStates`):
-the same seed gives the CPU engine's reset states, rounded to float32.
+the same seed gives the CPU simulator's reset states, rounded to float32.
 
-Where it differs from the CPU engine (docs/physics.md):
+Where it differs from the CPU simulator (docs/physics.md):
 
 * float32 throughout; MuJoCo Warp's Newton and CG solvers only (no PGS: see
   :func:`vlmrm_fast.physics.solver.with_solver`);
@@ -38,10 +38,10 @@ import mujoco
 import numpy as np
 import torch
 
-from vlmrm_fast.device import resolve_device
 from vlmrm_fast.physics.simulator import DEVICE_WORLDS, OutputSpec, SimulatorBase, parse_outputs
 from vlmrm_fast.physics.solver import WARP_DEFAULT_SOLVER, WARP_SOLVERS, solver_name
-from vlmrm_fast.warp_runtime import import_warp, warp_stream_of
+from vlmrm_fast.runtime.device import resolve_device
+from vlmrm_fast.runtime.warp import import_warp, warp_stream_of
 
 wp, mjw = import_warp()
 
@@ -203,10 +203,10 @@ class WarpSimulator(SimulatorBase):
             torch.cuda.synchronize(self.device)
 
     @classmethod
-    def for_engine(
+    def for_batch_env(
         cls, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], device: torch.device
     ) -> WarpSimulator:
-        """The engine's simulator (its row of ``vlmrm_fast.physics.PHYSICS``): every world on ``device`` (the
+        """The batch env's simulator (its row of ``vlmrm_fast.physics.PHYSICS``): every world on ``device`` (the
         CPU: Warp's CPU backend, said in one line), gymnasium's step with ``rne_postconstraint``."""
         if device.type == "cpu":
             warnings.warn(

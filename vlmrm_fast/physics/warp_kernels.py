@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import mujoco
 
-from vlmrm_fast.warp_runtime import import_warp
+from vlmrm_fast.runtime.warp import import_warp
 
 import_warp()  # names the install extra where MuJoCo Warp is missing; initializes Warp quietly
 import mujoco_warp as mjw  # noqa: E402

@@ -1,11 +1,11 @@
-"""What draws the batch engine's frames: one row per renderer, and what ``renderer="auto"`` picks.
+"""What draws the batch env's frames: one row per renderer, and what ``renderer="auto"`` picks.
 
 Each renderer is a :class:`~vlmrm_fast.rendering.base.BatchRendererBase` in a module of this package
 (``egl.py``: OpenGL through headless EGL; ``warp.py``: MuJoCo Warp's ray tracer) and one row of
 :data:`RENDERERS`: what it needs, whether it can draw here, whether its drawing may run beside the
 encoder's CUDA work, and its class, which says which states of a simulator it draws
 (:attr:`Renderer.draws`). Adding a renderer is a new module and a row (docs/architecture.md, "Where to
-add things"). Only :mod:`vlmrm_fast.stack` chooses among them.
+add things"). Only :mod:`vlmrm_fast.stack.plan` chooses among them.
 
 Nothing here imports a renderer's module until one is asked for: ``import vlmrm_fast.rendering`` is light.
 """
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import mujoco
     import torch
 
-    from vlmrm_fast.frames import FrameSource
+    from vlmrm_fast.frames.views import FrameSource
 
 
 def _egl_unavailable(device: torch.device) -> str | None:
@@ -32,7 +32,7 @@ def _egl_unavailable(device: torch.device) -> str | None:
 
 
 def _warp_unavailable(device: torch.device) -> str | None:
-    from vlmrm_fast import warp_runtime
+    from vlmrm_fast.runtime import warp as warp_runtime
 
     return warp_runtime.warp_available()
 
@@ -71,7 +71,7 @@ class Renderer:
     ) -> FrameSource:
         """A renderer drawing ``num_envs`` frames of ``render_size`` (height, width) from ``camera``, for
         frames scored on ``device``."""
-        return named(self.implementation).for_engine(model, num_envs, render_size, camera, device)
+        return named(self.implementation).for_batch_env(model, num_envs, render_size, camera, device)
 
 
 RENDERERS: dict[str, Renderer] = {
@@ -83,7 +83,7 @@ RENDERERS: dict[str, Renderer] = {
             "headless EGL (Mesa's on a CPU, the NVIDIA driver's on a GPU)",
             overlaps_encoder=False,
             unavailable=_egl_unavailable,
-            implementation="vlmrm_fast.rendering.egl:BatchRenderer",
+            implementation="vlmrm_fast.rendering.egl:EGLBatchRenderer",
         ),
         Renderer(
             "warp",

@@ -2,12 +2,12 @@
 ``render_sim``, ``draw``, ``frames``), their checks (positions, simulator, the device frames go
 to), and closing.
 
-A renderer (:class:`~vlmrm_fast.rendering.egl.BatchRenderer` on EGL,
+A renderer (:class:`~vlmrm_fast.rendering.egl.EGLBatchRenderer` on EGL,
 :class:`~vlmrm_fast.rendering.warp.WarpBatchRenderer` on MuJoCo Warp) says which states of a
 simulator it draws (``draws``: ``vlmrm_fast.physics.simulator``'s names) and supplies how it draws
 positions (``_draw_qpos``) and a simulator's envs from one of those states (``_draw_sim``), how it
 lends frames in place (``lend``) and how it copies them out (``_fetch``). Both are
-``frames.FrameSource``\\ s; ``for_engine`` is how the engine makes one (its row names the class).
+``frames.views.FrameSource``\\ s; ``for_batch_env`` is how the batch env makes one (its row names the class).
 """
 
 from __future__ import annotations
@@ -20,36 +20,36 @@ import mujoco
 import numpy as np
 
 from vlmrm_fast.checks import positive_int
-from vlmrm_fast.device import no_gpu_reason
-from vlmrm_fast.frames import FrameView
+from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.physics.simulator import Simulator
+from vlmrm_fast.runtime.device import no_gpu_reason
 
 if TYPE_CHECKING:
     import torch
 
 
 class BatchRendererBase(abc.ABC):
-    """``num_envs`` frames of ``model`` (width x height) per call; see the module docstring."""
+    """``num_envs`` frames of ``model`` (height x width) per call; see the module docstring."""
 
     model: mujoco.MjModel
     #: the simulator states it draws (``vlmrm_fast.physics.simulator``'s names), read by its row
     draws: ClassVar[tuple[str, ...]]
 
-    def __init__(self, model: mujoco.MjModel, num_envs: int, width: int, height: int) -> None:
+    def __init__(self, model: mujoco.MjModel, num_envs: int, height: int, width: int) -> None:
         if not isinstance(model, mujoco.MjModel):
             raise TypeError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
         positive_int(num_envs, "num_envs")
-        positive_int(width, "width")
         positive_int(height, "height")
+        positive_int(width, "width")
         self.model = model
 
     # ------------------------------------------------------------ what a renderer supplies
     @classmethod
     @abc.abstractmethod
-    def for_engine(
+    def for_batch_env(
         cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, device: torch.device
     ) -> BatchRendererBase:
-        """The engine's renderer (its row of ``vlmrm_fast.rendering.RENDERERS``): ``num_envs`` frames of
+        """The batch env's renderer (its row of ``vlmrm_fast.rendering.RENDERERS``): ``num_envs`` frames of
         ``render_size`` (height, width) from ``camera``, for frames scored on ``device`` (the plan's: the CPU, or
         ``cuda:N``, where a renderer that draws on a GPU draws)."""
 
@@ -85,7 +85,7 @@ class BatchRendererBase(abc.ABC):
 
     @abc.abstractmethod
     def lend(self, rows: slice | None = None, stream: Any = None) -> contextlib.AbstractContextManager[FrameView]:
-        """Lends frames ``rows`` in place (see ``frames.FrameSource``)."""
+        """Lends frames ``rows`` in place (see ``frames.views.FrameSource``)."""
 
     @abc.abstractmethod
     def _fetch(self, target: torch.device | None) -> Any:

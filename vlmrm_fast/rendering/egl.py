@@ -1,10 +1,10 @@
 """Headless batch rendering: the frames of N simulations of one model per call.
 
-    renderer = BatchRenderer(model, num_envs=64, width=224, height=224, camera=-1)
+    renderer = EGLBatchRenderer(model, num_envs=64, height=224, width=224, camera=-1)
     frames = renderer.render(qpos)                  # uint8 (64, 224, 224, 3), upright
     frames = renderer.render_sim(sim, device="cuda")  # torch CUDA tensor, no host copy
     renderer.draw(sim, slice(0, 32))                # frames 0..31 of the sim's states, kept in place
-    with renderer.lend(slice(0, 32), stream) as view:   # a FrameView of them (vlmrm_fast.frames)
+    with renderer.lend(slice(0, 32), stream) as view:   # a FrameView of them (vlmrm_fast.frames.views)
         ...
 
 Pixels equal ``mujoco.Renderer``'s for the same model, camera, size and state. One EGL
@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import mujoco
 import numpy as np
 
-import vlmrm_fast._native  # noqa: F401  (libmujoco, then the core)
+import vlmrm_fast.runtime.native  # noqa: F401  (libmujoco, then the core)
 from vlmrm_fast._core import render as _native_render
-from vlmrm_fast.device import build_info, native_cuda_usable
-from vlmrm_fast.frames import FrameLayout, FrameView
+from vlmrm_fast.frames.views import FrameLayout, FrameView
 from vlmrm_fast.physics.batch import BatchSimulator
 from vlmrm_fast.physics.simulator import HOST_POSITIONS, NATIVE_DATA
 from vlmrm_fast.rendering.base import BatchRendererBase
+from vlmrm_fast.runtime.device import build_info, native_cuda_usable
 
 if TYPE_CHECKING:
     import torch
@@ -39,13 +39,13 @@ def egl_unavailable() -> str | None:
     return None if info["egl_available"] else str(info["egl_error"])
 
 
-class BatchRenderer(BatchRendererBase):
+class EGLBatchRenderer(BatchRendererBase):
     """Renders ``num_envs`` frames of ``model`` per call (the calls: :class:`BatchRendererBase`).
 
     Args:
         model: the ``mujoco.MjModel`` (copied).
         num_envs: frames per call.
-        width, height: frame size in pixels (no ``offwidth``/``offheight`` limit: the
+        height, width: frame size in pixels (no ``offwidth``/``offheight`` limit: the
             renderer sizes its own offscreen buffer).
         camera: -1 for the free camera (as ``mujoco.Renderer``), a camera id or name.
         gpu: CUDA index of the GPU to render on; None picks one (Mesa's software EGL on a
@@ -54,7 +54,7 @@ class BatchRenderer(BatchRendererBase):
         nthread: threads for scene updates from positions (``render(qpos)``, a simulator's ``qpos``);
             0: every CPU we may use.
 
-    It draws a simulator from its native data where the simulator offers it (the batch engine's:
+    It draws a simulator from its native data where the simulator offers it (the batch env's:
     scene updates on the simulator's own threads), else from its positions (``qpos`` on the host,
     set into MuJoCo data of the renderer's own).
     """
@@ -65,8 +65,8 @@ class BatchRenderer(BatchRendererBase):
         self,
         model: mujoco.MjModel,
         num_envs: int,
-        width: int,
         height: int,
+        width: int,
         camera: int | str = -1,
         gpu: int | None = None,
         *,
@@ -75,7 +75,7 @@ class BatchRenderer(BatchRendererBase):
     ) -> None:
         self._native = None
         self._positions: BatchSimulator | None = None  # MuJoCo data for drawing host positions, made on first use
-        super().__init__(model, num_envs, width, height)
+        super().__init__(model, num_envs, height, width)
         if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, (int, np.integer)) or gpu < 0):
             raise ValueError(f"gpu must be None or a CUDA device index >= 0, got {gpu!r}")
         if isinstance(camera, np.integer):
@@ -93,13 +93,13 @@ class BatchRenderer(BatchRendererBase):
         )
 
     @classmethod
-    def for_engine(
+    def for_batch_env(
         cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, device: torch.device
-    ) -> BatchRenderer:
-        """The engine's EGL renderer (its row of ``vlmrm_fast.rendering.RENDERERS``): on the EGL device of
+    ) -> EGLBatchRenderer:
+        """The batch env's EGL renderer (its row of ``vlmrm_fast.rendering.RENDERERS``): on the EGL device of
         ``device``'s GPU, or Mesa's on the CPU."""
         height, width = render_size
-        return cls(model, num_envs, width, height, camera=camera, gpu=device.index if device.type == "cuda" else None)
+        return cls(model, num_envs, height, width, camera=camera, gpu=device.index if device.type == "cuda" else None)
 
     # ------------------------------------------------------------------ properties
     @property

@@ -1,6 +1,6 @@
 """Batch rendering on MuJoCo Warp: all envs' frames in one launch of its ray tracer, on the GPU.
 
-    renderer = WarpBatchRenderer(model, num_envs=1024, width=224, height=224, camera="vlmrm_front")
+    renderer = WarpBatchRenderer(model, num_envs=1024, height=224, width=224, camera="vlmrm_front")
     frames = renderer.render(qpos)                  # uint8 (1024, 224, 224, 3) numpy, upright RGB
     frames = renderer.render(qpos, device="cuda")   # a torch CUDA tensor, no host copy
 
@@ -38,11 +38,11 @@ import numpy as np
 import torch
 
 from vlmrm_fast.checks import FieldError
-from vlmrm_fast.device import resolve_device
-from vlmrm_fast.frames import FrameLayout, FrameView
+from vlmrm_fast.frames.views import FrameLayout, FrameView
 from vlmrm_fast.physics.simulator import DEVICE_WORLDS, HOST_POSITIONS
 from vlmrm_fast.rendering.base import BatchRendererBase
-from vlmrm_fast.warp_runtime import import_warp, warp_stream_of
+from vlmrm_fast.runtime.device import resolve_device
+from vlmrm_fast.runtime.warp import import_warp, warp_stream_of
 
 MAX_FRAME_SIDE = 8192
 _UNPACK_KERNEL = None
@@ -102,7 +102,7 @@ class WarpBatchRenderer(BatchRendererBase):
         model: the ``mujoco.MjModel`` (copied; its solver is irrelevant here and set to
             one MuJoCo Warp loads).
         num_envs: frames per call.
-        width, height: frame size in pixels.
+        height, width: frame size in pixels.
         camera: a camera id or name of the model (MuJoCo Warp renders model cameras only).
         device: "cuda", "cuda:N", "cpu", or None / "auto" (the first GPU when there is one).
         shadows: cast shadows; None: when a light of the model casts them.
@@ -115,8 +115,8 @@ class WarpBatchRenderer(BatchRendererBase):
         self,
         model: mujoco.MjModel,
         num_envs: int,
-        width: int,
         height: int,
+        width: int,
         camera: int | str,
         device: str | torch.device | None = None,
         *,
@@ -126,8 +126,8 @@ class WarpBatchRenderer(BatchRendererBase):
         self._slots: dict[tuple[Any, int], _Slot] = {}  # by range (start, stop), or a simulator's worlds
         self._closed = True  # until built
         wp, mjw = import_warp()
-        super().__init__(model, num_envs, width, height)
-        for name, value in (("width", width), ("height", height)):
+        super().__init__(model, num_envs, height, width)
+        for name, value in (("height", height), ("width", width)):
             if value > MAX_FRAME_SIDE:
                 raise FieldError(name, f"must be at most {MAX_FRAME_SIDE} pixels, got {value!r}")
         self._wp, self._mjw = wp, mjw
@@ -145,12 +145,12 @@ class WarpBatchRenderer(BatchRendererBase):
         self._closed = False
 
     @classmethod
-    def for_engine(
+    def for_batch_env(
         cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, device: torch.device
     ) -> WarpBatchRenderer:
-        """The engine's MuJoCo Warp renderer (its row of ``vlmrm_fast.rendering.RENDERERS``), on ``device``."""
+        """The batch env's MuJoCo Warp renderer (its row of ``vlmrm_fast.rendering.RENDERERS``), on ``device``."""
         height, width = render_size
-        return cls(model, num_envs, width, height, camera=camera, device=device)
+        return cls(model, num_envs, height, width, camera=camera, device=device)
 
     # ------------------------------------------------------------------ properties
     @property

@@ -9,10 +9,11 @@ from vlmrm_fast.models import (
     register_builtin_configs,
 )
 from vlmrm_fast.reward.judge import JudgeRewardModel
-from vlmrm_fast.reward.model import VLMRewardModel, load_reward_model
+from vlmrm_fast.reward.kinds import BinaryTask, GoalBaselineTask, QuestionTask
+from vlmrm_fast.reward.load import load_reward_model
+from vlmrm_fast.reward.model import VLMRewardModel
 from vlmrm_fast.reward.protocol import RewardModel
 from vlmrm_fast.reward.spec import RewardModelSpec
-from vlmrm_fast.reward.tasks import BinaryTask, GoalBaselineTask, QuestionTask
 
 register_builtin_configs()
 

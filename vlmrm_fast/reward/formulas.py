@@ -1,12 +1,12 @@
 """The reward formulas, each written once in plain torch: the reference the fused kernels are tested
 against, and the path wherever no kernel runs (docs/reward.md gives the math).
 
-A formula is made from its task (``reward/tasks.py``) and the text side (normalized prompt
+A formula is made from its task (``reward/kinds.py``) and the text side (normalized prompt
 embeddings, the model's logit scale): it keeps the text-side tensors it needs and computes the
 rewards of normalized image embeddings with :meth:`Formula.reward`. A formula the fused kernel
 knows also gives its row of the kernel's task table (:meth:`Formula.kernel_entry`); the kernel (C++
 twin on the CPU, CUDA on a GPU) then computes the same in one pass over the embeddings for every
-task. Each kind of task names its formula in its row of ``reward.tasks.TASK_KINDS``: adding a reward is a
+task. Each kind of task names its formula in its row of ``reward.kinds.TASK_KINDS``: adding a reward is a
 task dataclass, a formula and that row; a kernel entry only where speed asks for one.
 
 A generative judge's question tasks read their reward from the answer's logits instead of an
@@ -21,9 +21,9 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
-from vlmrm_fast import kernels
 from vlmrm_fast.lazy import named
-from vlmrm_fast.reward.tasks import TASK_KINDS, BinaryTask, GoalBaselineTask, kind_of
+from vlmrm_fast.reward.kinds import TASK_KINDS, BinaryTask, GoalBaselineTask, kind_of
+from vlmrm_fast.runtime import kernels
 
 TextEmbedding = Callable[[str], torch.Tensor]  # prompt -> normalized (D,) float32 embedding
 
@@ -140,7 +140,7 @@ class Binary:
 
 
 def formula_of(task: Any, text_embedding: TextEmbedding, logit_scale: float) -> Formula:
-    """The formula of ``task`` (its kind's, ``reward.tasks.TASK_KINDS``) with its text side computed."""
+    """The formula of ``task`` (its kind's, ``reward.kinds.TASK_KINDS``) with its text side computed."""
     kind = TASK_KINDS.get(kind_of(task) or "")
     if kind is None or kind.formula is None:
         known = ", ".join(k.task.__name__ for k in TASK_KINDS.values() if k.formula is not None)

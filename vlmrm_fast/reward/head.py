@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from vlmrm_fast import kernels
-from vlmrm_fast.device import resolve_device
 from vlmrm_fast.reward.formulas import formula_of, normalize
-from vlmrm_fast.reward.tasks import Task
+from vlmrm_fast.reward.kinds import Task
+from vlmrm_fast.runtime import kernels
+from vlmrm_fast.runtime.device import resolve_device
 
 
 class RewardHead:

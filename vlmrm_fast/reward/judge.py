@@ -1,6 +1,6 @@
 """JudgeRewardModel: frames in, a generative VLM's answer probabilities out.
 
-A judge asks each frame one or more yes/no questions (:class:`~vlmrm_fast.reward.tasks.QuestionTask`)
+A judge asks each frame one or more yes/no questions (:class:`~vlmrm_fast.reward.kinds.QuestionTask`)
 and reads the reward from the logits of the answer's first token, without generating:
 
     frames (N, H, W, 3) uint8, where the renderer lent them
@@ -25,14 +25,14 @@ from typing import Any
 import torch
 
 from vlmrm_fast.checks import FieldError
-from vlmrm_fast.device import resolve_device
-from vlmrm_fast.frames import FrameView
-from vlmrm_fast.preprocess import as_frame_tensor
-from vlmrm_fast.profiling import NULL_TIMER, StageTimer
+from vlmrm_fast.frames.preprocess import as_frame_tensor
+from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.reward.formulas import answer_reward
+from vlmrm_fast.reward.kinds import GoalBaselineTask, QuestionTask, as_reward_tasks
 from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
 from vlmrm_fast.reward.spec import RewardModelSpec
-from vlmrm_fast.reward.tasks import GoalBaselineTask, QuestionTask, as_reward_tasks
+from vlmrm_fast.runtime.device import resolve_device
+from vlmrm_fast.runtime.profiling import NULL_TIMER, StageTimer
 
 #: Frames per batch when none is asked for.
 DEFAULT_JUDGE_CHUNK = 32
@@ -164,7 +164,7 @@ class JudgeRewardModel:
     def preprocess(
         self, view: FrameView, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER
     ) -> torch.Tensor:
-        """The frames of a :class:`~vlmrm_fast.frames.FrameView` -> pixel input, on the device."""
+        """The frames of a :class:`~vlmrm_fast.frames.views.FrameView` -> pixel input, on the device."""
         with timer.stage("preprocess"):
             return self._pixels(view.tensor(), out)
 

@@ -9,26 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from vlmrm_fast.checks import FieldError
-from vlmrm_fast.device import resolve_device
 from vlmrm_fast.encoders import make_image_encoder
-from vlmrm_fast.frames import FrameView
-from vlmrm_fast.models import LoadedClip, check_prompt_lengths, load_clip
-from vlmrm_fast.preprocess import FramePreprocessor, PreprocessSpec, as_frame_tensor
-from vlmrm_fast.profiling import NULL_TIMER, StageTimer
+from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec, as_frame_tensor
+from vlmrm_fast.frames.views import FrameView
+from vlmrm_fast.models import LoadedClip, check_prompt_lengths
 from vlmrm_fast.reward.formulas import normalize
 from vlmrm_fast.reward.head import RewardHead
-from vlmrm_fast.reward.judge import JudgeRewardModel, is_judge_spec, load_judge_reward_model
+from vlmrm_fast.reward.kinds import QuestionTask, Task, as_reward_tasks, normalize_prompts, unique_prompts
 from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
-from vlmrm_fast.reward.spec import RewardModelSpec
-from vlmrm_fast.reward.tasks import QuestionTask, Task, as_reward_tasks, normalize_prompts, unique_prompts
-
-if TYPE_CHECKING:
-    from vlmrm_fast.reward.window_model import WindowRewardModel
+from vlmrm_fast.runtime.profiling import NULL_TIMER, StageTimer
 
 DEFAULT_CHUNK = 256
 
@@ -165,7 +159,7 @@ class VLMRewardModel:
     def preprocess(
         self, view: FrameView, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER
     ) -> torch.Tensor:
-        """The frames of a :class:`~vlmrm_fast.frames.FrameView` -> encoder input (N, 3, S, S)."""
+        """The frames of a :class:`~vlmrm_fast.frames.views.FrameView` -> encoder input (N, 3, S, S)."""
         self._check_open()
         with timer.stage("preprocess"):
             return self.preprocessor.run(view, out)
@@ -208,69 +202,3 @@ def clip_tasks(tasks: Iterable[Any]) -> tuple[Task, ...]:
                 "judge (model='Qwen/Qwen2-VL-2B-Instruct', docs/judge.md)",
             )
     return tasks
-
-
-def load_reward_model(
-    model: str | RewardModelSpec, pretrained: str | None = None, **fields: Any
-) -> VLMRewardModel | JudgeRewardModel | WindowRewardModel:
-    """Loads a CLIP reward model from a :class:`RewardModelSpec`, or from its fields; a generative VLM
-    judge (:class:`~vlmrm_fast.reward.judge.JudgeRewardModel`, docs/judge.md) for a judge's name or
-    question tasks; a window model (docs/video-rewards.md) for a spec with a ``window``.
-
-    ``model`` is an open_clip name (``"ViT-bigG-14"``), ``"name/tag"``
-    (``"ViT-L-14/laion2b_s32b_b82k"``), ``"hf-hub:org/repo"`` or ``"vlmrm-tiny"``;
-    ``checkpoint`` a local weights file. Give ``target_prompts`` (with optional
-    ``baseline_prompts`` and ``alpha``) for one task, or ``tasks=[...]``
-    (:class:`GoalBaselineTask`, :class:`BinaryTask` or dicts) for several; the
-    model then returns (N, K) rewards. ``resize_mode="squash"`` resizes frames to the
-    encoder's square input instead of open_clip's shortest-side resize and centre crop
-    (keeps wide frames whole); ``resize_mode="paper"`` does what the paper's code did
-    (a squash by PyTorch's float bicubic without antialiasing, OpenAI's mean and std; see
-    ``vlmrm_fast.preprocess``). Other keywords are encoder options (see :class:`RewardModelSpec`).
-    A video model's name, or ``window=``, gives a model of windows of frames
-    (:class:`~vlmrm_fast.reward.window_model.WindowRewardModel`; docs/video-rewards.md).
-    """
-    if isinstance(model, RewardModelSpec):
-        if pretrained is not None or fields:
-            raise ValueError("give a RewardModelSpec alone, or its fields as arguments, not both")
-        spec = model
-    else:
-        spec = RewardModelSpec.from_kwargs(model=model, pretrained=pretrained, **fields)
-    if is_judge_spec(spec):
-        if spec.window is not None:
-            raise FieldError(
-                "window",
-                f"scores windows of frames with a video model or the mean of a CLIP's frame embeddings; {spec.model} "
-                "is a generative VLM judge, which answers about one frame (drop window; score_every scores less often)",
-            )
-        return load_judge_reward_model(spec)
-    if spec.image_size is not None:
-        raise FieldError("image_size", f"sets a generative VLM judge's input size; {spec.model} takes its own")
-    if spec.window is not None:
-        from vlmrm_fast.reward.window_model import load_window_model
-
-        return load_window_model(spec)
-    tasks, multi = spec.reward_tasks()
-    resolved = resolve_device(spec.device)
-    clip = load_clip(
-        spec.model,
-        spec.pretrained,
-        checkpoint=spec.checkpoint,
-        device=resolved,
-        cache_dir=spec.cache_dir,
-        seed=spec.seed,
-        tokenizer=spec.tokenizer,
-    )
-    if spec.resize_mode is not None:
-        clip.preprocess = clip.preprocess.with_resize_mode(spec.resize_mode)
-    return VLMRewardModel(
-        clip,
-        tasks,
-        device=resolved,
-        multi_task=multi,
-        backend=spec.backend,
-        precision=spec.precision,
-        batch_size=spec.batch_size,
-        schedule=spec.schedule,
-        **spec.encoder_options,
-    )

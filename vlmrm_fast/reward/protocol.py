@@ -1,6 +1,6 @@
 """RewardModel: what the env stack asks of a reward model.
 
-The VLM reward wrapper, the step's pipeline (``pipeline.ChunkedScorer``), episode-batch scoring
+The VLM reward wrapper, the step's pipeline (``stack.scorer.ChunkedScorer``), episode-batch scoring
 and the training callbacks use a reward model through this interface alone.
 :class:`~vlmrm_fast.reward.model.VLMRewardModel` implements it; so can a model of your own.
 
@@ -18,9 +18,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from vlmrm_fast.frames import FrameView
-from vlmrm_fast.profiling import NULL_TIMER, StageTimer
-from vlmrm_fast.reward.tasks import Task
+from vlmrm_fast.frames.views import FrameView
+from vlmrm_fast.reward.kinds import Task
+from vlmrm_fast.runtime.profiling import NULL_TIMER, StageTimer
 
 
 @runtime_checkable

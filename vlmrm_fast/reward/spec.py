@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 from vlmrm_fast.checks import FieldError, FieldTypeError, non_negative_int, number, one_of, positive_int
 from vlmrm_fast.encoders import BACKEND_OPTIONS, BACKENDS, PRECISION_NAMES
-from vlmrm_fast.preprocess import RESIZE_MODES
+from vlmrm_fast.frames.preprocess import RESIZE_MODES
+from vlmrm_fast.reward.kinds import GoalBaselineTask, Task, as_reward_tasks, normalize_prompts
 from vlmrm_fast.reward.schedule import ScoreSchedule
-from vlmrm_fast.reward.tasks import GoalBaselineTask, Task, as_reward_tasks, normalize_prompts
 from vlmrm_fast.reward.window import WindowSpec, check_window_fields, is_video_model
 
 

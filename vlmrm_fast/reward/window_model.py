@@ -27,14 +27,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vlmrm_fast.frames import FrameView
-from vlmrm_fast.preprocess import FramePreprocessor, as_frame_tensor
-from vlmrm_fast.profiling import NULL_TIMER, StageTimer
+from vlmrm_fast.frames.preprocess import FramePreprocessor, as_frame_tensor
+from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.reward.head import RewardHead
+from vlmrm_fast.reward.kinds import BinaryTask, GoalBaselineTask, Task, as_reward_tasks, unique_prompts
 from vlmrm_fast.reward.model import DEFAULT_CHUNK, VLMRewardModel
 from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
-from vlmrm_fast.reward.tasks import BinaryTask, GoalBaselineTask, Task, as_reward_tasks, unique_prompts
 from vlmrm_fast.reward.window import WindowSpec, subsample_indices
+from vlmrm_fast.runtime.profiling import NULL_TIMER, StageTimer
 
 
 class WindowRewardModel(abc.ABC):
@@ -391,40 +391,3 @@ def per_window_rewards(
         alpha = task.alpha
         columns.append(1.0 - 0.5 * ((1.0 - alpha) ** 2 * (v * v).sum(dim=-1) + (2.0 * alpha - alpha**2) * vu * vu))
     return torch.stack(columns, dim=1)
-
-
-def load_window_model(spec: Any) -> WindowRewardModel:
-    """The window reward model of a :class:`~vlmrm_fast.reward.spec.RewardModelSpec` with a ``window``."""
-    from vlmrm_fast.device import resolve_device
-    from vlmrm_fast.reward.model import load_reward_model
-
-    window: WindowSpec = spec.window
-    if window.embedding == "mean_of_frames":
-        frames = load_reward_model(spec.replace(window=None))
-        assert isinstance(frames, VLMRewardModel)  # no window: a frame model
-        return MeanOfFramesModel(frames, window)
-    from vlmrm_fast.models.video import load_video_model
-
-    device = resolve_device(spec.device)
-    dtype = _video_dtype(spec.precision, device)
-    video = load_video_model(spec.model, checkpoint=spec.checkpoint, device=device, dtype=dtype, seed=spec.seed)
-    tasks, multi = spec.reward_tasks()
-    compiled = spec.backend == "compile" or (spec.backend == "auto" and device.type == "cuda" and spec.batch_size)
-    return VideoWindowModel(
-        video,
-        tasks,
-        window,
-        multi_task=multi,
-        schedule=spec.schedule,
-        batch_size=spec.batch_size,
-        compiled=bool(compiled),
-        compile_mode=spec.encoder_options.get("compile_mode"),
-        resize_mode=spec.resize_mode,
-    )
-
-
-def _video_dtype(precision: str, device: torch.device) -> torch.dtype:
-    """fp32 on the CPU, bf16 on a GPU (fp16 without bf16) for "auto"; a named precision as named."""
-    from vlmrm_fast.encoders.precision import resolve
-
-    return resolve(precision, device).dtype

@@ -4,7 +4,7 @@ A :class:`WindowRing` holds, for every env, K slots of what the window model kee
 (``frame_items``: the preprocessed frame for a video model, its normalised embedding for the mean of
 frames), as one tensor (N, K, *item) on the model's device: an env's window lies in one block, so
 gathering the due envs' windows in time order is one copy. The step's scorer
-(``pipeline.ChunkedScorer``) preprocesses each range's frames with the fused kernel, and the ring:
+(``stack.scorer.ChunkedScorer``) preprocesses each range's frames with the fused kernel, and the ring:
 
 1. writes the items of the envs that keep this step's frame into their slots;
 2. gathers the windows of the envs the step scores, oldest frame first, and embeds them together in
@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from vlmrm_fast.profiling import NULL_TIMER, StageTimer
 from vlmrm_fast.reward.schedule import StepPlan
 from vlmrm_fast.reward.window import episode_end_frames
+from vlmrm_fast.runtime.profiling import NULL_TIMER, StageTimer
 
 if TYPE_CHECKING:
     from vlmrm_fast.reward.window_model import WindowRewardModel

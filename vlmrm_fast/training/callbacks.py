@@ -18,8 +18,8 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from vlmrm_fast.envs.success import LAST_STEP_RATE, RATE_NAMES, check_rule, rule_holds
 from vlmrm_fast.reward.batch_scoring import FrameBatchScorer
 from vlmrm_fast.reward.protocol import RewardModel
+from vlmrm_fast.stack.wrappers import RewardMix, find_reward_wrapper
 from vlmrm_fast.training.run_files import RunFiles, relative_to
-from vlmrm_fast.wrappers import RewardMix, find_reward_wrapper
 
 
 class EpisodeStats:

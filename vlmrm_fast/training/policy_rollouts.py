@@ -106,9 +106,9 @@ def rollout_env(
 ):
     """One env per episode, as the run drew and scored them (rewards scored at every step); the
     reward model on ``device`` in ``precision`` where given (default the run's)."""
-    from vlmrm_fast.device import resolve_device
     from vlmrm_fast.encoders import PRECISION_NAMES
-    from vlmrm_fast.vec_env import FastVLMRewardVecEnv
+    from vlmrm_fast.runtime.device import resolve_device
+    from vlmrm_fast.stack.vec_env import FastVLMRewardVecEnv
 
     env = cfg.env.replace(n_envs=episodes, pipeline_chunks="auto")
     reward = cfg.reward.with_task_defaults(get_task(cfg.env.task))

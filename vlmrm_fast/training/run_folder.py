@@ -114,7 +114,7 @@ RESOLVED_CHOICES = ("env.physics", "env.renderer")
 
 
 def resolved_choices(plan: Any) -> dict[str, Any]:
-    """``{"env.physics": "batch", "env.renderer": "egl"}``: what the stack's plan (``stack.StackPlan``) runs."""
+    """``{"env.physics": "batch", "env.renderer": "egl"}``: what the stack's plan (``stack.plan.StackPlan``) runs."""
     return {place: getattr(plan.env, place.split(".")[1]) for place in RESOLVED_CHOICES}
 
 

@@ -39,8 +39,9 @@ from vlmrm_fast.distributed import jobs as distributed_jobs
 from vlmrm_fast.distributed.channel import RankFailure
 from vlmrm_fast.envs import get_task
 from vlmrm_fast.failures import EXIT_CRASHED, EXIT_DONE, EXIT_SIGINT, EXIT_SIGTERM, ExpectedFailure, mark_crash
-from vlmrm_fast.memory import check_replay_buffer_fits
-from vlmrm_fast.stack import StackPlan, plan_stack
+from vlmrm_fast.runtime.memory import check_replay_buffer_fits
+from vlmrm_fast.stack.plan import StackPlan, plan_stack
+from vlmrm_fast.stack.vec_env import FastVLMRewardVecEnv
 from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.callbacks import (
     EpisodeBatchLogs,
@@ -77,7 +78,6 @@ from vlmrm_fast.training.run_folder import (
 )
 from vlmrm_fast.training.signals import StopRequest, sigterm_raises
 from vlmrm_fast.training.tensorboard import TensorBoardWriter
-from vlmrm_fast.vec_env import FastVLMRewardVecEnv
 
 ALGORITHM_CLASSES = {"SAC": SAC, "PPO": PPO, "DQN": DQN}
 
@@ -112,7 +112,7 @@ def make_env(cfg: TrainConfig, plan: StackPlan | None = None):
 
 def check_rl_device(device: Any) -> None:
     """``rl.device`` refused as ``reward.device`` is: SB3 itself would fall back to the CPU without a word."""
-    from vlmrm_fast.device import no_gpu_reason, resolve_device
+    from vlmrm_fast.runtime.device import no_gpu_reason, resolve_device
 
     try:
         resolve_device(device)

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from vlmrm_fast.models.hub import WeightsUnavailableError
+from vlmrm_fast.models.errors import WeightsUnavailableError
 from vlmrm_fast.models.judge.families import JudgeFamily, judge_family, require_judge_packages
 from vlmrm_fast.models.judge.tiny import TINY_JUDGES
 from vlmrm_fast.models.network import hf_endpoint, hub_offline, network_reachable
@@ -121,7 +121,7 @@ def _from_folder(name: str, folder: Path, device: torch.device, dtype: torch.dty
 
 def judge_folder(repo_id: str, cache_dir: str | None = None) -> str:
     """The cache snapshot holding hub judge ``repo_id``: the cached one, else downloaded when the hub
-    answers, else a :class:`~vlmrm_fast.models.hub.WeightsUnavailableError` naming the download."""
+    answers, else a :class:`~vlmrm_fast.models.errors.WeightsUnavailableError` naming the download."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 

@@ -1,4 +1,4 @@
-"""What every video-language model offers the window machinery, and the models by name.
+"""What every video-language model offers the window machinery.
 
 A video model reads a window of ``T`` preprocessed frames (oldest first) and gives one embedding
 for it; its text tower gives one embedding per prompt; both are L2-normalised, so a reward is
@@ -6,26 +6,22 @@ computed from them as from a frame model's. :class:`VideoModelInfo` says what a 
 before any weight is loaded (how many frames, how each is preprocessed), and
 :func:`subsample_indices` picks a model's ``T`` frames out of a longer window.
 
-    video_model_info(name)     the info of a registered model (no weights loaded)
-    load_video_model(name)     the model, with a checkpoint's weights or seeded random ones
-    flops_per_window(name)     what one window costs the video tower
     subsample_indices(K, T)    which of a window's K frames a model of T frames reads
+
+The models by name are in load.py, above every model's module.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import numbers
-import os
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from vlmrm_fast.models.random_init import RandomWeightsWarning
-from vlmrm_fast.preprocess import PreprocessSpec
+from vlmrm_fast.frames.preprocess import PreprocessSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,71 +179,3 @@ def subsample_indices(window: int, num_frames: int) -> list[int]:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     window, num_frames = int(window), int(num_frames)
     return [window - 1 - (j * window) // num_frames for j in range(num_frames - 1, -1, -1)]
-
-
-def _families() -> tuple[Any, ...]:
-    # Imported here: each family's module imports this one for the base class.
-    from vlmrm_fast.models.video import s3d, viclip, xclip
-
-    return viclip, xclip, s3d
-
-
-def known_video_models() -> list[str]:
-    """Every registered video model's name."""
-    return [name for family in _families() for name in family.MODELS]
-
-
-def video_model_info(name: str) -> VideoModelInfo:
-    """The info of the video model ``name``, without loading weights (or the optional extra)."""
-    return _family_of(name).MODELS[name].info
-
-
-def load_video_model(
-    name: str,
-    *,
-    checkpoint: str | os.PathLike | None = None,
-    device: torch.device | str = "cpu",
-    dtype: torch.dtype = torch.float32,
-    seed: int = 0,
-) -> VideoModel:
-    """The video model ``name`` in eval mode on ``device`` in ``dtype``, frozen: with the weights of
-    ``checkpoint`` (the published file or folder; docs/video-models.md says which), else random
-    weights from ``seed`` (the same for a seed in any process or thread)."""
-    family = _family_of(name)
-    if checkpoint is None and not family.MODELS[name].info.tiny:
-        warnings.warn(
-            f"{name} has no checkpoint: random weights. Rewards are meaningless; fine for benchmarks. "
-            f"Give checkpoint= (docs/video-models.md says where the published weights are)",
-            RandomWeightsWarning,
-            stacklevel=2,
-        )
-    model = family.load(name, checkpoint=checkpoint, seed=seed)
-    model.eval().requires_grad_(False)
-    return model.to(device=torch.device(device), dtype=dtype)
-
-
-def flops_per_window(name: str) -> float:
-    """FLOPs of one window through the video tower of ``name`` (a multiply-add counts 2), counted by
-    torch's FLOP counter on the meta device: shapes only, no memory, no weights."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    family = _family_of(name)
-    with torch.device("meta"):
-        model = family.load(name, checkpoint=None, seed=0).eval()
-    info = model.info
-    pixels = torch.empty(1, info.num_frames, 3, info.preprocess.size, info.preprocess.size, device="meta")
-    with FlopCounterMode(display=False) as counter:
-        model.encode_video(pixels)
-    return float(counter.get_total_flops())
-
-
-def _family_of(name: Any) -> Any:
-    for family in _families():
-        if name in family.MODELS:
-            return family
-    import difflib
-
-    known = known_video_models()
-    close = difflib.get_close_matches(str(name), known, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    raise ValueError(f"unknown video model {name!r}: {hint}the known ones are {', '.join(known)}")

@@ -33,10 +33,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vlmrm_fast.frames.preprocess import PreprocessSpec
 from vlmrm_fast.models.prompts import PromptTruncatedWarning
 from vlmrm_fast.models.random_init import _LocalGenerator
 from vlmrm_fast.models.video.base import VideoModel, VideoModelInfo
-from vlmrm_fast.preprocess import PreprocessSpec
 
 DICTIONARY_FILE = "s3d_dict.npy"
 WEIGHTS_URL = "https://www.rocq.inria.fr/cluster-willow/amiech/howto100m/"

@@ -29,10 +29,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from vlmrm_fast.frames.preprocess import PreprocessSpec
 from vlmrm_fast.models.families import MissingDependencyError
 from vlmrm_fast.models.random_init import _LocalGenerator
 from vlmrm_fast.models.video.base import VideoModel, VideoModelInfo, check_prompts
-from vlmrm_fast.preprocess import PreprocessSpec
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

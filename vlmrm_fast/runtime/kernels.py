@@ -1,6 +1,6 @@
 """The fused kernels' native half: preprocess and reward, C++ twins and CUDA.
 
-``preprocess.py`` and ``reward/head.py`` call the kernels through this module, the
+``frames/preprocess.py`` and ``reward/head.py`` call the kernels through this module, the
 one that imports them from the native core (``_core.kernels``, csrc/bindings/kernels.cpp)
 and the one that turns torch dtypes into the kernels' :class:`DType`.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-import vlmrm_fast._native  # noqa: F401  (libmujoco, then the core)
+import vlmrm_fast.runtime.native  # noqa: F401  (libmujoco, then the core)
 from vlmrm_fast._core.kernels import (
     MAX_CUDA_REWARD_TASKS,
     DevicePreprocessPlan,
@@ -58,6 +58,6 @@ def kernel_dtype(dtype: torch.dtype) -> DType:
 def cuda_kernels_run_on(device: torch.device) -> bool:
     """Whether the CUDA kernels run for tensors on ``device``: a CUDA device, and a core built with CUDA
     that sees a usable GPU. Elsewhere on a GPU the preprocess and reward fall back to torch."""
-    from vlmrm_fast.device import native_cuda_usable
+    from vlmrm_fast.runtime.device import native_cuda_usable
 
     return torch.device(device).type == "cuda" and native_cuda_usable()

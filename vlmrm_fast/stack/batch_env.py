@@ -1,16 +1,16 @@
-"""The batch engine: a MuJoCo task's envs as one SB3 VecEnv, simulated together and drawn by a batch renderer.
+"""The batch env: a MuJoCo task's envs as one SB3 VecEnv, simulated together and drawn by a batch renderer.
 
 :class:`MujocoBatchVecEnv` is a plain ``VecEnv`` whose reward is the task's own. It is also a
-frame source in ranges (:class:`~vlmrm_fast.frames.SteppedFrameSource`), so that the VLM reward
+frame source in ranges (:class:`~vlmrm_fast.frames.views.SteppedFrameSource`), so that the VLM reward
 wrapper can score one range of envs while the next is simulated: ``step_in_ranges(actions, ranges,
 stream, on_frames)`` takes the whole step, range by range: it steps envs ``rows`` (frame_skip x
 mj_step + rnePostConstraint on the simulator's threads), draws the states they reach
 (``renderer="egl"``: scene updates on the simulator's threads, one GL pass; ``"warp"``: qpos to
 the device, one MuJoCo Warp launch) and lends their frames in place to ``on_frames``; then it
 computes observations and rewards from the copied-out fields (numpy, all envs at once) and resets
-finished envs. The engine alone holds a step's state; ``step_wait`` is the same step in one range.
+finished envs. The batch env alone holds a step's state; ``step_wait`` is the same step in one range.
 
-What the engine needs of a task is a :class:`~vlmrm_fast.envs.batch_task.BatchTask` (observations,
+What the batch env needs of a task is a :class:`~vlmrm_fast.envs.batch_task.BatchTask` (observations,
 and a ``StepReward`` holding the task's own per-env state), e.g.
 :class:`~vlmrm_fast.envs.humanoid.HumanoidBatch`.
 """
@@ -27,27 +27,27 @@ import numpy as np
 import torch
 from stable_baselines3.common.vec_env import VecEnv
 
-from vlmrm_fast.actions import check_actions
 from vlmrm_fast.checks import one_of
-from vlmrm_fast.device import resolve_device
 from vlmrm_fast.envs.batch_task import BatchTask
 from vlmrm_fast.envs.time_limits import SCORE_TERMINAL_ON, TIME_LIMITS
-from vlmrm_fast.frames import FrameView
-from vlmrm_fast.memory import check_envs_fit, env_bytes
+from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.physics import PHYSICS
 from vlmrm_fast.physics.simulator import DEVICE_WORLDS
 from vlmrm_fast.physics.solver import with_solver
-from vlmrm_fast.profiling import NULL_TIMER
 from vlmrm_fast.rendering import RENDERERS
+from vlmrm_fast.runtime.device import resolve_device
+from vlmrm_fast.runtime.memory import check_envs_fit, env_bytes
+from vlmrm_fast.runtime.profiling import NULL_TIMER
+from vlmrm_fast.stack.actions import check_actions
 
 
 class BatchEnvView:
     """What ``get_attr``/``set_attr``/``env_method`` see of env ``index`` (no gymnasium object exists)."""
 
-    def __init__(self, engine: MujocoBatchVecEnv, index: int):
-        # A proxy, not a reference: views and engine in a cycle would keep the engine's simulator and
+    def __init__(self, batch_env: MujocoBatchVecEnv, index: int):
+        # A proxy, not a reference: views and the batch env in a cycle would keep the batch env's simulator and
         # renderer alive after close() until the garbage collector's next full pass.
-        self._engine = weakref.proxy(engine)
+        self._batch_env = weakref.proxy(batch_env)
         self.index = index
         self.render_mode = "rgb_array"
 
@@ -57,27 +57,27 @@ class BatchEnvView:
 
     @property
     def observation_space(self) -> gymnasium.Space:
-        return self._engine.observation_space
+        return self._batch_env.observation_space
 
     @property
     def action_space(self) -> gymnasium.Space:
-        return self._engine.action_space
+        return self._batch_env.action_space
 
     @property
     def dt(self) -> float:
-        return self._engine.sim.dt
+        return self._batch_env.sim.dt
 
     @property
     def episode_length(self) -> int | None:
-        return self._engine.episode_length
+        return self._batch_env.episode_length
 
     @property
     def qpos(self) -> np.ndarray:
-        return self._engine.sim.qpos[self.index].copy()
+        return self._batch_env.sim.qpos[self.index].copy()
 
     @property
     def qvel(self) -> np.ndarray:
-        return self._engine.sim.qvel[self.index].copy()
+        return self._batch_env.sim.qvel[self.index].copy()
 
     def get_wrapper_attr(self, name: str) -> Any:
         return getattr(self, name)
@@ -86,13 +86,13 @@ class BatchEnvView:
         setattr(self, name, value)
 
     def render(self) -> np.ndarray:
-        return self._engine.get_images()[self.index]
+        return self._batch_env.get_images()[self.index]
 
 
 class MujocoBatchVecEnv(VecEnv):
     """``num_envs`` envs of a MuJoCo task (its :class:`BatchTask` glue, ``batch``), simulated by
     ``physics`` and drawn by ``renderer`` (rows of ``vlmrm_fast.physics.PHYSICS`` and
-    ``vlmrm_fast.rendering.RENDERERS``, as :mod:`vlmrm_fast.stack` chose them) for frames scored on
+    ``vlmrm_fast.rendering.RENDERERS``, as :mod:`vlmrm_fast.stack.plan` chose them) for frames scored on
     ``device`` (the CPU, or ``cuda:N``, where a GPU renderer draws and MuJoCo Warp runs);
     ``solver``: the constraint solver the task's model runs with (None: its own).
 
@@ -103,7 +103,7 @@ class MujocoBatchVecEnv(VecEnv):
     Finished envs are reset inside ``step_wait`` (SB3's convention, gymnasium's
     ``AutoresetMode.SAME_STEP``: the final observation goes to ``info["terminal_observation"]``).
     With ``reset_on_next_step = True`` (gymnasium's default ``AutoresetMode.NEXT_STEP``, set by
-    :class:`~vlmrm_fast.gym_vector.VLMRewardVectorEnv`) a finished env returns its final
+    :class:`~vlmrm_fast.stack.gym_vector.VLMRewardVectorEnv`) a finished env returns its final
     observation and is reset by the next step instead, whose action it ignores: that step returns
     the reset observation with reward 0, not done, and its frame is drawn from the reset state
     (``autoreset_envs`` marks those envs).
@@ -136,7 +136,7 @@ class MujocoBatchVecEnv(VecEnv):
         self.episode_length = episode_length
         self.time_limit = one_of(time_limit, "time_limit", TIME_LIMITS)
         self.score_terminal_on = one_of(score_terminal_on, "score_terminal_on", SCORE_TERMINAL_ON)
-        self.physics = one_of(physics, "physics", [name for name, row in PHYSICS.items() if row.engine])
+        self.physics = one_of(physics, "physics", [name for name, row in PHYSICS.items() if row.batch_env])
         self.renderer = one_of(renderer, "renderer", tuple(RENDERERS))
         self.model = batch.build_model(max(height, width))
         if solver is not None:  # the plan's (MuJoCo Warp has no PGS): one model for the physics and the drawing
@@ -179,7 +179,7 @@ class MujocoBatchVecEnv(VecEnv):
     def reset(self) -> np.ndarray:
         self._check_open()
         if any(self._options):
-            raise ValueError("the MuJoCo batch engine takes no reset options")
+            raise ValueError("the MuJoCo batch env takes no reset options")
         seeds = None if all(s is None for s in self._seeds) else [int(s) for s in self._seeds if s is not None]
         self.sim.reset(seed=seeds, noise_scale=self.batch.reset_noise_scale)
         self._reset_seeds()

@@ -1,13 +1,13 @@
 """FastVLMRewardVecEnv: ``num_envs`` copies of a task as a Stable-Baselines3 VecEnv rewarded by CLIP.
 
-A keyword front over :mod:`vlmrm_fast.stack`: its arguments become an
+A keyword front over :mod:`vlmrm_fast.stack.plan`: its arguments become an
 :class:`~vlmrm_fast.envs.spec.EnvSpec` and a reward model (a
 :class:`~vlmrm_fast.reward.spec.RewardModelSpec` to load, or a loaded one), which
-:func:`~vlmrm_fast.stack.plan_stack` resolves once into the stack's plan (:attr:`plan`): the envs
-(MuJoCo tasks in the batch engine, :class:`~vlmrm_fast.engine.MujocoBatchVecEnv`, drawn by the EGL or
+:func:`~vlmrm_fast.stack.plan.plan_stack` resolves once into the stack's plan (:attr:`plan`): the envs
+(MuJoCo tasks in the batch env, :class:`~vlmrm_fast.stack.batch_env.MujocoBatchVecEnv`, drawn by the EGL or
 the MuJoCo Warp renderer; other tasks as gymnasium envs in SB3's DummyVecEnv, each wrapped in
-:class:`~vlmrm_fast.wrappers.RecordFrame`) under the VLM reward wrapper
-(:class:`~vlmrm_fast.wrappers.VLMRewardVecEnvWrapper`). See ``docs/architecture.md`` for the data
+:class:`~vlmrm_fast.stack.wrappers.RecordFrame`) under the VLM reward wrapper
+(:class:`~vlmrm_fast.stack.wrappers.VLMRewardVecEnvWrapper`). See ``docs/architecture.md`` for the data
 path of one step.
 """
 
@@ -22,12 +22,12 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from vlmrm_fast.checks import non_negative_int
 from vlmrm_fast.envs import TaskSpec
 from vlmrm_fast.envs.spec import EnvSpec
-from vlmrm_fast.memory import release_freed_memory
 from vlmrm_fast.reward import load_reward_model
 from vlmrm_fast.reward.protocol import RewardModel
 from vlmrm_fast.reward.spec import RewardModelSpec
-from vlmrm_fast.stack import StackPlan, build_stack, plan_stack, specs_of_arguments
-from vlmrm_fast.wrappers import RecordFrame, VLMRewardVecEnvWrapper
+from vlmrm_fast.runtime.memory import release_freed_memory
+from vlmrm_fast.stack.plan import StackPlan, build_stack, plan_stack, specs_of_arguments
+from vlmrm_fast.stack.wrappers import RecordFrame, VLMRewardVecEnvWrapper
 
 
 class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
@@ -46,10 +46,10 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
     ``tasks=[...]`` several prompt sets are scored from one encoder pass: the first drives the
     reward, every step's ``info["vlm_rewards"]`` holds all of them by name.
 
-    The simulation: ``physics="batch"`` runs MuJoCo tasks in the batch engine on the host's threads,
+    The simulation: ``physics="batch"`` runs MuJoCo tasks in the batch env on the host's threads,
     ``"warp"`` in MuJoCo Warp with every env's state on the GPU (the Newton solver; ``solver=`` names
     another; docs/physics.md), ``"gym"`` through gymnasium envs, ``"auto"`` the first when it can. ``renderer`` draws the batch
-    engine's frames: ``"egl"`` (OpenGL, the same pixels as ``mujoco.Renderer``) or ``"warp"``
+    env's frames: ``"egl"`` (OpenGL, the same pixels as ``mujoco.Renderer``) or ``"warp"``
     (MuJoCo Warp's ray tracer, all envs in one launch; ``pip install 'vlmrm-fast[warp]'``);
     ``"auto"`` (the default) is Warp when the reward model runs on the CPU and MuJoCo Warp is
     installed, EGL otherwise; :attr:`renderer` says which draws, :attr:`plan` every choice made.
@@ -102,7 +102,7 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
         seed: int | None = None,
         env_kwargs: dict[str, Any] | None = None,
     ) -> FastVLMRewardVecEnv:
-        """The stack of a plan already made (:func:`~vlmrm_fast.stack.plan_stack`), scored by ``reward``, the
+        """The stack of a plan already made (:func:`~vlmrm_fast.stack.plan.plan_stack`), scored by ``reward``, the
         spec or the loaded model it was planned for (``vlmrm-fast train`` plans before it loads anything)."""
         stack = cls.__new__(cls)
         stack._build(plan, reward, seed=seed, env_kwargs=env_kwargs)
@@ -167,7 +167,7 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
 
     def close(self) -> None:
         """Closes the envs (renderer, simulator) and the reward model this env loaded itself, then hands
-        the memory they freed back to the system (see :func:`vlmrm_fast.memory.release_freed_memory`)."""
+        the memory they freed back to the system (see :func:`vlmrm_fast.runtime.memory.release_freed_memory`)."""
         super().close()
         close_model = getattr(self.reward_model, "close", None)
         if self._owns_reward_model and close_model is not None:

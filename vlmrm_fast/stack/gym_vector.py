@@ -1,7 +1,7 @@
 """VLM rewards behind gymnasium's vector API (CleanRL, TorchRL, Tianshou, RLlib), beside SB3's VecEnv.
 
 - :class:`VLMRewardVectorEnv`: a ``gymnasium.vector.VectorEnv`` of a MuJoCo task driven by the same
-  batch engine and scoring pipeline as :class:`~vlmrm_fast.FastVLMRewardVecEnv` (it wraps that
+  batch env and scoring pipeline as :class:`~vlmrm_fast.FastVLMRewardVecEnv` (it wraps that
   stack: every env simulated in the native core, drawn by one batch renderer, scored range by
   range while the next range is simulated). ``gymnasium.make_vec("vlmrm_fast/humanoid-kneeling",
   num_envs=64, vectorization_mode="vector_entry_point", model=..., alpha=...)`` returns one.
@@ -30,9 +30,9 @@ from gymnasium.vector.utils import batch_space
 
 import vlmrm_fast.envs  # noqa: F401  (registers the tasks as vlmrm_fast/<task>)
 from vlmrm_fast.checks import boolean
-from vlmrm_fast.engine import MujocoBatchVecEnv
 from vlmrm_fast.reward.protocol import RewardModel
-from vlmrm_fast.wrappers import RewardMix, task_names
+from vlmrm_fast.stack.batch_env import MujocoBatchVecEnv
+from vlmrm_fast.stack.wrappers import RewardMix, task_names
 
 #: The keys of the SB3 stack's infos that the gymnasium API says otherwise (terminated/truncated, final_obs).
 _SB3_KEYS = ("terminal_observation", "TimeLimit.truncated")
@@ -51,7 +51,7 @@ def _autoreset_mode(mode: Any) -> AutoresetMode:
         raise ValueError(f"autoreset_mode {mode!r} is unknown; use one of {[m.value for m in AutoresetMode]}") from None
     if mode not in _MODES:
         raise ValueError(
-            f"autoreset_mode={mode.value!r}: the batch engine resets finished envs itself; use "
+            f"autoreset_mode={mode.value!r}: the batch env resets finished envs itself; use "
             f"{' or '.join(repr(m.value) for m in _MODES)} (gymnasium's default is 'NextStep')"
         )
     return mode
@@ -73,7 +73,7 @@ class VLMRewardVectorEnv(VectorEnv):
 
     Takes :class:`~vlmrm_fast.FastVLMRewardVecEnv`'s arguments (the reward model's fields, or
     ``reward_model=`` / ``reward_spec=``; ``episode_length``, ``render_size``, ``renderer``,
-    ``pipeline_chunks``, ``env_reward_weight``) and builds that stack on the batch engine, whose
+    ``pipeline_chunks``, ``env_reward_weight``) and builds that stack on the batch env, whose
     finished envs it resets by ``autoreset_mode``. Episodes end by truncation after
     ``episode_length`` steps (gymnasium's ``max_episode_steps``), as the paper's tasks never
     terminate.
@@ -99,33 +99,33 @@ class VLMRewardVectorEnv(VectorEnv):
         **stack: Any,
     ):
         from vlmrm_fast.physics import PHYSICS
-        from vlmrm_fast.stack import plan_stack, specs_of_arguments
-        from vlmrm_fast.vec_env import FastVLMRewardVecEnv
+        from vlmrm_fast.stack.plan import plan_stack, specs_of_arguments
+        from vlmrm_fast.stack.vec_env import FastVLMRewardVecEnv
 
         if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"render_mode={render_mode!r}: the batch engine renders 'rgb_array' frames")
+            raise ValueError(f"render_mode={render_mode!r}: the batch env renders 'rgb_array' frames")
         torch_outputs = boolean(torch_outputs, "torch_outputs")
         stack = _with_episode_length(stack, max_episode_steps)
         env, reward, options = specs_of_arguments(type(self).__name__, task, num_envs, stack)
-        if env.physics != "auto" and not PHYSICS[env.physics].engine:
-            engines = " or ".join(repr(name) for name, row in PHYSICS.items() if row.engine)
+        if env.physics != "auto" and not PHYSICS[env.physics].batch_env:
+            batch_physics = " or ".join(repr(name) for name, row in PHYSICS.items() if row.batch_env)
             raise ValueError(
-                f"VLMRewardVectorEnv drives the MuJoCo batch engine (physics={engines}); for gymnasium envs use "
+                f"VLMRewardVectorEnv drives the MuJoCo batch env (physics={batch_physics}); for gymnasium envs use "
                 "gymnasium.make_vec(..., vectorization_mode='sync') under VLMRewardVectorWrapper"
             )
         mode = _autoreset_mode(autoreset_mode)
         if mode == AutoresetMode.NEXT_STEP and env.score_terminal_on == "reset_frame":
             raise ValueError(_RESET_FRAME_NEXT_STEP)
         defer = options.pop("defer_rewards", False)
-        plan = plan_stack(env, reward, engine_only=True, defer_rewards=defer)
+        plan = plan_stack(env, reward, batch_env_only=True, defer_rewards=defer)
         self.stack = FastVLMRewardVecEnv.from_plan(plan, reward, **options)
-        engine = self.stack.venv  # the MujocoBatchVecEnv under the VLM reward
-        assert isinstance(engine, MujocoBatchVecEnv), "an engine physics builds the batch engine"
-        self.engine: MujocoBatchVecEnv = engine
-        self.engine.reset_on_next_step = mode == AutoresetMode.NEXT_STEP
+        batch_env = self.stack.venv  # the MujocoBatchVecEnv under the VLM reward
+        assert isinstance(batch_env, MujocoBatchVecEnv), "a batch-env physics builds the batch env"
+        self.batch_env: MujocoBatchVecEnv = batch_env
+        self.batch_env.reset_on_next_step = mode == AutoresetMode.NEXT_STEP
         self.num_envs = int(num_envs)
-        self.single_observation_space = self.engine.observation_space
-        self.single_action_space = self.engine.action_space
+        self.single_observation_space = self.batch_env.observation_space
+        self.single_action_space = self.batch_env.action_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.metadata = {**self.metadata, "autoreset_mode": mode}
@@ -144,15 +144,15 @@ class VLMRewardVectorEnv(VectorEnv):
         import torch
 
         device = self.stack.plan.device
-        return (self.engine.device_observation(device), *(torch.as_tensor(a, device=device) for a in arrays))
+        return (self.batch_env.device_observation(device), *(torch.as_tensor(a, device=device) for a in arrays))
 
     def reset(self, *, seed: int | Sequence[int] | None = None, options: dict[str, Any] | None = None):
         if options:
-            raise ValueError(f"the batch engine takes no reset options, got {sorted(options)}")
+            raise ValueError(f"the batch env takes no reset options, got {sorted(options)}")
         seeds = _seeds(seed, self.num_envs)
         super().reset(seed=None if seeds is None else seeds[0])
         if seeds is not None:
-            self.engine.seed(seeds)  # one per env, applied at the reset
+            self.batch_env.seed(seeds)  # one per env, applied at the reset
         obs = self.stack.reset()
         return self._outputs(obs)[0], {}
 
@@ -162,8 +162,10 @@ class VLMRewardVectorEnv(VectorEnv):
         obs, rewards, dones, step_infos = self.stack.step(np.asarray(actions))
         truncated = np.array([info["TimeLimit.truncated"] for info in step_infos], dtype=bool)
         terminated = dones & ~truncated
-        rewards = np.asarray(rewards, dtype=np.float64)  # (a NEXT_STEP reset step's: 0, the scorer's and the engine's)
-        reset_now = self.engine.autoreset_envs  # NEXT_STEP: these envs' step was their reset, its info empty
+        rewards = np.asarray(
+            rewards, dtype=np.float64
+        )  # (a NEXT_STEP reset step's: 0, the scorer's and the batch env's)
+        reset_now = self.batch_env.autoreset_envs  # NEXT_STEP: these envs' step was their reset, its info empty
         same_step = self.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
         infos: dict[str, Any] = {}
         for i, raw in enumerate(step_infos):
@@ -177,7 +179,7 @@ class VLMRewardVectorEnv(VectorEnv):
     def render(self) -> tuple[np.ndarray, ...] | None:
         if self.render_mode is None:
             return None
-        return tuple(frame for frame in self.engine.get_images() if frame is not None)
+        return tuple(frame for frame in self.batch_env.get_images() if frame is not None)
 
     def close_extras(self, **kwargs: Any) -> None:
         self.stack.close()
@@ -222,9 +224,9 @@ class VLMRewardVectorWrapper(VectorWrapper):
     ):
         from vlmrm_fast.checks import one_of
         from vlmrm_fast.envs.time_limits import SCORE_TERMINAL_ON
-        from vlmrm_fast.frames import HostFrames
-        from vlmrm_fast.pipeline import ChunkedScorer
+        from vlmrm_fast.frames.views import HostFrames
         from vlmrm_fast.reward.window import check_window_for_terminal_frames
+        from vlmrm_fast.stack.scorer import ChunkedScorer
 
         super().__init__(env)
         self.reward_model = reward_model
@@ -281,7 +283,7 @@ class VLMRewardVectorWrapper(VectorWrapper):
         return obs, rewards, terminated, truncated, infos
 
     def _frames(self, infos: dict[str, Any]) -> np.ndarray:
-        from vlmrm_fast.wrappers import FRAME_KEY
+        from vlmrm_fast.stack.wrappers import FRAME_KEY
 
         final = infos.get("final_info") or {}
         if FRAME_KEY in infos or FRAME_KEY in final:  # RecordFrame-wrapped sub-envs
@@ -324,16 +326,16 @@ def _sync_vector_env(
     max_episode_steps: int | None = None,
     **stack: Any,
 ) -> VectorEnv:
-    from vlmrm_fast.stack import build_stack, plan_stack, specs_of_arguments
+    from vlmrm_fast.stack.plan import build_stack, plan_stack, specs_of_arguments
 
     if render_mode != "rgb_array":
         raise ValueError(f"render_mode={render_mode!r}: VLM rewards score 'rgb_array' frames")
     stack = _with_episode_length(stack, max_episode_steps)
-    # Planned as FastVLMRewardVecEnv plans it (a batch physics is refused for a task without a batch-engine
+    # Planned as FastVLMRewardVecEnv plans it (a batch physics is refused for a task without a batch-env
     # version, naming the one that runs it), and built by the same builder, gymnasium's vector env holding the envs.
     env, reward, _ = specs_of_arguments("make_vec", task, num_envs, stack)
     plan = plan_stack(env, reward)
-    assert not plan.engine, "a task without a batch-engine version runs its gymnasium envs"
+    assert not plan.batch_env, "a task without a batch-env version runs its gymnasium envs"
     mode = AutoresetMode(autoreset_mode)
     vector, reward_model = build_stack(
         plan, reward, vector=lambda envs: gymnasium.vector.SyncVectorEnv(envs, autoreset_mode=mode)

@@ -1,8 +1,8 @@
 """VLM rewards for any Stable-Baselines3 VecEnv whose environments render.
 
 :class:`VLMRewardVecEnvWrapper` replaces a VecEnv's reward by a CLIP reward model's. Over
-a VecEnv that steps and draws range by range (``frames.SteppedFrameSource``: the MuJoCo
-batch engine) it scores each range while the next is simulated and drawn; over any other
+a VecEnv that steps and draws range by range (``frames.views.SteppedFrameSource``: the MuJoCo
+batch env) it scores each range while the next is simulated and drawn; over any other
 VecEnv (gymnasium envs in SB3's DummyVecEnv or SubprocVecEnv) it steps, then scores the
 recorded frames range by range (on a GPU, uploading one range while encoding the last).
 
@@ -28,15 +28,15 @@ import numpy as np
 import torch
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 
-from vlmrm_fast.actions import check_actions
 from vlmrm_fast.checks import number, one_of
 from vlmrm_fast.envs.time_limits import SCORE_TERMINAL_ON
-from vlmrm_fast.frames import HostFrames, SteppedFrameSource
-from vlmrm_fast.pipeline import ChunkedScorer, plan_chunks
-from vlmrm_fast.profiling import NULL_TIMER, StageTimer
+from vlmrm_fast.frames.views import HostFrames, SteppedFrameSource
 from vlmrm_fast.reward.protocol import RewardModel, check_reward_model
 from vlmrm_fast.reward.schedule import schedule_of
 from vlmrm_fast.reward.window import check_window_for_terminal_frames
+from vlmrm_fast.runtime.profiling import NULL_TIMER, StageTimer
+from vlmrm_fast.stack.actions import check_actions
+from vlmrm_fast.stack.scorer import ChunkedScorer, plan_chunks
 
 FRAME_KEY = "vlmrm_frame"
 
@@ -72,8 +72,8 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
 
     ``reward_model``: a :class:`~vlmrm_fast.reward.protocol.RewardModel` (a loaded ``VLMRewardModel``). With several tasks the first is
     the reward and all are in ``info["vlm_rewards"]`` by name. ``pipeline_chunks``: the ranges
-    of envs a step is scored in: a number of them or "auto" (see ``pipeline.plan_chunks``), or the
-    ranges themselves (slices, as ``vlmrm_fast.stack`` planned them). ``defer_rewards``: return zero
+    of envs a step is scored in: a number of them or "auto" (see ``stack.scorer.plan_chunks``), or the
+    ranges themselves (slices, as ``vlmrm_fast.stack.plan`` planned them). ``defer_rewards``: return zero
     rewards and leave the frames to ``last_frames()`` (episode-batch scoring).
     ``env_reward_weight`` (rho): the reward is ``vlm + rho * env`` (FuRL's mix), the VLM part in
     ``info["vlm_reward"]``. The envs of a VecEnv that is not a stepped frame source must be
@@ -82,7 +82,7 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
     ``episode_length``, if it has one) is the envs' time limit, which ends their episodes.
     ``score_terminal_on``: the frame an episode's last step is scored on (``envs.time_limits``):
     ``"terminal_state"``, the state that ended it, or ``"reset_frame"``, the next episode's first, as the
-    paper's code scored it (a VecEnv's own render after the step; the batch engine draws it itself, built
+    paper's code scored it (a VecEnv's own render after the step; the batch env draws it itself, built
     with the same setting).
     """
 
@@ -125,7 +125,7 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         self._source: SteppedFrameSource | None = venv if isinstance(venv, SteppedFrameSource) else None
         if self._source is not None and self._source.score_terminal_on != self.score_terminal_on:
             raise ValueError(
-                f"score_terminal_on={self.score_terminal_on!r}: the batch engine draws the frame of an episode's last "
+                f"score_terminal_on={self.score_terminal_on!r}: the batch env draws the frame of an episode's last "
                 f"step itself, as {self._source.score_terminal_on!r}; build it with the same score_terminal_on"
             )
         self._frames = HostFrames()
@@ -197,7 +197,7 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         return mixed.rewards
 
     def profile(self, enabled: bool = True) -> StageTimer:
-        """Starts timing each stage of ``step_wait`` (see :mod:`vlmrm_fast.profiling`)."""
+        """Starts timing each stage of ``step_wait`` (see :mod:`vlmrm_fast.runtime.profiling`)."""
         self.timer = StageTimer(enabled, self.reward_model.device)
         if self._source is not None:
             self._source.timer = self.timer

@@ -119,9 +119,9 @@ def add_dataset(sub: argparse._SubParsersAction) -> None:
 def _evaluate(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from vlmrm_fast.device import check_device_option
     from vlmrm_fast.evaluation.dataset import StateDataset, read_labels
     from vlmrm_fast.evaluation.evaluate import evaluate_models
+    from vlmrm_fast.runtime.device import check_device_option
 
     check_device_option(args.device)
     ds = StateDataset.load(args.dataset)
@@ -212,11 +212,11 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
 def _landscape(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from vlmrm_fast.device import check_device_option
     from vlmrm_fast.envs import get_task
     from vlmrm_fast.evaluation.landscape import reward_landscape
     from vlmrm_fast.models.judge import is_judge_name
     from vlmrm_fast.reward import load_reward_model
+    from vlmrm_fast.runtime.device import check_device_option
 
     check_device_option(args.device)
     values = None

@@ -1,6 +1,6 @@
 """The one place where a stack's choices are made: :func:`plan_stack` resolves an
 :class:`~vlmrm_fast.envs.spec.EnvSpec` and a reward model (its spec, or a loaded one) into a frozen
-:class:`StackPlan`, and :func:`build_stack` hands that plan down to the model loader, the engine,
+:class:`StackPlan`, and :func:`build_stack` hands that plan down to the model loader, the batch env,
 its simulator and renderer, and the reward wrapper. None of them decides anything again.
 
     env = EnvSpec("humanoid-kneeling", 64, render_size=224)
@@ -12,17 +12,17 @@ The choices, each made once, in this order:
 
 1. the device frames are scored on (the reward model's: a loaded model's, or its spec's resolved);
 2. the renderer (``vlmrm_fast.rendering.RENDERERS``: a named one, or ``"auto"``'s pick for that device);
-3. the physics (``vlmrm_fast.physics.PHYSICS``: a named one, or ``"auto"``'s: the batch engine where the
-   task has one and the renderer can draw, the task's gymnasium envs otherwise); a renderer draws an
-   engine's physics when it draws one of the states its simulator offers (``Renderer.draws``,
+3. the physics (``vlmrm_fast.physics.PHYSICS``: a named one, or ``"auto"``'s: the batch env where the
+   task has one and the renderer can draw, the task's gymnasium envs otherwise); a renderer draws a
+   batch env's physics when it draws one of the states its simulator offers (``Renderer.draws``,
    ``Physics.offers``): a pair that cannot meet is refused, naming both and what would;
-4. the pipeline's ranges of envs (``pipeline.plan_chunks``: one range where nothing can overlap);
+4. the pipeline's ranges of envs (``stack.scorer.plan_chunks``: one range where nothing can overlap);
 5. the encoder's batch: the largest range (fixed-batch encoders are built for it), or for rewards scored
    later in episode batches the batch that fills the device, unless the spec sets one.
 
 Each setting of the plan has one value: ``plan.env`` is the env spec with every choice written in
 (``physics``, ``renderer``, ``solver``, ``pipeline_chunks`` as they run, never ``"auto"``), and the device is
-one ``torch.device`` handed down to the engine, its simulator and its renderer.
+one ``torch.device`` handed down to the batch env, its simulator and its renderer.
 
 ``FastVLMRewardVecEnv`` (a keyword front over this module), ``ShardedVecEnv`` and the gymnasium vector
 env build their stacks here; :func:`specs_of_arguments` is the one place keywords become specs.
@@ -39,16 +39,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from vlmrm_fast.checks import positive_int
-from vlmrm_fast.device import resolve_device
 from vlmrm_fast.envs import TaskSpec
 from vlmrm_fast.envs.spec import EnvSpec
-from vlmrm_fast.memory import check_envs_fit
 from vlmrm_fast.physics import AUTO_ORDER, PHYSICS, Physics
-from vlmrm_fast.pipeline import plan_chunks
 from vlmrm_fast.rendering import RENDERERS, choose_renderer
 from vlmrm_fast.reward.protocol import RewardModel, check_reward_model
 from vlmrm_fast.reward.spec import RewardModelSpec, spec_fields
 from vlmrm_fast.reward.window import check_window_for_episodes, check_window_for_terminal_frames
+from vlmrm_fast.runtime.device import resolve_device
+from vlmrm_fast.runtime.memory import check_envs_fit
+from vlmrm_fast.stack.scorer import plan_chunks
 
 if TYPE_CHECKING:
     import gymnasium
@@ -96,9 +96,9 @@ class StackPlan:
         return self.env.solver
 
     @property
-    def engine(self) -> bool:
-        """Whether the envs run in the batch engine (else in the task's gymnasium envs)."""
-        return PHYSICS[self.physics].engine
+    def batch_env(self) -> bool:
+        """Whether the envs run in the batch env (else in the task's gymnasium envs)."""
+        return PHYSICS[self.physics].batch_env
 
     def env_factory(self, **env_kwargs: Any) -> Callable[[], gymnasium.Env]:
         """A factory of one gymnasium env of the task as the plan draws, steps and ends it (frame size,
@@ -135,14 +135,14 @@ def plan_stack(
     env: EnvSpec,
     reward: RewardModelSpec | RewardModel,
     *,
-    engine_only: bool = False,
+    batch_env_only: bool = False,
     defer_rewards: bool = False,
     rollout_steps: int | None = None,
 ) -> StackPlan:
     """The plan of ``env``'s envs scored by ``reward`` (a spec to load, or a loaded reward model).
 
-    ``engine_only``: the envs must run in the batch engine (the gymnasium vector env drives it), so that
-    ``physics="auto"`` picks among the engine rows. ``defer_rewards``: the caller scores the frames in
+    ``batch_env_only``: the envs must run in the batch env (the gymnasium vector env drives it), so that
+    ``physics="auto"`` picks among the batch-env rows. ``defer_rewards``: the caller scores the frames in
     episode batches; the encoder batch, unless the spec sets one, is then the batch that fills the device
     (``reward.batch_scoring.episode_batch_size``), evened out over a rollout of ``rollout_steps`` steps of
     every env when given.
@@ -153,18 +153,18 @@ def plan_stack(
         check_reward_model(reward)
     device = resolve_device(reward.device) if isinstance(reward, RewardModelSpec) else torch.device(reward.device)
     asked = PHYSICS.get(env.physics)  # None: "auto"
-    drawable = asked is not None and asked.engine and asked.unavailable(task, device) is None  # (its module loads)
+    drawable = asked is not None and asked.batch_env and asked.unavailable(task, device) is None  # (its module loads)
     renderer = None
     if env.renderer is not None:
         renderer = choose_renderer(
             env.renderer, device, offers=asked.offers if asked is not None and drawable else None
         )
-    physics = _choose_physics(env, task, renderer, device, engine_only)
+    physics = _choose_physics(env, task, renderer, device, batch_env_only)
     row = PHYSICS[physics]
-    if not row.engine:
+    if not row.batch_env:
         if env.renderer not in ("auto", None):
             raise ValueError(
-                f"renderer={env.renderer!r} draws the MuJoCo batch engine's tasks; task {task.name!r} runs on "
+                f"renderer={env.renderer!r} draws the MuJoCo batch env's tasks; task {task.name!r} runs on "
                 f"gymnasium envs (physics={physics!r}), which draw their own frames"
             )
         renderer = None
@@ -209,19 +209,19 @@ def _encoder_batch(
 
 
 def _choose_physics(
-    env: EnvSpec, task: TaskSpec, renderer: str | None, device: torch.device, engine_only: bool = False
+    env: EnvSpec, task: TaskSpec, renderer: str | None, device: torch.device, batch_env_only: bool = False
 ) -> str:
     """The physics that runs ``task`` for ``env.physics`` (a row, or "auto": the first of AUTO_ORDER that
-    can, among the engine rows where ``engine_only``), ``renderer`` being the one that would draw the batch
-    engine's frames (None: none can here)."""
+    can, among the batch-env rows where ``batch_env_only``), ``renderer`` being the one that would draw the batch
+    env's frames (None: none can here)."""
     requested = env.physics
-    order = [name for name in AUTO_ORDER if PHYSICS[name].engine or not engine_only]
+    order = [name for name in AUTO_ORDER if PHYSICS[name].batch_env or not batch_env_only]
     passed: list[str] = []  # why "auto" passed over each row
     for name in order if requested == "auto" else (requested,):
         row = PHYSICS[name]
         task_problem = row.unavailable(task, device)
-        drawing_problem = _renderer_problem(renderer, device) if row.engine and task_problem is None else None
-        pairing = row.engine and not (task_problem or drawing_problem)
+        drawing_problem = _renderer_problem(renderer, device) if row.batch_env and task_problem is None else None
+        pairing = row.batch_env and not (task_problem or drawing_problem)
         pairing_problem = _pairing_problem(row, renderer, task, device) if pairing else None
         if not (task_problem or drawing_problem or pairing_problem):
             return name
@@ -251,7 +251,7 @@ def _pairing_problem(physics: Physics, renderer: str | None, task: TaskSpec, dev
     drawn = [
         name
         for name, row in PHYSICS.items()
-        if row.engine and row.unavailable(task, device) is None and drawer.state_for(row.offers) is not None
+        if row.batch_env and row.unavailable(task, device) is None and drawer.state_for(row.offers) is not None
     ]
     instead = [f"renderer={' or '.join(map(repr, drawers))} with physics={physics.name!r}"] if drawers else []
     instead += [f"physics={' or '.join(map(repr, drawn))} with renderer={drawer.name!r}"] if drawn else []
@@ -272,7 +272,7 @@ def _choose_solver(env: EnvSpec, task: TaskSpec, row: Physics) -> str | None:
         others = [
             name
             for name, other in PHYSICS.items()
-            if other.engine and (other.solvers is None or solver in other.solvers)
+            if other.batch_env and (other.solvers is None or solver in other.solvers)
         ]
         raise ValueError(
             f"physics={row.name!r} runs the {' or '.join(row.solvers)} solver, not {solver!r}; "
@@ -282,7 +282,7 @@ def _choose_solver(env: EnvSpec, task: TaskSpec, row: Physics) -> str | None:
 
 
 def _renderer_problem(renderer: str | None, device: torch.device) -> str | None:
-    """Why ``renderer`` (None: "auto" found none) cannot draw the batch engine's frames here, or None."""
+    """Why ``renderer`` (None: "auto" found none) cannot draw the batch env's frames here, or None."""
     if renderer is None:
         reasons = "; ".join(f"{name}: {row.unavailable(device)}" for name, row in RENDERERS.items())
         return f"no renderer can draw here ({reasons})"
@@ -300,22 +300,22 @@ def build_stack(
     env_kwargs: dict[str, Any] | None = None,
     vector: Callable[[list[Callable[[], gymnasium.Env]]], Any] | None = None,
 ) -> tuple[Any, RewardModel]:
-    """The envs of ``plan`` (the batch engine, or the task's gymnasium envs recording their frames) and
+    """The envs of ``plan`` (the batch env, or the task's gymnasium envs recording their frames) and
     the reward model that scores them (``reward`` as loaded, or loaded from it for the plan). ``vector``
     holds the gymnasium envs, given their factories: SB3's ``DummyVecEnv`` unless it says otherwise
     (gymnasium's ``SyncVectorEnv``, for the gymnasium vector API)."""
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from vlmrm_fast.engine import MujocoBatchVecEnv
-    from vlmrm_fast.wrappers import RecordFrame
+    from vlmrm_fast.stack.batch_env import MujocoBatchVecEnv
+    from vlmrm_fast.stack.wrappers import RecordFrame
 
-    if plan.engine and env_kwargs:
+    if plan.batch_env and env_kwargs:
         raise ValueError("env_kwargs apply to gymnasium envs; use physics='gym' to pass them")
-    if not plan.engine and plan.env.frame_shape is not None:  # (the engine checks its own, knowing the model)
+    if not plan.batch_env and plan.env.frame_shape is not None:  # (the batch env checks its own, knowing the model)
         height, width = plan.env.frame_shape
         check_envs_fit(plan.env.n_envs, 3 * height * width, f"a recorded {height}x{width} RGB frame")
     model = load_for(plan, reward) if isinstance(reward, RewardModelSpec) else reward
-    if plan.engine:
+    if plan.batch_env:
         assert plan.task.batch is not None and plan.renderer is not None and plan.env.frame_shape is not None
         venv: Any = MujocoBatchVecEnv(
             plan.task.batch,

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import importlib
 import importlib.metadata
+import os
 
 #: How to put torch and torchvision back in step: both from one index, in one command.
 REINSTALL_TORCH = (
@@ -85,7 +86,7 @@ def _module(name: str, distribution: str) -> Part:
 
 def _native_core() -> Part:
     try:
-        importlib.import_module("vlmrm_fast._native")
+        importlib.import_module("vlmrm_fast.runtime.native")
     except Exception as exc:
         return Part("native core", "", str(exc))
     return Part("native core", "loaded")
@@ -110,3 +111,12 @@ def broken_install() -> str | None:
         return next((part.problem for part in install_parts() if not part.ok), None)
     except Exception:  # a diagnosis never replaces the failure it was asked about
         return None
+
+
+def broken_install_line(command: str) -> str | None:
+    """``vlmrm-fast COMMAND: broken install: <the part and its fix>`` when the install is broken (and no
+    traceback was asked for); None otherwise, when a failure is the command's own."""
+    if os.environ.get("VLMRM_TRACEBACK") == "1":
+        return None
+    broken = broken_install()
+    return None if broken is None else f"vlmrm-fast {command}: broken install: {broken}"

@@ -6,7 +6,7 @@ import os
 
 import torch
 
-import vlmrm_fast._native  # noqa: F401  (libmujoco, then the core)
+import vlmrm_fast.runtime.native  # noqa: F401  (libmujoco, then the core)
 from vlmrm_fast._core import build_info as _native_build_info
 from vlmrm_fast._core import cuda_available as _native_cuda_available
 

@@ -1,4 +1,5 @@
-"""``vlmrm-fast export``: build a TensorRT engine into the engine cache ahead of time, or write the ONNX file alone."""
+"""``vlmrm-fast export``: a model's image tower built into a TensorRT engine in the engine cache ahead of time, or
+written as an ONNX file alone (a command over models/ and encoders/, so it sits here, above encoders)."""
 
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ def export_encoder(
     and a ``batch_size``; the reward model finds it when loaded with the same model,
     weights, batch size and precision.
     """
-    from vlmrm_fast.device import resolve_device
     from vlmrm_fast.models import load_clip
+    from vlmrm_fast.runtime.device import resolve_device
 
     batch_size = positive_int(batch_size, "batch_size", allow_none=True)
     if onnx_only is not None:

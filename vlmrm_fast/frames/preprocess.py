@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from vlmrm_fast import kernels
-from vlmrm_fast.frames import FrameLayout, FrameView
+from vlmrm_fast.frames.views import FrameLayout, FrameView
+from vlmrm_fast.runtime import kernels
 
 _FILTERS = {"bicubic": kernels.Filter.bicubic, "bilinear": kernels.Filter.bilinear}
 _RESIZE_MODES = {

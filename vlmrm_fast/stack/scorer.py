@@ -30,12 +30,12 @@ import numpy as np
 import torch
 
 from vlmrm_fast.checks import chunk_count
-from vlmrm_fast.frames import FrameView
-from vlmrm_fast.profiling import NULL_TIMER, StageTimer
+from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.reward.protocol import RewardModel
 from vlmrm_fast.reward.schedule import ScheduleClock, StepPlan, schedule_of
 from vlmrm_fast.reward.window_model import WindowRewardModel
 from vlmrm_fast.reward.window_ring import WindowRing
+from vlmrm_fast.runtime.profiling import NULL_TIMER, StageTimer
 
 
 def plan_chunks(num_envs: int, chunks: int | str, device: torch.device, *, overlaps: bool = True) -> list[slice]:
