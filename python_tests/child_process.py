@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -39,25 +40,31 @@ _TRAINING_STACK = ["vlmrm_fast.training.train", "vlmrm_fast.cli", "training_chil
 
 
 class PreloadedChild:
-    """``subprocess.Popen([python, -P, training_child.py, *argv], env=env, stdout=PIPE, stderr=PIPE)``, forked
+    """``subprocess.Popen([python, -P, training_child.py, *argv], env=env, stdout=PIPE, stderr=PIPE)`` (or
+    ``stderr=STDOUT``; the output in files in ``folder``), forked
     from a server process (multiprocessing's forkserver) that has imported the training stack once: the
     same main(), arguments, environment, signals and exit status, without the seconds of imports."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], folder: pathlib.Path):
+    def __init__(self, argv: list[str], env: dict[str, str], folder: pathlib.Path, *, stderr_to_stdout: bool = False):
         import training_child
 
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(_TRAINING_STACK)  # before the server starts; later calls change nothing
         folder.mkdir(parents=True, exist_ok=True)
-        self._out, self._err = folder / "stdout.txt", folder / "stderr.txt"
-        target, args = training_child.run_preloaded, (argv, env, str(self._out), str(self._err))
+        self.stdout_path = folder / "stdout.txt"
+        self.stderr_path = self.stdout_path if stderr_to_stdout else folder / "stderr.txt"
+        target, args = training_child.run_preloaded, (argv, env, str(self.stdout_path), str(self.stderr_path))
         self._process = context.Process(target=target, args=args)
         self._process.start()
         self.pid = self._process.pid
         self.returncode: int | None = None
 
     def send_signal(self, signum: int) -> None:
-        os.kill(self.pid, signum)
+        if self.poll() is None:  # as Popen: never a signal to a pid that may have been reused
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
     def poll(self) -> int | None:
         self.returncode = self._process.exitcode
@@ -67,4 +74,7 @@ class PreloadedChild:
         self._process.join(timeout)
         if self.poll() is None:
             raise subprocess.TimeoutExpired(["training_child.py"], timeout or 0)
-        return self._out.read_text(), self._err.read_text()
+        return (
+            self.stdout_path.read_text(),
+            "" if self.stderr_path == self.stdout_path else self.stderr_path.read_text(),
+        )

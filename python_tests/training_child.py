@@ -90,12 +90,15 @@ def main() -> int:
 
 def run_preloaded(argv: list[str], env: dict[str, str], stdout: str, stderr: str) -> None:
     """main() as ``python -P training_child.py ARGV`` would run it, with ``env`` as its environment and its
-    output in the files ``stdout`` and ``stderr``; exits as that process would (atexit handlers included)."""
+    output in the files ``stdout`` and ``stderr`` (one file given twice: both in it); exits as that process would (atexit handlers included)."""
     import atexit
 
     import torch
 
     for fd, path in ((1, stdout), (2, stderr)):
+        if fd == 2 and stderr == stdout:  # 2>&1
+            os.dup2(1, 2)
+            continue
         opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(opened, fd)
         os.close(opened)
