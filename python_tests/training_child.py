@@ -10,9 +10,6 @@ Environment:
         buffer-before-rename   the replay buffer, whole but not yet renamed (model already in place)
     VLMRM_TEST_SLOW_SETUP=1    write "making the envs" to stderr when the envs are about to be made,
                                then take 60 s over it (a start that a signal can land in)
-
-``run_preloaded`` runs the same main() in a child forked from a process that has imported the
-training stack already (child_process.PreloadedChild): the seconds of imports paid once.
 """
 
 from __future__ import annotations
@@ -86,32 +83,6 @@ def main() -> int:
     from vlmrm_fast.cli import main as cli_main
 
     return cli_main(sys.argv[1:])
-
-
-def run_preloaded(argv: list[str], env: dict[str, str], stdout: str, stderr: str) -> None:
-    """main() as ``python -P training_child.py ARGV`` would run it, with ``env`` as its environment and its
-    output in the files ``stdout`` and ``stderr`` (one file given twice: both in it); exits as that process would (atexit handlers included)."""
-    import atexit
-
-    import torch
-
-    for fd, path in ((1, stdout), (2, stderr)):
-        if fd == 2 and stderr == stdout:  # 2>&1
-            os.dup2(1, 2)
-            continue
-        opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(opened, fd)
-        os.close(opened)
-    os.environ.clear()
-    os.environ.update(env)
-    if env.get("OMP_NUM_THREADS"):  # read by a fresh process's torch at its start
-        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
-    sys.argv = [__file__, *argv]
-    try:
-        code = main()
-    finally:
-        atexit._run_exitfuncs()
-    sys.exit(code)
 
 
 if __name__ == "__main__":
