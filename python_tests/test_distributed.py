@@ -25,7 +25,7 @@ import pytest
 import sharded_job
 import torch
 import yaml
-from child_process import run_python
+from child_process import PreloadedChild, run_python
 from tolerances import assert_rewards_close
 
 import vlmrm_fast
@@ -206,8 +206,9 @@ def test_two_nodes_on_localhost(tmp_path, two_rank_job):
     assert_same_bits(tmp_path, two_rank_job[0], "humanoid")
 
 
-def start_ranks(out: pathlib.Path, case: str, *args: str, ranks: int = 2) -> list[subprocess.Popen]:
-    """Ranks as plain processes with torchrun's variables, so that the test owns each one."""
+def start_ranks(out: pathlib.Path, case: str, *args: str, ranks: int = 2) -> list[PreloadedChild]:
+    """Ranks as plain processes with torchrun's variables, so that the test owns each one (sharded_job.py's
+    main() forked from a process that has imported the package once: seconds saved a rank)."""
     out.mkdir()
     base = {
         "WORLD_SIZE": str(ranks),
@@ -216,12 +217,11 @@ def start_ranks(out: pathlib.Path, case: str, *args: str, ranks: int = 2) -> lis
         "MASTER_PORT": str(free_port()),
     }
     return [
-        subprocess.Popen(
-            [sys.executable, JOB, str(out), case, *args],
-            env=child_env({**base, "RANK": str(rank), "LOCAL_RANK": str(rank)}),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        PreloadedChild(
+            [str(out), case, *args],
+            child_env({**base, "RANK": str(rank), "LOCAL_RANK": str(rank)}),
+            out.with_name(f"{out.name}_rank{rank}"),
+            script="sharded_job",
         )
         for rank in range(ranks)
     ]
@@ -235,8 +235,8 @@ def test_dead_hung_and_frozen_ranks_are_named(tmp_path):
     0 waits up to 60 s): rank 0 stops at once, naming both. hung: rank 1 sleeps in its third step
     (rank 0 waits 3 s for a reply): named once the timeout has passed."""
     frozen = start_ranks(tmp_path / "frozen", "frozen")
-    killed: list[subprocess.Popen] = []
-    hung: list[subprocess.Popen] = []
+    killed: list[PreloadedChild] = []
+    hung: list[PreloadedChild] = []
     try:
         updating = tmp_path / "frozen" / "updating"
         deadline = time.time() + 300

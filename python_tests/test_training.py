@@ -10,7 +10,7 @@ import signal
 import numpy as np
 import pytest
 import yaml
-from child_process import package_env
+from child_process import PreloadedChild, package_env
 from stable_baselines3 import DQN, PPO, SAC
 from stable_baselines3.common.callbacks import BaseCallback
 
@@ -136,23 +136,12 @@ def test_tensorboard_writes_each_scalar_once_per_step(tmp_path, rl):
 def test_output_to_a_file_is_whole_lines(tmp_path):
     """Written to a log (not a terminal), train and dataset sample print plain progress lines: no
     carriage returns, counts of what was asked, and the mean VLM return of the last episodes."""
-    import subprocess
-    import sys
-
     cfg = copy.deepcopy(CONFIG)
     cfg["logging"]["video_every"] = 0
     env = package_env(VLMRM_TRACEBACK="1")
-    log = tmp_path / "train.log"
-    with open(log, "w") as out:
-        done = subprocess.run(
-            [sys.executable, "-P", "-m", "vlmrm_fast.cli", "train", str(_write(tmp_path, cfg))],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            timeout=600,
-            check=False,
-        )
-    text = log.read_text()
+    # `vlmrm-fast train CONFIG > FILE 2>&1`, forked with the training stack imported (seconds saved)
+    done = PreloadedChild(["train", str(_write(tmp_path, cfg))], env, tmp_path / "train", stderr_to_stdout=True)
+    text, _ = done.communicate(timeout=600)
     assert done.returncode == 0, text
     assert "\r" not in text and "\x1b" not in text, repr(text[-2000:])
     progress = [line for line in text.splitlines() if line.startswith("train: ")]
@@ -160,16 +149,12 @@ def test_output_to_a_file_is_whole_lines(tmp_path):
     assert "vlm_reward" in progress[-1], text
     assert "renderer " in text and "reward encoder" in text, text  # the start-up summary, once the envs are built
 
-    done = subprocess.run(
-        [sys.executable, "-P", "-m", "vlmrm_fast.cli", "dataset", "sample", "cartpole", "-n", "20"]
-        + ["-o", str(tmp_path / "data" / "cartpole.npz")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
+    done = PreloadedChild(
+        ["dataset", "sample", "cartpole", "-n", "20", "-o", str(tmp_path / "data" / "cartpole.npz")],
+        env,
+        tmp_path / "sample",
     )
-    text = done.stdout + done.stderr
+    text = "".join(done.communicate(timeout=600))
     assert done.returncode == 0, text
     assert "\r" not in text, repr(text)
     sample = [line for line in text.splitlines() if line.startswith("sample: ")]
