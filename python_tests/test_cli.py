@@ -172,6 +172,24 @@ def test_output_into_a_pipe_closed_early_is_no_error():
     assert child.returncode == 0 and stderr == b"", stderr.decode()
 
 
+def test_output_still_buffered_when_the_pipe_closed_is_no_error():
+    """The other order of `vlmrm-fast models | head -1`: the reader has closed the pipe before the command's
+    buffered output is flushed, so the closed pipe is met only at the end. Exit code 0, silently, not
+    Python's "Exception ignored ... BrokenPipeError" and exit code 120 at its flush on exit."""
+    script = textwrap.dedent(
+        """
+        import io, os, sys
+        from vlmrm_fast import cli
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(write_end, "w"), buffer_size=1 << 20))
+        sys.exit(cli.main(["models"]))
+        """
+    )
+    done = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True, env=_env(), timeout=120)
+    assert done.returncode == 0 and done.stderr == b"", (done.returncode, done.stderr.decode())
+
+
 def _broken_torchvision(tmp_path: pathlib.Path) -> dict[str, str]:
     """An environment whose torchvision is a release built for another torch: its import fails the way a
     CUDA torchvision fails beside a CPU-only torch (the operators it registers are not found)."""

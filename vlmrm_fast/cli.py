@@ -287,9 +287,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     (``setup``) and what a Ctrl-C means (``interrupted``). Output to a pipe closed early (``| head``)
     ends the command quietly: the reader had read enough."""
     try:
-        return _main(argv)
+        code = _main(argv)
     except BrokenPipeError:  # --help into a closed pipe; a command's own output is run_command's
         return closed_pipe()
+    try:  # output still buffered meets a closed pipe here, not in Python's flush at exit (exit code 120)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        closed_pipe()
+    return code
 
 
 def _main(argv: Sequence[str] | None) -> int:
