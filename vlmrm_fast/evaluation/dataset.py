@@ -106,14 +106,7 @@ class StateDataset:
         spec = get_task(task)
         states, names = sample_states(spec, n, policy=policy, seed=seed, thin=thin, progress=progress)
         frames = render_states(spec, states, size=size, progress=progress)
-        source = (
-            "random"
-            if policy is None
-            else str(policy)
-            if isinstance(policy, (str, pathlib.Path))
-            else type(policy).__name__
-        )
-        return cls(spec.name, states, frames, names, source=source, seed=seed)
+        return cls(spec.name, states, frames, names, source=_source_of(policy), seed=seed)
 
     @classmethod
     def sample_episodes(
@@ -130,14 +123,7 @@ class StateDataset:
         spec = get_task(task)
         states, names, episode_of = sample_episodes(spec, episodes, policy=policy, seed=seed, progress=progress)
         frames = render_states(spec, states, size=size, progress=progress)
-        source = (
-            "random"
-            if policy is None
-            else str(policy)
-            if isinstance(policy, (str, pathlib.Path))
-            else type(policy).__name__
-        )
-        return cls(spec.name, states, frames, names, source=source, seed=seed, episodes=episode_of)
+        return cls(spec.name, states, frames, names, source=_source_of(policy), seed=seed, episodes=episode_of)
 
     def rendered(self, size: tuple[int, int] | None = None, *, progress: bool = False) -> StateDataset:
         """The same states and labels with frames rendered again at ``size`` (height, width)."""
@@ -293,3 +279,10 @@ def _parse_label(text: str, where: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{where}: label {text!r} must be finite (leave it empty for unlabelled)")
     return value
+
+
+def _source_of(policy: Any) -> str:
+    """What sampled a dataset's states, as its file records it: "random", a policy's path, or its type."""
+    if policy is None:
+        return "random"
+    return str(policy) if isinstance(policy, (str, pathlib.Path)) else type(policy).__name__

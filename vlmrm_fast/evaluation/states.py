@@ -214,12 +214,7 @@ def sample_states(
         raise ValueError(f"n must be a positive integer, got {n!r}")
     if isinstance(thin, bool) or not isinstance(thin, (int, np.integer)) or thin < 1:
         raise ValueError(f"thin must be a positive integer, got {thin!r}")
-    spec = get_task(task)
-    if isinstance(policy, (str, pathlib.Path)):
-        policy = load_policy(policy)
-    env = spec.make(render_mode=None)
-    env.action_space.seed(seed)
-    rng = np.random.default_rng(seed)
+    policy, env, rng = _acting_env(task, policy, seed)
     visited: list[np.ndarray] = []
     try:
         obs, _ = env.reset(seed=seed)
@@ -229,10 +224,7 @@ def sample_states(
         with progress_bar(total=n, desc="sample", unit="state", enabled=progress) as bar:
             while len(visited) < target:
                 visited.append(access.get(env))
-                action = (
-                    env.action_space.sample() if policy is None else policy.predict(obs, deterministic=deterministic)[0]
-                )
-                obs, _, terminated, truncated, _ = env.step(action)
+                obs, _, terminated, truncated, _ = env.step(_action(env, policy, obs, deterministic))
                 if terminated or truncated:
                     visited.append(access.get(env))  # the final state of the episode counts too
                     obs, _ = env.reset(seed=int(rng.integers(2**31)))
@@ -257,12 +249,7 @@ def sample_episodes(
     step's). Returns (N, S) states, their variable names, and (N,) the episode of each state."""
     if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or episodes < 1:
         raise ValueError(f"episodes must be a positive integer, got {episodes!r}")
-    spec = get_task(task)
-    if isinstance(policy, (str, pathlib.Path)):
-        policy = load_policy(policy)
-    env = spec.make(render_mode=None)
-    env.action_space.seed(seed)
-    rng = np.random.default_rng(seed)
+    policy, env, rng = _acting_env(task, policy, seed)
     visited: list[np.ndarray] = []
     episode_of: list[int] = []
     try:
@@ -272,10 +259,7 @@ def sample_episodes(
             access = access or state_access(env)  # read once the env holds a state
             done = False
             while not done:
-                action = (
-                    env.action_space.sample() if policy is None else policy.predict(obs, deterministic=deterministic)[0]
-                )
-                obs, _, terminated, truncated, _ = env.step(action)
+                obs, _, terminated, truncated, _ = env.step(_action(env, policy, obs, deterministic))
                 visited.append(access.get(env))
                 episode_of.append(episode)
                 done = terminated or truncated
@@ -283,6 +267,21 @@ def sample_episodes(
         env.close()
     assert access is not None
     return np.stack(visited), access.names, np.asarray(episode_of, dtype=np.int64)
+
+
+def _acting_env(task: str | TaskSpec, policy: Any, seed: int) -> tuple[Any, Any, np.random.Generator]:
+    """The policy (loaded if given as a path), the task's env without rendering and the generator of its
+    later reset seeds, all seeded by ``seed``."""
+    if isinstance(policy, (str, pathlib.Path)):
+        policy = load_policy(policy)
+    env = get_task(task).make(render_mode=None)
+    env.action_space.seed(seed)
+    return policy, env, np.random.default_rng(seed)
+
+
+def _action(env: Any, policy: Any, obs: Any, deterministic: bool) -> Any:
+    """The policy's action for ``obs``, or a random one where there is no policy."""
+    return env.action_space.sample() if policy is None else policy.predict(obs, deterministic=deterministic)[0]
 
 
 def load_policy(path: str | pathlib.Path, algorithm: str | None = None) -> Any:
