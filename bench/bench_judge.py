@@ -2,14 +2,18 @@
 side by side in one run, with the same weights and the same rewards.
 
 - ours: ``JudgeRewardModel`` on uint8 frames already on the device (as the renderer lends them): the
-  image processor's steps on the device, one vision pass per frame, the language model over the image
-  tokens and the end of the prompt from the question's cached prefix, logits at the answer position only;
-- anchor: the Hugging Face processor on PIL images and a full forward of the whole prompt, a batch of 32
-  (LeRobot's TOPReward, RLinf and Robometer score this way), the model as transformers builds it. Two
-  processors: transformers 5's default (its torchvision backend) and its PIL backend, the numpy image
-  processor that transformers 4 (which those libraries pin) gives by default.
+  image processor's steps on the device, one vision pass per frame, the language model over the prompt's
+  frame-dependent part from the cached frame-independent start, logits at the answer position only; in
+  both prompt orders (``image_first``, the models' own: the question runs per frame after the image;
+  ``question_first``: the question is in the cached start);
+- anchor: what a transformers user writes: the model's chat template through the processor's
+  ``apply_chat_template(tokenize=True)`` on PIL images, a full forward of the whole prompt, a batch of 32
+  (LeRobot's TOPReward, RLinf and Robometer score with full forwards), the model as transformers builds
+  it; in the same two orders. Two processors: transformers 5's default (its torchvision backend) and its
+  PIL backend, the numpy image processor that transformers 4 (which those libraries pin) gives by default.
 
-Both read P(yes) / (P(yes) + P(no)) of the answer's first token; the run reports the largest difference.
+Both read P(yes) / (P(yes) + P(no)) of the answer's first token; the run reports the largest difference
+from the anchor of the same order.
 The models have random weights (the compute of trained ones): ``--arch tiny`` is the package's tiny random
 Qwen2-VL (``vlmrm-tiny-qwen2-vl``, for a CPU), ``--arch qwen2-vl-2b`` Qwen2-VL-2B-Instruct's published shapes
 (vision tower 32 x 1280, language model 28 x 1536, 151,936 tokens) with the tiny tokenizer, built offline.
@@ -41,7 +45,7 @@ import common  # noqa: E402
 from vlmrm_fast.encoders.precision import resolve  # noqa: E402
 from vlmrm_fast.models.judge import TINY_JUDGES, LoadedJudge, judge_family  # noqa: E402
 from vlmrm_fast.models.judge.fp8 import convert_judge_to_fp8  # noqa: E402
-from vlmrm_fast.models.judge.prompt import chat_text  # noqa: E402
+from vlmrm_fast.models.judge.prompt import PROMPT_ORDERS, answer_token  # noqa: E402
 from vlmrm_fast.reward import QuestionTask  # noqa: E402
 from vlmrm_fast.reward.judge import JudgeRewardModel  # noqa: E402
 
@@ -103,18 +107,28 @@ def pil_processor(processor):
     )
 
 
-def anchor_scorer(model, processor, yes: int, no: int):
-    """The reward libraries' way: PIL images through the processor, the whole prompt through the model."""
+def anchor_scorer(model, processor, yes: int, no: int, order: str):
+    """A transformers user's way: one conversation per frame through the processor's chat template
+    (``apply_chat_template(tokenize=True)`` on PIL images), the whole prompt through the model."""
     from PIL import Image
 
-    text = chat_text(processor, QUESTION)
     device = next(model.parameters()).device
+
+    def conversation(frame: np.ndarray) -> list[dict]:
+        image = {"type": "image", "image": Image.fromarray(frame)}
+        text = {"type": "text", "text": QUESTION}
+        return [{"role": "user", "content": [image, text] if order == "image_first" else [text, image]}]
 
     def score(frames: np.ndarray) -> torch.Tensor:
         out = []
         for start in range(0, len(frames), ANCHOR_BATCH):
-            images = [[Image.fromarray(frame)] for frame in frames[start : start + ANCHOR_BATCH]]
-            inputs = processor(text=[text] * len(images), images=images, return_tensors="pt").to(device)
+            inputs = processor.apply_chat_template(
+                [conversation(frame) for frame in frames[start : start + ANCHOR_BATCH]],
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=True,
+                return_tensors="pt",
+            ).to(device)
             with torch.inference_mode():
                 logits = model(**inputs).logits[:, -1].float()
             out.append(torch.softmax(logits[:, [yes, no]], dim=-1)[:, 0])
@@ -145,6 +159,9 @@ def main(argv=None) -> int:
     p.add_argument("--min-seconds", type=float, default=5.0)
     p.add_argument("--no-anchor", action="store_true", help="time ours only (e.g. FP8, whose anchor is bf16's)")
     p.add_argument(
+        "--orders", nargs="+", choices=PROMPT_ORDERS, default=list(PROMPT_ORDERS), help="prompt orders (default both)"
+    )
+    p.add_argument(
         "--anchors",
         nargs="+",
         choices=("torchvision", "pil"),
@@ -174,15 +191,22 @@ def main(argv=None) -> int:
     task = QuestionTask(QUESTION)
     # Every path timed in turn, round after round: each sees the same load (this machine is shared).
     paths: list[tuple[dict, Any, Any]] = []  # (row, scorer, its input)
-    if plain is not None:
-        question = JudgeRewardModel(judge, [task], device=device, precision=precision.name)._questions[0]
-        processors = {"torchvision": judge.processor, "pil": pil_processor(judge.processor)}
-        for name in args.anchors:
-            scorer = anchor_scorer(plain, processors[name], question.yes, question.no)
-            paths.append((dict(path=f"anchor ({name})", anchor=name, batch=ANCHOR_BATCH), scorer, frames))
-    for batch in args.batch_size:
-        ours = JudgeRewardModel(judge, [task], device=device, batch_size=batch, precision=precision.name)
-        paths.append((dict(path="ours", batch=batch), ours, on_device))
+    for order in args.orders:
+        if plain is not None:
+            yes, no = (
+                answer_token(judge.processor.tokenizer, word, judge.family.answer_lead, word) for word in ("Yes", "No")
+            )
+            processors = {"torchvision": judge.processor, "pil": pil_processor(judge.processor)}
+            for name in args.anchors:
+                scorer = anchor_scorer(plain, processors[name], yes, no, order)
+                paths.append(
+                    (dict(path=f"anchor ({name})", anchor=name, order=order, batch=ANCHOR_BATCH), scorer, frames)
+                )
+        for batch in args.batch_size:
+            ours = JudgeRewardModel(
+                judge, [task], device=device, batch_size=batch, precision=precision.name, prompt_order=order
+            )
+            paths.append((dict(path="ours", order=order, batch=batch), ours, on_device))
     runs: list[list[float]] = [[] for _ in paths]
     results: list[Any] = [None] * len(paths)
     loads = [os.getloadavg()[0], 0.0]
@@ -191,30 +215,40 @@ def main(argv=None) -> int:
             fps, results[i] = timed(scorer, inputs, sync, args.min_seconds)
             runs[i].append(fps)
     loads[1] = os.getloadavg()[0]
-    anchor_runs = {row["anchor"]: r for (row, _, _), r in zip(paths, runs) if "anchor" in row}
-    reference = results[0] if plain is not None else None  # the first anchor's rewards
+    anchor_runs = {(row["order"], row["anchor"]): r for (row, _, _), r in zip(paths, runs) if "anchor" in row}
+    # The first anchor's rewards of each order.
+    references = {}
+    for (row, _, _), rewards in zip(paths, results):
+        if "anchor" in row:
+            references.setdefault(row["order"], rewards)
     rows = []
     print(
-        "| arch | device | precision | path | batch | frames/s (median round; range) | x anchor (torchvision / PIL "
-        "processor) | max reward diff | load |"
+        "| arch | device | precision | order | path | batch | frames/s (median round; range) | x anchor of the order "
+        "(torchvision / PIL processor) | max reward diff | load |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for (row, _, _), fps_runs, rewards in zip(paths, runs, results):
         fps = float(np.median(fps_runs))
+        reference = references.get(row["order"])
         diff = None if reference is None else float((rewards.float() - reference.float()).abs().max())
-        # Against each anchor: the median over rounds of the round's ratio (both timed under that round's load).
-        ratio = {name: float(np.median(np.divide(fps_runs, a))) for name, a in anchor_runs.items()}
+        # Against each anchor of the order: the median over rounds of the round's ratio (both timed under that
+        # round's load).
+        ratio = {
+            name: float(np.median(np.divide(fps_runs, a)))
+            for (order, name), a in anchor_runs.items()
+            if order == row["order"]
+        }
         row = dict(row, fps=fps, fps_runs=fps_runs, ratio=ratio, max_diff=diff, load=tuple(loads))
         rows.append(row)
         ratios = " / ".join(f"{ratio[n]:.2f}" if n in ratio else "-" for n in ("torchvision", "pil"))
         label = (
-            f"HF processor ({row['anchor']}) on PIL + full forward"
+            f"apply_chat_template ({row['anchor']} processor) on PIL + full forward"
             if "anchor" in row
-            else "ours (device processor, cached prefix)"
+            else "ours (device processor, cached start)"
         )
         spread = f" ({min(fps_runs):.1f}-{max(fps_runs):.1f})" if len(fps_runs) > 1 else ""
         print(
-            f"| {args.arch} | {device} | {precision.name} | {label} | {row['batch']} | {fps:.1f}{spread} | {ratios} | "
+            f"| {args.arch} | {device} | {precision.name} | {row['order']} | {label} | {row['batch']} | {fps:.1f}{spread} | {ratios} | "
             f"{'' if diff is None else f'{diff:.1e}'} | {loads[0]:.1f}-{loads[1]:.1f} |",
             flush=True,
         )

@@ -46,19 +46,22 @@ def test_paper_preprocess_bench_compares_both_transforms(tmp_path):
 
 
 def test_judge_bench_times_both_paths_on_the_same_rewards(tmp_path):
-    """bench/bench_judge.py: ours and the processor-on-PIL anchor, side by side, with the same rewards."""
+    """bench/bench_judge.py: ours and the anchor (the model's chat template through apply_chat_template on PIL
+    images), side by side in both prompt orders, with the same rewards."""
     out = tmp_path / "judge.json"
     command = [str(ROOT / "bench" / "bench_judge.py"), "--frames", "8", "--batch-size", "4", "--min-seconds", "0"]
     result = run_python([*command, "--out", str(out)], timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    torchvision, pil, ours = json.loads(out.read_text())["rows"]
-    assert [row["path"] for row in (torchvision, pil, ours)] == ["anchor (torchvision)", "anchor (pil)", "ours"]
-    assert (
-        (torchvision["batch"], ours["batch"]) == (32, 4)
-        and ours["fps"] > 0
-        and set(ours["ratio"]) == {"torchvision", "pil"}
-    )
-    assert ours["max_diff"] < 1e-4 and pil["max_diff"] < 1e-4
+    rows = json.loads(out.read_text())["rows"]
+    assert [(row["order"], row["path"]) for row in rows] == [
+        (order, path)
+        for order in ("image_first", "question_first")
+        for path in ("anchor (torchvision)", "anchor (pil)", "ours")
+    ]
+    for torchvision, pil, ours in (rows[:3], rows[3:]):
+        assert (torchvision["batch"], ours["batch"]) == (32, 4) and ours["fps"] > 0
+        assert set(ours["ratio"]) == {"torchvision", "pil"}
+        assert ours["max_diff"] < 1e-4 and pil["max_diff"] < 1e-4
 
 
 def test_windows_bench_measures_every_row_side_by_side(tmp_path):

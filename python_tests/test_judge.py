@@ -1,6 +1,8 @@
-"""Generative VLM judges: rewards against a plain, uncached transformers forward of the same model on
-its processor's inputs, for every family; the image processor on the device against the processor; the
-refusals. The models are the tiny random judges the package builds offline."""
+"""Generative VLM judges: rewards against a plain, uncached transformers forward of the same model on the
+inputs its own chat template and processor make (``apply_chat_template(tokenize=True)``, as a transformers
+user builds them), for every family and both prompt orders; the image processor on the device against
+the processor; the refusals. The models are the tiny random judges the package builds offline, whose
+tokenizers add a start token (BOS) as Llama 3's does."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from vlmrm_fast.checks import FieldError
 from vlmrm_fast.frames.views import FrameLayout, FrameView
 from vlmrm_fast.models.judge import TINY_JUDGES, families
 from vlmrm_fast.models.judge.load import load_judge
-from vlmrm_fast.models.judge.prompt import chat_text, processor_inputs
+from vlmrm_fast.models.judge.prompt import PROMPT_ORDERS
 from vlmrm_fast.reward import QuestionTask, load_reward_model
 from vlmrm_fast.reward.judge import JudgeRewardModel
 
@@ -47,8 +49,25 @@ def frames_of(n: int, size=(224, 224), seed: int = 0) -> np.ndarray:
 
 
 @functools.cache
-def judge(name: str, batch_size: int = 4) -> JudgeRewardModel:
-    return load_reward_model(name, tasks=list(QUESTIONS), device="cpu", batch_size=batch_size)
+def judge(name: str, batch_size: int = 4, prompt_order: str = "image_first") -> JudgeRewardModel:
+    return load_reward_model(
+        name, tasks=list(QUESTIONS), device="cpu", batch_size=batch_size, prompt_order=prompt_order
+    )
+
+
+def reference_inputs(processor, question: str, frame: np.ndarray, order: str = "image_first") -> dict:
+    """The model's inputs for ``question`` about one uint8 frame as a transformers user builds them: one user
+    turn through the processor's ``apply_chat_template`` with the generation prompt, ``tokenize=True``."""
+    from PIL import Image
+
+    image = {"type": "image", "image": Image.fromarray(frame)}
+    text = {"type": "text", "text": question}
+    turn = [{"role": "user", "content": [image, text] if order == "image_first" else [text, image]}]
+    return dict(
+        processor.apply_chat_template(
+            turn, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+        )
+    )
 
 
 @functools.cache
@@ -70,11 +89,11 @@ def reference_rewards(model: JudgeRewardModel, frames: np.ndarray) -> np.ndarray
     columns = []
     for task in QUESTIONS:
         yes, no = (tokenizer(lead + word, add_special_tokens=False)["input_ids"][0] for word in (task.yes, task.no))
-        text = chat_text(processor, task.question)
         column = []
         for frame in frames:
             with torch.no_grad():
-                logits = hf(**processor_inputs(processor, text, frame)).logits[0, -1].double()
+                inputs = reference_inputs(processor, task.question, frame, model.prompt_order)
+                logits = hf(**inputs).logits[0, -1].double()
             log_p = torch.log_softmax(logits, dim=-1)
             formulas = {
                 "yes_vs_no": torch.exp(log_p[yes]) / (torch.exp(log_p[yes]) + torch.exp(log_p[no])),
@@ -86,9 +105,12 @@ def reference_rewards(model: JudgeRewardModel, frames: np.ndarray) -> np.ndarray
     return np.array(columns).T
 
 
+@pytest.mark.parametrize("order", PROMPT_ORDERS)
 @pytest.mark.parametrize("name", JUDGES)
-def test_rewards_equal_a_full_uncached_forward(name):
-    model = judge(name)
+def test_rewards_equal_a_full_uncached_forward(name, order):
+    """Both prompt orders, every family, three questions (image first: one pass over the frame's tokens shared
+    by the three, each question's tokens after it)."""
+    model = judge(name, prompt_order=order)
     frames = frames_of(5)
     rewards = model(frames).numpy()
     expected = reference_rewards(model, frames)
@@ -97,13 +119,59 @@ def test_rewards_equal_a_full_uncached_forward(name):
     assert np.ptp(rewards, axis=0).max() > 1e-6, "the frames must move the rewards (the image reaches the model)"
 
 
+@pytest.mark.parametrize("order", PROMPT_ORDERS)
+@pytest.mark.parametrize("name", JUDGES)
+def test_the_prompt_is_the_chat_templates_with_one_start_token(name, order):
+    """The prompt's ids are those apply_chat_template(tokenize=True) makes: a tokenizer that adds a BOS (as Llama 3's
+    does for Idefics3) puts it once, also where the template writes it (Idefics3's <|begin_of_text|>, SmolVLM's
+    <|im_start|>), and the frame stands where the order puts it."""
+    model = judge(name, prompt_order=order)
+    tokenizer = model.judge.processor.tokenizer
+    assert tokenizer("yes")["input_ids"][0] == tokenizer.bos_token_id, "the tiny tokenizers add a BOS"
+    for column, task in enumerate(QUESTIONS):
+        expected = reference_inputs(model.judge.processor, task.question, frames_of(1)[0], order)["input_ids"][0]
+        ours = model.prompt(column)
+        assert torch.equal(ours, expected), tokenizer.decode(ours[:8])
+        assert int((ours == tokenizer.bos_token_id).sum()) == 1
+        text = tokenizer.decode(ours)
+        image = tokenizer.convert_ids_to_tokens(model.model.config.image_token_id)
+        assert (text.index(task.question) > text.rindex(image)) == (order == "image_first")
+
+
+def test_image_first_is_the_default_and_its_questions_share_one_pass_over_the_frame():
+    """The models' own order by default; image first, the questions' prompts agree up to the frame's end, so one
+    pass over the frame's tokens serves all three (question first: one per question)."""
+    model = load_reward_model("vlmrm-tiny-qwen2-vl", tasks=list(QUESTIONS), device="cpu")
+    assert model.prompt_order == "image_first"
+    assert [len(group.answers) for group in model._groups] == [3]
+    assert [len(group.answers) for group in judge("vlmrm-tiny-qwen2-vl", prompt_order="question_first")._groups] == [
+        1,
+        1,
+        1,
+    ]
+
+
+def test_a_thinking_models_answer_position_is_refused():
+    """A Qwen3-VL "Thinking" model's generation prompt opens a thinking block: the next token is no answer."""
+    loaded = load_judge("vlmrm-tiny-qwen3-vl", device=torch.device("cpu"))
+    processor = loaded.processor
+    processor.chat_template = processor.chat_template.replace(
+        "<|im_start|>assistant\n{% endif %}", "<|im_start|>assistant\n<think>\n{% endif %}"
+    )
+    loaded = dataclasses.replace(loaded, model_id="Qwen/Qwen3-VL-2B-Thinking")
+    with pytest.raises(FieldError) as info:
+        JudgeRewardModel(loaded, list(QUESTIONS), device=torch.device("cpu"))
+    message = str(info.value)
+    assert message.startswith("model: Qwen/Qwen3-VL-2B-Thinking's chat template opens a thinking block")
+    assert "use its Instruct version ('Qwen/Qwen3-VL-2B-Instruct')" in message
+
+
 @pytest.mark.parametrize("name", JUDGES)
 def test_pixels_equal_the_processor(name):
     """The image processor's steps on the device equal the processor's pixel values (fp32, 1e-5), for
     frames of the judge's input size and, resized first, for frames of another size."""
     model = judge(name)
     processor = model.judge.processor
-    text = chat_text(processor, "Is the pole upright?")
     for size in ((224, 224), (120, 160)):
         frames = frames_of(2, size, seed=1)
         pixels = model.preprocess(FrameView.of(torch.from_numpy(frames)))
@@ -118,7 +186,7 @@ def test_pixels_equal_the_processor(name):
             )
             frames = resized.permute(0, 2, 3, 1).numpy()
         for i, frame in enumerate(frames):
-            expected = processor_inputs(processor, text, frame)["pixel_values"]
+            expected = reference_inputs(processor, "Is the pole upright?", frame)["pixel_values"]
             ours = model.adapter.as_processor_pixels(pixels[i : i + 1])
             np.testing.assert_allclose(ours.numpy(), expected.reshape(ours.shape).numpy(), atol=1e-5, rtol=0)
 
@@ -176,9 +244,8 @@ def test_the_vision_tower_equals_transformers_own(name, interleaved, monkeypatch
         ours = model.adapter.encode(pixels)
         ours = model.adapter.encode(pixels)  # the grid's inputs made once are reused
     assert len(calls) == 2 * len(model.judge.model.model.visual.blocks), "one call per block for all four frames"
-    text = chat_text(processor, "Is the pole upright?")
     for i, frame in enumerate(frames):
-        inputs = processor_inputs(processor, text, frame)
+        inputs = reference_inputs(processor, "Is the pole upright?", frame)
         with torch.no_grad():
             expected = hf.model.get_image_features(
                 pixel_values=inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"], return_dict=True
@@ -197,16 +264,18 @@ def test_batch_size_does_not_change_rewards():
     assert_rewards_close(three.numpy(), one.numpy())
 
 
+@pytest.mark.parametrize("order", PROMPT_ORDERS)
 @pytest.mark.parametrize("name", ["vlmrm-tiny-qwen3-vl", "vlmrm-tiny-smolvlm"])
-def test_the_prefix_cache_does_not_change_rewards(name):
-    """The question's prefix run once into a KV cache against every frame running its whole prompt."""
-    model = judge(name)
+def test_the_prefix_cache_does_not_change_rewards(name, order):
+    """The prompt's frame-independent start run once into a KV cache against every frame running its whole prompt."""
+    model = judge(name, prompt_order=order)
     frames = frames_of(3)
     cached = model(frames).numpy()
+    assert all(group.head_kv for group in model._groups)
     model.cache_prefix = False
     try:
         model.set_tasks(list(QUESTIONS))
-        assert all(not q.prefix_kv for q in model._questions)
+        assert all(not group.head_kv for group in model._groups)
         assert_rewards_close(model(frames).numpy(), cached)
     finally:
         model.cache_prefix = True

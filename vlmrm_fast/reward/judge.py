@@ -27,6 +27,7 @@ import torch
 from vlmrm_fast.checks import FieldError
 from vlmrm_fast.frames.preprocess import as_frame_tensor
 from vlmrm_fast.frames.views import FrameView
+from vlmrm_fast.models.judge.prompt import DEFAULT_PROMPT_ORDER
 from vlmrm_fast.reward.formulas import answer_reward
 from vlmrm_fast.reward.kinds import GoalBaselineTask, QuestionTask, as_reward_tasks
 from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
@@ -41,17 +42,30 @@ DEFAULT_IMAGE_SIZE = (224, 224)
 
 
 @dataclasses.dataclass
-class _Question:
-    """A question task made ready: its prompt's split, the prefix's keys and values per layer (batch 1),
-    the positions of the tail, and the ids of its answer words."""
+class _Answer:
+    """A question task made ready: the ids of its answer words, its column of the rewards, and what runs for
+    it after its group's pass over the frames (None: that pass ends at its answer)."""
 
     task: QuestionTask
-    tail: torch.Tensor  # (1, T) token ids
-    tail_positions: torch.Tensor | None  # (3, 1, T) for the Qwen families
-    prefix_kv: list[tuple[torch.Tensor, torch.Tensor]]
+    column: int
     yes: int
     no: int
-    tail_mask: torch.Tensor | None = None  # (1, 1, T, prefix + T): which positions each tail token attends to
+    prompt: torch.Tensor  # (1, L): the whole prompt's token ids, blank frames' image tokens in it
+    rest: torch.Tensor | None = None  # (1, R) token ids
+    rest_positions: torch.Tensor | None = None  # (3, 1, R) for the Qwen families
+    rest_mask: torch.Tensor | None = None  # (1, 1, R, shared + R)
+
+
+@dataclasses.dataclass
+class _Group:
+    """Questions whose prompts agree up to the end of the frame's tokens (``prompt.SharedFrames``): the keys
+    and values of the frame-independent start (batch 1), then the frame's part, run once per batch."""
+
+    head_kv: list[tuple[torch.Tensor, torch.Tensor]]
+    frame: torch.Tensor  # (1, F) token ids
+    frame_positions: torch.Tensor | None  # (3, 1, F) for the Qwen families
+    frame_mask: torch.Tensor | None  # (1, 1, F, head + F): which positions each token attends to
+    answers: list[_Answer]
 
 
 class JudgeRewardModel:
@@ -69,9 +83,11 @@ class JudgeRewardModel:
         image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
         precision: str = "fp32",
         schedule: ScoreSchedule = EVERY_STEP,
+        prompt_order: str = DEFAULT_PROMPT_ORDER,
         cache_prefix: bool = True,
     ):
         self.judge = judge
+        self.prompt_order = prompt_order
         self.cache_prefix = cache_prefix  # False: every frame runs its whole prompt (the same rewards, slower)
         self.schedule = schedule
         self.device = torch.device(device)
@@ -80,13 +96,14 @@ class JudgeRewardModel:
         self.adapter = judge.family.adapter(judge.model, judge.processor, tuple(image_size))
         self.multi_task = multi_task
         self._buffer: torch.Tensor | None = None
-        self._questions: list[_Question] = []
+        self._tasks: tuple[QuestionTask, ...] = ()
+        self._groups: list[_Group] = []
         self.set_tasks(tasks, multi_task=multi_task)
 
     # ------------------------------------------------------------------ properties
     @property
     def tasks(self) -> tuple[QuestionTask, ...]:
-        return tuple(q.task for q in self._questions)
+        return self._tasks
 
     @property
     def model(self) -> Any:
@@ -110,50 +127,88 @@ class JudgeRewardModel:
         h, w = self.image_size
         return (
             f"JudgeRewardModel({self.judge.model_id} ({self.judge.family.name}), weights={self.judge.weights}, "
-            f"{h}x{w} px, {self.precision}, tasks=[{names}])"
+            f"{h}x{w} px, {self.prompt_order}, {self.precision}, tasks=[{names}])"
         )
 
     # ------------------------------------------------------------------- questions
     @torch.inference_mode()
     def set_tasks(self, tasks: Sequence[Any], *, multi_task: bool = True) -> None:
-        """Replaces the questions, computing each one's prefix cache; on a bad task nothing changes."""
+        """Replaces the questions, computing the frame-independent start of their prompts once; on a bad task
+        nothing changes."""
+        from vlmrm_fast.models.judge.prompt import answer_token, check_answer_position, layout_prompt, share_frames
+
         tasks = judge_tasks(as_reward_tasks(tasks))
-        self._questions = [self._prepare(task, f"tasks[{i}].question") for i, task in enumerate(tasks)]
-        self.multi_task = multi_task
-
-    def _prepare(self, task: QuestionTask, field: str) -> _Question:
-        from vlmrm_fast.models.judge.prompt import answer_token, layout_prompt
-
         model, processor = self.model, self.judge.processor
+        check_answer_position(processor, self.prompt_order, self.judge.model_id)
         config = model.config
         context = getattr(config.get_text_config(), "max_position_embeddings", None)
-        layout = layout_prompt(
-            processor, self.adapter, config.image_token_id, task.question, context=context, field=field
-        )
         lead = self.judge.family.answer_lead
-        yes = answer_token(processor.tokenizer, task.yes, lead, field.replace("question", "yes"))
-        no = answer_token(processor.tokenizer, task.no, lead, field.replace("question", "no"))
-        prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
-        split = layout.prefix.shape[1] if self.cache_prefix else 0
-        ids = torch.cat([layout.prefix, layout.tail], dim=1)
-        positions = None if layout.positions is None else layout.positions.to(self.device)
-        if split:
+        layouts, answers = [], []
+        for i, task in enumerate(tasks):
+            field = f"tasks[{i}].question"
+            layouts.append(
+                layout_prompt(
+                    processor,
+                    self.adapter,
+                    config.image_token_id,
+                    task.question,
+                    order=self.prompt_order,
+                    context=context,
+                    field=field,
+                )
+            )
+            yes = answer_token(processor.tokenizer, task.yes, lead, f"tasks[{i}].yes")
+            no = answer_token(processor.tokenizer, task.no, lead, f"tasks[{i}].no")
+            answers.append(_Answer(task, i, yes, no, layouts[-1].ids))
+        groups = [
+            self._group(shared, layouts, answers) for shared in share_frames(layouts, cache_head=self.cache_prefix)
+        ]
+        self._tasks, self._groups, self.multi_task = tuple(tasks), groups, multi_task
+
+    def prompt(self, column: int = 0) -> torch.Tensor:
+        """The token ids (L,) of task ``column``'s whole prompt, as its language model reads it for a frame."""
+        return next(a.prompt[0] for g in self._groups for a in g.answers if a.column == column)
+
+    def _group(self, shared: Any, layouts: list[Any], answers: list[_Answer]) -> _Group:
+        """A group of questions made ready (``shared``: a ``prompt.SharedFrames``): the head's keys and values,
+        the frame's part and each question's rest, on the device."""
+        model, device = self.model, self.device
+        first = layouts[shared.members[0]]
+        head, end = shared.head, shared.shared
+        positions = None if first.positions is None else first.positions.to(device)
+        head_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+        if head:
             out = model(
-                input_ids=ids[:, :split].to(self.device),
-                position_ids=None if positions is None else positions[:, :, :split],
+                input_ids=first.ids[:, :head].to(device),
+                position_ids=None if positions is None else positions[:, :, :head],
                 use_cache=True,
                 logits_to_keep=1,
             )
-            prefix_kv = [(layer.keys, layer.values) for layer in out.cache.layers]
-        tail_positions = None if positions is None else positions[:, :, split:]
-        tail = ids[:, split:].to(self.device)
-        mask = None
-        if split and config.get_text_config()._attn_implementation == "sdpa":
-            # The tail's causal mask over the prefix and itself, made once: the language model would build it
-            # (batch-sized) in every forward. SDPA reads a boolean mask as "attends".
-            mask = torch.ones((tail.shape[1], split + tail.shape[1]), dtype=torch.bool, device=self.device)
-            mask = mask.tril(diagonal=split)[None, None]
-        return _Question(task, tail, tail_positions, prefix_kv, yes, no, mask)
+            head_kv = [(layer.keys, layer.values) for layer in out.cache.layers]
+        group = _Group(
+            head_kv,
+            first.ids[:, head:end].to(device),
+            None if positions is None else positions[:, :, head:end],
+            self._causal_mask(head, end - head),
+            [],
+        )
+        for i in shared.members:
+            answer, layout = answers[i], layouts[i]
+            if end < layout.length:
+                answer.rest = layout.ids[:, end:].to(device)
+                answer.rest_positions = None if layout.positions is None else layout.positions[:, :, end:].to(device)
+                answer.rest_mask = self._causal_mask(end, layout.length - end)
+            group.answers.append(answer)
+        return group
+
+    def _causal_mask(self, past: int, new: int) -> torch.Tensor | None:
+        """The causal mask of ``new`` tokens after ``past`` cached ones, made once: the language model would build
+        it (batch-sized) in every forward. SDPA reads a boolean mask as "attends"; None where nothing is cached
+        (the model's own causal mask) or the attention is not SDPA's."""
+        if not past or self.model.config.get_text_config()._attn_implementation != "sdpa":
+            return None
+        mask = torch.ones((new, past + new), dtype=torch.bool, device=self.device)
+        return mask.tril(diagonal=past)[None, None]
 
     # ------------------------------------------------------------------ image side
     def pixel_buffer(self, num_frames: int) -> torch.Tensor:
@@ -194,7 +249,11 @@ class JudgeRewardModel:
             with timer.stage("encode"):
                 vision = self.adapter.encode(chunk)
             with timer.stage("reward"):
-                chunks.append(torch.stack([self._reward(q, vision, chunk.shape[0]) for q in self._questions], 1))
+                columns: list[torch.Tensor | None] = [None] * len(self._tasks)
+                for group in self._groups:
+                    for answer, reward in self._rewards(group, vision, chunk.shape[0]):
+                        columns[answer.column] = reward
+                chunks.append(torch.stack(columns, 1))  # type: ignore[arg-type]
         rewards = torch.cat(chunks) if len(chunks) > 1 else chunks[0]
         rewards = rewards if self.multi_task else rewards[:, 0]
         if out is None:
@@ -202,26 +261,49 @@ class JudgeRewardModel:
         out.copy_(rewards)
         return out
 
-    def _reward(self, question: _Question, vision: Any, n: int) -> torch.Tensor:
-        """One question's rewards (n,) for a batch whose vision output is ``vision``."""
+    def _rewards(self, group: _Group, vision: Any, n: int) -> list[tuple[_Answer, torch.Tensor]]:
+        """Each question's rewards (n,) of a group, for a batch whose vision output is ``vision``: one pass over
+        the frame's tokens from the cached head, then each question's own tokens from that pass's cache."""
         from transformers import DynamicCache
 
         model = self.model
         cache = None
-        if question.prefix_kv:
-            expanded = [(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in question.prefix_kv]
+        if group.head_kv:
+            expanded = [(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in group.head_kv]
             cache = DynamicCache(ddp_cache_data=expanded, config=model.config)
-        positions = question.tail_positions
+        rests = any(answer.rest is not None for answer in group.answers)
+        positions = group.frame_positions
         out = model(
-            input_ids=question.tail.expand(n, -1),
+            input_ids=group.frame.expand(n, -1),
             position_ids=None if positions is None else positions.expand(-1, n, -1),
-            attention_mask=question.tail_mask,
+            attention_mask=group.frame_mask,
             cache=cache,
             mm_encoder_outputs={"image": vision},
-            use_cache=cache is not None,
+            use_cache=cache is not None or rests,
             logits_to_keep=1,
         )
-        return answer_reward(out.logits[:, -1], question.yes, question.no, question.task.score)
+        if not rests:
+            (answer,) = group.answers
+            return [(answer, self._score(answer, out.logits[:, -1]))]
+        shared = [(layer.keys, layer.values) for layer in out.cache.layers]
+        rewards = []
+        for answer in group.answers:
+            assert answer.rest is not None  # a group of several questions runs each one's rest
+            positions = answer.rest_positions
+            after = model(
+                input_ids=answer.rest.expand(n, -1),
+                position_ids=None if positions is None else positions.expand(-1, n, -1),
+                attention_mask=answer.rest_mask,
+                cache=DynamicCache(ddp_cache_data=shared, config=model.config),  # the shared pass's keys, not copied
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            rewards.append((answer, self._score(answer, after.logits[:, -1])))
+        return rewards
+
+    @staticmethod
+    def _score(answer: _Answer, logits: torch.Tensor) -> torch.Tensor:
+        return answer_reward(logits, answer.yes, answer.no, answer.task.score)
 
     @torch.inference_mode()
     def __call__(self, frames: Any) -> torch.Tensor:
@@ -239,8 +321,8 @@ class JudgeRewardModel:
         """Releases the weights and the prefix caches: the judge scores no more frames."""
         self.judge = dataclasses.replace(self.judge, model=None)
         self._buffer = None
-        for question in self._questions:
-            question.prefix_kv = []
+        for group in self._groups:
+            group.head_kv = []
 
 
 def judge_tasks(tasks: Sequence[Any]) -> tuple[QuestionTask, ...]:
@@ -282,7 +364,7 @@ def load_judge_reward_model(spec: RewardModelSpec) -> JudgeRewardModel:
     """The judge of ``spec`` (a judge's name, question tasks or one target prompt; see docs/judge.md)."""
     from vlmrm_fast.encoders.precision import resolve
     from vlmrm_fast.models.judge.fp8 import convert_judge_to_fp8
-    from vlmrm_fast.models.judge.load import is_judge_name, load_judge
+    from vlmrm_fast.models.judge.load import is_judge_name, load_judge, set_image_options
 
     if not is_judge_name(spec.model):
         raise FieldError(
@@ -302,6 +384,7 @@ def load_judge_reward_model(spec: RewardModelSpec) -> JudgeRewardModel:
         cache_dir=spec.cache_dir,
         seed=spec.seed,
     )
+    set_image_options(judge, spec.do_image_splitting, spec.longest_edge)
     if precision.fp8:
         convert_judge_to_fp8(judge.model)
     return JudgeRewardModel(
@@ -313,6 +396,7 @@ def load_judge_reward_model(spec: RewardModelSpec) -> JudgeRewardModel:
         image_size=spec.image_size or DEFAULT_IMAGE_SIZE,
         precision=precision.name,
         schedule=spec.schedule,
+        prompt_order=spec.prompt_order or DEFAULT_PROMPT_ORDER,
     )
 
 

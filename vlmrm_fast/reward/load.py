@@ -11,7 +11,7 @@ from vlmrm_fast.checks import FieldError
 from vlmrm_fast.models import load_clip
 from vlmrm_fast.reward.judge import JudgeRewardModel, is_judge_spec, load_judge_reward_model
 from vlmrm_fast.reward.model import VLMRewardModel
-from vlmrm_fast.reward.spec import RewardModelSpec
+from vlmrm_fast.reward.spec import JUDGE_FIELDS, RewardModelSpec
 from vlmrm_fast.reward.window_model import MeanOfFramesModel, VideoWindowModel, WindowRewardModel
 from vlmrm_fast.runtime.device import resolve_device
 
@@ -50,8 +50,9 @@ def load_reward_model(
                 "is a generative VLM judge, which answers about one frame (drop window; score_every scores less often)",
             )
         return load_judge_reward_model(spec)
-    if spec.image_size is not None:
-        raise FieldError("image_size", f"sets a generative VLM judge's input size; {spec.model} takes its own")
+    for field, sets in JUDGE_FIELDS.items():
+        if getattr(spec, field) is not None:
+            raise FieldError(field, f"sets {sets}; {spec.model} takes its own")
     if spec.window is not None:
         return load_window_model(spec)
     tasks, multi = spec.reward_tasks()

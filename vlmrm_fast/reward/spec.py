@@ -13,9 +13,10 @@ import difflib
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from vlmrm_fast.checks import FieldError, FieldTypeError, non_negative_int, number, one_of, positive_int
+from vlmrm_fast.checks import FieldError, FieldTypeError, boolean, non_negative_int, number, one_of, positive_int
 from vlmrm_fast.encoders import BACKEND_OPTIONS, BACKENDS, PRECISION_NAMES
 from vlmrm_fast.frames.preprocess import RESIZE_MODES
+from vlmrm_fast.models.judge.prompt import PROMPT_ORDERS
 from vlmrm_fast.reward.kinds import GoalBaselineTask, Task, as_reward_tasks, normalize_prompts
 from vlmrm_fast.reward.schedule import ScoreSchedule
 from vlmrm_fast.reward.window import WindowSpec, check_window_fields, is_video_model
@@ -67,7 +68,11 @@ class RewardModelSpec:
     A generative VLM judge (docs/judge.md) is named the same way (``model``: a hub repository such as
     ``Qwen/Qwen2-VL-2B-Instruct``, a folder, or ``vlmrm-tiny-qwen2-vl``) and asks ``tasks`` of kind
     ``question`` (or one question about the target prompt); ``image_size`` (pixels, or [height, width])
-    is its input size, to which frames are resized (default 224).
+    is its input size, to which frames are resized (default 224); ``prompt_order`` ``image_first`` (the
+    default: the frame, then the question, as the models' authors ask) or ``question_first`` (the
+    question cached ahead of the frame: fewer tokens per frame); ``do_image_splitting`` and
+    ``longest_edge`` set SmolVLM's and Idefics3's processor (tiles of the frame, and the longest edge it
+    is resized to before they are cut; None: the processor's own).
     """
 
     model: str = DEFAULT_MODEL
@@ -90,6 +95,9 @@ class RewardModelSpec:
     between_scores: str = "zero"
     window: WindowSpec | None = None
     image_size: Any = None
+    prompt_order: str | None = None
+    do_image_splitting: bool | None = None
+    longest_edge: int | None = None
     encoder_options: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
@@ -126,6 +134,11 @@ class RewardModelSpec:
             one_of(self.resize_mode, "resize_mode", RESIZE_MODES)
         if self.image_size is not None:
             put("image_size", _image_size(self.image_size))
+        if self.prompt_order is not None:
+            one_of(self.prompt_order, "prompt_order", PROMPT_ORDERS)
+        if self.do_image_splitting is not None:
+            put("do_image_splitting", boolean(self.do_image_splitting, "do_image_splitting"))
+        put("longest_edge", positive_int(self.longest_edge, "longest_edge", allow_none=True))
         put("score_every", self.schedule.score_every)  # checked there, named as the field
         if not isinstance(self.encoder_options, Mapping):
             raise FieldTypeError("encoder_options", f"must be a mapping of option names, got {self.encoder_options!r}")
@@ -184,6 +197,15 @@ class RewardModelSpec:
             sets = {TARGET_TASK: self.target_prompts, **self.also_score}
             return tuple(GoalBaselineTask(p, baselines, self.alpha, name=name) for name, p in sets.items()), True
         return (GoalBaselineTask(self.target_prompts, baselines, self.alpha),), False
+
+
+#: The fields that set a generative VLM judge and nothing else, with what each sets.
+JUDGE_FIELDS = {
+    "image_size": "a generative VLM judge's input size",
+    "prompt_order": "the order of a generative VLM judge's question and frame",
+    "do_image_splitting": "whether a SmolVLM or Idefics3 judge cuts a frame into tiles",
+    "longest_edge": "the edge a SmolVLM or Idefics3 judge resizes a frame to",
+}
 
 
 def spec_fields() -> set[str]:

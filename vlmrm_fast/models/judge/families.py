@@ -27,7 +27,8 @@ class JudgeFamily:
     """``adapter(model, processor, image_size)`` -> the family's :class:`~vlmrm_fast.models.judge.adapter.Adapter`;
     ``answer_lead``: what the template puts between the prompt and the answer word (SmolVLM's
     ``Assistant:`` is followed by a space, Qwen's ``assistant\\n`` by the word itself); ``packages``: the
-    packages beyond transformers that its processor imports."""
+    packages beyond transformers that its processor imports; ``tiles``: its processor cuts a frame into
+    tiles (``do_image_splitting``) after resizing its longest edge (``size``)."""
 
     model_type: str
     name: str
@@ -35,6 +36,7 @@ class JudgeFamily:
     adapter: Callable[..., Any]
     answer_lead: str = ""
     packages: tuple[str, ...] = ()
+    tiles: bool = False
 
 
 def _qwen(model, processor, image_size):
@@ -56,9 +58,16 @@ JUDGE_FAMILIES: dict[str, JudgeFamily] = {
         JudgeFamily("qwen2_5_vl", "Qwen2.5-VL", "Qwen/Qwen2.5-VL-3B-Instruct", _qwen),
         JudgeFamily("qwen3_vl", "Qwen3-VL", "Qwen/Qwen3-VL-2B-Instruct", _qwen),
         JudgeFamily(
-            "smolvlm", "SmolVLM", "HuggingFaceTB/SmolVLM-256M-Instruct", _idefics, " ", packages=("num2words",)
+            "smolvlm",
+            "SmolVLM",
+            "HuggingFaceTB/SmolVLM2-2.2B-Instruct",
+            _idefics,
+            " ",
+            packages=("num2words",),
+            tiles=True,
         ),
-        JudgeFamily("idefics3", "Idefics3", "HuggingFaceM4/Idefics3-8B-Llama3", _idefics, " "),
+        # SmolVLM's first release (HuggingFaceTB/SmolVLM-256M-Instruct, -500M-, SmolVLM-Instruct) is an Idefics3.
+        JudgeFamily("idefics3", "Idefics3", "HuggingFaceM4/Idefics3-8B-Llama3", _idefics, " ", tiles=True),
     )
 }
 SUPPORTED = ", ".join(row.name for row in JUDGE_FAMILIES.values())

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from vlmrm_fast.checks import FieldError
 from vlmrm_fast.models.errors import WeightsUnavailableError
 from vlmrm_fast.models.judge.families import JudgeFamily, judge_family, require_judge_packages
 from vlmrm_fast.models.judge.tiny import TINY_JUDGES
@@ -117,6 +118,26 @@ def _from_folder(name: str, folder: Path, device: torch.device, dtype: torch.dty
     model: Any = AutoModelForImageTextToText.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa")
     model = model.to(device).eval().requires_grad_(False)
     return LoadedJudge(model, processor, family, name, str(folder))
+
+
+def set_image_options(judge: LoadedJudge, do_image_splitting: bool | None, longest_edge: int | None) -> None:
+    """Sets a tiling family's processor (SmolVLM, Idefics3): whether it cuts a frame into tiles, and the longest
+    edge it resizes a frame to before; None keeps the processor's own. The judge's device steps and the
+    processor read the same settings. Refused, naming the field, for a family whose processor has no tiles."""
+    for field, value in (("do_image_splitting", do_image_splitting), ("longest_edge", longest_edge)):
+        if value is not None and not judge.family.tiles:
+            raise FieldError(
+                field,
+                f"sets how SmolVLM and Idefics3 cut a frame into tiles; {judge.model_id} is a {judge.family.name}, whose "
+                "tokens per frame follow image_size: leave it out",
+            )
+    image_processor = judge.processor.image_processor
+    if do_image_splitting is not None:
+        image_processor.do_image_splitting = do_image_splitting
+    if longest_edge is not None:
+        from transformers.image_utils import SizeDict
+
+        image_processor.size = SizeDict(longest_edge=longest_edge)
 
 
 def judge_folder(repo_id: str, cache_dir: str | None = None) -> str:

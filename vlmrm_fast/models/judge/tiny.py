@@ -5,6 +5,11 @@ that lays the prompt out as the family's released template does.
 They score frames with meaningless rewards; they exist so that tests and CPU smoke runs exercise the
 real code of each family (the same transformers classes, processors and prompt layout) without a
 download. ``vlmrm-tiny-qwen2-vl`` is to a judge what ``vlmrm-tiny`` is to CLIP.
+
+Every tiny tokenizer adds a start token (BOS) when it tokenizes text, as Llama 3's does for Idefics3
+(Qwen's real tokenizers add none): where a template writes that token itself (Idefics3's
+``<|begin_of_text|>``, SmolVLM's ``<|im_start|>``), a prompt rendered to text and tokenized again would
+hold it twice, and the tests would see it.
 """
 
 from __future__ import annotations
@@ -66,10 +71,11 @@ _IDEFICS_SPECIALS = (
 )
 
 
-def make_tokenizer(specials: tuple[str, ...], *, eos: str, pad: str):
+def make_tokenizer(specials: tuple[str, ...], *, eos: str, pad: str, bos: str | None = None):
     """A byte-level BPE tokenizer built in memory: ``specials`` first (ids 0, 1, ...), then the byte
-    alphabet and the common words of :data:`_WORDS` as single tokens (no merges)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    alphabet and the common words of :data:`_WORDS` as single tokens (no merges); with ``bos`` (one of
+    ``specials``), a post-processor that puts it before every text, as a Llama tokenizer does."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     vocab: dict[str, int] = {}
@@ -84,8 +90,16 @@ def make_tokenizer(specials: tuple[str, ...], *, eos: str, pad: str):
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], ignore_merges=True))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     core.decoder = decoders.ByteLevel()
+    if bos is not None:
+        core.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, vocab[bos])]
+        )
     return PreTrainedTokenizerFast(
-        tokenizer_object=core, eos_token=eos, pad_token=pad, additional_special_tokens=list(specials[1:])
+        tokenizer_object=core,
+        bos_token=bos,
+        eos_token=eos,
+        pad_token=pad,
+        additional_special_tokens=[token for token in specials[1:] if token != bos],
     )
 
 
@@ -116,7 +130,9 @@ def _qwen(model_type: str):
     def build():
         import transformers as tf
 
-        tokenizer = make_tokenizer(_QWEN_SPECIALS + _QWEN_MEDIA, eos="<|im_end|>", pad="<|endoftext|>")
+        tokenizer = make_tokenizer(
+            _QWEN_SPECIALS + _QWEN_MEDIA, eos="<|im_end|>", pad="<|endoftext|>", bos="<|endoftext|>"
+        )
         ids = _ids(tokenizer, *_QWEN_MEDIA, "<|vision_start|>", "<|vision_end|>")
         tokens = dict(
             image_token_id=ids["<|image_pad|>"],
@@ -124,8 +140,8 @@ def _qwen(model_type: str):
             vision_start_token_id=ids["<|vision_start|>"],
             vision_end_token_id=ids["<|vision_end|>"],
         )
-        text = dict(
-            _TEXT, vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=0
+        text = dict(  # no padding row: the start token (<|endoftext|>, id 0) needs an embedding of its own
+            _TEXT, vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=None
         )
         rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]}
         if model_type == "qwen2_vl":
@@ -188,7 +204,8 @@ def _idefics(model_type: str):
     def build():
         import transformers as tf
 
-        tokenizer = make_tokenizer(_IDEFICS_SPECIALS, eos="<end_of_utterance>", pad="<|endoftext|>")
+        begin = "<|im_start|>" if model_type == "smolvlm" else "<|begin_of_text|>"  # what the template starts with
+        tokenizer = make_tokenizer(_IDEFICS_SPECIALS, eos="<end_of_utterance>", pad="<|endoftext|>", bos=begin)
         image_token_id = tokenizer.convert_tokens_to_ids("<image>")
         tile = 32  # the vision tower's input: 16 patches of 8 px, 4 tokens after the pixel shuffle
         text = dict(_TEXT, vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=None, pad_token_id=0)
@@ -210,7 +227,7 @@ def _idefics(model_type: str):
                 tokenizer,
                 tf.SmolVLMVideoProcessor(),
                 image_seq_len=4,
-                chat_template=_idefics_template("<|im_start|>"),
+                chat_template=_idefics_template(begin),
             )
         else:
             config = tf.Idefics3Config(
@@ -220,7 +237,7 @@ def _idefics(model_type: str):
                 tf.Idefics3ImageProcessor(**sizes),
                 tokenizer,
                 image_seq_len=4,
-                chat_template=_idefics_template("<|begin_of_text|>"),
+                chat_template=_idefics_template(begin),
             )
         return config, processor
 
