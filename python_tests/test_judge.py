@@ -257,6 +257,52 @@ def test_the_vision_tower_equals_transformers_own(name, interleaved, monkeypatch
             np.testing.assert_allclose(deep[i].numpy(), deep_expected[0].numpy(), atol=1e-5, rtol=0)
 
 
+def rms(x: torch.Tensor) -> float:
+    return float(x.double().pow(2).mean().sqrt())
+
+
+@pytest.mark.parametrize("name", ["vlmrm-tiny-qwen2-vl", "vlmrm-tiny-qwen2.5-vl", "vlmrm-tiny-qwen3-vl"])
+def test_a_bf16_judge_is_as_accurate_as_transformers_bf16(name):
+    """bf16 weights, the same frames (random, and near-grey ones, where folding the normalization's shift into a
+    bf16 bias lost most): the judge's patch embedding and vision tower against a float64 forward of the same
+    weights, their error against transformers' own bf16 path's error. The patch embedding rounds once (its
+    output to bf16) where transformers' rounds the normalized frame too: no larger. The blocks after it are
+    transformers' own, run in another order: the same error give or take a few percent."""
+    ours_judge, theirs, exact = (load_judge(name, device=torch.device("cpu"), dtype=torch.bfloat16) for _ in range(3))
+    model = JudgeRewardModel(ours_judge, list(QUESTIONS[:1]), device=torch.device("cpu"), precision="bf16")
+    hf, reference = theirs.model.model, exact.model.double().model
+    rng = np.random.default_rng(3)
+    grey = np.clip(np.round(122.8 + rng.normal(0, 1.5, (3, 224, 224, 3))), 0, 255).astype(np.uint8)
+    for frames in (frames_of(3), grey):
+        pixels = model.preprocess(FrameView.of(torch.from_numpy(frames)))
+        with torch.inference_mode():
+            embedded = model.judge.model.model.visual.patch_embed(pixels).double().chunk(3)
+            pooled = model.adapter.encode(pixels).pooler_output  # one tensor per frame
+        errors = {"ours": ([], []), "transformers": ([], [])}
+        for i, frame in enumerate(frames):
+            inputs = reference_inputs(model.judge.processor, "Up?", frame)
+            values, grid = inputs["pixel_values"], inputs["image_grid_thw"]
+            with torch.inference_mode():
+                exact_embedded = reference.visual.patch_embed(values.double())
+                exact_pooled = reference.get_image_features(
+                    pixel_values=values.double(), image_grid_thw=grid, return_dict=True
+                ).pooler_output[0]
+                theirs_embedded = hf.visual.patch_embed(values)
+                theirs_pooled = hf.get_image_features(
+                    pixel_values=values, image_grid_thw=grid, return_dict=True
+                ).pooler_output[0]
+            for key, (embed, pool) in (
+                ("ours", (embedded[i], pooled[i])),
+                ("transformers", (theirs_embedded, theirs_pooled)),
+            ):
+                errors[key][0].append(embed.double() - exact_embedded)
+                errors[key][1].append(pool.double() - exact_pooled)
+        ours_embed, ours_pool = (rms(torch.cat(e)) for e in errors["ours"])
+        theirs_embed, theirs_pool = (rms(torch.cat(e)) for e in errors["transformers"])
+        assert ours_embed <= theirs_embed, (ours_embed, theirs_embed)
+        assert ours_pool <= 1.1 * theirs_pool, (ours_pool, theirs_pool)
+
+
 def test_batch_size_does_not_change_rewards():
     frames = frames_of(5)
     one = judge("vlmrm-tiny-qwen2-vl", batch_size=1)(frames)
