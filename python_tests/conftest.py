@@ -139,3 +139,21 @@ def humanoid_tiny_rm():
         alpha=0.5,
         device="cpu",
     )
+
+
+@pytest.fixture
+def rows_rounded_by_batch_size():
+    """A CPU whose BLAS rounds a product's rows by how many there are (tolerances.rows_rounded_by_batch_size): a
+    comparison across batch layouts shows that its tolerance holds there too."""
+    from tolerances import rows_rounded_by_batch_size as rounded
+
+    with rounded():
+        yield
+
+
+@pytest.fixture(autouse=os.environ.get("VLMRM_TEST_OTHER_CPU") == "1")
+def _every_test_on_another_cpu(request):
+    """VLMRM_TEST_OTHER_CPU=1: every test under :func:`rows_rounded_by_batch_size` (the suite as such a CPU runs it)."""
+    if os.environ.get("VLMRM_TEST_OTHER_CPU") == "1":
+        request.getfixturevalue("rows_rounded_by_batch_size")
+    yield

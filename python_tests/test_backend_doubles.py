@@ -20,6 +20,7 @@ from double_physics import ROW as KINEMATIC
 from double_physics import KinematicSimulator
 from double_renderer import ROW as FLAT
 from double_renderer import colour
+from tolerances import assert_rewards_close
 
 from vlmrm_fast import FastVLMRewardVecEnv, RewardModelSpec
 from vlmrm_fast.envs import TASKS, TaskSpec
@@ -88,7 +89,7 @@ def test_a_renderer_is_one_module_and_a_row(doubles):
             np.testing.assert_array_equal(
                 frames, np.broadcast_to(colour(_reached_qpos(env))[:, None, None], frames.shape)
             )
-            np.testing.assert_allclose(rewards, env.reward_model(frames).numpy(), rtol=1e-5, atol=1e-6)
+            assert_rewards_close(rewards, env.reward_model(frames).numpy())
         finally:
             env.close()
 

@@ -55,9 +55,10 @@ def judge(name: str, batch_size: int = 4, prompt_order: str = "image_first") -> 
     )
 
 
-def reference_inputs(processor, question: str, frame: np.ndarray, order: str = "image_first") -> dict:
+def reference_inputs(processor, question: str, frame: np.ndarray, order: str = "image_first", **options) -> dict:
     """The model's inputs for ``question`` about one uint8 frame as a transformers user builds them: one user
-    turn through the processor's ``apply_chat_template`` with the generation prompt, ``tokenize=True``."""
+    turn through the processor's ``apply_chat_template`` with the generation prompt, ``tokenize=True``
+    (``options``: the processor's call-time settings, e.g. ``do_image_splitting``)."""
     from PIL import Image
 
     image = {"type": "image", "image": Image.fromarray(frame)}
@@ -65,7 +66,12 @@ def reference_inputs(processor, question: str, frame: np.ndarray, order: str = "
     turn = [{"role": "user", "content": [image, text] if order == "image_first" else [text, image]}]
     return dict(
         processor.apply_chat_template(
-            turn, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+            turn,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=True,
+            return_tensors="pt",
+            processor_kwargs=options,
         )
     )
 
@@ -79,11 +85,11 @@ def transformers_model(name: str):
     return model
 
 
-def reference_rewards(model: JudgeRewardModel, frames: np.ndarray) -> np.ndarray:
-    """Each question's reward written plainly: the processor's inputs for the whole prompt and one frame, a
-    full forward of transformers' own model without a cache, a log-softmax of the last position's logits,
-    the task's formula."""
-    hf, processor = transformers_model(model.judge.model_id), model.judge.processor
+def reference_rewards(model: JudgeRewardModel, frames: np.ndarray, processor=None, **options) -> np.ndarray:
+    """Each question's reward written plainly: the inputs a transformers user makes for the whole prompt and one
+    frame (``processor``, default the judge's, with call-time ``options``), a full forward of transformers' own
+    model without a cache, a log-softmax of the last position's logits, the task's formula."""
+    hf, processor = transformers_model(model.judge.model_id), processor or model.judge.processor
     tokenizer = processor.tokenizer
     lead = model.judge.family.answer_lead
     columns = []
@@ -92,7 +98,7 @@ def reference_rewards(model: JudgeRewardModel, frames: np.ndarray) -> np.ndarray
         column = []
         for frame in frames:
             with torch.no_grad():
-                inputs = reference_inputs(processor, task.question, frame, model.prompt_order)
+                inputs = reference_inputs(processor, task.question, frame, model.prompt_order, **options)
                 logits = hf(**inputs).logits[0, -1].double()
             log_p = torch.log_softmax(logits, dim=-1)
             formulas = {
@@ -189,6 +195,101 @@ def test_pixels_equal_the_processor(name):
             expected = reference_inputs(processor, "Is the pole upright?", frame)["pixel_values"]
             ours = model.adapter.as_processor_pixels(pixels[i : i + 1])
             np.testing.assert_allclose(ours.numpy(), expected.reshape(ours.shape).numpy(), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["vlmrm-tiny-smolvlm", "vlmrm-tiny-idefics3"])
+def test_image_splitting_and_longest_edge_set_the_tiling_processors(name):
+    """do_image_splitting and longest_edge: fewer tiles and image tokens per frame, and the rewards of a
+    transformers user passing the same settings to the processor. The tiny processor cuts a 64 px edge into
+    2 x 2 tiles of 32 px and a global image (5 tiles, 4 tokens each)."""
+    fresh = load_judge(name, device=torch.device("cpu")).processor
+    frames = frames_of(2)
+    image_token = None
+    for options, tiles in (({}, 5), ({"do_image_splitting": False}, 1), ({"longest_edge": 32}, 1)):
+        model = load_reward_model(name, tasks=list(QUESTIONS), device="cpu", **options)
+        image_token = model.model.config.image_token_id
+        assert model.adapter.pixel_shape[0] == tiles
+        assert int((model.prompt() == image_token).sum()) == 4 * tiles
+        call = {"size": {"longest_edge": options["longest_edge"]}} if "longest_edge" in options else options
+        np.testing.assert_allclose(
+            model(frames).numpy(), reference_rewards(model, frames, fresh, **call), atol=1e-4, rtol=0
+        )
+
+
+def test_tiling_settings_are_refused_where_there_are_no_tiles():
+    with pytest.raises(FieldError, match=r"^do_image_splitting: sets how SmolVLM and Idefics3 cut a frame into tiles"):
+        load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="up", device="cpu", do_image_splitting=False)
+    with pytest.raises(FieldError, match=r"^longest_edge: sets the edge a SmolVLM or Idefics3 judge resizes a frame"):
+        load_reward_model("vlmrm-tiny", target_prompts="up", device="cpu", longest_edge=512)
+    with pytest.raises(FieldError, match=r"^prompt_order: 'image_last' is not one of image_first, question_first"):
+        load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="up", device="cpu", prompt_order="image_last")
+
+
+#: Each family's image tokens for a 224 x 224 frame at its released models' processor settings
+#: (preprocessor_config.json, processor_config.json's image_seq_len), as docs/judge.md states them.
+REAL_TOKENS_PER_FRAME = {
+    "Qwen/Qwen2-VL-2B-Instruct": (dict(min_pixels=3136, max_pixels=12845056), 64),
+    "Qwen/Qwen3-VL-2B-Instruct": (
+        dict(
+            patch_size=16,
+            image_mean=[0.5] * 3,
+            image_std=[0.5] * 3,
+            size={"shortest_edge": 65536, "longest_edge": 2**24},
+        ),
+        64,
+    ),
+    "HuggingFaceTB/SmolVLM-256M-Instruct": (dict(size=2048, tile=512, image_seq_len=64, smolvlm2=False), 1088),
+    "HuggingFaceTB/SmolVLM2-2.2B-Instruct": (dict(size=1536, tile=384, image_seq_len=81, smolvlm2=True), 1377),
+    "HuggingFaceM4/Idefics3-8B-Llama3": (dict(size=1456, tile=364, image_seq_len=169, smolvlm2=False), 2873),
+}
+
+
+@pytest.mark.parametrize(
+    ("model_id", "split"),
+    [(model_id, True) for model_id in REAL_TOKENS_PER_FRAME]
+    + [(model_id, False) for model_id, (settings, _) in REAL_TOKENS_PER_FRAME.items() if "tile" in settings],
+)
+def test_the_docs_tokens_per_frame_are_the_released_processors(model_id, split):
+    """The released processors' settings, through transformers' processor classes: the image tokens of one 224 px
+    frame, with image splitting (the default) and without (one tile: image_seq_len tokens), as docs/judge.md's
+    table gives them."""
+    import pathlib
+
+    import transformers as tf
+
+    settings, tokens = REAL_TOKENS_PER_FRAME[model_id]
+    settings = dict(settings)
+    if "tile" in settings:
+        smolvlm2 = settings.pop("smolvlm2")
+        tile, seq = settings.pop("tile"), settings.pop("image_seq_len")
+        image_processor = (tf.SmolVLMImageProcessor if smolvlm2 else tf.Idefics3ImageProcessor)(
+            size={"longest_edge": settings.pop("size")}, max_image_size={"longest_edge": tile}, do_image_splitting=split
+        )
+        tiny = load_judge("vlmrm-tiny-smolvlm", device=torch.device("cpu")).processor
+        parts = (
+            (image_processor, tiny.tokenizer, tf.SmolVLMVideoProcessor())
+            if smolvlm2
+            else (image_processor, tiny.tokenizer)
+        )
+        processor = (tf.SmolVLMProcessor if smolvlm2 else tf.Idefics3Processor)(
+            *parts, image_seq_len=seq, chat_template=tiny.chat_template
+        )
+        tokens = tokens if split else seq
+        image = "<image>"
+    else:
+        tiny = load_judge("vlmrm-tiny-qwen2-vl", device=torch.device("cpu")).processor
+        processor = tf.Qwen2VLProcessor(
+            tf.Qwen2VLImageProcessor(**settings),
+            tiny.tokenizer,
+            tf.Qwen2VLVideoProcessor(),
+            chat_template=tiny.chat_template,
+        )
+        image = "<|image_pad|>"
+    ids = reference_inputs(processor, "Up?", frames_of(1)[0])["input_ids"][0]
+    assert int((ids == processor.tokenizer.convert_tokens_to_ids(image)).sum()) == tokens
+    docs = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "judge.md").read_text()
+    row = next(line for line in docs.splitlines() if line.startswith(f"| `{model_id}`"))
+    assert f"{tokens:,}" in row.split("|")[3 if split else 4], row
 
 
 def test_a_renderers_view_is_read_where_it_lies():
@@ -466,6 +567,107 @@ def test_offline_a_missing_hub_judge_fails_fast_with_the_download_line(monkeypat
         f"the judge Qwen/Qwen2-VL-2B-Instruct: not in the local cache ({tmp_path}) and HF_HUB_OFFLINE"
     )
     assert f"`vlmrm-fast download Qwen/Qwen2-VL-2B-Instruct --cache-dir {tmp_path}`" in message
+
+
+@pytest.mark.parametrize("target", [True, False], ids=["target_prompts", "question"])
+def test_a_model_name_is_judged_by_what_it_is(tmp_path, target):
+    """Folders, tiny names and hub names, each named as what it is with what is missing, whether the reward asks
+    for a CLIP (target prompts) or a judge (question tasks); no network is asked."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "weights.pt").write_bytes(b"0")
+    cases = {
+        str(tmp_path / "missing"): f"model: the folder '{tmp_path / 'missing'}' does not exist; give a judge's",
+        f"local-dir:{tmp_path / 'missing'}": f"model: the folder '{tmp_path / 'missing'}' does not exist",
+        str(tmp_path / "empty"): f"model: the folder '{tmp_path / 'empty'}' holds no model: neither a transformers "
+        "config.json (a judge) nor an open_clip_config.json (a CLIP)",
+        str(tmp_path / "weights.pt"): f"model: '{tmp_path / 'weights.pt'}' is a file, not a model's folder",
+        "vlmrm-tiny-qwen2vl": "model: 'vlmrm-tiny-qwen2vl' is no tiny model; did you mean 'vlmrm-tiny-qwen2-vl'?",
+        "vlmrm-tiny-smolvml": "model: 'vlmrm-tiny-smolvml' is no tiny model; did you mean 'vlmrm-tiny-smolvlm'?",
+        "laion/CLIP-ViT-B-32-laion2B-s34B-b79K": "model: 'laion/CLIP-ViT-B-32-laion2B-s34B-b79K' is an open_clip model "
+        "on the Hugging Face hub (a CLIP): name it 'hf-hub:laion/CLIP-ViT-B-32-laion2B-s34B-b79K' or "
+        "'ViT-B-32/laion2b_s34b_b79k'",
+    }
+    task = dict(target_prompts="up") if target else dict(tasks=[QuestionTask("Up?")])
+    for name, start in cases.items():
+        with pytest.raises(FieldError) as info:
+            load_reward_model(name, device="cpu", **task)
+        assert str(info.value).startswith(start), str(info.value)
+    with pytest.raises(ValueError, match=r"unknown CLIP model 'ViT-L-41'\. Did you mean .*ViT-L-14"):
+        load_reward_model("ViT-L-41/laion2b_s32b_b82k", device="cpu", **task)
+
+
+def test_a_hub_judge_is_checked_by_its_config_before_its_weights_download(tmp_path, monkeypatch):
+    """With network, a hub repository's config.json comes first: a text-only model, a CLIP, a repository holding no
+    transformers model and an open_clip one are refused before any weights are downloaded."""
+    import json
+
+    import huggingface_hub
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+
+    from vlmrm_fast.models.judge import load as judge_load
+
+    files = {
+        ("org/text-model", "config.json"): {"model_type": "qwen2"},
+        ("org/clip-model", "config.json"): {"model_type": "clip", "vision_config": {}},
+        ("org/open-clip", "open_clip_config.json"): {"model_cfg": {}},
+    }
+    calls = []
+
+    def hf_hub_download(repo_id, filename, cache_dir=None, **kwargs):
+        calls.append(filename)
+        if (repo_id, filename) not in files:
+            raise EntryNotFoundError(f"{filename} not in {repo_id}")
+        path = tmp_path / repo_id.replace("/", "--") / filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(files[repo_id, filename]))
+        return str(path)
+
+    def snapshot_download(repo_id, local_files_only=False, **kwargs):
+        if local_files_only:
+            raise LocalEntryNotFoundError(f"{repo_id} is not cached")
+        calls.append(f"the whole of {repo_id}")
+        raise AssertionError(f"{repo_id} downloaded in full")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hf_hub_download)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    monkeypatch.setattr(judge_load, "check_judge_reachable", lambda repo_id, cache_dir=None: None)  # the hub answers
+    for repo, words in (
+        ("org/text-model", "is a text-only language model (model_type 'qwen2')"),
+        ("org/clip-model", "is a contrastive image-text model (model_type 'clip')"),
+        ("org/no-model", "the hub repository 'org/no-model' holds no config.json: it is no transformers model"),
+        ("org/open-clip", "'org/open-clip' is an open_clip model on the Hugging Face hub (a CLIP): name it "),
+    ):
+        with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            load_reward_model(repo, tasks=[QuestionTask("Up?")], device="cpu", cache_dir=str(tmp_path))
+    assert calls and all(call.endswith(".json") for call in calls), calls
+
+
+@pytest.mark.parametrize("name", ["vlmrm-tiny-qwen2-vl", "vlmrm-tiny-smolvlm"])
+def test_a_frame_size_beyond_the_memory_is_refused_before_allocating(name):
+    """image_size 1,000,000 (a frame of 3 TB): one line naming the field, before the prompt's blank frame or the
+    family's pixel shape is made."""
+    from vlmrm_fast.runtime.memory import JudgeFramesDoNotFitError
+
+    with pytest.raises(JudgeFramesDoNotFitError) as info:
+        load_reward_model(name, target_prompts="up", device="cpu", image_size=1_000_000)
+    message = str(info.value)
+    assert message.startswith("image_size: a 1000000 x 1000000 frame and the image processor's float32 copy of it ")
+    assert message.endswith("score smaller frames (image_size: 224 gives Qwen2-VL 64 image tokens)")
+
+
+def test_a_large_batch_size_allocates_for_the_frames_scored():
+    """batch_size 100,000 through the API: scoring 4 frames holds a pixel buffer of 4, and a batch too large for
+    the memory is refused in one line before it is allocated."""
+    from vlmrm_fast.runtime.memory import JudgeFramesDoNotFitError
+
+    model = load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="up", device="cpu", batch_size=100_000)
+    frames = frames_of(4)
+    rewards = model(frames)
+    assert model._buffer is not None and model._buffer.shape[0] == 4
+    small = load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="up", device="cpu", batch_size=4)
+    assert_rewards_close(rewards.numpy(), small(frames).numpy())
+    with pytest.raises(JudgeFramesDoNotFitError, match=r"^batch_size: the pixel input of 10,000,000,000 frames"):
+        model.pixel_buffer(10**10)
 
 
 def test_a_judge_folder_loads_as_the_hub_would(tmp_path):

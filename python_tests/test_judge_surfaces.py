@@ -154,3 +154,89 @@ def test_download_of_a_judge(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert cli_main(["download", "Qwen/Qwen2-VL-2B-Instruct", "--cache-dir", str(tmp_path)]) == 2
     assert "`vlmrm-fast download Qwen/Qwen2-VL-2B-Instruct --cache-dir" in capsys.readouterr().err
+
+
+def judge_config(tmp_path, tasks_yaml: str) -> pathlib.Path:
+    """A training config of the tiny judge whose reward.tasks is the YAML text given, written as a user would."""
+    path = tmp_path / "judge.yaml"
+    path.write_text(
+        "env: {task: cartpole, n_envs: 2}\n"
+        "reward:\n"
+        f"  model: {JUDGE}\n"
+        "  tasks:\n" + "".join(f"    {line}\n" for line in tasks_yaml.strip().splitlines())
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("tasks", "line"),
+    [
+        (  # as the docs wrote it: the keys yes and no unquoted are YAML booleans, so are the words
+            "- kind: question\n  question: Is the pole upright?\n  yes: Yes\n  no: No",
+            "reward.tasks[0].yes: YAML read the value as the boolean true (unquoted yes, no, true, false, on and off "
+            "are booleans in YAML), and the answer word's spelling with it (the token of 'Yes' is not that of 'yes'); "
+            "quote the word: yes: 'Yes'",
+        ),
+        (
+            "- kind: question\n  question: Up?\n  scroe: log_odds",
+            "reward.tasks[0].scroe: unknown field of a question task; did you mean 'score'?",
+        ),
+        (
+            "- kind: question\n  score: log_odds",
+            "reward.tasks[0].question: required field is missing (a question task needs question)",
+        ),
+        (
+            "- question: Up?\n- question: ''",
+            "reward.tasks[1].question: is empty; ask about the frame, e.g. 'Is the pole upright?'",
+        ),
+        (
+            "- question: Up?\n  score: p",
+            "reward.tasks[0].score: 'p' is unknown; use one of 'yes_vs_no', 'log_p_yes', 'log_odds'",
+        ),
+        (
+            "- question: Up?\n  no: ''",
+            "reward.tasks[0].no: must be one answer word without spaces around it, got ''",
+        ),
+        (
+            "- question: Up?\n  score: yes",
+            "reward.tasks[0].score: YAML read the value as the boolean true (unquoted yes, no, true, false, on and off "
+            "are booleans in YAML); use one of 'yes_vs_no', 'log_p_yes', 'log_odds'",
+        ),
+        (
+            "kind: question\nquestion: Up?",
+            "reward.tasks: must be a list of tasks, got a mapping with keys kind, question: write each task as one item "
+            "of a list ('- kind: question' in YAML, the task's other fields under it)",
+        ),
+        (
+            "- kind: questions\n  question: Up?",
+            "reward.tasks[0].kind: 'questions' is unknown; use one of 'goal_baseline', 'binary', 'question'",
+        ),
+    ],
+)
+def test_a_judges_config_lines_are_refused_at_their_place(tmp_path, tasks, line):
+    from vlmrm_fast.training.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as info:
+        load_config(judge_config(tmp_path, tasks))
+    assert str(info.value) == line
+
+
+def test_the_answer_words_quoted_under_unquoted_keys_are_read():
+    """yes: 'Yes' with the key unquoted: YAML makes the key the boolean true, which can only mean the field yes."""
+    from vlmrm_fast.reward.kinds import as_reward_tasks
+
+    config = yaml.safe_load("- question: Up?\n  yes: 'True'\n  no: 'False'\n  score: log_odds")
+    (task,) = as_reward_tasks(config)
+    assert (task.yes, task.no, task.score) == ("True", "False", "log_odds")
+
+
+def test_the_docs_judge_configs_load():
+    """Every YAML block of docs/judge.md that configures a reward loads as it is written."""
+    from vlmrm_fast.reward.spec import RewardModelSpec
+
+    docs = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "judge.md").read_text()
+    blocks = [block.split("```", 1)[0] for block in docs.split("```yaml\n")[1:]]
+    assert blocks
+    for block in blocks:
+        reward = yaml.safe_load(block)["reward"]
+        RewardModelSpec(**reward)

@@ -10,6 +10,7 @@ import open_clip
 import pytest
 import torch
 from PIL import Image
+from tolerances import REWARD_ATOL, assert_rewards_close, assert_task_rewards_close, binary_probability_atol
 
 import vlmrm_fast
 from vlmrm_fast import BinaryTask, GoalBaselineTask, WeightsUnavailableError, load_reward_model
@@ -90,6 +91,7 @@ def test_binary_reward_matches_plain_softmax(probability, temperature):
     torch.testing.assert_close(rewards[:, 0].double(), expected, rtol=0, atol=1e-5)
 
 
+@pytest.mark.usefixtures("rows_rounded_by_batch_size")
 def test_several_tasks_from_one_embedding_pass():
     tasks = [
         GoalBaselineTask("a humanoid robot kneeling", "a humanoid robot", alpha=0.5),
@@ -105,9 +107,28 @@ def test_several_tasks_from_one_embedding_pass():
     batch = frames(6, 70, 70)
     rewards = rm(batch)
     assert rewards.shape == (6, 3)
-    for k, task in enumerate(tasks):
-        single = load_reward_model(TINY, tasks=[task], device="cpu")
-        torch.testing.assert_close(rewards[:, k], single(batch)[:, 0], rtol=0, atol=1e-6)
+    # Each task alone embeds its own prompts, in a text batch of another size: each column agrees to its
+    # formula's tolerance (the binary probability's is its softmax's slope times the logit scale).
+    alone = torch.cat([load_reward_model(TINY, tasks=[task], device="cpu")(batch) for task in tasks], dim=1)
+    assert_task_rewards_close(rewards, alone, rm.tasks, rm.logit_scale)
+
+
+def test_a_binary_probability_moves_as_far_as_its_logit_scale_lets_it():
+    """The tolerance of a binary task's probability, from the arithmetic: text embeddings moved by the cosines'
+    tolerance in the worst direction (the goal's toward the frame, the negative's away, as another CPU's
+    rounding of a text batch of another size may) move the probability by more than the rewards' tolerance
+    (the 1.013e-6 an AMD EPYC gave against 1e-6) and by no more than binary_probability_atol."""
+    task = BinaryTask("a robot sitting", ["a robot standing"], probability=True)
+    rm = load_reward_model(TINY, tasks=[task], device="cpu")
+    moved = load_reward_model(TINY, tasks=[task], device="cpu")
+    batch = frames(1, 70, 70)
+    x = rm.embed_images(batch)[0]
+    step = 0.99 * REWARD_ATOL * x / x.norm()  # each cosine with this frame moves by 0.99 REWARD_ATOL
+    moved._text_cache[task.goal_prompt] = moved._text_cache[task.goal_prompt] + step
+    moved._text_cache[task.negative_prompts[0]] = moved._text_cache[task.negative_prompts[0]] - step
+    moved.set_tasks([task])
+    difference = float((moved(batch) - rm(batch)).abs().max())
+    assert REWARD_ATOL < difference <= binary_probability_atol(rm.logit_scale), difference
 
 
 @pytest.mark.parametrize("size", [(64, 64), (65, 64), (120, 90), (48, 200), (480, 480)])
@@ -145,7 +166,7 @@ def test_chunked_batches_match_one_pass():
     small = load_reward_model(TINY, target_prompts="a robot", device="cpu", batch_size=4)
     big = load_reward_model(TINY, target_prompts="a robot", device="cpu")
     batch = frames(11)
-    torch.testing.assert_close(small(batch), big(batch), rtol=0, atol=1e-6)
+    assert_rewards_close(small(batch), big(batch))
 
 
 # --------------------------------------------------------------------------- loading paths

@@ -6,7 +6,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 import pytest
-from tolerances import assert_same_picture
+from tolerances import OTHER_CPU_ULPS, assert_same_picture, rows_rounded_by_batch_size
 
 from vlmrm_fast.envs import humanoid
 
@@ -55,3 +55,20 @@ def test_the_same_picture_rounded_apart_passes(frames):
 def test_a_wrong_picture_fails(frames, wrong):
     with pytest.raises(AssertionError, match="mean absolute difference|share of channel values"):
         assert_same_picture(np.ascontiguousarray(wrong(frames)), frames)
+
+
+def test_another_cpus_rounding_keeps_a_layout_and_moves_another():
+    """rows_rounded_by_batch_size: the same product rounds the same; the same rows in a batch of another size move by
+    the few ulps it claims, each value up or down."""
+    import torch
+    import torch.nn.functional as F
+
+    x, w = torch.randn(8, 32, generator=torch.Generator().manual_seed(0)), torch.randn(16, 32)
+    plain = F.linear(x, w)
+    with rows_rounded_by_batch_size():
+        eight, again, three = F.linear(x, w), F.linear(x, w), F.linear(x[:3], w)
+    assert torch.equal(eight, again)
+    moved = (eight[:3] - three).abs()
+    scale = x[:3].abs() @ w.abs().T  # the size of the products' terms, whose ulps a BLAS's rounding moves
+    assert moved.max() > 0 and (moved <= (2 * OTHER_CPU_ULPS + 2) * 2.0**-23 * scale).all()
+    assert F.linear is not None and torch.equal(F.linear(x, w), plain)  # put back on leaving

@@ -10,7 +10,7 @@ import pytest
 import torch
 from double_physics import ROW as KINEMATIC
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor, VecNormalize
-from tolerances import assert_rewards_close
+from tolerances import assert_rewards_close, assert_task_rewards_close
 
 from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model
 from vlmrm_fast.envs import get_task
@@ -282,7 +282,7 @@ def test_several_prompt_sets_scored_in_one_pass():
         every = env.reward_model(env.last_frames()).numpy()  # (N, 3): the model has 3 tasks
         assert_rewards_close(rewards, every[:, 0])
         got = np.array([[info["vlm_rewards"][name] for name in env.reward_tasks] for info in infos])
-        assert_rewards_close(got, every)
+        assert_task_rewards_close(got, every, env.reward_model.tasks, env.reward_model.logit_scale)
     env.close()
     with pytest.raises(ValueError, match="not both"):
         FastVLMRewardVecEnv(HUMANOID, 1, model="vlmrm-tiny", device="cpu", tasks=tasks, alpha=0.5, **SMALL)

@@ -9,6 +9,17 @@ products may round a row differently depending on how many rows the batch has: M
 (the rows of ``F.linear`` at batch 2 differ in the last bit from the same rows at batch 8), as cuBLAS
 does on GPUs. A reward then moves by an ulp or a few, never by more than about 1e-6 relative.
 
+A reward amplifies those differences by its formula's slope. A binary task's probability,
+``softmax(scale * cosines)[0]``, moves by at most ``p (1 - p) <= 1/4`` times the change of the logits'
+difference, ``2 * scale * REWARD_ATOL``: with CLIP's learned scale of 100 that is 50x the cosines'
+tolerance (:func:`binary_probability_atol`).
+
+:func:`rows_rounded_by_batch_size` is such a CPU on any machine: ``F.linear`` rounds each product by
+a few ulps one way or the other depending on how many rows it has, as MKL does on an AMD EPYC. A test
+comparing results across batch layouts runs under it (the fixture of the same name), so that its
+tolerance is shown to hold on CPUs that round by batch size, not only on the one it was written on;
+``VLMRM_TEST_OTHER_CPU=1`` runs every test of the suite under it.
+
 The same picture drawn on two machines: frames of one renderer on a GPU and on the CPU (MuJoCo
 Warp's kernels compiled by CUDA and by LLVM, or NVIDIA's OpenGL and Mesa's llvmpipe). The two
 round differently: on an H100 against this CPU, 74.6% of the channel values of Warp's humanoid
@@ -18,6 +29,9 @@ orientation or channel order) breaks both.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -33,6 +47,61 @@ def assert_rewards_close(actual, expected, err_msg: str = "") -> None:
     np.testing.assert_allclose(
         actual.astype(np.float64), expected.astype(np.float64), rtol=REWARD_RTOL, atol=REWARD_ATOL, err_msg=err_msg
     )
+
+
+def binary_probability_atol(logit_scale: float) -> float:
+    """How far a binary task's probability ``softmax(logit_scale * cosines)[0]`` may move between batch layouts: its
+    slope ``p (1 - p) <= 1/4`` times the most the logits' difference moves, ``2 * logit_scale * REWARD_ATOL``."""
+    return 0.25 * 2 * logit_scale * REWARD_ATOL
+
+
+def assert_task_rewards_close(actual, expected, tasks, logit_scale: float, err_msg: str = "") -> None:
+    """(N, K) rewards of ``tasks`` (one column each) from two batch layouts, each column to its formula's
+    tolerance: a binary task's probability to :func:`binary_probability_atol` of its scale (``1 / temperature``,
+    else the model's ``logit_scale``), every other reward to the rewards' own (:func:`assert_rewards_close`)."""
+    from vlmrm_fast.reward.kinds import BinaryTask
+
+    actual, expected = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    assert actual.shape == expected.shape == (actual.shape[0], len(tasks)), f"{err_msg}: shapes {actual.shape}"
+    for k, task in enumerate(tasks):
+        message = f"{err_msg} task {k} ({task.name})"
+        if isinstance(task, BinaryTask) and task.probability:
+            scale = logit_scale if task.temperature is None else 1 / task.temperature
+            atol = binary_probability_atol(scale)
+            np.testing.assert_allclose(actual[:, k], expected[:, k], rtol=0, atol=atol, err_msg=message)
+        else:
+            assert_rewards_close(actual[:, k], expected[:, k], err_msg=message)
+
+
+#: How far :func:`rows_rounded_by_batch_size` moves a product: "an ulp or a few".
+OTHER_CPU_ULPS = 3
+
+
+@contextlib.contextmanager
+def rows_rounded_by_batch_size(ulps: int = OTHER_CPU_ULPS) -> Iterator[None]:
+    """Within it, every float32 ``F.linear`` (the encoders' matrix products) moves each value of its result by
+    ``ulps`` ulps, up and down in turn over the output features, the direction flipped by the parity of the
+    product's row count, as a BLAS that picks its kernels by batch size rounds: the same layout still rounds
+    the same (bit for bit), and two layouts differ by the most a few ulps per value and layer can do."""
+    import torch
+    import torch.nn.functional as F
+
+    linear = F.linear
+
+    def rounded(input, weight, bias=None):
+        out = linear(input, weight, bias)
+        if out.dtype != torch.float32 or out.numel() == 0:
+            return out
+        rows = out.numel() // out.shape[-1]
+        features = torch.arange(out.shape[-1], device=out.device)
+        ways = ulps * (1 - 2 * ((features + rows) % 2)).to(torch.float32)  # +ulps, -ulps, ...; flipped by rows
+        return out * (1.0 + ways * 2.0**-23)
+
+    F.linear = rounded
+    try:
+        yield
+    finally:
+        F.linear = linear
 
 
 # The same picture from two machines (see the module docstring), in grey levels of uint8 frames.

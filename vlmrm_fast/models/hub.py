@@ -33,8 +33,10 @@ def download_model(model: str, pretrained: str | None = None, *, cache_dir: str 
 
     from vlmrm_fast.models.families import check_requirements, model_config
     from vlmrm_fast.models.judge import TINY_JUDGES, is_judge_name, judge_folder
+    from vlmrm_fast.models.judge.load import check_model_name
     from vlmrm_fast.models.tokenizers import download_tokenizer, hub_tokenizer_name
 
+    check_model_name(model, cache_dir)
     if is_judge_name(model):
         if pretrained is not None:
             raise ValueError(
@@ -186,7 +188,9 @@ def require_weights(model: str, pretrained: str | None = None, *, cache_dir: str
     import open_clip
 
     from vlmrm_fast.models.judge import TINY_JUDGES, is_judge_name
+    from vlmrm_fast.models.judge.load import check_model_name
 
+    check_model_name(model, cache_dir)
     if is_judge_name(model):
         from vlmrm_fast.models.judge.load import check_judge_reachable, folder_of
 

@@ -19,6 +19,7 @@ prompt layout and what a frame costs.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,7 @@ from vlmrm_fast.reward.kinds import GoalBaselineTask, QuestionTask, as_reward_ta
 from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
 from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.runtime.device import resolve_device
+from vlmrm_fast.runtime.memory import check_judge_frames_fit, device_available_bytes
 from vlmrm_fast.runtime.profiling import NULL_TIMER, StageTimer
 
 #: Frames per batch when none is asked for.
@@ -93,6 +95,15 @@ class JudgeRewardModel:
         self.device = torch.device(device)
         self.precision = precision
         self.chunk_size = int(batch_size or DEFAULT_JUDGE_CHUNK)
+        h, w = image_size
+        # The prompt's blank frame and the image processor's float32 copy of it, made before anything else.
+        check_judge_frames_fit(
+            "image_size",
+            1,
+            h * w * 3 * 5,
+            f"a {h} x {w} frame and the image processor's float32 copy of it",
+            f"score smaller frames (image_size: {DEFAULT_IMAGE_SIZE[0]} gives Qwen2-VL 64 image tokens)",
+        )
         self.adapter = judge.family.adapter(judge.model, judge.processor, tuple(image_size))
         self.multi_task = multi_task
         self._buffer: torch.Tensor | None = None
@@ -212,8 +223,20 @@ class JudgeRewardModel:
 
     # ------------------------------------------------------------------ image side
     def pixel_buffer(self, num_frames: int) -> torch.Tensor:
-        """An uninitialized pixel input (num_frames, *the family's pixel shape) on the model's device."""
-        return torch.empty((num_frames, *self.adapter.pixel_shape), dtype=self.dtype, device=self.device)
+        """An uninitialized pixel input (num_frames, *the family's pixel shape) on the model's device; refused in one
+        line when it exceeds the memory there."""
+        shape = self.adapter.pixel_shape
+        each = math.prod(shape) * self.dtype.itemsize
+        check_judge_frames_fit(
+            "batch_size",
+            num_frames,
+            each,
+            f"the pixel input of {num_frames:,} frames ({' x '.join(map(str, shape))} values each)",
+            f"score at most {max(1, (device_available_bytes(self.device) or each) // each):,} frames at once "
+            "(batch_size), or smaller frames (image_size)",
+            self.device,
+        )
+        return torch.empty((num_frames, *shape), dtype=self.dtype, device=self.device)
 
     @torch.inference_mode()
     def preprocess(
@@ -309,8 +332,10 @@ class JudgeRewardModel:
     def __call__(self, frames: Any) -> torch.Tensor:
         """uint8 frames (N, H, W, 3), numpy or torch -> rewards (N,) (or (N, K) with several tasks)."""
         frames = as_frame_tensor(frames)
-        if self._buffer is None:  # reused: a fresh buffer of this size each call costs its page faults
-            self._buffer = self.pixel_buffer(self.chunk_size)
+        rows = min(self.chunk_size, frames.shape[0])
+        if self._buffer is None or self._buffer.shape[0] < rows:  # reused: a fresh one costs its page faults
+            self._buffer = None
+            self._buffer = self.pixel_buffer(rows)
         outs = []
         for start in range(0, frames.shape[0], self.chunk_size):
             chunk = frames[start : start + self.chunk_size]
@@ -367,6 +392,9 @@ def load_judge_reward_model(spec: RewardModelSpec) -> JudgeRewardModel:
     from vlmrm_fast.models.judge.load import is_judge_name, load_judge, set_image_options
 
     if not is_judge_name(spec.model):
+        from vlmrm_fast.models.names import parse_model_name
+
+        parse_model_name(spec.model, spec.pretrained)  # a CLIP name misspelt is named with its closest match
         raise FieldError(
             "model",
             f"{spec.model!r} is a CLIP model; question tasks need a generative VLM judge, e.g. "

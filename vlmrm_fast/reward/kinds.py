@@ -17,6 +17,7 @@ One for a generative VLM (a judge, docs/judge.md), several scored from one visio
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -143,14 +144,26 @@ class QuestionTask:
 
     def __post_init__(self) -> None:
         if not isinstance(self.question, str):
-            raise FieldTypeError("question", f"must be one string, got {type(self.question).__name__}")
+            raise FieldTypeError(
+                "question", f"must be one string, got {type(self.question).__name__}{_yaml_boolean(self.question)}"
+            )
         if not self.question.strip():
             raise FieldError("question", "is empty; ask about the frame, e.g. 'Is the pole upright?'")
         object.__setattr__(self, "question", self.question.strip())
+        if isinstance(self.score, bool):
+            raise FieldTypeError(
+                "score", f"{_yaml_boolean(self.score)[2:]}; use one of {', '.join(map(repr, ANSWER_SCORES))}"
+            )
         if self.score not in ANSWER_SCORES:
             raise FieldError("score", f"{self.score!r} is unknown; use one of {', '.join(map(repr, ANSWER_SCORES))}")
         for field in ("yes", "no"):
             word = getattr(self, field)
+            if isinstance(word, bool):
+                raise FieldTypeError(
+                    field,
+                    f"{_yaml_boolean(word)[2:]}, and the answer word's spelling with it (the token of 'Yes' is not "
+                    f"that of 'yes'); quote the word: {field}: '{'Yes' if field == 'yes' else 'No'}'",
+                )
             if not isinstance(word, str) or not word.strip() or word != word.strip():
                 raise FieldError(field, f"must be one answer word without spaces around it, got {word!r}")
         if self.yes == self.no:
@@ -166,6 +179,16 @@ class QuestionTask:
     @property
     def prompts(self) -> tuple[str, ...]:
         return (self.question,)
+
+
+def _yaml_boolean(value: Any) -> str:
+    """Why a boolean stands where text was meant (``; YAML read ... as the boolean true``), or nothing."""
+    if not isinstance(value, bool):
+        return ""
+    return (
+        f"; YAML read the value as the boolean {str(value).lower()} (unquoted yes, no, true, false, on and off are "
+        "booleans in YAML)"
+    )
 
 
 class Task(Protocol):
@@ -212,35 +235,64 @@ def kind_of(task: Any) -> str | None:
 
 
 def as_reward_task(spec: Any) -> Task:
-    """A task object of a kind of :data:`TASK_KINDS`, or a dict of its fields: ``kind:`` names its kind, else
+    """A task object of a kind of :data:`TASK_KINDS`, or a mapping of its fields: ``kind:`` names its kind, else
     the fields say it (the first kind given one of its required fields, e.g. ``question`` or ``goal_prompt``;
-    a goal-baseline task when none is)."""
+    a goal-baseline task when none is). A :class:`~vlmrm_fast.checks.FieldError` names the field."""
     if kind_of(spec) is not None:
         return spec
-    if isinstance(spec, dict):
-        fields = dict(spec)
-        implied = next((name for name, kind in TASK_KINDS.items() if set(kind.required()) & set(fields)), None)
-        name = fields.pop("kind", implied or next(iter(TASK_KINDS)))
-        kind = TASK_KINDS.get(name)
-        if kind is None:
-            raise ValueError(f"task kind {name!r} is unknown; use {', '.join(map(repr, TASK_KINDS))}")
-        names = {f.name for f in dataclasses.fields(kind.task)}
-        unknown = sorted(set(fields) - names)
-        if unknown:
-            raise ValueError(f"{kind.task.__name__} has no field(s) {unknown}; fields are {sorted(names)}")
-        missing = [field for field in kind.required() if field not in fields]
-        if missing:
-            raise ValueError(f"a {name.replace('_', '-')} task needs {' and '.join(missing)}")
-        return kind.task(**fields)
-    classes = ", ".join(kind.task.__name__ for kind in TASK_KINDS.values())
-    raise TypeError(f"a task must be one of {classes} or a dict, got {type(spec).__name__}")
+    if not isinstance(spec, Mapping):
+        classes = ", ".join(kind.task.__name__ for kind in TASK_KINDS.values())
+        raise FieldTypeError("", f"a task must be one of {classes} or a mapping of its fields, got {spec!r}")
+    fields = dict(spec)
+    implied = next((name for name, kind in TASK_KINDS.items() if set(kind.required()) & set(fields)), None)
+    name = fields.pop("kind", implied or next(iter(TASK_KINDS)))
+    kind = TASK_KINDS.get(name) if isinstance(name, str) else None
+    if kind is None:
+        raise FieldError("kind", f"{name!r} is unknown; use one of {', '.join(map(repr, TASK_KINDS))}")
+    names = [f.name for f in dataclasses.fields(kind.task)]
+    for key in [key for key in fields if isinstance(key, bool)]:
+        # YAML reads an unquoted key yes/no (and true/false, on/off) as a boolean: yes: 'Yes' gives {True: 'Yes'}.
+        word = "yes" if key else "no"
+        if word not in names or word in fields:
+            raise FieldTypeError(
+                str(key).lower(),
+                f"YAML read this key as the boolean {str(key).lower()} (unquoted yes/no/true/false/on/off are "
+                f"booleans in YAML); fields are {', '.join(names)}",
+            )
+        fields[word] = fields.pop(key)
+    for key in fields:
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"fields are {', '.join(names)}"
+            raise FieldError(str(key), f"unknown field of a {name.replace('_', '-')} task; {hint}")
+    missing = [field for field in kind.required() if field not in fields]
+    if missing:
+        raise FieldError(
+            missing[0], f"required field is missing (a {name.replace('_', '-')} task needs {' and '.join(missing)})"
+        )
+    return kind.task(**fields)
 
 
-def as_reward_tasks(specs: Iterable[Any]) -> tuple[Task, ...]:
-    tasks = tuple(as_reward_task(s) for s in specs)
+def as_reward_tasks(specs: Any) -> tuple[Task, ...]:
+    """``specs`` (a list of tasks or of mappings of their fields) as tasks; an error names the task's place,
+    ``tasks[1].score``."""
+    if isinstance(specs, Mapping):
+        raise FieldTypeError(
+            "tasks",
+            f"must be a list of tasks, got a mapping with keys {', '.join(map(str, specs))}: write each task as one "
+            "item of a list ('- kind: question' in YAML, the task's other fields under it)",
+        )
+    if isinstance(specs, str) or not isinstance(specs, Iterable):
+        raise FieldTypeError("tasks", f"must be a list of tasks, got {specs!r}")
+    tasks = []
+    for i, spec in enumerate(specs):
+        try:
+            tasks.append(as_reward_task(spec))
+        except FieldError as exc:
+            raise type(exc)(f"tasks[{i}]{'.' if exc.field else ''}{exc.field}", exc.reason) from None
     if not tasks:
-        raise ValueError("tasks is empty; give at least one task")
-    return tasks
+        raise FieldError("tasks", "is empty; give at least one task")
+    return tuple(tasks)
 
 
 def unique_prompts(tasks: Sequence[Task]) -> tuple[str, ...]:

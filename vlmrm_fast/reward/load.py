@@ -9,6 +9,7 @@ import torch
 
 from vlmrm_fast.checks import FieldError
 from vlmrm_fast.models import load_clip
+from vlmrm_fast.models.judge.load import check_model_name
 from vlmrm_fast.reward.judge import JudgeRewardModel, is_judge_spec, load_judge_reward_model
 from vlmrm_fast.reward.model import VLMRewardModel
 from vlmrm_fast.reward.spec import JUDGE_FIELDS, RewardModelSpec
@@ -42,6 +43,7 @@ def load_reward_model(
         spec = model
     else:
         spec = RewardModelSpec.from_kwargs(model=model, pretrained=pretrained, **fields)
+    check_model_name(spec.model, spec.cache_dir)
     if is_judge_spec(spec):
         if spec.window is not None:
             raise FieldError(

@@ -5,7 +5,8 @@ A batch too large for the machine would otherwise fail deep inside MuJoCo, MuJoC
 renderer (``std::bad_alloc``, "Could not allocate memory", a bare ``MemoryError``) without naming
 the number of envs. :func:`check_envs_fit` compares a lower bound of the batch's memory with what
 the host, or the GPU that holds the simulations, has available and refuses in one line first;
-:func:`check_replay_buffer_fits` does the same for an off-policy learner's replay buffer.
+:func:`check_replay_buffer_fits` does the same for an off-policy learner's replay buffer, and
+:func:`check_judge_frames_fit` for a generative VLM judge's frames (its input size, its pixel buffer).
 
 Closing a VecEnv frees its frame buffers, simulator data, renderer and (when it loaded one)
 its reward model's weights and tokenizer tables. glibc's allocator keeps most of that memory
@@ -42,6 +43,10 @@ class EnvsDoNotFitError(ExpectedFailure, MemoryError):
 
 class ReplayBufferDoesNotFitError(ExpectedFailure, MemoryError):
     """A replay buffer larger than the machine's memory."""
+
+
+class JudgeFramesDoNotFitError(ExpectedFailure, MemoryError):
+    """A judge's frames (its input size, or a batch of them) larger than the machine's memory."""
 
 
 def available_bytes() -> int | None:
@@ -106,6 +111,21 @@ def check_replay_buffer_fits(transitions: int, each: int, what: str) -> None:
         f"rl.kwargs.buffer_size: a replay buffer of {transitions:,} transitions needs {_gib(transitions * each)} "
         f"of memory ({each:,} bytes each: {what}), and {_gib(available)} are available; set rl.kwargs.buffer_size "
         f"to at most {available // each:,}"
+    )
+
+
+def check_judge_frames_fit(
+    field: str, frames: int, each: int, what: str, fix: str, device: torch.device | None = None
+) -> None:
+    """Refuses ``frames`` frames of a judge of ``each`` bytes (a lower bound; ``what`` says of what) when they exceed
+    the memory available (the host's, or ``device``'s), naming ``field`` and ``fix``, before anything is allocated."""
+    available = device_available_bytes(device)
+    if available is None or frames * each <= available:
+        return
+    where = "memory" if device is None or device.type == "cpu" else f"memory on {device}"
+    raise JudgeFramesDoNotFitError(
+        f"{field}: {what} need{'s' if frames == 1 else ''} at least {_gib(frames * each)} of {where}, and "
+        f"{_gib(available)} are available; {fix}"
     )
 
 

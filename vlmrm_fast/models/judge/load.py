@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,83 @@ def is_judge_name(name: str) -> bool:
     models = known_models()
     # A CLIP name with a typo ("ViT-L-41/laion...") stays CLIP's, whose error names the close match.
     return first not in models and not difflib.get_close_matches(first, models, n=1, cutoff=0.8)
+
+
+def check_model_name(name: str, cache_dir: str | None = None) -> None:
+    """Refuses, in one line naming what is missing, a model name that names neither a judge nor a CLIP as it
+    stands, by what the name is: a folder that does not exist, is a file or holds no model; a tiny model's
+    name misspelt; an open_clip model of the Hugging Face hub named without ``hf-hub:`` (one of open_clip's
+    pretrained repositories, or cached with its ``open_clip_config.json``). No network."""
+    if not isinstance(name, str):
+        return
+    name = name.strip()
+    folder = folder_of(name)
+    if folder is not None:
+        saved = "a judge's save_pretrained folder or hub snapshot (config.json), or an open_clip model's folder"
+        if not folder.exists():
+            raise FieldError("model", f"the folder {str(folder)!r} does not exist; give {saved}")
+        if not folder.is_dir():
+            raise FieldError(
+                "model",
+                f"{str(folder)!r} is a file, not a model's folder; give {saved} (a CLIP's weights file goes in "
+                "checkpoint, beside an open_clip model name)",
+            )
+        if not any((folder / f).is_file() for f in ("config.json", "open_clip_config.json")):
+            raise FieldError(
+                "model",
+                f"the folder {str(folder)!r} holds no model: neither a transformers config.json (a judge) nor an "
+                "open_clip_config.json (a CLIP)",
+            )
+        return
+    from vlmrm_fast.models.names import TINY_MODEL, known_models
+
+    architecture = name.split("/")[0]
+    if architecture.startswith(TINY_MODEL) and name not in TINY_JUDGES and architecture not in known_models():
+        tiny = [TINY_MODEL, *TINY_JUDGES]
+        close = difflib.get_close_matches(name, tiny, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise FieldError(
+            "model",
+            f"{name!r} is no tiny model; {hint}The tiny random models are {TINY_MODEL!r} (CLIP) and the judges "
+            f"{', '.join(map(repr, TINY_JUDGES))}",
+        )
+    if name.count("/") == 1 and not name.startswith("hf-hub:"):
+        clip = open_clip_hub_name(name, cache_dir)
+        if clip is not None:
+            raise FieldError(
+                "model",
+                f"{name!r} is an open_clip model on the Hugging Face hub (a CLIP): name it 'hf-hub:{name}'"
+                + (f" or {clip!r}" if clip != f"hf-hub:{name}" else ""),
+            )
+
+
+def open_clip_hub_name(repo_id: str, cache_dir: str | None = None) -> str | None:
+    """The open_clip name of hub repository ``repo_id`` when it holds an open_clip model (``'ViT-B-32/laion2b_s34b_b79k'``
+    for one of open_clip's pretrained repositories, else ``'hf-hub:org/repo'`` when its ``open_clip_config.json``
+    is cached), or None."""
+    from vlmrm_fast.models.hub import cached_hf_file
+
+    known = _open_clip_hub_repos().get(repo_id.lower())
+    if known is not None:
+        return known
+    if cached_hf_file(repo_id, ("open_clip_config.json",), cache_dir):
+        return f"hf-hub:{repo_id}"
+    return None
+
+
+@functools.cache
+def _open_clip_hub_repos() -> dict[str, str]:
+    """open_clip's pretrained weights that live in a hub repository: the repository (lower case) -> the first
+    ``name/tag`` open_clip knows it by."""
+    import open_clip
+
+    repos: dict[str, str] = {}
+    for model, tag in open_clip.list_pretrained():
+        hub = open_clip.get_pretrained_cfg(model, tag).get("hf_hub") or ""
+        repo = "/".join(hub.strip("/").split("/")[:2])
+        if repo.count("/") == 1:
+            repos.setdefault(repo.lower(), f"{model}/{tag}")
+    return repos
 
 
 def folder_of(name: str) -> Path | None:
@@ -141,17 +219,54 @@ def set_image_options(judge: LoadedJudge, do_image_splitting: bool | None, longe
 
 
 def judge_folder(repo_id: str, cache_dir: str | None = None) -> str:
-    """The cache snapshot holding hub judge ``repo_id``: the cached one, else downloaded when the hub
-    answers, else a :class:`~vlmrm_fast.models.errors.WeightsUnavailableError` naming the download."""
+    """The cache snapshot holding hub judge ``repo_id``: the cached one (with its weights), else downloaded when
+    the hub answers, else a :class:`~vlmrm_fast.models.errors.WeightsUnavailableError` naming the download.
+    A download reads the repository's ``config.json`` first: a model that is no judge here (a CLIP, a
+    text-only model, a family without an adapter) is refused before its weights come."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     try:
-        return snapshot_download(repo_id, cache_dir=cache_dir, allow_patterns=list(JUDGE_FILES), local_files_only=True)
+        folder = snapshot_download(
+            repo_id, cache_dir=cache_dir, allow_patterns=list(JUDGE_FILES), local_files_only=True
+        )
+        if any(Path(folder).glob("*.safetensors")):  # a snapshot cut short holds its config alone
+            return folder
     except LocalEntryNotFoundError:
         pass
     check_judge_reachable(repo_id, cache_dir)
+    family = judge_family(_hub_config(repo_id, cache_dir), repo_id)
+    require_judge_packages(repo_id, family)
     return snapshot_download(repo_id, cache_dir=cache_dir, allow_patterns=list(JUDGE_FILES))
+
+
+def _hub_config(repo_id: str, cache_dir: str | None) -> dict[str, Any]:
+    """The ``config.json`` of hub repository ``repo_id``, downloaded alone; one line for a repository without one
+    (an open_clip model's holds ``open_clip_config.json``)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        path = hf_hub_download(repo_id, "config.json", cache_dir=cache_dir)
+    except EntryNotFoundError:
+        clip = open_clip_hub_name(repo_id, cache_dir)
+        if clip is None:
+            try:
+                hf_hub_download(repo_id, "open_clip_config.json", cache_dir=cache_dir)
+                clip = f"hf-hub:{repo_id}"
+            except EntryNotFoundError:
+                pass
+        if clip is not None:
+            raise FieldError(
+                "model", f"{repo_id!r} is an open_clip model on the Hugging Face hub (a CLIP): name it {clip!r}"
+            ) from None
+        raise FieldError(
+            "model", f"the hub repository {repo_id!r} holds no config.json: it is no transformers model, so no judge"
+        ) from None
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"model {repo_id!r}: its config.json is not a readable transformers config ({exc})") from None
 
 
 def check_judge_reachable(repo_id: str, cache_dir: str | None = None) -> None:
@@ -170,5 +285,6 @@ def check_judge_reachable(repo_id: str, cache_dir: str | None = None) -> None:
         f"the judge {repo_id}: not in the local cache ({cache_dir or HF_HUB_CACHE}) and {reason}. On a machine with "
         f"network run `vlmrm-fast download {repo_id}{cache_option}` (or `hf download {repo_id}{cache_option}`), then "
         f"copy the cache folder here (or point HF_HUB_CACHE at it); or give the model's folder "
-        f"(model='local-dir:/path/to/{repo_id.split('/')[-1]}')."
+        f"(model='local-dir:/path/to/{repo_id.split('/')[-1]}'). (An open_clip model of the hub is named "
+        f"'hf-hub:{repo_id}'.)"
     )
