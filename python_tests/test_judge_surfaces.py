@@ -5,6 +5,7 @@ training config, `vlmrm-fast evaluate` and `landscape`, `vlmrm-fast download`.""
 from __future__ import annotations
 
 import csv
+import json
 import pathlib
 import warnings
 
@@ -240,3 +241,28 @@ def test_the_docs_judge_configs_load():
     for block in blocks:
         reward = yaml.safe_load(block)["reward"]
         RewardModelSpec(**reward)
+
+
+def test_a_judge_run_records_its_prompt_order_and_an_older_one_resumes_only_in_its_own():
+    """The run identity holds the order a judge asks in (image first when the config leaves it out); a checkpoint
+    written before the order was a field asked question first, so resuming it with the new default is refused
+    naming the field, and resumes with prompt_order: question_first."""
+    from vlmrm_fast.training.config import identity_differences, load_config, resolved, run_identity, upgraded_identity
+
+    config = {"env": {"task": "cartpole", "n_envs": 2}, "reward": {"model": JUDGE, "tasks": [{"question": "Up?"}]}}
+    identity = run_identity(resolved(load_config(config)))
+    assert identity["reward"]["prompt_order"] == "image_first"
+    older = json.loads(json.dumps(identity))
+    for field in ("prompt_order", "do_image_splitting", "longest_edge"):
+        del older["reward"][field]
+    assert identity_differences(upgraded_identity(older), identity) == [
+        "reward.prompt_order: 'question_first' then, 'image_first' now"
+    ]
+    config["reward"]["prompt_order"] = "question_first"
+    assert identity_differences(upgraded_identity(older), run_identity(resolved(load_config(config)))) == []
+    clip = {"env": {"task": "cartpole", "n_envs": 2}, "reward": {"model": "vlmrm-tiny"}}
+    clip_identity = run_identity(resolved(load_config(clip)))
+    assert clip_identity["reward"]["prompt_order"] is None
+    for field in ("prompt_order", "do_image_splitting", "longest_edge"):
+        del clip_identity["reward"][field]
+    assert identity_differences(upgraded_identity(clip_identity), run_identity(resolved(load_config(clip)))) == []

@@ -250,9 +250,21 @@ def resolved(cfg: TrainConfig) -> TrainConfig:
     """A copy with the task's defaults written in: the prompts, episode length and frame size the run uses."""
     from vlmrm_fast.envs import get_task
 
-    return dataclasses.replace(
-        cfg, env=cfg.env.with_task_defaults(), reward=cfg.reward.with_task_defaults(get_task(cfg.env.task))
-    )
+    reward = cfg.reward.with_task_defaults(get_task(cfg.env.task))
+    if reward.prompt_order is None and _judge_reward(dataclasses.asdict(reward)):
+        from vlmrm_fast.models.judge.prompt import DEFAULT_PROMPT_ORDER
+
+        reward = reward.replace(prompt_order=DEFAULT_PROMPT_ORDER)  # the identity records the order the judge asks in
+    return dataclasses.replace(cfg, env=cfg.env.with_task_defaults(), reward=reward)
+
+
+def _judge_reward(reward: dict[str, Any]) -> bool:
+    """Whether a reward section (a spec's fields) asks for a generative VLM judge."""
+    from vlmrm_fast.models.judge.load import is_judge_name
+
+    tasks = reward.get("tasks") or ()
+    asks = any(isinstance(t, dict) and ("question" in t or t.get("kind") == "question") for t in tasks)
+    return is_judge_name(reward.get("model", "")) or asks
 
 
 # What makes two runs the same run: a checkpoint continues only a run whose identity matches. Every field of the
@@ -333,6 +345,12 @@ def upgraded_identity(saved: dict[str, Any]) -> dict[str, Any]:
     if isinstance(env, dict) and env:
         for name, value in _ADDED_ENV_FIELDS.items():
             env.setdefault(name, value)
+    reward = saved.get("reward")
+    if isinstance(reward, dict) and reward and "prompt_order" not in reward:
+        # A judge asked its question before the frame until the order became a field (image first by default).
+        reward["prompt_order"] = "question_first" if _judge_reward(reward) else None
+        reward.setdefault("do_image_splitting", None)
+        reward.setdefault("longest_edge", None)
     return saved
 
 
