@@ -91,8 +91,11 @@ def test_binary_reward_matches_plain_softmax(probability, temperature):
     torch.testing.assert_close(rewards[:, 0].double(), expected, rtol=0, atol=1e-5)
 
 
-@pytest.mark.usefixtures("rows_rounded_by_batch_size")
+@pytest.mark.usefixtures("one_torch_thread", "rows_rounded_by_batch_size")
 def test_several_tasks_from_one_embedding_pass():
+    """Three tasks from one pass against each alone, with one torch thread (as the suite runs it after a test that
+    sets one: MKL on an AMD EPYC then rounds a text batch of 2 prompts otherwise than one of 5, and the binary
+    task's probability moved by 1.013e-6) and under a CPU that rounds by batch size."""
     tasks = [
         GoalBaselineTask("a humanoid robot kneeling", "a humanoid robot", alpha=0.5),
         GoalBaselineTask(["a humanoid robot doing the splits"]),

@@ -5,8 +5,10 @@
     adapter.py    what a family supplies: image processing on the device, the vision tower, positions
     qwen.py       the Qwen families' adapter (patches, multimodal RoPE)
     idefics.py    SmolVLM's and Idefics3's adapter (tiles, a global image)
-    prompt.py     a question's prompt split into the cached prefix and the per-frame tail; answer tokens
-    load.py       a judge by name (tiny, folder, hub), the cache and the download line
+    prompt.py     a question's prompt from the model's chat template (an order, a number of frames), split
+                  where the frames enter it; answer tokens
+    load.py       a judge by name (tiny, folder, hub; its config read before its weights), what a model
+                  name is, the cache and the download line, the tiling processors' settings
     tiny.py       tiny random judges of each family, built offline
     fp8.py        FP8 linear layers through torchao
 

@@ -3,9 +3,12 @@
 
 Hub repositories come from the Hugging Face cache first; the hub is asked only when the cache lacks them
 and it answers within seconds, so that an offline machine fails fast with the ``vlmrm-fast download``
-line. A name is a judge's (:func:`is_judge_name`) when it is a tiny judge, a folder with a transformers
-``config.json`` (and no ``open_clip_config.json``), or ``org/repo`` whose first part is no open_clip
-architecture; every other name is CLIP's (``vlmrm_fast.models.load_clip``).
+line; a download reads the repository's ``config.json`` first and refuses a model that is no judge before
+its weights come. A name is a judge's (:func:`is_judge_name`) when it is a tiny judge, a folder with a
+transformers ``config.json`` (and no ``open_clip_config.json``), or ``org/repo`` whose first part is no
+open_clip architecture; every other name is CLIP's (``vlmrm_fast.models.load_clip``). Names that are
+neither as they stand (a folder that does not exist or holds no model, a tiny name misspelt, an open_clip
+repository of the hub without ``hf-hub:``) are refused first, by :func:`check_model_name`.
 """
 
 from __future__ import annotations
