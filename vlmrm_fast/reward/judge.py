@@ -6,14 +6,16 @@ and reads the reward from the logits of the answer's first token, without genera
     frames (N, H, W, 3) uint8, where the renderer lent them
       -> resized to the judge's input size, the family's image processor on the device   (preprocess)
       -> the vision tower, once per frame for every question                             (score_pixels)
-      -> per question: the language model over the image tokens and the end of the prompt, from the
-         question's cached prefix, logits at the last position only
+      -> the language model over the prompt's frame-dependent part, from the cached keys and values of its
+         frame-independent start; image first, one pass over the frame's tokens for every question, then
+         each question's own tokens; logits at the last position only
       -> the task's score of the answer words' logits -> rewards (N,) or (N, K)
 
-The text before the image (system prompt, question) is the same for every frame: its KV cache is computed
-once per question set (``set_tasks``) and each batch of frames runs from it. The input size is fixed, so
-the number of image tokens and the length of every forward are too: no padding. docs/judge.md has the
-prompt layout and what a frame costs.
+The prompt is the model's own chat template's (``models/judge/prompt.py``), the frame before the question
+unless ``prompt_order="question_first"``. Its start, before the first image token, is the same for every
+frame: its KV cache is computed once per question set (``set_tasks``) and each batch of frames runs from it.
+The input size is fixed, so the number of image tokens and the length of every forward are too: no
+padding. docs/judge.md has the prompt and what a frame costs.
 """
 
 from __future__ import annotations
