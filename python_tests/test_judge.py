@@ -144,6 +144,43 @@ def test_the_prompt_is_the_chat_templates_with_one_start_token(name, order):
         assert (text.index(task.question) > text.rindex(image)) == (order == "image_first")
 
 
+@pytest.mark.parametrize("order", PROMPT_ORDERS)
+@pytest.mark.parametrize("name", ["vlmrm-tiny-qwen2.5-vl", "vlmrm-tiny-idefics3"])
+def test_a_prompt_of_several_frames_is_the_templates(name, order):
+    """The one prompt builder lays out any number of frames (a window's): two frames' prompt is the chat template's
+    with two images, the frames' tokens spanning both."""
+    from PIL import Image
+
+    from vlmrm_fast.models.judge.prompt import layout_prompt
+
+    model = judge(name)
+    processor = model.judge.processor
+    layout = layout_prompt(
+        processor,
+        model.adapter,
+        model.model.config.image_token_id,
+        "Up?",
+        order=order,
+        frames=2,
+        context=None,
+        field="q",
+    )
+    blank = {"type": "image", "image": Image.fromarray(np.zeros((*model.image_size, 3), np.uint8))}
+    text = {"type": "text", "text": "Up?"}
+    turn = [{"role": "user", "content": [blank, blank, text] if order == "image_first" else [text, blank, blank]}]
+    expected = processor.apply_chat_template(
+        turn, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+    )["input_ids"]
+    assert torch.equal(layout.ids, expected)
+    image = model.model.config.image_token_id
+    one = int((model.prompt() == image).sum())
+    assert int((layout.ids[0, layout.frames_start : layout.frames_end] == image).sum()) == 2 * one
+    assert (
+        not (layout.ids[0, : layout.frames_start] == image).any()
+        and not (layout.ids[0, layout.frames_end :] == image).any()
+    )
+
+
 def test_image_first_is_the_default_and_its_questions_share_one_pass_over_the_frame():
     """The models' own order by default; image first, the questions' prompts agree up to the frame's end, so one
     pass over the frame's tokens serves all three (question first: one per question)."""

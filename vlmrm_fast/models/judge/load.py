@@ -102,7 +102,7 @@ def check_model_name(name: str, cache_dir: str | None = None) -> None:
             f"{name!r} is no tiny model; {hint}The tiny random models are {TINY_MODEL!r} (CLIP) and the judges "
             f"{', '.join(map(repr, TINY_JUDGES))}",
         )
-    if name.count("/") == 1 and not name.startswith("hf-hub:"):
+    if name.count("/") == 1 and not name.startswith("hf-hub:") and architecture not in known_models():
         clip = open_clip_hub_name(name, cache_dir)
         if clip is not None:
             raise FieldError(
@@ -121,9 +121,11 @@ def open_clip_hub_name(repo_id: str, cache_dir: str | None = None) -> str | None
     known = _open_clip_hub_repos().get(repo_id.lower())
     if known is not None:
         return known
-    if cached_hf_file(repo_id, ("open_clip_config.json",), cache_dir):
-        return f"hf-hub:{repo_id}"
-    return None
+    try:
+        cached = cached_hf_file(repo_id, ("open_clip_config.json",), cache_dir)
+    except ValueError:  # no valid repository id ("a b/c"): the loaders name it
+        return None
+    return f"hf-hub:{repo_id}" if cached else None
 
 
 @functools.cache
