@@ -20,6 +20,7 @@ from vlmrm_fast.envs import get_task
 from vlmrm_fast.stack.vec_env import FastVLMRewardVecEnv
 from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.config import ConfigError, load_config
+from vlmrm_fast.training.run_folder import LOCK_FILE
 from vlmrm_fast.training.train import train
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
@@ -86,7 +87,7 @@ def test_train_cli_writes_logs_video_checkpoints_and_resumes(tmp_path):
     assert list((run / "videos").glob("*.mp4"))
     assert list((run / "tensorboard").rglob("events.out.tfevents.*"))
     assert latest_checkpoint(run).name == "model_120_steps.zip"
-    assert not (run / ".lock").exists(), "a clean exit removes its lock"
+    assert not (run / LOCK_FILE).exists(), "a clean exit removes its lock"
     assert [p.name for p in (run / "checkpoints").glob("*.pkl")] == ["model_replay_buffer_120_steps.pkl"]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
