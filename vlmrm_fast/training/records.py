@@ -82,6 +82,11 @@ def bad_record(record: pathlib.Path, what: str, fix: str) -> RecordError:
     return RecordError(f"{record} {what}. Refused; nothing was touched. {fix}")
 
 
+def names_a_file_in(folder: pathlib.Path, name: Any) -> bool:
+    """Whether a record may name ``name`` as a file of ``folder`` (the rule :func:`file_in_run` enforces)."""
+    return _not_in_folder(folder, name) is None
+
+
 def _not_in_folder(folder: pathlib.Path, name: Any) -> str | None:
     """Why ``name`` does not name a file inside ``folder`` by a plain relative path with no link on the way;
     None when it does."""

@@ -286,7 +286,7 @@ def write_in_run(run_dir: pathlib.Path, path: pathlib.Path, make: Callable[[path
     one (what ``rollout`` and ``best`` add to a run); elsewhere, plainly."""
     files = RunFiles(run_dir)
     relative = relative_to(run_dir, path)
-    if files.exists() and relative is not None and not relative.startswith(".."):
+    if files.exists() and relative is not None and records.names_a_file_in(run_dir, relative):
         files.write_made(relative, make)
-    else:
+    else:  # (outside the run folder, or through a link out of it: the record never names it)
         make(path)

@@ -38,7 +38,7 @@ WANDB_RUN_ID = "wandb_run_id"  # the W&B run's id, kept for a resume (wandb_logg
 # The files a run writes at the top of its folder; with its TensorBoard folder, its policy videos and its
 # checkpoints, the places a start refuses to write over a file that no record shows a run wrote.
 _RUN_FILES = (CONFIG_FILE, FINAL_MODEL, CURVES_CSV, CURVES_PNG, WANDB_RUN_ID, RECORD)
-_RUN_FOLDERS = ("checkpoints", "videos", "tensorboard")  # the folders it writes in: its own, never a link
+_RUN_FOLDERS = ("checkpoints", "videos", "tensorboard", ROLLOUTS)  # the folders it writes in: its own, never links
 _POLICY_VIDEO = re.compile(r"^videos/policy_\d+_steps\.mp4$")
 
 
@@ -306,6 +306,16 @@ class RunFolder:
         self.path = pathlib.Path(path)
 
     def lock(self) -> RunLock:
+        """The folder's lock (:class:`RunLock`), taken once the folder is one a run may hold: never the filesystem's
+        root or the home folder itself, which hold much more than a run (a RunFolderError)."""
+        where = self.path.resolve()
+        home = pathlib.Path.home().resolve()
+        if where == where.parent or where == home:
+            what = "the filesystem's root" if where == where.parent else f"your home folder itself ({home})"
+            raise RunFolderError(
+                f"output_dir: {self.path} is {what}, which holds much more than a run; give the run a folder of its "
+                f"own (output_dir in the config, or --output-dir), e.g. {home / 'runs' / 'NAME'}"
+            )
         return RunLock(self.path)
 
     @property
@@ -411,6 +421,15 @@ class RunFolder:
                 f"record shows a run wrote {'it' if len(found.in_the_way) == 1 else 'them'} (changed since, or "
                 f"written before runs kept records); nothing was changed. Move {'it' if len(found.in_the_way) == 1 else 'them'} "
                 f"away (or delete {'it' if len(found.in_the_way) == 1 else 'them'} yourself), or choose another folder (--output-dir)"
+            )
+        if found.holds_a_run() and not overwrite and not found.owned:
+            names = _some([self._relative(p) for d in found.aside for p in d.files])
+            raise RunFolderError(
+                f"{self.path} holds {names}, named as this program names its checkpoints but vouched for by no "
+                f"manifest (not a run of vlmrm-fast's: checkpoints of your own, or of another tool's?); the run would "
+                f"write its checkpoints beside them, so nothing was changed. Move them away, choose another folder "
+                f"(--output-dir), or pass --overwrite, which moves them into {self.checkpoint_dir / checkpoints.DAMAGED_DIR} "
+                f"and deletes nothing"
             )
         if found.holds_a_run() and not overwrite:
             raise RunFolderError(
