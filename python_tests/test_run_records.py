@@ -303,7 +303,7 @@ def test_only_this_programs_own_temporaries_count_as_cut_short_by_a_kill(run):
     assert {"checkpoints/.notes.tmp", "checkpoints/.model_60_steps.zip.tmp.tmp"} <= set(found.kept)
 
 
-@pytest.mark.parametrize("where", ["videos", "checkpoints", "tensorboard", "tensorboard/SAC_1"])
+@pytest.mark.parametrize("where", ["videos", "checkpoints", "tensorboard", "tensorboard/SAC_1", "rollouts"])
 @pytest.mark.parametrize("flags", [["--overwrite"], ["--resume"]])
 def test_a_run_folder_linking_out_is_refused_before_anything_is_deleted(run, tmp_path, capfd, where, flags):
     """``videos/`` (or another folder the run writes in) moved to another disk and linked: the start refuses,
@@ -380,3 +380,18 @@ def test_a_missing_wandb_is_refused_before_overwrite_deletes_anything(run, tmp_p
     cfg["logging"]["wandb"] = {"project": "p", "mode": "offline"}
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
     _unchanged(tmp_path, capfd, ["--overwrite"], 2, "logging.wandb needs wandb, which is not installed")
+
+
+def test_what_rollout_writes_through_a_link_is_never_put_on_the_record(run, tmp_path):
+    """``vlmrm-fast rollout`` and ``best`` add their files to the run's record where they lie in the run folder;
+    through a link out of it (``rollouts/`` linked to another disk) the file is written and left off the record,
+    which would otherwise name a path the record rule refuses."""
+    from vlmrm_fast.training.run_files import write_in_run
+
+    (tmp_path / "other_disk").mkdir()
+    (run / "rollouts").symlink_to(tmp_path / "other_disk")
+    write_in_run(run, run / "rollouts" / "episodes.csv", lambda path: path.write_text("episode,return\n"))
+    assert (tmp_path / "other_disk" / "episodes.csv").read_text() == "episode,return\n"
+    assert sorted(RunFiles(run).entries()) == ["config.yaml"]
+    write_in_run(run, run / "best_checkpoints.csv", lambda path: path.write_text("rank\n"))
+    assert sorted(RunFiles(run).owned()) == ["best_checkpoints.csv", "config.yaml"]
