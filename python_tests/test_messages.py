@@ -757,3 +757,65 @@ def test_a_resume_where_auto_would_choose_another_physics_names_the_physics_to_p
         "frames) here; to resume the run as it ran, set env.physics: batch and env.renderer: egl in the config (the "
         "frames or the dynamics would change otherwise), or start a new run (--output-dir, or --overwrite)"
     )
+
+
+# ------------------------------------------------------------------ the run folder, named as a user names it
+def test_an_output_dir_under_the_home_folder_is_read_as_a_shell_reads_it(tmp_path, monkeypatch, capsys):
+    """``output_dir: ~/runs/x`` (and ``--output-dir=~/runs/y``, which a shell leaves alone) is the home folder's
+    runs/x, never a folder named ``~`` in the working directory."""
+    home = tmp_path / "home"
+    for name in ("x", "y"):
+        (home / "runs" / name).mkdir(parents=True)
+        (home / "runs" / name / "config.yaml").write_text("mine\n")  # in the way: the start is refused there
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["train", str(_config(tmp_path, output_dir="~/runs/x"))]) == 2
+    assert f"{home / 'runs' / 'x'} holds config.yaml where the run writes" in _one_line(capsys.readouterr().err)
+    assert cli_main(["train", str(_config(tmp_path)), "--output-dir=~/runs/y"]) == 2
+    assert f"{home / 'runs' / 'y'} holds config.yaml where the run writes" in _one_line(capsys.readouterr().err)
+    assert not (tmp_path / "~").exists()
+
+
+@pytest.mark.parametrize("output", ["~", "HOME", "/"])
+def test_the_home_folder_or_the_filesystem_root_is_no_run_folder(tmp_path, monkeypatch, capsys, output):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("mine\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)  # (a "~" taken literally would be a folder here)
+    output = str(home) if output == "HOME" else output
+    assert cli_main(["train", str(_config(tmp_path)), "--output-dir", output]) == 2
+    what = "the filesystem's root" if output == "/" else f"your home folder itself ({home})"
+    shown = "/" if output == "/" else home
+    assert _one_line(capsys.readouterr().err) == (
+        f"vlmrm-fast train: error: output_dir: {shown} is {what}, which holds much more than a run; give the run a "
+        f"folder of its own (output_dir in the config, or --output-dir), e.g. {home / 'runs' / 'NAME'}"
+    )
+    assert sorted(p.name for p in home.iterdir()) == ["notes.txt"]
+
+
+def test_score_every_longer_than_the_episode_is_refused_naming_both(tmp_path, capsys):
+    config = _config(tmp_path, reward={**CONFIG["reward"], "score_every": 12})
+    assert cli_main(["train", str(config)]) == 2
+    assert "score_every: 12 steps is longer than an episode's 10 steps (env.episode_length)" in _one_line(
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_folder_holding_only_someone_elses_checkpoints_is_named_as_such(tmp_path, capsys):
+    """SB3's CheckpointCallback with the prefix "model" names its files as this program does: no manifest vouches
+    for them, so they are no run of this program's; the line says what --overwrite would do with them (set them
+    aside) instead of "deletes those 0 files"."""
+    folder = tmp_path / "run" / "checkpoints"
+    folder.mkdir(parents=True)
+    (folder / "model_100_steps.zip").write_bytes(b"someone's model")
+    (folder / "model_replay_buffer_100_steps.pkl").write_bytes(b"someone's buffer")
+    assert cli_main(["train", str(_config(tmp_path))]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert (
+        f"{tmp_path / 'run'} holds checkpoints/model_100_steps.zip, checkpoints/model_replay_buffer_100_steps.pkl, "
+        "named as this program names its checkpoints but vouched for by no manifest" in line
+    ), line
+    assert "deletes those 0 files" not in line and "moves them into" in line and "and deletes nothing" in line, line
+    assert sorted(p.name for p in folder.iterdir()) == ["model_100_steps.zip", "model_replay_buffer_100_steps.pkl"]

@@ -863,21 +863,21 @@ def test_a_folder_another_process_trains_in_is_refused(tmp_path, capsys):
 def test_the_lock_file_goes_with_its_release_and_a_stale_open_is_not_a_lock(tmp_path):
     import fcntl
 
-    from vlmrm_fast.training.run_folder import RunFolder, RunFolderError
+    from vlmrm_fast.training.run_folder import LOCK_FILE, RunFolder, RunFolderError
 
     folder = RunFolder(tmp_path / "run")
     (tmp_path / "run").mkdir()
     first = folder.lock()
-    stale = os.open(tmp_path / "run" / ".lock", os.O_RDWR)  # a process that opened .lock before the release
+    stale = os.open(tmp_path / "run" / LOCK_FILE, os.O_RDWR)  # a process that opened the lock before the release
     with pytest.raises(RunFolderError, match="in use by another training process"):
         folder.lock()
-    assert (tmp_path / "run" / ".lock").exists(), "a refused start leaves the holder's lock alone"
+    assert (tmp_path / "run" / LOCK_FILE).exists(), "a refused start leaves the holder's lock alone"
     first.release()
-    assert not (tmp_path / "run" / ".lock").exists()
+    assert not (tmp_path / "run" / LOCK_FILE).exists()
     try:
         fcntl.flock(stale, fcntl.LOCK_EX | fcntl.LOCK_NB)  # it now locks a file no name leads to
         second = folder.lock()  # ... and a new start is not blocked by it
-        assert (tmp_path / "run" / ".lock").exists()
+        assert (tmp_path / "run" / LOCK_FILE).exists()
         second.release()
     finally:
         os.close(stale)

@@ -20,6 +20,7 @@ from vlmrm_fast.envs import get_task
 from vlmrm_fast.stack.vec_env import FastVLMRewardVecEnv
 from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.config import ConfigError, load_config
+from vlmrm_fast.training.run_folder import LOCK_FILE
 from vlmrm_fast.training.train import train
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
@@ -86,7 +87,7 @@ def test_train_cli_writes_logs_video_checkpoints_and_resumes(tmp_path):
     assert list((run / "videos").glob("*.mp4"))
     assert list((run / "tensorboard").rglob("events.out.tfevents.*"))
     assert latest_checkpoint(run).name == "model_120_steps.zip"
-    assert not (run / ".lock").exists(), "a clean exit removes its lock"
+    assert not (run / LOCK_FILE).exists(), "a clean exit removes its lock"
     assert [p.name for p in (run / "checkpoints").glob("*.pkl")] == ["model_replay_buffer_120_steps.pkl"]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -249,6 +250,11 @@ def test_episode_batch_rewards_fill_the_replay_buffer(tmp_path, humanoid_tiny_rm
         ({"distributed": {"timout": 5}}, "distributed.timout: unknown field; did you mean 'timeout'"),
         ({"distributed": {"report_every": -1}}, "distributed.report_every: must be 0 .* got -1$"),
         ({"env": {"rank_timeout": 60}}, "env.rank_timeout: moved; write distributed.timeout"),
+        # SB3 would keep one row of n_envs transitions, silently
+        ({"rl": {"kwargs": {"buffer_size": -1}}}, r"rl.kwargs.buffer_size: must be a positive integer \(transitions"),
+        ({"rl": {"kwargs": {"buffer_size": 0}}}, r"rl.kwargs.buffer_size: must be .* keeps\), got 0$"),
+        ({"rl": {"kwargs": {"buffer_size": 1}}}, "rl.kwargs.buffer_size: 1 is fewer transitions than env.n_envs=2"),
+        ({"rl": {"algorithm": "PPO", "kwargs": {"n_steps": 0}}}, "rl.kwargs.n_steps: must be a positive integer"),
     ],
 )
 def test_config_errors_name_the_field(tmp_path, patch, message):
@@ -377,6 +383,34 @@ def test_physics_and_solver_are_compared_by_what_they_run(then, now, same):
         assert all(
             d.startswith(("env.physics: ", "env.solver: ", "env.renderer: ")) and " then, " in d for d in differences
         )
+
+
+def test_a_resume_of_another_config_names_the_field_inside_a_block_not_the_block(tmp_path):
+    """A window or task list that differs is named by its field (``reward.window.frames``,
+    ``reward.tasks[0].question``), not printed whole: the refusal stays one short line."""
+    from vlmrm_fast.training.config import identity_differences, resolved, run_identity
+    from vlmrm_fast.training.run_folder import RunFolder, plain
+
+    saved = plain(run_identity(resolved(load_config(IDENTITY_BASE))))
+    saved["reward"]["window"] = {"model": "s3d", "frames": 8, "stride": 1, "timing": "streamed", "fps": None}
+    saved["reward"]["tasks"] = [{"kind": "question", "question": "Is the robot kneeling?", "yes": "Yes", "no": "No"}]
+    current = copy.deepcopy(saved)
+    current["reward"]["window"]["frames"] = 16
+    current["reward"]["tasks"][0]["question"] = "Is the robot standing?"
+    current["reward"]["tasks"].append({"kind": "question", "question": "Is it upright?"})
+    window, tasks = sorted(identity_differences(saved, current), key=lambda d: not d.startswith("reward.window"))
+    assert window == "reward.window.frames: 8 then, 16 now"
+    assert tasks.startswith("reward.tasks: [{'kind': 'question', 'question': 'Is the robot kneeling?'")
+    assert len(tasks) < 300, tasks  # a list of another length: shown, cut short
+    current["reward"]["tasks"].pop()
+    assert sorted(identity_differences(saved, current)) == [
+        "reward.tasks[0].question: 'Is the robot kneeling?' then, 'Is the robot standing?' now",
+        "reward.window.frames: 8 then, 16 now",
+    ]
+    current["reward"]["window"]["overlap"] = 2  # a key one side lacks
+    assert "reward.window.overlap: absent then, 2 now" in identity_differences(saved, current)
+    line = str(RunFolder(tmp_path)._mismatch("checkpoint model_40_steps.zip", saved, current))
+    assert len(line) < 500 and "'timing'" not in line, line
 
 
 def test_a_checkpoint_older_than_an_identity_field_is_not_compared_on_it_and_the_resume_says_so():

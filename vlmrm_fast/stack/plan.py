@@ -38,12 +38,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from vlmrm_fast.checks import positive_int
+from vlmrm_fast.checks import FieldError, positive_int
 from vlmrm_fast.envs import TaskSpec
 from vlmrm_fast.envs.spec import EnvSpec
 from vlmrm_fast.physics import AUTO_ORDER, PHYSICS, Physics
 from vlmrm_fast.rendering import RENDERERS, choose_renderer
 from vlmrm_fast.reward.protocol import RewardModel, check_reward_model
+from vlmrm_fast.reward.schedule import schedule_of
 from vlmrm_fast.reward.spec import RewardModelSpec, spec_fields
 from vlmrm_fast.reward.window import check_window_for_episodes, check_window_for_terminal_frames
 from vlmrm_fast.runtime.device import resolve_device
@@ -178,12 +179,26 @@ def plan_stack(
     chunks = env.pipeline_chunks if row.steps_in_ranges else 1
     ranges = tuple(plan_chunks(env.n_envs, chunks, device, overlaps=overlaps))
     check_window_for_episodes(getattr(reward, "window", None), env.episode_length)
+    _check_schedule_for_episodes(reward, env.episode_length)
     check_window_for_terminal_frames(getattr(reward, "window", None), env.score_terminal_on)
     encoder_batch = _encoder_batch(reward, env, device, ranges, defer_rewards, rollout_steps)
     resolved = env.replace(physics=physics, renderer=renderer, solver=solver, pipeline_chunks=len(ranges))
     plan = StackPlan(resolved, task, device, ranges, encoder_batch, defer_rewards)
     logger.info("stack: %s", plan.describe())
     return plan
+
+
+def _check_schedule_for_episodes(reward: RewardModelSpec | RewardModel, episode_length: int | None) -> None:
+    """A ``score_every`` longer than the envs' episodes would score no step on its schedule, only each episode's
+    last: a mistake, refused naming both numbers."""
+    every = schedule_of(reward).score_every
+    if episode_length is not None and every > episode_length:
+        raise FieldError(
+            "score_every",
+            f"{every} steps is longer than an episode's {episode_length} steps (env.episode_length), so no step would "
+            f"be scored on the schedule, only each episode's last; give at most {episode_length} ({episode_length} "
+            f"scores each episode's last step alone), or a longer env.episode_length",
+        )
 
 
 def _encoder_batch(

@@ -30,6 +30,14 @@ _SET_ELSEWHERE = {
     "verbose": "(not configurable: the run logs to TensorBoard)",
     "_init_setup_model": "(internal)",
 }
+# Counts SB3 takes as they are and would run with silently (a buffer_size of 0 or -1 keeps one row of n_envs
+# transitions): refused unless positive.
+_POSITIVE = {
+    "buffer_size": "transitions the replay buffer keeps",
+    "batch_size": "transitions in a gradient step's minibatch",
+    "n_steps": "steps of each env in a rollout",
+    "n_epochs": "passes over a rollout",
+}
 _NUMBER_AS_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
@@ -62,6 +70,8 @@ def check_algorithm_kwargs(algorithm: str, kwargs: dict[str, Any]) -> dict[str, 
             raise KwargsError(where, f"{algorithm} has no argument {key!r}{hint}")
         annotation = parameters[key].annotation
         converted = _convert(value, annotation, where) if annotation is not inspect.Parameter.empty else value
+        if key in _POSITIVE and isinstance(converted, int) and converted < 1:
+            raise KwargsError(where, f"must be a positive integer ({_POSITIVE[key]}), got {converted}")
         if key == "policy_kwargs" and isinstance(converted, dict):
             converted = _resolve_policy_classes(converted, where)
         out[key] = converted

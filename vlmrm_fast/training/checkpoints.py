@@ -26,7 +26,8 @@ records each file's name, size and sha256, and a sha256 of its own content.
   moved aside into ``checkpoints/damaged/``, never deleted (:func:`set_aside`).
 
 A save that fails (a full disk, any error) removes its own files at once; on a full disk
-it raises :class:`CheckpointSpaceError`, which names the folder and the space needed.
+it raises :class:`CheckpointSpaceError`, which names the folder and the space needed (any other file of the
+run, :class:`SpaceError`).
 Replay buffers are large: only the newest ``keep_replay_buffers`` checkpoints keep theirs.
 """
 
@@ -45,20 +46,24 @@ import shutil
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from vlmrm_fast.training import records
+
 MANIFEST_FORMAT = 2  # 2: sha256 of each file and of the manifest; 1 (sizes only) still reads
 HASH = "sha256"
 PREFIX = "model"
 DAMAGED_DIR = "damaged"
 _STEM = re.compile(rf"^{PREFIX}_(?P<tag>[a-z]+_)?(?P<steps>\d+)_steps$")
 _BUFFER = re.compile(rf"^{PREFIX}_replay_buffer_(?P<tag>[a-z]+_)?(?P<steps>\d+)_steps\.pkl$")
-_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp$")
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp$")  # a temporary of this program's is one of a checkpoint file
 
 
-class CheckpointSpaceError(OSError):
-    """A checkpoint did not fit on the disk; its partial files were removed. ``older_checkpoint``: whether an
-    older checkpoint is there for ``--resume`` (without one, the run starts again with ``--overwrite``)."""
+class SpaceError(OSError):
+    """A file of the run did not fit on the disk (or the quota); its partial file was removed. The message
+    names the folder, what the file needs and what is free."""
 
-    older_checkpoint = False
+
+class CheckpointSpaceError(SpaceError):
+    """A checkpoint did not fit on the disk; its partial files were removed."""
 
 
 # ------------------------------------------------------------------ atomic files
@@ -275,6 +280,14 @@ def _stem_of(name: str) -> str | None:
     return stem if suffix in (".zip", ".json") and _STEM.match(stem) else None
 
 
+def _temporary_of(name: str) -> str | None:
+    """The checkpoint file (``model_80_steps.zip``) whose temporary ``name`` is (``.model_80_steps.zip.tmp``: the
+    names :func:`temporary_path` gives, the only temporaries this program makes in a checkpoint folder); None
+    for any other name (a hidden ``.notes.tmp`` of the user's is no temporary of a save)."""
+    temporary = _TEMPORARY.match(name)
+    return temporary["name"] if temporary and _stem_of(temporary["name"]) is not None else None
+
+
 def scan(folder: pathlib.Path) -> CheckpointScan:
     """The complete checkpoints in ``folder`` (oldest first), what a kill cut short, and what is damaged.
     Reads the manifests and compares sizes; :func:`verify` compares checksums."""
@@ -296,15 +309,15 @@ def scan(folder: pathlib.Path) -> CheckpointScan:
     # A manifest under its temporary name marks a save under way: its files are what a kill cut short.
     saving = set()
     for path in folder.iterdir():
-        temporary = _TEMPORARY.match(path.name)
-        if temporary and temporary["name"].endswith(".json"):
-            saving.add(temporary["name"][: -len(".json")])
+        temporary = _temporary_of(path.name)
+        if temporary is not None and temporary.endswith(".json"):
+            saving.add(temporary[: -len(".json")])
     incomplete, orphans = [], {}
     for path in sorted(folder.iterdir()):
         if path in vouched or not path.is_file():
             continue
         stem = _stem_of(path.name)
-        if _TEMPORARY.match(path.name) or stem in saving:
+        if _temporary_of(path.name) is not None or stem in saving:
             incomplete.append(path)  # a temporary, or a file of a save that never reached its manifest
         elif stem is not None:
             orphans.setdefault(stem, []).append(path)
@@ -315,19 +328,26 @@ def scan(folder: pathlib.Path) -> CheckpointScan:
 
 def read_checkpoint(manifest_path: pathlib.Path) -> tuple[Checkpoint | None, str]:
     """The checkpoint a manifest describes, and "" when its model file has the recorded size, else what is
-    wrong with it; (None, why) when the manifest does not read back."""
+    wrong with it; (None, why) when the manifest does not read back. A manifest that reads back but names a
+    file other than its own checkpoint's is refused (a RecordError: :mod:`~vlmrm_fast.training.records`)."""
     folder = manifest_path.parent
     data, why = _read_manifest(manifest_path)
     if data is None:
         return None, why
-    why = _entry_problem(folder, data["files"].get("model")) or ""
-    if not isinstance(data["files"].get("model"), dict) or not isinstance(data["files"]["model"].get("name"), str):
-        return None, why
-    entry = data["files"].get("replay_buffer")
-    buffer = folder / entry["name"] if isinstance(entry, dict) and isinstance(entry.get("name"), str) else None
-    if buffer is not None and not buffer.exists():
-        buffer = None  # saved without one, pruned by a newer checkpoint, or lost (see resume)
-    model = folder / data["files"]["model"]["name"]
+    stem = _STEM.match(manifest_path.stem)
+    assert stem, manifest_path
+    own_model, own_buffer, _ = checkpoint_paths(folder, int(stem["steps"]), stem["tag"] or "")
+    entries = data["files"]
+    if not isinstance(entries.get("model"), dict):
+        return None, "the manifest's file entry is unreadable"
+    model = records.own_checkpoint_file(manifest_path, "model", entries["model"], own_model)
+    why = _entry_problem(folder, entries["model"]) or ""
+    entry = entries.get("replay_buffer")
+    buffer = None
+    if entry is not None:
+        buffer = records.own_checkpoint_file(manifest_path, "replay_buffer", entry, own_buffer)
+        if not buffer.exists():
+            buffer = None  # pruned by a newer checkpoint, or lost (see resume)
     problem = _entry_problem(folder, entry) if buffer is not None else None
     return Checkpoint(int(data["steps"]), manifest_path, data, model, buffer, problem), why
 
@@ -402,7 +422,7 @@ def replay_buffer_bytes(model: Any) -> int:
     return int(sum(a.nbytes for a in arrays))
 
 
-def _disk_full(exc: BaseException) -> bool:
+def disk_full(exc: BaseException) -> bool:
     """Whether ``exc`` is, or was raised while handling, a full disk or quota (a library may wrap it)."""
     seen: BaseException | None = exc
     for _ in range(16):  # a chain of causes, not followed forever
@@ -459,14 +479,24 @@ def _space_error(
         else "no checkpoint was saved before it"
     )
     parts = ", ".join(f"{what} {_mib(n)}" for what, n in needs.items())
-    error = CheckpointSpaceError(
+    return CheckpointSpaceError(
         errno.ENOSPC,
         f"no space left on the disk of {folder} for the checkpoint at {steps} steps: it needs {_mib(needed)} "
         f"({parts}), {_mib(free)} are free. Its partial files were removed and {kept}; free at least "
         f"{_mib(max(needed - free, 0))} more there (or move the run to a larger disk)",
     )
-    error.older_checkpoint = previous is not None
-    return error
+
+
+def file_space_error(path: pathlib.Path, needed: int | None) -> SpaceError:
+    """The :class:`SpaceError` of a file at ``path`` that did not fit (``needed``: its bytes, where known)."""
+    free = shutil.disk_usage(path.parent).free
+    needs = f": it needs {_mib(needed)}, {_mib(free)} are free" if needed is not None else f" ({_mib(free)} free)"
+    more = f"free at least {_mib(max(needed - free, 0))} more there" if needed is not None else "free space there"
+    return SpaceError(
+        errno.ENOSPC,
+        f"no space left on the disk of {path.parent} for {path.name}{needs}. Its partial file was removed; {more} "
+        f"(or move the run to a larger disk)",
+    )
 
 
 def save_checkpoint(
@@ -518,7 +548,7 @@ def save_checkpoint(
     except BaseException as exc:
         for path in [*written, temporary_path(model_path), temporary_path(buffer_path), marker]:
             path.unlink(missing_ok=True)
-        if _disk_full(exc):  # this save's files are gone: the newest left is the previous checkpoint
+        if disk_full(exc):  # this save's files are gone: the newest left is the previous checkpoint
             previous = scan(folder).newest()
             prior = previous.manifest["files"] if previous else {}
             needs = {"the model": _bytes_of(model.save) or int(prior.get("model", {}).get("bytes", 0))}

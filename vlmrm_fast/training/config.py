@@ -152,6 +152,13 @@ class TrainConfig:
         if not isinstance(self.output_dir, str) or not self.output_dir:
             raise FieldTypeError("output_dir", f"must be a folder path, got {self.output_dir!r}")
         self.seed = non_negative_int(self.seed, "seed")
+        buffer_size = self.rl.kwargs.get("buffer_size")
+        if isinstance(buffer_size, int) and 0 < buffer_size < self.env.n_envs:
+            raise FieldError(
+                "rl.kwargs.buffer_size",
+                f"{buffer_size} is fewer transitions than env.n_envs={self.env.n_envs} (SB3 keeps buffer_size // n_envs "
+                f"rows of n_envs transitions, at least one row); give at least {self.env.n_envs}",
+            )
         learner_envs = self.distributed.learner_envs
         if learner_envs is not None and learner_envs > self.env.n_envs:
             raise FieldError("distributed.learner_envs", f"{learner_envs} is more than env.n_envs={self.env.n_envs}")
@@ -173,7 +180,9 @@ class TrainConfig:
 
     @property
     def run_dir(self) -> pathlib.Path:
-        return pathlib.Path(self.output_dir)
+        """``output_dir`` as a folder, ``~`` and ``~user`` expanded as a shell would (in the config, and in a
+        ``--output-dir=~/x`` the shell left alone)."""
+        return pathlib.Path(self.output_dir).expanduser()
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain YAML data (lists, not tuples)."""
@@ -384,8 +393,35 @@ def identity_differences(saved: dict[str, Any], current: dict[str, Any]) -> list
         else:
             same = then[place] == now[place]
         if not same:
-            out.append(f"{place}: {then[place]!r} then, {now[place]!r} now")
+            out += _value_differences(place, then[place], now[place])
     return out
+
+
+def _value_differences(place: str, then: Any, now: Any) -> list[str]:
+    """``["reward.window.frames: 8 then, 16 now"]``: the innermost fields where two values of the field at ``place``
+    differ (a mapping's keys and a list's items of equal length, one by one), rather than the whole blocks."""
+    if isinstance(then, dict) and isinstance(now, dict):
+        out = []
+        for key in [*then, *(k for k in now if k not in then)]:
+            if then.get(key, _ABSENT) != now.get(key, _ABSENT):
+                out += _value_differences(f"{place}.{key}", then.get(key, _ABSENT), now.get(key, _ABSENT))
+        return out
+    if isinstance(then, list) and isinstance(now, list) and len(then) == len(now):
+        return [
+            d for i, (a, b) in enumerate(zip(then, now)) if a != b for d in _value_differences(f"{place}[{i}]", a, b)
+        ]
+    return [f"{place}: {_shown(then)} then, {_shown(now)} now"]
+
+
+_ABSENT = object()  # a key one of two mappings lacks
+
+
+def _shown(value: Any, most: int = 120) -> str:
+    """A value as the refusal shows it: its repr, cut short past ``most`` characters; ``absent`` for a missing key."""
+    if value is _ABSENT:
+        return "absent"
+    text = repr(value)
+    return text if len(text) <= most else f"{text[: most - 5]} ...{text[-1]}"
 
 
 def unrecorded_fields(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:

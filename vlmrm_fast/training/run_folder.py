@@ -38,6 +38,7 @@ WANDB_RUN_ID = "wandb_run_id"  # the W&B run's id, kept for a resume (wandb_logg
 # The files a run writes at the top of its folder; with its TensorBoard folder, its policy videos and its
 # checkpoints, the places a start refuses to write over a file that no record shows a run wrote.
 _RUN_FILES = (CONFIG_FILE, FINAL_MODEL, CURVES_CSV, CURVES_PNG, WANDB_RUN_ID, RECORD)
+_RUN_FOLDERS = ("checkpoints", "videos", "tensorboard", ROLLOUTS)  # the folders it writes in: its own, never links
 _POLICY_VIDEO = re.compile(r"^videos/policy_\d+_steps\.mp4$")
 
 
@@ -210,22 +211,27 @@ def _buffer_lack(checkpoint: checkpoints.Checkpoint, bad_buffers: dict[str, chec
     )
 
 
+LOCK_FILE = ".vlmrm-fast.lock"  # a name of this program's own: a .lock of another tool's is never touched
+_LOCK_TEXT = re.compile(r"^(\d+\n)?$")  # what RunLock writes into it: the holder's pid (nothing, a moment before)
+
+
 class RunLock:
-    """An exclusive lock on a run folder (``.lock``, an flock) for as long as a process trains in it.
+    """An exclusive lock on a run folder (``.vlmrm-fast.lock``, an flock) for as long as a process trains in it.
 
     Two processes in one folder would interleave checkpoints, and a resume would delete
     the other's files in the making as incomplete. The kernel drops the lock when the
     holder dies, even by SIGKILL (the file then stays, and the next run takes it over).
-    On release ``.lock`` is removed, while still locked: a process that opened the file
+    On release the file is removed, while still locked: a process that opened the file
     before that finds, once it holds the lock, that the name no longer leads to the
     file it locked, and tries again. A folder created only to hold the lock of a start
-    that is then refused is removed again on release.
+    that is then refused is removed again on release. A file of that name that holds anything
+    but a pid is no lock of this program's: refused, and left as it is.
     """
 
     def __init__(self, folder: pathlib.Path):
         self.folder = folder
         self.created = not folder.exists()
-        self.path = folder / ".lock"
+        self.path = folder / LOCK_FILE
         self.fd: int | None = None
         for _ in range(100):  # another process removing the file between our open and flock: open again
             self._open()
@@ -234,7 +240,7 @@ class RunLock:
                 fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "unknown"
-                os.close(self.fd)  # not ours: the holder's .lock stays
+                os.close(self.fd)  # not ours: the holder's lock file stays
                 self.fd = None
                 raise RunFolderError(
                     f"{folder} is in use by another training process (pid {holder}); wait for it to end or stop it, "
@@ -244,8 +250,15 @@ class RunLock:
                 break
             os.close(self.fd)
             self.fd = None
-        else:  # pragma: no cover - a folder whose .lock is replaced a hundred times in a row
+        else:  # pragma: no cover - a folder whose lock file is replaced a hundred times in a row
             raise RunFolderError(f"{folder}: could not take the lock {self.path}; try again")
+        if not _LOCK_TEXT.match(os.pread(self.fd, 64, 0).decode(errors="replace")):
+            os.close(self.fd)
+            self.fd = None
+            raise RunFolderError(
+                f"{self.path} is not a lock of vlmrm-fast's (it holds other text), and a run locks its folder with "
+                f"that name; nothing was changed. Move it away, or choose another folder (--output-dir)"
+            )
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
 
@@ -267,7 +280,7 @@ class RunLock:
             ) from None
 
     def _holds_the_name(self) -> bool:
-        """True when ``.lock`` is still the file this process opened (and locked)."""
+        """True when the lock file's name still leads to the file this process opened (and locked)."""
         assert self.fd is not None
         try:
             return os.stat(self.path).st_ino == os.fstat(self.fd).st_ino
@@ -281,7 +294,7 @@ class RunLock:
             if self._holds_the_name():
                 self.path.unlink(missing_ok=True)  # while locked: see the class's docstring
         except OSError:
-            pass  # a folder that turned read-only keeps its .lock; the next run takes it over
+            pass  # a folder that turned read-only keeps its lock file; the next run takes it over
         os.close(self.fd)  # closing drops the flock
         self.fd = None
         if self.created and self.folder.is_dir() and not any(self.folder.iterdir()):
@@ -293,6 +306,16 @@ class RunFolder:
         self.path = pathlib.Path(path)
 
     def lock(self) -> RunLock:
+        """The folder's lock (:class:`RunLock`), taken once the folder is one a run may hold: never the filesystem's
+        root or the home folder itself, which hold much more than a run (a RunFolderError)."""
+        where = self.path.resolve()
+        home = pathlib.Path.home().resolve()
+        if where == where.parent or where == home:
+            what = "the filesystem's root" if where == where.parent else f"your home folder itself ({home})"
+            raise RunFolderError(
+                f"output_dir: {self.path} is {what}, which holds much more than a run; give the run a folder of its "
+                f"own (output_dir in the config, or --output-dir), e.g. {home / 'runs' / 'NAME'}"
+            )
         return RunLock(self.path)
 
     @property
@@ -315,10 +338,39 @@ class RunFolder:
                 f"(a read-only mount, or chmod u+w), or choose another folder (--output-dir)"
             ) from None
 
+    def check_layout(self, algorithm: str | None = None) -> None:
+        """A RunFolderError, before anything is built or changed, where the run could not write its files: a
+        link or a file where it keeps a folder (``checkpoints/``, ``videos/``, its TensorBoard folder: a run
+        writes and deletes only inside its own folder, and follows no link out of it), or a folder where it
+        writes a file (``config.yaml``, ``run_files.json``, ...)."""
+        tensorboard = _tensorboard_dir(algorithm)
+        for relative in (*_RUN_FOLDERS, *([tensorboard] if tensorboard else [])):
+            path = self.path / relative
+            if path.is_symlink():
+                raise RunFolderError(
+                    f"{path} is a link (to {os.readlink(path)}), where the run keeps its {relative}/ folder: a run "
+                    f"writes and deletes files only inside its own folder, and follows no link out of it. Nothing "
+                    f"was changed. Put a folder there (move the files back), or give the run a folder on that disk "
+                    f"(--output-dir)"
+                )
+            if path.exists() and not path.is_dir():
+                raise RunFolderError(
+                    f"{path} is a file, where the run keeps its {relative}/ folder; nothing was changed. Move it away, "
+                    f"or choose another folder (--output-dir)"
+                )
+        for name in _RUN_FILES:
+            path = self.path / name
+            if path.is_dir() and not path.is_symlink():
+                raise RunFolderError(
+                    f"{path} is a folder, where the run writes its file {name}; nothing was changed. Move it away, "
+                    f"or choose another folder (--output-dir)"
+                )
+
     def inventory(self, algorithm: str | None = None, given_config: pathlib.Path | None = None) -> Inventory:
-        """Every file in the folder, sorted by what the run may do with it (see :class:`Inventory`).
-        ``algorithm``: the run's (its TensorBoard folder is where it logs); ``given_config``: the config file
-        the run was started with, never deleted or written."""
+        """Every file in the folder, sorted by what the run may do with it (see :class:`Inventory`); a record that
+        names anything but a file of the folder is refused (a RecordError). ``algorithm``: the run's (its
+        TensorBoard folder is where it logs); ``given_config``: the config file the run was started with, never
+        deleted or written."""
         files = RunFiles(self.path)
         given = _relative_file(self.path, given_config)
         owned = [relative for relative in files.owned() if relative != given]
@@ -370,6 +422,15 @@ class RunFolder:
                 f"written before runs kept records); nothing was changed. Move {'it' if len(found.in_the_way) == 1 else 'them'} "
                 f"away (or delete {'it' if len(found.in_the_way) == 1 else 'them'} yourself), or choose another folder (--output-dir)"
             )
+        if found.holds_a_run() and not overwrite and not found.owned:
+            names = _some([self._relative(p) for d in found.aside for p in d.files])
+            raise RunFolderError(
+                f"{self.path} holds {names}, named as this program names its checkpoints but vouched for by no "
+                f"manifest (not a run of vlmrm-fast's: checkpoints of your own, or of another tool's?); the run would "
+                f"write its checkpoints beside them, so nothing was changed. Move them away, choose another folder "
+                f"(--output-dir), or pass --overwrite, which moves them into {self.checkpoint_dir / checkpoints.DAMAGED_DIR} "
+                f"and deletes nothing"
+            )
         if found.holds_a_run() and not overwrite:
             raise RunFolderError(
                 f"{self.path} already holds a run ({found.describe()}). Continue it with --resume, start over "
@@ -412,15 +473,25 @@ class RunFolder:
             lines.append(f"--overwrite: kept {given}, the config file given (a run never deletes or rewrites it)")
         return lines
 
-    def finished_model(self, identity: dict[str, Any]) -> int | None:
-        """The steps of the run's final model when ``final_model.zip`` is there as the run wrote it (its sha256
-        on the record) and of this run identity; else None."""
+    def finished_model(self, identity: dict[str, Any]) -> tuple[int, str] | None:
+        """(steps, what vouches for it) of the run's final model when ``final_model.zip`` is there as the run wrote
+        it and of this run identity: its sha256 on the run's record, or, in a folder without one (a run from
+        before records), the sha256 its final checkpoint's manifest holds for the model it copies; else None."""
         files = RunFiles(self.path)
-        entry = files.entry(FINAL_MODEL)
-        if entry is None or not isinstance(entry.get("steps"), int) or not files.vouches(FINAL_MODEL, entry):
+        if files.exists():
+            entry = files.entry(FINAL_MODEL)
+            if entry is None or not isinstance(entry.get("steps"), int) or not files.vouches(FINAL_MODEL, entry):
+                return None
+            saved = upgraded_identity(entry.get("identity") or {})
+            return (
+                (entry["steps"], f"its sha256 is on the run's record, {RECORD}")
+                if not identity_differences(saved, plain(identity))
+                else None
+            )
+        newest = checkpoints.scan(self.checkpoint_dir).newest()
+        if newest is None or not self._final_model_copies(newest) or not _same_run(newest, plain(identity)):
             return None
-        saved = upgraded_identity(entry.get("identity") or {})
-        return entry["steps"] if not identity_differences(saved, plain(identity)) else None
+        return newest.steps, f"its sha256 is the one {newest.manifest_path.name} holds for {newest.name}"
 
     def check_resumable(self, algorithm: str | None, given_config: pathlib.Path | None) -> list[str]:
         """For ``--resume``: the files where the resumed run writes that no record vouches for. A folder
@@ -600,7 +671,7 @@ def _files_under(folder: pathlib.Path) -> list[str]:
         for name in names:
             path = pathlib.Path(root) / name
             relative = path.relative_to(folder).as_posix()
-            if relative != ".lock":
+            if relative != LOCK_FILE:
                 out.append(relative)
     return sorted(out)
 

@@ -174,22 +174,30 @@ class OncePerStepLogger(Logger):
 
 def _logger(
     cfg: TrainConfig, files: RunFiles, start_steps: int, curves: LearningCurves, wandb_run: Any = None
-) -> Logger:
+) -> tuple[Logger, list[str]]:
+    """The run's logger, and the TensorBoard event files it writes (relative to the run folder: on the run's record
+    from their creation on, and again at each :func:`_record_event_files`)."""
     if not cfg.logging.tensorboard:
-        return OncePerStepLogger(None, [curves])
+        return OncePerStepLogger(None, [curves]), []
     folder = files.folder / "tensorboard" / f"{cfg.rl.algorithm}_1"
     # Logs of an earlier process of this run past the resume step describe work the resume discards.
     purge_step = start_steps + 1 if folder.exists() else None
     before = set(folder.iterdir()) if folder.is_dir() else set()
     writer = TensorBoardWriter(str(folder), purge_step)
-    for path in sorted(set(folder.iterdir()) - before):  # the event file the writer made: on the run's record
-        files.add_appended(path.relative_to(files.folder).as_posix())
+    event_files = [path.relative_to(files.folder).as_posix() for path in sorted(set(folder.iterdir()) - before)]
+    _record_event_files(files, event_files)
     formats: list = [writer, curves]
     if wandb_run is not None:  # W&B mirrors the TensorBoard files; videos go to it here (wandb_logging.py)
         from vlmrm_fast.training.wandb_logging import WandbVideos
 
         formats.append(WandbVideos(wandb_run))
-    return OncePerStepLogger(str(folder), formats)
+    return OncePerStepLogger(str(folder), formats), event_files
+
+
+def _record_event_files(files: RunFiles, event_files: list[str]) -> None:
+    """Puts the TensorBoard event files the run appends to on its record as they are now (size and sha256)."""
+    for relative in event_files:
+        files.record_appended(relative)
 
 
 def _write_pending_logs(model: BaseAlgorithm) -> None:
@@ -269,6 +277,7 @@ def _train(
     previous: Inventory | None = None  # a previous run's files, deleted once the model is set up
     adopt: list[str] = []
     with sigterm_raises():  # until training starts there is nothing to save: a SIGTERM stops the start
+        folder.check_layout(algorithm)  # before any record is read: a link out of the folder is named as such
         folder.check_writable()
         if resume and start_if_new and not folder.holds_checkpoints():
             # A restarted or requeued job cut short before its first checkpoint: nothing to lose but its logs.
@@ -279,8 +288,8 @@ def _train(
             )
         elif resume:
             finished = folder.finished_model(identity)
-            if finished is not None and finished >= cfg.rl.total_timesteps:
-                return _finished(cfg, finished)
+            if finished is not None and finished[0] >= cfg.rl.total_timesteps:
+                return _finished(cfg, *finished)
             adopt = folder.check_resumable(algorithm, cfg.source)
             point = folder.resume_point(
                 identity, needs_replay_buffer=off_policy, allow_empty_replay_buffer=allow_empty_replay_buffer
@@ -302,6 +311,10 @@ def _train(
         if plan is not None:  # (under torchrun rank 0's plan is known once the ranks have built their envs)
             _planned(plan, point, "stack")
         check_reward_weights(cfg)
+        if cfg.logging.wandb is not None:
+            from vlmrm_fast.training.wandb_logging import check_installed
+
+            check_installed()
         venv = make_env(cfg, plan)
         monitored = VecMonitor(venv)
         try:
@@ -342,13 +355,14 @@ def _planned(plan: StackPlan, point: ResumePoint | None, whose: str) -> None:
     print(f"  {whose:<19} {plan.describe()}", flush=True)
 
 
-def _finished(cfg: TrainConfig, steps: int) -> int:
-    """A resume of a run whose final model is whole (on the run's record) at rl.total_timesteps or more: the run
-    is finished; nothing is loaded, trained or written."""
+def _finished(cfg: TrainConfig, steps: int, vouched: str) -> int:
+    """A resume of a run whose final model is whole (``vouched``: its sha256 on the run's record, or its final
+    checkpoint's manifest) at rl.total_timesteps or more: the run is finished; nothing is loaded, trained or
+    written."""
     print(
         f"nothing to train: the run finished at {steps:,} steps (rl.total_timesteps is {cfg.rl.total_timesteps:,}); "
-        f"its final model {cfg.run_dir / FINAL_MODEL} is whole (its sha256 is on the run's record) and stays as it "
-        f"is. Raise rl.total_timesteps, or pass --total-timesteps, to train on"
+        f"its final model {cfg.run_dir / FINAL_MODEL} is whole ({vouched}) and stays as it is. Raise "
+        f"rl.total_timesteps, or pass --total-timesteps, to train on"
     )
     return EXIT_DONE
 
@@ -520,13 +534,15 @@ def _run(
 
         wandb_run = start_run(cfg, files, resumed=resumed)
     curves = LearningCurves(run_dir, start_steps)
-    model.set_logger(_logger(cfg, files, start_steps, curves, wandb_run))
+    logger, event_files = _logger(cfg, files, start_steps, curves, wandb_run)
+    model.set_logger(logger)
     extra = {"identity": identity, "config_hash": identity_hash(identity), "plan": resolved_choices(venv.plan)}
 
     def save(tag: str, reason: str) -> checkpoints.Checkpoint:
         # The curves first: a kill between the two leaves curves past the newest checkpoint, which a resume
         # drops and draws again, never a checkpoint whose curve rows are lost.
         curves.save()
+        _record_event_files(files, event_files)
         return checkpoints.save_checkpoint(
             model,
             folder.checkpoint_dir,
@@ -588,6 +604,7 @@ def _run(
     progress.close(model.num_timesteps)
     _write_pending_logs(model)
     curves.save()
+    _record_event_files(files, event_files)
     if wandb_run is not None:  # the TensorBoard files complete, then W&B's last sync of them
         model.logger.close()
         wandb_run.finish()
@@ -680,8 +697,8 @@ def _main(args: argparse.Namespace) -> int:
             allow_empty_replay_buffer=args.allow_empty_replay_buffer,
             start_if_new=args.start_if_new,
         )
-    except checkpoints.CheckpointSpaceError as exc:  # a full disk mid-run: said in a line; the checkpoints are whole
-        then = "--resume" if exc.older_checkpoint else "--overwrite"
+    except checkpoints.SpaceError as exc:  # a full disk mid-run: said in a line; the checkpoints are whole
+        then = "--resume" if checkpoints.scan(cfg.run_dir / "checkpoints").newest() else "--overwrite"
         print(f"vlmrm-fast train: {exc.strerror}; then run: {_command(args, then)}", file=sys.stderr)
         return EXIT_CRASHED
     if code in (EXIT_SIGINT, EXIT_SIGTERM) and threading.current_thread() is threading.main_thread():

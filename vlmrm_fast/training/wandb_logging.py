@@ -23,15 +23,21 @@ from vlmrm_fast.training.run_files import RunFiles
 from vlmrm_fast.training.run_folder import WANDB_RUN_ID as RUN_ID_FILE
 
 
-def start_run(cfg: Any, files: RunFiles, *, resumed: bool) -> Any:
-    """Starts (or, for a resumed training run, continues) the W&B run of ``cfg.logging.wandb``; its id goes
-    on the run's record (``files``)."""
-    settings = cfg.logging.wandb
+def check_installed() -> None:
+    """A MissingDependencyError in one line when wandb is not installed (checked before a start changes the
+    run folder: a refusal then has changed nothing)."""
     if not installed("wandb"):
         raise MissingDependencyError(
             "logging.wandb needs wandb, which is not installed: pip install 'vlmrm-fast[wandb]' "
             "(from a checkout: pip install '.[wandb]')"
         )
+
+
+def start_run(cfg: Any, files: RunFiles, *, resumed: bool) -> Any:
+    """Starts (or, for a resumed training run, continues) the W&B run of ``cfg.logging.wandb``; its id goes
+    on the run's record (``files``)."""
+    settings = cfg.logging.wandb
+    check_installed()
     import wandb
 
     run_dir = files.folder
