@@ -189,3 +189,46 @@ def test_an_env_that_is_not_mujoco_is_refused_in_one_line():
     with pytest.raises(NotDrawable, match=r"CartPoleEnv is not a MuJoCo env.*leave renderer unset") as caught:
         RecordDrawState(env)
     assert "\n" not in str(caught.value)
+
+
+# MuJoCo Warp's picture of the same poses and view: a ray tracer's, not the rasterizer's render() uses: no
+# floor reflections (gymnasium's checker floor, Franka Kitchen's tiles), no multisampling, its own light
+# falloff and shadows. Mean absolute difference per pixel and channel, grey levels, measured at 64 px and
+# rounded up by a quarter: the geometry and the view are the same (a wrong pose or camera moves the mean by
+# far more).
+WARP_BOUNDS = {
+    "HalfCheetah-v5": 24.0,
+    "kitchen-microwave": 28.0,
+    "FetchPush-v4": 6.0,
+    "AdroitHandDoor-v1": 8.0,
+    "dm_control/walker-walk-v0": 8.0,
+}
+
+
+@pytest.mark.egl
+@pytest.mark.warp
+@pytest.mark.parametrize("task", list(WARP_BOUNDS))
+def test_warp_draws_the_envs_own_poses_within_a_ray_tracers_bound(task):
+    make, n = _make(task, size=64, episode_length=None), 2
+    egl = DrawnVecEnv(DummyVecEnv([lambda: RecordDrawState(make())] * n), renderer="egl")
+    warp = DrawnVecEnv(DummyVecEnv([lambda: RecordDrawState(make())] * n), renderer="warp")
+    for venv in (egl, warp):
+        venv.seed(2)
+        venv.reset()
+    actions = np.stack([np.full(egl.action_space.shape, 0.2, egl.action_space.dtype)] * n)
+    for _ in range(2):
+        egl.step(actions)
+        warp.step(actions)
+        difference = np.abs(egl.last_frames().astype(np.int64) - warp.last_frames())
+        assert difference.mean() <= WARP_BOUNDS[task]
+    egl.close()
+    warp.close()
+
+
+@pytest.mark.warp
+def test_warp_refuses_a_model_without_a_camera_to_put_the_view_in():
+    spec = get_task("HandManipulateBlock-v1")
+    with pytest.raises(
+        TypeError, match=r"^MuJoCo Warp draws model cameras, and this env's model has none.*renderer='egl'$"
+    ):
+        DrawnVecEnv(DummyVecEnv([lambda: RecordDrawState(spec.make(render_size=(SIZE, SIZE)))]), renderer="warp")

@@ -9,7 +9,8 @@ termination), its seeding (``reset(seed=)`` reseeds the task's ``RandomState``) 
 (``Physics.render``) as they are. Here each env is shimmy's ``DmControlCompatibilityV0`` over
 ``suite.load(domain, task)``, its dictionary observation flattened (gymnasium's ``FlattenObservation``,
 so that SB3's ``MlpPolicy`` takes it), drawn from the camera the pixel-based dm_control literature uses
-(camera 0, the quadruped's 2) at the run's frame size, the model's offscreen buffer made as large as
+(camera 0, the quadruped's 2; another of the model's after an ``@``: ``dm_control/walker-walk-v0@back``) at
+the run's frame size, the model's offscreen buffer made as large as
 that size so that the env's own ``render()`` draws it too (dm_control refuses a frame larger than the
 buffer its XML declares).
 
@@ -98,8 +99,31 @@ def fit_to_mujoco() -> list[str]:
     return dropped
 
 
-def make_env(env_id: str, camera: int | None = None) -> Callable[..., gymnasium.Env]:
-    """A factory of ``env_id``'s env (see the module docstring): ``make(render_mode=, width=, height=)``."""
+def check_camera(env_id: str, camera: str) -> int | str:
+    """``camera`` (a name, or a number) when ``env_id``'s model has it, as dm_control's ``camera_id`` takes
+    it; otherwise one line naming the cameras the model has."""
+    import importlib
+
+    import mujoco
+
+    require("dm_control", f"task {env_id!r}")
+    row = SUITE[env_id]
+    xml, assets = importlib.import_module(f"dm_control.suite.{row.domain}").get_model_and_assets()
+    model = mujoco.MjModel.from_xml_string(xml, assets)
+    names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(model.ncam)]
+    if camera in names:
+        return camera
+    if camera.isdigit() and int(camera) < model.ncam:
+        return int(camera)
+    raise ValueError(
+        f"task '{env_id}@{camera}': {row.domain}'s model has no camera {camera!r}; its cameras are "
+        f"{', '.join(repr(name) for name in names)} (or their numbers 0 to {model.ncam - 1})"
+    )
+
+
+def make_env(env_id: str, camera: int | str | None = None) -> Callable[..., gymnasium.Env]:
+    """A factory of ``env_id``'s env (see the module docstring): ``make(render_mode=, width=, height=)``,
+    drawn from ``camera`` (a name or number of its model's cameras; None: the row's)."""
     row = SUITE[env_id]
 
     def make(

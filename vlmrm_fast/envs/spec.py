@@ -87,7 +87,7 @@ class EnvSpec:
         one_of(self.physics, "physics", ("auto", *_physics.PHYSICS))
         if self.renderer is not None:
             one_of(self.renderer, "renderer", ("auto", *_rendering.RENDERERS))
-        elif self.physics != "gym":
+        elif self.physics != "gym" and not (self.physics == "auto" and get_task(self.task).batch is None):
             raise FieldError(
                 "renderer",
                 f"None draws nothing, and physics={self.physics!r} runs the batch env, which a renderer draws; "

@@ -46,6 +46,7 @@ class TaskSpec:
     # The family of MuJoCo env the batch renderers draw this task's gymnasium envs as (envs.mujoco_drawing:
     # "gymnasium", "dm_control"); None: not known to be one (its envs draw their own frames).
     drawing: str | None = None
+    extra: str | None = None  # the optional suite its envs need (envs.extras: "dm_control", "robotics")
 
     def make(
         self,
@@ -201,6 +202,7 @@ for _suite in dm_control.SUITE.values():
         episode_length=dm_control.EPISODE_LENGTH,
         render_size=(dm_control.DEFAULT_RENDER_SIZE, dm_control.DEFAULT_RENDER_SIZE),
         drawing="dm_control",
+        extra="dm_control",
     )
 for _row in robotics.TASKS.values():
     TASKS[_row.name] = TaskSpec(
@@ -212,6 +214,7 @@ for _row in robotics.TASKS.values():
         episode_length=_row.episode_length,
         render_size=(robotics.DEFAULT_RENDER_SIZE, robotics.DEFAULT_RENDER_SIZE),
         drawing="gymnasium",
+        extra="robotics",
     )
 
 # Stock gymnasium ids of the built-in tasks: stock semantics, the task's prompts and frame handling.
@@ -220,6 +223,17 @@ _STOCK_IDS = {
     "MountainCarContinuous-v0": "mountain-car",
     "vlmrm_fast/MountainCarContinuousTextured-v0": "mountain-car-textured",
 }
+
+
+def _dm_control_camera_task(name: str) -> TaskSpec:
+    """A dm_control task drawn from another camera of its model (``dm_control/walker-walk-v0@back``)."""
+    task, camera = name.split("@", 1)
+    return dataclasses.replace(
+        TASKS[task],
+        name=name,
+        description=f"{TASKS[task].description}, seen from its camera {camera!r}",
+        make_env=dm_control.make_env(task, dm_control.check_camera(task, camera)),
+    )
 
 
 def _humanoid_scene_task(name: str) -> TaskSpec:
@@ -267,6 +281,8 @@ def get_task(name: str | TaskSpec) -> TaskSpec:
         return TASKS[name]
     if name.startswith(f"{GYM_NAMESPACE}/") and name.split("/", 1)[1] in TASKS:  # its gymnasium id
         return TASKS[name.split("/", 1)[1]]
+    if "@" in name and name.split("@", 1)[0] in dm_control.SUITE:
+        return _dm_control_camera_task(name)
     if "@" in name:
         return _humanoid_scene_task(name)
     if name in gymnasium.registry:
@@ -288,6 +304,11 @@ def get_task(name: str | TaskSpec) -> TaskSpec:
                 resize_mode=borrowed.resize_mode,
             )
         return task
+    if name.lower().replace("-", "").startswith("metaworld"):
+        raise ValueError(
+            f"task {name!r}: Meta-World does not run beside this project's MuJoCo 4.0.0 (metaworld 3.1.1 pins "
+            "mujoco==3.3.0; 3.0.0 installs but its envs fail to build); docs/environments.md says what works instead"
+        )
     close = difflib.get_close_matches(name, list(TASKS) + list(gymnasium.registry), n=4, cutoff=0.5)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
     raise ValueError(f"unknown task {name!r}.{hint} Built-in tasks: {', '.join(TASKS)}; or any gymnasium id.")

@@ -43,7 +43,6 @@ from vlmrm_fast.envs import TaskSpec
 from vlmrm_fast.envs.spec import EnvSpec
 from vlmrm_fast.physics import AUTO_ORDER, PHYSICS, Physics
 from vlmrm_fast.physics.simulator import HOST_DATA
-from vlmrm_fast.rendering import AUTO_ORDER as AUTO_ORDER_RENDERERS
 from vlmrm_fast.rendering import RENDERERS, choose_renderer
 from vlmrm_fast.reward.protocol import RewardModel, check_reward_model
 from vlmrm_fast.reward.spec import RewardModelSpec, spec_fields
@@ -166,6 +165,10 @@ def plan_stack(
     """
     env = env.with_task_defaults()
     task = env.task_spec()
+    if task.extra is not None:  # an optional suite: refused here, naming its pip command, before anything is made
+        from vlmrm_fast.envs.extras import require
+
+        require(task.extra, f"task {task.name!r}")
     if not isinstance(reward, RewardModelSpec):
         check_reward_model(reward)
     device = resolve_device(reward.device) if isinstance(reward, RewardModelSpec) else torch.device(reward.device)
@@ -276,21 +279,22 @@ def _pairing_problem(physics: Physics, renderer: str | None, task: TaskSpec, dev
 
 def _drawing_renderer(requested: str | None, task: TaskSpec, device: torch.device) -> str | None:
     """The renderer that draws the task's gymnasium envs from their own data (the batched drawing) for
-    ``requested`` (a row, "auto", or None: each env its own ``render()``): "auto" the first available of
-    ``rendering.AUTO_ORDER`` that draws host data where the task's envs are MuJoCo envs it can draw (None
-    otherwise: the generic path); a named one refused, in one line, where it cannot."""
+    ``requested`` (a row, "auto", or None: each env its own ``render()``): "auto" EGL where it is available
+    and the task's envs are MuJoCo envs it can draw (its picture is their ``render()``'s; None otherwise: the
+    generic path); a named one refused, in one line, where it cannot."""
     if requested is None:
         return None
-    drawers = [name for name in AUTO_ORDER_RENDERERS[device.type] if HOST_DATA in RENDERERS[name].draws]
+    # "auto" draws exactly what each env's render() would: EGL first (MuJoCo Warp's picture is a ray tracer's)
+    drawers = sorted((name for name in RENDERERS if HOST_DATA in RENDERERS[name].draws), key=lambda n: n != "egl")
     if requested == "auto":
         if task.drawing is None:
             return None
         return next((name for name in drawers if RENDERERS[name].unavailable(device) is None), None)
     if task.drawing is None:
         raise ValueError(
-            f"renderer={requested!r} draws MuJoCo envs from their data; task {task.name!r}'s envs are not MuJoCo envs "
-            "the batch renderers can draw (gymnasium's MujocoEnv, gymnasium-robotics, dm_control through shimmy): "
-            "leave the renderer out, and they draw their own frames"
+            f"renderer={requested!r} draws MuJoCo envs from their data, and task {task.name!r} runs envs that are not "
+            "MuJoCo envs the batch renderers can draw (gymnasium's MujocoEnv, gymnasium-robotics, dm_control through "
+            "shimmy): leave the renderer out, and they draw their own frames"
         )
     if requested not in drawers:
         raise ValueError(
