@@ -253,7 +253,7 @@ class WarpBatchRenderer(BatchRendererBase):
         rows = slice(start, start + count)
         slot = self._slot(rows, kinematics=False)
         wp = self._wp
-        fields = {name: getattr(wp, "to_torch")(getattr(slot.data, name)) for name in self.ENV_DATA_FIELDS}
+        fields = {name: wp.to_torch(getattr(slot.data, name)) for name in self.ENV_DATA_FIELDS}
         for name, target in fields.items():
             if target.numel() == 0:
                 continue
