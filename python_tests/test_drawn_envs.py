@@ -232,3 +232,20 @@ def test_warp_refuses_a_model_without_a_camera_to_put_the_view_in():
         TypeError, match=r"^MuJoCo Warp draws model cameras, and this env's model has none.*renderer='egl'$"
     ):
         DrawnVecEnv(DummyVecEnv([lambda: RecordDrawState(spec.make(render_size=(SIZE, SIZE)))]), renderer="warp")
+
+
+@pytest.mark.egl
+def test_an_envs_own_render_still_draws_after_the_batch_renderer_drew():
+    """gymnasium's viewer draws in the GL context current on its thread, which it made current once: the
+    batch renderer puts back the context it found (it left none current, and render() drew black)."""
+    env = _make("HalfCheetah-v5", episode_length=None)()
+    env.reset(seed=0)
+    first = env.render()
+    assert first.max() > 0
+    drawn = DrawnVecEnv(DummyVecEnv([lambda: RecordDrawState(_make("HalfCheetah-v5")())]), renderer="egl")
+    drawn.reset()
+    drawn.step(np.zeros((1, *drawn.action_space.shape), np.float32))
+    np.testing.assert_array_equal(env.render(), first)
+    drawn.close()
+    np.testing.assert_array_equal(env.render(), first)  # and after it is closed
+    env.close()
