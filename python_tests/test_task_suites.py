@@ -194,3 +194,15 @@ def test_a_meta_world_task_says_why_it_does_not_run_here():
         get_task("Meta-World/MT1")
     assert "Meta-World does not run beside this project's MuJoCo 4.0.0" in str(refused.value)
     assert "docs/environments.md" in str(refused.value)
+
+
+def test_gymnasium_make_vec_of_a_suite_task_draws_each_sub_envs_render():
+    import gymnasium
+
+    vector = gymnasium.make_vec(
+        "vlmrm_fast/dm_control-cartpole-swingup-v0", 2, model="vlmrm-tiny", device="cpu", render_size=16
+    )
+    vector.reset(seed=0)
+    _, rewards, _, _, _ = vector.step(np.zeros((2, 1), np.float32))
+    assert rewards.shape == (2,) and np.isfinite(rewards).all()
+    vector.close()
