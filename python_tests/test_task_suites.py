@@ -206,3 +206,22 @@ def test_gymnasium_make_vec_of_a_suite_task_draws_each_sub_envs_render():
     _, rewards, _, _, _ = vector.step(np.zeros((2, 1), np.float32))
     assert rewards.shape == (2,) and np.isfinite(rewards).all()
     vector.close()
+
+
+@pytest.mark.egl
+@pytest.mark.slow  # a fresh interpreter's imports (torch, dm_control): a minute and more on two cores
+def test_a_dm_control_stack_builds_in_a_fresh_process():
+    """dm_control sets up its GL backend when imported (Mesa's LLVM on a CPU); the native core's Triton LLVM,
+    loaded after it, crashed the process (a segmentation fault) before the suite's import loaded it first."""
+    from child_process import run_python
+
+    script = (
+        "import numpy as np\n"
+        "from vlmrm_fast import FastVLMRewardVecEnv\n"
+        "venv = FastVLMRewardVecEnv('dm_control/walker-walk-v0', 2, model='vlmrm-tiny', device='cpu', render_size=16)\n"
+        "venv.reset()\n"
+        "print(venv.plan.path, np.isfinite(venv.step(np.zeros((2, 6), np.float32))[1]).all())\n"
+    )
+    result = run_python(["-c", script], timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("batched drawing True")

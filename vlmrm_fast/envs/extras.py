@@ -4,6 +4,7 @@ installs them, and their import, which names that command in one line when they 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 
 #: extra -> (what it brings, the modules it installs)
@@ -25,6 +26,10 @@ def require(extra: str, who: str) -> list[ModuleType]:
     """The modules of ``extra``, imported; :class:`ExtraMissing` naming ``who`` needs them and the pip
     command, in one line."""
     what, modules = EXTRAS[extra]
+    # dm_control sets up its GL backend when imported, which loads Mesa's LLVM on a CPU: Triton's LLVM, which
+    # the native core loads (runtime/native.py), must be in the process first, or loading it later crashes.
+    if importlib.util.find_spec("triton") is not None:
+        importlib.import_module("triton._C.libtriton")
     try:
         return [importlib.import_module(name) for name in modules]
     except ImportError as exc:
