@@ -335,7 +335,8 @@ def _sync_vector_env(
     # version, naming the one that runs it), and built by the same builder, gymnasium's vector env holding the envs.
     # gymnasium's vector env holds the sub-envs, each drawing its own render() (the batched drawing runs under
     # FastVLMRewardVecEnv): no renderer unless one is named, which the builder then refuses in one line
-    env, reward, _ = specs_of_arguments("make_vec", task, num_envs, {"renderer": None, **stack})
+    own_render = {"renderer": None} if stack.get("physics", "auto") in ("auto", "gym") else {}
+    env, reward, _ = specs_of_arguments("make_vec", task, num_envs, {**own_render, **stack})
     plan = plan_stack(env, reward)
     assert not plan.batch_env, "a task without a batch-env version runs its gymnasium envs"
     mode = AutoresetMode(autoreset_mode)
