@@ -746,7 +746,9 @@ def test_a_resume_where_auto_would_choose_another_physics_names_the_physics_to_p
     from vlmrm_fast.stack.plan import plan_stack
     from vlmrm_fast.training.run_folder import RunFolderError, check_resumed_choices
 
-    plan = plan_stack(EnvSpec("humanoid-kneeling", 1, physics="gym"), RewardModelSpec(model="vlmrm-tiny", device="cpu"))
+    plan = plan_stack(
+        EnvSpec("humanoid-kneeling", 1, physics="gym", renderer=None), RewardModelSpec(model="vlmrm-tiny", device="cpu")
+    )
     check_resumed_choices({"env.physics": "gym", "env.renderer": None}, plan)  # as the run ran: no word
     check_resumed_choices(None, plan)  # a checkpoint from before the choices were recorded: not compared
     with pytest.raises(RunFolderError) as refused:
@@ -819,3 +821,22 @@ def test_a_folder_holding_only_someone_elses_checkpoints_is_named_as_such(tmp_pa
     ), line
     assert "deletes those 0 files" not in line and "moves them into" in line and "and deletes nothing" in line, line
     assert sorted(p.name for p in folder.iterdir()) == ["model_100_steps.zip", "model_replay_buffer_100_steps.pkl"]
+
+
+def test_a_resume_of_gymnasium_envs_takes_their_batched_drawing_or_their_own_render_alike():
+    """The batched drawing draws each env's render() picture exactly: a run of gymnasium envs that drew
+    themselves resumes drawn by a renderer (and back) without a word; one that names null where auto
+    chooses another renderer is told to pin null, not an empty value."""
+    from vlmrm_fast import RewardModelSpec
+    from vlmrm_fast.envs.spec import EnvSpec
+    from vlmrm_fast.stack.plan import plan_stack
+    from vlmrm_fast.training.run_folder import RunFolderError, check_resumed_choices
+
+    drawn = plan_stack(
+        EnvSpec("humanoid-kneeling", 1, physics="gym"), RewardModelSpec(model="vlmrm-tiny", device="cpu")
+    )
+    assert drawn.path == "batched drawing"
+    check_resumed_choices({"env.physics": "gym", "env.renderer": None}, drawn)
+    batch = plan_stack(EnvSpec("humanoid-kneeling", 1), RewardModelSpec(model="vlmrm-tiny", device="cpu"))
+    with pytest.raises(RunFolderError, match=r"set env.physics: gym and env.renderer: null in the config"):
+        check_resumed_choices({"env.physics": "gym", "env.renderer": None}, batch)

@@ -314,7 +314,7 @@ def test_env_reward_mixed_in_by_the_formula(tiny_rm):
 def test_renderer_choice_is_checked(rms):
     with pytest.raises(ValueError, match="renderer: 'vulkan' is not one of auto, egl, warp"):
         FastVLMRewardVecEnv(HUMANOID, 1, reward_model=rms[HUMANOID], renderer="vulkan", **SMALL)
-    with pytest.raises(ValueError, match="renderer='warp' draws the MuJoCo batch env's tasks"):
+    with pytest.raises(ValueError, match="renderer='warp' draws MuJoCo envs from their data, and task 'cartpole' runs"):
         FastVLMRewardVecEnv(TASK, 1, reward_model=rms[TASK], renderer="warp")
     with pytest.raises(ValueError, match="pipeline_chunks: must be 'auto' or an integer in \\[1, num_envs=2\\]"):
         FastVLMRewardVecEnv(HUMANOID, 2, reward_model=rms[HUMANOID], pipeline_chunks=3, **SMALL)

@@ -276,3 +276,27 @@ def test_preprocessing_gives_values_in_zero_one():
     other = random_frames(3, 48, 64, seed=1)
     assert torch.equal(ours(other), open_clip_reference(spec, other))
     assert video_model_info("s3d-howto100m").num_frames == 32
+
+
+def test_roboclip_pixel_values_feed_the_frames_raw_0_255_values():
+    """window.pixel_values: '0-255' (RoboCLIP's input to S3D-G) scales what the authors' [0, 1] convention
+    reads by 255 (to float32 precision: (x / 255) / (1 / 255)), the geometry unchanged; the default stays
+    the authors' convention, and a model with its own normalisation refuses the switch in one line."""
+    from vlmrm_fast.checks import FieldError
+    from vlmrm_fast.reward import load_reward_model
+    from vlmrm_fast.reward.spec import RewardModelSpec
+
+    def model(**window):
+        spec = RewardModelSpec(model=TINY, target_prompts=("a robot",), device="cpu", window={"frames": 8, **window})
+        return load_reward_model(spec)
+
+    frames = random_frames(3, 48, 64, seed=2)
+    authors = model().preprocessor(frames)
+    raw = model(pixel_values="0-255").preprocessor(frames)
+    torch.testing.assert_close(raw, authors * 255, atol=0, rtol=2e-7)
+    assert raw.max() > 1.5 and authors.max() <= 1.0
+    with pytest.raises(
+        FieldError,
+        match=r"^window.pixel_values: '0-255' is RoboCLIP's input to S3D-G.*leave window.pixel_values out \(model\)$",
+    ):
+        RewardModelSpec(model="xclip-tiny", target_prompts=("a robot",), window={"frames": 8, "pixel_values": "0-255"})

@@ -246,7 +246,9 @@ def test_bad_window_is_one_line(fields, message):
 def test_bad_window_in_a_config_names_its_place():
     with pytest.raises(ConfigError, match=r"^reward.window.frames: must be a positive integer, got -1$"):
         load_config({"env": {"task": HUMANOID}, "reward": {"model": "viclip-tiny", "window": {"frames": -1}}})
-    with pytest.raises(ConfigError, match=r"^reward.window.size: unknown field; fields are frames, timing, embedding$"):
+    with pytest.raises(
+        ConfigError, match=r"^reward.window.size: unknown field; fields are frames, timing, embedding, pixel_values$"
+    ):
         load_config({"env": {"task": HUMANOID}, "reward": {"model": "viclip-tiny", "window": {"size": 8}}})
 
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "address_args.h"
 #include "bindings/bindings.h"
@@ -18,6 +19,101 @@
 namespace py = pybind11;
 
 namespace vlmrm::bindings {
+
+namespace {
+
+// mjvCamera and mjvOption cross as dicts of their fields (mujoco's Python structs expose no address).
+mjvCamera camera_of(const py::dict& fields) {
+  mjvCamera c;
+  mjv_defaultCamera(&c);
+  for (auto item : fields) {
+    const std::string key = py::str(item.first);
+    const py::handle value = item.second;
+    if (key == "type") {
+      c.type = value.cast<int>();
+    } else if (key == "fixedcamid") {
+      c.fixedcamid = value.cast<int>();
+    } else if (key == "trackbodyid") {
+      c.trackbodyid = value.cast<int>();
+    } else if (key == "lookat") {
+      auto v = value.cast<std::vector<double>>();
+      if (v.size() != 3) throw py::value_error("camera lookat must have 3 values");
+      for (int k = 0; k < 3; ++k) c.lookat[k] = v[k];
+    } else if (key == "distance") {
+      c.distance = value.cast<double>();
+    } else if (key == "azimuth") {
+      c.azimuth = value.cast<double>();
+    } else if (key == "elevation") {
+      c.elevation = value.cast<double>();
+    } else if (key == "orthographic") {
+      c.orthographic = value.cast<int>();
+    } else {
+      throw py::value_error("camera has no field '" + key + "'");
+    }
+  }
+  if (c.type < mjCAMERA_FREE || c.type > mjCAMERA_FIXED) {
+    throw py::value_error("camera type " + std::to_string(c.type) +
+                          " is not free (0), tracking (1) or fixed (2)");
+  }
+  return c;
+}
+
+py::dict dict_of(const mjvCamera& c) {
+  return py::dict(py::arg("type") = c.type, py::arg("fixedcamid") = c.fixedcamid,
+                  py::arg("trackbodyid") = c.trackbodyid,
+                  py::arg("lookat") = std::vector<double>(c.lookat, c.lookat + 3),
+                  py::arg("distance") = c.distance, py::arg("azimuth") = c.azimuth,
+                  py::arg("elevation") = c.elevation, py::arg("orthographic") = c.orthographic);
+}
+
+template <typename T>
+void set_array(T* out, int size, const py::handle& value, const std::string& key) {
+  auto v = value.cast<std::vector<int>>();
+  if (static_cast<int>(v.size()) != size) {
+    throw py::value_error("option " + key + " must have " + std::to_string(size) + " values");
+  }
+  for (int k = 0; k < size; ++k) out[k] = static_cast<T>(v[k]);
+}
+
+mjvOption option_of(const py::dict& fields) {
+  mjvOption o;
+  mjv_defaultOption(&o);
+  for (auto item : fields) {
+    const std::string key = py::str(item.first);
+    const py::handle value = item.second;
+    if (key == "label") {
+      o.label = value.cast<int>();
+    } else if (key == "frame") {
+      o.frame = value.cast<int>();
+    } else if (key == "bvh_depth") {
+      o.bvh_depth = value.cast<int>();
+    } else if (key == "flex_layer") {
+      o.flex_layer = value.cast<int>();
+    } else if (key == "flags") {
+      set_array(o.flags, mjNVISFLAG, value, key);
+    } else if (key == "geomgroup") {
+      set_array(o.geomgroup, mjNGROUP, value, key);
+    } else if (key == "sitegroup") {
+      set_array(o.sitegroup, mjNGROUP, value, key);
+    } else if (key == "jointgroup") {
+      set_array(o.jointgroup, mjNGROUP, value, key);
+    } else if (key == "tendongroup") {
+      set_array(o.tendongroup, mjNGROUP, value, key);
+    } else if (key == "actuatorgroup") {
+      set_array(o.actuatorgroup, mjNGROUP, value, key);
+    } else if (key == "flexgroup") {
+      set_array(o.flexgroup, mjNGROUP, value, key);
+    } else if (key == "skingroup") {
+      set_array(o.skingroup, mjNGROUP, value, key);
+    } else {
+      throw py::value_error("option has no field '" + key +
+                            "' (label, frame, bvh_depth, flex_layer, flags and the *group arrays)");
+    }
+  }
+  return o;
+}
+
+}  // namespace
 
 void bind_render(py::module_& m) {
   using args::address;
@@ -69,6 +165,40 @@ void bind_render(py::module_& m) {
           py::arg("sim"), py::arg("start") = 0, py::arg("count") = -1,
           "Draw the current state of the simulator's simulations [start, start + count) (count -1: to the "
           "end).")
+      .def(
+          "render_data",
+          [](render::BatchRenderer& r, const std::vector<uintptr_t>& models,
+             const std::vector<uintptr_t>& datas, int start) {
+            std::vector<const mjModel*> m;
+            std::vector<mjData*> d;
+            for (uintptr_t p : models) m.push_back(model_at(p));
+            for (uintptr_t p : datas) d.push_back(address<mjData>(p, "data"));
+            py::gil_scoped_release release;
+            r.render_data(m, d, start);
+          },
+          py::arg("models"), py::arg("datas"), py::arg("start") = 0,
+          "Draw frames [start, start + len(models)) of (mujoco.MjModel._address, mujoco.MjData._address) "
+          "pairs, "
+          "each data as it lies (no kinematics pass), frame i from its camera (set_frame_camera).")
+      .def(
+          "set_frame_camera",
+          [](render::BatchRenderer& r, int frame, const py::dict& fields) {
+            r.set_frame_camera(frame, camera_of(fields));
+          },
+          py::arg("frame"), py::arg("camera"),
+          "Set the camera render_data draws frame `frame` from: a dict of mujoco.MjvCamera's fields (type, "
+          "fixedcamid, trackbodyid, lookat, distance, azimuth, elevation, orthographic); those left out keep "
+          "mjv_defaultCamera's values.")
+      .def(
+          "frame_camera",
+          [](const render::BatchRenderer& r, int frame) { return dict_of(r.frame_camera(frame)); },
+          py::arg("frame"), "The camera of frame `frame` now (as set_frame_camera takes it).")
+      .def(
+          "set_option",
+          [](render::BatchRenderer& r, const py::dict& fields) { r.set_option(option_of(fields)); },
+          py::arg("option"),
+          "Set the visualisation options render_data draws with: a dict of mujoco.MjvOption's fields (label, "
+          "frame, flags and the *group arrays); those left out keep mjv_defaultOption's values.")
       .def(
           "copy_frames",
           [](render::BatchRenderer& r, uintptr_t out) {

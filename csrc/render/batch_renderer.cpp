@@ -57,17 +57,23 @@ int camera_id(const mjModel* m, const std::string& name) {
                               (names.empty() ? std::string("none (use camera=-1, the free camera)") : names));
 }
 
-// Makes the renderer's context current for one call; releases it afterwards
-// unless it was current before, so any thread may make the next call.
+// Makes the renderer's context current for one call; afterwards puts back
+// whatever was current before (another library's context, e.g. a gymnasium
+// env's renderer in the same thread), or releases it, so any thread may make
+// the next call.
 struct BatchRenderer::ContextScope {
-  explicit ContextScope(EglContext& context) : context_(context), was_current_(context.is_current()) {
+  explicit ContextScope(EglContext& context)
+      : context_(context), was_current_(context.is_current()), previous_(current_egl_binding()) {
     context_.make_current();
   }
   ~ContextScope() {
-    if (!was_current_) context_.release_current();
+    if (was_current_) return;
+    context_.release_current();
+    restore_egl_binding(previous_);
   }
   EglContext& context_;
   bool was_current_;
+  EglBinding previous_;
 };
 
 BatchRenderer::BatchRenderer(const mjModel* model, const RendererConfig& config) : config_(config) {
@@ -88,8 +94,10 @@ BatchRenderer::BatchRenderer(const mjModel* model, const RendererConfig& config)
     model_->vis.global.offwidth = config_.width;
     model_->vis.global.offheight = config_.height;
 
+    const EglBinding previous = current_egl_binding();
     egl_ = EglContext::create(config_.gpu);
     egl_->release_current();  // create() leaves it current; the scope below owns that now
+    restore_egl_binding(previous);
     ContextScope scope(*egl_);
     gl_ = GlFunctions::load(*egl_);
     GLint viewport_dims[2] = {0, 0};
@@ -145,6 +153,7 @@ BatchRenderer::BatchRenderer(const mjModel* model, const RendererConfig& config)
       camera_.fixedcamid = config_.camera;
     }
     overflow_.assign(config_.num_envs, 0);
+    frame_cameras_.assign(config_.num_envs, camera_);
 
     sim::SimConfig positions;
     positions.num_envs = config_.num_envs;
@@ -166,6 +175,8 @@ void BatchRenderer::close() {
 
 void BatchRenderer::release() {
   if (egl_) {
+    const EglBinding previous = current_egl_binding();
+    const bool ours_was_current = egl_->is_current();
     try {
       egl_->make_current();
       if (lent_ == Lent::kHostMapped) {
@@ -187,6 +198,7 @@ void BatchRenderer::release() {
     con_made_ = false;
     egl_->release_current();
     egl_.reset();
+    if (!ours_was_current) restore_egl_binding(previous);  // another library's context, current again
   }
   for (int i = 0; i < scenes_made_; ++i) mjv_freeScene(&scenes_[i]);
   scenes_made_ = 0;
@@ -287,6 +299,89 @@ void BatchRenderer::render(sim::BatchSim& sim, int start, int count) {
   }
   update_scenes(sim, start, count);
   draw_and_read(start, count);
+}
+
+void BatchRenderer::render_data(const std::vector<const mjModel*>& models, const std::vector<mjData*>& datas,
+                                int start) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  check_open();
+  check_not_lent();
+  const int count = static_cast<int>(models.size());
+  if (datas.size() != models.size()) throw std::invalid_argument("render_data: one data per model");
+  if (start < 0 || count < 1 || start + count > config_.num_envs) {
+    throw std::invalid_argument("render_data: frames [" + std::to_string(start) + ", " +
+                                std::to_string(start + count) + ") are not a range of [0, " +
+                                std::to_string(config_.num_envs) + ")");
+  }
+  for (int k = 0; k < count; ++k) {
+    if (!models[k] || !datas[k]) throw std::invalid_argument("render_data: a model or data is null");
+    if (!same_layout(models[k], model_)) {
+      throw std::invalid_argument("render_data: model " + std::to_string(k) +
+                                  " is not the renderer's (sizes differ)");
+    }
+  }
+  has_frames_ = false;
+  // Scene updates on the CPUs we may use; each thread keeps MuJoCo's first error to throw after the join.
+  const int threads = config_.nthread > 0 ? config_.nthread : sim::usable_cpus();
+  std::vector<std::string> errors(count);
+  mjvScene* scenes = scenes_.data();
+  mjvCamera* cameras = frame_cameras_.data();
+  const mjvOption* option = &option_;
+  int32_t* overflow = overflow_.data();
+  cpu::parallel_for(count, threads, [&](int64_t k) {
+    const int i = start + static_cast<int>(k);
+    const mjModel* m = models[k];
+    mjData* d = datas[k];
+    try {
+      mj::guarded("mjv_updateScene", [&] {
+        mjv_updateScene(m, d, option, nullptr, cameras + i, mjCAT_ALL, scenes + i);
+        overflow[i] = scenes[i].ngeom >= scenes[i].maxgeom ? 1 : 0;
+      });
+    } catch (const std::exception& e) {
+      errors[k] = e.what();
+    }
+  });
+  for (int k = 0; k < count; ++k) {
+    if (!errors[k].empty()) throw std::runtime_error(errors[k]);
+    if (overflow_[start + k]) {
+      throw std::runtime_error("the scene of frame " + std::to_string(start + k) + " filled max_geom=" +
+                               std::to_string(config_.max_geom) + " geoms; pass a larger max_geom");
+    }
+  }
+  draw_and_read(start, count);
+}
+
+void BatchRenderer::set_frame_camera(int frame, const mjvCamera& camera) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  check_open();
+  if (frame < 0 || frame >= config_.num_envs) {
+    throw std::invalid_argument("frame " + std::to_string(frame) + " is outside [0, " +
+                                std::to_string(config_.num_envs) + ")");
+  }
+  if (camera.type == mjCAMERA_FIXED && (camera.fixedcamid < 0 || camera.fixedcamid >= model_->ncam)) {
+    throw std::invalid_argument("camera id " + std::to_string(camera.fixedcamid) + " is outside [0, " +
+                                std::to_string(model_->ncam) + ")");
+  }
+  if (camera.type == mjCAMERA_TRACKING && (camera.trackbodyid < 0 || camera.trackbodyid >= model_->nbody)) {
+    throw std::invalid_argument("track body id " + std::to_string(camera.trackbodyid) + " is outside [0, " +
+                                std::to_string(model_->nbody) + ")");
+  }
+  frame_cameras_[frame] = camera;
+}
+
+mjvCamera BatchRenderer::frame_camera(int frame) const {
+  check_open();
+  if (frame < 0 || frame >= config_.num_envs) {
+    throw std::invalid_argument("frame " + std::to_string(frame) + " is outside [0, " +
+                                std::to_string(config_.num_envs) + ")");
+  }
+  return frame_cameras_[frame];
+}
+
+void BatchRenderer::set_option(const mjvOption& option) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  check_open();
+  option_ = option;
 }
 
 void BatchRenderer::update_scenes(sim::BatchSim& sim, int start, int count) {

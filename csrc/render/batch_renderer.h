@@ -75,6 +75,19 @@ class BatchRenderer {
   // count) (count < 0: to the end) into their frames, on its threads; the other
   // frames keep what they hold.
   void render(sim::BatchSim& sim, int start = 0, int count = -1);
+  // Draws frames [start, start + models.size()) from simulations the renderer
+  // does not hold (each env's own, or a copy of the fields a scene reads): each
+  // (model, data) pair as its data lies, without a kinematics pass (what a
+  // gymnasium or dm_control env's render() draws), frame i from its own camera
+  // (set_frame_camera), which keeps its state between draws as a viewer's does
+  // (a tracking camera moves smoothly). The models must have the renderer's
+  // model's sizes; their visual fields are each one's own.
+  void render_data(const std::vector<const mjModel*>& models, const std::vector<mjData*>& datas, int start);
+  // The camera frame `frame` is drawn from by render_data (initially the
+  // renderer's camera), and the visualisation options of every frame.
+  void set_frame_camera(int frame, const mjvCamera& camera);
+  mjvCamera frame_camera(int frame) const;
+  void set_option(const mjvOption& option);
 
   // The last frames, upright, as num_envs x height x width x 3 uint8 in host memory.
   void copy_frames(uint8_t* out);
@@ -154,6 +167,7 @@ class BatchRenderer {
   std::unique_ptr<cuda::GlBufferInterop> interop_;
   std::unique_ptr<cuda::HostMirror> host_mirror_;  // made at the first host read through CUDA
   std::vector<int32_t> overflow_;                  // per frame: the scene ran out of geoms
+  std::vector<mjvCamera> frame_cameras_;           // per frame: render_data's cameras
   std::mutex mutex_;
 };
 

@@ -29,6 +29,8 @@ struct EglApi {
   PFNEGLDESTROYCONTEXTPROC DestroyContext = nullptr;
   PFNEGLMAKECURRENTPROC MakeCurrent = nullptr;
   PFNEGLGETCURRENTCONTEXTPROC GetCurrentContext = nullptr;
+  PFNEGLGETCURRENTDISPLAYPROC GetCurrentDisplay = nullptr;
+  PFNEGLGETCURRENTSURFACEPROC GetCurrentSurface = nullptr;
   PFNEGLQUERYDEVICESEXTPROC QueryDevicesEXT = nullptr;
   PFNEGLQUERYDEVICESTRINGEXTPROC QueryDeviceStringEXT = nullptr;
   PFNEGLQUERYDEVICEATTRIBEXTPROC QueryDeviceAttribEXT = nullptr;
@@ -69,7 +71,9 @@ const EglApi& egl_api() {
         load_symbol(lib, "eglCreateContext", &a.CreateContext) &&
         load_symbol(lib, "eglDestroyContext", &a.DestroyContext) &&
         load_symbol(lib, "eglMakeCurrent", &a.MakeCurrent) &&
-        load_symbol(lib, "eglGetCurrentContext", &a.GetCurrentContext);
+        load_symbol(lib, "eglGetCurrentContext", &a.GetCurrentContext) &&
+        load_symbol(lib, "eglGetCurrentDisplay", &a.GetCurrentDisplay) &&
+        load_symbol(lib, "eglGetCurrentSurface", &a.GetCurrentSurface);
     if (!ok) {
       a.error = "libEGL.so.1 lacks core EGL 1.4 entry points";
       return a;
@@ -301,6 +305,27 @@ void EglContext::release_current() {
 }
 
 bool EglContext::is_current() const { return egl_api().GetCurrentContext() == context_; }
+
+EglBinding current_egl_binding() {
+  const EglApi& api = egl_api();
+  EglBinding b;
+  if (!api.error.empty()) return b;
+  b.context = api.GetCurrentContext();
+  if (b.context != EGL_NO_CONTEXT) {
+    b.display = api.GetCurrentDisplay();
+    b.draw = api.GetCurrentSurface(EGL_DRAW);
+    b.read = api.GetCurrentSurface(EGL_READ);
+  }
+  return b;
+}
+
+void restore_egl_binding(const EglBinding& binding) {
+  const EglApi& api = egl_api();
+  if (!api.error.empty() || binding.context == EGL_NO_CONTEXT) return;
+  if (api.GetCurrentContext() == binding.context) return;
+  api.MakeCurrent(binding.display, binding.draw, binding.read,
+                  binding.context);  // best effort: theirs to check
+}
 
 void* EglContext::gl_proc(const char* name) const {
   return reinterpret_cast<void*>(egl_api().GetProcAddress(name));

@@ -57,6 +57,20 @@ class EglContext {
   int max_renderbuffer_size_ = 0;
 };
 
+// The EGL context current on the calling thread, whichever library made it
+// (gymnasium's or dm_control's renderer beside ours), with its display and
+// surfaces: the renderer puts it back after each call instead of leaving the
+// thread with none current.
+struct EglBinding {
+  void* display = nullptr;
+  void* draw = nullptr;
+  void* read = nullptr;
+  void* context = nullptr;
+};
+EglBinding current_egl_binding();
+// Makes `binding` current again (nothing when it holds no context).
+void restore_egl_binding(const EglBinding& binding);
+
 // Number of live EglContext objects in this process (for leak tests).
 int live_egl_contexts();
 

@@ -3,6 +3,7 @@
 Headless EGL batch rendering (csrc/render).
 """
 from __future__ import annotations
+import collections.abc
 import numpy
 import numpy.typing
 import typing
@@ -28,6 +29,10 @@ class BatchRenderer:
         """
         Last frames -> CUDA uint8 (num_envs, height, width, 3) at address out, on stream.
         """
+    def frame_camera(self, frame: typing.SupportsInt | typing.SupportsIndex) -> dict:
+        """
+        The camera of frame `frame` now (as set_frame_camera takes it).
+        """
     def lend_device(self, stream: typing.SupportsInt | typing.SupportsIndex) -> int:
         """
         Map the pixel buffer into CUDA on stream (GL work first); its device address. release_frames() unmaps on the same stream.
@@ -44,9 +49,21 @@ class BatchRenderer:
         """
         Draw the frames of qpos (num_envs, nq).
         """
+    def render_data(self, models: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], datas: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], start: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+        """
+        Draw frames [start, start + len(models)) of (mujoco.MjModel._address, mujoco.MjData._address) pairs, each data as it lies (no kinematics pass), frame i from its camera (set_frame_camera).
+        """
     def render_sim(self, sim: vlmrm_fast._core.sim.BatchSim, start: typing.SupportsInt | typing.SupportsIndex = 0, count: typing.SupportsInt | typing.SupportsIndex = -1) -> None:
         """
         Draw the current state of the simulator's simulations [start, start + count) (count -1: to the end).
+        """
+    def set_frame_camera(self, frame: typing.SupportsInt | typing.SupportsIndex, camera: dict) -> None:
+        """
+        Set the camera render_data draws frame `frame` from: a dict of mujoco.MjvCamera's fields (type, fixedcamid, trackbodyid, lookat, distance, azimuth, elevation, orthographic); those left out keep mjv_defaultCamera's values.
+        """
+    def set_option(self, option: dict) -> None:
+        """
+        Set the visualisation options render_data draws with: a dict of mujoco.MjvOption's fields (label, frame, flags and the *group arrays); those left out keep mjv_defaultOption's values.
         """
     @property
     def camera(self) -> int:

@@ -61,9 +61,10 @@ def make_task_env(task: str, **kwargs: Any) -> gymnasium.Env:
 # Every built-in task under gymnasium's registry as vlmrm_fast/<task>: gymnasium.make gives one env,
 # gymnasium.make_vec a vector env with VLM rewards (docs/gymnasium.md). The entry points are named,
 # not imported: the vector one lives above this package (stack/gym_vector.py builds on the reward stack).
+# A task named by another namespace's id (dm_control/walker-walk-v0) goes in as vlmrm_fast/dm_control-walker-walk-v0.
 for _name, _spec in TASKS.items():
     gymnasium.register(
-        id=f"{GYM_NAMESPACE}/{_name}",
+        id=f"{GYM_NAMESPACE}/{_name.replace('/', '-')}",
         entry_point=f"{__name__}:make_task_env",
         vector_entry_point="vlmrm_fast.stack.gym_vector:make_vector_env",
         max_episode_steps=_spec.episode_length,

@@ -15,7 +15,7 @@ import numpy as np
 
 from vlmrm_fast import physics as _physics
 from vlmrm_fast import rendering as _rendering
-from vlmrm_fast.checks import FieldError, FieldTypeError, chunk_count, number, one_of, positive_int
+from vlmrm_fast.checks import FieldError, FieldTypeError, boolean, chunk_count, number, one_of, positive_int
 from vlmrm_fast.envs import TaskSpec, get_task
 from vlmrm_fast.envs.paper_assets import normalized_folder
 from vlmrm_fast.envs.time_limits import SCORE_TERMINAL_ON, TIME_LIMITS
@@ -31,7 +31,11 @@ class EnvSpec:
     ``"auto"`` (the first that can run the task, ``vlmrm_fast.stack.plan``); ``renderer``: what draws the
     batch env's frames, a row of ``vlmrm_fast.rendering.RENDERERS`` or ``"auto"`` (Warp on a CPU
     when installed, EGL otherwise: ``rendering.AUTO_ORDER``), None where none does (``physics="gym"``:
-    the gymnasium envs draw their own; a stack's plan says so); ``pipeline_chunks``: the ranges
+    the gymnasium envs draw their own; a stack's plan says so); over the gymnasium envs of a MuJoCo task
+    (``TaskSpec.drawing``) ``"auto"`` draws them all at once from their own data (the batched drawing,
+    ``stack.drawn_env``; ``renderer="egl"`` asks for it, None for each env's own ``render()``);
+    ``env_processes``: each gymnasium env stepped in a worker process of its own (SB3's ``SubprocVecEnv``;
+    false: all in this process, SB3's ``DummyVecEnv``); ``pipeline_chunks``: the ranges
     of envs a step is scored in while the next is simulated (``"auto"``: up to 4 on a GPU, 1 on the
     CPU); ``env_reward_weight`` (rho): the agent learns from ``vlm + rho * env``. ``time_limit``: how
     an episode ends at ``episode_length``, ``"truncate"`` (SB3 bootstraps, the default) or
@@ -55,6 +59,7 @@ class EnvSpec:
     render_size: int | tuple[int, int] | None = None
     physics: str = "auto"
     renderer: str | None = "auto"
+    env_processes: bool = False
     pipeline_chunks: int | str = "auto"
     env_reward_weight: float = 0.0
     time_limit: str = "truncate"
@@ -82,11 +87,18 @@ class EnvSpec:
         one_of(self.physics, "physics", ("auto", *_physics.PHYSICS))
         if self.renderer is not None:
             one_of(self.renderer, "renderer", ("auto", *_rendering.RENDERERS))
-        elif self.physics != "gym":
+        elif self.physics != "gym" and not (self.physics == "auto" and get_task(self.task).batch is None):
             raise FieldError(
                 "renderer",
                 f"None draws nothing, and physics={self.physics!r} runs the batch env, which a renderer draws; "
                 "name one, or 'auto' (None goes with physics='gym', whose gymnasium envs draw their own frames)",
+            )
+        put("env_processes", boolean(self.env_processes, "env_processes"))
+        if self.env_processes and self.physics not in ("auto", "gym"):
+            raise FieldError(
+                "env_processes",
+                f"steps gymnasium envs in worker processes; physics={self.physics!r} steps every env in this process "
+                "(the batch env): leave env_processes false, or use physics='gym'",
             )
         put("pipeline_chunks", chunk_count(self.pipeline_chunks, "pipeline_chunks", self.n_envs))
         put("env_reward_weight", number(self.env_reward_weight, "env_reward_weight"))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium
 
-from vlmrm_fast.envs import humanoid, paper_assets
+from vlmrm_fast.envs import dm_control, humanoid, paper_assets, robotics
 from vlmrm_fast.envs.classic_control import PAPER_EPISODE_LENGTH, PaperCartPoleEnv, PaperMountainCarContinuousEnv
 from vlmrm_fast.envs.mountain_car import PaperMountainCarContinuousTexturedEnv
 from vlmrm_fast.envs.time_limits import with_time_limit
@@ -43,6 +43,10 @@ class TaskSpec:
     success_rule: str | None = None  # the paper's episode success: "every_step" or "any_step" of info["success"]
     asset_files: tuple[str, ...] = ()  # the paper's image files its look can load (envs.paper_assets)
     scene_assets: str | None = None  # the folder they are loaded from; None: the generated textures
+    # The family of MuJoCo env the batch renderers draw this task's gymnasium envs as (envs.mujoco_drawing:
+    # "gymnasium", "dm_control"); None: not known to be one (its envs draw their own frames).
+    drawing: str | None = None
+    extra: str | None = None  # the optional suite its envs need (envs.extras: "dm_control", "robotics")
 
     def make(
         self,
@@ -59,7 +63,7 @@ class TaskSpec:
         (default the task's; None and no default: the env's own limit) that end as ``time_limit``
         says (``envs.time_limits``: a truncation or a termination); a MuJoCo task's model runs with
         ``solver`` (None: its own)."""
-        if render_size is not None and self.batch is not None:
+        if render_size is not None and (self.batch is not None or self.drawing is not None):
             env_kwargs.setdefault("height", render_size[0])
             env_kwargs.setdefault("width", render_size[1])
         if solver is not None and self.batch is not None:
@@ -144,6 +148,7 @@ TASKS: dict[str, TaskSpec] = {
         name=f"humanoid-{pose}",
         description=f"Humanoid, {pose.replace('-', ' ')}",
         make_env=_humanoid_scene_env(humanoid.DEFAULT_SCENE),
+        drawing="gymnasium",
         target_prompts=(prompt,),
         baseline_prompts=HUMANOID_BASELINE,
         episode_length=humanoid.DEFAULT_EPISODE_LENGTH,
@@ -186,12 +191,49 @@ TASKS["mountain-car-textured"] = dataclasses.replace(
     asset_files=paper_assets.MOUNTAIN_CAR_FILES,
 )
 
+# The optional suites (envs.dm_control, envs.robotics): their packages are imported when an env is made.
+for _suite in dm_control.SUITE.values():
+    TASKS[_suite.env_id] = TaskSpec(
+        name=_suite.env_id,
+        description=f"dm_control's {_suite.domain} {_suite.task.replace('_', ' ')}, through shimmy",
+        make_env=dm_control.make_env(_suite.env_id),
+        target_prompts=(_suite.target,),
+        baseline_prompts=(_suite.baseline,),
+        episode_length=dm_control.EPISODE_LENGTH,
+        render_size=(dm_control.DEFAULT_RENDER_SIZE, dm_control.DEFAULT_RENDER_SIZE),
+        drawing="dm_control",
+        extra="dm_control",
+    )
+for _row in robotics.TASKS.values():
+    TASKS[_row.name] = TaskSpec(
+        name=_row.name,
+        description=f"gymnasium-robotics' {_row.env_id}" + (f" ({dict(_row.kwargs)})" if _row.kwargs else ""),
+        make_env=robotics.make_env(_row.name),
+        target_prompts=(_row.target,),
+        baseline_prompts=(_row.baseline,),
+        episode_length=_row.episode_length,
+        render_size=(robotics.DEFAULT_RENDER_SIZE, robotics.DEFAULT_RENDER_SIZE),
+        drawing="gymnasium",
+        extra="robotics",
+    )
+
 # Stock gymnasium ids of the built-in tasks: stock semantics, the task's prompts and frame handling.
 _STOCK_IDS = {
     "CartPole-v1": "cartpole",
     "MountainCarContinuous-v0": "mountain-car",
     "vlmrm_fast/MountainCarContinuousTextured-v0": "mountain-car-textured",
 }
+
+
+def _dm_control_camera_task(name: str) -> TaskSpec:
+    """A dm_control task drawn from another camera of its model (``dm_control/walker-walk-v0@back``)."""
+    task, camera = name.split("@", 1)
+    return dataclasses.replace(
+        TASKS[task],
+        name=name,
+        description=f"{TASKS[task].description}, seen from its camera {camera!r}",
+        make_env=dm_control.make_env(task, dm_control.check_camera(task, camera)),
+    )
 
 
 def _humanoid_scene_task(name: str) -> TaskSpec:
@@ -214,6 +256,21 @@ def _humanoid_scene_task(name: str) -> TaskSpec:
     )
 
 
+def drawing_family(entry_point: Any) -> str | None:
+    """The family (``envs.mujoco_drawing``) of the env a gymnasium registry entry point makes, when it is
+    gymnasium's ``MujocoEnv`` (or a subclass that keeps its ``render()``); None otherwise."""
+    from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
+
+    try:
+        maker = (
+            gymnasium.envs.registration.load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+        )
+    except (ImportError, AttributeError, ValueError):
+        return None
+    drawn = isinstance(maker, type) and issubclass(maker, MujocoEnv) and maker.render is MujocoEnv.render
+    return "gymnasium" if drawn else None
+
+
 def get_task(name: str | TaskSpec) -> TaskSpec:
     """A built-in task by name, or a task wrapping any registered gymnasium id (a TaskSpec passes through)."""
     if isinstance(name, TaskSpec):
@@ -224,12 +281,18 @@ def get_task(name: str | TaskSpec) -> TaskSpec:
         return TASKS[name]
     if name.startswith(f"{GYM_NAMESPACE}/") and name.split("/", 1)[1] in TASKS:  # its gymnasium id
         return TASKS[name.split("/", 1)[1]]
+    if "@" in name and name.split("@", 1)[0] in dm_control.SUITE:
+        return _dm_control_camera_task(name)
     if "@" in name:
         return _humanoid_scene_task(name)
     if name in gymnasium.registry:
         spec = gymnasium.registry[name]
         task = TaskSpec(
-            name=name, description=f"gymnasium {name}", make_env=_gym_env(name), episode_length=spec.max_episode_steps
+            name=name,
+            description=f"gymnasium {name}",
+            make_env=_gym_env(name),
+            episode_length=spec.max_episode_steps,
+            drawing=drawing_family(spec.entry_point),
         )
         if name in _STOCK_IDS:
             borrowed = TASKS[_STOCK_IDS[name]]
@@ -241,6 +304,11 @@ def get_task(name: str | TaskSpec) -> TaskSpec:
                 resize_mode=borrowed.resize_mode,
             )
         return task
+    if name.lower().replace("-", "").startswith("metaworld"):
+        raise ValueError(
+            f"task {name!r}: Meta-World does not run beside this project's MuJoCo 4.0.0 (metaworld 3.1.1 pins "
+            "mujoco==3.3.0; 3.0.0 installs but its envs fail to build); docs/environments.md says what works instead"
+        )
     close = difflib.get_close_matches(name, list(TASKS) + list(gymnasium.registry), n=4, cutoff=0.5)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
     raise ValueError(f"unknown task {name!r}.{hint} Built-in tasks: {', '.join(TASKS)}; or any gymnasium id.")

@@ -189,6 +189,23 @@ class SteppedFrameSource(Protocol):
     def last_frames(self, device: Any = None) -> Any: ...
 
 
+@runtime_checkable
+class DrawnFrameSource(Protocol):
+    """A VecEnv whose ``step_wait`` steps every env and then draws the frames of the states they reached
+    itself (``stack.drawn_env.DrawnVecEnv``, the batched drawing of gymnasium envs): ``lend_frames(rows,
+    stream)`` lends frames ``rows`` of the last step in place, as a frame source's ``lend`` does.
+    ``score_terminal_on``: the frame it draws for an episode's last step (``envs.time_limits``)."""
+
+    timer: Any
+    score_terminal_on: str
+
+    def lend_frames(
+        self, rows: slice, stream: torch.cuda.Stream | None = None
+    ) -> contextlib.AbstractContextManager[FrameView]: ...
+
+    def last_frames(self, device: Any = None) -> Any: ...
+
+
 class HostFrames:
     """Frames the generic path collected on the host: one reusable (pinned when CUDA is present) buffer."""
 

@@ -10,7 +10,11 @@ its outputs; a renderer draws it from one of the states its class ``offers``, mo
 * :data:`HOST_POSITIONS`: ``qpos``, (num_envs, nq) float64 in the host's memory;
 * :data:`DEVICE_WORLDS`: MuJoCo Warp's model and data of every world on one device (``warp_model``,
   ``warp_data``, ``warp_stream``, ``device``), and its outputs there (``torch_outputs``: torch views of
-  ``outputs`` on ``device``, which the batch env reads for a learner's observations on that device).
+  ``outputs`` on ``device``, which the batch env reads for a learner's observations on that device);
+* :data:`HOST_DATA`: a ``mujoco.MjModel`` and ``mujoco.MjData`` per env on the host (``models``,
+  ``datas``), each drawn as its data lies, from the camera each env's ``render()`` uses (``camera(i)``),
+  with ``option`` (``mujoco.MjvOption``'s fields): gymnasium envs stepped by their own ``step()``,
+  drawn by the batched drawing (``stack.drawn_env``), not a batch env's simulator.
 
 A renderer's class says which states it ``draws``; the plan pairs a physics with a renderer that
 draws a state the physics' simulator offers, and refuses a pair that cannot meet
@@ -34,7 +38,8 @@ if TYPE_CHECKING:
 NATIVE_DATA = "native data"
 HOST_POSITIONS = "host positions"
 DEVICE_WORLDS = "device worlds"
-STATES = (NATIVE_DATA, HOST_POSITIONS, DEVICE_WORLDS)
+HOST_DATA = "host data"
+STATES = (NATIVE_DATA, HOST_POSITIONS, DEVICE_WORLDS, HOST_DATA)
 
 OutputSpec = str | tuple[str, int] | tuple[str, int, int]
 

@@ -73,6 +73,13 @@ class Renderer:
         frames scored on ``device``."""
         return named(self.implementation).for_batch_env(model, num_envs, render_size, camera, device)
 
+    def make_for_env_data(
+        self, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], max_geom: int, device: torch.device
+    ) -> FrameSource:
+        """A renderer drawing ``num_envs`` gymnasium envs' own data (the batched drawing; ``draws`` holds
+        ``physics.simulator.HOST_DATA``), scenes of ``max_geom`` geoms at most."""
+        return named(self.implementation).for_env_data(model, num_envs, render_size, max_geom, device)
+
 
 RENDERERS: dict[str, Renderer] = {
     renderer.name: renderer

@@ -53,6 +53,16 @@ class BatchRendererBase(abc.ABC):
         ``render_size`` (height, width) from ``camera``, for frames scored on ``device`` (the plan's: the CPU, or
         ``cuda:N``, where a renderer that draws on a GPU draws)."""
 
+    @classmethod
+    def for_env_data(
+        cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], max_geom: int, device: torch.device
+    ) -> BatchRendererBase:
+        """The batched drawing's renderer (``stack.drawn_env``): ``num_envs`` frames of ``render_size`` (height,
+        width) of gymnasium envs' own MuJoCo data (``physics.simulator.HOST_DATA``), each from its env's camera,
+        scenes of ``max_geom`` geoms at most (as the envs' own renderers), for frames scored on ``device``.
+        Only a renderer that draws host data makes one."""
+        raise TypeError(f"{cls.__name__} does not draw gymnasium envs' own data; renderer='egl' does")
+
     @property
     @abc.abstractmethod
     def num_envs(self) -> int: ...

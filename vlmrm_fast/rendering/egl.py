@@ -25,7 +25,7 @@ import vlmrm_fast.runtime.native  # noqa: F401  (libmujoco, then the core)
 from vlmrm_fast._core import render as _native_render
 from vlmrm_fast.frames.views import FrameLayout, FrameView
 from vlmrm_fast.physics.batch import BatchSimulator
-from vlmrm_fast.physics.simulator import HOST_POSITIONS, NATIVE_DATA
+from vlmrm_fast.physics.simulator import HOST_DATA, HOST_POSITIONS, NATIVE_DATA
 from vlmrm_fast.rendering.base import BatchRendererBase
 from vlmrm_fast.runtime.device import build_info, native_cuda_usable
 
@@ -56,10 +56,12 @@ class EGLBatchRenderer(BatchRendererBase):
 
     It draws a simulator from its native data where the simulator offers it (the batch env's:
     scene updates on the simulator's own threads), else from its positions (``qpos`` on the host,
-    set into MuJoCo data of the renderer's own).
+    set into MuJoCo data of the renderer's own). Gymnasium envs' own data (:data:`HOST_DATA`, the
+    batched drawing) it draws as it lies, frame ``i`` from env ``i``'s camera, which it keeps from one draw
+    to the next as the env's own viewer keeps its camera.
     """
 
-    draws: ClassVar[tuple[str, ...]] = (NATIVE_DATA, HOST_POSITIONS)
+    draws: ClassVar[tuple[str, ...]] = (NATIVE_DATA, HOST_POSITIONS, HOST_DATA)
 
     def __init__(
         self,
@@ -75,6 +77,8 @@ class EGLBatchRenderer(BatchRendererBase):
     ) -> None:
         self._native = None
         self._positions: BatchSimulator | None = None  # MuJoCo data for drawing host positions, made on first use
+        self._env_data: Any = None  # the host data source whose cameras and option are set (HOST_DATA)
+        self._aimed = np.zeros(0, dtype=bool)  # per frame: its camera set from its env's
         super().__init__(model, num_envs, height, width)
         if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, (int, np.integer)) or gpu < 0):
             raise ValueError(f"gpu must be None or a CUDA device index >= 0, got {gpu!r}")
@@ -100,6 +104,15 @@ class EGLBatchRenderer(BatchRendererBase):
         ``device``'s GPU, or Mesa's on the CPU."""
         height, width = render_size
         return cls(model, num_envs, height, width, camera=camera, gpu=device.index if device.type == "cuda" else None)
+
+    @classmethod
+    def for_env_data(
+        cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], max_geom: int, device: torch.device
+    ) -> EGLBatchRenderer:
+        """The batched drawing's EGL renderer (see ``BatchRendererBase.for_env_data``)."""
+        height, width = render_size
+        gpu = device.index if device.type == "cuda" else None
+        return cls(model, num_envs, height, width, camera=-1, gpu=gpu, max_geom=max_geom)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -148,6 +161,9 @@ class EGLBatchRenderer(BatchRendererBase):
 
     def _draw_sim(self, sim: Any, state: str, start: int, count: int, stream=None) -> None:
         # GL orders its own work: the stream of the frame-source interface is not needed here.
+        if state == HOST_DATA:
+            self._draw_env_data(sim, start, count)
+            return
         if state == NATIVE_DATA:
             self._native_live().render_sim(sim.native, start, count)
             return
@@ -156,6 +172,26 @@ class EGLBatchRenderer(BatchRendererBase):
         rows = slice(start, start + count)
         self._positions.qpos[rows] = sim.qpos[rows]
         self._native_live().render_sim(self._positions.native, start, count)  # forward kinematics, then the scene
+
+    def _draw_env_data(self, source: Any, start: int, count: int) -> None:
+        """Frames ``start .. start + count - 1`` of gymnasium envs' own data (``source``: HOST_DATA), each as it
+        lies; a frame's camera is its env's, set at the frame's first draw (gymnasium aims its free camera
+        at the data of its first ``render()``) and kept from then on."""
+        native = self._native_live()
+        if self._env_data is not source:
+            native.set_option(source.option)
+            self._env_data = source
+            self._aimed = np.zeros(self.num_envs, dtype=bool)
+        for frame in np.flatnonzero(~self._aimed[start : start + count]) + start:
+            native.set_frame_camera(int(frame), source.camera(int(frame)))
+            self._aimed[frame] = True
+        native.render_data(
+            source.model_addresses[start : start + count], source.data_addresses[start : start + count], start
+        )
+
+    def camera_of_frame(self, frame: int) -> dict[str, Any]:
+        """The camera frame ``frame`` of envs' own data is drawn from now (``mujoco.MjvCamera``'s fields)."""
+        return dict(self._native_live().frame_camera(int(frame)))
 
     @contextlib.contextmanager
     def lend(self, rows: slice | None = None, stream: torch.cuda.Stream | None = None) -> Iterator[FrameView]:

@@ -39,7 +39,7 @@ import torch
 
 from vlmrm_fast.checks import FieldError
 from vlmrm_fast.frames.views import FrameLayout, FrameView
-from vlmrm_fast.physics.simulator import DEVICE_WORLDS, HOST_POSITIONS
+from vlmrm_fast.physics.simulator import DEVICE_WORLDS, HOST_DATA, HOST_POSITIONS
 from vlmrm_fast.rendering.base import BatchRendererBase
 from vlmrm_fast.runtime.device import resolve_device
 from vlmrm_fast.runtime.warp import import_warp, warp_stream_of
@@ -93,6 +93,7 @@ class _Slot:
     uploaded: Any = None  # CUDA event after the last qpos upload (the staging rows may be rewritten after it)
     drawn: Any = None  # CUDA event after the last draw of the range (its memory is free to go after it)
     graph: Any = None
+    kinematics: bool = True  # the poses computed from qpos first; False: uploaded as they lie (envs' own data)
 
 
 class WarpBatchRenderer(BatchRendererBase):
@@ -109,7 +110,10 @@ class WarpBatchRenderer(BatchRendererBase):
         cuda_graph: replay each range's launches as one CUDA graph (GPU only).
     """
 
-    draws: ClassVar[tuple[str, ...]] = (DEVICE_WORLDS, HOST_POSITIONS)
+    draws: ClassVar[tuple[str, ...]] = (DEVICE_WORLDS, HOST_POSITIONS, HOST_DATA)
+
+    #: The fields of gymnasium envs' own data (HOST_DATA) that MuJoCo Warp's render reads, uploaded as they lie.
+    ENV_DATA_FIELDS = ("geom_xpos", "geom_xmat", "cam_xpos", "cam_xmat", "light_xpos", "light_xdir", "flexvert_xpos")
 
     def __init__(
         self,
@@ -142,7 +146,27 @@ class WarpBatchRenderer(BatchRendererBase):
         self._frames = torch.zeros((self.num_envs, self.height, self.width, 3), dtype=torch.uint8, device=self.device)
         self._ready: torch.cuda.Event | None = None
         self._capture_stream: Any = None  # a wp.Stream of this renderer's own, made at the first capture
+        self._view_model: mujoco.MjModel | None = None  # the envs' model (HOST_DATA), whose cameras they draw from
+        self._views: list[dict[str, Any] | None] = [None] * int(num_envs)  # per frame: its env's camera (HOST_DATA)
         self._closed = False
+
+    @classmethod
+    def for_env_data(
+        cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], max_geom: int, device: torch.device
+    ) -> WarpBatchRenderer:
+        """The batched drawing's MuJoCo Warp renderer (see ``BatchRendererBase.for_env_data``): the envs' own
+        poses drawn as they lie (no kinematics), from each env's camera: a model camera as it is, or the free
+        camera of the env's ``render()`` put in the place of the model's first camera (MuJoCo Warp draws model
+        cameras only). Its picture is a ray tracer's, not the envs' ``render()``: docs/environments.md gives
+        the difference per family."""
+        if model.ncam == 0:
+            raise TypeError(
+                "MuJoCo Warp draws model cameras, and this env's model has none to put its view in: use renderer='egl'"
+            )
+        height, width = render_size
+        renderer = cls(model, num_envs, height, width, camera=0, device=device)
+        renderer._view_model = model
+        return renderer
 
     @classmethod
     def for_batch_env(
@@ -183,6 +207,8 @@ class WarpBatchRenderer(BatchRendererBase):
         the device are drawn where they lie (see :meth:`_draw_worlds`)."""
         if state == DEVICE_WORLDS:
             self._draw_worlds(sim, start, count)
+        elif state == HOST_DATA:
+            self._draw_env_data(sim, start, count, stream if stream is not None else self._current_stream())
         else:
             self._draw(sim.qpos, slice(start, start + count), stream if stream is not None else self._current_stream())
 
@@ -212,6 +238,64 @@ class WarpBatchRenderer(BatchRendererBase):
                         self._launch(slot)
                     slot.graph = capture.graph
             slot.drawn = self._ready = _recorded(wp.stream_to_torch(stream))
+
+    def _draw_env_data(self, source: Any, start: int, count: int, stream: torch.cuda.Stream | None) -> None:
+        """Frames ``start .. start + count - 1`` of gymnasium envs' own data (``source``: HOST_DATA): the fields
+        MuJoCo Warp's render reads (:attr:`ENV_DATA_FIELDS`) uploaded as they lie, then the BVH refit and the
+        render; each frame's camera is its env's, fixed at its first draw (a free camera's pose computed as
+        MuJoCo computes it, put in the first model camera's place)."""
+        for frame in range(start, start + count):
+            if self._views[frame] is None:
+                camera = source.camera(frame)
+                if not self._slots and camera["type"] == mujoco.mjtCamera.mjCAMERA_FIXED:
+                    self.camera_id = _camera_id(self.model, int(camera["fixedcamid"]))  # (before any context is made)
+                self._views[frame] = self._view_of(camera)
+        rows = slice(start, start + count)
+        slot = self._slot(rows, kinematics=False)
+        wp = self._wp
+        fields = {name: wp.to_torch(getattr(slot.data, name)) for name in self.ENV_DATA_FIELDS}
+        for name, target in fields.items():
+            if target.numel() == 0:
+                continue
+            rows_host = np.stack([getattr(source.datas[env], name) for env in range(start, start + count)])
+            if name in ("cam_xpos", "cam_xmat"):
+                for k, env in enumerate(range(start, start + count)):
+                    view = self._views[env]
+                    assert view is not None
+                    if view.get(name) is not None:  # a free camera, in the first model camera's place
+                        rows_host[k, self.camera_id] = view[name]
+            target.copy_(torch.from_numpy(rows_host.reshape(target.shape)).to(target.dtype), non_blocking=False)
+        with wp.ScopedDevice(self._wp_device):
+            if stream is None:
+                self._launch(slot)
+                return
+            with torch.cuda.stream(stream), wp.ScopedStream(warp_stream_of(stream), sync_enter=False):
+                self._launch(slot)
+                slot.drawn = self._ready = _recorded(stream)
+
+    def _view_of(self, camera: dict[str, Any]) -> dict[str, Any]:
+        """Where a frame's camera puts the view: a fixed camera of the model (the renderer's own, whose pose the
+        env's data holds), or a free camera's pose (``cam_xpos``, ``cam_xmat``) from its lookat, distance,
+        azimuth and elevation, as ``mjv_updateCamera`` computes it."""
+        model = self._view_model
+        assert model is not None
+        if camera["type"] == mujoco.mjtCamera.mjCAMERA_FIXED:
+            if camera["fixedcamid"] != self.camera_id:
+                raise ValueError(
+                    f"MuJoCo Warp draws one model camera for every env; this env draws from camera "
+                    f"{camera['fixedcamid']}, the renderer from {self.camera_id}: use renderer='egl'"
+                )
+            return {}
+        if camera["type"] != mujoco.mjtCamera.mjCAMERA_FREE or model.vis.global_.orthographic:
+            raise ValueError("MuJoCo Warp draws model cameras and free perspective views; use renderer='egl'")
+        azimuth, elevation = np.deg2rad(camera["azimuth"]), np.deg2rad(camera["elevation"])
+        forward = np.array(
+            [np.cos(elevation) * np.cos(azimuth), np.cos(elevation) * np.sin(azimuth), np.sin(elevation)]
+        )
+        up = np.array([-np.sin(elevation) * np.cos(azimuth), -np.sin(elevation) * np.sin(azimuth), np.cos(elevation)])
+        right = np.cross(forward, up)
+        position = np.asarray(camera["lookat"]) - camera["distance"] * forward
+        return {"cam_xpos": position, "cam_xmat": np.stack([right, up, -forward], axis=1).reshape(9)}
 
     def _world_slot(self, sim: Any) -> _Slot:
         """The render context over a simulator's worlds (its model and Data), made on first use."""
@@ -289,9 +373,10 @@ class WarpBatchRenderer(BatchRendererBase):
 
     def _launch(self, slot: _Slot) -> None:
         wp, mjw, m, d = self._wp, self._mjw, slot.model, slot.data
-        mjw.kinematics(m, d)
-        mjw.com_pos(m, d)  # subtree centres of mass: cameras and lights that track them
-        mjw.camlight(m, d)
+        if slot.kinematics:
+            mjw.kinematics(m, d)
+            mjw.com_pos(m, d)  # subtree centres of mass: cameras and lights that track them
+            mjw.camlight(m, d)
         mjw.refit_bvh(m, d, slot.context)
         mjw.render(m, d, slot.context)
         wp.launch(
@@ -300,16 +385,20 @@ class WarpBatchRenderer(BatchRendererBase):
             inputs=[slot.context.rgb_data, slot.first_pixel, self.width, slot.frames],
         )
 
-    def _slot(self, rows: slice) -> _Slot:
+    def _slot(self, rows: slice, kinematics: bool = True) -> _Slot:
         """The device state of the envs ``rows``, made on first use (one per range the caller draws)."""
         key = (rows.start, rows.stop)
         slot = self._slots.get(key)
         if slot is None:
+            if self._view_model is not None:  # a free view in the first camera's place: the free camera's field of view
+                if any(view for view in self._views[rows]):
+                    self._render_model.cam_fovy[self.camera_id] = self._view_model.vis.global_.fovy
             with self._wp.ScopedDevice(self._wp_device):
                 if self._model is None:
                     self._model = self._mjw.put_model(self._render_model)
                 data = self._mjw.make_data(self._render_model, nworld=rows.stop - rows.start, **render_data_sizes())
             slot = self._slots[key] = self._make_slot(rows, self._model, data)
+            slot.kinematics = kinematics
             slot.qpos = self._wp.to_torch(data.qpos)
             pinned = self.device.type == "cuda"
             slot.staging = torch.zeros((rows.stop - rows.start, self.model.nq), dtype=torch.float32, pin_memory=pinned)

@@ -11,7 +11,10 @@ model score each env's window of frames instead of its single frame (docs/video-
   the window, reading the model's own number of frames out of the K (:func:`subsample_indices`, which
   keeps the newest); or ``"mean_of_frames"``, a frame model (any open_clip family) embeds each frame
   once, and the window's embedding is the mean of its frames' normalised embeddings (the paper code's
-  ``avg_frame``).
+  ``avg_frame``);
+- ``pixel_values``: the values a video model reads, ``"model"`` (its authors' convention: S3D-G's
+  frames in [0, 1]) or ``"0-255"`` (the frames' raw values, as RoboCLIP fed S3D-G: its published
+  rewards came from that, so reproducing them takes it; :data:`PIXEL_VALUES`).
 
 A window never holds two episodes' frames: at an env's reset its window starts again, the new
 episode's first frame standing in for the frames before it until K have been drawn.
@@ -30,6 +33,8 @@ import numpy as np
 
 from vlmrm_fast.checks import FieldError, one_of, positive_int
 
+#: The values a video model reads: its authors' convention, or the frames' raw 0-255 values (RoboCLIP's S3D-G).
+PIXEL_VALUES = ("model", "0-255")
 #: When a window is scored: on the schedule's steps, the window ending there; or once per episode.
 TIMINGS = ("streamed", "episode_end")
 #: How a window becomes one embedding: a video model reads it, or a frame model's embeddings are averaged.
@@ -44,11 +49,13 @@ class WindowSpec:
     frames: int
     timing: str = "streamed"
     embedding: str = "video"
+    pixel_values: str = "model"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "frames", positive_int(self.frames, "frames"))
         one_of(self.timing, "timing", TIMINGS)
         one_of(self.embedding, "embedding", EMBEDDINGS)
+        one_of(self.pixel_values, "pixel_values", PIXEL_VALUES)
 
     @classmethod
     def of(cls, value: Any, name: str = "window") -> WindowSpec | None:
@@ -59,7 +66,9 @@ class WindowSpec:
             raise FieldError(name, f"must be a mapping such as {{frames: 8}}, got {value!r}")
         unknown = sorted(set(value) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
-            raise FieldError(f"{name}.{unknown[0]}", "unknown field; a window has frames, timing and embedding")
+            raise FieldError(
+                f"{name}.{unknown[0]}", "unknown field; a window has frames, timing, embedding and pixel_values"
+            )
         if "frames" not in value:
             raise FieldError(f"{name}.frames", "is required: how many frames a window holds, e.g. 8")
         try:
@@ -69,9 +78,10 @@ class WindowSpec:
 
     def describe(self) -> str:
         embedded = "the mean of its frame embeddings" if self.embedding == "mean_of_frames" else "the video model"
+        values = ", read as raw 0-255 values" if self.pixel_values == "0-255" else ""
         if self.timing == "episode_end":
-            return f"one window per episode, {self.frames} frames up to its last step, embedded by {embedded}"
-        return f"the last {self.frames} frames, embedded by {embedded}"
+            return f"one window per episode, {self.frames} frames up to its last step, embedded by {embedded}{values}"
+        return f"the last {self.frames} frames, embedded by {embedded}{values}"
 
 
 def subsample_indices(window: int, num_frames: int) -> list[int]:
@@ -118,6 +128,14 @@ def is_video_model(model: str) -> bool:
     from vlmrm_fast.models.video import known_video_models
 
     return model in known_video_models()
+
+
+def reads_unit_pixels(model: str) -> bool:
+    """Whether video model ``model`` reads frames as plain [0, 1] values (no mean or std of its own: S3D-G)."""
+    from vlmrm_fast.models.video import video_model_info
+
+    spec = video_model_info(model).preprocess
+    return spec.mean == (0.0, 0.0, 0.0) and spec.std == (1.0, 1.0, 1.0)
 
 
 def video_model_names() -> str:
@@ -170,6 +188,12 @@ def check_window_fields(spec: Any) -> None:
             "between_scores",
             "window.timing: episode_end scores each episode once, on its last step: the steps before get 0; "
             "leave between_scores at zero",
+        )
+    if window.pixel_values == "0-255" and not (video and reads_unit_pixels(model)):
+        raise FieldError(
+            "window.pixel_values",
+            f"'0-255' is RoboCLIP's input to S3D-G, whose authors' frames are in [0, 1]; {model!r} reads its own "
+            "normalised values: leave window.pixel_values out (model)",
         )
     if not video:
         return

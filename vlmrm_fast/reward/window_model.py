@@ -257,6 +257,8 @@ class VideoWindowModel(WindowRewardModel):
         spec = video.info.preprocess
         if resize_mode is not None:  # the geometry only: the model's own mean and std stay
             spec = dataclasses.replace(spec, resize_mode=resize_mode)
+        if window.pixel_values == "0-255":  # RoboCLIP's S3D-G input: (x / 255 - 0) / (1 / 255), the raw values
+            spec = dataclasses.replace(spec, std=(1 / 255, 1 / 255, 1 / 255))
         self.preprocessor = FramePreprocessor(spec, self.device, video.dtype)
         self._item_shape = ring_item_shape(video.info)
         self.keeps_features = self._item_shape == video.info.frame_feature_shape

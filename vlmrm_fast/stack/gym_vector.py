@@ -333,7 +333,10 @@ def _sync_vector_env(
     stack = _with_episode_length(stack, max_episode_steps)
     # Planned as FastVLMRewardVecEnv plans it (a batch physics is refused for a task without a batch-env
     # version, naming the one that runs it), and built by the same builder, gymnasium's vector env holding the envs.
-    env, reward, _ = specs_of_arguments("make_vec", task, num_envs, stack)
+    # gymnasium's vector env holds the sub-envs, each drawing its own render() (the batched drawing runs under
+    # FastVLMRewardVecEnv): no renderer unless one is named, which the builder then refuses in one line
+    own_render = {"renderer": None} if stack.get("physics", "auto") in ("auto", "gym") else {}
+    env, reward, _ = specs_of_arguments("make_vec", task, num_envs, {**own_render, **stack})
     plan = plan_stack(env, reward)
     assert not plan.batch_env, "a task without a batch-env version runs its gymnasium envs"
     mode = AutoresetMode(autoreset_mode)

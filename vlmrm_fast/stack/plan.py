@@ -42,6 +42,7 @@ from vlmrm_fast.checks import FieldError, positive_int
 from vlmrm_fast.envs import TaskSpec
 from vlmrm_fast.envs.spec import EnvSpec
 from vlmrm_fast.physics import AUTO_ORDER, PHYSICS, Physics
+from vlmrm_fast.physics.simulator import HOST_DATA
 from vlmrm_fast.rendering import RENDERERS, choose_renderer
 from vlmrm_fast.reward.protocol import RewardModel, check_reward_model
 from vlmrm_fast.reward.schedule import schedule_of
@@ -58,6 +59,8 @@ logger = logging.getLogger(__name__)
 
 #: EnvSpec fields that the keyword fronts take as keywords (task and num_envs come first, by position).
 ENV_ARGUMENTS = tuple(field.name for field in dataclasses.fields(EnvSpec) if field.name not in ("task", "n_envs"))
+#: The paths a stack's frames take (``StackPlan.path``), fastest first.
+PATHS = ("batch env", "batched drawing", "generic")
 #: What a stack takes beside the two specs: the first reset's seed, gymnasium envs' keywords, and
 #: whether the rewards are left to the caller (episode batches).
 OPTIONS = ("seed", "env_kwargs", "defer_rewards")
@@ -101,6 +104,15 @@ class StackPlan:
         """Whether the envs run in the batch env (else in the task's gymnasium envs)."""
         return PHYSICS[self.physics].batch_env
 
+    @property
+    def path(self) -> str:
+        """The stack's path, one of :data:`PATHS`: the batch env; the task's gymnasium envs stepping
+        themselves, drawn all at once by the renderer (the batched drawing, ``stack.drawn_env``); or those
+        envs drawing their own frames (the generic path)."""
+        if self.batch_env:
+            return "batch env"
+        return "generic" if self.renderer is None else "batched drawing"
+
     def env_factory(self, **env_kwargs: Any) -> Callable[[], gymnasium.Env]:
         """A factory of one gymnasium env of the task as the plan draws, steps and ends it (frame size,
         scene assets, the solver, episode length, time limit): the envs of ``physics="gym"``, and a run's
@@ -119,6 +131,10 @@ class StackPlan:
         sizes = sorted({r.stop - r.start for r in self.ranges})
         ranges = f"{len(self.ranges)} range{'s' if len(self.ranges) > 1 else ''} of {'/'.join(map(str, sizes))} envs"
         drawn = f"renderer {self.renderer}" if self.renderer else "frames drawn by the gymnasium envs"
+        if self.path == "batched drawing":
+            drawn = f"the gymnasium envs' data drawn by renderer {self.renderer}"
+        if self.env.env_processes:
+            drawn += ", each env stepped in a worker process"
         solver = f" ({self.solver} solver)" if self.solver else ""
         scored = ", rewards left to episode batches" if self.defer_rewards else ""
         terminal = (
@@ -150,6 +166,10 @@ def plan_stack(
     """
     env = env.with_task_defaults()
     task = env.task_spec()
+    if task.extra is not None:  # an optional suite: refused here, naming its pip command, before anything is made
+        from vlmrm_fast.envs.extras import require
+
+        require(task.extra, f"task {task.name!r}")
     if not isinstance(reward, RewardModelSpec):
         check_reward_model(reward)
     device = resolve_device(reward.device) if isinstance(reward, RewardModelSpec) else torch.device(reward.device)
@@ -163,12 +183,7 @@ def plan_stack(
     physics = _choose_physics(env, task, renderer, device, batch_env_only)
     row = PHYSICS[physics]
     if not row.batch_env:
-        if env.renderer not in ("auto", None):
-            raise ValueError(
-                f"renderer={env.renderer!r} draws the MuJoCo batch env's tasks; task {task.name!r} runs on "
-                f"gymnasium envs (physics={physics!r}), which draw their own frames"
-            )
-        renderer = None
+        renderer = _drawing_renderer(env.renderer, task, device)
     solver = _choose_solver(env, task, row)
     if not row.steps_in_ranges and env.pipeline_chunks not in ("auto", 1):
         raise ValueError(
@@ -277,6 +292,39 @@ def _pairing_problem(physics: Physics, renderer: str | None, task: TaskSpec, dev
     )
 
 
+def _drawing_renderer(requested: str | None, task: TaskSpec, device: torch.device) -> str | None:
+    """The renderer that draws the task's gymnasium envs from their own data (the batched drawing) for
+    ``requested`` (a row, "auto", or None: each env its own ``render()``): "auto" EGL where it is available
+    and the task's envs are MuJoCo envs it can draw (its picture is their ``render()``'s; None otherwise: the
+    generic path); a named one refused, in one line, where it cannot."""
+    if requested is None:
+        return None
+    # "auto" draws exactly what each env's render() would: EGL first (MuJoCo Warp's picture is a ray tracer's)
+    drawers = sorted((name for name in RENDERERS if HOST_DATA in RENDERERS[name].draws), key=lambda n: n != "egl")
+    if requested == "auto":
+        if task.drawing is None:
+            return None
+        return next((name for name in drawers if RENDERERS[name].unavailable(device) is None), None)
+    if task.drawing is None:
+        raise ValueError(
+            f"renderer={requested!r} draws MuJoCo envs from their data, and task {task.name!r} runs envs that are not "
+            "MuJoCo envs the batch renderers can draw (gymnasium's MujocoEnv, gymnasium-robotics, dm_control through "
+            "shimmy): leave the renderer out, and they draw their own frames"
+        )
+    if requested not in drawers:
+        raise ValueError(
+            f"renderer={requested!r} draws a batch env's simulations, not gymnasium envs' own data; task "
+            f"{task.name!r} runs on its gymnasium envs: use renderer={' or '.join(map(repr, drawers))}, or 'auto'"
+        )
+    why = RENDERERS[requested].unavailable(device)
+    if why is not None:
+        raise RuntimeError(
+            f"renderer={requested!r} needs {RENDERERS[requested].needs}: {why}; or leave the renderer out (the "
+            "envs draw their own frames)"
+        )
+    return requested
+
+
 def _choose_solver(env: EnvSpec, task: TaskSpec, row: Physics) -> str | None:
     """The solver the task's model runs with: the spec's, else the physics' default (None: the model's
     own); refused where the physics cannot run it, or the task has no MuJoCo model."""
@@ -319,7 +367,6 @@ def build_stack(
     the reward model that scores them (``reward`` as loaded, or loaded from it for the plan). ``vector``
     holds the gymnasium envs, given their factories: SB3's ``DummyVecEnv`` unless it says otherwise
     (gymnasium's ``SyncVectorEnv``, for the gymnasium vector API)."""
-    from stable_baselines3.common.vec_env import DummyVecEnv
 
     from vlmrm_fast.stack.batch_env import MujocoBatchVecEnv
     from vlmrm_fast.stack.wrappers import RecordFrame
@@ -344,13 +391,39 @@ def build_stack(
             solver=plan.solver,
             score_terminal_on=plan.env.score_terminal_on,
         )
+    elif plan.renderer is not None:  # the batched drawing
+        from vlmrm_fast.envs.mujoco_drawing import RecordDrawState
+        from vlmrm_fast.stack.drawn_env import DrawnVecEnv
+
+        if vector is not None:
+            raise ValueError(
+                "gymnasium's vector API draws each sub-env's render(); the batched drawing runs under "
+                "FastVLMRewardVecEnv: leave the renderer out (renderer=None)"
+            )
+        make = plan.env_factory(**(env_kwargs or {}))
+        drawn: list[Callable[[], gymnasium.Env]] = [lambda: RecordDrawState(make())] * plan.env.n_envs
+        venv = DrawnVecEnv(
+            _vector_of(drawn, plan.env.env_processes),
+            renderer=plan.renderer,
+            device=plan.device,
+            score_terminal_on=plan.env.score_terminal_on,
+        )
     else:
         make = plan.env_factory(**(env_kwargs or {}))
         recording: list[Callable[[], gymnasium.Env]] = [
             lambda: RecordFrame(make())
         ] * plan.env.n_envs  # (the frame of each reached state in its info)
-        venv = (vector or DummyVecEnv)(recording)
+        venv = (vector or (lambda envs: _vector_of(envs, plan.env.env_processes)))(recording)
     return venv, model
+
+
+def _vector_of(factories: list[Callable[[], gymnasium.Env]], processes: bool) -> Any:
+    """SB3's vector env of the gymnasium envs ``factories`` make: all in this process (``DummyVecEnv``), or
+    each in a worker process of its own (``processes``: ``SubprocVecEnv``, started with forkserver where
+    the platform has it, as SB3 does)."""
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    return SubprocVecEnv(factories) if processes else DummyVecEnv(factories)
 
 
 def load_for(plan: StackPlan, spec: RewardModelSpec) -> RewardModel:

@@ -126,6 +126,7 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
             pipeline_chunks=plan.ranges,
             defer_rewards=plan.defer_rewards,
             env_reward_weight=plan.env.env_reward_weight,
+            episode_length=plan.env.episode_length,  # the plan's, whatever VecEnv holds the envs
             score_terminal_on=plan.env.score_terminal_on,
         )
         if seed is not None:

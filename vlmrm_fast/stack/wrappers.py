@@ -30,7 +30,7 @@ from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 
 from vlmrm_fast.checks import number, one_of
 from vlmrm_fast.envs.time_limits import SCORE_TERMINAL_ON
-from vlmrm_fast.frames.views import HostFrames, SteppedFrameSource
+from vlmrm_fast.frames.views import DrawnFrameSource, HostFrames, SteppedFrameSource
 from vlmrm_fast.reward.protocol import RewardModel, check_reward_model
 from vlmrm_fast.reward.schedule import schedule_of
 from vlmrm_fast.reward.window import check_window_for_terminal_frames
@@ -123,10 +123,13 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         self._scorer = ChunkedScorer(reward_model, ranges, episode_length=episode_length)
         self._resetting: np.ndarray | None = None  # envs the next step only resets (next-step autoreset)
         self._source: SteppedFrameSource | None = venv if isinstance(venv, SteppedFrameSource) else None
-        if self._source is not None and self._source.score_terminal_on != self.score_terminal_on:
+        # A VecEnv that draws its step's frames itself after stepping (the batched drawing of gymnasium envs).
+        self._drawn: DrawnFrameSource | None = venv if isinstance(venv, DrawnFrameSource) else None
+        drawer = self._source or self._drawn
+        if drawer is not None and drawer.score_terminal_on != self.score_terminal_on:
             raise ValueError(
-                f"score_terminal_on={self.score_terminal_on!r}: the batch env draws the frame of an episode's last "
-                f"step itself, as {self._source.score_terminal_on!r}; build it with the same score_terminal_on"
+                f"score_terminal_on={self.score_terminal_on!r}: the VecEnv draws the frame of an episode's last "
+                f"step itself, as {drawer.score_terminal_on!r}; build it with the same score_terminal_on"
             )
         self._frames = HostFrames()
         self._actions: np.ndarray | None = None
@@ -161,6 +164,11 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
             obs, env_rewards, dones, infos = self._source.step_in_ranges(
                 actions, scorer.chunks, scorer.render_stream, self._score
             )
+        elif self._drawn is not None:  # it steps, then draws every env's frame (its own stages: physics, render)
+            obs, env_rewards, dones, infos = self.venv.step_wait()
+            scorer.begin(last=dones)
+            for rows in scorer.chunks:
+                self._score(rows, self._drawn.lend_frames(rows, scorer.render_stream))
         else:
             with timer.stage("physics_render"):
                 obs, env_rewards, dones, infos = self.venv.step_wait()
@@ -201,6 +209,8 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         self.timer = StageTimer(enabled, self.reward_model.device)
         if self._source is not None:
             self._source.timer = self.timer
+        if self._drawn is not None:
+            self._drawn.timer = self.timer
         return self.timer
 
     def last_frames(self) -> torch.Tensor:
@@ -211,10 +221,11 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         """
         if not self._stepped:
             raise RuntimeError("no step has been taken yet")
-        if self._source is None:
+        drawer = self._source or self._drawn
+        if drawer is None:
             return self._frames.tensor
         device = self.reward_model.device
-        frames = self._source.last_frames(device if device.type == "cuda" else None)
+        frames = drawer.last_frames(device if device.type == "cuda" else None)
         return frames if isinstance(frames, torch.Tensor) else torch.from_numpy(frames)
 
 

@@ -273,7 +273,7 @@ class PolicyVideo(BaseCallback):
                     obs, _, terminated, truncated, _ = env.step(action)
                     episode_frames.append(env.render())
                     done = terminated or truncated
-                vlm_returns.append(float(self.reward_model(np.stack(episode_frames)).sum()))
+                vlm_returns.append(self._vlm_return(np.stack(episode_frames)))
                 frames += episode_frames
         finally:
             env.close()
@@ -294,6 +294,24 @@ class PolicyVideo(BaseCallback):
             "video/policy_gif", Video(np.stack(frames), self.fps), exclude=("stdout", "log", "json", "csv")
         )
         return path
+
+    def _vlm_return(self, frames: np.ndarray) -> float:
+        """The VLM reward summed over a filmed episode's frames (L, H, W, 3): each frame's, or a window model's
+        windows as the run scores them (one per episode over its frames, or each step's last K frames)."""
+        window = getattr(self.reward_model, "window", None)
+        if window is None:
+            return float(self.reward_model(frames).sum())
+        from vlmrm_fast.reward.window import episode_end_frames, streamed_window
+
+        length = len(frames)
+        if window.timing == "episode_end":
+            if length < window.frames:  # ended before a window filled: the run scores it no reward either
+                return 0.0
+            windows = episode_end_frames(length, window.frames)[None]
+        else:
+            windows = np.stack([streamed_window(step, window.frames) for step in range(length)])
+        scores = self.reward_model.score_windows(frames, windows).float().cpu().numpy()  # type: ignore[attr-defined]
+        return float((scores if scores.ndim == 1 else scores[:, 0]).sum())
 
     def _normalize(self, obs: np.ndarray) -> np.ndarray:
         normalize = getattr(self.model.get_vec_normalize_env(), "normalize_obs", None)

@@ -25,6 +25,7 @@ import shutil
 from typing import Any
 
 from vlmrm_fast.failures import ExpectedFailure
+from vlmrm_fast.physics import PHYSICS
 from vlmrm_fast.training import checkpoints
 from vlmrm_fast.training.config import identity_differences, upgraded_identity
 from vlmrm_fast.training.curves import CURVES_CSV, CURVES_PNG
@@ -127,6 +128,10 @@ def check_resumed_choices(saved: dict[str, Any] | None, plan: Any) -> None:
         return
     now = resolved_choices(plan)
     changed = [place for place in RESOLVED_CHOICES if place in saved and saved[place] != now[place]]
+    if saved.get("env.physics") == now["env.physics"] and not PHYSICS[now["env.physics"]].batch_env:
+        # gymnasium envs: the batched drawing draws each env's render() picture exactly, so whether a renderer
+        # draws them or they draw themselves changes neither the frames nor the dynamics
+        changed = [place for place in changed if place != "env.renderer"]
     if not changed:
         return
 
@@ -138,7 +143,7 @@ def check_resumed_choices(saved: dict[str, Any] | None, plan: Any) -> None:
         f"{named(now[place])} here"
         for place in changed
     )
-    pins = " and ".join(f"{place}: {saved[place]}" for place in changed if saved[place] is not None)
+    pins = " and ".join(f"{place}: {'null' if saved[place] is None else saved[place]}" for place in changed)
     raise RunFolderError(
         f"--resume: {what}; to resume the run as it ran, set {pins} in the config (the frames or the dynamics "
         f"would change otherwise), or start a new run (--output-dir, or --overwrite)"
