@@ -13,8 +13,8 @@ model score each env's window of frames instead of its single frame (docs/video-
   once, and the window's embedding is the mean of its frames' normalised embeddings (the paper code's
   ``avg_frame``);
 - ``pixel_values``: the values a video model reads, ``"model"`` (its authors' convention: S3D-G's
-  frames in [0, 1]) or ``"0-255"`` (the frames' raw values, as RoboCLIP fed S3D-G: its published
-  rewards came from that, so reproducing them takes it; :data:`PIXEL_VALUES`).
+  frames in [0, 1]) or ``"0-255"`` (the frames' raw values, as RoboCLIP's Meta-World runs fed S3D-G:
+  reproducing those rewards takes it; its kitchen runs fed [0, 1]; :data:`PIXEL_VALUES`).
 
 A window never holds two episodes' frames: at an env's reset its window starts again, the new
 episode's first frame standing in for the frames before it until K have been drawn.

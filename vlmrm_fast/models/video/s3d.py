@@ -6,7 +6,7 @@ with batch norm and ReLU) in Inception blocks, each branch gated by a sigmoid of
 spatio-temporal mean, after a space-to-depth rearrangement of the input (2x2x2 blocks of pixels
 into channels, the TPU trick of the released weights), then a mean over time and space and a
 linear layer into the 512-dimensional joint space. It reads 32 frames with values in [0, 1]
-(its authors' convention; RoboCLIP fed it raw 0-255 values instead).
+(its authors' convention; RoboCLIP's Meta-World runs fed it raw 0-255 values instead).
 
 The text tower is a bag of words: a prompt is lowercased and split into words (``[\\w']+``), each
 word known to the dictionary (``s3d_dict.npy``, a numpy array of words; word ``i`` has token
