@@ -62,13 +62,13 @@ void bind_render(py::module_& m) {
           py::arg("qpos"), "Draw the frames of qpos (num_envs, nq).")
       .def(
           "render_sim",
-          [](render::BatchRenderer& r, sim::BatchSim& s, int start, int count) {
+          [](render::BatchRenderer& r, sim::BatchSim& s, int start, int count, bool kinematics) {
             py::gil_scoped_release release;
-            r.render(s, start, count);
+            r.render(s, start, count, kinematics);
           },
-          py::arg("sim"), py::arg("start") = 0, py::arg("count") = -1,
+          py::arg("sim"), py::arg("start") = 0, py::arg("count") = -1, py::arg("kinematics") = true,
           "Draw the current state of the simulator's simulations [start, start + count) (count -1: to the "
-          "end).")
+          "end); kinematics=False draws each simulation's data as it lies (its last forward pass's poses).")
       .def(
           "copy_frames",
           [](render::BatchRenderer& r, uintptr_t out) {

@@ -16,20 +16,23 @@ namespace vlmrm::render {
 namespace {
 
 // Per-simulation scene update, run by mjb_apply: kinematics of the current
-// state (all mj_forward computes from positions), then the scene as
-// mujoco.Renderer.update_scene builds it. Plain pointers only: MuJoCo may
-// unwind this function with longjmp.
+// state (all mj_forward computes from positions) unless the data is drawn as
+// it lies, then the scene as mujoco.Renderer.update_scene builds it. Plain
+// pointers only: MuJoCo may unwind this function with longjmp.
 struct SceneArgs {
   mjvScene* scenes;
   const mjvOption* option;
   const mjvCamera* camera;
   int32_t* overflow;
+  bool kinematics;
 };
 
 void update_scene_one(const mjModel* m, mjData* d, int sim, void* arg) {
   const SceneArgs* a = static_cast<const SceneArgs*>(arg);
-  mj_fwdPosition(m, d);
-  mj_sensorPos(m, d);
+  if (a->kinematics) {
+    mj_fwdPosition(m, d);
+    mj_sensorPos(m, d);
+  }
   mjvCamera camera = *a->camera;
   mjvScene* scene = a->scenes + sim;
   mjv_updateScene(m, d, a->option, nullptr, &camera, mjCAT_ALL, scene);
@@ -264,11 +267,11 @@ void BatchRenderer::render(const double* qpos) {
     std::copy(qpos + i * nq, qpos + (i + 1) * nq, rows + i * stride);
   }
   check_not_lent();
-  update_scenes(*positions_, 0, config_.num_envs);
+  update_scenes(*positions_, 0, config_.num_envs, true);
   draw_and_read(0, config_.num_envs);
 }
 
-void BatchRenderer::render(sim::BatchSim& sim, int start, int count) {
+void BatchRenderer::render(sim::BatchSim& sim, int start, int count, bool kinematics) {
   std::lock_guard<std::mutex> lock(mutex_);
   check_open();
   check_not_lent();
@@ -285,12 +288,12 @@ void BatchRenderer::render(sim::BatchSim& sim, int start, int count) {
                                 std::to_string(start + count) + ") are not a range of [0, " +
                                 std::to_string(config_.num_envs) + ")");
   }
-  update_scenes(sim, start, count);
+  update_scenes(sim, start, count, kinematics);
   draw_and_read(start, count);
 }
 
-void BatchRenderer::update_scenes(sim::BatchSim& sim, int start, int count) {
-  SceneArgs args{scenes_.data(), &option_, &camera_, overflow_.data()};
+void BatchRenderer::update_scenes(sim::BatchSim& sim, int start, int count, bool kinematics) {
+  SceneArgs args{scenes_.data(), &option_, &camera_, overflow_.data(), kinematics};
   has_frames_ = false;
   if (count == config_.num_envs) {
     sim.apply(update_scene_one, &args, false);

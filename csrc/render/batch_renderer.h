@@ -73,8 +73,10 @@ class BatchRenderer {
   void render(const double* qpos);
   // Draws the current state of the simulator's simulations [start, start +
   // count) (count < 0: to the end) into their frames, on its threads; the other
-  // frames keep what they hold.
-  void render(sim::BatchSim& sim, int start = 0, int count = -1);
+  // frames keep what they hold. kinematics: the bodies' poses computed from
+  // the positions first (the state reached); false: the data drawn as it lies
+  // (after mj_step, the poses of its last forward pass, as gymnasium draws).
+  void render(sim::BatchSim& sim, int start = 0, int count = -1, bool kinematics = true);
 
   // The last frames, upright, as num_envs x height x width x 3 uint8 in host memory.
   void copy_frames(uint8_t* out);
@@ -125,7 +127,7 @@ class BatchRenderer {
   struct ContextScope;
   void check_open() const;
   void check_not_lent() const;
-  void update_scenes(sim::BatchSim& sim, int start, int count);
+  void update_scenes(sim::BatchSim& sim, int start, int count, bool kinematics);
   void draw_and_read(int start, int count);
   const uint8_t* map_host_locked();
   void unmap_host_locked();

@@ -44,9 +44,9 @@ class BatchRenderer:
         """
         Draw the frames of qpos (num_envs, nq).
         """
-    def render_sim(self, sim: vlmrm_fast._core.sim.BatchSim, start: typing.SupportsInt | typing.SupportsIndex = 0, count: typing.SupportsInt | typing.SupportsIndex = -1) -> None:
+    def render_sim(self, sim: vlmrm_fast._core.sim.BatchSim, start: typing.SupportsInt | typing.SupportsIndex = 0, count: typing.SupportsInt | typing.SupportsIndex = -1, kinematics: bool = True) -> None:
         """
-        Draw the current state of the simulator's simulations [start, start + count) (count -1: to the end).
+        Draw the current state of the simulator's simulations [start, start + count) (count -1: to the end); kinematics=False draws each simulation's data as it lies (its last forward pass's poses).
         """
     @property
     def camera(self) -> int:

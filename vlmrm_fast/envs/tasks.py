@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium
 
-from vlmrm_fast.envs import humanoid, paper_assets
+from vlmrm_fast.envs import humanoid, mujoco_suite, paper_assets
 from vlmrm_fast.envs.classic_control import PAPER_EPISODE_LENGTH, PaperCartPoleEnv, PaperMountainCarContinuousEnv
 from vlmrm_fast.envs.mountain_car import PaperMountainCarContinuousTexturedEnv
 from vlmrm_fast.envs.time_limits import with_time_limit
@@ -186,6 +186,19 @@ TASKS["mountain-car-textured"] = dataclasses.replace(
     asset_files=paper_assets.MOUNTAIN_CAR_FILES,
 )
 
+# gymnasium's MuJoCo v5 suite under its own ids, as batch tasks (envs.mujoco_suite): gymnasium's envs to the bit.
+for _row in mujoco_suite.SUITE.values():
+    TASKS[_row.env_id] = TaskSpec(
+        name=_row.env_id,
+        description=f"gymnasium's {_row.env_id} ({_row.target})",
+        make_env=mujoco_suite.make_env(_row.env_id),
+        target_prompts=(_row.target,),
+        baseline_prompts=(_row.baseline,),
+        episode_length=_row.episode_length,
+        render_size=(mujoco_suite.DEFAULT_RENDER_SIZE, mujoco_suite.DEFAULT_RENDER_SIZE),
+        batch=mujoco_suite.SuiteBatch(_row.env_id),
+    )
+
 # Stock gymnasium ids of the built-in tasks: stock semantics, the task's prompts and frame handling.
 _STOCK_IDS = {
     "CartPole-v1": "cartpole",
@@ -194,12 +207,28 @@ _STOCK_IDS = {
 }
 
 
+def _suite_camera_task(name: str) -> TaskSpec:
+    """A suite task drawn from another camera of its model (``Ant-v5@track``)."""
+    task, camera = name.split("@", 1)
+    mujoco_suite.check_camera(task, camera)
+    return dataclasses.replace(
+        TASKS[task],
+        name=name,
+        description=f"{TASKS[task].description}, seen from its camera {camera!r}",
+        make_env=mujoco_suite.make_env(task, camera),
+        batch=mujoco_suite.SuiteBatch(task, camera),
+    )
+
+
 def _humanoid_scene_task(name: str) -> TaskSpec:
     task, scene = name.split("@", 1)
+    if task in mujoco_suite.SUITE:
+        return _suite_camera_task(name)
     if task not in TASKS or TASKS[task].scene is None:
         humanoids = [t for t, spec in TASKS.items() if spec.scene is not None]
         raise ValueError(
-            f"task {name!r}: only humanoid tasks take a scene (humanoid-kneeling@builtin); they are: {', '.join(humanoids)}"
+            f"task {name!r}: only humanoid tasks take a scene (humanoid-kneeling@builtin), and gymnasium's MuJoCo "
+            f"tasks a camera (Ant-v5@track); the humanoid tasks are: {', '.join(humanoids)}"
         )
     if scene not in humanoid.SCENES:
         raise ValueError(f"task {name!r}: unknown scene {scene!r}; scenes are: {', '.join(humanoid.SCENES)}")

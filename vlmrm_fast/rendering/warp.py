@@ -93,6 +93,7 @@ class _Slot:
     uploaded: Any = None  # CUDA event after the last qpos upload (the staging rows may be rewritten after it)
     drawn: Any = None  # CUDA event after the last draw of the range (its memory is free to go after it)
     graph: Any = None
+    kinematics: bool = True  # the poses computed from qpos first; False: the data drawn as its step left it
 
 
 class WarpBatchRenderer(BatchRendererBase):
@@ -178,25 +179,28 @@ class WarpBatchRenderer(BatchRendererBase):
     def _draw_qpos(self, qpos: np.ndarray) -> None:
         self._draw(qpos, slice(0, self.num_envs), self._current_stream())
 
-    def _draw_sim(self, sim: Any, state: str, start: int, count: int, stream: torch.cuda.Stream | None) -> None:
+    def _draw_sim(
+        self, sim: Any, state: str, start: int, count: int, stream: torch.cuda.Stream | None, kinematics: bool = True
+    ) -> None:
         """On ``stream`` (default: torch's current stream); the host does not wait. A simulator's worlds on
         the device are drawn where they lie (see :meth:`_draw_worlds`)."""
         if state == DEVICE_WORLDS:
-            self._draw_worlds(sim, start, count)
+            self._draw_worlds(sim, start, count, kinematics)
         else:
             self._draw(sim.qpos, slice(start, start + count), stream if stream is not None else self._current_stream())
 
-    def _draw_worlds(self, sim: Any, start: int, count: int) -> None:
+    def _draw_worlds(self, sim: Any, start: int, count: int, kinematics: bool) -> None:
         """Every world of a simulator's device worlds (MuJoCo Warp physics) drawn from its device state: no positions travel and no
-        second Data exists. The launches (kinematics first: after a step the derived fields are a
-        substep old) run on the simulator's stream, after its step; ``ready`` marks them done."""
+        second Data exists. The launches (kinematics first unless the data is drawn as its step left it:
+        after a step the derived fields are those of its last forward pass) run on the simulator's stream,
+        after its step; ``ready`` marks them done."""
         if (start, count) != (0, self.num_envs) or sim.num_envs != self.num_envs:
             raise ValueError(
                 f"a simulator's {sim.num_envs} device worlds are drawn all at once, as it steps them: draw rows "
                 f"0..{self.num_envs - 1} of a simulator of {self.num_envs} (the plan gives physics='warp' one range)"
             )
         wp = self._wp
-        slot = self._world_slot(sim)
+        slot = self._world_slot(sim, kinematics)
         stream = sim.warp_stream
         if stream is None:  # Warp's CPU backend: every call completes before it returns
             with wp.ScopedDevice(self._wp_device):
@@ -213,14 +217,15 @@ class WarpBatchRenderer(BatchRendererBase):
                     slot.graph = capture.graph
             slot.drawn = self._ready = _recorded(wp.stream_to_torch(stream))
 
-    def _world_slot(self, sim: Any) -> _Slot:
+    def _world_slot(self, sim: Any, kinematics: bool) -> _Slot:
         """The render context over a simulator's worlds (its model and Data), made on first use."""
-        key = ("worlds", id(sim.warp_data))
+        key = ("worlds" if kinematics else "worlds as stepped", id(sim.warp_data))
         slot = self._slots.get(key)
         if slot is None:
             if str(sim.device) != str(self.device):
                 raise ValueError(f"the simulator's worlds are on {sim.device}; this renderer draws on {self.device}")
             slot = self._slots[key] = self._make_slot(slice(0, self.num_envs), sim.warp_model, sim.warp_data)
+            slot.kinematics = kinematics
         return slot
 
     @contextlib.contextmanager
@@ -289,9 +294,10 @@ class WarpBatchRenderer(BatchRendererBase):
 
     def _launch(self, slot: _Slot) -> None:
         wp, mjw, m, d = self._wp, self._mjw, slot.model, slot.data
-        mjw.kinematics(m, d)
-        mjw.com_pos(m, d)  # subtree centres of mass: cameras and lights that track them
-        mjw.camlight(m, d)
+        if slot.kinematics:
+            mjw.kinematics(m, d)
+            mjw.com_pos(m, d)  # subtree centres of mass: cameras and lights that track them
+            mjw.camlight(m, d)
         mjw.refit_bvh(m, d, slot.context)
         mjw.render(m, d, slot.context)
         wp.launch(
