@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -57,7 +58,7 @@ from gymnasium.envs.mujoco.swimmer_v5 import SwimmerEnv
 from gymnasium.envs.mujoco.walker2d_v5 import Walker2dEnv
 
 from vlmrm_fast.envs.humanoid import free_camera_pose
-from vlmrm_fast.physics.simulator import UniformNoise
+from vlmrm_fast.physics.simulator import OutputSpec, UniformNoise
 
 #: The model camera that sees what gymnasium's default free camera sees (added to every suite model).
 GYMNASIUM_VIEW = "vlmrm_gymnasium"
@@ -478,7 +479,7 @@ class SuiteRow:
     env_class: type
     target: str
     baseline: str
-    outputs: tuple[str, ...]
+    outputs: tuple[OutputSpec, ...]
     observe: Callable[[Params, Fields], Any]
     reward: Reward
     reset_noise: Callable[[dict[str, Any]], Any]
@@ -502,8 +503,18 @@ class SuiteRow:
         return expand_model_path(self.defaults["xml_file"])
 
 
-_QPOS_VELOCITY = ("qpos", "qvel")
-_HUMANOID_FIELDS = ("qpos", "qvel", "cinert", "cvel", "qfrc_actuator", "cfrc_ext", "ctrl", "ten_length", "ten_velocity")
+_QPOS_VELOCITY: tuple[OutputSpec, ...] = ("qpos", "qvel")
+_HUMANOID_FIELDS: tuple[OutputSpec, ...] = (
+    "qpos",
+    "qvel",
+    "cinert",
+    "cvel",
+    "qfrc_actuator",
+    "cfrc_ext",
+    "ctrl",
+    "ten_length",
+    "ten_velocity",
+)
 
 SUITE: dict[str, SuiteRow] = {
     row.env_id: row
@@ -679,7 +690,10 @@ def suite_model(env_id: str, render_size: int | None = None) -> mujoco.MjModel:
         xyaxes=xyaxes,
         fovy=spec.visual.global_.fovy,  # the free camera's field of view
     )
-    model = spec.compile()
+    with warnings.catch_warnings():
+        # half_cheetah.xml's settotalmass: MuJoCo prints its deprecation for gymnasium's file itself, as for gymnasium
+        warnings.filterwarnings("ignore", message="compiler attribute 'settotalmass' is deprecated")
+        model = spec.compile()
     if render_size is not None:
         model.vis.global_.offwidth = max(model.vis.global_.offwidth, render_size)
         model.vis.global_.offheight = max(model.vis.global_.offheight, render_size)
