@@ -253,3 +253,27 @@ def test_warp_physics_runs_every_task_within_the_stated_tolerance():
             assert info_w[0].keys() == info_c[0].keys()
         warp.close()
         cpu.close()
+
+
+def test_the_locomotion_config_trains_shrunk_on_the_cpu(tmp_path):
+    """configs/halfcheetah-running.yaml, with the tiny CLIP, two envs and a short run: vlmrm-fast train runs it."""
+    import pathlib
+
+    import yaml
+
+    from vlmrm_fast.cli import main as cli_main
+
+    config = yaml.safe_load(
+        (pathlib.Path(__file__).resolve().parents[1] / "configs/halfcheetah-running.yaml").read_text()
+    )
+    config["output_dir"] = str(tmp_path / "run")
+    config["reward"].update(model="vlmrm-tiny", device="cpu")
+    config["env"].update(n_envs=2, episode_length=10, render_size=32)
+    config["rl"].update(total_timesteps=40, device="cpu")
+    config["rl"]["kwargs"].update(learning_starts=20, batch_size=8, buffer_size=40, train_freq=2, gradient_steps=1)
+    config["logging"].update(checkpoint_every=40, video_every=40)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert cli_main(["train", str(path)]) == 0
+    assert (tmp_path / "run" / "final_model.zip").is_file()
+    assert list((tmp_path / "run" / "videos").glob("*.mp4"))
