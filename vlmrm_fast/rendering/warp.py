@@ -27,9 +27,11 @@ worlds on the device where it offers them (MuJoCo Warp physics), else its positi
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import copy
 import dataclasses
+import os
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -37,7 +39,7 @@ import mujoco
 import numpy as np
 import torch
 
-from vlmrm_fast.checks import FieldError
+from vlmrm_fast.checks import FieldError, positive_int
 from vlmrm_fast.frames.views import FrameLayout, FrameView
 from vlmrm_fast.physics.simulator import DEVICE_WORLDS, HOST_POSITIONS
 from vlmrm_fast.rendering.base import BatchRendererBase
@@ -94,6 +96,7 @@ class _Slot:
     drawn: Any = None  # CUDA event after the last draw of the range (its memory is free to go after it)
     graph: Any = None
     kinematics: bool = True  # the poses computed from qpos first; False: the data drawn as its step left it
+    loaded: bool = False  # drawn once: Warp's modules are loaded (CPU backend: later draws may run on threads)
 
 
 class WarpBatchRenderer(BatchRendererBase):
@@ -108,6 +111,8 @@ class WarpBatchRenderer(BatchRendererBase):
         device: "cuda", "cuda:N", "cpu", or None / "auto" (the first GPU when there is one).
         shadows: cast shadows; None: when a light of the model casts them.
         cuda_graph: replay each range's launches as one CUDA graph (GPU only).
+        cpu_threads: on Warp's CPU backend, which runs a kernel on one thread, the envs of a draw are split
+            into this many parts drawn at once on as many threads (None: one per CPU this process may use).
     """
 
     draws: ClassVar[tuple[str, ...]] = (DEVICE_WORLDS, HOST_POSITIONS)
@@ -123,7 +128,9 @@ class WarpBatchRenderer(BatchRendererBase):
         *,
         shadows: bool | None = None,
         cuda_graph: bool = True,
+        cpu_threads: int | None = None,
     ) -> None:
+        self._workers: concurrent.futures.ThreadPoolExecutor | None = None
         self._slots: dict[tuple[Any, int], _Slot] = {}  # by range (start, stop), or a simulator's worlds
         self._closed = True  # until built
         wp, mjw = import_warp()
@@ -143,6 +150,10 @@ class WarpBatchRenderer(BatchRendererBase):
         self._frames = torch.zeros((self.num_envs, self.height, self.width, 3), dtype=torch.uint8, device=self.device)
         self._ready: torch.cuda.Event | None = None
         self._capture_stream: Any = None  # a wp.Stream of this renderer's own, made at the first capture
+        threads = len(os.sched_getaffinity(0)) if cpu_threads is None else positive_int(cpu_threads, "cpu_threads")
+        self._cpu_parts = min(threads, self.num_envs) if self.device.type == "cpu" else 1
+        if self._cpu_parts > 1:
+            self._workers = concurrent.futures.ThreadPoolExecutor(self._cpu_parts, thread_name_prefix="warp-draw")
         self._closed = False
 
     @classmethod
@@ -242,6 +253,9 @@ class WarpBatchRenderer(BatchRendererBase):
         for event in self._pending_events():
             event.synchronize()
         self._slots.clear()
+        if self._workers is not None:
+            self._workers.shutdown()
+            self._workers = None
         # The device model and frames go now, not when a reference cycle through this renderer is collected.
         self._model = self._render_model = self._ready = None
         self._frames = self._frames.new_empty(0)
@@ -253,6 +267,9 @@ class WarpBatchRenderer(BatchRendererBase):
 
     # ------------------------------------------------------------------- drawing
     def _draw(self, qpos: np.ndarray, rows: slice, stream: torch.cuda.Stream | None) -> None:
+        if stream is None and self._cpu_parts > 1:
+            self._draw_on_cpus(qpos, rows)
+            return
         slot = self._slot(rows)
         qpos_device, staging = slot.qpos, slot.staging
         assert qpos_device is not None and staging is not None, "a range's slot uploads positions"
@@ -279,6 +296,26 @@ class WarpBatchRenderer(BatchRendererBase):
                 if self.cuda_graph:
                     slot.graph = self._capture(slot)
             slot.drawn = self._ready = _recorded(stream)
+
+    def _draw_on_cpus(self, qpos: np.ndarray, rows: slice) -> None:
+        """Warp's CPU backend: the envs of ``rows`` in up to ``cpu_threads`` consecutive parts, each its own
+        slot, drawn at once on as many threads (a kernel launch leaves Python's lock while it runs). The first
+        draw of a slot loads Warp's modules, one slot after another; Warp's default device is set here, once,
+        for all of them (it is the process's, not a thread's)."""
+        bounds = np.linspace(rows.start, rows.stop, min(self._cpu_parts, rows.stop - rows.start) + 1).astype(int)
+        slots = [self._slot(slice(int(a), int(b))) for a, b in zip(bounds[:-1], bounds[1:])]
+        for slot in slots:
+            assert slot.qpos is not None and slot.staging is not None, "a range's slot uploads positions"
+            slot.staging.numpy()[:] = qpos[slot.rows]
+            slot.qpos.copy_(slot.staging)
+        with self._wp.ScopedDevice(self._wp_device):
+            if all(slot.loaded for slot in slots) and self._workers is not None:
+                for done in [self._workers.submit(self._launch, slot) for slot in slots]:
+                    done.result()
+            else:
+                for slot in slots:
+                    self._launch(slot)
+                    slot.loaded = True
 
     def _capture(self, slot: _Slot):
         """The range's launches captured into a graph, on this renderer's own stream (nothing runs)."""
