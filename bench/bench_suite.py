@@ -28,11 +28,13 @@ import time
 import warnings
 from typing import Any
 
+import gymnasium
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import common  # noqa: E402
 
+from vlmrm_fast.envs import get_task  # noqa: E402
 from vlmrm_fast.models import RandomWeightsWarning  # noqa: E402
 from vlmrm_fast.runtime.profiling import StageTimer  # noqa: E402
 from vlmrm_fast.stack.vec_env import FastVLMRewardVecEnv  # noqa: E402
@@ -54,7 +56,7 @@ class TimedRenders:
 
             def timed(render=render, env=inner):
                 began = time.perf_counter()
-                viewer = env.unwrapped.mujoco_renderer.viewer
+                viewer = getattr(getattr(env.unwrapped, "mujoco_renderer", None), "viewer", None)
                 if viewer is not None:
                     viewer.make_context_current()
                 frame = render()
@@ -121,11 +123,15 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     tasks = [*args.tasks, *([args.reference] if args.reference and args.reference not in args.tasks else [])]
     for task in tasks:
         paths = ["batch"] if task == args.reference else ["batch", "generic", *(["generic-480"] * args.generic_480)]
+        if get_task(task).batch is None:  # a task of the generic path only (classic control)
+            paths = ["generic"]
         stacks = {path: make(task, path, args) for path in paths}
-        space = stacks["batch"].action_space
+        space = next(iter(stacks.values())).action_space
         rng = np.random.default_rng(0)
         actions = [
-            rng.uniform(space.low, space.high, (args.envs, *space.shape)).astype(np.float32)
+            rng.integers(0, space.n, args.envs)
+            if isinstance(space, gymnasium.spaces.Discrete)
+            else rng.uniform(space.low, space.high, (args.envs, *space.shape)).astype(np.float32)
             for _ in range(args.warmup + args.steps)
         ]
         rates: dict[str, list[float]] = {path: [] for path in paths}
