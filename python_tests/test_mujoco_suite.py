@@ -277,3 +277,21 @@ def test_the_locomotion_config_trains_shrunk_on_the_cpu(tmp_path):
     assert cli_main(["train", str(path)]) == 0
     assert (tmp_path / "run" / "final_model.zip").is_file()
     assert list((tmp_path / "run" / "videos").glob("*.mp4"))
+
+
+@pytest.mark.parametrize("task", list(SUITE))
+def test_observations_of_torch_fields_are_the_numpy_ones(task):
+    """A simulator's fields as torch tensors (MuJoCo Warp's on the device) give the same observations."""
+    import torch
+
+    from vlmrm_fast.physics.batch import BatchSimulator
+
+    batch = get_task(task).batch
+    model = batch.build_model(32)
+    with BatchSimulator(model, 3, batch.frame_skip, batch.outputs, rne_post_constraint=True) as sim:
+        sim.reset(seed=0, noise=batch.reset_noise)
+        sim.step(np.full((3, model.nu), 0.3))
+        expected = batch.observation(sim.outputs)
+        got = batch.observation({key: torch.as_tensor(value) for key, value in sim.outputs.items()})
+    assert isinstance(got, torch.Tensor)
+    np.testing.assert_array_equal(got.numpy(), expected)
