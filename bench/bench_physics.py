@@ -67,7 +67,7 @@ def measure(device: str, worlds: int, steps: int, warmup: int, batch_steps: int)
         with_solver(model, "newton"), worlds, task.frame_skip, task.outputs, rne_post_constraint=True, device=device
     )
     warp: dict = {"construct_s": time.perf_counter() - began}
-    sim.reset(seed=0, noise_scale=task.reset_noise_scale)
+    sim.reset(seed=0, noise=task.reset_noise)
     began = time.perf_counter()
     sim.step(actions[0])
     warp["first_step_s"] = time.perf_counter() - began
@@ -78,10 +78,10 @@ def measure(device: str, worlds: int, steps: int, warmup: int, batch_steps: int)
     warp["device_outputs"] = rate(sim, steps)
     sim.host_outputs = True
     began = time.perf_counter()
-    sim.reset(noise_scale=task.reset_noise_scale)
+    sim.reset(noise=task.reset_noise)
     warp["reset_all_ms"] = 1e3 * (time.perf_counter() - began)
     began = time.perf_counter()
-    sim._reset_states.rows(None, seed=None, noise_scale=task.reset_noise_scale, qpos=None, qvel=None)
+    sim._reset_states.rows(None, seed=None, noise=task.reset_noise, qpos=None, qvel=None)
     warp["reset_noise_on_host_ms"] = 1e3 * (time.perf_counter() - began)
     if cuda:
         warp["device_memory_held_mib"] = (free_before - torch.cuda.mem_get_info()[0]) / 2**20
@@ -92,11 +92,11 @@ def measure(device: str, worlds: int, steps: int, warmup: int, batch_steps: int)
 
     if batch_steps:
         cpu = BatchSimulator(model, worlds, task.frame_skip, task.outputs, rne_post_constraint=True)
-        cpu.reset(seed=0, noise_scale=task.reset_noise_scale)
+        cpu.reset(seed=0, noise=task.reset_noise)
         rate(cpu, 1)
         batch = {"threads": cpu.nthread, "solver": "pgs", **rate(cpu, batch_steps)}
         began = time.perf_counter()
-        cpu.reset(noise_scale=task.reset_noise_scale)
+        cpu.reset(noise=task.reset_noise)
         batch["reset_all_ms"] = 1e3 * (time.perf_counter() - began)
         cpu.close()
         result["batch"] = batch

@@ -5,6 +5,7 @@ for it here. Writes a table (stdout, ``--out`` JSON) and one picture per scene: 
 Warp and their absolute difference (x4) for a few poses.
 
     python bench/compare_renderers.py                        # Warp on the CPU backend
+    python bench/compare_renderers.py --tasks Ant-v5 Reacher-v5   # batch tasks, from their cameras, in played states
     python bench/compare_renderers.py --device cuda --out bench/out/renderers_h100.json
 """
 
@@ -39,6 +40,22 @@ BOXES = """
   </worldbody>
 </mujoco>
 """
+
+
+def task_states(task: str, size: int, n: int) -> tuple[mujoco.MjModel, str, np.ndarray]:
+    """A batch task's model and camera, and ``n`` states it reaches: its resets, then 10 steps of random actions."""
+    from vlmrm_fast.envs import get_task
+    from vlmrm_fast.physics.batch import BatchSimulator
+
+    batch = get_task(task).batch
+    model = batch.build_model(size)
+    with BatchSimulator(model, n, batch.frame_skip) as sim:
+        sim.reset(seed=0, noise=batch.reset_noise)
+        rng = np.random.default_rng(0)
+        low, high = model.actuator_ctrlrange.T
+        for _ in range(10):
+            sim.step(rng.uniform(low, high, (n, model.nu)))
+        return model, batch.camera, sim.qpos.copy()
 
 
 def scenes(size: int) -> dict[str, tuple[mujoco.MjModel, str]]:
@@ -78,6 +95,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="where Warp renders: cpu or cuda[:N]")
     parser.add_argument("--sizes", type=int, nargs="+", default=[224])
     parser.add_argument("--poses", type=int, default=8)
+    parser.add_argument("--tasks", nargs="+", default=[], help="batch tasks instead of the built-in scenes")
     parser.add_argument("--out", default="bench/out/renderers.json")
     args = parser.parse_args()
     import imageio.v3 as iio
@@ -87,8 +105,10 @@ def main() -> None:
     rows = []
     print(f"{'scene':<50} {'px':>5} {'mean abs diff':>14} {'PSNR dB':>8}")
     for size in args.sizes:
-        for name, (model, camera) in scenes(size).items():
-            qpos = poses(model, args.poses)
+        cases = {task: task_states(task, size, args.poses) for task in args.tasks} or {
+            name: (model, camera, poses(model, args.poses)) for name, (model, camera) in scenes(size).items()
+        }
+        for name, (model, camera, qpos) in cases.items():
             with EGLBatchRenderer(model, len(qpos), size, size, camera=camera) as egl:
                 expected = egl.render(qpos)
             with WarpBatchRenderer(model, len(qpos), size, size, camera=camera, device=args.device) as warp:

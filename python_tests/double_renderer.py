@@ -65,7 +65,7 @@ class FlatRenderer(BatchRendererBase):
     def _draw_qpos(self, qpos: np.ndarray) -> None:
         self._frames.numpy()[:] = colour(qpos)[:, None, None, :]
 
-    def _draw_sim(self, sim: Any, state: str, start: int, count: int, stream: Any) -> None:
+    def _draw_sim(self, sim: Any, state: str, start: int, count: int, stream: Any, kinematics: bool) -> None:
         rows = slice(start, start + count)
         self._frames.numpy()[rows] = colour(sim.qpos[rows])[:, None, None, :]
 

@@ -77,3 +77,25 @@ def test_windows_bench_measures_every_row_side_by_side(tmp_path):
     assert rows[("mean", None)]["time_vs_frames"] > 0 and rows[("video", 1)]["speedup"] > 0
     assert rows[("video", 1)]["max_reward_difference"] < 1e-5
     assert report["ring_bytes"]["viclip-b16 bfloat16"] == 1024 * 8 * 3 * 224 * 224 * 2
+
+
+def test_suite_bench_measures_the_batch_and_generic_paths_side_by_side(tmp_path):
+    """bench/bench_suite.py: a MuJoCo suite task's batch env beside its gymnasium envs (and the reference task's
+    batch env), each with the stages of a step."""
+    out = tmp_path / "suite.json"
+    command = [str(ROOT / "bench" / "bench_suite.py"), "--tasks", "HalfCheetah-v5", "--envs", "2", "--size", "32"]
+    command += ["--steps", "2", "--warmup", "1", "--rounds", "1", "--profile-steps", "2", "--out", str(out)]
+    result = run_python(command, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["task"], r["path"]) for r in rows] == [
+        ("HalfCheetah-v5", "batch"),
+        ("HalfCheetah-v5", "generic"),
+        ("humanoid-kneeling", "batch"),
+    ]
+    assert (
+        rows[1]["physics"] == "gym" and rows[0]["x_generic"] == rows[0]["env_steps_per_s"] / rows[1]["env_steps_per_s"]
+    )
+    for row in rows:
+        assert row["env_steps_per_s"] > 0 and {"physics", "draw", "preprocess", "encode"} <= set(row["stages_ms"])
+        assert row["stages_ms"]["draw"] > 0

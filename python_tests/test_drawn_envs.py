@@ -26,11 +26,13 @@ from vlmrm_fast.envs.mujoco_drawing import (
 from vlmrm_fast.stack.drawn_env import DrawnVecEnv
 from vlmrm_fast.stack.wrappers import RecordFrame, pop_frames
 
-# One task of each family: gymnasium's MuJoCo suite (a free camera aimed at the first frame's geoms),
+# One task of each family: gymnasium's MuJoCo suite (HalfCheetah-v5, its gymnasium env given the camera config
+# envs.mujoco_suite fixes; HalfCheetah-v4, a plain gymnasium id: a free camera aimed at the first frame's geoms),
 # Franka Kitchen (its robot env holds the renderer), Fetch and a Shadow hand (a callback moves the goal's
 # site before drawing), an Adroit hand (MujocoEnv), dm_control through shimmy (a fixed model camera).
 FAMILY_TASKS = [
     "HalfCheetah-v5",
+    "HalfCheetah-v4",
     "kitchen-microwave",
     "FetchPush-v4",
     "HandManipulateBlock-v1",
@@ -249,3 +251,46 @@ def test_an_envs_own_render_still_draws_after_the_batch_renderer_drew():
     drawn.close()
     np.testing.assert_array_equal(env.render(), first)  # and after it is closed
     env.close()
+
+
+@pytest.mark.egl
+def test_envs_own_data_is_drawn_as_it_lies_only():
+    """The batched drawing's state is drawn as the envs' steps left it (``physics.simulator.STATES_AS_STEPPED``,
+    as ``drawn_positions="gymnasium"`` draws a simulator's): asked for the reached positions, the renderer refuses
+    in one line naming the positions it draws."""
+    from vlmrm_fast.physics.simulator import HOST_DATA
+    from vlmrm_fast.rendering import RENDERERS
+
+    for name in ("egl", "warp"):
+        assert RENDERERS[name].state_for((HOST_DATA,), "gymnasium") == HOST_DATA
+        assert RENDERERS[name].state_for((HOST_DATA,), "reached") is None
+    drawn = DrawnVecEnv(DummyVecEnv([lambda: RecordDrawState(_make("HalfCheetah-v5")())]), renderer="egl")
+    drawn.reset()
+    with pytest.raises(TypeError, match=r"^EGLBatchRenderer draws .*offers host data.*, or positions='gymnasium'$"):
+        drawn.frame_source.draw(drawn.env_data, positions="reached")
+    drawn.close()
+
+
+@pytest.mark.warp
+def test_warp_draws_envs_own_data_in_parts_on_the_cpus_threads_bit_for_bit():
+    """On Warp's CPU backend the batched drawing's envs are split into parts drawn at once on the CPU's threads,
+    as its draws of positions are: the frames equal those drawn one env at a time."""
+    make, n = _make("dm_control/walker-walk-v0", episode_length=None), 4
+    drawn = DrawnVecEnv(DummyVecEnv([lambda: RecordDrawState(make())] * n), renderer="warp")
+    drawn.seed(1)
+    drawn.reset()
+    drawn.step(np.full((n, *drawn.action_space.shape), 0.4, drawn.action_space.dtype))
+    renderer = drawn.frame_source
+    renderer._cpu_parts = 2  # (as on a machine of 2 CPUs or more)
+    if renderer._workers is None:
+        import concurrent.futures
+
+        renderer._workers = concurrent.futures.ThreadPoolExecutor(2)
+    for _ in range(2):  # the first draw loads the parts' modules one after another, the second runs them at once
+        renderer.draw(drawn.env_data, positions="gymnasium")
+    together = renderer.frames().copy()
+    assert {key for key in renderer._slots if key[:2] in ((0, 2), (2, 4))} == {(0, 2, False), (2, 4, False)}
+    for env in range(n):  # one env a draw: a part of its own
+        renderer.draw(drawn.env_data, slice(env, env + 1), positions="gymnasium")
+        np.testing.assert_array_equal(renderer.frames()[env], together[env])
+    drawn.close()

@@ -130,6 +130,25 @@ def test_render_sim_equals_render_of_the_same_state(humanoid, persistent):
     assert_frames_equal(from_sim, reference_frames(humanoid, sim.qpos.copy(), 48, 48))
 
 
+def test_every_draw_of_a_frame_is_from_its_own_camera(scene):
+    """One camera per frame for every draw (set_frame_camera; initially the renderer's): positions, a simulator's
+    state reached, and its data as it lies alike."""
+    free = mujoco.MjvCamera()
+    mujoco.mjv_defaultFreeCamera(scene, free)
+    fields = {"type": int(mujoco.mjtCamera.mjCAMERA_FREE), "lookat": list(free.lookat), "distance": free.distance}
+    fields |= {"azimuth": free.azimuth, "elevation": free.elevation}
+    sim = BatchSimulator(scene, 3, nthread=2)
+    sim.reset(qpos=random_qpos(scene, 3, seed=4, scale=0.4))
+    qpos = sim.qpos.copy()
+    expected = reference_frames(scene, qpos, 32, 40, "side")
+    expected[1] = reference_frames(scene, qpos[1:2], 32, 40, -1)[0]
+    with EGLBatchRenderer(scene, 3, 32, 40, camera="side") as renderer:
+        renderer._native_live().set_frame_camera(1, fields)
+        assert_frames_equal(renderer.render(qpos), expected)
+        assert_frames_equal(renderer.render_sim(sim), expected)
+        assert_frames_equal(renderer.render_sim(sim, positions="gymnasium"), expected)  # (a reset's data is current)
+
+
 def test_ranges_drawn_and_lent_in_place(humanoid):
     """The pipelined step's hand-off: frames drawn range by range, then lent where they lie."""
     import torch

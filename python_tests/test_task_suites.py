@@ -93,9 +93,13 @@ def test_a_frame_larger_than_the_models_offscreen_buffer_is_given_one():
 
 
 def test_the_plan_draws_mujoco_envs_in_one_batch_and_lets_others_draw_themselves():
-    for task in ("kitchen-microwave", "dm_control/walker-walk-v0", "HalfCheetah-v5", "AdroitHandDoor-v1"):
+    for task in ("kitchen-microwave", "dm_control/walker-walk-v0", "HalfCheetah-v4", "AdroitHandDoor-v1"):
         plan = plan_stack(EnvSpec(task, 2, render_size=32), TINY.replace(target_prompts=("a robot",)))
         assert (plan.physics, plan.renderer, plan.path) == ("gym", "egl", "batched drawing"), task
+    for task in ("HalfCheetah-v5", "humanoid-kneeling"):  # a batch task: its gymnasium envs when asked for
+        assert plan_stack(EnvSpec(task, 2, render_size=32), TINY).path == "batch env"
+        plan = plan_stack(EnvSpec(task, 2, render_size=32, physics="gym"), TINY)
+        assert (plan.renderer, plan.path) == ("egl", "batched drawing"), task
     plan = plan_stack(EnvSpec("CartPole-v1", 2), TINY.replace(target_prompts=("a pole",)))
     assert (plan.renderer, plan.path) == (None, "generic")
     own = plan_stack(EnvSpec("kitchen-microwave", 2, renderer=None), TINY)

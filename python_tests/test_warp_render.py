@@ -201,7 +201,8 @@ def test_overlapping_ranges_have_their_own_staging_rows(humanoid_model):
     n = 4
     sim = BatchSimulator(humanoid_model, n)
     sim.qpos[:] = poses(humanoid_model, n)
-    with WarpBatchRenderer(humanoid_model, n, 16, 16, camera=CAMERA, device="cpu") as renderer:
+    # one thread: a slot per range drawn (test_cpu_threads_draw_the_same_frames splits them)
+    with WarpBatchRenderer(humanoid_model, n, 16, 16, camera=CAMERA, device="cpu", cpu_threads=1) as renderer:
         renderer.draw(sim)
         renderer.draw(sim, slice(0, 2))
         renderer.draw(sim, slice(1, 4))
@@ -279,9 +280,10 @@ def test_drawing_allocates_no_contact_or_constraint_rows(scene):
 
     with WarpBatchRenderer(scene, 3, 16, 16, camera="front", device="cpu") as renderer:
         renderer.render(np.tile(scene.qpos0, (3, 1)))
-        (slot,) = renderer._slots.values()
-        assert slot.data.naconmax == 0 and slot.data.njmax == 0
-        assert slot.data.contact.dist.shape[0] == 0 and slot.data.efc.J.size == 0
+        assert renderer._slots  # (one per part of the envs drawn at once on the CPU's threads)
+        for slot in renderer._slots.values():
+            assert slot.data.naconmax == 0 and slot.data.njmax == 0
+            assert slot.data.contact.dist.shape[0] == 0 and slot.data.efc.J.size == 0
 
 
 def test_the_warp_kernel_cache_stays_where_warp_puts_it(scene, monkeypatch, tmp_path):
@@ -501,3 +503,25 @@ def test_render_data_without_contact_rows_draws_the_full_data_frames(humanoid_mo
         (slot,) = renderer._slots.values()
         assert slot.data.naconmax == mjw.make_data(renderer._render_model, nworld=n).naconmax > 0
     np.testing.assert_array_equal(lean, full)
+
+
+def test_cpu_threads_draw_the_same_frames(humanoid_model):
+    """On Warp's CPU backend a draw's envs are split into parts drawn at once on threads (a kernel runs on one
+    thread there): the frames are those of one thread drawing them all, bit for bit, whole and by range."""
+    from vlmrm_fast.rendering.warp import WarpBatchRenderer
+
+    n = 5
+    sim = BatchSimulator(humanoid_model, n)
+    sim.qpos[:] = poses(humanoid_model, n)
+    frames = {}
+    for threads in (1, 3):
+        with WarpBatchRenderer(humanoid_model, n, 24, 24, camera=CAMERA, device="cpu", cpu_threads=threads) as renderer:
+            renderer.draw(sim)  # the first draw loads Warp's modules, one part after another
+            renderer.draw(sim)  # then the parts at once
+            whole = renderer.frames()
+            renderer.draw(sim, slice(1, 5))
+            frames[threads] = (whole, renderer.frames())
+            if threads > 1:
+                assert len({slot.rows.start for slot in renderer._slots.values()}) >= 3
+    np.testing.assert_array_equal(frames[3][0], frames[1][0])
+    np.testing.assert_array_equal(frames[3][1], frames[1][1])

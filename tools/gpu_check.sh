@@ -52,7 +52,8 @@
 #   precision MODEL [N]   vlmrm-fast check-precision on N rendered humanoid frames (default 256),
 #                         random weights unless MODEL names a tag: every FP8 scaling, fp16, fp32 against
 #                         bf16, through BACKEND (default compile, what auto runs)          (~2-5 min)
-#   e2e MODEL [N..]       bench/run.py at 224 px, N envs (default 64), RENDERERS (default egl warp),
+#   e2e MODEL [N..]       bench/run.py on TASK (default humanoid-kneeling; Ant-v5 for the MuJoCo suite's figure)
+#                         at 224 px, N envs (default 64), RENDERERS (default egl warp),
 #                         PHYSICS (default auto), CHUNKS (default "1 auto": one range and the pipelined
 #                         step side by side), the paper-style pipeline at min(N, BASELINE_ENVS=64) envs
 #                         (SKIP_PAPER=1: none; no DummyVecEnv reference); results e2e_TAG.json (TAG
@@ -278,7 +279,7 @@ case "$step" in
     tag=${TAG:-$model}
     setup; build
     # shellcheck disable=SC2086  # RENDERERS, PHYSICS and CHUNKS are lists
-    python3 -P bench/run.py --models "$model" --num-envs "${@:-64}" --resolutions "${RES:-224}" \
+    python3 -P bench/run.py --task "${TASK:-humanoid-kneeling}" --models "$model" --num-envs "${@:-64}" --resolutions "${RES:-224}" \
       --renderers ${RENDERERS:-egl warp} --physics ${PHYSICS:-auto} --pipeline-chunks ${CHUNKS:-1 auto} \
       --skip-reference ${SKIP_PAPER:+--skip-paper} --baseline-max-envs "${BASELINE_ENVS:-64}" \
       --steps "${STEPS:-20}" --out "$out/e2e_$tag.json" 2>&1 | tee "$out/e2e_$tag.log" ;;
@@ -296,5 +297,5 @@ case "$step" in
     echo "--- device=auto, 2 ranks, $(nvidia-smi -L | wc -l) GPU(s): expect 'runs 2 ranks but shows 1 GPU(s)' on both ranks"
     { python3 -P -m torch.distributed.run --standalone --nproc-per-node 2 bench/bench_distributed.py --device auto \
       --model "$model" --num-envs 4 --steps 1 || true; } 2>&1 | grep -E "LayoutError|GPU\(s\)" | tee "$out/distributed_refusal.log" ;;
-  *) sed -n '2,66p' "$0"; exit 2 ;;
+  *) sed -n '2,67p' "$0"; exit 2 ;;
 esac

@@ -158,13 +158,15 @@ void bind_render(py::module_& m) {
           py::arg("qpos"), "Draw the frames of qpos (num_envs, nq).")
       .def(
           "render_sim",
-          [](render::BatchRenderer& r, sim::BatchSim& s, int start, int count) {
+          [](render::BatchRenderer& r, sim::BatchSim& s, int start, int count, bool kinematics) {
             py::gil_scoped_release release;
-            r.render(s, start, count);
+            r.render(s, start, count, kinematics);
           },
-          py::arg("sim"), py::arg("start") = 0, py::arg("count") = -1,
+          py::arg("sim"), py::arg("start") = 0, py::arg("count") = -1, py::arg("kinematics") = true,
           "Draw the current state of the simulator's simulations [start, start + count) (count -1: to the "
-          "end).")
+          "end), frame i from its camera (set_frame_camera); kinematics=False draws each simulation's data "
+          "as it "
+          "lies (its last forward pass's poses).")
       .def(
           "render_data",
           [](render::BatchRenderer& r, const std::vector<uintptr_t>& models,
@@ -178,15 +180,15 @@ void bind_render(py::module_& m) {
           },
           py::arg("models"), py::arg("datas"), py::arg("start") = 0,
           "Draw frames [start, start + len(models)) of (mujoco.MjModel._address, mujoco.MjData._address) "
-          "pairs, "
-          "each data as it lies (no kinematics pass), frame i from its camera (set_frame_camera).")
+          "pairs, each data as it lies (no kinematics pass, as render_sim(kinematics=False)).")
       .def(
           "set_frame_camera",
           [](render::BatchRenderer& r, int frame, const py::dict& fields) {
             r.set_frame_camera(frame, camera_of(fields));
           },
           py::arg("frame"), py::arg("camera"),
-          "Set the camera render_data draws frame `frame` from: a dict of mujoco.MjvCamera's fields (type, "
+          "Set the camera every draw of frame `frame` is drawn from (initially the renderer's): a dict of "
+          "mujoco.MjvCamera's fields (type, "
           "fixedcamid, trackbodyid, lookat, distance, azimuth, elevation, orthographic); those left out keep "
           "mjv_defaultCamera's values.")
       .def(
@@ -197,7 +199,8 @@ void bind_render(py::module_& m) {
           "set_option",
           [](render::BatchRenderer& r, const py::dict& fields) { r.set_option(option_of(fields)); },
           py::arg("option"),
-          "Set the visualisation options render_data draws with: a dict of mujoco.MjvOption's fields (label, "
+          "Set the visualisation options every frame is drawn with: a dict of mujoco.MjvOption's fields "
+          "(label, "
           "frame, flags and the *group arrays); those left out keep mjv_defaultOption's values.")
       .def(
           "copy_frames",

@@ -15,25 +15,32 @@
 namespace vlmrm::render {
 namespace {
 
-// Per-simulation scene update, run by mjb_apply: kinematics of the current
-// state (all mj_forward computes from positions), then the scene as
-// mujoco.Renderer.update_scene builds it. Plain pointers only: MuJoCo may
-// unwind this function with longjmp.
+// The scene of frame `frame` from one simulation's model and data, as
+// mujoco.Renderer.update_scene builds it, from the frame's camera (kept between
+// draws, as a viewer keeps its camera). kinematics: the poses computed from the
+// positions first (all mj_forward computes from them: the state reached);
+// otherwise the data drawn as it lies (after mj_step, the poses of its last
+// forward pass: what gymnasium's and dm_control's render() draw). The one scene
+// update of every draw: run by mjb_apply on a simulator's threads, or by
+// render_data on the renderer's for data it does not hold. Plain pointers only:
+// MuJoCo may unwind this function with longjmp.
 struct SceneArgs {
   mjvScene* scenes;
   const mjvOption* option;
-  const mjvCamera* camera;
+  mjvCamera* cameras;  // per frame
   int32_t* overflow;
+  bool kinematics;
 };
 
-void update_scene_one(const mjModel* m, mjData* d, int sim, void* arg) {
+void update_scene_one(const mjModel* m, mjData* d, int frame, void* arg) {
   const SceneArgs* a = static_cast<const SceneArgs*>(arg);
-  mj_fwdPosition(m, d);
-  mj_sensorPos(m, d);
-  mjvCamera camera = *a->camera;
-  mjvScene* scene = a->scenes + sim;
-  mjv_updateScene(m, d, a->option, nullptr, &camera, mjCAT_ALL, scene);
-  a->overflow[sim] = scene->ngeom >= scene->maxgeom ? 1 : 0;
+  if (a->kinematics) {
+    mj_fwdPosition(m, d);
+    mj_sensorPos(m, d);
+  }
+  mjvScene* scene = a->scenes + frame;
+  mjv_updateScene(m, d, a->option, nullptr, a->cameras + frame, mjCAT_ALL, scene);
+  a->overflow[frame] = scene->ngeom >= scene->maxgeom ? 1 : 0;
 }
 
 bool same_layout(const mjModel* a, const mjModel* b) {
@@ -144,16 +151,17 @@ BatchRenderer::BatchRenderer(const mjModel* model, const RendererConfig& config)
       ++scenes_made_;
     }
     mjv_defaultOption(&option_);
-    mjv_defaultCamera(&camera_);
+    mjvCamera camera;
+    mjv_defaultCamera(&camera);
     if (config_.camera < 0) {
-      camera_.type = mjCAMERA_FREE;
-      mjv_defaultFreeCamera(model_, &camera_);
+      camera.type = mjCAMERA_FREE;
+      mjv_defaultFreeCamera(model_, &camera);
     } else {
-      camera_.type = mjCAMERA_FIXED;
-      camera_.fixedcamid = config_.camera;
+      camera.type = mjCAMERA_FIXED;
+      camera.fixedcamid = config_.camera;
     }
     overflow_.assign(config_.num_envs, 0);
-    frame_cameras_.assign(config_.num_envs, camera_);
+    frame_cameras_.assign(config_.num_envs, camera);
 
     sim::SimConfig positions;
     positions.num_envs = config_.num_envs;
@@ -276,11 +284,11 @@ void BatchRenderer::render(const double* qpos) {
     std::copy(qpos + i * nq, qpos + (i + 1) * nq, rows + i * stride);
   }
   check_not_lent();
-  update_scenes(*positions_, 0, config_.num_envs);
+  update_scenes(*positions_, 0, config_.num_envs, true);
   draw_and_read(0, config_.num_envs);
 }
 
-void BatchRenderer::render(sim::BatchSim& sim, int start, int count) {
+void BatchRenderer::render(sim::BatchSim& sim, int start, int count, bool kinematics) {
   std::lock_guard<std::mutex> lock(mutex_);
   check_open();
   check_not_lent();
@@ -297,7 +305,7 @@ void BatchRenderer::render(sim::BatchSim& sim, int start, int count) {
                                 std::to_string(start + count) + ") are not a range of [0, " +
                                 std::to_string(config_.num_envs) + ")");
   }
-  update_scenes(sim, start, count);
+  update_scenes(sim, start, count, kinematics);
   draw_and_read(start, count);
 }
 
@@ -321,33 +329,24 @@ void BatchRenderer::render_data(const std::vector<const mjModel*>& models, const
     }
   }
   has_frames_ = false;
-  // Scene updates on the CPUs we may use; each thread keeps MuJoCo's first error to throw after the join.
+  // The scene updates on the CPUs we may use; each thread keeps MuJoCo's first error to throw after the join.
+  SceneArgs args{scenes_.data(), &option_, frame_cameras_.data(), overflow_.data(), false};
   const int threads = config_.nthread > 0 ? config_.nthread : sim::usable_cpus();
   std::vector<std::string> errors(count);
-  mjvScene* scenes = scenes_.data();
-  mjvCamera* cameras = frame_cameras_.data();
-  const mjvOption* option = &option_;
-  int32_t* overflow = overflow_.data();
   cpu::parallel_for(count, threads, [&](int64_t k) {
-    const int i = start + static_cast<int>(k);
     const mjModel* m = models[k];
     mjData* d = datas[k];
+    const int frame = start + static_cast<int>(k);
     try {
-      mj::guarded("mjv_updateScene", [&] {
-        mjv_updateScene(m, d, option, nullptr, cameras + i, mjCAT_ALL, scenes + i);
-        overflow[i] = scenes[i].ngeom >= scenes[i].maxgeom ? 1 : 0;
-      });
+      mj::guarded("mjv_updateScene", [&] { update_scene_one(m, d, frame, &args); });
     } catch (const std::exception& e) {
       errors[k] = e.what();
     }
   });
-  for (int k = 0; k < count; ++k) {
-    if (!errors[k].empty()) throw std::runtime_error(errors[k]);
-    if (overflow_[start + k]) {
-      throw std::runtime_error("the scene of frame " + std::to_string(start + k) + " filled max_geom=" +
-                               std::to_string(config_.max_geom) + " geoms; pass a larger max_geom");
-    }
+  for (const std::string& error : errors) {
+    if (!error.empty()) throw std::runtime_error(error);
   }
+  check_scenes(start, count);
   draw_and_read(start, count);
 }
 
@@ -384,8 +383,8 @@ void BatchRenderer::set_option(const mjvOption& option) {
   option_ = option;
 }
 
-void BatchRenderer::update_scenes(sim::BatchSim& sim, int start, int count) {
-  SceneArgs args{scenes_.data(), &option_, &camera_, overflow_.data()};
+void BatchRenderer::update_scenes(sim::BatchSim& sim, int start, int count, bool kinematics) {
+  SceneArgs args{scenes_.data(), &option_, frame_cameras_.data(), overflow_.data(), kinematics};
   has_frames_ = false;
   if (count == config_.num_envs) {
     sim.apply(update_scene_one, &args, false);
@@ -394,9 +393,13 @@ void BatchRenderer::update_scenes(sim::BatchSim& sim, int start, int count) {
     for (int k = 0; k < count; ++k) ids[k] = start + k;
     sim.apply(update_scene_one, &args, false, ids.data(), count);
   }
+  check_scenes(start, count);
+}
+
+void BatchRenderer::check_scenes(int start, int count) const {
   for (int i = start; i < start + count; ++i) {
     if (overflow_[i]) {
-      throw std::runtime_error("the scene of simulation " + std::to_string(i) + " filled max_geom=" +
+      throw std::runtime_error("the scene of frame " + std::to_string(i) + " filled max_geom=" +
                                std::to_string(config_.max_geom) + " geoms; pass a larger max_geom");
     }
   }

@@ -13,9 +13,10 @@
 // the host would let the driver move it out of video memory); elsewhere (Mesa)
 // by mapping it.
 //
-// Scene updates (kinematics for the current state, then mjv_updateScene) run in
-// parallel on a MuJoCo batch thread pool: the simulator's own when rendering
-// from a BatchSim, an internal one when rendering given qpos.
+// Scene updates (kinematics for the current state unless the data is drawn as
+// it lies, then mjv_updateScene) run in parallel on a MuJoCo batch thread pool:
+// the simulator's own when rendering from a BatchSim, an internal one when
+// rendering given qpos, the renderer's threads for data it does not hold.
 #pragma once
 
 #include <cstdint>
@@ -73,18 +74,21 @@ class BatchRenderer {
   void render(const double* qpos);
   // Draws the current state of the simulator's simulations [start, start +
   // count) (count < 0: to the end) into their frames, on its threads; the other
-  // frames keep what they hold.
-  void render(sim::BatchSim& sim, int start = 0, int count = -1);
+  // frames keep what they hold. kinematics: the bodies' poses computed from
+  // the positions first (the state reached); false: the data drawn as it lies
+  // (after mj_step, the poses of its last forward pass, as gymnasium draws).
+  void render(sim::BatchSim& sim, int start = 0, int count = -1, bool kinematics = true);
   // Draws frames [start, start + models.size()) from simulations the renderer
   // does not hold (each env's own, or a copy of the fields a scene reads): each
-  // (model, data) pair as its data lies, without a kinematics pass (what a
-  // gymnasium or dm_control env's render() draws), frame i from its own camera
-  // (set_frame_camera), which keeps its state between draws as a viewer's does
-  // (a tracking camera moves smoothly). The models must have the renderer's
-  // model's sizes; their visual fields are each one's own.
+  // (model, data) pair as its data lies, as render(sim, ..., false) draws a
+  // simulator's (what a gymnasium or dm_control env's render() draws). The
+  // models must have the renderer's model's sizes; their visual fields are
+  // each one's own.
   void render_data(const std::vector<const mjModel*>& models, const std::vector<mjData*>& datas, int start);
-  // The camera frame `frame` is drawn from by render_data (initially the
-  // renderer's camera), and the visualisation options of every frame.
+  // The camera every draw of frame `frame` is drawn from (initially the
+  // renderer's camera), which keeps its state between draws as a viewer's does
+  // (a tracking camera moves smoothly), and the visualisation options of every
+  // frame.
   void set_frame_camera(int frame, const mjvCamera& camera);
   mjvCamera frame_camera(int frame) const;
   void set_option(const mjvOption& option);
@@ -138,7 +142,8 @@ class BatchRenderer {
   struct ContextScope;
   void check_open() const;
   void check_not_lent() const;
-  void update_scenes(sim::BatchSim& sim, int start, int count);
+  void update_scenes(sim::BatchSim& sim, int start, int count, bool kinematics);
+  void check_scenes(int start, int count) const;  // throws where a frame's scene filled max_geom
   void draw_and_read(int start, int count);
   const uint8_t* map_host_locked();
   void unmap_host_locked();
@@ -155,7 +160,6 @@ class BatchRenderer {
   std::vector<mjvScene> scenes_;
   int scenes_made_ = 0;
   mjvOption option_;
-  mjvCamera camera_;
   unsigned int pbo_ = 0;
   int64_t frame_bytes_ = 0;
   int max_size_ = 0;
@@ -167,7 +171,7 @@ class BatchRenderer {
   std::unique_ptr<cuda::GlBufferInterop> interop_;
   std::unique_ptr<cuda::HostMirror> host_mirror_;  // made at the first host read through CUDA
   std::vector<int32_t> overflow_;                  // per frame: the scene ran out of geoms
-  std::vector<mjvCamera> frame_cameras_;           // per frame: render_data's cameras
+  std::vector<mjvCamera> frame_cameras_;           // per frame: the camera it is drawn from
   std::mutex mutex_;
 };
 

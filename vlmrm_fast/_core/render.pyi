@@ -51,19 +51,19 @@ class BatchRenderer:
         """
     def render_data(self, models: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], datas: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], start: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         """
-        Draw frames [start, start + len(models)) of (mujoco.MjModel._address, mujoco.MjData._address) pairs, each data as it lies (no kinematics pass), frame i from its camera (set_frame_camera).
+        Draw frames [start, start + len(models)) of (mujoco.MjModel._address, mujoco.MjData._address) pairs, each data as it lies (no kinematics pass, as render_sim(kinematics=False)).
         """
-    def render_sim(self, sim: vlmrm_fast._core.sim.BatchSim, start: typing.SupportsInt | typing.SupportsIndex = 0, count: typing.SupportsInt | typing.SupportsIndex = -1) -> None:
+    def render_sim(self, sim: vlmrm_fast._core.sim.BatchSim, start: typing.SupportsInt | typing.SupportsIndex = 0, count: typing.SupportsInt | typing.SupportsIndex = -1, kinematics: bool = True) -> None:
         """
-        Draw the current state of the simulator's simulations [start, start + count) (count -1: to the end).
+        Draw the current state of the simulator's simulations [start, start + count) (count -1: to the end), frame i from its camera (set_frame_camera); kinematics=False draws each simulation's data as it lies (its last forward pass's poses).
         """
     def set_frame_camera(self, frame: typing.SupportsInt | typing.SupportsIndex, camera: dict) -> None:
         """
-        Set the camera render_data draws frame `frame` from: a dict of mujoco.MjvCamera's fields (type, fixedcamid, trackbodyid, lookat, distance, azimuth, elevation, orthographic); those left out keep mjv_defaultCamera's values.
+        Set the camera every draw of frame `frame` is drawn from (initially the renderer's): a dict of mujoco.MjvCamera's fields (type, fixedcamid, trackbodyid, lookat, distance, azimuth, elevation, orthographic); those left out keep mjv_defaultCamera's values.
         """
     def set_option(self, option: dict) -> None:
         """
-        Set the visualisation options render_data draws with: a dict of mujoco.MjvOption's fields (label, frame, flags and the *group arrays); those left out keep mjv_defaultOption's values.
+        Set the visualisation options every frame is drawn with: a dict of mujoco.MjvOption's fields (label, frame, flags and the *group arrays); those left out keep mjv_defaultOption's values.
         """
     @property
     def camera(self) -> int:

@@ -1,6 +1,7 @@
 """What the batch env (:mod:`vlmrm_fast.stack.batch_env`) needs of a MuJoCo task: its model, observation,
-camera, and its own reward with whatever per-env state that needs. A task offers it as
-``TaskSpec.batch`` (e.g. :class:`~vlmrm_fast.envs.humanoid.HumanoidBatch`)."""
+camera, reset noise, terminations, and its own reward with whatever per-env state that needs. A task
+offers it as ``TaskSpec.batch`` (e.g. :class:`~vlmrm_fast.envs.humanoid.HumanoidBatch`, or a row of
+gymnasium's MuJoCo suite, :class:`~vlmrm_fast.envs.mujoco_suite.SuiteBatch`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Protocol
 
 import mujoco
 import numpy as np
+
+from vlmrm_fast.physics.simulator import ResetNoise
 
 __all__ = ["BatchTask", "StepReward"]
 
@@ -19,9 +22,10 @@ class StepReward(Protocol):
         """Envs ``rows`` are about to step; ``fields`` are the simulator's outputs of their current state."""
 
     def __call__(
-        self, fields: dict[str, np.ndarray], ctrl: np.ndarray, dt: float
+        self, fields: dict[str, np.ndarray], actions: np.ndarray, dt: float
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """(rewards (N,), per-env info arrays) of the step every env took with controls ``ctrl``."""
+        """(rewards (N,) float64, per-env info arrays) of the step every env took with ``actions`` (N, nu), as
+        the caller gave them (their dtype is theirs: gymnasium's envs compute with the action they are given)."""
         ...
 
 
@@ -29,8 +33,8 @@ class BatchTask(Protocol):
     """What the batch env needs of a MuJoCo task (e.g. :class:`~vlmrm_fast.envs.humanoid.HumanoidBatch`)."""
 
     frame_skip: int
-    reset_noise_scale: float
-    outputs: tuple[str, ...]  # the mjData fields the simulator copies out after each step
+    reset_noise: ResetNoise  # how a reset perturbs the start state (the task's ``reset_model``)
+    outputs: tuple[str | tuple[str, int] | tuple[str, int, int], ...]  # mjData fields copied out after each step
 
     @property
     def camera(self) -> str: ...
@@ -41,6 +45,11 @@ class BatchTask(Protocol):
         """Every env's observation from the simulator's output fields: numpy in, numpy out; a task
         that also takes torch tensors (a simulator's fields on the device) gives a GPU-native learner
         its observations where they lie (``stack.batch_env.MujocoBatchVecEnv.device_observation``)."""
+        ...
+
+    def terminated(self, fields: dict[str, np.ndarray]) -> np.ndarray:
+        """(N,) bool: the envs whose episode the state of ``fields`` ends (the task's own termination,
+        not the time limit)."""
         ...
 
     def step_reward(self, model: mujoco.MjModel, num_envs: int) -> StepReward: ...

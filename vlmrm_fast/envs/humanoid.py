@@ -44,6 +44,7 @@ import numpy as np
 from gymnasium.envs.mujoco.humanoid_v5 import HumanoidEnv
 
 from vlmrm_fast.envs import paper_assets, textures
+from vlmrm_fast.physics.simulator import UniformNoise
 
 FRAME_SKIP = 5
 #: The shadow map of the paper's model: its humanoid_textured.xml sets none, so MuJoCo's default.
@@ -324,7 +325,7 @@ class HumanoidBatch:
     ``scene_assets`` if given."""
 
     frame_skip = FRAME_SKIP
-    reset_noise_scale = RESET_NOISE_SCALE
+    reset_noise = UniformNoise(RESET_NOISE_SCALE)
     outputs = ("qpos", "qvel", "cinert", "cvel", "qfrc_actuator", "cfrc_ext", "xipos")
 
     def __init__(self, scene: str | Scene = DEFAULT_SCENE, scene_assets: str | None = None):
@@ -359,6 +360,10 @@ class HumanoidBatch:
 
         return torch.cat(parts, dim=1)
 
+    def terminated(self, fields: dict[str, np.ndarray]) -> np.ndarray:
+        """None: the pose tasks never end early (terminate_when_unhealthy=False)."""
+        return np.zeros(fields["qpos"].shape[0], dtype=bool)
+
     def step_reward(self, model: mujoco.MjModel, num_envs: int) -> HumanoidStepReward:
         return HumanoidStepReward(model, num_envs)
 
@@ -381,8 +386,9 @@ class HumanoidStepReward:
         self._xy_before[rows] = self.mass_center_xy(fields["xipos"][rows])
 
     def __call__(
-        self, fields: dict[str, np.ndarray], ctrl: np.ndarray, dt: float
+        self, fields: dict[str, np.ndarray], actions: np.ndarray, dt: float
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        ctrl = np.asarray(actions, np.float64)  # Humanoid-v5's control cost reads data.ctrl
         xy_after = self.mass_center_xy(fields["xipos"])
         velocity = (xy_after - self._xy_before) / dt
         z = fields["qpos"][:, 2]

@@ -19,6 +19,7 @@ from vlmrm_fast.checks import FieldError, FieldTypeError, boolean, chunk_count, 
 from vlmrm_fast.envs import TaskSpec, get_task
 from vlmrm_fast.envs.paper_assets import normalized_folder
 from vlmrm_fast.envs.time_limits import SCORE_TERMINAL_ON, TIME_LIMITS
+from vlmrm_fast.physics.simulator import DRAWN_POSITIONS
 from vlmrm_fast.physics.solver import SOLVERS
 
 
@@ -46,7 +47,12 @@ class EnvSpec:
     for ``physics="batch"`` and Newton for ``"warp"``, whose MuJoCo Warp has no PGS; docs/physics.md
     compares them). ``score_terminal_on``: the frame an episode's last step is scored on,
     ``"terminal_state"`` (the state that ended it) or ``"reset_frame"`` (the next episode's first, as
-    the paper's code scored it; ``envs.time_limits``, docs/paper.md). How the envs spread over
+    the paper's code scored it; ``envs.time_limits``, docs/paper.md). ``drawn_positions``: the poses a
+    batch env's frames show, ``"reached"`` (the positions each step reached, as the observation) or
+    ``"gymnasium"`` (each simulation's data as its step left it, which is what gymnasium's ``render()``
+    draws: the poses of the step's last forward pass, one substep behind; ``physics.simulator``,
+    docs/paper.md); gymnasium envs (``physics="gym"``) always draw gymnasium's way (their own ``render()``, or
+    the batched drawing of their data as it lies). How the envs spread over
     torchrun's ranks is :class:`~vlmrm_fast.distributed.DistributedConfig`'s.
 
     A stack's plan (``vlmrm_fast.stack.plan.StackPlan.env``) is this spec with every choice made: the task's
@@ -66,6 +72,7 @@ class EnvSpec:
     scene_assets: str | None = None
     solver: str | None = None
     score_terminal_on: str = "terminal_state"
+    drawn_positions: str = "reached"
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -104,6 +111,7 @@ class EnvSpec:
         put("env_reward_weight", number(self.env_reward_weight, "env_reward_weight"))
         one_of(self.time_limit, "time_limit", TIME_LIMITS)
         one_of(self.score_terminal_on, "score_terminal_on", SCORE_TERMINAL_ON)
+        one_of(self.drawn_positions, "drawn_positions", DRAWN_POSITIONS)
         if self.solver is not None:
             one_of(self.solver, "solver", tuple(SOLVERS))
         if self.scene_assets is not None:

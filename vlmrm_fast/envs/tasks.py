@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium
 
-from vlmrm_fast.envs import dm_control, humanoid, paper_assets, robotics
+from vlmrm_fast.envs import dm_control, humanoid, mujoco_suite, paper_assets, robotics
 from vlmrm_fast.envs.classic_control import PAPER_EPISODE_LENGTH, PaperCartPoleEnv, PaperMountainCarContinuousEnv
 from vlmrm_fast.envs.mountain_car import PaperMountainCarContinuousTexturedEnv
 from vlmrm_fast.envs.time_limits import with_time_limit
@@ -191,6 +191,20 @@ TASKS["mountain-car-textured"] = dataclasses.replace(
     asset_files=paper_assets.MOUNTAIN_CAR_FILES,
 )
 
+# gymnasium's MuJoCo v5 suite under its own ids, as batch tasks (envs.mujoco_suite): gymnasium's envs to the bit.
+for _row in mujoco_suite.SUITE.values():
+    TASKS[_row.env_id] = TaskSpec(
+        name=_row.env_id,
+        description=f"gymnasium's {_row.env_id} ({_row.target})",
+        make_env=mujoco_suite.make_env(_row.env_id),
+        target_prompts=(_row.target,),
+        baseline_prompts=(_row.baseline,),
+        episode_length=_row.episode_length,
+        render_size=(mujoco_suite.DEFAULT_RENDER_SIZE, mujoco_suite.DEFAULT_RENDER_SIZE),
+        batch=mujoco_suite.SuiteBatch(_row.env_id),
+        drawing="gymnasium",  # (physics="gym": its gymnasium envs drawn by the batched drawing)
+    )
+
 # The optional suites (envs.dm_control, envs.robotics): their packages are imported when an env is made.
 for _suite in dm_control.SUITE.values():
     TASKS[_suite.env_id] = TaskSpec(
@@ -225,14 +239,19 @@ _STOCK_IDS = {
 }
 
 
-def _dm_control_camera_task(name: str) -> TaskSpec:
-    """A dm_control task drawn from another camera of its model (``dm_control/walker-walk-v0@back``)."""
+def _camera_task(name: str) -> TaskSpec:
+    """A task of gymnasium's MuJoCo suite or of dm_control drawn from another camera of its model
+    (``Ant-v5@track``, ``dm_control/walker-walk-v0@back``)."""
     task, camera = name.split("@", 1)
+    if task in mujoco_suite.SUITE:
+        made = {
+            "make_env": mujoco_suite.make_env(task, mujoco_suite.check_camera(task, camera)),
+            "batch": mujoco_suite.SuiteBatch(task, camera),
+        }
+    else:
+        made = {"make_env": dm_control.make_env(task, dm_control.check_camera(task, camera))}
     return dataclasses.replace(
-        TASKS[task],
-        name=name,
-        description=f"{TASKS[task].description}, seen from its camera {camera!r}",
-        make_env=dm_control.make_env(task, dm_control.check_camera(task, camera)),
+        TASKS[task], name=name, description=f"{TASKS[task].description}, seen from its camera {camera!r}", **made
     )
 
 
@@ -241,7 +260,9 @@ def _humanoid_scene_task(name: str) -> TaskSpec:
     if task not in TASKS or TASKS[task].scene is None:
         humanoids = [t for t, spec in TASKS.items() if spec.scene is not None]
         raise ValueError(
-            f"task {name!r}: only humanoid tasks take a scene (humanoid-kneeling@builtin); they are: {', '.join(humanoids)}"
+            f"task {name!r}: only humanoid tasks take a scene (humanoid-kneeling@builtin), and the tasks of "
+            "gymnasium's MuJoCo suite and of dm_control a camera (Ant-v5@track, dm_control/walker-walk-v0@back); the "
+            f"humanoid tasks are: {', '.join(humanoids)}"
         )
     if scene not in humanoid.SCENES:
         raise ValueError(f"task {name!r}: unknown scene {scene!r}; scenes are: {', '.join(humanoid.SCENES)}")
@@ -281,10 +302,10 @@ def get_task(name: str | TaskSpec) -> TaskSpec:
         return TASKS[name]
     if name.startswith(f"{GYM_NAMESPACE}/") and name.split("/", 1)[1] in TASKS:  # its gymnasium id
         return TASKS[name.split("/", 1)[1]]
-    if "@" in name and name.split("@", 1)[0] in dm_control.SUITE:
-        return _dm_control_camera_task(name)
     if "@" in name:
-        return _humanoid_scene_task(name)
+        family = name.split("@", 1)[0]
+        with_camera = family in mujoco_suite.SUITE or family in dm_control.SUITE
+        return _camera_task(name) if with_camera else _humanoid_scene_task(name)
     if name in gymnasium.registry:
         spec = gymnasium.registry[name]
         task = TaskSpec(

@@ -39,7 +39,12 @@ def _always(task: TaskSpec, device: torch.device) -> str | None:
 def _warp_unavailable(task: TaskSpec, device: torch.device) -> str | None:
     from vlmrm_fast.runtime import warp as warp_runtime
 
-    return _needs_batch_glue(task, device) or warp_runtime.warp_available()
+    problem = _needs_batch_glue(task, device) or warp_runtime.warp_available()
+    if problem is not None:
+        return problem
+    from vlmrm_fast.physics.warp import task_model_problem
+
+    return task_model_problem(task)
 
 
 @dataclasses.dataclass(frozen=True)

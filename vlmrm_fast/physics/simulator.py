@@ -19,11 +19,21 @@ its outputs; a renderer draws it from one of the states its class ``offers``, mo
 A renderer's class says which states it ``draws``; the plan pairs a physics with a renderer that
 draws a state the physics' simulator offers, and refuses a pair that cannot meet
 (``physics.PHYSICS[name].offers``, ``rendering.RENDERERS[name].draws``).
+
+Which poses are drawn (:data:`DRAWN_POSITIONS`, ``EnvSpec.drawn_positions``): ``"reached"``, the bodies'
+poses of the positions a step reached, computed from them before drawing (a state that holds positions,
+:data:`STATES_OF_POSITIONS`); ``"gymnasium"``, each simulation's data as its step left it, which is what
+gymnasium's ``render()`` draws after a step: ``mj_step`` computes the poses in its forward pass and then
+integrates, so they are those of the last substep's start (Euler), or of RK4's last stage, not of the
+positions reached. Only a state that holds the data itself (:data:`STATES_AS_STEPPED`) can be drawn that
+way; positions alone cannot. :data:`HOST_DATA` is drawn that way only: its data is the envs' own, as their
+step left it, and the batched drawing shows what their ``render()`` shows.
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -40,6 +50,18 @@ HOST_POSITIONS = "host positions"
 DEVICE_WORLDS = "device worlds"
 HOST_DATA = "host data"
 STATES = (NATIVE_DATA, HOST_POSITIONS, DEVICE_WORLDS, HOST_DATA)
+#: The poses a renderer may draw of a simulator's state (see the module docstring).
+DRAWN_POSITIONS = ("reached", "gymnasium")
+#: The states that hold the positions a renderer computes the poses from: drawn with ``"reached"`` positions.
+STATES_OF_POSITIONS = (NATIVE_DATA, HOST_POSITIONS, DEVICE_WORLDS)
+#: The states that hold each simulation's data as its step left it: drawn as it lies, ``"gymnasium"`` positions.
+STATES_AS_STEPPED = (NATIVE_DATA, DEVICE_WORLDS, HOST_DATA)
+
+
+def states_for(positions: str) -> tuple[str, ...]:
+    """The states a renderer can draw ``positions`` (one of :data:`DRAWN_POSITIONS`) from."""
+    return STATES_OF_POSITIONS if positions == "reached" else STATES_AS_STEPPED
+
 
 OutputSpec = str | tuple[str, int] | tuple[str, int, int]
 
@@ -94,6 +116,7 @@ class Simulator(Protocol):
         noise_scale: float = 0.0,
         qpos: np.ndarray | None = None,
         qvel: np.ndarray | None = None,
+        noise: ResetNoise | None = None,
     ) -> None: ...
 
     def env_range(self, rows: slice | None) -> tuple[int, int]:
@@ -143,6 +166,43 @@ def warning_message(call: str, last_warnings: np.ndarray, start: int, stop: int)
     )
 
 
+class ResetNoise(Protocol):
+    """How a task's reset perturbs its start state (gymnasium's ``reset_model``), drawing from each env's
+    generator exactly what that env's ``reset_model`` draws."""
+
+    def draw(self, rngs: Sequence[np.random.Generator], qpos: np.ndarray, qvel: np.ndarray) -> None:
+        """Perturbs rows ``qpos`` (k, nq) and ``qvel`` (k, nv) in place (they hold the start state: the given
+        rows, else ``qpos0`` and zeros), row ``i`` drawing from ``rngs[i]``."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class UniformNoise:
+    """Uniform noise in ``[-scale, scale]`` on every qpos, then every qvel (Humanoid-v5's ``reset_model``);
+    ``scale`` 0: none."""
+
+    scale: float
+
+    def __post_init__(self) -> None:
+        if not self.scale >= 0:
+            raise ValueError(f"noise_scale must be >= 0, got {self.scale!r}")
+
+    def draw(self, rngs: Sequence[np.random.Generator], qpos: np.ndarray, qvel: np.ndarray) -> None:
+        if self.scale == 0:
+            return
+        nq = qpos.shape[1]
+        # The bits of rng.uniform(-scale, scale, nq) then rng.uniform(-scale, scale, nv): numpy's uniform is
+        # low + (high - low) * random(), and random() draws both in one call per env (four times faster over
+        # thousands of envs).
+        draws = np.empty((len(rngs), nq + qvel.shape[1]))
+        for row, rng in enumerate(rngs):
+            rng.random(out=draws[row])
+        low, high = -self.scale, self.scale
+        noise = low + (high - low) * draws
+        qpos += noise[:, :nq]
+        qvel += noise[:, nq:]
+
+
 class ResetStates:
     """The states a reset sets, with each env's generator of reset noise (gymnasium's reset +
     ``set_state``); shared by every simulator, so that their resets draw the same bits."""
@@ -164,9 +224,10 @@ class ResetStates:
         ids: Sequence[int] | np.ndarray | None,
         *,
         seed: int | Sequence[int] | None,
-        noise_scale: float,
+        noise_scale: float = 0.0,
         qpos: np.ndarray | None,
         qvel: np.ndarray | None,
+        noise: ResetNoise | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(ids (k,) int64, qpos (k, nq), qvel (k, nv)) float64 of a reset of envs ``ids`` (None: all);
         the arguments as :meth:`SimulatorBase.reset` takes them."""
@@ -186,19 +247,13 @@ class ResetStates:
         nq, nv = self.model.nq, self.model.nv
         qpos = self._rows(qpos, k, nq, self.model.qpos0, "qpos")
         qvel = self._rows(qvel, k, nv, np.zeros(nv), "qvel")
-        if noise_scale < 0:
-            raise ValueError("noise_scale must be >= 0")
-        if noise_scale > 0:
-            # The bits of rng.uniform(-scale, scale, nq) then rng.uniform(-scale, scale, nv), as Humanoid-v5's
-            # reset_model draws them: numpy's uniform is low + (high - low) * random(), and random() draws
-            # both in one call per env (four times faster over thousands of envs).
-            draws = np.empty((k, nq + nv))
-            for row, env in enumerate(ids):
-                self.np_random(int(env)).random(out=draws[row])
-            low, high = -noise_scale, noise_scale
-            noise = low + (high - low) * draws
-            qpos += noise[:, :nq]
-            qvel += noise[:, nq:]
+        if noise is not None and noise_scale:
+            raise ValueError("give noise_scale or noise, not both")
+        if noise is None:
+            noise = UniformNoise(noise_scale)
+            if noise.scale == 0:
+                return ids, qpos, qvel
+        noise.draw([self.np_random(int(env)) for env in ids], qpos, qvel)
         return ids, qpos, qvel
 
     @staticmethod
@@ -291,18 +346,20 @@ class SimulatorBase(abc.ABC):
         noise_scale: float = 0.0,
         qpos: np.ndarray | None = None,
         qvel: np.ndarray | None = None,
+        noise: ResetNoise | None = None,
     ) -> None:
         """Reset simulations ``ids`` (default: all) as gymnasium's reset + ``set_state``.
 
         Each is set to the model's defaults, then to ``qpos``/``qvel`` (default ``qpos0`` and zeros)
         plus, when ``noise_scale`` > 0, uniform noise in ``[-noise_scale, noise_scale]`` drawn from the
-        env's generator (qpos first, then qvel, as Humanoid-v5's ``reset_model``), then its derived
-        quantities and outputs. ``seed`` (re)seeds the generators first: an int seeds env ``i`` with
-        ``seed + i`` (as gymnasium's vector envs), a sequence gives one seed per id.
+        env's generator (qpos first, then qvel, as Humanoid-v5's ``reset_model``), or the noise of a
+        task's own reset (``noise``, a :class:`ResetNoise`), then its derived quantities and outputs.
+        ``seed`` (re)seeds the generators first: an int seeds env ``i`` with ``seed + i`` (as gymnasium's
+        vector envs), a sequence gives one seed per id.
         """
         self._live()
         ids, qpos_rows, qvel_rows = self._reset_states.rows(
-            ids, seed=seed, noise_scale=noise_scale, qpos=qpos, qvel=qvel
+            ids, seed=seed, noise_scale=noise_scale, qpos=qpos, qvel=qvel, noise=noise
         )
         if ids.size == 0:
             return

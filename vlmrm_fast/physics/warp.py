@@ -30,6 +30,7 @@ Where it differs from the CPU simulator (docs/physics.md):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
@@ -39,7 +40,7 @@ import numpy as np
 import torch
 
 from vlmrm_fast.physics.simulator import DEVICE_WORLDS, OutputSpec, SimulatorBase, parse_outputs
-from vlmrm_fast.physics.solver import WARP_DEFAULT_SOLVER, WARP_SOLVERS, solver_name
+from vlmrm_fast.physics.solver import WARP_DEFAULT_SOLVER, WARP_SOLVERS, solver_name, with_solver
 from vlmrm_fast.runtime.device import resolve_device
 from vlmrm_fast.runtime.warp import import_warp, warp_stream_of
 
@@ -468,6 +469,28 @@ class WarpSimulator(SimulatorBase):
             return wp.ScopedDevice(self._wp_device)
         self._stream.wait_stream(warp_stream_of(torch.cuda.current_stream(self.device)))
         return wp.ScopedStream(self._stream, sync_enter=False)
+
+
+def model_problem(model: mujoco.MjModel) -> str | None:
+    """What of ``model`` MuJoCo Warp cannot run (its own words, naming the feature), or None. A constraint
+    solver it lacks is not one: ``physics="warp"`` runs the model with Newton (:mod:`.solver`)."""
+    if solver_name(model) not in WARP_SOLVERS:
+        model = with_solver(model, WARP_DEFAULT_SOLVER)
+    try:
+        with wp.ScopedDevice("cpu"):
+            mjw.put_model(model)
+    except (NotImplementedError, ValueError) as exc:
+        return str(exc).strip() or type(exc).__name__
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def task_model_problem(task: Any) -> str | None:
+    """Why MuJoCo Warp cannot run ``task``'s model (a ``TaskSpec`` with batch glue), in one line, or None."""
+    problem = model_problem(task.batch.build_model(64))
+    if problem is None:
+        return None
+    return f"MuJoCo Warp cannot run task {task.name!r}'s model: {problem} (a feature MuJoCo Warp lacks)"
 
 
 class CPUBackendWarning(UserWarning):

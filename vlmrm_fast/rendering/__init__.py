@@ -62,9 +62,12 @@ class Renderer:
         """The simulator states it draws (``vlmrm_fast.physics.simulator``'s names): its class's ``draws``."""
         return tuple(named(self.implementation).draws)
 
-    def state_for(self, offers: tuple[str, ...]) -> str | None:
-        """The first of the states a simulator ``offers`` that this renderer draws; None: it cannot draw it."""
-        return next((state for state in offers if state in self.draws), None)
+    def state_for(self, offers: tuple[str, ...], positions: str = "reached") -> str | None:
+        """The first of the states a simulator ``offers`` that this renderer draws ``positions`` from
+        (``physics.simulator.DRAWN_POSITIONS``); None: it cannot draw it so."""
+        from vlmrm_fast.physics.simulator import states_for
+
+        return next((state for state in offers if state in self.draws and state in states_for(positions)), None)
 
     def make(
         self, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, device: torch.device
@@ -109,18 +112,21 @@ RENDERERS: dict[str, Renderer] = {
 AUTO_ORDER = {"cpu": ("warp", "egl"), "cuda": ("egl", "warp")}
 
 
-def choose_renderer(requested: str, device: torch.device, offers: tuple[str, ...] | None = None) -> str | None:
+def choose_renderer(
+    requested: str, device: torch.device, offers: tuple[str, ...] | None = None, positions: str = "reached"
+) -> str | None:
     """The renderer that draws for ``requested`` (a row of :data:`RENDERERS`, or ``"auto"``) when frames
     are scored on ``device`` (the CPU or ``cuda:N``): a named one as it is (made later, its errors
     then; whether it can draw the physics is the plan's to say), ``"auto"`` the first available of
-    :data:`AUTO_ORDER` that draws one of the states ``offers`` (None: any), None when none is."""
+    :data:`AUTO_ORDER` that draws ``positions`` from one of the states ``offers`` (None: any), None when
+    none is."""
     from vlmrm_fast.checks import one_of
 
     if one_of(requested, "renderer", ("auto", *RENDERERS)) != "auto":
         return requested
     for name in AUTO_ORDER[device.type]:
         row = RENDERERS[name]
-        if (offers is None or row.state_for(offers) is not None) and row.unavailable(device) is None:
+        if (offers is None or row.state_for(offers, positions) is not None) and row.unavailable(device) is None:
             return name
     return None
 

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import mujoco
 import numpy as np
 
-from vlmrm_fast.checks import positive_int
+from vlmrm_fast.checks import one_of, positive_int
 from vlmrm_fast.frames.views import FrameView
-from vlmrm_fast.physics.simulator import Simulator
+from vlmrm_fast.physics.simulator import DRAWN_POSITIONS, Simulator, states_for
 from vlmrm_fast.runtime.device import no_gpu_reason
 
 if TYPE_CHECKING:
@@ -89,9 +89,10 @@ class BatchRendererBase(abc.ABC):
         """Draws every frame for positions ``qpos`` (checked: (num_envs, nq) float64, finite)."""
 
     @abc.abstractmethod
-    def _draw_sim(self, sim: Any, state: str, start: int, count: int, stream: Any) -> None:
+    def _draw_sim(self, sim: Any, state: str, start: int, count: int, stream: Any, kinematics: bool) -> None:
         """Draws frames ``start .. start + count - 1`` of ``sim``'s current states from ``state`` (one of
-        :attr:`draws` that ``sim`` offers), on ``stream``."""
+        :attr:`draws` that ``sim`` offers), on ``stream``; ``kinematics``: the poses computed from the positions
+        first, else (only for a state of ``physics.simulator.STATES_AS_STEPPED``) the data drawn as it lies."""
 
     @abc.abstractmethod
     def lend(self, rows: slice | None = None, stream: Any = None) -> contextlib.AbstractContextManager[FrameView]:
@@ -123,23 +124,32 @@ class BatchRendererBase(abc.ABC):
         self._draw_qpos(qpos)
         return self._fetch(target)
 
-    def render_sim(self, sim: Simulator, device: str | torch.device | None = None):
+    def render_sim(self, sim: Simulator, device: str | torch.device | None = None, *, positions: str = "reached"):
         """Frames of the current state of each of ``sim``'s simulations (as ``render``)."""
         target = self._target(device)
-        self.draw(sim)
+        self.draw(sim, positions=positions)
         return self._fetch(target)
 
-    def draw(self, sim: Simulator, rows: slice | None = None, stream: Any = None) -> None:
+    def draw(
+        self, sim: Simulator, rows: slice | None = None, stream: Any = None, *, positions: str = "reached"
+    ) -> None:
         """Draws frames ``rows`` (default all) of the current states of ``sim``'s simulations ``rows``
         (the other frames keep what they hold), on ``stream`` where the renderer uses one, from the first
-        state ``sim`` offers that this renderer draws."""
+        state ``sim`` offers that this renderer draws; ``positions``: the poses drawn, ``"reached"`` or
+        ``"gymnasium"`` (``physics.simulator.DRAWN_POSITIONS``)."""
         self._live()
+        one_of(positions, "positions", DRAWN_POSITIONS)
         offers = tuple(getattr(sim, "offers", ()))
-        state = next((s for s in offers if s in self.draws), None)
+        drawable = [s for s in self.draws if s in states_for(positions)]
+        state = next((s for s in offers if s in drawable), None)
         if state is None:
+            how = "" if positions == "reached" else f" as its step left it (positions={positions!r})"
+            drawn_otherwise = [p for p in DRAWN_POSITIONS if set(offers) & set(self.draws) & set(states_for(p))]
+            other = next((p for p in drawn_otherwise if p != positions), None)
             raise TypeError(
-                f"{type(self).__name__} draws a simulator's {' or '.join(self.draws)}; a {type(sim).__name__} "
-                f"offers {' or '.join(offers) or 'none of them (no offers)'}: draw it with a renderer of those"
+                f"{type(self).__name__} draws a simulator's {' or '.join(drawable) or 'positions only'}{how}; a "
+                f"{type(sim).__name__} offers {' or '.join(offers) or 'none of them (no offers)'}: draw it with a "
+                "renderer of those" + (f", or positions={other!r}" if other else "")
             )
         if sim.num_envs != self.num_envs or sim.model.nq != self.model.nq:
             raise ValueError(
@@ -147,7 +157,7 @@ class BatchRendererBase(abc.ABC):
                 f"{self.num_envs} of a model with nq={self.model.nq}: give it a simulator of its model and size"
             )
         start, count = sim.env_range(rows)
-        self._draw_sim(sim, state, start, count, stream)
+        self._draw_sim(sim, state, start, count, stream, kinematics=positions == "reached")
 
     def frames(self, device: str | torch.device | None = None):
         """The last drawn frames, as ``render`` returns them."""

@@ -159,13 +159,13 @@ class EGLBatchRenderer(BatchRendererBase):
     def _draw_qpos(self, qpos: np.ndarray) -> None:
         self._native_live().render(qpos)
 
-    def _draw_sim(self, sim: Any, state: str, start: int, count: int, stream=None) -> None:
+    def _draw_sim(self, sim: Any, state: str, start: int, count: int, stream=None, kinematics: bool = True) -> None:
         # GL orders its own work: the stream of the frame-source interface is not needed here.
         if state == HOST_DATA:
             self._draw_env_data(sim, start, count)
             return
         if state == NATIVE_DATA:
-            self._native_live().render_sim(sim.native, start, count)
+            self._native_live().render_sim(sim.native, start, count, kinematics)
             return
         if self._positions is None:
             self._positions = BatchSimulator(self.model, self.num_envs, nthread=self._nthread)

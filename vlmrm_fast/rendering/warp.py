@@ -22,22 +22,27 @@ kernel cache (``WARP_CACHE_PATH``, else ``~/.cache/warp``); docs/renderers.md sa
 The picture is a ray tracer's: the geometry is ``mujoco.Renderer``'s, the shading,
 shadows and edges differ in detail (docs/renderers.md gives the difference per scene).
 Physics stays elsewhere (:mod:`vlmrm_fast.physics`); this module only draws states: a simulator's
-worlds on the device where it offers them (MuJoCo Warp physics), else its positions from the host.
+worlds on the device where it offers them (MuJoCo Warp physics), else its positions from the host, or
+gymnasium envs' own data (the batched drawing); the poses computed first, or the data drawn as it lies
+(``physics.simulator.DRAWN_POSITIONS``). On Warp's CPU backend a draw from the host is split into parts
+drawn at once on the CPU's threads.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import copy
 import dataclasses
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import mujoco
 import numpy as np
 import torch
 
-from vlmrm_fast.checks import FieldError
+from vlmrm_fast.checks import FieldError, positive_int
 from vlmrm_fast.frames.views import FrameLayout, FrameView
 from vlmrm_fast.physics.simulator import DEVICE_WORLDS, HOST_DATA, HOST_POSITIONS
 from vlmrm_fast.rendering.base import BatchRendererBase
@@ -93,7 +98,8 @@ class _Slot:
     uploaded: Any = None  # CUDA event after the last qpos upload (the staging rows may be rewritten after it)
     drawn: Any = None  # CUDA event after the last draw of the range (its memory is free to go after it)
     graph: Any = None
-    kinematics: bool = True  # the poses computed from qpos first; False: uploaded as they lie (envs' own data)
+    kinematics: bool = True  # the poses computed from qpos first; False: the data drawn as it lies (as stepped)
+    loaded: bool = False  # drawn once: Warp's modules are loaded (CPU backend: later draws may run on threads)
 
 
 class WarpBatchRenderer(BatchRendererBase):
@@ -108,6 +114,8 @@ class WarpBatchRenderer(BatchRendererBase):
         device: "cuda", "cuda:N", "cpu", or None / "auto" (the first GPU when there is one).
         shadows: cast shadows; None: when a light of the model casts them.
         cuda_graph: replay each range's launches as one CUDA graph (GPU only).
+        cpu_threads: on Warp's CPU backend, which runs a kernel on one thread, the envs of a draw are split
+            into this many parts drawn at once on as many threads (None: one per CPU this process may use).
     """
 
     draws: ClassVar[tuple[str, ...]] = (DEVICE_WORLDS, HOST_POSITIONS, HOST_DATA)
@@ -126,8 +134,10 @@ class WarpBatchRenderer(BatchRendererBase):
         *,
         shadows: bool | None = None,
         cuda_graph: bool = True,
+        cpu_threads: int | None = None,
     ) -> None:
-        self._slots: dict[tuple[Any, int], _Slot] = {}  # by range (start, stop), or a simulator's worlds
+        self._workers: concurrent.futures.ThreadPoolExecutor | None = None
+        self._slots: dict[tuple[Any, ...], _Slot] = {}  # by range (start, stop, kinematics), or a simulator's worlds
         self._closed = True  # until built
         wp, mjw = import_warp()
         super().__init__(model, num_envs, height, width)
@@ -148,6 +158,10 @@ class WarpBatchRenderer(BatchRendererBase):
         self._capture_stream: Any = None  # a wp.Stream of this renderer's own, made at the first capture
         self._view_model: mujoco.MjModel | None = None  # the envs' model (HOST_DATA), whose cameras they draw from
         self._views: list[dict[str, Any] | None] = [None] * int(num_envs)  # per frame: its env's camera (HOST_DATA)
+        threads = len(os.sched_getaffinity(0)) if cpu_threads is None else positive_int(cpu_threads, "cpu_threads")
+        self._cpu_parts = min(threads, self.num_envs) if self.device.type == "cpu" else 1
+        if self._cpu_parts > 1:
+            self._workers = concurrent.futures.ThreadPoolExecutor(self._cpu_parts, thread_name_prefix="warp-draw")
         self._closed = False
 
     @classmethod
@@ -202,27 +216,30 @@ class WarpBatchRenderer(BatchRendererBase):
     def _draw_qpos(self, qpos: np.ndarray) -> None:
         self._draw(qpos, slice(0, self.num_envs), self._current_stream())
 
-    def _draw_sim(self, sim: Any, state: str, start: int, count: int, stream: torch.cuda.Stream | None) -> None:
+    def _draw_sim(
+        self, sim: Any, state: str, start: int, count: int, stream: torch.cuda.Stream | None, kinematics: bool = True
+    ) -> None:
         """On ``stream`` (default: torch's current stream); the host does not wait. A simulator's worlds on
         the device are drawn where they lie (see :meth:`_draw_worlds`)."""
         if state == DEVICE_WORLDS:
-            self._draw_worlds(sim, start, count)
+            self._draw_worlds(sim, start, count, kinematics)
         elif state == HOST_DATA:
             self._draw_env_data(sim, start, count, stream if stream is not None else self._current_stream())
         else:
             self._draw(sim.qpos, slice(start, start + count), stream if stream is not None else self._current_stream())
 
-    def _draw_worlds(self, sim: Any, start: int, count: int) -> None:
+    def _draw_worlds(self, sim: Any, start: int, count: int, kinematics: bool) -> None:
         """Every world of a simulator's device worlds (MuJoCo Warp physics) drawn from its device state: no positions travel and no
-        second Data exists. The launches (kinematics first: after a step the derived fields are a
-        substep old) run on the simulator's stream, after its step; ``ready`` marks them done."""
+        second Data exists. The launches (kinematics first unless the data is drawn as its step left it:
+        after a step the derived fields are those of its last forward pass) run on the simulator's stream,
+        after its step; ``ready`` marks them done."""
         if (start, count) != (0, self.num_envs) or sim.num_envs != self.num_envs:
             raise ValueError(
                 f"a simulator's {sim.num_envs} device worlds are drawn all at once, as it steps them: draw rows "
                 f"0..{self.num_envs - 1} of a simulator of {self.num_envs} (the plan gives physics='warp' one range)"
             )
         wp = self._wp
-        slot = self._world_slot(sim)
+        slot = self._world_slot(sim, kinematics)
         stream = sim.warp_stream
         if stream is None:  # Warp's CPU backend: every call completes before it returns
             with wp.ScopedDevice(self._wp_device):
@@ -251,27 +268,35 @@ class WarpBatchRenderer(BatchRendererBase):
                     self.camera_id = _camera_id(self.model, int(camera["fixedcamid"]))  # (before any context is made)
                 self._views[frame] = self._view_of(camera)
         rows = slice(start, start + count)
+        if stream is None and self._cpu_parts > 1:
+            self._draw_on_cpus(rows, lambda slot: self._upload_env_data(source, slot), kinematics=False)
+            return
         slot = self._slot(rows, kinematics=False)
-        wp = self._wp
-        fields = {name: wp.to_torch(getattr(slot.data, name)) for name in self.ENV_DATA_FIELDS}
-        for name, target in fields.items():
+        self._upload_env_data(source, slot)
+        with self._wp.ScopedDevice(self._wp_device):
+            if stream is None:
+                self._launch(slot)
+                return
+            with torch.cuda.stream(stream), self._wp.ScopedStream(warp_stream_of(stream), sync_enter=False):
+                self._launch(slot)
+                slot.drawn = self._ready = _recorded(stream)
+
+    def _upload_env_data(self, source: Any, slot: _Slot) -> None:
+        """The fields of :attr:`ENV_DATA_FIELDS` of the envs of ``slot`` as their data holds them, a free
+        camera's pose in the first model camera's place."""
+        envs = range(slot.rows.start, slot.rows.stop)
+        for name in self.ENV_DATA_FIELDS:
+            target = self._wp.to_torch(getattr(slot.data, name))
             if target.numel() == 0:
                 continue
-            rows_host = np.stack([getattr(source.datas[env], name) for env in range(start, start + count)])
+            rows_host = np.stack([getattr(source.datas[env], name) for env in envs])
             if name in ("cam_xpos", "cam_xmat"):
-                for k, env in enumerate(range(start, start + count)):
+                for k, env in enumerate(envs):
                     view = self._views[env]
                     assert view is not None
                     if view.get(name) is not None:  # a free camera, in the first model camera's place
                         rows_host[k, self.camera_id] = view[name]
             target.copy_(torch.from_numpy(rows_host.reshape(target.shape)).to(target.dtype), non_blocking=False)
-        with wp.ScopedDevice(self._wp_device):
-            if stream is None:
-                self._launch(slot)
-                return
-            with torch.cuda.stream(stream), wp.ScopedStream(warp_stream_of(stream), sync_enter=False):
-                self._launch(slot)
-                slot.drawn = self._ready = _recorded(stream)
 
     def _view_of(self, camera: dict[str, Any]) -> dict[str, Any]:
         """Where a frame's camera puts the view: a fixed camera of the model (the renderer's own, whose pose the
@@ -297,14 +322,15 @@ class WarpBatchRenderer(BatchRendererBase):
         position = np.asarray(camera["lookat"]) - camera["distance"] * forward
         return {"cam_xpos": position, "cam_xmat": np.stack([right, up, -forward], axis=1).reshape(9)}
 
-    def _world_slot(self, sim: Any) -> _Slot:
+    def _world_slot(self, sim: Any, kinematics: bool) -> _Slot:
         """The render context over a simulator's worlds (its model and Data), made on first use."""
-        key = ("worlds", id(sim.warp_data))
+        key = ("worlds" if kinematics else "worlds as stepped", id(sim.warp_data))
         slot = self._slots.get(key)
         if slot is None:
             if str(sim.device) != str(self.device):
                 raise ValueError(f"the simulator's worlds are on {sim.device}; this renderer draws on {self.device}")
             slot = self._slots[key] = self._make_slot(slice(0, self.num_envs), sim.warp_model, sim.warp_data)
+            slot.kinematics = kinematics
         return slot
 
     @contextlib.contextmanager
@@ -321,6 +347,9 @@ class WarpBatchRenderer(BatchRendererBase):
         for event in self._pending_events():
             event.synchronize()
         self._slots.clear()
+        if self._workers is not None:
+            self._workers.shutdown()
+            self._workers = None
         # The device model and frames go now, not when a reference cycle through this renderer is collected.
         self._model = self._render_model = self._ready = None
         self._frames = self._frames.new_empty(0)
@@ -332,6 +361,9 @@ class WarpBatchRenderer(BatchRendererBase):
 
     # ------------------------------------------------------------------- drawing
     def _draw(self, qpos: np.ndarray, rows: slice, stream: torch.cuda.Stream | None) -> None:
+        if stream is None and self._cpu_parts > 1:
+            self._draw_on_cpus(rows, lambda slot: self._upload_positions(qpos, slot))
+            return
         slot = self._slot(rows)
         qpos_device, staging = slot.qpos, slot.staging
         assert qpos_device is not None and staging is not None, "a range's slot uploads positions"
@@ -358,6 +390,32 @@ class WarpBatchRenderer(BatchRendererBase):
                 if self.cuda_graph:
                     slot.graph = self._capture(slot)
             slot.drawn = self._ready = _recorded(stream)
+
+    def _draw_on_cpus(self, rows: slice, upload: Callable[[_Slot], None], kinematics: bool = True) -> None:
+        """Warp's CPU backend: the envs of ``rows`` in up to ``cpu_threads`` consecutive parts, each its own
+        slot given its input by ``upload`` (positions, or envs' own data drawn as it lies), drawn at once on as
+        many threads (a kernel launch leaves Python's lock while it runs). The first draw of a slot loads Warp's
+        modules, one slot after another; Warp's default device is set here, once, for all of them (it is the
+        process's, not a thread's)."""
+        bounds = np.linspace(rows.start, rows.stop, min(self._cpu_parts, rows.stop - rows.start) + 1).astype(int)
+        slots = [self._slot(slice(int(a), int(b)), kinematics) for a, b in zip(bounds[:-1], bounds[1:])]
+        for slot in slots:
+            upload(slot)
+        with self._wp.ScopedDevice(self._wp_device):
+            if all(slot.loaded for slot in slots) and self._workers is not None:
+                for done in [self._workers.submit(self._launch, slot) for slot in slots]:
+                    done.result()
+            else:
+                for slot in slots:
+                    self._launch(slot)
+                    slot.loaded = True
+
+    @staticmethod
+    def _upload_positions(qpos: np.ndarray, slot: _Slot) -> None:
+        """The positions of the envs of ``slot`` into its device rows (Warp's CPU backend: at once)."""
+        assert slot.qpos is not None and slot.staging is not None, "a range's slot uploads positions"
+        slot.staging.numpy()[:] = qpos[slot.rows]
+        slot.qpos.copy_(slot.staging)
 
     def _capture(self, slot: _Slot):
         """The range's launches captured into a graph, on this renderer's own stream (nothing runs)."""
@@ -386,12 +444,13 @@ class WarpBatchRenderer(BatchRendererBase):
         )
 
     def _slot(self, rows: slice, kinematics: bool = True) -> _Slot:
-        """The device state of the envs ``rows``, made on first use (one per range the caller draws)."""
-        key = (rows.start, rows.stop)
+        """The device state of the envs ``rows`` drawn with or without the kinematics pass, made on first use
+        (one per range the caller draws)."""
+        key = (rows.start, rows.stop, kinematics)
         slot = self._slots.get(key)
         if slot is None:
             if self._view_model is not None:  # a free view in the first camera's place: the free camera's field of view
-                if any(view for view in self._views[rows]):
+                if any(self._views):
                     self._render_model.cam_fovy[self.camera_id] = self._view_model.vis.global_.fovy
             with self._wp.ScopedDevice(self._wp_device):
                 if self._model is None:

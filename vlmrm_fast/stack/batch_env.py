@@ -32,7 +32,7 @@ from vlmrm_fast.envs.batch_task import BatchTask
 from vlmrm_fast.envs.time_limits import SCORE_TERMINAL_ON, TIME_LIMITS
 from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.physics import PHYSICS
-from vlmrm_fast.physics.simulator import DEVICE_WORLDS
+from vlmrm_fast.physics.simulator import DEVICE_WORLDS, DRAWN_POSITIONS
 from vlmrm_fast.physics.solver import with_solver
 from vlmrm_fast.rendering import RENDERERS
 from vlmrm_fast.runtime.device import resolve_device
@@ -113,6 +113,11 @@ class MujocoBatchVecEnv(VecEnv):
     paper's code (they reset a finished env before ``get_images()``): finished envs are then reset
     before their range is drawn, their observation and reward still those of the state that ended the
     episode (``envs.spec.SCORE_TERMINAL_ON``; same-step resets only).
+
+    ``drawn_positions``: the poses a step's frame shows, ``"reached"`` (the positions the step reached) or
+    ``"gymnasium"`` (each simulation's data as its step left it, as gymnasium's ``render()`` draws it:
+    ``physics.simulator.DRAWN_POSITIONS``; a renderer that draws the simulator's data where it lies).
+    An episode also ends where the task terminates it (``BatchTask.terminated``), as gymnasium's env does.
     """
 
     def __init__(
@@ -128,6 +133,7 @@ class MujocoBatchVecEnv(VecEnv):
         physics: str = "batch",
         solver: str | None = None,
         score_terminal_on: str = "terminal_state",
+        drawn_positions: str = "reached",
     ):
         height, width = render_size
         device = resolve_device(device)
@@ -138,6 +144,13 @@ class MujocoBatchVecEnv(VecEnv):
         self.score_terminal_on = one_of(score_terminal_on, "score_terminal_on", SCORE_TERMINAL_ON)
         self.physics = one_of(physics, "physics", [name for name, row in PHYSICS.items() if row.batch_env])
         self.renderer = one_of(renderer, "renderer", tuple(RENDERERS))
+        self.drawn_positions = one_of(drawn_positions, "drawn_positions", DRAWN_POSITIONS)
+        if RENDERERS[self.renderer].state_for(PHYSICS[self.physics].offers, self.drawn_positions) is None:
+            raise ValueError(
+                f"drawn_positions={self.drawn_positions!r}: renderer={self.renderer!r} cannot draw physics="
+                f"{self.physics!r}'s data as its step left it (it draws positions); use renderer='egl' with physics="
+                "'batch', or renderer='warp' with physics='warp'"
+            )
         self.model = batch.build_model(max(height, width))
         if solver is not None:  # the plan's (MuJoCo Warp has no PGS): one model for the physics and the drawing
             self.model = with_solver(self.model, solver)
@@ -181,7 +194,7 @@ class MujocoBatchVecEnv(VecEnv):
         if any(self._options):
             raise ValueError("the MuJoCo batch env takes no reset options")
         seeds = None if all(s is None for s in self._seeds) else [int(s) for s in self._seeds if s is not None]
-        self.sim.reset(seed=seeds, noise_scale=self.batch.reset_noise_scale)
+        self.sim.reset(seed=seeds, noise=self.batch.reset_noise)
         self._reset_seeds()
         self._steps[:] = 0
         self._ended.clear()
@@ -241,27 +254,29 @@ class MujocoBatchVecEnv(VecEnv):
             self.sim.step(actions, rows)
             resets = np.flatnonzero(self._reset_next[rows]) + rows.start
             if resets.size:  # next-step autoreset: the step of a finished env is its reset
-                self.sim.reset(resets, noise_scale=self.batch.reset_noise_scale)
+                self.sim.reset(resets, noise=self.batch.reset_noise)
             if self.score_terminal_on == "reset_frame":
                 self._reset_ended(rows)
         with self.timer.stage("render"):
-            self.frame_source.draw(self.sim, rows, stream)
+            self.frame_source.draw(self.sim, rows, stream, positions=self.drawn_positions)
 
     def _reset_ended(self, rows: slice) -> None:
-        """Resets the envs of ``rows`` whose episode this step ends (the time limit) before they are drawn,
-        keeping the outputs of the states that ended them for the step's observations and rewards."""
+        """Resets the envs of ``rows`` whose episode this step ends (the time limit or the task's termination)
+        before they are drawn, keeping the outputs of the states that ended them for the step's observations
+        and rewards."""
         if self.reset_on_next_step:
             raise ValueError(
                 "score_terminal_on='reset_frame' draws the reset that ends a step (SB3's vector envs); with next-step "
                 "autoreset the reset comes a step later: use same-step autoreset, or score_terminal_on='terminal_state'"
             )
-        if not self.episode_length:
-            return
-        ended = np.flatnonzero(self._steps[rows] + 1 >= self.episode_length) + rows.start
+        outputs = self.sim.outputs
+        ending = self.batch.terminated({key: value[rows] for key, value in outputs.items()})
+        if self.episode_length:
+            ending = ending | (self._steps[rows] + 1 >= self.episode_length)
+        ended = np.flatnonzero(ending) + rows.start
         if ended.size:
-            outputs = self.sim.outputs
             self._ended.update({int(env): {k: v[env].copy() for k, v in outputs.items()} for env in ended})
-            self.sim.reset(ended, noise_scale=self.batch.reset_noise_scale)
+            self.sim.reset(ended, noise=self.batch.reset_noise)
 
     def _observe(self, actions: np.ndarray):
         """Observations and rewards from the copied-out fields (all envs at once), then the resets."""
@@ -273,15 +288,18 @@ class MujocoBatchVecEnv(VecEnv):
                     for key, value in ended.items():
                         fields[key][row] = value
             obs = self.batch.observation(fields)
-            rewards, terms = self._step_reward(fields, np.asarray(actions, np.float64), self.sim.dt)
+            terminated = self.batch.terminated(fields)
+            rewards, terms = self._step_reward(fields, actions, self.sim.dt)
             self._steps += 1
             reset_now = self._reset_next.copy()  # next-step autoreset: these envs were reset by _advance()
             self._steps[reset_now] = 0
             rewards[reset_now] = 0.0
+            terminated[reset_now] = False
             self.autoreset_envs[:] = reset_now
             at_limit = self._steps >= self.episode_length if self.episode_length else np.zeros(self.num_envs, bool)
-            dones = at_limit.copy()
-            truncated = at_limit if self.time_limit == "truncate" else np.zeros(self.num_envs, bool)
+            dones = at_limit | terminated
+            # gymnasium's TimeLimit and SB3: a step the task ends is a termination, whatever the clock says
+            truncated = at_limit & ~terminated if self.time_limit == "truncate" else np.zeros(self.num_envs, bool)
             infos = [{key: value[i] for key, value in terms.items()} for i in range(self.num_envs)]
             for i, info in enumerate(infos):
                 info["TimeLimit.truncated"] = bool(truncated[i])
@@ -293,7 +311,7 @@ class MujocoBatchVecEnv(VecEnv):
                     infos[env]["terminal_observation"] = obs[env].copy()
                 unreset = ids[[int(env) not in self._ended for env in ids]]  # (reset_frame: reset before drawing)
                 if unreset.size:
-                    self.sim.reset(unreset, noise_scale=self.batch.reset_noise_scale)
+                    self.sim.reset(unreset, noise=self.batch.reset_noise)
                 self._ended.clear()
                 self._steps[ids] = 0
                 obs[ids] = self.batch.observation(self.sim.outputs)[ids]
@@ -314,7 +332,7 @@ class MujocoBatchVecEnv(VecEnv):
         return self.frame_source.frames(device if on_gpu else None)
 
     def get_images(self) -> list[np.ndarray]:
-        return list(self.frame_source.render_sim(self.sim))
+        return list(self.frame_source.render_sim(self.sim, positions=self.drawn_positions))
 
     # ------------------------------------------------------- SB3 env access
     def _targets(self, indices) -> list[BatchEnvView]:

@@ -9,7 +9,8 @@ its own; SB3's vector env holds them, in this process (``DummyVecEnv``) or in wo
 fields of the data its frame is drawn from in the step's info (from a worker, only those come back
 beside the step's usual results). :class:`DrawnVecEnv` writes them into an ``mjData`` per env of its
 own and a batch renderer draws every env's frame in one call (``rendering.egl``: the scenes on the
-CPU's threads, one GL pass), from each env's own camera, as its ``render()`` would.
+CPU's threads, one GL pass), from each env's own camera, as its ``render()`` would: each data as its
+step left it (``positions="gymnasium"``, a state of ``physics.simulator.STATES_AS_STEPPED``).
 
     venv = DrawnVecEnv(DummyVecEnv([lambda: RecordDrawState(make_env())] * 8), renderer="egl")
     obs, rewards, dones, infos = venv.step(actions)
@@ -138,7 +139,7 @@ class DrawnVecEnv(VecEnvWrapper):
                 if self.score_terminal_on == "reset_frame":
                     states[env] = reset_state
             self._write(states)
-            self.frame_source.draw(self.env_data)
+            self.frame_source.draw(self.env_data, positions="gymnasium")
         return obs, rewards, dones, infos
 
     def _write(self, states: list[tuple[np.ndarray, np.ndarray]]) -> None:
@@ -157,7 +158,7 @@ class DrawnVecEnv(VecEnvWrapper):
 
     def get_images(self) -> list[np.ndarray]:
         """Every env's frame of its current state, drawn in one call (not one ``render()`` per env)."""
-        self.frame_source.draw(self.env_data)
+        self.frame_source.draw(self.env_data, positions="gymnasium")
         return list(self.frame_source.frames())
 
     def close(self) -> None:

@@ -142,6 +142,8 @@ class StackPlan:
             if self.env.score_terminal_on == ("reset_frame")
             else ""
         )
+        if self.renderer and self.env.drawn_positions != "reached":
+            terminal += f", drawn as {self.env.drawn_positions} draws"
         return (
             f"{self.env.task}, {self.env.n_envs} envs scored on {self.device}: physics {self.physics}{solver}, "
             f"{drawn}, {ranges}, encoder batch {self.encoder_batch}{scored}{terminal}"
@@ -175,10 +177,13 @@ def plan_stack(
     device = resolve_device(reward.device) if isinstance(reward, RewardModelSpec) else torch.device(reward.device)
     asked = PHYSICS.get(env.physics)  # None: "auto"
     drawable = asked is not None and asked.batch_env and asked.unavailable(task, device) is None  # (its module loads)
+    if asked is None:  # "auto": the renderer that draws the batch env of "auto"'s order
+        asked = next(PHYSICS[name] for name in AUTO_ORDER if PHYSICS[name].batch_env)
+        drawable = True
     renderer = None
     if env.renderer is not None:
         renderer = choose_renderer(
-            env.renderer, device, offers=asked.offers if asked is not None and drawable else None
+            env.renderer, device, offers=asked.offers if drawable else None, positions=env.drawn_positions
         )
     physics = _choose_physics(env, task, renderer, device, batch_env_only)
     row = PHYSICS[physics]
@@ -252,7 +257,7 @@ def _choose_physics(
         task_problem = row.unavailable(task, device)
         drawing_problem = _renderer_problem(renderer, device) if row.batch_env and task_problem is None else None
         pairing = row.batch_env and not (task_problem or drawing_problem)
-        pairing_problem = _pairing_problem(row, renderer, task, device) if pairing else None
+        pairing_problem = _pairing_problem(row, renderer, task, device, env.drawn_positions) if pairing else None
         if not (task_problem or drawing_problem or pairing_problem):
             return name
         if requested == "auto":
@@ -267,24 +272,34 @@ def _choose_physics(
     raise RuntimeError(f"physics='auto': nothing can run task {task.name!r} here ({'; '.join(passed)})")
 
 
-def _pairing_problem(physics: Physics, renderer: str | None, task: TaskSpec, device: torch.device) -> str | None:
-    """Why ``renderer`` cannot draw ``physics`` (it draws none of the states its simulator offers), naming the
-    renderers and the physics that would meet here, in one line; None when it can."""
+def _pairing_problem(
+    physics: Physics, renderer: str | None, task: TaskSpec, device: torch.device, positions: str = "reached"
+) -> str | None:
+    """Why ``renderer`` cannot draw ``physics`` (it draws ``positions`` from none of the states its simulator
+    offers), naming the renderers and the physics that would meet here, in one line; None when it can."""
     drawer = RENDERERS[renderer] if renderer is not None else None
-    if drawer is None or drawer.state_for(physics.offers) is not None:
+    if drawer is None or drawer.state_for(physics.offers, positions) is not None:
         return None
     drawers = [
         name
         for name, row in RENDERERS.items()
-        if row.unavailable(device) is None and row.state_for(physics.offers) is not None
+        if row.unavailable(device) is None and row.state_for(physics.offers, positions) is not None
     ]
     drawn = [
         name
         for name, row in PHYSICS.items()
-        if row.batch_env and row.unavailable(task, device) is None and drawer.state_for(row.offers) is not None
+        if row.batch_env
+        and row.unavailable(task, device) is None
+        and drawer.state_for(row.offers, positions) is not None
     ]
     instead = [f"renderer={' or '.join(map(repr, drawers))} with physics={physics.name!r}"] if drawers else []
     instead += [f"physics={' or '.join(map(repr, drawn))} with renderer={drawer.name!r}"] if drawn else []
+    if positions != "reached":
+        instead.append("drawn_positions='reached'")
+        return (
+            f"drawn_positions={positions!r} draws each simulation's data as its step left it, and renderer="
+            f"{drawer.name!r} draws physics={physics.name!r} from its positions only; use " + ", or ".join(instead)
+        )
     return (
         f"renderer={drawer.name!r} cannot draw physics={physics.name!r}: its simulator offers "
         f"{' or '.join(physics.offers)}, the renderer draws {' or '.join(drawer.draws)}; use "
@@ -390,6 +405,7 @@ def build_stack(
             physics=plan.physics,
             solver=plan.solver,
             score_terminal_on=plan.env.score_terminal_on,
+            drawn_positions=plan.env.drawn_positions,
         )
     elif plan.renderer is not None:  # the batched drawing
         from vlmrm_fast.envs.mujoco_drawing import RecordDrawState

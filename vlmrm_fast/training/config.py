@@ -339,7 +339,12 @@ def run_identity(cfg: TrainConfig) -> dict[str, Any]:
 
 # Identity fields added since checkpoints were first written, with the value older runs had. An identity field
 # a checkpoint's manifest lacks and this table does not know is not compared (the resume names it).
-_ADDED_ENV_FIELDS = {"time_limit": "truncate", "scene_assets": None, "score_terminal_on": "terminal_state"}
+_ADDED_ENV_FIELDS = {
+    "time_limit": "truncate",
+    "scene_assets": None,
+    "score_terminal_on": "terminal_state",
+    "drawn_positions": "reached",
+}
 
 
 def upgraded_identity(saved: dict[str, Any]) -> dict[str, Any]:
