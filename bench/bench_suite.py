@@ -1,11 +1,14 @@
-"""gymnasium's MuJoCo tasks as batch tasks against today's generic path, side by side in one run.
+"""gymnasium's MuJoCo tasks on the three paths of a stack, side by side in one run.
 
-For each task, the same VLM-reward work two ways, with the same reward model, envs, frame size and actions:
+For each task, the same VLM-reward work three ways, with the same reward model, envs, frame size and actions:
 
 * batch: ``FastVLMRewardVecEnv(task, n)`` as a user gets it (``physics="auto"``: the batch env, the renderer
   ``"auto"`` picks: MuJoCo Warp on a CPU where it is installed);
-* generic: ``physics="gym"``: gymnasium's envs in SB3's ``DummyVecEnv``, each drawing its frame with
-  ``render()`` (``RecordFrame``);
+* drawn: ``physics="gym"`` with ``renderer="auto"``: gymnasium's envs stepping themselves, every env's frame
+  drawn at once from their data (the batched drawing, ``stack.drawn_env``: EGL, each env's ``render()``
+  pixel for pixel);
+* generic: ``physics="gym"``, ``renderer=None``: gymnasium's envs in SB3's ``DummyVecEnv``, each drawing its
+  frame with ``render()`` (``RecordFrame``);
 * generic-480 (``--generic-480``): the same at gymnasium's default 480 x 480 frames, which is what the
   generic path drew for a gymnasium id before these tasks existed (it left ``render_size`` to the env).
 
@@ -62,7 +65,7 @@ class TimedRenders:
 
 
 def make(task: str, path: str, args: argparse.Namespace) -> FastVLMRewardVecEnv:
-    physics = "auto" if path == "batch" else "gym"
+    generic = path.startswith("generic")
     stack = FastVLMRewardVecEnv(
         task,
         args.envs,
@@ -70,11 +73,11 @@ def make(task: str, path: str, args: argparse.Namespace) -> FastVLMRewardVecEnv:
         device="cpu",
         render_size=480 if path == "generic-480" else args.size,
         episode_length=args.episode_length,
-        physics=physics,
-        renderer="auto" if path == "batch" else None,
+        physics="auto" if path == "batch" else "gym",
+        renderer=None if generic else "auto",
         seed=0,
     )
-    if path != "batch":
+    if generic:
         stack.renders = TimedRenders(stack)
     return stack
 
@@ -117,9 +120,11 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     tasks = [*args.tasks, *([args.reference] if args.reference and args.reference not in args.tasks else [])]
     for task in tasks:
-        paths = ["batch"] if task == args.reference else ["batch", "generic", *(["generic-480"] * args.generic_480)]
-        if get_task(task).batch is None:  # a task of the generic path only (classic control)
-            paths = ["generic"]
+        paths = ["batch", "drawn", "generic", *(["generic-480"] * args.generic_480)]
+        if task not in args.tasks:  # the reference, added for its batch env's rate
+            paths = ["batch"]
+        if get_task(task).batch is None:  # a task of the gymnasium envs only (classic control: the generic path)
+            paths = ["drawn", "generic"] if get_task(task).drawing else ["generic"]
         stacks = {path: make(task, path, args) for path in paths}
         space = next(iter(stacks.values())).action_space
         rng = np.random.default_rng(0)

@@ -80,8 +80,8 @@ def test_windows_bench_measures_every_row_side_by_side(tmp_path):
 
 
 def test_suite_bench_measures_the_batch_and_generic_paths_side_by_side(tmp_path):
-    """bench/bench_suite.py: a MuJoCo suite task's batch env beside its gymnasium envs (and the reference task's
-    batch env), each with the stages of a step."""
+    """bench/bench_suite.py: a MuJoCo suite task's batch env beside its gymnasium envs, drawn in one batch and
+    each by its render() (and the reference task's batch env), each with the stages of a step."""
     out = tmp_path / "suite.json"
     command = [str(ROOT / "bench" / "bench_suite.py"), "--tasks", "HalfCheetah-v5", "--envs", "2", "--size", "32"]
     command += ["--steps", "2", "--warmup", "1", "--rounds", "1", "--profile-steps", "2", "--out", str(out)]
@@ -90,12 +90,12 @@ def test_suite_bench_measures_the_batch_and_generic_paths_side_by_side(tmp_path)
     rows = json.loads(out.read_text())["results"]
     assert [(r["task"], r["path"]) for r in rows] == [
         ("HalfCheetah-v5", "batch"),
+        ("HalfCheetah-v5", "drawn"),
         ("HalfCheetah-v5", "generic"),
         ("humanoid-kneeling", "batch"),
     ]
-    assert (
-        rows[1]["physics"] == "gym" and rows[0]["x_generic"] == rows[0]["env_steps_per_s"] / rows[1]["env_steps_per_s"]
-    )
+    assert [(r["physics"], r["renderer"]) for r in rows[1:3]] == [("gym", "egl"), ("gym", "each env's render()")]
+    assert rows[0]["x_generic"] == rows[0]["env_steps_per_s"] / rows[2]["env_steps_per_s"]
     for row in rows:
         assert row["env_steps_per_s"] > 0 and {"physics", "draw", "preprocess", "encode"} <= set(row["stages_ms"])
         assert row["stages_ms"]["draw"] > 0
