@@ -40,7 +40,6 @@ MOVED = {
     "reward.episode_batch": "rl.episode_batch",
     "reward.score_batch_size": "reward.batch_size",
     "reward.env_reward_weight": "env.env_reward_weight",
-    "env.engine": "env.physics (batch, gym or auto; batch was called mujoco)",
     "env.rank_timeout": "distributed.timeout (a rank's answer to one call; rank 0's updates and saves between "
     "calls are covered by distributed.heartbeat_timeout)",
 }

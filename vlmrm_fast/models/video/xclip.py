@@ -28,14 +28,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from open_clip.constants import IMAGENET_MEAN, IMAGENET_STD
 
 from vlmrm_fast.frames.preprocess import PreprocessSpec
 from vlmrm_fast.models.families import MissingDependencyError
 from vlmrm_fast.models.random_init import _LocalGenerator
 from vlmrm_fast.models.video.base import VideoModel, VideoModelInfo, check_prompts
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 EXTRA = "video"
 
 
