@@ -543,9 +543,17 @@ def test_clip_tasks_and_fields_are_refused_for_a_judge():
         load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts=["up", "upright"], device="cpu")
     with pytest.raises(FieldError, match=r"^alpha: is CLIP's goal-baseline projection"):
         load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="up", baseline_prompts="down", alpha=0.5, device="cpu")
-    with pytest.raises(FieldError, match=r"^checkpoint: does not apply to a generative VLM judge"):
+    with pytest.raises(
+        FieldError,
+        match=r"^checkpoint: sets a local weights file, a field of the video, mean_of_frames and clip families; "
+        r"'vlmrm-tiny-qwen2-vl' is a generative VLM judge \(the judge family\), which does not take it: leave it out$",
+    ):
         load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="up", checkpoint="w.pt", device="cpu")
-    with pytest.raises(FieldError, match=r"^image_size: sets a generative VLM judge's input size; vlmrm-tiny takes"):
+    with pytest.raises(
+        FieldError,
+        match=r"^image_size: sets a generative VLM judge's input size, a field of the judge family; 'vlmrm-tiny' is a "
+        r"CLIP frame model \(the clip family\), which does not take it: leave it out$",
+    ):
         load_reward_model("vlmrm-tiny", target_prompts="up", image_size=112, device="cpu")
 
 

@@ -396,3 +396,35 @@ def test_build_info_reports_capabilities():
     for key in ("cuda_compiled", "cuda_version", "cuda_available", "egl_available", "egl_devices"):
         assert key in info
     assert isinstance(info["cuda_compiled"], bool)
+
+
+@pytest.mark.parametrize(
+    ("fields", "family", "refused"),
+    [
+        ({"model": "viclip-tiny", "window": {"frames": 8}, "pretrained": "laion2b"}, "video", "pretrained"),
+        ({"model": "vlmrm-tiny-qwen2-vl", "window": {"frames": 2}}, "judge", "window"),
+        ({"model": "vlmrm-tiny-qwen2-vl", "encoder_options": {"compile_mode": "default"}}, "judge", "encoder_options"),
+        ({"model": TINY, "prompt_order": "question_first"}, "clip", "prompt_order"),
+        (
+            {"model": TINY, "window": {"frames": 2, "embedding": "mean_of_frames"}, "image_size": 64},
+            "mean_of_frames",
+            "image_size",
+        ),
+    ],
+)
+def test_a_field_its_family_does_not_take_is_refused_naming_the_family(fields, family, refused):
+    """Each family takes the fields of its row; one place refuses any other field set, naming what it sets, the
+    families that take it, and the spec's family."""
+    from vlmrm_fast.checks import FieldError
+    from vlmrm_fast.reward.families import REWARD_FAMILIES
+    from vlmrm_fast.reward.spec import RewardModelSpec
+
+    allowed = {name: value for name, value in fields.items() if name != refused}
+    assert RewardModelSpec(**allowed).family is REWARD_FAMILIES[family]
+    takers = [name for name, row in REWARD_FAMILIES.items() if refused in row.fields]
+    with pytest.raises(FieldError) as info:
+        RewardModelSpec(**fields)
+    message = str(info.value)
+    assert message.startswith(f"{refused}: sets {REWARD_FAMILIES[takers[0]].fields[refused]}, a field of the "), message
+    assert all(name in message.split(";")[0] for name in takers), message
+    assert message.endswith(f"(the {family} family), which does not take it: leave it out"), message

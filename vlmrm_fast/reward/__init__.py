@@ -8,9 +8,9 @@ from vlmrm_fast.models import (
     load_clip,
     register_builtin_configs,
 )
+from vlmrm_fast.reward.families import load_reward_model
 from vlmrm_fast.reward.judge import JudgeRewardModel
 from vlmrm_fast.reward.kinds import BinaryTask, GoalBaselineTask, QuestionTask
-from vlmrm_fast.reward.load import load_reward_model
 from vlmrm_fast.reward.model import VLMRewardModel
 from vlmrm_fast.reward.protocol import RewardModel
 from vlmrm_fast.reward.spec import RewardModelSpec

@@ -1,4 +1,5 @@
-"""JudgeRewardModel: frames in, a generative VLM's answer probabilities out.
+"""JudgeRewardModel: frames in, a generative VLM's answer probabilities out (the ``judge`` reward family,
+``reward/families.py``).
 
 A judge asks each frame one or more yes/no questions (:class:`~vlmrm_fast.reward.kinds.QuestionTask`)
 and reads the reward from the logits of the answer's first token, without generating:
@@ -31,8 +32,11 @@ from vlmrm_fast.checks import FieldError
 from vlmrm_fast.frames.preprocess import as_frame_tensor
 from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.models.judge.prompt import DEFAULT_PROMPT_ORDER
+from vlmrm_fast.progress import progress_iter
 from vlmrm_fast.reward.formulas import answer_reward
-from vlmrm_fast.reward.kinds import GoalBaselineTask, QuestionTask, as_reward_tasks
+from vlmrm_fast.reward.frame_model import FrameRewardModel
+from vlmrm_fast.reward.kinds import TASK_KINDS, GoalBaselineTask, QuestionTask, as_reward_tasks
+from vlmrm_fast.reward.protocol import FRAME_NEEDS, RewardNeeds
 from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
 from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.runtime.device import resolve_device
@@ -72,7 +76,7 @@ class _Group:
     answers: list[_Answer]
 
 
-class JudgeRewardModel:
+class JudgeRewardModel(FrameRewardModel):
     """A generative VLM scoring frames with question tasks (see the module docstring); a
     :class:`~vlmrm_fast.reward.protocol.RewardModel`."""
 
@@ -113,7 +117,93 @@ class JudgeRewardModel:
         self._groups: list[_Group] = []
         self.set_tasks(tasks, multi_task=multi_task)
 
+    # ------------------------------------------------------------------ the family
+    @classmethod
+    def from_spec(cls, spec: RewardModelSpec) -> JudgeRewardModel:
+        """The judge of ``spec`` (a judge's name, question tasks or one target prompt; see docs/judge.md)."""
+        from vlmrm_fast.encoders.precision import resolve
+        from vlmrm_fast.models.judge.fp8 import convert_judge_to_fp8
+        from vlmrm_fast.models.judge.load import load_judge, set_image_options
+
+        tasks, multi = spec.reward_tasks()
+        tasks = judge_tasks(tasks)  # before the weights load: a bad task fails in a moment
+        device = resolve_device(spec.device)
+        precision = resolve(spec.precision, device)
+        judge = load_judge(spec.model, device=device, dtype=precision.dtype, cache_dir=spec.cache_dir, seed=spec.seed)
+        set_image_options(judge, spec.do_image_splitting, spec.longest_edge)
+        if precision.fp8:
+            convert_judge_to_fp8(judge.model)
+        return cls(
+            judge,
+            tasks,
+            device=device,
+            multi_task=multi,
+            batch_size=spec.batch_size,
+            image_size=spec.image_size or DEFAULT_IMAGE_SIZE,
+            precision=precision.name,
+            schedule=spec.schedule,
+            prompt_order=spec.prompt_order or DEFAULT_PROMPT_ORDER,
+        )
+
+    @classmethod
+    def check_spec(cls, spec: RewardModelSpec) -> None:
+        """A judge's name (question tasks on a CLIP's are refused, naming it), and the values of the CLIP fields
+        a judge also takes: ``resize_mode`` squash, ``backend`` torch, ``alpha`` 0."""
+        from vlmrm_fast.models.judge.load import check_model_name, is_judge_name
+
+        if not is_judge_name(spec.model):
+            from vlmrm_fast.models.names import parse_model_name
+
+            check_model_name(spec.model, spec.cache_dir)  # a name that is neither, named as what it is
+            parse_model_name(spec.model, spec.pretrained)  # a CLIP name misspelt is named with its closest match
+            raise FieldError(
+                "model",
+                f"{spec.model!r} is a CLIP model; question tasks need a generative VLM judge, e.g. "
+                f"model='Qwen/Qwen2-VL-2B-Instruct' (or 'vlmrm-tiny-qwen2-vl' to try the plumbing)",
+            )
+        if spec.resize_mode not in (None, "squash"):
+            raise FieldError(
+                "resize_mode",
+                f"{spec.resize_mode!r} is CLIP's; a judge squashes frames to its input size (image_size): use "
+                "'squash' or leave it out",
+            )
+        if spec.alpha:
+            raise FieldError("alpha", "is CLIP's goal-baseline projection; a judge has no embedding to project: use 0")
+        if spec.backend not in ("auto", "torch"):
+            raise FieldError("backend", f"{spec.backend!r} runs CLIP image towers; a judge runs in torch: use 'auto'")
+
+    @classmethod
+    def needs_of(cls, spec: RewardModelSpec) -> RewardNeeds:
+        return FRAME_NEEDS
+
+    @classmethod
+    def require_weights(cls, spec: RewardModelSpec) -> None:
+        from vlmrm_fast.models import require_weights
+
+        require_weights(spec.model, cache_dir=spec.cache_dir)
+
+    @classmethod
+    def criterion_kinds_of(cls) -> tuple[str, ...]:
+        """The kinds read from the answer's logits (every kind without an embedding formula)."""
+        return tuple(name for name, kind in TASK_KINDS.items() if kind.formula is None)
+
     # ------------------------------------------------------------------ properties
+    @property
+    def name(self) -> str:
+        return self.judge.model_id
+
+    @property
+    def random_init(self) -> bool:
+        return self.judge.weights.startswith("random init")
+
+    @property
+    def criterion_kinds(self) -> tuple[str, ...]:
+        return self.criterion_kinds_of()
+
+    def parameter_count(self) -> int:
+        """Parameters of the vision tower and the language model."""
+        return int(sum(p.numel() for p in self.model.parameters()))
+
     @property
     def tasks(self) -> tuple[QuestionTask, ...]:
         return self._tasks
@@ -344,6 +434,26 @@ class JudgeRewardModel:
             outs.append(self.score_pixels(self._pixels(chunk, self._buffer[: chunk.shape[0]])))
         return torch.cat(outs) if len(outs) > 1 else outs[0]
 
+    def _frame_rewards(self, frames: torch.Tensor, tasks: Sequence[Any] | None, progress: bool) -> torch.Tensor:
+        """Every frame's rewards for ``tasks`` (its own by default), one column each: the vision tower once per
+        frame for all of them; the judge's own questions are restored afterwards."""
+        if tasks is None:
+            rewards = self._in_batches(frames, progress)
+            return rewards if rewards.ndim == 2 else rewards[:, None]
+        previous, previous_multi = self.tasks, self.multi_task
+        self.set_tasks(tasks, multi_task=True)
+        try:
+            return self._in_batches(frames, progress)
+        finally:
+            self.set_tasks(previous, multi_task=previous_multi)
+
+    def _in_batches(self, frames: torch.Tensor, progress: bool) -> torch.Tensor:
+        batches = progress_iter(
+            range(0, frames.shape[0], self.chunk_size), desc="encode", unit="batch", enabled=progress
+        )
+        rewards = [self(frames[start : start + self.chunk_size]) for start in batches]
+        return torch.cat(rewards) if len(rewards) > 1 else rewards[0]
+
     def close(self) -> None:
         """Releases the weights and the prefix caches: the judge scores no more frames."""
         self.judge = dataclasses.replace(self.judge, model=None)
@@ -378,79 +488,3 @@ def judge_tasks(tasks: Sequence[Any]) -> tuple[QuestionTask, ...]:
                 "'question': 'Is the pole upright?'}], or one target prompt with alpha 0",
             )
     return tuple(out)
-
-
-def is_judge_spec(spec: RewardModelSpec) -> bool:
-    """Whether ``spec`` asks for a judge: it names one, or its tasks are questions."""
-    from vlmrm_fast.models.judge.load import is_judge_name
-
-    return is_judge_name(spec.model) or any(isinstance(t, QuestionTask) for t in spec.tasks or ())
-
-
-def load_judge_reward_model(spec: RewardModelSpec) -> JudgeRewardModel:
-    """The judge of ``spec`` (a judge's name, question tasks or one target prompt; see docs/judge.md)."""
-    from vlmrm_fast.encoders.precision import resolve
-    from vlmrm_fast.models.judge.fp8 import convert_judge_to_fp8
-    from vlmrm_fast.models.judge.load import is_judge_name, load_judge, set_image_options
-
-    if not is_judge_name(spec.model):
-        from vlmrm_fast.models.names import parse_model_name
-
-        parse_model_name(spec.model, spec.pretrained)  # a CLIP name misspelt is named with its closest match
-        raise FieldError(
-            "model",
-            f"{spec.model!r} is a CLIP model; question tasks need a generative VLM judge, e.g. "
-            f"model='Qwen/Qwen2-VL-2B-Instruct' (or 'vlmrm-tiny-qwen2-vl' to try the plumbing)",
-        )
-    _refuse_clip_fields(spec)
-    tasks, multi = spec.reward_tasks()
-    tasks = judge_tasks(tasks)  # before the weights load: a bad task fails in a moment
-    device = resolve_device(spec.device)
-    precision = resolve(spec.precision, device)
-    judge = load_judge(
-        spec.model,
-        device=device,
-        dtype=precision.dtype,
-        cache_dir=spec.cache_dir,
-        seed=spec.seed,
-    )
-    set_image_options(judge, spec.do_image_splitting, spec.longest_edge)
-    if precision.fp8:
-        convert_judge_to_fp8(judge.model)
-    return JudgeRewardModel(
-        judge,
-        tasks,
-        device=device,
-        multi_task=multi,
-        batch_size=spec.batch_size,
-        image_size=spec.image_size or DEFAULT_IMAGE_SIZE,
-        precision=precision.name,
-        schedule=spec.schedule,
-        prompt_order=spec.prompt_order or DEFAULT_PROMPT_ORDER,
-    )
-
-
-def _refuse_clip_fields(spec: RewardModelSpec) -> None:
-    """The spec's CLIP-only fields, refused when set: they would change nothing for a judge."""
-    why = {
-        "pretrained": "a judge's weights come with its name (a hub repository or a folder)",
-        "checkpoint": "a judge's weights come with its name (a hub repository or a folder)",
-        "tokenizer": "a judge's tokenizer comes with its processor",
-    }
-    for field, reason in why.items():
-        if getattr(spec, field) is not None:
-            raise FieldError(field, f"does not apply to a generative VLM judge: {reason}; leave it out")
-    if spec.resize_mode not in (None, "squash"):
-        raise FieldError(
-            "resize_mode",
-            f"{spec.resize_mode!r} is CLIP's; a judge squashes frames to its input size (image_size): use 'squash' "
-            "or leave it out",
-        )
-    if spec.alpha:
-        raise FieldError("alpha", "is CLIP's goal-baseline projection; a judge has no embedding to project: use 0")
-    if spec.backend not in ("auto", "torch"):
-        raise FieldError("backend", f"{spec.backend!r} runs CLIP image towers; a judge runs in torch: use 'auto'")
-    if spec.encoder_options:
-        raise FieldError(
-            "encoder_options", f"{sorted(spec.encoder_options)} configure CLIP's encoder backends, not a judge"
-        )

@@ -1,4 +1,4 @@
-"""VLMRewardModel: frames in, CLIP rewards out.
+"""VLMRewardModel: frames in, CLIP rewards out (the ``clip`` reward family, ``reward/families.py``).
 
 frames (N, H, W, 3) uint8 -> fused preprocess (bit-identical to open_clip's
 transform) -> image tower through an encoder backend -> fused reward kernel for
@@ -17,22 +17,27 @@ from vlmrm_fast.checks import FieldError
 from vlmrm_fast.encoders import make_image_encoder
 from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec, as_frame_tensor
 from vlmrm_fast.frames.views import FrameView
-from vlmrm_fast.models import LoadedClip, check_prompt_lengths
+from vlmrm_fast.models import LoadedClip, check_prompt_lengths, load_clip
+from vlmrm_fast.progress import progress_iter
 from vlmrm_fast.reward.formulas import normalize
+from vlmrm_fast.reward.frame_model import FrameRewardModel
 from vlmrm_fast.reward.head import RewardHead
-from vlmrm_fast.reward.kinds import QuestionTask, Task, as_reward_tasks, normalize_prompts, unique_prompts
+from vlmrm_fast.reward.kinds import TASK_KINDS, QuestionTask, Task, as_reward_tasks, normalize_prompts, unique_prompts
+from vlmrm_fast.reward.protocol import FRAME_NEEDS, RewardNeeds
 from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
+from vlmrm_fast.reward.spec import RewardModelSpec
+from vlmrm_fast.runtime.device import resolve_device
 from vlmrm_fast.runtime.profiling import NULL_TIMER, StageTimer
 
 DEFAULT_CHUNK = 256
 
 
-class VLMRewardModel:
+class VLMRewardModel(FrameRewardModel):
     """A CLIP model scoring frames against one or several reward tasks.
 
-    The env stack uses it through :class:`~vlmrm_fast.reward.protocol.RewardModel` (``__call__``,
-    ``preprocess``, ``score_pixels``, ``pixel_buffer``); evaluation also reads embeddings
-    (``embed_images``, ``embed_text``, ``reward_from_embeddings``) and swaps tasks (``set_tasks``)."""
+    Everything above ``reward/`` uses it through :class:`~vlmrm_fast.reward.protocol.RewardModel`; it also
+    reads embeddings (``embed_images``, ``embed_text``, ``reward_from_embeddings``), swaps tasks
+    (``set_tasks``) and scores frames in memory (``model(frames)``)."""
 
     def __init__(
         self,
@@ -61,7 +66,73 @@ class VLMRewardModel:
         self.preprocessor = FramePreprocessor(clip.preprocess, self.device, self.encoder.input_dtype)
         self.head = RewardHead(tasks, self._text_cache.__getitem__, clip.logit_scale, self.device)
 
+    # ------------------------------------------------------------------ the family
+    @classmethod
+    def from_spec(cls, spec: RewardModelSpec) -> VLMRewardModel:
+        """The CLIP reward model of ``spec``."""
+        tasks, multi = spec.reward_tasks()
+        resolved = resolve_device(spec.device)
+        clip = load_clip(
+            spec.model,
+            spec.pretrained,
+            checkpoint=spec.checkpoint,
+            device=resolved,
+            cache_dir=spec.cache_dir,
+            seed=spec.seed,
+            tokenizer=spec.tokenizer,
+        )
+        if spec.resize_mode is not None:
+            clip.preprocess = clip.preprocess.with_resize_mode(spec.resize_mode)
+        return cls(
+            clip,
+            tasks,
+            device=resolved,
+            multi_task=multi,
+            backend=spec.backend,
+            precision=spec.precision,
+            batch_size=spec.batch_size,
+            schedule=spec.schedule,
+            **spec.encoder_options,
+        )
+
+    @classmethod
+    def check_spec(cls, spec: RewardModelSpec) -> None:
+        """Nothing beyond the spec's own checks: every value they accept is a CLIP's."""
+
+    @classmethod
+    def needs_of(cls, spec: RewardModelSpec) -> RewardNeeds:
+        return FRAME_NEEDS
+
+    @classmethod
+    def require_weights(cls, spec: RewardModelSpec) -> None:
+        from vlmrm_fast.models import require_weights
+
+        if spec.checkpoint is None:  # a checkpoint file is its weights
+            require_weights(spec.model, spec.pretrained, cache_dir=spec.cache_dir)
+
+    @classmethod
+    def criterion_kinds_of(cls) -> tuple[str, ...]:
+        """The kinds scored from an image embedding (every kind with a formula)."""
+        return tuple(name for name, kind in TASK_KINDS.items() if kind.formula is not None)
+
     # ------------------------------------------------------------------ properties
+    @property
+    def name(self) -> str:
+        return self.clip.model_id
+
+    @property
+    def random_init(self) -> bool:
+        return self.clip.weights.startswith("random init")
+
+    @property
+    def criterion_kinds(self) -> tuple[str, ...]:
+        return self.criterion_kinds_of()
+
+    def parameter_count(self) -> int:
+        """Parameters of the image and text towers."""
+        self._check_open()
+        return int(sum(p.numel() for p in self.clip.model.parameters()))
+
     @property
     def tasks(self) -> tuple[Task, ...]:
         return self.head.tasks
@@ -183,6 +254,24 @@ class VLMRewardModel:
     def __call__(self, frames: Any) -> torch.Tensor:
         """uint8 frames (N, H, W, 3) -> rewards (N,) (or (N, K) when built with ``tasks=``)."""
         return self._shape(self.head(self._raw_image_embeddings(as_frame_tensor(frames))))
+
+    @torch.inference_mode()
+    def _frame_rewards(self, frames: torch.Tensor, tasks: Sequence[Any] | None, progress: bool) -> torch.Tensor:
+        """Every frame encoded once, in batches of ``chunk_size``, then scored for ``tasks`` (a head of theirs on
+        the same text cache: the model's own tasks stay)."""
+        self._check_open()
+        head = self.head
+        if tasks is not None:
+            tasks = clip_tasks(tasks)
+            self._warm_text_cache(unique_prompts(tasks))
+            head = RewardHead(tasks, self._text_cache.__getitem__, self.logit_scale, self.device)
+        batches = progress_iter(
+            range(0, frames.shape[0], self.chunk_size), desc="encode", unit="batch", enabled=progress
+        )
+        embeddings = [
+            self.encoder.encode_rows(self.preprocessor(frames[start : start + self.chunk_size])) for start in batches
+        ]
+        return head(torch.cat(embeddings) if len(embeddings) > 1 else embeddings[0])
 
     def close(self) -> None:
         """Releases the encoder's graphs or engine, and the CLIP weights and tokenizer (freed unless

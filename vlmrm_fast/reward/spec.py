@@ -11,15 +11,19 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from vlmrm_fast.checks import FieldError, FieldTypeError, boolean, non_negative_int, number, one_of, positive_int
 from vlmrm_fast.encoders import BACKEND_OPTIONS, BACKENDS, PRECISION_NAMES
 from vlmrm_fast.frames.preprocess import RESIZE_MODES
 from vlmrm_fast.models.judge.prompt import PROMPT_ORDERS
+from vlmrm_fast.reward.families import REWARD_FAMILIES, RewardFamily, family_of
 from vlmrm_fast.reward.kinds import GoalBaselineTask, Task, as_reward_tasks, normalize_prompts
 from vlmrm_fast.reward.schedule import ScoreSchedule
-from vlmrm_fast.reward.window import WindowSpec, check_window_fields, is_video_model
+from vlmrm_fast.reward.window import WindowSpec
+
+if TYPE_CHECKING:
+    from vlmrm_fast.reward.protocol import RewardNeeds
 
 
 class TaskDefaults(Protocol):
@@ -64,6 +68,11 @@ class RewardModelSpec:
     frames (a :class:`~vlmrm_fast.reward.window.WindowSpec`: ``{frames: 8, timing: streamed,
     embedding: video}``) with a video model, or with the mean of a frame model's embeddings
     (docs/video-rewards.md).
+
+    Each field but those of :data:`COMMON_FIELDS` belongs to the families that take it (``reward/families.py``:
+    each row's ``fields``); the spec's family (:attr:`family`, the first row that claims its model, tasks and
+    window) checks their values, and a field set for a family that does not take it is refused, naming the
+    family.
 
     A generative VLM judge (docs/judge.md) is named the same way (``model``: a hub repository such as
     ``Qwen/Qwen2-VL-2B-Instruct``, a folder, or ``vlmrm-tiny-qwen2-vl``) and asks ``tasks`` of kind
@@ -144,7 +153,9 @@ class RewardModelSpec:
             raise FieldTypeError("encoder_options", f"must be a mapping of option names, got {self.encoder_options!r}")
         put("encoder_options", dict(self.encoder_options))  # a copy (a spec pickles to other ranks)
         put("window", WindowSpec.of(self.window))
-        check_window_fields(self)
+        family = self.family
+        _refuse_other_families_fields(self, family)
+        family.check(self)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> RewardModelSpec:
@@ -165,6 +176,17 @@ class RewardModelSpec:
         return cls(**fields, encoder_options=options)
 
     @property
+    def family(self) -> RewardFamily:
+        """The reward family of this spec (``reward.families.REWARD_FAMILIES``): the first that claims its model,
+        tasks and window."""
+        return family_of(self.model, self.tasks, self.window)
+
+    @property
+    def needs(self) -> RewardNeeds:
+        """What this spec's model will ask of a stack (``reward.protocol.RewardNeeds``), before it is loaded."""
+        return self.family.needs(self)
+
+    @property
     def schedule(self) -> ScoreSchedule:
         """Which steps the model scores (``score_every``, ``between_scores``)."""
         return ScoreSchedule(self.score_every, self.between_scores)
@@ -173,8 +195,8 @@ class RewardModelSpec:
         return dataclasses.replace(self, **changes)
 
     def with_task_defaults(self, task: TaskDefaults) -> RewardModelSpec:
-        """The task's prompts and preprocessing where this spec leaves them None (a video model keeps its
-        own preprocessing)."""
+        """The task's prompts and preprocessing where this spec leaves them None (the preprocessing only for a
+        family that takes a task's: a video model keeps its own)."""
         changes: dict[str, Any] = {}
         if self.tasks is None and self.target_prompts is None:
             if not task.target_prompts:
@@ -182,7 +204,7 @@ class RewardModelSpec:
             changes["target_prompts"] = task.target_prompts
         if self.tasks is None and self.baseline_prompts is None:
             changes["baseline_prompts"] = task.baseline_prompts
-        if self.resize_mode is None and task.resize_mode is not None and not is_video_model(self.model):
+        if self.resize_mode is None and task.resize_mode is not None and self.family.takes_task_resize_mode:
             changes["resize_mode"] = task.resize_mode
         return self.replace(**changes) if changes else self
 
@@ -199,13 +221,46 @@ class RewardModelSpec:
         return (GoalBaselineTask(self.target_prompts, baselines, self.alpha),), False
 
 
-#: The fields that set a generative VLM judge and nothing else, with what each sets.
-JUDGE_FIELDS = {
-    "image_size": "a generative VLM judge's input size",
-    "prompt_order": "the order of a generative VLM judge's question and frame",
-    "do_image_splitting": "whether a SmolVLM or Idefics3 judge cuts a frame into tiles",
-    "longest_edge": "the edge a SmolVLM or Idefics3 judge resizes a frame to",
-}
+#: The fields every reward family takes: the model, its criteria, where and how often it scores. Each other
+#: field of a RewardModelSpec is taken by the families whose rows name it (``reward/families.py``).
+COMMON_FIELDS = (
+    "model",
+    "target_prompts",
+    "baseline_prompts",
+    "alpha",
+    "tasks",
+    "also_score",
+    "device",
+    "precision",
+    "batch_size",
+    "cache_dir",
+    "seed",
+    "score_every",
+    "between_scores",
+)
+
+
+def _refuse_other_families_fields(spec: RewardModelSpec, family: RewardFamily) -> None:
+    """The one refusal of a field set (not left at its default) that ``spec``'s family does not take, naming the
+    family and what the field sets."""
+    for field in dataclasses.fields(spec):
+        if field.name in COMMON_FIELDS or field.name in family.fields:
+            continue
+        default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+        if getattr(spec, field.name) == default:
+            continue
+        takers = [row.name for row in REWARD_FAMILIES.values() if field.name in row.fields]
+        sets = REWARD_FAMILIES[takers[0]].fields[field.name] if takers else "nothing any family reads"
+        owners = f", a field of the {_and(takers)} famil{'ies' if len(takers) > 1 else 'y'}" if takers else ""
+        raise FieldError(
+            field.name,
+            f"sets {sets}{owners}; {spec.model!r} is {family.description} (the {family.name} family), which does "
+            "not take it: leave it out",
+        )
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def spec_fields() -> set[str]:

@@ -18,7 +18,8 @@ episode's first frame standing in for the frames before it until K have been dra
 
 This module also says which frames each window reads offline (:func:`streamed_window`,
 :func:`paper_window_ends`, :func:`episode_end_frames`), the reference the streamed rings are tested
-against and the windows episode-batch scoring and ``vlmrm-fast evaluate`` score.
+against and the windows a window model scores in frames in memory (``vlmrm-fast evaluate``). The window
+models themselves, their fields' checks and what they ask of a stack are in ``reward/window_model.py``.
 """
 
 from __future__ import annotations
@@ -111,113 +112,3 @@ def episode_end_frames(length: int, frames: int) -> np.ndarray:
     if frames > length:
         raise FieldError("window.frames", f"{frames} is more than the episode's {length} steps; give at most {length}")
     return np.asarray(subsample_indices(length, frames))
-
-
-def is_video_model(model: str) -> bool:
-    """Whether ``model`` names a video model (``vlmrm_fast.models.video``) rather than an open_clip one."""
-    from vlmrm_fast.models.video import known_video_models
-
-    return model in known_video_models()
-
-
-def video_model_names() -> str:
-    """The video models' names, for messages."""
-    from vlmrm_fast.models.video import known_video_models
-
-    return ", ".join(name for name in known_video_models() if "tiny" not in name)
-
-
-#: The encoder backends and precisions a video model runs (torch.compile of the whole model, or eager).
-VIDEO_BACKENDS = ("auto", "torch", "compile")
-VIDEO_PRECISIONS = ("auto", "fp32", "fp16", "bf16")
-
-
-def check_window_fields(spec: Any) -> None:
-    """The fields of a reward model's spec that must agree with its window (or its lack of one): a
-    FieldError naming the field and the fix."""
-    model, window = spec.model, spec.window
-    video = is_video_model(model)
-    if video and window is None:
-        from vlmrm_fast.models.video import video_model_info
-
-        frames = video_model_info(model).num_frames
-        raise FieldError(
-            "window",
-            f"model {model!r} scores windows of frames, not single frames; add window: {{frames: {frames}}} "
-            f"(its {frames} frames per window; docs/video-rewards.md)",
-        )
-    if window is None:
-        return
-    if window.embedding == "video" and not video:
-        raise FieldError(
-            "window.embedding",
-            f"'video' needs a video model, and {model!r} embeds single frames: set window.embedding: mean_of_frames "
-            f"(the mean of its frame embeddings), or use a video model ({video_model_names()})",
-        )
-    if window.embedding == "mean_of_frames" and video:
-        raise FieldError(
-            "window.embedding",
-            f"mean_of_frames averages a frame model's embeddings, and {model!r} embeds the window itself: "
-            "leave window.embedding out (video)",
-        )
-    if window.timing == "episode_end" and spec.score_every != 1:
-        raise FieldError(
-            "score_every",
-            "window.timing: episode_end scores each episode once, on its last step; leave score_every at 1",
-        )
-    if window.timing == "episode_end" and spec.between_scores != "zero":
-        raise FieldError(
-            "between_scores",
-            "window.timing: episode_end scores each episode once, on its last step: the steps before get 0; "
-            "leave between_scores at zero",
-        )
-    if not video:
-        return
-    if spec.backend not in VIDEO_BACKENDS:
-        raise FieldError(
-            "backend",
-            f"{spec.backend!r} builds CLIP image towers; video model {model!r} runs on "
-            f"{' or '.join(map(repr, VIDEO_BACKENDS[1:]))} (or 'auto')",
-        )
-    if spec.precision not in VIDEO_PRECISIONS:
-        raise FieldError(
-            "precision", f"{spec.precision!r}: video model {model!r} runs in {', '.join(VIDEO_PRECISIONS)}"
-        )
-    if spec.pretrained is not None:
-        raise FieldError(
-            "pretrained", f"video model {model!r} takes its weights from checkpoint: (docs/video-models.md)"
-        )
-    unknown = sorted(set(spec.encoder_options) - {"compile_mode"})
-    if unknown:
-        raise FieldError(
-            f"encoder_options.{unknown[0]}", f"is an image-tower option; video model {model!r} takes compile_mode only"
-        )
-
-
-def check_window_for_episodes(window: WindowSpec | None, episode_length: int | None) -> None:
-    """A window the envs' episodes can fill: a FieldError naming the field and the fix."""
-    if window is None:
-        return
-    if window.timing == "episode_end" and episode_length is None:
-        raise FieldError(
-            "window.timing",
-            "episode_end spreads one window over an episode's time limit, and these envs have none: "
-            "give env.episode_length (episode_length=), or use timing: streamed",
-        )
-    if episode_length is not None and window.frames > episode_length:
-        raise FieldError(
-            "window.frames",
-            f"{window.frames} frames is more than an episode's {episode_length} steps, so no window would ever "
-            f"fill; give at most {episode_length} (or a longer env.episode_length)",
-        )
-
-
-def check_window_for_terminal_frames(window: WindowSpec | None, score_terminal_on: str) -> None:
-    """Refuses a window with ``score_terminal_on="reset_frame"``: the paper's reset frame stands in for one
-    frame's reward, and in a window it would put the next episode's first state among this one's."""
-    if window is not None and score_terminal_on == "reset_frame":
-        raise FieldError(
-            "score_terminal_on",
-            "reset_frame reproduces the paper's one-frame rewards, and a window would then mix the next episode's "
-            "first frame into this one's last window; use score_terminal_on: terminal_state with a window",
-        )

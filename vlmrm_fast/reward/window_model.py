@@ -12,7 +12,13 @@ drawn, and keeps what a window needs in a ring per env (``reward/window_ring.py`
   each window against its own prompt embeddings (:func:`per_window_rewards`).
 
 Offline, :meth:`WindowRewardModel.score_windows` runs both on an episode's frames (each frame's item
-computed once, the windows gathered from them) and ``model(windows)`` on uint8 windows (N, K, H, W, 3).
+computed once, the windows gathered from them), :meth:`WindowRewardModel.score_frames` scores the paper
+code's windows inside episodes, and ``model(windows)`` uint8 windows (N, K, H, W, 3).
+
+The two window families (``reward/families.py``: ``video`` for a video model's name, ``mean_of_frames`` for
+a window on a frame model's) load from a spec here (``from_spec``), check the fields they take
+(``check_spec``: the window against the model, a video model's backend and precision), and declare what a
+window asks of a stack (:func:`window_needs`).
 """
 
 from __future__ import annotations
@@ -27,20 +33,81 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vlmrm_fast.checks import FieldError, positive_int
 from vlmrm_fast.frames.preprocess import FramePreprocessor, as_frame_tensor
 from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.reward.head import RewardHead
-from vlmrm_fast.reward.kinds import BinaryTask, GoalBaselineTask, Task, as_reward_tasks, unique_prompts
+from vlmrm_fast.reward.kinds import TASK_KINDS, BinaryTask, GoalBaselineTask, Task, as_reward_tasks, unique_prompts
 from vlmrm_fast.reward.model import DEFAULT_CHUNK, VLMRewardModel
+from vlmrm_fast.reward.protocol import Need, RewardNeeds
 from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
-from vlmrm_fast.reward.window import WindowSpec, subsample_indices
+from vlmrm_fast.reward.spec import RewardModelSpec
+from vlmrm_fast.reward.window import WindowSpec, paper_windows, subsample_indices
+from vlmrm_fast.reward.window_ring import WindowRing
+from vlmrm_fast.runtime.device import resolve_device
 from vlmrm_fast.runtime.profiling import NULL_TIMER, StageTimer
+
+#: The encoder backends and precisions a video model runs (torch.compile of the whole model, or eager).
+VIDEO_BACKENDS = ("auto", "torch", "compile")
+VIDEO_PRECISIONS = ("auto", "fp32", "fp16", "bf16")
+
+
+def window_needs(window: WindowSpec) -> RewardNeeds:
+    """What a model of ``window`` asks of a stack: episodes of its frames, the state that ended one (never the
+    next episode's first frame among this one's), rewards as the envs step, and for an episode-end window the
+    time limit it spreads over."""
+    return RewardNeeds(
+        episodes=True,
+        frames=window.frames,
+        too_few_steps=Need("window.frames", "no window would ever fill"),
+        terminal_state="a window would then mix the next episode's first frame into this one's last window",
+        scored_as_it_steps="a window model scores each env's window as it steps",
+        time_limit=(
+            Need("window.timing", "episode_end spreads a window over an episode's time limit", "use timing: streamed")
+            if window.timing == "episode_end"
+            else None
+        ),
+    )
+
+
+def _check_window_schedule(spec: RewardModelSpec) -> WindowSpec:
+    """The spec's window, refused where its schedule cannot score it (an episode-end window scores each episode
+    once) or the spec has none (a video model's name asks for one)."""
+    window = spec.window
+    if window is None:
+        from vlmrm_fast.models.video import video_model_info
+
+        frames = video_model_info(spec.model).num_frames
+        raise FieldError(
+            "window",
+            f"model {spec.model!r} scores windows of frames, not single frames; add window: {{frames: {frames}}} "
+            f"(its {frames} frames per window; docs/video-rewards.md)",
+        )
+    if window.timing == "episode_end" and spec.score_every != 1:
+        raise FieldError(
+            "score_every",
+            "window.timing: episode_end scores each episode once, on its last step; leave score_every at 1",
+        )
+    if window.timing == "episode_end" and spec.between_scores != "zero":
+        raise FieldError(
+            "between_scores",
+            "window.timing: episode_end scores each episode once, on its last step: the steps before get 0; "
+            "leave between_scores at zero",
+        )
+    return window
+
+
+def video_model_names() -> str:
+    """The video models' names, for messages."""
+    from vlmrm_fast.models.video import known_video_models
+
+    return ", ".join(name for name in known_video_models() if "tiny" not in name)
 
 
 class WindowRewardModel(abc.ABC):
-    """Windows of frames in, rewards out: the :class:`~vlmrm_fast.reward.protocol.RewardModel` interface
-    (whose ``score_pixels`` refuses single frames), a ``window``, and the two stages the env stack's
-    rings run (see the module docstring)."""
+    """Windows of frames in, rewards out: the :class:`~vlmrm_fast.reward.protocol.RewardModel` interface, whose
+    per-step scorer is a :class:`~vlmrm_fast.reward.window_ring.WindowRing` of the envs' windows, a ``window``,
+    and the two stages the rings run (see the module docstring)."""
 
     window: WindowSpec
     schedule: ScoreSchedule
@@ -54,6 +121,39 @@ class WindowRewardModel(abc.ABC):
     @property
     def tasks(self) -> tuple[Task, ...]:
         return self.head.tasks
+
+    @property
+    def needs(self) -> RewardNeeds:
+        return window_needs(self.window)
+
+    @classmethod
+    def needs_of(cls, spec: RewardModelSpec) -> RewardNeeds:
+        return window_needs(_check_window_schedule(spec))
+
+    @classmethod
+    def criterion_kinds_of(cls) -> tuple[str, ...]:
+        """The kinds scored from an embedding (every kind with a formula)."""
+        return tuple(name for name, kind in TASK_KINDS.items() if kind.formula is not None)
+
+    @property
+    def criterion_kinds(self) -> tuple[str, ...]:
+        return self.criterion_kinds_of()
+
+    @property
+    def random_init(self) -> bool:
+        return self.weights.startswith("random init")
+
+    @property
+    @abc.abstractmethod
+    def weights(self) -> str:
+        """Where its weights came from ("random init (seed N)", a checkpoint, a tag)."""
+
+    @abc.abstractmethod
+    def parameter_count(self) -> int: ...
+
+    def step_scorer(self, num_envs: int, episode_length: int | None = None) -> WindowRing:
+        """The envs' windows, kept on the device as they step (``reward/window_ring.py``)."""
+        return WindowRing(self, num_envs, episode_length)
 
     # ------------------------------------------------------------------ the two stages
     @property
@@ -98,15 +198,6 @@ class WindowRewardModel(abc.ABC):
         """The frames of a view -> the model's input for each frame (N, 3, S, S)."""
         with timer.stage("preprocess"):
             return self.preprocessor.run(view, out)
-
-    def score_pixels(
-        self, pixels: torch.Tensor, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER
-    ) -> torch.Tensor:
-        raise ValueError(
-            f"{self.name} scores windows of {self.window.frames} frames, not single frames: score them through "
-            "the env stack (FastVLMRewardVecEnv, make_vec), model(windows) with windows (N, K, H, W, 3), or "
-            "score_windows(frames, windows)"
-        )
 
     @torch.inference_mode()
     def __call__(self, frames: Any) -> torch.Tensor:
@@ -159,6 +250,39 @@ class WindowRewardModel(abc.ABC):
         out = torch.cat(rewards) if len(rewards) > 1 else rewards[0]
         return self.rewards_of(out) if tasks is None else out
 
+    def score_frames(
+        self,
+        frames: Any,
+        episodes: Sequence[Any] | None = None,
+        tasks: Sequence[Any] | None = None,
+        *,
+        window_size: int | None = None,
+        window_step: int = 1,
+        progress: bool = False,
+    ) -> torch.Tensor:
+        """Rewards (N, K) float32 of uint8 frames (N, H, W, 3) for ``tasks`` (default its own) by the paper code's
+        windows: ``window_size`` frames (default the model's window) starting every ``window_step`` frames inside
+        each episode (``episodes``: each one's frame indices, in order), each window's reward on its last frame,
+        NaN on the frames that end no window (every frame of an episode shorter than a window). Each frame is
+        encoded once, each window embedded once for every task."""
+        size = positive_int(window_size if window_size is not None else self.window.frames, "window_size")
+        step = positive_int(window_step, "window_step")
+        if episodes is None:
+            raise ValueError(
+                f"{self.name} scores windows of an episode's frames: give the frames' episodes (each one's frame "
+                "indices, in order)"
+            )
+        frames = as_frame_tensor(frames)
+        columns = len(self.tasks) if tasks is None else len(as_reward_tasks(tasks))
+        out = torch.full((frames.shape[0], columns), float("nan"), device=self.device)
+        episodes = [np.asarray(idx) for idx in episodes]
+        windows = [idx[paper_windows(len(idx), size, step)] for idx in episodes if len(idx) >= size]
+        if windows:  # (an episode shorter than a window holds none)
+            stacked = np.concatenate(windows)
+            rewards = self.score_windows(frames, stacked, tasks).float()
+            out[torch.as_tensor(stacked[:, -1], device=self.device)] = rewards.view(rewards.shape[0], columns)
+        return out
+
     def head_for(self, tasks: Sequence[Any]) -> RewardHead:
         """A reward head of other ``tasks`` (goal-baseline, binary) on this model's text embeddings."""
         tasks = as_reward_tasks(tasks)
@@ -193,6 +317,33 @@ class MeanOfFramesModel(WindowRewardModel):
         self.head = frames.head
         self.preprocessor = frames.preprocessor
         self.name = frames.clip.model_id
+
+    @classmethod
+    def from_spec(cls, spec: RewardModelSpec) -> MeanOfFramesModel:
+        window = spec.window
+        assert window is not None  # the family claims a spec with a window
+        return cls(VLMRewardModel.from_spec(spec.replace(window=None)), window)
+
+    @classmethod
+    def check_spec(cls, spec: RewardModelSpec) -> None:
+        window = _check_window_schedule(spec)
+        if window.embedding == "video":
+            raise FieldError(
+                "window.embedding",
+                f"'video' needs a video model, and {spec.model!r} embeds single frames: set window.embedding: "
+                f"mean_of_frames (the mean of its frame embeddings), or use a video model ({video_model_names()})",
+            )
+
+    @classmethod
+    def require_weights(cls, spec: RewardModelSpec) -> None:
+        VLMRewardModel.require_weights(spec)
+
+    @property
+    def weights(self) -> str:
+        return self.frames.clip.weights
+
+    def parameter_count(self) -> int:
+        return self.frames.parameter_count()
 
     @property
     def item_shape(self) -> tuple[int, ...]:
@@ -248,6 +399,7 @@ class VideoWindowModel(WindowRewardModel):
         resize_mode: str | None = None,
     ):
         self.video = video
+        self._weights = str(video.weights)
         self.window = window
         self.schedule = schedule
         self.device = torch.device(video.device)
@@ -265,6 +417,67 @@ class VideoWindowModel(WindowRewardModel):
         self._features = self._uncompiled
         if self.compiled:
             self._features = torch.compile(self._uncompiled, dynamic=False, mode=compile_mode)
+
+    @classmethod
+    def from_spec(cls, spec: RewardModelSpec) -> VideoWindowModel:
+        from vlmrm_fast.encoders.precision import resolve
+        from vlmrm_fast.models.video import load_video_model
+
+        window = spec.window
+        assert window is not None  # check_spec refuses a video model's spec without one
+        device = resolve_device(spec.device)
+        dtype = resolve(spec.precision, device).dtype  # "auto": fp32 on the CPU, bf16 on a GPU (fp16 without bf16)
+        video = load_video_model(spec.model, checkpoint=spec.checkpoint, device=device, dtype=dtype, seed=spec.seed)
+        tasks, multi = spec.reward_tasks()
+        compiled = spec.backend == "compile" or (spec.backend == "auto" and device.type == "cuda" and spec.batch_size)
+        return cls(
+            video,
+            tasks,
+            window,
+            multi_task=multi,
+            schedule=spec.schedule,
+            batch_size=spec.batch_size,
+            compiled=bool(compiled),
+            compile_mode=spec.encoder_options.get("compile_mode"),
+            resize_mode=spec.resize_mode,
+        )
+
+    @classmethod
+    def check_spec(cls, spec: RewardModelSpec) -> None:
+        model, window = spec.model, _check_window_schedule(spec)
+        if window.embedding == "mean_of_frames":
+            raise FieldError(
+                "window.embedding",
+                f"mean_of_frames averages a frame model's embeddings, and {model!r} embeds the window itself: "
+                "leave window.embedding out (video)",
+            )
+        if spec.backend not in VIDEO_BACKENDS:
+            raise FieldError(
+                "backend",
+                f"{spec.backend!r} builds CLIP image towers; video model {model!r} runs on "
+                f"{' or '.join(map(repr, VIDEO_BACKENDS[1:]))} (or 'auto')",
+            )
+        if spec.precision not in VIDEO_PRECISIONS:
+            raise FieldError(
+                "precision", f"{spec.precision!r}: video model {model!r} runs in {', '.join(VIDEO_PRECISIONS)}"
+            )
+        unknown = sorted(set(spec.encoder_options) - {"compile_mode"})
+        if unknown:
+            raise FieldError(
+                f"encoder_options.{unknown[0]}",
+                f"is an image-tower option; video model {model!r} takes compile_mode only",
+            )
+
+    @classmethod
+    def require_weights(cls, spec: RewardModelSpec) -> None:
+        """Nothing to fetch: a video model's weights are its checkpoint file, or random (docs/video-models.md)."""
+
+    @property
+    def weights(self) -> str:
+        return self._weights
+
+    def parameter_count(self) -> int:
+        return int(sum(p.numel() for p in self.video.parameters()))
 
     @property
     def item_shape(self) -> tuple[int, ...]:

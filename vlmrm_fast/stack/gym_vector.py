@@ -225,15 +225,24 @@ class VLMRewardVectorWrapper(VectorWrapper):
         from vlmrm_fast.checks import one_of
         from vlmrm_fast.envs.time_limits import SCORE_TERMINAL_ON
         from vlmrm_fast.frames.views import HostFrames
-        from vlmrm_fast.reward.window import check_window_for_terminal_frames
+        from vlmrm_fast.reward.protocol import check_reward_model
+        from vlmrm_fast.reward.schedule import schedule_of
+        from vlmrm_fast.stack.plan import check_needs
         from vlmrm_fast.stack.scorer import ChunkedScorer
 
         super().__init__(env)
-        self.reward_model = reward_model
+        self.reward_model = check_reward_model(reward_model)
         self.reward_mix = RewardMix(task_names(reward_model), env_reward_weight)
         self._mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         self.score_terminal_on = one_of(score_terminal_on, "score_terminal_on", SCORE_TERMINAL_ON)
-        check_window_for_terminal_frames(getattr(reward_model, "window", None), self.score_terminal_on)
+        # The one check of the model against these envs (no plan made them).
+        check_needs(
+            reward_model.needs,
+            schedule_of(reward_model),
+            episode_length=episode_length,
+            score_terminal_on=self.score_terminal_on,
+            defer_rewards=False,
+        )
         if self.score_terminal_on == "reset_frame" and self._mode != AutoresetMode.SAME_STEP:
             raise ValueError(_RESET_FRAME_NEXT_STEP)
         self._done = np.zeros(env.num_envs, dtype=bool)

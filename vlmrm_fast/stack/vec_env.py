@@ -120,13 +120,15 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
         self.plan: StackPlan = plan
         self._owns_reward_model = isinstance(reward, RewardModelSpec)  # loaded here: closed with the env
         venv, model = build_stack(plan, reward, env_kwargs=env_kwargs)
-        super().__init__(
+        # The plan checked the reward model against these envs: the wrapper takes its choices as they are.
+        self._wrap(
             venv,
             model,
-            pipeline_chunks=plan.ranges,
-            defer_rewards=plan.defer_rewards,
-            env_reward_weight=plan.env.env_reward_weight,
-            score_terminal_on=plan.env.score_terminal_on,
+            list(plan.ranges),
+            plan.defer_rewards,
+            plan.env.env_reward_weight,
+            plan.env.episode_length,
+            plan.env.score_terminal_on,
         )
         if seed is not None:
             # Applied now, so stepping without reset() starts from (and auto-resets with) seeded states;

@@ -11,6 +11,7 @@ from typing import Any
 import gymnasium
 import imageio
 import numpy as np
+import torch
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.logger import Video
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
@@ -273,7 +274,9 @@ class PolicyVideo(BaseCallback):
                     obs, _, terminated, truncated, _ = env.step(action)
                     episode_frames.append(env.render())
                     done = terminated or truncated
-                vlm_returns.append(float(self.reward_model(np.stack(episode_frames)).sum()))
+                # The episode's rewards as the model scores a whole episode (a window model: its windows in it).
+                rewards = self.reward_model.score_frames(np.stack(episode_frames), [np.arange(len(episode_frames))])
+                vlm_returns.append(float(torch.nansum(rewards[:, 0])))
                 frames += episode_frames
         finally:
             env.close()
