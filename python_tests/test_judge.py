@@ -723,3 +723,54 @@ def test_a_judge_folder_loads_as_the_hub_would(tmp_path):
     again = load_reward_model(str(tmp_path), tasks=list(QUESTIONS), device="cpu", batch_size=4)
     frames = frames_of(2)
     assert_rewards_close(again(frames).numpy(), model(frames).numpy())
+
+
+def test_the_installed_transformers_keeps_what_the_judges_rely_on():
+    """Every transformers internal the judges' fast paths reach (models/judge/contract.py: the precomputed vision
+    inputs under the names transformers pops them by, the forward's cache and vision arguments, DynamicCache's
+    layers), checked for every family: a release that renames or drops one fails here, naming it."""
+    from vlmrm_fast.models.judge.contract import contract_problems
+
+    assert contract_problems() == ()
+    for name in TINY_JUDGES:  # and what PackedVisionAttention takes over, on loaded Qwen towers
+        model = load_reward_model(name, target_prompts="up", device="cpu")
+        assert model.name == name
+        model.close()
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ("drop", "transformers.vision_utils lacks get_vision_position_ids"),
+        ("ignore", "get_vision_position_ids ignores a precomputed 'position_ids'"),
+    ],
+)
+def test_a_transformers_that_breaks_the_judges_contract_is_refused_at_load(monkeypatch, change, named):
+    """A transformers whose helper is gone, or no longer takes the value precomputed under its name (the tower
+    would silently compute it again in every pass), is refused when the judge loads, in one line naming it."""
+    import transformers
+    from transformers import vision_utils
+
+    from vlmrm_fast.models.families import MissingDependencyError
+    from vlmrm_fast.models.judge.contract import TESTED_TRANSFORMERS, contract_problems
+
+    if change == "drop":
+        monkeypatch.delattr(vision_utils, "get_vision_position_ids")
+    else:
+        original = vision_utils.get_vision_position_ids
+        monkeypatch.setattr(
+            vision_utils,
+            "get_vision_position_ids",
+            lambda grid, merge, include_temporal=False, kwargs=None: original(grid, merge),
+        )
+    contract_problems.cache_clear()
+    try:
+        with pytest.raises(MissingDependencyError) as info:
+            load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="up", device="cpu")
+    finally:
+        contract_problems.cache_clear()
+    assert str(info.value) == (
+        f"vlmrm-tiny-qwen2-vl: transformers {transformers.__version__} changed what the judge's fast paths rely on "
+        f"({named}); they are tested with transformers {TESTED_TRANSFORMERS}: "
+        f"pip install 'transformers=={TESTED_TRANSFORMERS}.*'"
+    )

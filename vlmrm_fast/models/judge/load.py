@@ -24,6 +24,7 @@ import torch
 
 from vlmrm_fast.checks import FieldError
 from vlmrm_fast.models.errors import WeightsUnavailableError
+from vlmrm_fast.models.judge.contract import check_contract
 from vlmrm_fast.models.judge.families import JudgeFamily, judge_family, require_judge_packages
 from vlmrm_fast.models.judge.tiny import TINY_JUDGES
 from vlmrm_fast.models.network import hf_endpoint, hub_offline, network_reachable
@@ -178,6 +179,7 @@ def _tiny(name: str, device: torch.device, dtype: torch.dtype, seed: int) -> Loa
     recipe = TINY_JUDGES[name]
     family = judge_family({"model_type": recipe.model_type}, name)
     require_judge_packages(name, family)
+    check_contract(name, family.model_type)
     config, processor = recipe.build()
     # Random weights from a generator of our own: the same for a seed in any process or thread.
     with _LocalGenerator(torch.Generator().manual_seed(seed)):
@@ -197,6 +199,7 @@ def _from_folder(name: str, folder: Path, device: torch.device, dtype: torch.dty
         ) from None
     family = judge_family(config, name)
     require_judge_packages(name, family)
+    check_contract(name, family.model_type)
     processor = AutoProcessor.from_pretrained(folder)
     model: Any = AutoModelForImageTextToText.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa")
     model = model.to(device).eval().requires_grad_(False)
