@@ -75,12 +75,12 @@ class PrefixBrightness:
 
     criterion_kinds = ("goal_baseline",)  # it takes the target prompts (and asks nothing of them)
     random_init = False
-    multi_task = False
+    multi_criteria = False
     chunk_size = 64
 
-    def __init__(self, tasks: Sequence[Any], device: torch.device, schedule: Any = None):
+    def __init__(self, criteria: Sequence[Any], device: torch.device, schedule: Any = None):
         self.name = NAME
-        self.tasks = tuple(tasks)
+        self.criteria = tuple(criteria)
         self.device = device
         self.schedule = schedule
         spec = PreprocessSpec(size=SIZE, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), resize_mode="squash")
@@ -89,8 +89,8 @@ class PrefixBrightness:
     # ------------------------------------------------------------------ the family
     @classmethod
     def from_spec(cls, spec: Any) -> PrefixBrightness:
-        tasks, _ = spec.reward_tasks()
-        return cls(tasks[:1], resolve_device(spec.device), spec.schedule)
+        criteria, _ = spec.reward_criteria()
+        return cls(criteria[:1], resolve_device(spec.device), spec.schedule)
 
     @classmethod
     def check_spec(cls, spec: Any) -> None:
@@ -127,7 +127,7 @@ class PrefixBrightness:
         self,
         frames: Any,
         episodes: Sequence[Any] | None = None,
-        tasks: Sequence[Any] | None = None,
+        criteria: Sequence[Any] | None = None,
         *,
         window_size: int | None = None,
         window_step: int = 1,
@@ -140,7 +140,7 @@ class PrefixBrightness:
         for episode in episodes:
             index = torch.as_tensor(np.asarray(episode), device=self.device)
             out[index] = torch.cumsum(each[index], 0) / torch.arange(1, len(index) + 1, device=self.device)
-        return out[:, None].expand(-1, 1 if tasks is None else len(tasks)).contiguous()
+        return out[:, None].expand(-1, 1 if criteria is None else len(criteria)).contiguous()
 
     def close(self) -> None:
         pass

@@ -38,7 +38,7 @@ from vlmrm_fast.rendering import RENDERERS
 from vlmrm_fast.reward import formulas, load_reward_model
 from vlmrm_fast.reward.families import REWARD_FAMILIES
 from vlmrm_fast.reward.head import RewardHead
-from vlmrm_fast.reward.kinds import TASK_KINDS, TaskKind
+from vlmrm_fast.reward.kinds import CRITERION_KINDS, CriterionKind
 from vlmrm_fast.stack.plan import plan_stack
 
 TINY = {"model": "vlmrm-tiny", "alpha": 0.5, "device": "cpu"}
@@ -257,21 +257,23 @@ class Cosine:
 def test_a_reward_formula_is_its_task_a_formula_and_a_row(monkeypatch):
     """A task of a new kind, its formula and one row of the task kinds: the head scores it (the torch path: no
     kernel entry), and a reward spec and a loaded model take it by its kind's name, as a config names it."""
-    monkeypatch.setitem(TASK_KINDS, "cosine", TaskKind(CosineTask, f"{__name__}:Cosine"))
+    monkeypatch.setitem(CRITERION_KINDS, "cosine", CriterionKind(CosineTask, f"{__name__}:Cosine"))
     text = dict(zip(("a", "b"), formulas.normalize(torch.randn(2, 16, generator=torch.Generator().manual_seed(0)))))
     head = RewardHead([CosineTask("a"), CosineTask("b", name="other")], text.__getitem__, 100.0, torch.device("cpu"))
     embeddings = torch.randn(5, 16, generator=torch.Generator().manual_seed(1))
     x = formulas.normalize(embeddings)
     torch.testing.assert_close(head(embeddings), torch.stack([x @ text["a"], x @ text["b"]], dim=1))
 
-    spec = RewardModelSpec(model="vlmrm-tiny", device="cpu", tasks=[{"kind": "cosine", "prompt": "a humanoid robot"}])
+    spec = RewardModelSpec(
+        model="vlmrm-tiny", device="cpu", criteria=[{"kind": "cosine", "prompt": "a humanoid robot"}]
+    )
     model = load_reward_model(spec)
     frames = torch.randint(0, 256, (3, 32, 32, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))
     image = formulas.normalize(model.embed_images(frames))
     prompt = formulas.normalize(model.embed_text(["a humanoid robot"]))[0]
     torch.testing.assert_close(
         model(frames), (image @ prompt)[:, None], rtol=1e-5, atol=1e-6
-    )  # (tasks=: one column each)
+    )  # (criteria=: one column each)
 
 
 def test_a_task_is_one_row(monkeypatch):
@@ -287,7 +289,7 @@ def test_a_task_is_one_row(monkeypatch):
     monkeypatch.setitem(TASKS, task.name, task)
     env = FastVLMRewardVecEnv(task.name, 2, seed=0, **TINY)
     try:
-        assert env.plan.physics == "gym" and env.reward_model.tasks[0].target_prompts == task.target_prompts
+        assert env.plan.physics == "gym" and env.reward_model.criteria[0].target_prompts == task.target_prompts
         _, rewards, _, _ = env.step(np.zeros((2, 1), dtype=np.float32))
         assert rewards.shape == (2,) and np.isfinite(rewards).all()
     finally:

@@ -38,7 +38,7 @@ from vlmrm_fast.models import (
 )
 from vlmrm_fast.models import families as families_module
 from vlmrm_fast.models.load import architecture_preprocess_cfg
-from vlmrm_fast.reward import BinaryTask, load_reward_model
+from vlmrm_fast.reward import BinaryCriterion, load_reward_model
 from vlmrm_fast.runtime import kernels
 
 H100 = (132, 227 * 1024)  # the emulated device: multiprocessors, shared memory per block
@@ -162,10 +162,10 @@ def test_siglip_logit_bias_and_the_binary_reward(tokenizer_dir):
     clip = _load(family, tokenizer_dir)
     assert clip.logit_bias == pytest.approx(float(clip.model.logit_bias))
     assert _load(BY_NAME["tiny-EVA02-L-14-336"], None).logit_bias is None
-    task = BinaryTask("a humanoid robot kneeling", ("a humanoid robot standing", "a red car"), probability=True)
+    task = BinaryCriterion("a humanoid robot kneeling", ("a humanoid robot standing", "a red car"), probability=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RandomWeightsWarning)
-        model = load_reward_model(family.name, tasks=[task], device="cpu", tokenizer=str(tokenizer_dir))
+        model = load_reward_model(family.name, criteria=[task], device="cpu", tokenizer=str(tokenizer_dir))
     frames = random_frames(4, 64, 64, seed=3)
     got = model(frames)[:, 0].double()
     x = model.embed_images(frames).double()

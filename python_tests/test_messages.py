@@ -364,7 +364,9 @@ def test_a_string_for_reward_model_names_the_fix(humanoid_tiny_rm):
         "reward_model: expects a loaded reward model, got the string 'notamodel'; to name a model, pass "
         "model='notamodel' (or load one: vlmrm_fast.load_reward_model('notamodel'))"
     )
-    with pytest.raises(TypeError, match=r"^reward_model: expects a reward model .* got int, which lacks device, tasks"):
+    with pytest.raises(
+        TypeError, match=r"^reward_model: expects a reward model .* got int, which lacks device, criteria"
+    ):
         VLMRewardVecEnvWrapper(DummyVecEnv([lambda: gymnasium.make("CartPole-v1")]), 3)  # type: ignore[arg-type]
 
 

@@ -10,7 +10,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnvWrapper, VecMoni
 from vlmrm_fast import (
     FastVLMRewardVecEnv,
     FramePreprocessor,
-    GoalBaselineTask,
+    GoalBaselineCriterion,
     PreprocessSpec,
     RewardModel,
     RewardModelSpec,
@@ -90,7 +90,7 @@ def test_spec_passed_whole_equals_its_fields(spec):
 
 def test_spec_refusals(spec):
     with pytest.raises(ValueError, match="not both"):
-        RewardModelSpec(model="vlmrm-tiny", target_prompts="a", tasks=[{"target_prompts": "b"}])
+        RewardModelSpec(model="vlmrm-tiny", target_prompts="a", criteria=[{"target_prompts": "b"}])
     with pytest.raises(ValueError, match="batch_size: must be a positive integer"):
         RewardModelSpec(model="vlmrm-tiny", target_prompts="a", batch_size=True)
     with pytest.raises(ValueError, match="model: must be a model name"):
@@ -115,8 +115,8 @@ class MeanBrightness(FrameRewardModel):
     random_init = False
     criterion_kinds = ()
     device = torch.device("cpu")
-    tasks = (GoalBaselineTask("a bright frame", name="brightness"),)
-    multi_task = False
+    criteria = (GoalBaselineCriterion("a bright frame", name="brightness"),)
+    multi_criteria = False
     chunk_size = 64
 
     def __init__(self):
@@ -136,8 +136,8 @@ class MeanBrightness(FrameRewardModel):
         rewards = pixels.mean(dim=(1, 2, 3))
         return rewards if out is None else out.copy_(rewards)
 
-    def _frame_rewards(self, frames, tasks, progress):
-        assert tasks is None, "it scores its own criterion alone"
+    def _frame_rewards(self, frames, criteria, progress):
+        assert criteria is None, "it scores its own criterion alone"
         return self.score_pixels(self.preprocessor(frames))[:, None]
 
     def __call__(self, frames):
@@ -155,6 +155,6 @@ def test_a_reward_model_of_ones_own_through_the_protocol(task):
             _, rewards, _, _ = env.step(np.stack([env.action_space.sample() for _ in range(3)]))
             assert rewards.dtype == np.float32 and np.all((0 < rewards) & (rewards < 1))
             np.testing.assert_array_equal(rewards, model(env.last_frames()).numpy())
-        assert env.reward_tasks == ("brightness",)
+        assert env.reward_criteria == ("brightness",)
     finally:
         env.close()

@@ -14,7 +14,7 @@ from vlmrm_fast.envs import get_task
 from vlmrm_fast.evaluation.dataset import StateDataset
 from vlmrm_fast.evaluation.epic import state_epic_distance
 from vlmrm_fast.evaluation.evaluate import evaluate_models
-from vlmrm_fast.evaluation.scoring import alpha_tasks
+from vlmrm_fast.evaluation.scoring import alpha_criteria
 
 TASK = "cartpole"
 
@@ -67,7 +67,7 @@ def test_evaluate_scores_windows_of_each_episode(viclip):
     rewards = result.models[0].rewards
     ends = [3, 5, 7] + [9 + e for e in (3, 5, 7, 9, 11)]
     assert np.flatnonzero(~np.isnan(rewards[:, 0])).tolist() == ends
-    tasks = alpha_tasks(prompts()["target_prompts"], prompts()["baseline_prompts"], (0.0, 0.5))
+    tasks = alpha_criteria(prompts()["target_prompts"], prompts()["baseline_prompts"], (0.0, 0.5))
     windows = [np.arange(e - 3, e + 1)[viclip.reads(4)] for e in ends]  # each window's 8 frames, read in order
     pixels = torch.stack([viclip.preprocessor(ds.frames[w]) for w in windows])
     expected = viclip.head_for(tasks)(viclip.video.encode_video(pixels)).numpy()

@@ -321,13 +321,13 @@ def test_xclip_scores_each_window_against_its_own_prompts():
     """X-CLIP's text is made for each window: each reward is the formulas' (reward/formulas.py) with that
     window's own prompt embeddings, for a goal-baseline and a binary task at once."""
     from vlmrm_fast.reward.head import RewardHead
-    from vlmrm_fast.reward.kinds import BinaryTask, GoalBaselineTask
+    from vlmrm_fast.reward.kinds import BinaryCriterion, GoalBaselineCriterion
 
     tasks = [
-        GoalBaselineTask(("a robot walking",), ("a robot",), 0.5, name="walk"),
-        BinaryTask("a robot walking", ("a robot falling", "a robot"), probability=True, name="binary"),
+        GoalBaselineCriterion(("a robot walking",), ("a robot",), 0.5, name="walk"),
+        BinaryCriterion("a robot walking", ("a robot falling", "a robot"), probability=True, name="binary"),
     ]
-    model = load_reward_model("xclip-tiny", window={"frames": 8}, tasks=tasks, device="cpu")
+    model = load_reward_model("xclip-tiny", window={"frames": 8}, criteria=tasks, device="cpu")
     windows = np.random.default_rng(3).integers(0, 256, (3, 8, 48, 48, 3), dtype=np.uint8)
     pixels = torch.stack([model.preprocessor(w) for w in windows])
     prompts = ["a robot walking", "a robot", "a robot falling"]

@@ -21,10 +21,16 @@ from vlmrm_fast.evaluation.dataset import StateDataset
 from vlmrm_fast.evaluation.epic import state_epic_distance
 from vlmrm_fast.evaluation.plotting import new_figure, palette, save_figure
 from vlmrm_fast.evaluation.precision_recall import PrecisionRecall, plot_precision_recall, precision_recall
-from vlmrm_fast.evaluation.scoring import alpha_tasks, asks_questions, binary_task, check_alphas, check_evaluable
+from vlmrm_fast.evaluation.scoring import (
+    alpha_criteria,
+    asks_questions,
+    binary_criterion,
+    check_alphas,
+    check_evaluable,
+)
 from vlmrm_fast.progress import progress_iter
 from vlmrm_fast.reward.families import family_of, load_reward_model
-from vlmrm_fast.reward.kinds import QuestionTask, normalize_prompts
+from vlmrm_fast.reward.kinds import QuestionCriterion, normalize_prompts
 from vlmrm_fast.reward.protocol import RewardModel
 
 
@@ -156,7 +162,7 @@ def evaluate_models(
     loaded models (any :class:`~vlmrm_fast.reward.protocol.RewardModel`). Prompts default to the dataset
     task's. Precision-recall is computed when the labels are boolean: the first target prompt against
     ``negative_prompts`` (default: the baseline prompts). A model that asks questions rather than scoring
-    goal-baseline tasks (a generative VLM judge) has no alpha: it is scored once, on P(yes) / (P(yes) + P(no))
+    goal-baseline criteria (a generative VLM judge) has no alpha: it is scored once, on P(yes) / (P(yes) + P(no))
     for the question about the first target prompt (its row's alpha 0), which is also the probability its
     precision-recall reads.
 
@@ -181,12 +187,12 @@ def evaluate_models(
     baselines = baseline_prompts if baseline_prompts is not None else spec.baseline_prompts
     if not targets:
         raise ValueError(f"task {spec.name!r} has no prompts: give target_prompts")
-    tasks: list[Any] = alpha_tasks(targets, baselines, alphas)
+    criteria: list[Any] = alpha_criteria(targets, baselines, alphas)
     negatives = negative_prompts if negative_prompts is not None else baselines
     labels = dataset.labels
     boolean = np.isin(labels[dataset.labelled], (0.0, 1.0)).all() and 0 < np.nansum(labels) < n_labelled
     if boolean and negatives:
-        tasks.append(binary_task(targets, negatives, threshold))
+        criteria.append(binary_criterion(targets, negatives, threshold))
     first_target = normalize_prompts(targets, "target_prompts")[:1]
     results = []
     for entry in progress_iter(models, desc="models", unit="model", enabled=progress and len(models) >= 2):
@@ -195,7 +201,7 @@ def evaluate_models(
             check_evaluable(model)
             questions = asks_questions(model.criterion_kinds)
             # One column, P(yes) about the first target prompt, its own probability too; else the alphas (+ binary).
-            scored = [QuestionTask.about(first_target[0])] if questions else tasks
+            scored = [QuestionCriterion.about(first_target[0])] if questions else criteria
             columns = (0.0,) if questions else alphas
             windowed = model.needs.frames > 1
             rewards = (

@@ -18,7 +18,13 @@ import numpy as np
 
 from vlmrm_fast.envs import TaskSpec, get_task
 from vlmrm_fast.evaluation.plotting import new_figure, palette, save_figure
-from vlmrm_fast.evaluation.scoring import alpha_tasks, asks_questions, check_evaluable, question_tasks, score_frames
+from vlmrm_fast.evaluation.scoring import (
+    alpha_criteria,
+    asks_questions,
+    check_evaluable,
+    question_criteria,
+    score_frames,
+)
 from vlmrm_fast.evaluation.states import StateAccess, initial_state, make_task_env, render_states, state_access
 from vlmrm_fast.reward.protocol import RewardModel
 
@@ -212,10 +218,10 @@ def reward_landscape(
             default_goal = None
     check_evaluable(model)
     questions = asks_questions(model.criterion_kinds)
-    tasks = question_tasks(model, target_prompts) if questions else alpha_tasks(targets, baselines, alphas)
+    criteria = question_criteria(model, target_prompts) if questions else alpha_criteria(targets, baselines, alphas)
     states, access = sweep_states(spec, variable, values, seed=seed)
     frames = render_states(spec, states, size=size, progress=progress)
-    rewards = score_frames(model, frames, tasks, progress=progress)
+    rewards = score_frames(model, frames, criteria, progress=progress)
     goal_value = default_goal if goal is _AUTO else (None if goal is None else float(goal))
     if goal_value is not None and not math.isfinite(goal_value):
         raise ValueError(f"goal must be finite, got {goal_value}")
@@ -225,10 +231,10 @@ def reward_landscape(
         model.name,
         variable,
         values,
-        () if questions else tuple(t.alpha for t in tasks),
+        () if questions else tuple(c.alpha for c in criteria),
         rewards,
         goal_value,
         frames,
         random_weights=model.random_init,
-        questions=tuple(str(t.name) for t in tasks) if questions else (),
+        questions=tuple(str(c.name) for c in criteria) if questions else (),
     )

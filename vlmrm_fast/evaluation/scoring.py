@@ -1,4 +1,4 @@
-"""Scoring frames for many reward tasks with one pass of a model's towers, through the reward-model protocol
+"""Scoring frames for many reward criteria with one pass of a model's towers, through the reward-model protocol
 (``reward/protocol.py``): what a model is evaluated on follows from the criterion kinds it scores, never from
 which family it is."""
 
@@ -9,52 +9,52 @@ from typing import Any
 
 import numpy as np
 
-from vlmrm_fast.reward.kinds import BinaryTask, GoalBaselineTask, QuestionTask, normalize_prompts
+from vlmrm_fast.reward.kinds import BinaryCriterion, GoalBaselineCriterion, QuestionCriterion, normalize_prompts
 from vlmrm_fast.reward.protocol import RewardModel
 
 
-def score_frames(model: RewardModel, frames: Any, tasks: Sequence[Any], *, progress: bool = False) -> np.ndarray:
-    """Rewards (N, K) float64 of frames (N, H, W, 3) for K tasks, each frame scored on its own; the frames pass
+def score_frames(model: RewardModel, frames: Any, criteria: Sequence[Any], *, progress: bool = False) -> np.ndarray:
+    """Rewards (N, K) float64 of frames (N, H, W, 3) for K criteria, each frame scored on its own; the frames pass
     the model's towers once (a judge's vision tower once per frame for all its questions). The model's own
-    tasks stay."""
-    return model.score_frames(frames, None, tasks, progress=progress).double().cpu().numpy()
+    criteria stay."""
+    return model.score_frames(frames, None, criteria, progress=progress).double().cpu().numpy()
 
 
 def asks_questions(criterion_kinds: Sequence[str]) -> bool:
     """Whether a model of these criterion kinds is evaluated by questions (a generative VLM judge: no alpha to
-    sweep, one question about a target prompt) rather than by goal-baseline tasks."""
+    sweep, one question about a target prompt) rather than by goal-baseline criteria."""
     return "goal_baseline" not in criterion_kinds and "question" in criterion_kinds
 
 
 def check_evaluable(model: RewardModel) -> None:
-    """Refuses a model that scores neither goal-baseline tasks nor questions, the two evaluation compares."""
+    """Refuses a model that scores neither goal-baseline criteria nor questions, the two evaluation compares."""
     kinds = model.criterion_kinds
     if "goal_baseline" not in kinds and "question" not in kinds:
         raise ValueError(
             f"{model.name} scores {', '.join(kinds) or 'no criterion kind'}; evaluation compares goal-baseline "
-            "tasks (an alpha sweep) or questions"
+            "criteria (an alpha sweep) or questions"
         )
 
 
-def question_tasks(model: RewardModel, target_prompts: Any = None) -> list[Any]:
+def question_criteria(model: RewardModel, target_prompts: Any = None) -> list[Any]:
     """What a model that asks questions is evaluated on: one question about each target prompt given, else its
     own questions."""
     if target_prompts is None:
-        return list(model.tasks)
-    return [QuestionTask.about(p) for p in normalize_prompts(target_prompts, "target_prompts")]
+        return list(model.criteria)
+    return [QuestionCriterion.about(p) for p in normalize_prompts(target_prompts, "target_prompts")]
 
 
-def alpha_tasks(target_prompts: Any, baseline_prompts: Any, alphas: Sequence[float]) -> list[GoalBaselineTask]:
-    """One goal-baseline task per alpha, with the same prompts."""
+def alpha_criteria(target_prompts: Any, baseline_prompts: Any, alphas: Sequence[float]) -> list[GoalBaselineCriterion]:
+    """One goal-baseline criterion per alpha, with the same prompts."""
     alphas = check_alphas(alphas)
-    return [GoalBaselineTask(target_prompts, baseline_prompts, a, name=f"alpha={a:g}") for a in alphas]
+    return [GoalBaselineCriterion(target_prompts, baseline_prompts, a, name=f"alpha={a:g}") for a in alphas]
 
 
-def binary_task(target_prompts: Any, negative_prompts: Any, threshold: float = 0.5) -> BinaryTask:
-    """The binary task scoring the first target prompt against negatives, returning the probability."""
+def binary_criterion(target_prompts: Any, negative_prompts: Any, threshold: float = 0.5) -> BinaryCriterion:
+    """The binary criterion scoring the first target prompt against negatives, returning the probability."""
     goal = normalize_prompts(target_prompts, "target_prompts")[0]
     negatives = tuple(p for p in normalize_prompts(negative_prompts, "negative_prompts") if p != goal)
-    return BinaryTask(goal, negatives, threshold=threshold, probability=True)
+    return BinaryCriterion(goal, negatives, threshold=threshold, probability=True)
 
 
 def check_alphas(alphas: Sequence[float]) -> tuple[float, ...]:

@@ -124,13 +124,13 @@ def even_batch(total: int, limit: int) -> int:
 
 class FrameBatchScorer:
     """Accumulates frames (uint8 (n, H, W, 3), any device) and scores them ``batch_size`` at a time
-    with ``reward_model`` (a single-task :class:`~vlmrm_fast.reward.protocol.RewardModel` whose rewards are
+    with ``reward_model`` (a single-criterion :class:`~vlmrm_fast.reward.protocol.RewardModel` whose rewards are
     its frames' own: ``score_frames``)."""
 
     def __init__(self, reward_model: RewardModel, batch_size: int):
         batch_size = positive_int(batch_size, "batch_size")
-        if reward_model.multi_task:
-            raise ValueError("FrameBatchScorer needs a single-task reward model (rewards (N,))")
+        if reward_model.multi_criteria:
+            raise ValueError("FrameBatchScorer needs a single-criterion reward model (rewards (N,))")
         self.reward_model = reward_model
         self.batch_size = int(batch_size)
         self.device = torch.device(reward_model.device)

@@ -28,9 +28,9 @@ if TYPE_CHECKING:
 
 def _names_a_judge(model: str, criteria: tuple[Any, ...] | None, window: Any) -> bool:
     from vlmrm_fast.models.judge.load import is_judge_name
-    from vlmrm_fast.reward.kinds import QuestionTask
+    from vlmrm_fast.reward.kinds import QuestionCriterion
 
-    return is_judge_name(model) or any(isinstance(criterion, QuestionTask) for criterion in criteria or ())
+    return is_judge_name(model) or any(isinstance(criterion, QuestionCriterion) for criterion in criteria or ())
 
 
 def _names_a_video_model(model: str, criteria: tuple[Any, ...] | None, window: Any) -> bool:
@@ -187,15 +187,15 @@ def family_of(model: str, criteria: tuple[Any, ...] | None = None, window: Any =
 def load_reward_model(model: str | RewardModelSpec, pretrained: str | None = None, **fields: Any) -> RewardModel:
     """Loads the reward model of a :class:`~vlmrm_fast.reward.spec.RewardModelSpec`, or of its fields, by its
     family (:data:`REWARD_FAMILIES`): a CLIP frame model, a generative VLM judge (for a judge's name or
-    question tasks, docs/judge.md), a model of windows (a video model's name, or a ``window``;
+    question criteria, docs/judge.md), a model of windows (a video model's name, or a ``window``;
     docs/video-rewards.md).
 
     ``model`` is an open_clip name (``"ViT-bigG-14"``), ``"name/tag"``
     (``"ViT-L-14/laion2b_s32b_b82k"``), ``"hf-hub:org/repo"`` or ``"vlmrm-tiny"``, a judge's (a hub repository
     such as ``"Qwen/Qwen2-VL-2B-Instruct"``, a folder, ``"vlmrm-tiny-qwen2-vl"``) or a video model's
     (``"viclip-b16"``); ``checkpoint`` a local weights file. Give ``target_prompts`` (with optional
-    ``baseline_prompts`` and ``alpha``) for one task, or ``tasks=[...]`` (:class:`GoalBaselineTask`,
-    :class:`BinaryTask`, :class:`QuestionTask` or dicts) for several; the model then returns (N, K) rewards.
+    ``baseline_prompts`` and ``alpha``) for one criterion, or ``criteria=[...]`` (:class:`GoalBaselineCriterion`,
+    :class:`BinaryCriterion`, :class:`QuestionCriterion` or dicts) for several; the model then returns (N, K) rewards.
     ``resize_mode="squash"`` resizes frames to the encoder's square input instead of open_clip's
     shortest-side resize and centre crop (keeps wide frames whole); ``resize_mode="paper"`` does what the
     paper's code did (a squash by PyTorch's float bicubic without antialiasing, OpenAI's mean and std; see

@@ -68,19 +68,19 @@ class FrameRewardModel(abc.ABC):
         """Inputs (N, ...) -> rewards (N,) or (N, K) (into ``out``); returns without waiting for the device."""
 
     @abc.abstractmethod
-    def _frame_rewards(self, frames: torch.Tensor, tasks: Sequence[Any] | None, progress: bool) -> torch.Tensor:
-        """uint8 frames (N, H, W, 3), N >= 1 -> rewards (N, K) float32 of ``tasks`` (None: its own)."""
+    def _frame_rewards(self, frames: torch.Tensor, criteria: Sequence[Any] | None, progress: bool) -> torch.Tensor:
+        """uint8 frames (N, H, W, 3), N >= 1 -> rewards (N, K) float32 of ``criteria`` (None: its own)."""
 
     def score_frames(
         self,
         frames: Any,
         episodes: Sequence[Any] | None = None,
-        tasks: Sequence[Any] | None = None,
+        criteria: Sequence[Any] | None = None,
         *,
         window_size: int | None = None,
         window_step: int = 1,
         progress: bool = False,
     ) -> torch.Tensor:
         """Rewards (N, K) float32 of every frame, each scored on its own (its episodes and windows do not change a
-        frame's reward); the model's own tasks stay."""
-        return self._frame_rewards(as_frame_tensor(frames), tasks, progress).float()
+        frame's reward); the model's own criteria stay."""
+        return self._frame_rewards(as_frame_tensor(frames), criteria, progress).float()

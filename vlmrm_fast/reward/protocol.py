@@ -28,7 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from vlmrm_fast.frames.views import FrameView
-from vlmrm_fast.reward.kinds import Task
+from vlmrm_fast.reward.kinds import Criterion
 from vlmrm_fast.reward.schedule import StepPlan
 from vlmrm_fast.runtime.profiling import NULL_TIMER, StageTimer
 
@@ -96,7 +96,7 @@ class StepScorer(Protocol):
 
 @runtime_checkable
 class RewardModel(Protocol):
-    """Frames in, rewards out: (N,) for one criterion, (N, K) for K criteria (``multi_task``); see the
+    """Frames in, rewards out: (N,) for one criterion, (N, K) for K criteria (``multi_criteria``); see the
     module docstring."""
 
     @property
@@ -129,13 +129,13 @@ class RewardModel(Protocol):
         ...
 
     @property
-    def tasks(self) -> tuple[Task, ...]:
-        """The reward tasks, in column order; their names label infos and logs."""
+    def criteria(self) -> tuple[Criterion, ...]:
+        """The reward criteria, in column order; their names label infos and logs."""
         ...
 
     @property
-    def multi_task(self) -> bool:
-        """True: rewards (N, K), one column per task; False: (N,)."""
+    def multi_criteria(self) -> bool:
+        """True: rewards (N, K), one column per criterion; False: (N,)."""
         ...
 
     @property
@@ -162,13 +162,13 @@ class RewardModel(Protocol):
         self,
         frames: Any,
         episodes: Sequence[Any] | None = None,
-        tasks: Sequence[Any] | None = None,
+        criteria: Sequence[Any] | None = None,
         *,
         window_size: int | None = None,
         window_step: int = 1,
         progress: bool = False,
     ) -> torch.Tensor:
-        """Rewards (N, K) float32, on the model's device, of uint8 frames (N, H, W, 3) in memory, for ``tasks``
+        """Rewards (N, K) float32, on the model's device, of uint8 frames (N, H, W, 3) in memory, for ``criteria``
         (default its own), NaN on a frame no reward lands on. ``episodes``: each episode's frame indices, in
         order, which a model whose reward reads earlier frames of its episode needs (``needs.episodes``); a
         window model scores the windows of ``window_size`` frames (default its own) that start every
@@ -196,8 +196,8 @@ def check_reward_model(value: Any, name: str = "reward_model") -> RewardModel:
 
 _MEMBERS = (
     "device",
-    "tasks",
-    "multi_task",
+    "criteria",
+    "multi_criteria",
     "chunk_size",
     "pixel_buffer",
     "preprocess",

@@ -18,7 +18,7 @@ from vlmrm_fast.encoders import BACKEND_OPTIONS, BACKENDS, PRECISION_NAMES
 from vlmrm_fast.frames.preprocess import RESIZE_MODES
 from vlmrm_fast.models.judge.prompt import PROMPT_ORDERS
 from vlmrm_fast.reward.families import REWARD_FAMILIES, RewardFamily, family_of
-from vlmrm_fast.reward.kinds import GoalBaselineTask, Task, as_reward_tasks, normalize_prompts
+from vlmrm_fast.reward.kinds import Criterion, GoalBaselineCriterion, as_criteria, normalize_prompts
 from vlmrm_fast.reward.schedule import ScoreSchedule
 from vlmrm_fast.reward.window import WindowSpec
 
@@ -45,18 +45,18 @@ class TaskDefaults(Protocol):
 
 #: The model when none is named: the paper's largest CLIP.
 DEFAULT_MODEL = "ViT-bigG-14/laion2b_s39b_b160k"
-#: ``also_score``'s name for the target prompts' own task.
-TARGET_TASK = "target"
+#: ``also_score``'s name for the target prompts' own criterion.
+TARGET_CRITERION = "target"
 
 
 @dataclasses.dataclass(frozen=True)
 class RewardModelSpec:
-    """A CLIP reward model: which weights, which prompts (one goal-baseline task, ``tasks``, or the
+    """A CLIP reward model: which weights, which prompts (one goal-baseline criterion, ``criteria``, or the
     target prompts plus ``also_score``'s prompt sets), where and how the image tower runs.
 
     ``baseline_prompts`` None: the task's (none without a task); ``()``: none. ``also_score``:
-    ``{name: prompt or [prompts]}``, more goal-baseline tasks with the same baseline prompts and
-    alpha, scored from the same encoder pass (the target prompts are then the task named
+    ``{name: prompt or [prompts]}``, more goal-baseline criteria with the same baseline prompts and
+    alpha, scored from the same encoder pass (the target prompts are then the criterion named
     "target"). ``batch_size``: frames per encoder batch (the fixed batch of the compile and
     TensorRT backends; episode-batch scoring's batch). ``tokenizer``: a folder holding the Hugging
     Face tokenizer of a model whose tokenizer lives on the hub (SigLIP), instead of the cache
@@ -70,12 +70,12 @@ class RewardModelSpec:
     (docs/video-rewards.md).
 
     Each field but those of :data:`COMMON_FIELDS` belongs to the families that take it (``reward/families.py``:
-    each row's ``fields``); the spec's family (:attr:`family`, the first row that claims its model, tasks and
+    each row's ``fields``); the spec's family (:attr:`family`, the first row that claims its model, criteria and
     window) checks their values, and a field set for a family that does not take it is refused, naming the
     family.
 
     A generative VLM judge (docs/judge.md) is named the same way (``model``: a hub repository such as
-    ``Qwen/Qwen2-VL-2B-Instruct``, a folder, or ``vlmrm-tiny-qwen2-vl``) and asks ``tasks`` of kind
+    ``Qwen/Qwen2-VL-2B-Instruct``, a folder, or ``vlmrm-tiny-qwen2-vl``) and asks ``criteria`` of kind
     ``question`` (or one question about the target prompt); ``image_size`` (pixels, or [height, width])
     is its input size, to which frames are resized (default 224); ``prompt_order`` ``image_first`` (the
     default: the frame, then the question, as the models' authors ask) or ``question_first`` (the
@@ -90,7 +90,7 @@ class RewardModelSpec:
     target_prompts: tuple[str, ...] | None = None
     baseline_prompts: tuple[str, ...] | None = None
     alpha: float = 0.0
-    tasks: tuple[Any, ...] | None = None
+    criteria: tuple[Any, ...] | None = None
     also_score: Mapping[str, Any] | None = None
     device: Any = "auto"
     backend: str = "auto"
@@ -127,12 +127,12 @@ class RewardModelSpec:
         if self.baseline_prompts is not None:
             put("baseline_prompts", normalize_prompts(self.baseline_prompts, "baseline_prompts", allow_empty=True))
         put("alpha", number(self.alpha, "alpha", low=0.0, high=1.0))
-        if self.tasks is not None:
+        if self.criteria is not None:
             if self.target_prompts is not None or self.baseline_prompts or self.alpha or self.also_score:
                 raise FieldError(
-                    "tasks", "give either target_prompts/baseline_prompts/alpha/also_score or tasks, not both"
+                    "criteria", "give either target_prompts/baseline_prompts/alpha/also_score or criteria, not both"
                 )
-            put("tasks", tuple(as_reward_tasks(self.tasks)))
+            put("criteria", tuple(as_criteria(self.criteria)))
         if self.also_score is not None:
             put("also_score", _prompt_sets(self.also_score))
         one_of(self.backend, "backend", BACKENDS)
@@ -178,8 +178,8 @@ class RewardModelSpec:
     @property
     def family(self) -> RewardFamily:
         """The reward family of this spec (``reward.families.REWARD_FAMILIES``): the first that claims its model,
-        tasks and window."""
-        return family_of(self.model, self.tasks, self.window)
+        criteria and window."""
+        return family_of(self.model, self.criteria, self.window)
 
     @property
     def needs(self) -> RewardNeeds:
@@ -198,27 +198,27 @@ class RewardModelSpec:
         """The task's prompts and preprocessing where this spec leaves them None (the preprocessing only for a
         family that takes a task's: a video model keeps its own)."""
         changes: dict[str, Any] = {}
-        if self.tasks is None and self.target_prompts is None:
+        if self.criteria is None and self.target_prompts is None:
             if not task.target_prompts:
                 raise FieldError("target_prompts", f"is required: task {task.name!r} has no default prompts")
             changes["target_prompts"] = task.target_prompts
-        if self.tasks is None and self.baseline_prompts is None:
+        if self.criteria is None and self.baseline_prompts is None:
             changes["baseline_prompts"] = task.baseline_prompts
         if self.resize_mode is None and task.resize_mode is not None and self.family.takes_task_resize_mode:
             changes["resize_mode"] = task.resize_mode
         return self.replace(**changes) if changes else self
 
-    def reward_tasks(self) -> tuple[tuple[Task, ...], bool]:
-        """(the tasks, whether the model returns one column per task) for this spec."""
-        if self.tasks is not None:
-            return self.tasks, True
+    def reward_criteria(self) -> tuple[tuple[Criterion, ...], bool]:
+        """(the criteria, whether the model returns one column per criterion) for this spec."""
+        if self.criteria is not None:
+            return self.criteria, True
         if self.target_prompts is None:
-            raise FieldError("target_prompts", "is required (e.g. 'a humanoid robot kneeling'), or pass tasks=[...]")
+            raise FieldError("target_prompts", "is required (e.g. 'a humanoid robot kneeling'), or pass criteria=[...]")
         baselines = self.baseline_prompts or ()
         if self.also_score:
-            sets = {TARGET_TASK: self.target_prompts, **self.also_score}
-            return tuple(GoalBaselineTask(p, baselines, self.alpha, name=name) for name, p in sets.items()), True
-        return (GoalBaselineTask(self.target_prompts, baselines, self.alpha),), False
+            sets = {TARGET_CRITERION: self.target_prompts, **self.also_score}
+            return tuple(GoalBaselineCriterion(p, baselines, self.alpha, name=name) for name, p in sets.items()), True
+        return (GoalBaselineCriterion(self.target_prompts, baselines, self.alpha),), False
 
 
 #: The fields every reward family takes: the model, its criteria, where and how often it scores. Each other
@@ -228,7 +228,7 @@ COMMON_FIELDS = (
     "target_prompts",
     "baseline_prompts",
     "alpha",
-    "tasks",
+    "criteria",
     "also_score",
     "device",
     "precision",
@@ -279,6 +279,8 @@ def _image_size(value: Any) -> tuple[int, int]:
 def _prompt_sets(sets: Any) -> dict[str, tuple[str, ...]]:
     if not isinstance(sets, Mapping) or not sets:
         raise FieldError("also_score", f"must be a mapping of names to prompts, got {sets!r}")
-    if TARGET_TASK in sets:
-        raise FieldError(f"also_score.{TARGET_TASK}", "the name 'target' is the target prompts' own; choose another")
+    if TARGET_CRITERION in sets:
+        raise FieldError(
+            f"also_score.{TARGET_CRITERION}", "the name 'target' is the target prompts' own; choose another"
+        )
     return {str(name): normalize_prompts(prompts, f"also_score.{name}") for name, prompts in sets.items()}

@@ -37,7 +37,14 @@ from vlmrm_fast.checks import FieldError, positive_int
 from vlmrm_fast.frames.preprocess import FramePreprocessor, as_frame_tensor
 from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.reward.head import RewardHead
-from vlmrm_fast.reward.kinds import TASK_KINDS, BinaryTask, GoalBaselineTask, Task, as_reward_tasks, unique_prompts
+from vlmrm_fast.reward.kinds import (
+    CRITERION_KINDS,
+    BinaryCriterion,
+    Criterion,
+    GoalBaselineCriterion,
+    as_criteria,
+    unique_prompts,
+)
 from vlmrm_fast.reward.model import DEFAULT_CHUNK, VLMRewardModel
 from vlmrm_fast.reward.protocol import Need, RewardNeeds
 from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
@@ -112,15 +119,15 @@ class WindowRewardModel(abc.ABC):
     window: WindowSpec
     schedule: ScoreSchedule
     device: torch.device
-    multi_task: bool
+    multi_criteria: bool
     chunk_size: int  # windows per encoder batch (frames per batch for the mean of frames' encoder)
     head: RewardHead
     preprocessor: FramePreprocessor
     name: str
 
     @property
-    def tasks(self) -> tuple[Task, ...]:
-        return self.head.tasks
+    def criteria(self) -> tuple[Criterion, ...]:
+        return self.head.criteria
 
     @property
     def needs(self) -> RewardNeeds:
@@ -133,7 +140,7 @@ class WindowRewardModel(abc.ABC):
     @classmethod
     def criterion_kinds_of(cls) -> tuple[str, ...]:
         """The kinds scored from an embedding (every kind with a formula)."""
-        return tuple(name for name, kind in TASK_KINDS.items() if kind.formula is not None)
+        return tuple(name for name, kind in CRITERION_KINDS.items() if kind.formula is not None)
 
     @property
     def criterion_kinds(self) -> tuple[str, ...]:
@@ -178,13 +185,13 @@ class WindowRewardModel(abc.ABC):
         """The items of windows (n, len(reads(K)), *item_shape), oldest first -> embeddings (n, D)."""
 
     def window_rewards(self, items: torch.Tensor, head: RewardHead | None = None) -> torch.Tensor:
-        """The items of windows (see :meth:`window_embeddings`) -> rewards (n, tasks) of ``head``'s tasks
+        """The items of windows (see :meth:`window_embeddings`) -> rewards (n, criteria) of ``head``'s criteria
         (default: the model's own)."""
         return (self.head if head is None else head)(self.window_embeddings(items))
 
     def rewards_of(self, rewards: torch.Tensor) -> torch.Tensor:
-        """The model's own tasks' rewards (n, tasks) as it returns them: (n,), or (n, K) with several tasks."""
-        return rewards if self.multi_task else rewards[:, 0]
+        """The model's own criteria' rewards (n, criteria) as it returns them: (n,), or (n, K) with several criteria."""
+        return rewards if self.multi_criteria else rewards[:, 0]
 
     # ------------------------------------------------------------------ RewardModel
     def pixel_buffer(self, num_frames: int) -> torch.Tensor:
@@ -202,7 +209,7 @@ class WindowRewardModel(abc.ABC):
     @torch.inference_mode()
     def __call__(self, frames: Any) -> torch.Tensor:
         """``frames``: uint8 windows (N, K, H, W, 3), oldest frame first, numpy or torch -> rewards (N,)
-        (or (N, tasks))."""
+        (or (N, criteria))."""
         windows = frames
         if isinstance(windows, np.ndarray):
             windows = torch.from_numpy(np.ascontiguousarray(windows))
@@ -220,11 +227,11 @@ class WindowRewardModel(abc.ABC):
         return self.score_windows(windows.reshape((n * k, *windows.shape[2:])), np.arange(n * k).reshape(n, k))
 
     @torch.inference_mode()
-    def score_windows(self, frames: Any, windows: Any, tasks: Sequence[Any] | None = None) -> torch.Tensor:
+    def score_windows(self, frames: Any, windows: Any, criteria: Sequence[Any] | None = None) -> torch.Tensor:
         """Rewards of windows of ``frames`` (uint8 (F, H, W, 3)): ``windows`` (W, K) holds each window's
         frame indices, oldest first (any K: the model reads ``reads(K)`` of them). Each frame is
-        preprocessed and turned into its item once. The model's own tasks' rewards as it returns them,
-        or (W, len(tasks)) for other ``tasks``."""
+        preprocessed and turned into its item once. The model's own criteria' rewards as it returns them,
+        or (W, len(criteria)) for other ``criteria``."""
         frames = as_frame_tensor(frames)
         windows = torch.as_tensor(np.asarray(windows), dtype=torch.long)
         if windows.ndim != 2 or windows.shape[0] == 0:
@@ -242,29 +249,29 @@ class WindowRewardModel(abc.ABC):
             ]
         )
         position = torch.searchsorted(needed, windows[:, self.reads(windows.shape[1])]).to(items.device)
-        head = None if tasks is None else self.head_for(tasks)
+        head = None if criteria is None else self.head_for(criteria)
         rewards = [
             self.window_rewards(items[position[start : start + batch]], head)
             for start in range(0, position.shape[0], batch)
         ]
         out = torch.cat(rewards) if len(rewards) > 1 else rewards[0]
-        return self.rewards_of(out) if tasks is None else out
+        return self.rewards_of(out) if criteria is None else out
 
     def score_frames(
         self,
         frames: Any,
         episodes: Sequence[Any] | None = None,
-        tasks: Sequence[Any] | None = None,
+        criteria: Sequence[Any] | None = None,
         *,
         window_size: int | None = None,
         window_step: int = 1,
         progress: bool = False,
     ) -> torch.Tensor:
-        """Rewards (N, K) float32 of uint8 frames (N, H, W, 3) for ``tasks`` (default its own) by the paper code's
+        """Rewards (N, K) float32 of uint8 frames (N, H, W, 3) for ``criteria`` (default its own) by the paper code's
         windows: ``window_size`` frames (default the model's window) starting every ``window_step`` frames inside
         each episode (``episodes``: each one's frame indices, in order), each window's reward on its last frame,
         NaN on the frames that end no window (every frame of an episode shorter than a window). Each frame is
-        encoded once, each window embedded once for every task."""
+        encoded once, each window embedded once for every criterion."""
         size = positive_int(window_size if window_size is not None else self.window.frames, "window_size")
         step = positive_int(window_step, "window_step")
         if episodes is None:
@@ -273,30 +280,30 @@ class WindowRewardModel(abc.ABC):
                 "indices, in order)"
             )
         frames = as_frame_tensor(frames)
-        columns = len(self.tasks) if tasks is None else len(as_reward_tasks(tasks))
+        columns = len(self.criteria) if criteria is None else len(as_criteria(criteria))
         out = torch.full((frames.shape[0], columns), float("nan"), device=self.device)
         episodes = [np.asarray(idx) for idx in episodes]
         windows = [idx[paper_windows(len(idx), size, step)] for idx in episodes if len(idx) >= size]
         if windows:  # (an episode shorter than a window holds none)
             stacked = np.concatenate(windows)
-            rewards = self.score_windows(frames, stacked, tasks).float()
+            rewards = self.score_windows(frames, stacked, criteria).float()
             out[torch.as_tensor(stacked[:, -1], device=self.device)] = rewards.view(rewards.shape[0], columns)
         return out
 
-    def head_for(self, tasks: Sequence[Any]) -> RewardHead:
-        """A reward head of other ``tasks`` (goal-baseline, binary) on this model's text embeddings."""
-        tasks = as_reward_tasks(tasks)
-        prompts = unique_prompts(tasks)
+    def head_for(self, criteria: Sequence[Any]) -> RewardHead:
+        """A reward head of other ``criteria`` (goal-baseline, binary) on this model's text embeddings."""
+        criteria = as_criteria(criteria)
+        prompts = unique_prompts(criteria)
         text = dict(zip(prompts, self.text_embeddings(prompts)))
-        return RewardHead(tasks, text.__getitem__, self.logit_scale_for(tasks), self.device)
+        return RewardHead(criteria, text.__getitem__, self.logit_scale_for(criteria), self.device)
 
     @abc.abstractmethod
     def text_embeddings(self, prompts: Sequence[str]) -> torch.Tensor:
         """Normalised (P, D) float32 text embeddings of ``prompts``."""
 
     @abc.abstractmethod
-    def logit_scale_for(self, tasks: Sequence[Task]) -> float:
-        """The softmax scale of binary ``tasks`` (refused where the model has none and a task no temperature)."""
+    def logit_scale_for(self, criteria: Sequence[Criterion]) -> float:
+        """The softmax scale of binary ``criteria`` (refused where the model has none and a criterion no temperature)."""
 
     def describe(self) -> str:
         return f"{self.name}: {self.window.describe()}"
@@ -312,7 +319,7 @@ class MeanOfFramesModel(WindowRewardModel):
         self.window = window
         self.schedule = frames.schedule
         self.device = frames.device
-        self.multi_task = frames.multi_task
+        self.multi_criteria = frames.multi_criteria
         self.chunk_size = frames.chunk_size
         self.head = frames.head
         self.preprocessor = frames.preprocessor
@@ -366,7 +373,7 @@ class MeanOfFramesModel(WindowRewardModel):
     def text_embeddings(self, prompts: Sequence[str]) -> torch.Tensor:
         return self.frames.embed_text(prompts)
 
-    def logit_scale_for(self, tasks: Sequence[Task]) -> float:
+    def logit_scale_for(self, criteria: Sequence[Criterion]) -> float:
         return self.frames.logit_scale
 
     def close(self) -> None:
@@ -388,10 +395,10 @@ class VideoWindowModel(WindowRewardModel):
     def __init__(
         self,
         video: Any,
-        tasks: Sequence[Any],
+        criteria: Sequence[Any],
         window: WindowSpec,
         *,
-        multi_task: bool = False,
+        multi_criteria: bool = False,
         schedule: ScoreSchedule = EVERY_STEP,
         batch_size: int | None = None,
         compiled: bool = False,
@@ -403,7 +410,7 @@ class VideoWindowModel(WindowRewardModel):
         self.window = window
         self.schedule = schedule
         self.device = torch.device(video.device)
-        self.multi_task = multi_task
+        self.multi_criteria = multi_criteria
         self.name = video.info.name
         self.chunk_size = int(batch_size or DEFAULT_CHUNK)
         spec = video.info.preprocess
@@ -412,7 +419,7 @@ class VideoWindowModel(WindowRewardModel):
         self.preprocessor = FramePreprocessor(spec, self.device, video.dtype)
         self._item_shape = ring_item_shape(video.info)
         self.keeps_features = self._item_shape == video.info.frame_feature_shape
-        self.head = self.head_for(tasks)
+        self.head = self.head_for(criteria)
         self.compiled = bool(compiled)
         self._features = self._uncompiled
         if self.compiled:
@@ -428,13 +435,13 @@ class VideoWindowModel(WindowRewardModel):
         device = resolve_device(spec.device)
         dtype = resolve(spec.precision, device).dtype  # "auto": fp32 on the CPU, bf16 on a GPU (fp16 without bf16)
         video = load_video_model(spec.model, checkpoint=spec.checkpoint, device=device, dtype=dtype, seed=spec.seed)
-        tasks, multi = spec.reward_tasks()
+        criteria, multi = spec.reward_criteria()
         compiled = spec.backend == "compile" or (spec.backend == "auto" and device.type == "cuda" and spec.batch_size)
         return cls(
             video,
-            tasks,
+            criteria,
             window,
-            multi_task=multi,
+            multi_criteria=multi,
             schedule=spec.schedule,
             batch_size=spec.batch_size,
             compiled=bool(compiled),
@@ -496,13 +503,13 @@ class VideoWindowModel(WindowRewardModel):
     def text_embeddings(self, prompts: Sequence[str]) -> torch.Tensor:
         return self.video.encode_text(list(prompts)).float()
 
-    def logit_scale_for(self, tasks: Sequence[Task]) -> float:
+    def logit_scale_for(self, criteria: Sequence[Criterion]) -> float:
         if self.video.logit_scale is not None:
             return float(self.video.logit_scale)
-        if any(isinstance(task, BinaryTask) and task.temperature is None for task in tasks):
+        if any(isinstance(criterion, BinaryCriterion) and criterion.temperature is None for criterion in criteria):
             raise ValueError(
                 f"{self.name} was trained without a logit scale (it compares raw dot products): give the binary "
-                "task a temperature= (its softmax's 1 / scale)"
+                "criterion a temperature= (its softmax's 1 / scale)"
             )
         return 1.0
 
@@ -518,14 +525,16 @@ class VideoWindowModel(WindowRewardModel):
         scores each window against its own prompt embeddings (:func:`per_window_rewards`)."""
         if not self.video.info.conditions_text:
             return super().window_rewards(items, head)
-        tasks = (self.head if head is None else head).tasks
-        prompts = unique_prompts(tasks)
+        criteria = (self.head if head is None else head).criteria
+        prompts = unique_prompts(criteria)
         out = []
         for start in range(0, items.shape[0], self.chunk_size):
             batch = items[start : start + self.chunk_size]
             self.video.check_windows(batch)
             video, text = self.video.encode_video_and_text(batch.contiguous(), prompts)
-            out.append(per_window_rewards(tasks, prompts, video.float(), text.float(), self.logit_scale_for(tasks)))
+            out.append(
+                per_window_rewards(criteria, prompts, video.float(), text.float(), self.logit_scale_for(criteria))
+            )
         return torch.cat(out) if len(out) > 1 else out[0]
 
     def window_embeddings(self, items: torch.Tensor) -> torch.Tensor:
@@ -569,9 +578,9 @@ def ring_item_shape(info: Any) -> tuple[int, ...]:
 
 
 def per_window_rewards(
-    tasks: Sequence[Task], prompts: Sequence[str], video: torch.Tensor, text: torch.Tensor, logit_scale: float
+    criteria: Sequence[Criterion], prompts: Sequence[str], video: torch.Tensor, text: torch.Tensor, logit_scale: float
 ) -> torch.Tensor:
-    """Rewards (n, len(tasks)) of normalised window embeddings ``video`` (n, D), each against its own
+    """Rewards (n, len(criteria)) of normalised window embeddings ``video`` (n, D), each against its own
     normalised prompt embeddings ``text`` (n, P, D) of ``prompts``: the formulas of ``reward/formulas.py``
     (docs/reward.md), with window ``n``'s goal, baseline and negatives taken from ``text[n]``."""
     row = {prompt: i for i, prompt in enumerate(prompts)}
@@ -580,27 +589,27 @@ def per_window_rewards(
         return text[:, [row[name] for name in names]]
 
     columns = []
-    for task in tasks:
-        if isinstance(task, BinaryTask):
-            scale = logit_scale if task.temperature is None else 1.0 / task.temperature
-            p = torch.softmax(scale * torch.einsum("nd,nmd->nm", video, rows(task.prompts)), dim=-1)[:, 0]
-            columns.append(p if task.probability else (p > task.threshold).float())
+    for criterion in criteria:
+        if isinstance(criterion, BinaryCriterion):
+            scale = logit_scale if criterion.temperature is None else 1.0 / criterion.temperature
+            p = torch.softmax(scale * torch.einsum("nd,nmd->nm", video, rows(criterion.prompts)), dim=-1)[:, 0]
+            columns.append(p if criterion.probability else (p > criterion.threshold).float())
             continue
-        if not isinstance(task, GoalBaselineTask):
+        if not isinstance(criterion, GoalBaselineCriterion):
             raise TypeError(
-                f"{task.name!r} is a {type(task).__name__}: a window of frames is scored by goal-baseline and binary "
-                "tasks (a question is for a generative VLM judge, docs/judge.md)"
+                f"{criterion.name!r} is a {type(criterion).__name__}: a window of frames is scored by goal-baseline and binary "
+                "criteria (a question is for a generative VLM judge, docs/judge.md)"
             )
-        g = rows(task.target_prompts).mean(dim=1)
+        g = rows(criterion.target_prompts).mean(dim=1)
         u = torch.zeros_like(g)
-        if task.baseline_prompts:
-            d = g - rows(task.baseline_prompts).mean(dim=1)
+        if criterion.baseline_prompts:
+            d = g - rows(criterion.baseline_prompts).mean(dim=1)
             norm = d.norm(dim=-1, keepdim=True)
             if bool((norm <= 1e-6).any()):
                 raise ValueError("the baseline and target prompts embed to the same point for a window")
             u = d / norm
         v = video - g
         vu = (v * u).sum(dim=-1)
-        alpha = task.alpha
+        alpha = criterion.alpha
         columns.append(1.0 - 0.5 * ((1.0 - alpha) ** 2 * (v * v).sum(dim=-1) + (2.0 * alpha - alpha**2) * vu * vu))
     return torch.stack(columns, dim=1)

@@ -65,7 +65,7 @@ class ChunkedScorer:
         on_gpu = self.device.type == "cuda"
         self.render_stream = torch.cuda.Stream(self.device) if on_gpu else None
         self._pixels = reward_model.pixel_buffer(num_envs)
-        shape = (num_envs, len(reward_model.tasks)) if reward_model.multi_task else (num_envs,)
+        shape = (num_envs, len(reward_model.criteria)) if reward_model.multi_criteria else (num_envs,)
         self._rewards = torch.empty(shape, dtype=torch.float32, device=self.device)
         self._host = torch.empty(shape, dtype=torch.float32, pin_memory=on_gpu)
         self.steps = reward_model.step_scorer(num_envs, episode_length)

@@ -41,9 +41,9 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
 
     The reward model: pass a loaded one (``reward_model=``, to share it between envs), a
     :class:`~vlmrm_fast.reward.spec.RewardModelSpec` (``reward_spec=``), or its fields as keywords (``model``,
-    ``target_prompts``, ``baseline_prompts``, ``alpha``, ``tasks``, ``device``, ``backend``,
+    ``target_prompts``, ``baseline_prompts``, ``alpha``, ``criteria``, ``device``, ``backend``,
     ``precision``, ...; prompts default to the task's, ``model`` to ViT-bigG-14). With
-    ``tasks=[...]`` several prompt sets are scored from one encoder pass: the first drives the
+    ``criteria=[...]`` several prompt sets are scored from one encoder pass: the first drives the
     reward, every step's ``info["vlm_rewards"]`` holds all of them by name.
 
     The simulation: ``physics="batch"`` runs MuJoCo tasks in the batch env on the host's threads,

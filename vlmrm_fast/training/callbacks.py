@@ -38,13 +38,13 @@ class EpisodeStats:
         self.gt = np.zeros(n_envs)
         self.steps = np.zeros(n_envs)
         self.successes = np.zeros(n_envs)  # the episode's steps so far that succeeded (of self.steps)
-        self.per_task: dict[str, np.ndarray] = {}
+        self.per_criterion: dict[str, np.ndarray] = {}
         self.finished_vlm: collections.deque = collections.deque(maxlen=window)
         self.finished_gt: collections.deque = collections.deque(maxlen=window)
         self.finished_success: collections.deque = collections.deque(maxlen=window)  # at the last step
         self.finished_success_fraction: collections.deque = collections.deque(maxlen=window)
         self.finished_rule_success: collections.deque = collections.deque(maxlen=window)  # success_rule's
-        self.finished_per_task: dict[str, collections.deque] = {}
+        self.finished_per_criterion: dict[str, collections.deque] = {}
         self.episodes = 0  # finished since the start of this process
 
     def add(self, vlm: np.ndarray, gt: np.ndarray, dones: np.ndarray, infos: list[dict] | None = None) -> None:
@@ -58,7 +58,7 @@ class EpisodeStats:
             self.successes += np.array([bool(value) for value in success])
         for i, info in enumerate(infos):
             for name, value in info.get("vlm_rewards", {}).items():
-                self.per_task.setdefault(name, np.zeros_like(self.vlm))[i] += value
+                self.per_criterion.setdefault(name, np.zeros_like(self.vlm))[i] += value
         for i in np.nonzero(dones)[0]:
             self.finished_vlm.append(float(self.vlm[i]))
             self.finished_gt.append(float(self.gt[i]))
@@ -68,8 +68,10 @@ class EpisodeStats:
                 if self.success_rule is not None:
                     verdict = rule_holds(self.success_rule, int(self.successes[i]), int(self.steps[i]))
                     self.finished_rule_success.append(float(verdict))
-            for name, sums in self.per_task.items():
-                self.finished_per_task.setdefault(name, collections.deque(maxlen=self.window)).append(float(sums[i]))
+            for name, sums in self.per_criterion.items():
+                self.finished_per_criterion.setdefault(name, collections.deque(maxlen=self.window)).append(
+                    float(sums[i])
+                )
                 sums[i] = 0.0
             self.vlm[i] = self.gt[i] = self.steps[i] = self.successes[i] = 0.0
             self.episodes += 1
@@ -83,7 +85,7 @@ class EpisodeStats:
             logger.record("rollout/ep_success_fraction", float(np.mean(self.finished_success_fraction)))
         if self.finished_rule_success and self.success_rule is not None:
             logger.record(f"rollout/{RATE_NAMES[self.success_rule]}", float(np.mean(self.finished_rule_success)))
-        for name, finished in self.finished_per_task.items():
+        for name, finished in self.finished_per_criterion.items():
             if finished:
                 logger.record(f"rollout/ep_vlm_reward_mean/{name}", float(np.mean(finished)))
 
@@ -95,7 +97,8 @@ class EpisodeStats:
             "success": list(self.finished_success),
             "success_fraction": list(self.finished_success_fraction),
             "rule_success": list(self.finished_rule_success),
-            "per_task": {name: list(values) for name, values in self.finished_per_task.items()},
+            # (under the key checkpoints have always held it by)
+            "per_task": {name: list(values) for name, values in self.finished_per_criterion.items()},
         }
 
     def restore(self, state: dict[str, Any] | None) -> None:
@@ -106,7 +109,7 @@ class EpisodeStats:
             self.finished_success_fraction.extend(float(v) for v in state.get("success_fraction", []))
             self.finished_rule_success.extend(float(v) for v in state.get("rule_success", []))
             for name, values in state.get("per_task", {}).items():
-                self.finished_per_task.setdefault(name, collections.deque(maxlen=self.window)).extend(
+                self.finished_per_criterion.setdefault(name, collections.deque(maxlen=self.window)).extend(
                     float(v) for v in values
                 )
 
