@@ -266,3 +266,13 @@ def test_a_judge_run_records_its_prompt_order_and_an_older_one_resumes_only_in_i
     for field in ("prompt_order", "do_image_splitting", "longest_edge"):
         del clip_identity["reward"][field]
     assert identity_differences(upgraded_identity(clip_identity), run_identity(resolved(load_config(clip)))) == []
+
+
+def test_a_config_that_still_writes_tasks_is_told_where_they_went():
+    """A reward's criteria were its tasks: the old key is refused in one line naming the new one."""
+    from vlmrm_fast.training.config import ConfigError, load_config
+
+    config = {"env": {"task": "cartpole", "n_envs": 2}, "reward": {"model": JUDGE, "tasks": [{"question": "Up?"}]}}
+    with pytest.raises(ConfigError) as info:
+        load_config(config)
+    assert str(info.value) == "reward.tasks: moved; write reward.criteria (the same list: each one's kind and fields)"
