@@ -37,7 +37,7 @@ from vlmrm_fast.encoders.fp8_calibration import (
 )
 from vlmrm_fast.encoders.precision import AUTO_FP8_MIN_SPEEDUP, resolve
 from vlmrm_fast.encoders.tower import prepare_clip_tower, prepare_image_tower
-from vlmrm_fast.models import load_clip
+from vlmrm_fast.models.clip import load_clip
 
 pytest.importorskip("torchao", reason="FP8 runs through torchao (pip install .[fp8]; part of .[dev])")
 

@@ -17,7 +17,7 @@ from tolerances import assert_rewards_close
 from vlmrm_fast.checks import FieldError
 from vlmrm_fast.frames.views import FrameLayout, FrameView
 from vlmrm_fast.models.judge import TINY_JUDGES, families
-from vlmrm_fast.models.judge.load import load_judge
+from vlmrm_fast.models.judge.judge_models import load_judge
 from vlmrm_fast.models.judge.prompt import PROMPT_ORDERS
 from vlmrm_fast.reward import QuestionCriterion, load_reward_model
 from vlmrm_fast.reward.judge import JudgeRewardModel
@@ -580,7 +580,7 @@ def test_fp8_where_it_cannot_run_is_refused():
 def test_a_missing_transformers_extra_names_the_install(monkeypatch):
     import importlib.metadata
 
-    from vlmrm_fast.models.families import MissingDependencyError
+    from vlmrm_fast.models.errors import MissingDependencyError
 
     monkeypatch.setattr(importlib.metadata, "version", lambda package: "4.46.0")
     with pytest.raises(MissingDependencyError) as info:
@@ -651,7 +651,7 @@ def test_a_hub_judge_is_checked_by_its_config_before_its_weights_download(tmp_pa
     import huggingface_hub
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
-    from vlmrm_fast.models.judge import load as judge_load
+    from vlmrm_fast.models.judge import judge_models as judge_load
 
     files = {
         ("org/text-model", "config.json"): {"model_type": "qwen2"},
@@ -753,7 +753,7 @@ def test_a_transformers_that_breaks_the_judges_contract_is_refused_at_load(monke
     import transformers
     from transformers import vision_utils
 
-    from vlmrm_fast.models.families import MissingDependencyError
+    from vlmrm_fast.models.errors import MissingDependencyError
     from vlmrm_fast.models.judge.contract import TESTED_TRANSFORMERS, contract_problems
 
     if change == "drop":

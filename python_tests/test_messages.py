@@ -665,7 +665,7 @@ def test_best_and_rollout_name_what_is_missing(tmp_path, capsys):
 
 
 def test_an_onnx_export_to_a_read_only_folder_is_one_line_before_the_model_loads(tmp_path, monkeypatch, capsys):
-    from vlmrm_fast import models
+    from vlmrm_fast.models import clip as models
 
     read_only = tmp_path / "read-only"
     read_only.mkdir()

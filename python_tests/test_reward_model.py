@@ -14,7 +14,7 @@ from tolerances import REWARD_ATOL, assert_criterion_rewards_close, assert_rewar
 
 import vlmrm_fast
 from vlmrm_fast import BinaryCriterion, GoalBaselineCriterion, WeightsUnavailableError, load_reward_model
-from vlmrm_fast.models import MODEL_CONFIG_DIR, load_clip
+from vlmrm_fast.models.clip import MODEL_CONFIG_DIR, load_clip
 
 TINY = "vlmrm-tiny"
 

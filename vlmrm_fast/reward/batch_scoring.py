@@ -65,7 +65,8 @@ def _model_config(model: str) -> dict | None:
 
     import open_clip
 
-    from vlmrm_fast.models import cached_hf_file, parse_model_name, register_builtin_configs
+    from vlmrm_fast.models import cached_hf_file
+    from vlmrm_fast.models.clip import parse_model_name, register_builtin_configs
 
     if model.startswith(("hf-hub:", "local-dir:")):  # open_clip would ask the hub; read what is on disk
         if model.startswith("local-dir:"):

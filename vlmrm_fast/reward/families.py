@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 def _names_a_judge(model: str, criteria: tuple[Any, ...] | None, window: Any) -> bool:
-    from vlmrm_fast.models.judge.load import is_judge_name
+    from vlmrm_fast.models.judge.judge_models import is_judge_name
     from vlmrm_fast.reward.kinds import QuestionCriterion
 
     return is_judge_name(model) or any(isinstance(criterion, QuestionCriterion) for criterion in criteria or ())
@@ -201,7 +201,7 @@ def load_reward_model(model: str | RewardModelSpec, pretrained: str | None = Non
     paper's code did (a squash by PyTorch's float bicubic without antialiasing, OpenAI's mean and std; see
     ``vlmrm_fast.frames.preprocess``). Other keywords are encoder options (see :class:`RewardModelSpec`).
     """
-    from vlmrm_fast.models.judge.load import check_model_name
+    from vlmrm_fast.models.judge.judge_models import check_model_name
     from vlmrm_fast.reward.spec import RewardModelSpec
 
     if isinstance(model, RewardModelSpec):

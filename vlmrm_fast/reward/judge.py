@@ -123,7 +123,7 @@ class JudgeRewardModel(FrameRewardModel):
         """The judge of ``spec`` (a judge's name, question criteria or one target prompt; see docs/judge.md)."""
         from vlmrm_fast.encoders.precision import resolve
         from vlmrm_fast.models.judge.fp8 import convert_judge_to_fp8
-        from vlmrm_fast.models.judge.load import load_judge, set_image_options
+        from vlmrm_fast.models.judge.judge_models import load_judge, set_image_options
 
         criteria, multi = spec.reward_criteria()
         criteria = judge_criteria(criteria)  # before the weights load: a bad criterion fails in a moment
@@ -149,10 +149,10 @@ class JudgeRewardModel(FrameRewardModel):
     def check_spec(cls, spec: RewardModelSpec) -> None:
         """A judge's name (question criteria on a CLIP's are refused, naming it), and the values of the CLIP fields
         a judge also takes: ``resize_mode`` squash, ``backend`` torch, ``alpha`` 0."""
-        from vlmrm_fast.models.judge.load import check_model_name, is_judge_name
+        from vlmrm_fast.models.judge.judge_models import check_model_name, is_judge_name
 
         if not is_judge_name(spec.model):
-            from vlmrm_fast.models.names import parse_model_name
+            from vlmrm_fast.models.clip.names import parse_model_name
 
             check_model_name(spec.model, spec.cache_dir)  # a name that is neither, named as what it is
             parse_model_name(spec.model, spec.pretrained)  # a CLIP name misspelt is named with its closest match

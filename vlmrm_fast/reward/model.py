@@ -17,7 +17,7 @@ from vlmrm_fast.checks import FieldError
 from vlmrm_fast.encoders import make_image_encoder
 from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec, as_frame_tensor
 from vlmrm_fast.frames.views import FrameView
-from vlmrm_fast.models import LoadedClip, check_prompt_lengths, load_clip
+from vlmrm_fast.models.clip import LoadedClip, check_prompt_lengths, load_clip
 from vlmrm_fast.progress import progress_iter
 from vlmrm_fast.reward.formulas import normalize
 from vlmrm_fast.reward.frame_model import FrameRewardModel

@@ -260,7 +260,7 @@ def resolved(cfg: TrainConfig) -> TrainConfig:
 
 def _judge_reward(reward: dict[str, Any]) -> bool:
     """Whether a reward section (a spec's fields) asks for a generative VLM judge."""
-    from vlmrm_fast.models.judge.load import is_judge_name
+    from vlmrm_fast.models.judge.judge_models import is_judge_name
 
     criteria = reward.get("criteria") or ()
     asks = any(isinstance(c, dict) and ("question" in c or c.get("kind") == "question") for c in criteria)

@@ -24,7 +24,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from vlmrm_fast.models.families import MissingDependencyError
+from vlmrm_fast.models.errors import MissingDependencyError
 
 #: The transformers release the judges' fast paths are tested with.
 TESTED_TRANSFORMERS = "5.24"

@@ -15,7 +15,7 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any
 
-from vlmrm_fast.models.families import MissingDependencyError
+from vlmrm_fast.models.errors import MissingDependencyError
 
 #: The transformers release the adapters are written and tested against.
 MIN_TRANSFORMERS = "5.24"

@@ -248,7 +248,7 @@ class ViCLIP(VideoModel):
         return self.vision_encoder.window_features(features)
 
     def _text_features(self, prompts: list[str]) -> torch.Tensor:
-        from vlmrm_fast.models.prompts import check_prompt_lengths
+        from vlmrm_fast.models.clip.prompts import check_prompt_lengths
 
         check_prompt_lengths(self.tokenizer, prompts)
         return self.text_encoder(self.tokenizer(prompts).to(self.device))

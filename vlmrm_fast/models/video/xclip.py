@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from open_clip.constants import IMAGENET_MEAN, IMAGENET_STD
 
 from vlmrm_fast.frames.preprocess import PreprocessSpec
-from vlmrm_fast.models.families import MissingDependencyError
+from vlmrm_fast.models.errors import MissingDependencyError
 from vlmrm_fast.models.random_init import _LocalGenerator
 from vlmrm_fast.models.video.base import VideoModel, VideoModelInfo, check_prompts
 
@@ -147,7 +147,7 @@ class XCLIP(VideoModel):
         return self._frames(features)[0]
 
     def _text_features(self, prompts: list[str]) -> torch.Tensor:
-        from vlmrm_fast.models.prompts import check_prompt_lengths
+        from vlmrm_fast.models.clip.prompts import check_prompt_lengths
 
         check_prompt_lengths(self.tokenizer, prompts)
         tokens = self.tokenizer(prompts).to(self.device)

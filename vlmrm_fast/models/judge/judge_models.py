@@ -57,7 +57,7 @@ def is_judge_name(name: str) -> bool:
         return (folder / "config.json").is_file() and not (folder / "open_clip_config.json").is_file()
     if name.startswith("hf-hub:") or name.count("/") != 1:
         return False
-    from vlmrm_fast.models.names import known_models
+    from vlmrm_fast.models.clip.names import known_models
 
     first = name.split("/")[0]
     models = known_models()
@@ -91,7 +91,7 @@ def check_model_name(name: str, cache_dir: str | None = None) -> None:
                 "open_clip_config.json (a CLIP)",
             )
         return
-    from vlmrm_fast.models.names import TINY_MODEL, known_models
+    from vlmrm_fast.models.clip.names import TINY_MODEL, known_models
 
     architecture = name.split("/")[0]
     if architecture.startswith(TINY_MODEL) and name not in TINY_JUDGES and architecture not in known_models():
