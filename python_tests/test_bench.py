@@ -77,3 +77,17 @@ def test_windows_bench_measures_every_row_side_by_side(tmp_path):
     assert rows[("mean", None)]["time_vs_frames"] > 0 and rows[("video", 1)]["speedup"] > 0
     assert rows[("video", 1)]["max_reward_difference"] < 1e-5
     assert report["ring_bytes"]["viclip-b16 bfloat16"] == 1024 * 8 * 3 * 224 * 224 * 2
+
+
+def test_stack_step_bench_measures_a_checkout_in_fresh_processes(tmp_path):
+    """bench/bench_stack_step.py: one measurement of each kind in a fresh process, the stack's and the scorer's
+    alone (what ``--alternate`` runs for each checkout)."""
+    script = str(ROOT / "bench" / "bench_stack_step.py")
+    out = tmp_path / "clip.json"
+    result = run_python([script, "--variant", "clip", "--out", str(out)], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = json.loads(out.read_text())
+    assert row["variant"] == "clip" and row["construction_s"] > 0 and row["step_ms"] > 0
+    result = run_python([script, "--scorer", "4", "1"], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1])["us_per_step"] > 0
