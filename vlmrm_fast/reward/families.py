@@ -105,7 +105,7 @@ class RewardFamily:
 
     @property
     def criterion_kinds(self) -> tuple[str, ...]:
-        """The kinds of criteria its models score (its class's ``criterion_kinds``)."""
+        """The kinds of criteria its models score (its class's ``criterion_kinds_of()``)."""
         return tuple(named(self.implementation).criterion_kinds_of())
 
 
