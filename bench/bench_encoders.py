@@ -53,7 +53,8 @@ from vlmrm_fast.encoders.compiled import COMPILE_MODES, COMPILE_SCOPES  # noqa: 
 from vlmrm_fast.encoders.fp8 import DEFAULT_FP8_SCALING, FP8_SCALINGS, STATIC_SCALING  # noqa: E402
 from vlmrm_fast.encoders.precision import PRECISION_NAMES, resolve  # noqa: E402
 from vlmrm_fast.encoders.tensorrt_engine import tensorrt_available  # noqa: E402
-from vlmrm_fast.models import RandomWeightsWarning, load_clip  # noqa: E402
+from vlmrm_fast.models import RandomWeightsWarning
+from vlmrm_fast.models.clip import load_clip  # noqa: E402
 
 warnings.filterwarnings("ignore", category=RandomWeightsWarning)
 

@@ -5,7 +5,7 @@ prepared as the reward model prepares it (eval, no gradients, MobileCLIP reparam
 ``encoders.tower.prepare_image_tower``) and timed through the torch backend on one fixed batch:
 wall clock around back-to-back calls after two warm-up calls (the GPU synchronized before and
 after), with the process's CPU time and the load average around it. FLOPs per image are torch's
-count on the meta device (``vlmrm_fast.models.families.describe``: a multiply-add is 2 FLOPs), the
+count on the meta device (``vlmrm_fast.models.clip.families.describe``: a multiply-add is 2 FLOPs), the
 same numbers ``vlmrm-fast models`` prints. Towers only: no tokenizer or text tower
 is built, so models whose tokenizer lives on the hub (SigLIP) run offline.
 
@@ -31,7 +31,7 @@ import common  # noqa: E402
 from vlmrm_fast.encoders.precision import resolve  # noqa: E402
 from vlmrm_fast.encoders.torch_eager import TorchImageEncoder  # noqa: E402
 from vlmrm_fast.encoders.tower import prepare_image_tower  # noqa: E402
-from vlmrm_fast.models.families import describe  # noqa: E402
+from vlmrm_fast.models.clip.families import describe  # noqa: E402
 from vlmrm_fast.models.random_init import create_model  # noqa: E402
 
 #: One model per family (the smallest common member, so that a CPU run ends in minutes).

@@ -46,7 +46,7 @@ from vlmrm_fast.encoders.precision import resolve  # noqa: E402
 from vlmrm_fast.models.judge import TINY_JUDGES, LoadedJudge, judge_family  # noqa: E402
 from vlmrm_fast.models.judge.fp8 import convert_judge_to_fp8  # noqa: E402
 from vlmrm_fast.models.judge.prompt import PROMPT_ORDERS, answer_token  # noqa: E402
-from vlmrm_fast.reward import QuestionTask  # noqa: E402
+from vlmrm_fast.reward import QuestionCriterion  # noqa: E402
 from vlmrm_fast.reward.judge import JudgeRewardModel  # noqa: E402
 
 QUESTION = "Is the pole standing upright on top of the cart? Answer yes or no."
@@ -188,7 +188,7 @@ def main(argv=None) -> int:
         convert_judge_to_fp8(judge.model)
     frames = np.random.default_rng(0).integers(0, 256, (args.frames, 224, 224, 3), dtype=np.uint8)
     on_device = torch.from_numpy(frames).to(device)
-    task = QuestionTask(QUESTION)
+    task = QuestionCriterion(QUESTION)
     # Every path timed in turn, round after round: each sees the same load (this machine is shared).
     paths: list[tuple[dict, Any, Any]] = []  # (row, scorer, its input)
     for order in args.orders:

@@ -94,7 +94,7 @@ def model_gflops(model: str) -> tuple[float, int]:
 
     import open_clip
 
-    from vlmrm_fast.models import register_builtin_configs
+    from vlmrm_fast.models.clip import register_builtin_configs
 
     register_builtin_configs()
     name = model.split("/")[0]

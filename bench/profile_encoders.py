@@ -58,7 +58,8 @@ import common  # noqa: E402
 
 from vlmrm_fast.encoders import make_image_encoder  # noqa: E402
 from vlmrm_fast.encoders.fp8 import FP8_SCALINGS, STATIC_SCALING  # noqa: E402
-from vlmrm_fast.models import RandomWeightsWarning, load_clip  # noqa: E402
+from vlmrm_fast.models import RandomWeightsWarning
+from vlmrm_fast.models.clip import load_clip  # noqa: E402
 
 warnings.filterwarnings("ignore", category=RandomWeightsWarning)
 

@@ -39,7 +39,8 @@ from stable_baselines3.common.vec_env import SubprocVecEnv  # noqa: E402
 
 import vlmrm_fast  # noqa: E402
 from vlmrm_fast.envs import get_task  # noqa: E402
-from vlmrm_fast.models import RandomWeightsWarning, load_clip  # noqa: E402
+from vlmrm_fast.models import RandomWeightsWarning
+from vlmrm_fast.models.clip import load_clip  # noqa: E402
 from vlmrm_fast.physics import PHYSICS  # noqa: E402
 from vlmrm_fast.rendering import RENDERERS  # noqa: E402
 from vlmrm_fast.stack.vec_env import FastVLMRewardVecEnv  # noqa: E402

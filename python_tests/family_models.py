@@ -112,7 +112,7 @@ def register(family: TinyFamily) -> str:
     """Registers the tiny architecture with open_clip (through the package); returns its name."""
     import open_clip
 
-    from vlmrm_fast.models import register_model_config
+    from vlmrm_fast.models.clip import register_model_config
 
     require(family)
     config = copy.deepcopy(open_clip.get_model_config(family.real))

@@ -1,7 +1,8 @@
 """What docs/architecture.md's "Where to add things" promises, shown with test doubles: a physics backend
 is one module and a row (``double_physics.py``), a renderer one module and a row (``double_renderer.py``),
-a reward formula its task, its formula and a row, a task one row; each registered for the test only,
-and taken by the plan, the batch env, the renderers and the reward head as they are. The VecEnv contract
+a reward family one module and a row (``double_reward.py``), a reward formula its task, its formula and a
+row, a task one row; each registered for the test only, and taken by the plan, the batch env, the renderers,
+the reward wrappers, evaluation and the reward head as they are. The VecEnv contract
 tests run over the physics double too (``test_vec_env.py``, the ``venv`` fixture). Its "Modules" table names
 every module of the package."""
 
@@ -20,17 +21,24 @@ from double_physics import ROW as KINEMATIC
 from double_physics import KinematicSimulator
 from double_renderer import ROW as FLAT
 from double_renderer import colour
+from double_reward import NAME as PREFIX_NAME
+from double_reward import ROW as PREFIX
+from double_reward import brightness, reference_rewards
 from tolerances import assert_rewards_close
 
 from vlmrm_fast import FastVLMRewardVecEnv, RewardModelSpec
+from vlmrm_fast.checks import FieldError
 from vlmrm_fast.envs import TASKS, TaskSpec
 from vlmrm_fast.envs.spec import EnvSpec
+from vlmrm_fast.evaluation import StateDataset, evaluate_models, state_epic_distance
+from vlmrm_fast.lazy import named
 from vlmrm_fast.physics import PHYSICS
 from vlmrm_fast.physics.simulator import DEVICE_WORLDS
 from vlmrm_fast.rendering import RENDERERS
 from vlmrm_fast.reward import formulas, load_reward_model
+from vlmrm_fast.reward.families import REWARD_FAMILIES
 from vlmrm_fast.reward.head import RewardHead
-from vlmrm_fast.reward.kinds import TASK_KINDS, TaskKind
+from vlmrm_fast.reward.kinds import CRITERION_KINDS, CriterionKind
 from vlmrm_fast.stack.plan import plan_stack
 
 TINY = {"model": "vlmrm-tiny", "alpha": 0.5, "device": "cpu"}
@@ -116,6 +124,113 @@ def test_the_plan_refuses_a_pair_that_cannot_meet(doubles, monkeypatch):
         renderer.draw(sim)
 
 
+def _rollout(env, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each step's frames (copied), rewards and dones under zero actions."""
+    actions = np.zeros((env.num_envs, *env.action_space.shape), dtype=env.action_space.dtype)
+    frames, rewards, dones = [], [], []
+    for _ in range(steps):
+        _, r, d, _ = env.step(actions)
+        frames.append(env.last_frames().clone().numpy())
+        rewards.append(r)
+        dones.append(d)
+    return np.stack(frames), np.stack(rewards), np.stack(dones)
+
+
+def test_a_reward_family_is_one_module_and_a_row(monkeypatch):
+    """A reward family of its own per-step scorer (a running mean over an episode's frames, as a streamed judge
+    keeps a state per env): the spec takes its name and refuses a field its row does not take, naming the family;
+    the plan checks its needs; the SB3 stack over the batch env and over gymnasium envs, and gymnasium's vector
+    API (next-step autoreset), score each step through it; evaluation scores a dataset of episodes through it.
+    Nothing else is added: its module, and its row in the families' table."""
+    before = dict(REWARD_FAMILIES)
+    monkeypatch.setitem(REWARD_FAMILIES, PREFIX.name, PREFIX)
+    assert set(REWARD_FAMILIES) - set(before) == {PREFIX.name} and all(
+        REWARD_FAMILIES[n] is r for n, r in before.items()
+    )
+    assert Path(named(PREFIX.implementation).__module__.replace(".", "/") + ".py").name == "double_reward.py"
+
+    spec = RewardModelSpec(model=PREFIX_NAME, device="cpu")
+    assert spec.family is PREFIX
+    with pytest.raises(
+        FieldError,
+        match=r"^image_size: sets a generative VLM judge's input size, a field of the judge family; "
+        r"'prefix-brightness' is a test double: the mean brightness of an episode so far \(the prefix-brightness "
+        r"family\), which does not take it: leave it out$",
+    ):
+        RewardModelSpec(model=PREFIX_NAME, image_size=64)
+    with pytest.raises(
+        FieldError,
+        match=r"^score_terminal_on: reset_frame reproduces the paper's one-frame rewards, and an episode's prefix "
+        r"would then end on the next episode's first frame; use score_terminal_on: terminal_state$",
+    ):
+        plan_stack(EnvSpec(TASK, 2, score_terminal_on="reset_frame", **SMALL), spec)
+    with pytest.raises(ValueError, match=r"; its reward at a step reads every frame of the episode so far: leave"):
+        plan_stack(EnvSpec(TASK, 2, **SMALL), spec, defer_rewards=True)
+
+    steps = {}
+    for task, settings in ((TASK, SMALL), ("cartpole", {"episode_length": 4, "render_size": (24, 32)})):
+        env = FastVLMRewardVecEnv(task, 2, model=PREFIX_NAME, device="cpu", seed=1, **settings)
+        try:
+            assert env.plan.physics == ("batch" if task == TASK else "gym")
+            frames, rewards, dones = _rollout(env, 7)
+            assert dones[3].all() and not dones[:3].any()  # an episode of 4 steps, then the next one's
+            assert_rewards_close(rewards, reference_rewards(frames, dones))
+            steps[task] = rewards
+        finally:
+            env.close()
+    gym_env = gymnasium.make_vec(
+        f"vlmrm_fast/{TASK}",
+        num_envs=2,
+        vectorization_mode="vector_entry_point",
+        model=PREFIX_NAME,
+        device="cpu",
+        max_episode_steps=4,
+        **{k: v for k, v in SMALL.items() if k != "episode_length"},
+    )
+    try:
+        gym_env.reset(seed=1)
+        zero = np.zeros((2, gym_env.single_action_space.shape[0]), np.float32)
+        gym_rewards = np.stack([gym_env.step(zero)[1] for _ in range(8)])  # 4 steps, a reset step, 3 steps
+        assert (gym_rewards[4] == 0).all()
+        assert_rewards_close(np.concatenate([gym_rewards[:4], gym_rewards[5:]]), steps[TASK])
+    finally:
+        gym_env.close()
+
+    rng = np.random.default_rng(0)
+    lengths = (5, 7)
+    dataset = StateDataset(
+        "cartpole",
+        rng.normal(size=(12, 4)),
+        rng.integers(0, 256, (12, 24, 32, 3), dtype=np.uint8),
+        ("cart_position", "cart_velocity", "pole_angle", "pole_angular_velocity"),
+        labels=rng.random(12),
+        episodes=np.repeat(np.arange(len(lengths)), lengths),
+    )
+    result = evaluate_models(dataset, [PREFIX_NAME], alphas=(0.0, 1.0))
+    values = brightness(dataset.frames)
+    expected = np.concatenate([np.cumsum(v) / np.arange(1, len(v) + 1) for v in np.split(values, [5])])
+    (evaluated,) = result.models
+    assert evaluated.model == PREFIX_NAME and evaluated.alphas == (0.0, 1.0) and evaluated.parameters == 0
+    assert_rewards_close(evaluated.rewards, np.stack([expected, expected], axis=1))
+    np.testing.assert_allclose(evaluated.epic, state_epic_distance(evaluated.rewards, dataset.labels))
+
+
+def test_nothing_above_the_reward_models_names_a_family():
+    """The stack, evaluation, training and torchrun reach a reward model through its protocol alone: no module of
+    theirs names a family's class (nor tests a model's class with isinstance)."""
+    package = Path(__file__).resolve().parents[1] / "vlmrm_fast"
+    classes = {named(row.implementation).__name__ for row in REWARD_FAMILIES.values()}
+    classes |= {"WindowRewardModel", "FrameRewardModel"}  # the families' shared bases
+    named_in = [
+        f"{path.relative_to(package)}: {name}"
+        for folder in ("stack", "evaluation", "training", "distributed")
+        for path in sorted((package / folder).rglob("*.py"))
+        for name in sorted(classes)
+        if re.search(rf"\b{name}\b", path.read_text())
+    ]
+    assert not named_in, named_in
+
+
 @dataclasses.dataclass(frozen=True)
 class CosineTask:
     """A reward task double: the cosine similarity to one prompt."""
@@ -142,21 +257,23 @@ class Cosine:
 def test_a_reward_formula_is_its_task_a_formula_and_a_row(monkeypatch):
     """A task of a new kind, its formula and one row of the task kinds: the head scores it (the torch path: no
     kernel entry), and a reward spec and a loaded model take it by its kind's name, as a config names it."""
-    monkeypatch.setitem(TASK_KINDS, "cosine", TaskKind(CosineTask, f"{__name__}:Cosine"))
+    monkeypatch.setitem(CRITERION_KINDS, "cosine", CriterionKind(CosineTask, f"{__name__}:Cosine"))
     text = dict(zip(("a", "b"), formulas.normalize(torch.randn(2, 16, generator=torch.Generator().manual_seed(0)))))
     head = RewardHead([CosineTask("a"), CosineTask("b", name="other")], text.__getitem__, 100.0, torch.device("cpu"))
     embeddings = torch.randn(5, 16, generator=torch.Generator().manual_seed(1))
     x = formulas.normalize(embeddings)
     torch.testing.assert_close(head(embeddings), torch.stack([x @ text["a"], x @ text["b"]], dim=1))
 
-    spec = RewardModelSpec(model="vlmrm-tiny", device="cpu", tasks=[{"kind": "cosine", "prompt": "a humanoid robot"}])
+    spec = RewardModelSpec(
+        model="vlmrm-tiny", device="cpu", criteria=[{"kind": "cosine", "prompt": "a humanoid robot"}]
+    )
     model = load_reward_model(spec)
     frames = torch.randint(0, 256, (3, 32, 32, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))
     image = formulas.normalize(model.embed_images(frames))
     prompt = formulas.normalize(model.embed_text(["a humanoid robot"]))[0]
     torch.testing.assert_close(
         model(frames), (image @ prompt)[:, None], rtol=1e-5, atol=1e-6
-    )  # (tasks=: one column each)
+    )  # (criteria=: one column each)
 
 
 def test_a_task_is_one_row(monkeypatch):
@@ -172,7 +289,7 @@ def test_a_task_is_one_row(monkeypatch):
     monkeypatch.setitem(TASKS, task.name, task)
     env = FastVLMRewardVecEnv(task.name, 2, seed=0, **TINY)
     try:
-        assert env.plan.physics == "gym" and env.reward_model.tasks[0].target_prompts == task.target_prompts
+        assert env.plan.physics == "gym" and env.reward_model.criteria[0].target_prompts == task.target_prompts
         _, rewards, _, _ = env.step(np.zeros((2, 1), dtype=np.float32))
         assert rewards.shape == (2,) and np.isfinite(rewards).all()
     finally:

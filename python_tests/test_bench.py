@@ -99,3 +99,17 @@ def test_suite_bench_measures_the_batch_and_generic_paths_side_by_side(tmp_path)
     for row in rows:
         assert row["env_steps_per_s"] > 0 and {"physics", "draw", "preprocess", "encode"} <= set(row["stages_ms"])
         assert row["stages_ms"]["draw"] > 0
+
+
+def test_stack_step_bench_measures_a_checkout_in_fresh_processes(tmp_path):
+    """bench/bench_stack_step.py: one measurement of each kind in a fresh process, the stack's and the scorer's
+    alone (what ``--alternate`` runs for each checkout)."""
+    script = str(ROOT / "bench" / "bench_stack_step.py")
+    out = tmp_path / "clip.json"
+    result = run_python([script, "--variant", "clip", "--out", str(out)], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = json.loads(out.read_text())
+    assert row["variant"] == "clip" and row["construction_s"] > 0 and row["step_ms"] > 0
+    result = run_python([script, "--scorer", "4", "1"], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1])["us_per_step"] > 0

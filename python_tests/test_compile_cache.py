@@ -15,7 +15,7 @@ from vlmrm_fast.encoders import make_image_encoder
 from vlmrm_fast.encoders.attention import FusedSelfAttention, fuse_attention
 from vlmrm_fast.encoders.build_progress import Phases
 from vlmrm_fast.encoders.compile_cache import CACHE_ENV, default_compile_cache_dir, resolve_compile_cache
-from vlmrm_fast.models import load_clip
+from vlmrm_fast.models.clip import load_clip
 
 # torch.compile in fresh processes: left out of the quick subset (-m "not slow")
 pytestmark = pytest.mark.slow
@@ -116,7 +116,7 @@ _CHILD = textwrap.dedent(
     os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)  # a folder set by the caller would take precedence
     import torch
     from vlmrm_fast.encoders import make_image_encoder
-    from vlmrm_fast.models import load_clip
+    from vlmrm_fast.models.clip import load_clip
 
     start = time.perf_counter()
     encoder = make_image_encoder(load_clip("vlmrm-tiny"), "compile", device=torch.device("cpu"), batch_size=4,

@@ -24,7 +24,7 @@ from vlmrm_fast.encoders.base import ImageEncoder
 from vlmrm_fast.encoders.compiled import CompiledImageEncoder
 from vlmrm_fast.encoders.engine_cache import CACHE_ENV, EngineCache, EngineKey, StaleEngineError, default_cache_dir
 from vlmrm_fast.encoders.onnx_export import INPUT_NAME, OUTPUT_NAME, export_image_tower, export_module
-from vlmrm_fast.models import load_clip
+from vlmrm_fast.models.clip import load_clip
 
 CPU = torch.device("cpu")
 TINY = "vlmrm-tiny"

@@ -148,7 +148,7 @@ def config(**reward):
 def test_also_score_builds_one_env_scoring_every_prompt_set():
     cfg = load_config(config(also_score={"falling": "a pole falling over", "cart": ["a cart", "a black cart"]}))
     env = make_env(cfg)
-    assert env.reward_tasks == ("target", "falling", "cart") and len(env._scorer.chunks) == 2
+    assert env.reward_criteria == ("target", "falling", "cart") and len(env._scorer.chunks) == 2
     env.reset()
     _, rewards, _, infos = env.step(np.array([0, 1]))
     assert set(infos[0]["vlm_rewards"]) == {"target", "falling", "cart"}

@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 from tolerances import assert_rewards_close
 
-from vlmrm_fast import GoalBaselineTask, load_reward_model
+from vlmrm_fast import GoalBaselineCriterion, load_reward_model
 from vlmrm_fast.cli import main as cli_main
 from vlmrm_fast.evaluation import (
     Coverage,
@@ -388,10 +388,10 @@ def test_read_labels_errors(tmp_path, text, match):
 # ---------------------------------------------------------- scoring, landscapes
 def test_score_frames_scores_every_task_from_one_pass(tiny):
     frames = np.random.default_rng(0).integers(0, 256, (5, 40, 40, 3), dtype=np.uint8)
-    tasks = [GoalBaselineTask("a pole standing upright", "a pole", a) for a in (0.0, 0.5, 1.0)]
-    before = tiny.tasks
+    tasks = [GoalBaselineCriterion("a pole standing upright", "a pole", a) for a in (0.0, 0.5, 1.0)]
+    before = tiny.criteria
     rewards = score_frames(tiny, frames, tasks)
-    assert rewards.shape == (5, 3) and tiny.tasks == before and tiny(frames).shape == (5,)
+    assert rewards.shape == (5, 3) and tiny.criteria == before and tiny(frames).shape == (5,)
     single = load_reward_model(
         TINY, target_prompts="a pole standing upright", baseline_prompts="a pole", alpha=0.5, device="cpu"
     )
@@ -478,7 +478,9 @@ def test_evaluate_models(tiny, labelled_cartpole, tmp_path):
     assert m.model == TINY and m.parameters > 0 and result.n_labelled == 23
     assert m.epic.shape == (3,) and np.all((0 <= m.epic) & (m.epic <= 1))
     np.testing.assert_allclose(m.epic, state_epic_distance(m.rewards, labelled_cartpole.labels), rtol=0, atol=0)
-    tasks = [GoalBaselineTask(("pole vertically upright on top of the cart",), ("pole and cart",), a) for a in alphas]
+    tasks = [
+        GoalBaselineCriterion(("pole vertically upright on top of the cart",), ("pole and cart",), a) for a in alphas
+    ]
     assert_rewards_close(m.rewards, score_frames(tiny, labelled_cartpole.frames, tasks))
     assert m.binary is not None and 0 < m.binary.average_precision <= 1
 

@@ -29,16 +29,11 @@ from PIL import Image
 from vlmrm_fast import _cuda_emulation
 from vlmrm_fast.frames.preprocess import FramePreprocessor
 from vlmrm_fast.frames.views import FrameLayout
-from vlmrm_fast.models import (
-    MissingDependencyError,
-    RandomWeightsWarning,
-    TokenizerUnavailableError,
-    family_of,
-    load_clip,
-)
-from vlmrm_fast.models import families as families_module
-from vlmrm_fast.models.load import architecture_preprocess_cfg
-from vlmrm_fast.reward import BinaryTask, load_reward_model
+from vlmrm_fast.models import MissingDependencyError, RandomWeightsWarning
+from vlmrm_fast.models.clip import TokenizerUnavailableError, family_of, load_clip
+from vlmrm_fast.models.clip import families as families_module
+from vlmrm_fast.models.clip.clip_models import architecture_preprocess_cfg
+from vlmrm_fast.reward import BinaryCriterion, load_reward_model
 from vlmrm_fast.runtime import kernels
 
 H100 = (132, 227 * 1024)  # the emulated device: multiprocessors, shared memory per block
@@ -162,10 +157,10 @@ def test_siglip_logit_bias_and_the_binary_reward(tokenizer_dir):
     clip = _load(family, tokenizer_dir)
     assert clip.logit_bias == pytest.approx(float(clip.model.logit_bias))
     assert _load(BY_NAME["tiny-EVA02-L-14-336"], None).logit_bias is None
-    task = BinaryTask("a humanoid robot kneeling", ("a humanoid robot standing", "a red car"), probability=True)
+    task = BinaryCriterion("a humanoid robot kneeling", ("a humanoid robot standing", "a red car"), probability=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RandomWeightsWarning)
-        model = load_reward_model(family.name, tasks=[task], device="cpu", tokenizer=str(tokenizer_dir))
+        model = load_reward_model(family.name, criteria=[task], device="cpu", tokenizer=str(tokenizer_dir))
     frames = random_frames(4, 64, 64, seed=3)
     got = model(frames)[:, 0].double()
     x = model.embed_images(frames).double()
@@ -264,7 +259,7 @@ def test_families_of_the_issues_examples(model, family):
 
 def test_models_table_lists_families_with_flops_and_sizes(capsys):
     from vlmrm_fast import cli
-    from vlmrm_fast.models.families import describe, model_table
+    from vlmrm_fast.models.clip.families import describe, model_table
 
     table = model_table()
     for example in ("ViT-B-16-SigLIP2-256", "PE-Core-L-14-336", "EVA02-L-14-336", "MobileCLIP2-S4", "ViTamin-L"):

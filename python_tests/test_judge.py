@@ -17,16 +17,18 @@ from tolerances import assert_rewards_close
 from vlmrm_fast.checks import FieldError
 from vlmrm_fast.frames.views import FrameLayout, FrameView
 from vlmrm_fast.models.judge import TINY_JUDGES, families
-from vlmrm_fast.models.judge.load import load_judge
+from vlmrm_fast.models.judge.judge_models import load_judge
 from vlmrm_fast.models.judge.prompt import PROMPT_ORDERS
-from vlmrm_fast.reward import QuestionTask, load_reward_model
+from vlmrm_fast.reward import QuestionCriterion, load_reward_model
 from vlmrm_fast.reward.judge import JudgeRewardModel
 
 JUDGES = list(TINY_JUDGES)
 QUESTIONS = (
-    QuestionTask("Is the pole upright?"),
-    QuestionTask("Is the robot kneeling?", score="log_p_yes"),
-    QuestionTask("Does this image show a car at the peak of the mountain?", score="log_odds", yes="True", no="False"),
+    QuestionCriterion("Is the pole upright?"),
+    QuestionCriterion("Is the robot kneeling?", score="log_p_yes"),
+    QuestionCriterion(
+        "Does this image show a car at the peak of the mountain?", score="log_odds", yes="True", no="False"
+    ),
 )
 
 
@@ -51,7 +53,7 @@ def frames_of(n: int, size=(224, 224), seed: int = 0) -> np.ndarray:
 @functools.cache
 def judge(name: str, batch_size: int = 4, prompt_order: str = "image_first") -> JudgeRewardModel:
     return load_reward_model(
-        name, tasks=list(QUESTIONS), device="cpu", batch_size=batch_size, prompt_order=prompt_order
+        name, criteria=list(QUESTIONS), device="cpu", batch_size=batch_size, prompt_order=prompt_order
     )
 
 
@@ -184,7 +186,7 @@ def test_a_prompt_of_several_frames_is_the_templates(name, order):
 def test_image_first_is_the_default_and_its_questions_share_one_pass_over_the_frame():
     """The models' own order by default; image first, the questions' prompts agree up to the frame's end, so one
     pass over the frame's tokens serves all three (question first: one per question)."""
-    model = load_reward_model("vlmrm-tiny-qwen2-vl", tasks=list(QUESTIONS), device="cpu")
+    model = load_reward_model("vlmrm-tiny-qwen2-vl", criteria=list(QUESTIONS), device="cpu")
     assert model.prompt_order == "image_first"
     assert [len(group.answers) for group in model._groups] == [3]
     assert [len(group.answers) for group in judge("vlmrm-tiny-qwen2-vl", prompt_order="question_first")._groups] == [
@@ -243,7 +245,7 @@ def test_image_splitting_and_longest_edge_set_the_tiling_processors(name):
     frames = frames_of(2)
     image_token = None
     for options, tiles in (({}, 5), ({"do_image_splitting": False}, 1), ({"longest_edge": 32}, 1)):
-        model = load_reward_model(name, tasks=list(QUESTIONS), device="cpu", **options)
+        model = load_reward_model(name, criteria=list(QUESTIONS), device="cpu", **options)
         image_token = model.model.config.image_token_id
         assert model.adapter.pixel_shape[0] == tiles
         assert int((model.prompt() == image_token).sum()) == 4 * tiles
@@ -458,12 +460,12 @@ def test_the_prefix_cache_does_not_change_rewards(name, order):
     assert all(group.head_kv for group in model._groups)
     model.cache_prefix = False
     try:
-        model.set_tasks(list(QUESTIONS))
+        model.set_criteria(list(QUESTIONS))
         assert all(not group.head_kv for group in model._groups)
         assert_rewards_close(model(frames).numpy(), cached)
     finally:
         model.cache_prefix = True
-        model.set_tasks(list(QUESTIONS))
+        model.set_criteria(list(QUESTIONS))
 
 
 def test_questions_share_one_vision_pass(monkeypatch):
@@ -477,16 +479,16 @@ def test_questions_share_one_vision_pass(monkeypatch):
 
 def test_one_target_prompt_asks_a_question_about_it():
     model = load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="a humanoid robot kneeling", device="cpu")
-    (task,) = model.tasks
+    (task,) = model.criteria
     assert task.question == "Does this image show a humanoid robot kneeling? Answer yes or no."
-    assert model(frames_of(2)).shape == (2,) and not model.multi_task
+    assert model(frames_of(2)).shape == (2,) and not model.multi_criteria
 
 
 def test_answer_words_of_several_tokens_are_refused_naming_the_split():
     with pytest.raises(FieldError) as info:
-        load_reward_model("vlmrm-tiny-qwen2-vl", tasks=[QuestionTask("Is it up?", yes="Yep")], device="cpu")
+        load_reward_model("vlmrm-tiny-qwen2-vl", criteria=[QuestionCriterion("Is it up?", yes="Yep")], device="cpu")
     message = str(info.value)
-    assert message.startswith("tasks[0].yes: 'Yep' is 3 tokens") and "'Y' + 'e' + 'p'" in message
+    assert message.startswith("criteria[0].yes: 'Yep' is 3 tokens") and "'Y' + 'e' + 'p'" in message
     assert "choose another word" in message
 
 
@@ -500,25 +502,25 @@ def test_answer_words_of_several_tokens_are_refused_naming_the_split():
 )
 def test_bad_questions_are_refused(task, fragment):
     with pytest.raises(FieldError, match=fragment.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):
-        QuestionTask(**task)
+        QuestionCriterion(**task)
 
 
 def test_a_prompt_too_long_for_the_context_is_refused():
     long = "Is " + "the pole upright and " * 200 + "the cart still?"
     with pytest.raises(FieldError) as info:
-        load_reward_model("vlmrm-tiny-qwen2-vl", tasks=[QuestionTask(long)], device="cpu")
+        load_reward_model("vlmrm-tiny-qwen2-vl", criteria=[QuestionCriterion(long)], device="cpu")
     message = str(info.value)
-    assert message.startswith("tasks[0].question: the prompt with the image is ")
+    assert message.startswith("criteria[0].question: the prompt with the image is ")
     assert "of them the image's at 224x224), over the model's context of 512: shorten the question" in message
 
 
 def test_models_that_are_no_judge_are_refused(tmp_path):
-    with pytest.raises(FieldError, match=r"^model: 'vlmrm-tiny' is a CLIP model; question tasks need a generative"):
-        load_reward_model("vlmrm-tiny", tasks=[QuestionTask("Up?")], device="cpu")
-    with pytest.raises(FieldError, match=r"^tasks\[0\]: 'question: Up\?' is a question task: a CLIP model"):
+    with pytest.raises(FieldError, match=r"^model: 'vlmrm-tiny' is a CLIP model; question criteria need a generative"):
+        load_reward_model("vlmrm-tiny", criteria=[QuestionCriterion("Up?")], device="cpu")
+    with pytest.raises(FieldError, match=r"^criteria\[0\]: 'question: Up\?' is a question criterion: a CLIP model"):
         load_reward_model(
-            "vlmrm-tiny", tasks=[{"kind": "goal_baseline", "target_prompts": "up"}], device="cpu"
-        ).set_tasks([QuestionTask("Up?")])
+            "vlmrm-tiny", criteria=[{"kind": "goal_baseline", "target_prompts": "up"}], device="cpu"
+        ).set_criteria([QuestionCriterion("Up?")])
     import json
 
     for model_type, words in (
@@ -531,21 +533,29 @@ def test_models_that_are_no_judge_are_refused(tmp_path):
         config = {"model_type": model_type, **({"vision_config": {}} if model_type != "qwen2" else {})}
         (folder / "config.json").write_text(json.dumps(config))
         with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
-            load_reward_model(f"local-dir:{folder}", tasks=[QuestionTask("Up?")], device="cpu")
+            load_reward_model(f"local-dir:{folder}", criteria=[QuestionCriterion("Up?")], device="cpu")
 
 
-def test_clip_tasks_and_fields_are_refused_for_a_judge():
-    with pytest.raises(FieldError, match=r"^tasks\[0\]: a generative VLM judge answers questions; BinaryTask"):
+def test_clip_criteria_and_fields_are_refused_for_a_judge():
+    with pytest.raises(FieldError, match=r"^criteria\[0\]: a generative VLM judge answers questions; BinaryCriterion"):
         load_reward_model(
-            "vlmrm-tiny-qwen2-vl", tasks=[{"goal_prompt": "up", "negative_prompts": "down"}], device="cpu"
+            "vlmrm-tiny-qwen2-vl", criteria=[{"goal_prompt": "up", "negative_prompts": "down"}], device="cpu"
         )
     with pytest.raises(FieldError, match=r"^target_prompts: a judge asks one question about one target prompt, got 2"):
         load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts=["up", "upright"], device="cpu")
     with pytest.raises(FieldError, match=r"^alpha: is CLIP's goal-baseline projection"):
         load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="up", baseline_prompts="down", alpha=0.5, device="cpu")
-    with pytest.raises(FieldError, match=r"^checkpoint: does not apply to a generative VLM judge"):
+    with pytest.raises(
+        FieldError,
+        match=r"^checkpoint: sets a local weights file, a field of the video, mean_of_frames and clip families; "
+        r"'vlmrm-tiny-qwen2-vl' is a generative VLM judge \(the judge family\), which does not take it: leave it out$",
+    ):
         load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="up", checkpoint="w.pt", device="cpu")
-    with pytest.raises(FieldError, match=r"^image_size: sets a generative VLM judge's input size; vlmrm-tiny takes"):
+    with pytest.raises(
+        FieldError,
+        match=r"^image_size: sets a generative VLM judge's input size, a field of the judge family; 'vlmrm-tiny' is a "
+        r"CLIP frame model \(the clip family\), which does not take it: leave it out$",
+    ):
         load_reward_model("vlmrm-tiny", target_prompts="up", image_size=112, device="cpu")
 
 
@@ -570,7 +580,7 @@ def test_fp8_where_it_cannot_run_is_refused():
 def test_a_missing_transformers_extra_names_the_install(monkeypatch):
     import importlib.metadata
 
-    from vlmrm_fast.models.families import MissingDependencyError
+    from vlmrm_fast.models.errors import MissingDependencyError
 
     monkeypatch.setattr(importlib.metadata, "version", lambda package: "4.46.0")
     with pytest.raises(MissingDependencyError) as info:
@@ -609,7 +619,7 @@ def test_offline_a_missing_hub_judge_fails_fast_with_the_download_line(monkeypat
 @pytest.mark.parametrize("target", [True, False], ids=["target_prompts", "question"])
 def test_a_model_name_is_judged_by_what_it_is(tmp_path, target):
     """Folders, tiny names and hub names, each named as what it is with what is missing, whether the reward asks
-    for a CLIP (target prompts) or a judge (question tasks); no network is asked."""
+    for a CLIP (target prompts) or a judge (question criteria); no network is asked."""
     (tmp_path / "empty").mkdir()
     (tmp_path / "weights.pt").write_bytes(b"0")
     cases = {
@@ -624,7 +634,7 @@ def test_a_model_name_is_judged_by_what_it_is(tmp_path, target):
         "on the Hugging Face hub (a CLIP): name it 'hf-hub:laion/CLIP-ViT-B-32-laion2B-s34B-b79K' or "
         "'ViT-B-32/laion2b_s34b_b79k'",
     }
-    task = dict(target_prompts="up") if target else dict(tasks=[QuestionTask("Up?")])
+    task = dict(target_prompts="up") if target else dict(criteria=[QuestionCriterion("Up?")])
     for name, start in cases.items():
         with pytest.raises(FieldError) as info:
             load_reward_model(name, device="cpu", **task)
@@ -641,7 +651,7 @@ def test_a_hub_judge_is_checked_by_its_config_before_its_weights_download(tmp_pa
     import huggingface_hub
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
-    from vlmrm_fast.models.judge import load as judge_load
+    from vlmrm_fast.models.judge import judge_models as judge_load
 
     files = {
         ("org/text-model", "config.json"): {"model_type": "qwen2"},
@@ -675,7 +685,7 @@ def test_a_hub_judge_is_checked_by_its_config_before_its_weights_download(tmp_pa
         ("org/open-clip", "'org/open-clip' is an open_clip model on the Hugging Face hub (a CLIP): name it "),
     ):
         with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
-            load_reward_model(repo, tasks=[QuestionTask("Up?")], device="cpu", cache_dir=str(tmp_path))
+            load_reward_model(repo, criteria=[QuestionCriterion("Up?")], device="cpu", cache_dir=str(tmp_path))
     assert calls and all(call.endswith(".json") for call in calls), calls
 
 
@@ -712,6 +722,57 @@ def test_a_judge_folder_loads_as_the_hub_would(tmp_path):
     model = judge("vlmrm-tiny-idefics3")
     model.judge.model.save_pretrained(tmp_path)
     model.judge.processor.save_pretrained(tmp_path)
-    again = load_reward_model(str(tmp_path), tasks=list(QUESTIONS), device="cpu", batch_size=4)
+    again = load_reward_model(str(tmp_path), criteria=list(QUESTIONS), device="cpu", batch_size=4)
     frames = frames_of(2)
     assert_rewards_close(again(frames).numpy(), model(frames).numpy())
+
+
+def test_the_installed_transformers_keeps_what_the_judges_rely_on():
+    """Every transformers internal the judges' fast paths reach (models/judge/contract.py: the precomputed vision
+    inputs under the names transformers pops them by, the forward's cache and vision arguments, DynamicCache's
+    layers), checked for every family: a release that renames or drops one fails here, naming it."""
+    from vlmrm_fast.models.judge.contract import contract_problems
+
+    assert contract_problems() == ()
+    for name in TINY_JUDGES:  # and what PackedVisionAttention takes over, on loaded Qwen towers
+        model = load_reward_model(name, target_prompts="up", device="cpu")
+        assert model.name == name
+        model.close()
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ("drop", "transformers.vision_utils lacks get_vision_position_ids"),
+        ("ignore", "get_vision_position_ids ignores a precomputed 'position_ids'"),
+    ],
+)
+def test_a_transformers_that_breaks_the_judges_contract_is_refused_at_load(monkeypatch, change, named):
+    """A transformers whose helper is gone, or no longer takes the value precomputed under its name (the tower
+    would silently compute it again in every pass), is refused when the judge loads, in one line naming it."""
+    import transformers
+    from transformers import vision_utils
+
+    from vlmrm_fast.models.errors import MissingDependencyError
+    from vlmrm_fast.models.judge.contract import TESTED_TRANSFORMERS, contract_problems
+
+    if change == "drop":
+        monkeypatch.delattr(vision_utils, "get_vision_position_ids")
+    else:
+        original = vision_utils.get_vision_position_ids
+        monkeypatch.setattr(
+            vision_utils,
+            "get_vision_position_ids",
+            lambda grid, merge, include_temporal=False, kwargs=None: original(grid, merge),
+        )
+    contract_problems.cache_clear()
+    try:
+        with pytest.raises(MissingDependencyError) as info:
+            load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="up", device="cpu")
+    finally:
+        contract_problems.cache_clear()
+    assert str(info.value) == (
+        f"vlmrm-tiny-qwen2-vl: transformers {transformers.__version__} changed what the judge's fast paths rely on "
+        f"({named}); they are tested with transformers {TESTED_TRANSFORMERS}: "
+        f"pip install 'transformers=={TESTED_TRANSFORMERS}.*'"
+    )

@@ -15,7 +15,7 @@ import yaml
 from tolerances import assert_rewards_close
 
 from vlmrm_fast import FastVLMRewardVecEnv
-from vlmrm_fast.reward import QuestionTask, load_reward_model
+from vlmrm_fast.reward import QuestionCriterion, load_reward_model
 
 JUDGE = "vlmrm-tiny-qwen2-vl"
 
@@ -101,8 +101,8 @@ def test_evaluate_and_landscape_score_a_judge(tmp_path):
     ds = ds.with_labels((np.abs(ds.states[:, 2]) < 0.05).astype(float))
     model = load_reward_model(JUDGE, target_prompts="a pole", device="cpu", image_size=56)
     (m,) = evaluate_models(ds, [model], (0.0, 0.5)).models
-    question = QuestionTask.about("pole vertically upright on top of the cart")
-    model.set_tasks([question], multi_task=True)
+    question = QuestionCriterion.about("pole vertically upright on top of the cart")
+    model.set_criteria([question], multi_criteria=True)
     assert m.model == JUDGE and m.alphas == (0.0,) and m.epic.shape == (1,)
     assert_rewards_close(m.rewards, model(ds.frames).numpy())
     land = reward_landscape(model, "cartpole", "pole_angle", n_points=3, size=(40, 60))
@@ -157,77 +157,77 @@ def test_download_of_a_judge(tmp_path, monkeypatch, capsys):
     assert "`vlmrm-fast download Qwen/Qwen2-VL-2B-Instruct --cache-dir" in capsys.readouterr().err
 
 
-def judge_config(tmp_path, tasks_yaml: str) -> pathlib.Path:
-    """A training config of the tiny judge whose reward.tasks is the YAML text given, written as a user would."""
+def judge_config(tmp_path, criteria_yaml: str) -> pathlib.Path:
+    """A training config of the tiny judge whose reward.criteria is the YAML text given, written as a user would."""
     path = tmp_path / "judge.yaml"
     path.write_text(
         "env: {task: cartpole, n_envs: 2}\n"
         "reward:\n"
         f"  model: {JUDGE}\n"
-        "  tasks:\n" + "".join(f"    {line}\n" for line in tasks_yaml.strip().splitlines())
+        "  criteria:\n" + "".join(f"    {line}\n" for line in criteria_yaml.strip().splitlines())
     )
     return path
 
 
 @pytest.mark.parametrize(
-    ("tasks", "line"),
+    ("criteria_yaml", "line"),
     [
         (  # as the docs wrote it: the keys yes and no unquoted are YAML booleans, so are the words
             "- kind: question\n  question: Is the pole upright?\n  yes: Yes\n  no: No",
-            "reward.tasks[0].yes: YAML read the value as the boolean true (unquoted yes, no, true, false, on and off "
+            "reward.criteria[0].yes: YAML read the value as the boolean true (unquoted yes, no, true, false, on and off "
             "are booleans in YAML), and the answer word's spelling with it (the token of 'Yes' is not that of 'yes'); "
             "quote the word: yes: 'Yes'",
         ),
         (
             "- kind: question\n  question: Up?\n  scroe: log_odds",
-            "reward.tasks[0].scroe: unknown field of a question task; did you mean 'score'?",
+            "reward.criteria[0].scroe: unknown field of a question criterion; did you mean 'score'?",
         ),
         (
             "- kind: question\n  score: log_odds",
-            "reward.tasks[0].question: required field is missing (a question task needs question)",
+            "reward.criteria[0].question: required field is missing (a question criterion needs question)",
         ),
         (
             "- question: Up?\n- question: ''",
-            "reward.tasks[1].question: is empty; ask about the frame, e.g. 'Is the pole upright?'",
+            "reward.criteria[1].question: is empty; ask about the frame, e.g. 'Is the pole upright?'",
         ),
         (
             "- question: Up?\n  score: p",
-            "reward.tasks[0].score: 'p' is unknown; use one of 'yes_vs_no', 'log_p_yes', 'log_odds'",
+            "reward.criteria[0].score: 'p' is unknown; use one of 'yes_vs_no', 'log_p_yes', 'log_odds'",
         ),
         (
             "- question: Up?\n  no: ''",
-            "reward.tasks[0].no: must be one answer word without spaces around it, got ''",
+            "reward.criteria[0].no: must be one answer word without spaces around it, got ''",
         ),
         (
             "- question: Up?\n  score: yes",
-            "reward.tasks[0].score: YAML read the value as the boolean true (unquoted yes, no, true, false, on and off "
+            "reward.criteria[0].score: YAML read the value as the boolean true (unquoted yes, no, true, false, on and off "
             "are booleans in YAML); use one of 'yes_vs_no', 'log_p_yes', 'log_odds'",
         ),
         (
             "kind: question\nquestion: Up?",
-            "reward.tasks: must be a list of tasks, got a mapping with keys kind, question: write each task as one item "
-            "of a list ('- kind: question' in YAML, the task's other fields under it)",
+            "reward.criteria: must be a list of criteria, got a mapping with keys kind, question: write each criterion as one item "
+            "of a list ('- kind: question' in YAML, the criterion's other fields under it)",
         ),
         (
             "- kind: questions\n  question: Up?",
-            "reward.tasks[0].kind: 'questions' is unknown; use one of 'goal_baseline', 'binary', 'question'",
+            "reward.criteria[0].kind: 'questions' is unknown; use one of 'goal_baseline', 'binary', 'question'",
         ),
     ],
 )
-def test_a_judges_config_lines_are_refused_at_their_place(tmp_path, tasks, line):
+def test_a_judges_config_lines_are_refused_at_their_place(tmp_path, criteria_yaml, line):
     from vlmrm_fast.training.config import ConfigError, load_config
 
     with pytest.raises(ConfigError) as info:
-        load_config(judge_config(tmp_path, tasks))
+        load_config(judge_config(tmp_path, criteria_yaml))
     assert str(info.value) == line
 
 
 def test_the_answer_words_quoted_under_unquoted_keys_are_read():
     """yes: 'Yes' with the key unquoted: YAML makes the key the boolean true, which can only mean the field yes."""
-    from vlmrm_fast.reward.kinds import as_reward_tasks
+    from vlmrm_fast.reward.kinds import as_criteria
 
     config = yaml.safe_load("- question: Up?\n  yes: 'True'\n  no: 'False'\n  score: log_odds")
-    (task,) = as_reward_tasks(config)
+    (task,) = as_criteria(config)
     assert (task.yes, task.no, task.score) == ("True", "False", "log_odds")
 
 
@@ -249,7 +249,7 @@ def test_a_judge_run_records_its_prompt_order_and_an_older_one_resumes_only_in_i
     naming the field, and resumes with prompt_order: question_first."""
     from vlmrm_fast.training.config import identity_differences, load_config, resolved, run_identity, upgraded_identity
 
-    config = {"env": {"task": "cartpole", "n_envs": 2}, "reward": {"model": JUDGE, "tasks": [{"question": "Up?"}]}}
+    config = {"env": {"task": "cartpole", "n_envs": 2}, "reward": {"model": JUDGE, "criteria": [{"question": "Up?"}]}}
     identity = run_identity(resolved(load_config(config)))
     assert identity["reward"]["prompt_order"] == "image_first"
     older = json.loads(json.dumps(identity))
@@ -266,3 +266,13 @@ def test_a_judge_run_records_its_prompt_order_and_an_older_one_resumes_only_in_i
     for field in ("prompt_order", "do_image_splitting", "longest_edge"):
         del clip_identity["reward"][field]
     assert identity_differences(upgraded_identity(clip_identity), run_identity(resolved(load_config(clip)))) == []
+
+
+def test_a_config_that_still_writes_tasks_is_told_where_they_went():
+    """A reward's criteria were its tasks: the old key is refused in one line naming the new one."""
+    from vlmrm_fast.training.config import ConfigError, load_config
+
+    config = {"env": {"task": "cartpole", "n_envs": 2}, "reward": {"model": JUDGE, "tasks": [{"question": "Up?"}]}}
+    with pytest.raises(ConfigError) as info:
+        load_config(config)
+    assert str(info.value) == "reward.tasks: moved; write reward.criteria (the same list: each one's kind and fields)"

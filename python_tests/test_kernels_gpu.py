@@ -34,7 +34,7 @@ from vlmrm_fast import build_info
 from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec
 from vlmrm_fast.frames.views import FrameLayout, FrameView
 from vlmrm_fast.reward.head import RewardHead
-from vlmrm_fast.reward.kinds import BinaryTask, GoalBaselineTask
+from vlmrm_fast.reward.kinds import BinaryCriterion, GoalBaselineCriterion
 from vlmrm_fast.runtime import kernels
 from vlmrm_fast.runtime.device import native_cuda_usable
 from vlmrm_fast.runtime.kernels import kernel_dtype
@@ -221,9 +221,9 @@ def test_reward_head_on_cuda(dtype):
     prompts = ["a humanoid robot kneeling", "a humanoid robot", "a robot standing", "a robot lying down", "a cat"]
     table = {p: normalized(torch.randn(d, generator=gen)) for p in prompts}
     tasks = [
-        GoalBaselineTask(target_prompts=prompts[:1], baseline_prompts=prompts[1:2], alpha=0.5),
-        GoalBaselineTask(target_prompts=prompts[2:4]),
-        BinaryTask(goal_prompt=prompts[0], negative_prompts=prompts[2:], probability=True),
+        GoalBaselineCriterion(target_prompts=prompts[:1], baseline_prompts=prompts[1:2], alpha=0.5),
+        GoalBaselineCriterion(target_prompts=prompts[2:4]),
+        BinaryCriterion(goal_prompt=prompts[0], negative_prompts=prompts[2:], probability=True),
     ]
     head_cpu = RewardHead(tasks, table.__getitem__, logit_scale=100.0, device="cpu")
     head_cuda = RewardHead(tasks, table.__getitem__, logit_scale=100.0, device="cuda")
@@ -242,7 +242,7 @@ def test_reward_head_splits_more_tasks_than_one_launch_takes():
     prompts = [f"prompt {i}" for i in range(k + 1)]
     table = {p: normalized(torch.randn(d, generator=gen)) for p in prompts}
     tasks = [
-        GoalBaselineTask(target_prompts=[prompts[i]], baseline_prompts=[prompts[-1]], alpha=(i % 5) / 4)
+        GoalBaselineCriterion(target_prompts=[prompts[i]], baseline_prompts=[prompts[-1]], alpha=(i % 5) / 4)
         for i in range(k)
     ]
     head_cpu = RewardHead(tasks, table.__getitem__, logit_scale=100.0, device="cpu")

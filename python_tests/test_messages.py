@@ -364,7 +364,9 @@ def test_a_string_for_reward_model_names_the_fix(humanoid_tiny_rm):
         "reward_model: expects a loaded reward model, got the string 'notamodel'; to name a model, pass "
         "model='notamodel' (or load one: vlmrm_fast.load_reward_model('notamodel'))"
     )
-    with pytest.raises(TypeError, match=r"^reward_model: expects a reward model .* got int, which lacks device, tasks"):
+    with pytest.raises(
+        TypeError, match=r"^reward_model: expects a reward model .* got int, which lacks device, criteria"
+    ):
         VLMRewardVecEnvWrapper(DummyVecEnv([lambda: gymnasium.make("CartPole-v1")]), 3)  # type: ignore[arg-type]
 
 
@@ -663,7 +665,7 @@ def test_best_and_rollout_name_what_is_missing(tmp_path, capsys):
 
 
 def test_an_onnx_export_to_a_read_only_folder_is_one_line_before_the_model_loads(tmp_path, monkeypatch, capsys):
-    from vlmrm_fast import models
+    from vlmrm_fast.models import clip as models
 
     read_only = tmp_path / "read-only"
     read_only.mkdir()

@@ -126,8 +126,8 @@ def test_with_a_schedule_the_last_step_is_still_scored_on_the_reset_frame(rm):
     reset frame, step 1 zero."""
     scheduled = load_reward_model(
         "vlmrm-tiny",
-        target_prompts=rm.tasks[0].target_prompts,
-        baseline_prompts=rm.tasks[0].baseline_prompts,
+        target_prompts=rm.criteria[0].target_prompts,
+        baseline_prompts=rm.criteria[0].baseline_prompts,
         alpha=0.5,
         device="cpu",
         score_every=2,

@@ -10,11 +10,11 @@ import open_clip
 import pytest
 import torch
 from PIL import Image
-from tolerances import REWARD_ATOL, assert_rewards_close, assert_task_rewards_close, binary_probability_atol
+from tolerances import REWARD_ATOL, assert_criterion_rewards_close, assert_rewards_close, binary_probability_atol
 
 import vlmrm_fast
-from vlmrm_fast import BinaryTask, GoalBaselineTask, WeightsUnavailableError, load_reward_model
-from vlmrm_fast.models import MODEL_CONFIG_DIR, load_clip
+from vlmrm_fast import BinaryCriterion, GoalBaselineCriterion, WeightsUnavailableError, load_reward_model
+from vlmrm_fast.models.clip import MODEL_CONFIG_DIR, load_clip
 
 TINY = "vlmrm-tiny"
 
@@ -78,8 +78,8 @@ def test_reward_from_unnormalized_embeddings_normalizes_first(tiny):
 @pytest.mark.parametrize("temperature", [None, 0.05])
 def test_binary_reward_matches_plain_softmax(probability, temperature):
     goal, negatives = "a humanoid robot kneeling", ["a humanoid robot standing", "a humanoid robot lying down"]
-    task = BinaryTask(goal, negatives, threshold=0.4, temperature=temperature, probability=probability)
-    rm = load_reward_model(TINY, tasks=[task], device="cpu")
+    task = BinaryCriterion(goal, negatives, threshold=0.4, temperature=temperature, probability=probability)
+    rm = load_reward_model(TINY, criteria=[task], device="cpu")
     batch = frames(9, seed=3)
     rewards = rm(batch)
     assert rewards.shape == (9, 1)
@@ -97,8 +97,8 @@ def test_several_tasks_from_one_embedding_pass():
     sets one: MKL on an AMD EPYC then rounds a text batch of 2 prompts otherwise than one of 5, and the binary
     task's probability moved by 1.013e-6) and under a CPU that rounds by batch size."""
     tasks = [
-        GoalBaselineTask("a humanoid robot kneeling", "a humanoid robot", alpha=0.5),
-        GoalBaselineTask(["a humanoid robot doing the splits"]),
+        GoalBaselineCriterion("a humanoid robot kneeling", "a humanoid robot", alpha=0.5),
+        GoalBaselineCriterion(["a humanoid robot doing the splits"]),
         {
             "kind": "binary",
             "goal_prompt": "a robot sitting",
@@ -106,14 +106,14 @@ def test_several_tasks_from_one_embedding_pass():
             "probability": True,
         },
     ]
-    rm = load_reward_model(TINY, tasks=tasks, device="cpu")
+    rm = load_reward_model(TINY, criteria=tasks, device="cpu")
     batch = frames(6, 70, 70)
     rewards = rm(batch)
     assert rewards.shape == (6, 3)
     # Each task alone embeds its own prompts, in a text batch of another size: each column agrees to its
     # formula's tolerance (the binary probability's is its softmax's slope times the logit scale).
-    alone = torch.cat([load_reward_model(TINY, tasks=[task], device="cpu")(batch) for task in tasks], dim=1)
-    assert_task_rewards_close(rewards, alone, rm.tasks, rm.logit_scale)
+    alone = torch.cat([load_reward_model(TINY, criteria=[task], device="cpu")(batch) for task in tasks], dim=1)
+    assert_criterion_rewards_close(rewards, alone, rm.criteria, rm.logit_scale)
 
 
 def test_a_binary_probability_moves_as_far_as_its_logit_scale_lets_it():
@@ -121,15 +121,15 @@ def test_a_binary_probability_moves_as_far_as_its_logit_scale_lets_it():
     tolerance in the worst direction (the goal's toward the frame, the negative's away, as another CPU's
     rounding of a text batch of another size may) move the probability by more than the rewards' tolerance
     (the 1.013e-6 an AMD EPYC gave against 1e-6) and by no more than binary_probability_atol."""
-    task = BinaryTask("a robot sitting", ["a robot standing"], probability=True)
-    rm = load_reward_model(TINY, tasks=[task], device="cpu")
-    moved = load_reward_model(TINY, tasks=[task], device="cpu")
+    task = BinaryCriterion("a robot sitting", ["a robot standing"], probability=True)
+    rm = load_reward_model(TINY, criteria=[task], device="cpu")
+    moved = load_reward_model(TINY, criteria=[task], device="cpu")
     batch = frames(1, 70, 70)
     x = rm.embed_images(batch)[0]
     step = 0.99 * REWARD_ATOL * x / x.norm()  # each cosine with this frame moves by 0.99 REWARD_ATOL
     moved._text_cache[task.goal_prompt] = moved._text_cache[task.goal_prompt] + step
     moved._text_cache[task.negative_prompts[0]] = moved._text_cache[task.negative_prompts[0]] - step
-    moved.set_tasks([task])
+    moved.set_criteria([task])
     difference = float((moved(batch) - rm(batch)).abs().max())
     assert REWARD_ATOL < difference <= binary_probability_atol(rm.logit_scale), difference
 
@@ -366,9 +366,9 @@ def test_bad_task_leaves_model_unchanged(tiny):
     batch = frames(3)
     before = tiny(batch).clone()
     with pytest.raises(ValueError, match="alpha"):
-        tiny.set_tasks([GoalBaselineTask("a", "b", alpha=0.5), {"target_prompts": "c", "alpha": 2.0}])
+        tiny.set_criteria([GoalBaselineCriterion("a", "b", alpha=0.5), {"target_prompts": "c", "alpha": 2.0}])
     assert torch.equal(tiny(batch), before)
-    assert tiny.multi_task is False
+    assert tiny.multi_criteria is False
 
 
 @pytest.mark.parametrize(
@@ -382,12 +382,12 @@ def test_bad_task_leaves_model_unchanged(tiny):
 )
 def test_bad_binary_task(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        BinaryTask(**kwargs)
+        BinaryCriterion(**kwargs)
 
 
 def test_tasks_and_target_prompts_are_exclusive():
     with pytest.raises(ValueError, match="not both"):
-        load_reward_model(TINY, target_prompts="a", tasks=[GoalBaselineTask("b")], device="cpu")
+        load_reward_model(TINY, target_prompts="a", criteria=[GoalBaselineCriterion("b")], device="cpu")
 
 
 def test_build_info_reports_capabilities():
@@ -396,3 +396,35 @@ def test_build_info_reports_capabilities():
     for key in ("cuda_compiled", "cuda_version", "cuda_available", "egl_available", "egl_devices"):
         assert key in info
     assert isinstance(info["cuda_compiled"], bool)
+
+
+@pytest.mark.parametrize(
+    ("fields", "family", "refused"),
+    [
+        ({"model": "viclip-tiny", "window": {"frames": 8}, "pretrained": "laion2b"}, "video", "pretrained"),
+        ({"model": "vlmrm-tiny-qwen2-vl", "window": {"frames": 2}}, "judge", "window"),
+        ({"model": "vlmrm-tiny-qwen2-vl", "encoder_options": {"compile_mode": "default"}}, "judge", "encoder_options"),
+        ({"model": TINY, "prompt_order": "question_first"}, "clip", "prompt_order"),
+        (
+            {"model": TINY, "window": {"frames": 2, "embedding": "mean_of_frames"}, "image_size": 64},
+            "mean_of_frames",
+            "image_size",
+        ),
+    ],
+)
+def test_a_field_its_family_does_not_take_is_refused_naming_the_family(fields, family, refused):
+    """Each family takes the fields of its row; one place refuses any other field set, naming what it sets, the
+    families that take it, and the spec's family."""
+    from vlmrm_fast.checks import FieldError
+    from vlmrm_fast.reward.families import REWARD_FAMILIES
+    from vlmrm_fast.reward.spec import RewardModelSpec
+
+    allowed = {name: value for name, value in fields.items() if name != refused}
+    assert RewardModelSpec(**allowed).family is REWARD_FAMILIES[family]
+    takers = [name for name, row in REWARD_FAMILIES.items() if refused in row.fields]
+    with pytest.raises(FieldError) as info:
+        RewardModelSpec(**fields)
+    message = str(info.value)
+    assert message.startswith(f"{refused}: sets {REWARD_FAMILIES[takers[0]].fields[refused]}, a field of the "), message
+    assert all(name in message.split(";")[0] for name in takers), message
+    assert message.endswith(f"(the {family} family), which does not take it: leave it out"), message

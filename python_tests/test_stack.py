@@ -10,7 +10,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnvWrapper, VecMoni
 from vlmrm_fast import (
     FastVLMRewardVecEnv,
     FramePreprocessor,
-    GoalBaselineTask,
+    GoalBaselineCriterion,
     PreprocessSpec,
     RewardModel,
     RewardModelSpec,
@@ -18,6 +18,7 @@ from vlmrm_fast import (
 )
 from vlmrm_fast.envs import get_task
 from vlmrm_fast.frames.views import SteppedFrameSource
+from vlmrm_fast.reward.frame_model import FrameRewardModel
 from vlmrm_fast.stack.batch_env import MujocoBatchVecEnv
 from vlmrm_fast.stack.wrappers import VLMRewardVecEnvWrapper, find_reward_wrapper
 
@@ -89,7 +90,7 @@ def test_spec_passed_whole_equals_its_fields(spec):
 
 def test_spec_refusals(spec):
     with pytest.raises(ValueError, match="not both"):
-        RewardModelSpec(model="vlmrm-tiny", target_prompts="a", tasks=[{"target_prompts": "b"}])
+        RewardModelSpec(model="vlmrm-tiny", target_prompts="a", criteria=[{"target_prompts": "b"}])
     with pytest.raises(ValueError, match="batch_size: must be a positive integer"):
         RewardModelSpec(model="vlmrm-tiny", target_prompts="a", batch_size=True)
     with pytest.raises(ValueError, match="model: must be a model name"):
@@ -105,18 +106,25 @@ def test_spec_refusals(spec):
         spec.alpha = 0.3
 
 
-class MeanBrightness:
-    """A reward model of one's own, written against the RewardModel protocol alone: the mean
-    brightness of a frame squashed to 16 x 16, in [0, 1], in the two halves a step uses."""
+class MeanBrightness(FrameRewardModel):
+    """A reward model of one's own, written against the RewardModel protocol with the half every frame model
+    shares (``reward.frame_model.FrameRewardModel``: its needs, its per-step scorer): the mean brightness of a
+    frame squashed to 16 x 16, in [0, 1], in the two halves a step uses."""
 
+    name = "mean-brightness"
+    random_init = False
+    criterion_kinds = ()
     device = torch.device("cpu")
-    tasks = (GoalBaselineTask("a bright frame", name="brightness"),)
-    multi_task = False
+    criteria = (GoalBaselineCriterion("a bright frame", name="brightness"),)
+    multi_criteria = False
     chunk_size = 64
 
     def __init__(self):
         spec = PreprocessSpec(size=16, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), resize_mode="squash")
         self.preprocessor = FramePreprocessor(spec, self.device)
+
+    def parameter_count(self):
+        return 0
 
     def pixel_buffer(self, num_frames):
         return torch.empty((num_frames, 3, 16, 16))
@@ -127,6 +135,10 @@ class MeanBrightness:
     def score_pixels(self, pixels, out=None, timer=None):
         rewards = pixels.mean(dim=(1, 2, 3))
         return rewards if out is None else out.copy_(rewards)
+
+    def _frame_rewards(self, frames, criteria, progress):
+        assert criteria is None, "it scores its own criterion alone"
+        return self.score_pixels(self.preprocessor(frames))[:, None]
 
     def __call__(self, frames):
         return self.score_pixels(self.preprocessor(frames))
@@ -143,6 +155,6 @@ def test_a_reward_model_of_ones_own_through_the_protocol(task):
             _, rewards, _, _ = env.step(np.stack([env.action_space.sample() for _ in range(3)]))
             assert rewards.dtype == np.float32 and np.all((0 < rewards) & (rewards < 1))
             np.testing.assert_array_equal(rewards, model(env.last_frames()).numpy())
-        assert env.reward_tasks == ("brightness",)
+        assert env.reward_criteria == ("brightness",)
     finally:
         env.close()

@@ -386,25 +386,25 @@ def test_physics_and_solver_are_compared_by_what_they_run(then, now, same):
 
 
 def test_a_resume_of_another_config_names_the_field_inside_a_block_not_the_block(tmp_path):
-    """A window or task list that differs is named by its field (``reward.window.frames``,
-    ``reward.tasks[0].question``), not printed whole: the refusal stays one short line."""
+    """A window or criteria list that differs is named by its field (``reward.window.frames``,
+    ``reward.criteria[0].question``), not printed whole: the refusal stays one short line."""
     from vlmrm_fast.training.config import identity_differences, resolved, run_identity
     from vlmrm_fast.training.run_folder import RunFolder, plain
 
     saved = plain(run_identity(resolved(load_config(IDENTITY_BASE))))
     saved["reward"]["window"] = {"model": "s3d", "frames": 8, "stride": 1, "timing": "streamed", "fps": None}
-    saved["reward"]["tasks"] = [{"kind": "question", "question": "Is the robot kneeling?", "yes": "Yes", "no": "No"}]
+    saved["reward"]["criteria"] = [{"kind": "question", "question": "Is the robot kneeling?", "yes": "Yes", "no": "No"}]
     current = copy.deepcopy(saved)
     current["reward"]["window"]["frames"] = 16
-    current["reward"]["tasks"][0]["question"] = "Is the robot standing?"
-    current["reward"]["tasks"].append({"kind": "question", "question": "Is it upright?"})
-    window, tasks = sorted(identity_differences(saved, current), key=lambda d: not d.startswith("reward.window"))
+    current["reward"]["criteria"][0]["question"] = "Is the robot standing?"
+    current["reward"]["criteria"].append({"kind": "question", "question": "Is it upright?"})
+    window, criteria = sorted(identity_differences(saved, current), key=lambda d: not d.startswith("reward.window"))
     assert window == "reward.window.frames: 8 then, 16 now"
-    assert tasks.startswith("reward.tasks: [{'kind': 'question', 'question': 'Is the robot kneeling?'")
-    assert len(tasks) < 300, tasks  # a list of another length: shown, cut short
-    current["reward"]["tasks"].pop()
+    assert criteria.startswith("reward.criteria: [{'kind': 'question', 'question': 'Is the robot kneeling?'")
+    assert len(criteria) < 300, criteria  # a list of another length: shown, cut short
+    current["reward"]["criteria"].pop()
     assert sorted(identity_differences(saved, current)) == [
-        "reward.tasks[0].question: 'Is the robot kneeling?' then, 'Is the robot standing?' now",
+        "reward.criteria[0].question: 'Is the robot kneeling?' then, 'Is the robot standing?' now",
         "reward.window.frames: 8 then, 16 now",
     ]
     current["reward"]["window"]["overlap"] = 2  # a key one side lacks

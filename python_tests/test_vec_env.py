@@ -10,7 +10,7 @@ import pytest
 import torch
 from double_physics import ROW as KINEMATIC
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor, VecNormalize
-from tolerances import assert_rewards_close, assert_task_rewards_close
+from tolerances import assert_criterion_rewards_close, assert_rewards_close
 
 from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model
 from vlmrm_fast.envs import get_task
@@ -265,29 +265,31 @@ def test_pipelined_step_gives_the_unpipelined_rewards(rms, task, renderer):
 
 
 def test_several_prompt_sets_scored_in_one_pass():
-    """tasks=[...]: the first prompt set is the reward, all are in info["vlm_rewards"] by name."""
-    from vlmrm_fast import BinaryTask, GoalBaselineTask
+    """criteria=[...]: the first prompt set is the reward, all are in info["vlm_rewards"] by name."""
+    from vlmrm_fast import BinaryCriterion, GoalBaselineCriterion
 
     tasks = [
-        GoalBaselineTask("a humanoid robot kneeling", "a humanoid robot", alpha=0.5, name="kneeling"),
-        GoalBaselineTask("a humanoid robot standing up", name="standing"),
-        BinaryTask("a humanoid robot kneeling", ["a humanoid robot standing up"], probability=True, name="p-kneeling"),
+        GoalBaselineCriterion("a humanoid robot kneeling", "a humanoid robot", alpha=0.5, name="kneeling"),
+        GoalBaselineCriterion("a humanoid robot standing up", name="standing"),
+        BinaryCriterion(
+            "a humanoid robot kneeling", ["a humanoid robot standing up"], probability=True, name="p-kneeling"
+        ),
     ]
-    env = FastVLMRewardVecEnv(HUMANOID, N, model="vlmrm-tiny", device="cpu", tasks=tasks, seed=0, **SMALL)
-    assert env.reward_tasks == ("kneeling", "standing", "p-kneeling")
+    env = FastVLMRewardVecEnv(HUMANOID, N, model="vlmrm-tiny", device="cpu", criteria=tasks, seed=0, **SMALL)
+    assert env.reward_criteria == ("kneeling", "standing", "p-kneeling")
     env.reset()
     rng = np.random.default_rng(1)
     for _ in range(3):
         _, rewards, _, infos = env.step(random_actions(env, rng))
         every = env.reward_model(env.last_frames()).numpy()  # (N, 3): the model has 3 tasks
         assert_rewards_close(rewards, every[:, 0])
-        got = np.array([[info["vlm_rewards"][name] for name in env.reward_tasks] for info in infos])
-        assert_task_rewards_close(got, every, env.reward_model.tasks, env.reward_model.logit_scale)
+        got = np.array([[info["vlm_rewards"][name] for name in env.reward_criteria] for info in infos])
+        assert_criterion_rewards_close(got, every, env.reward_model.criteria, env.reward_model.logit_scale)
     env.close()
     with pytest.raises(ValueError, match="not both"):
-        FastVLMRewardVecEnv(HUMANOID, 1, model="vlmrm-tiny", device="cpu", tasks=tasks, alpha=0.5, **SMALL)
+        FastVLMRewardVecEnv(HUMANOID, 1, model="vlmrm-tiny", device="cpu", criteria=tasks, alpha=0.5, **SMALL)
     with pytest.raises(ValueError, match="unique"):
-        FastVLMRewardVecEnv(HUMANOID, 1, model="vlmrm-tiny", device="cpu", tasks=tasks[:1] * 2, **SMALL)
+        FastVLMRewardVecEnv(HUMANOID, 1, model="vlmrm-tiny", device="cpu", criteria=tasks[:1] * 2, **SMALL)
 
 
 def test_env_reward_mixed_in_by_the_formula(tiny_rm):

@@ -23,7 +23,7 @@ from torchvision import transforms
 
 from vlmrm_fast.failures import expected_failure
 from vlmrm_fast.frames.preprocess import FramePreprocessor
-from vlmrm_fast.models.prompts import PromptTruncatedWarning
+from vlmrm_fast.models.clip.prompts import PromptTruncatedWarning
 from vlmrm_fast.models.video import flops_per_window, load_video_model, video_model_info
 from vlmrm_fast.models.video.viclip import MODELS, ViCLIPConfig, tokens_per_window
 

@@ -1,5 +1,5 @@
-"""Window models offline: the paper code's window_size / window_step windows inside an episode, in
-episode-batch scoring and in `vlmrm-fast evaluate` on a dataset of whole episodes."""
+"""Window models offline: the paper code's window_size / window_step windows inside an episode, in frames
+scored in memory (``score_frames``) and in `vlmrm-fast evaluate` on a dataset of whole episodes."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from vlmrm_fast.envs import get_task
 from vlmrm_fast.evaluation.dataset import StateDataset
 from vlmrm_fast.evaluation.epic import state_epic_distance
 from vlmrm_fast.evaluation.evaluate import evaluate_models
-from vlmrm_fast.evaluation.scoring import alpha_tasks
-from vlmrm_fast.reward.batch_scoring import score_episode_windows
+from vlmrm_fast.evaluation.scoring import alpha_criteria
 
 TASK = "cartpole"
 
@@ -32,17 +31,19 @@ def viclip():
     return load_reward_model("viclip-tiny", window={"frames": 8}, device="cpu", alpha=0.5, **prompts())
 
 
-def test_episode_batches_score_the_paper_windows(viclip):
-    """Windows of 4 frames starting every 3 frames of each episode, the reward on each one's last frame
-    and 0 elsewhere, each window as the model scores it alone."""
+def test_frames_in_memory_score_the_paper_windows(viclip):
+    """Windows of 4 frames starting every 3 frames of each episode, the reward on each one's last frame and NaN
+    on the others (an episode shorter than a window: NaN throughout), each window as the model scores it alone."""
     rng = np.random.default_rng(0)
-    episodes = [rng.integers(0, 256, (length, 40, 48, 3), dtype=np.uint8) for length in (11, 3, 7)]
-    rewards = score_episode_windows(viclip, episodes, window_size=4, window_step=3)
-    assert [r.shape for r in rewards] == [(11,), (3,), (7,)]
-    for frames, got, ends in zip(episodes, rewards, ([3, 6, 9], [], [3, 6])):
-        assert np.flatnonzero(got).tolist() == ends
-        for end in ends:
-            assert_rewards_close(got[end], viclip(frames[None, end - 3 : end + 1]).numpy()[0])
+    lengths = (11, 3, 7)
+    frames = rng.integers(0, 256, (sum(lengths), 40, 48, 3), dtype=np.uint8)
+    episodes = np.split(np.arange(sum(lengths)), np.cumsum(lengths)[:-1])
+    rewards = viclip.score_frames(frames, episodes, window_size=4, window_step=3).numpy()
+    assert rewards.shape == (sum(lengths), 1)
+    ends = [3, 6, 9] + [14 + 3, 14 + 6]
+    assert np.flatnonzero(~np.isnan(rewards[:, 0])).tolist() == ends
+    for end in ends:
+        assert_rewards_close(rewards[end, 0], viclip(frames[None, end - 3 : end + 1]).numpy()[0])
 
 
 def episode_dataset(lengths=(9, 12), seed: int = 0) -> StateDataset:
@@ -66,7 +67,7 @@ def test_evaluate_scores_windows_of_each_episode(viclip):
     rewards = result.models[0].rewards
     ends = [3, 5, 7] + [9 + e for e in (3, 5, 7, 9, 11)]
     assert np.flatnonzero(~np.isnan(rewards[:, 0])).tolist() == ends
-    tasks = alpha_tasks(prompts()["target_prompts"], prompts()["baseline_prompts"], (0.0, 0.5))
+    tasks = alpha_criteria(prompts()["target_prompts"], prompts()["baseline_prompts"], (0.0, 0.5))
     windows = [np.arange(e - 3, e + 1)[viclip.reads(4)] for e in ends]  # each window's 8 frames, read in order
     pixels = torch.stack([viclip.preprocessor(ds.frames[w]) for w in windows])
     expected = viclip.head_for(tasks)(viclip.video.encode_video(pixels)).numpy()

@@ -15,6 +15,7 @@ from tolerances import assert_rewards_close
 from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model
 from vlmrm_fast.checks import FieldError
 from vlmrm_fast.envs import get_task
+from vlmrm_fast.reward.protocol import RewardModel
 from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.reward.window import episode_end_frames, paper_window_ends, streamed_window
 from vlmrm_fast.reward.window_model import MeanOfFramesModel, VideoWindowModel
@@ -164,6 +165,30 @@ def test_episode_end_window_of_an_episode_that_ends_early():
     env.close()
 
 
+def test_episode_end_window_over_a_tasks_gymnasium_envs():
+    """The stack over a task's gymnasium envs spreads an episode-end window over the time limit the plan gives
+    them (it was refused there: the wrapper looked for the time limit on SB3's DummyVecEnv)."""
+    env = FastVLMRewardVecEnv(
+        "cartpole",
+        2,
+        model="vlmrm-tiny",
+        window={"frames": 3, "timing": "episode_end", "embedding": "mean_of_frames"},
+        episode_length=5,
+        render_size=(24, 32),
+        device="cpu",
+        seed=3,
+        **prompts("cartpole"),
+    )
+    try:
+        assert env.plan.physics == "gym"
+        frames, rewards, dones = rollout(env, 10, lambda t: np.array([t % 2, (t + 1) % 2]))
+        assert dones[4].all() and dones[9].all()
+        assert_rewards_close(rewards, offline_episode_end(env.reward_model, frames, dones, 5))
+        assert np.count_nonzero(rewards) == 4
+    finally:
+        env.close()
+
+
 def test_mean_of_frames_is_the_paper_codes_avg_frame():
     """The window's embedding: each frame's embedding normalised, their mean, then the reward (which
     normalises again), written plainly against the frame model."""
@@ -267,8 +292,9 @@ def test_video_model_given_single_frames_is_one_line():
     frames = np.zeros((2, 32, 32, 3), np.uint8)
     with pytest.raises(ValueError, match=r"^viclip-tiny scores windows of frames \(N, K, H, W, 3\), got shape"):
         model(frames)
-    with pytest.raises(ValueError, match=r"^viclip-tiny scores windows of 4 frames, not single frames: "):
-        model.score_pixels(torch.zeros(2, 3, 64, 64))
+    assert isinstance(model, RewardModel) and not hasattr(
+        model, "score_pixels"
+    )  # it keeps the protocol it is passed under
     with pytest.raises(ValueError, match=r"defer_rewards \(rl.episode_batch\) scores single frames after the rollout"):
         FastVLMRewardVecEnv(HUMANOID, 1, reward_model=model, defer_rewards=True, episode_length=6, **SMALL)
 
@@ -297,13 +323,13 @@ def test_xclip_scores_each_window_against_its_own_prompts():
     """X-CLIP's text is made for each window: each reward is the formulas' (reward/formulas.py) with that
     window's own prompt embeddings, for a goal-baseline and a binary task at once."""
     from vlmrm_fast.reward.head import RewardHead
-    from vlmrm_fast.reward.kinds import BinaryTask, GoalBaselineTask
+    from vlmrm_fast.reward.kinds import BinaryCriterion, GoalBaselineCriterion
 
     tasks = [
-        GoalBaselineTask(("a robot walking",), ("a robot",), 0.5, name="walk"),
-        BinaryTask("a robot walking", ("a robot falling", "a robot"), probability=True, name="binary"),
+        GoalBaselineCriterion(("a robot walking",), ("a robot",), 0.5, name="walk"),
+        BinaryCriterion("a robot walking", ("a robot falling", "a robot"), probability=True, name="binary"),
     ]
-    model = load_reward_model("xclip-tiny", window={"frames": 8}, tasks=tasks, device="cpu")
+    model = load_reward_model("xclip-tiny", window={"frames": 8}, criteria=tasks, device="cpu")
     windows = np.random.default_rng(3).integers(0, 256, (3, 8, 48, 48, 3), dtype=np.uint8)
     pixels = torch.stack([model.preprocessor(w) for w in windows])
     prompts = ["a robot walking", "a robot", "a robot falling"]

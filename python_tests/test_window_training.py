@@ -44,3 +44,53 @@ def test_windowed_config_trains(tmp_path, name, algorithm):
     assert cfg.rl.algorithm == algorithm and cfg.reward.window is not None
     assert train(cfg) == 0
     assert (tmp_path / "run" / "final_model.zip").is_file()
+
+
+class _Policy:
+    """What PolicyVideo asks of an SB3 model: a deterministic action, no normalisation, a logger."""
+
+    def __init__(self):
+        self.logger = _Logger()
+        self.num_timesteps = 1
+
+    def predict(self, obs, deterministic=False):
+        return 0, None
+
+    def get_vec_normalize_env(self):
+        return None
+
+
+class _Logger:
+    def __init__(self):
+        self.values: dict = {}
+
+    def record(self, key, value, exclude=None):
+        self.values[key] = value
+
+
+def test_a_run_video_scores_its_episode_with_a_window_model(tmp_path):
+    """A run's video of the policy logs the episode's VLM return as the window model scores the whole episode:
+    its windows of 2 frames, each reward on a window's last frame (the first frame ends none)."""
+    import gymnasium
+    import numpy as np
+    from tolerances import assert_rewards_close
+
+    from vlmrm_fast import load_reward_model
+    from vlmrm_fast.envs import get_task
+    from vlmrm_fast.training.callbacks import PolicyVideo
+
+    task = get_task("cartpole")
+    model = load_reward_model(
+        "vlmrm-tiny",
+        window={"frames": 2, "embedding": "mean_of_frames"},
+        device="cpu",
+        target_prompts=task.target_prompts,
+    )
+    make = lambda: gymnasium.make("CartPole-v1", render_mode="rgb_array", max_episode_steps=5)  # noqa: E731
+    video = PolicyVideo(make, model, tmp_path, every=1)
+    video.init_callback(_Policy())
+    assert video.record().is_file()
+    frames = video.model.logger.values["video/policy_gif"].frames
+    assert len(frames) == 5
+    windows = np.stack([frames[end - 1 : end + 1] for end in range(1, 5)])
+    assert_rewards_close(video.model.logger.values["video/ep_vlm_reward"], float(model(windows).sum()))

@@ -55,18 +55,18 @@ def binary_probability_atol(logit_scale: float) -> float:
     return 0.25 * 2 * logit_scale * REWARD_ATOL
 
 
-def assert_task_rewards_close(actual, expected, tasks, logit_scale: float, err_msg: str = "") -> None:
-    """(N, K) rewards of ``tasks`` (one column each) from two batch layouts, each column to its formula's
-    tolerance: a binary task's probability to :func:`binary_probability_atol` of its scale (``1 / temperature``,
+def assert_criterion_rewards_close(actual, expected, criteria, logit_scale: float, err_msg: str = "") -> None:
+    """(N, K) rewards of ``criteria`` (one column each) from two batch layouts, each column to its formula's
+    tolerance: a binary criterion's probability to :func:`binary_probability_atol` of its scale (``1 / temperature``,
     else the model's ``logit_scale``), every other reward to the rewards' own (:func:`assert_rewards_close`)."""
-    from vlmrm_fast.reward.kinds import BinaryTask
+    from vlmrm_fast.reward.kinds import BinaryCriterion
 
     actual, expected = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
-    assert actual.shape == expected.shape == (actual.shape[0], len(tasks)), f"{err_msg}: shapes {actual.shape}"
-    for k, task in enumerate(tasks):
-        message = f"{err_msg} task {k} ({task.name})"
-        if isinstance(task, BinaryTask) and task.probability:
-            scale = logit_scale if task.temperature is None else 1 / task.temperature
+    assert actual.shape == expected.shape == (actual.shape[0], len(criteria)), f"{err_msg}: shapes {actual.shape}"
+    for k, criterion in enumerate(criteria):
+        message = f"{err_msg} criterion {k} ({criterion.name})"
+        if isinstance(criterion, BinaryCriterion) and criterion.probability:
+            scale = logit_scale if criterion.temperature is None else 1 / criterion.temperature
             atol = binary_probability_atol(scale)
             np.testing.assert_allclose(actual[:, k], expected[:, k], rtol=0, atol=atol, err_msg=message)
         else:

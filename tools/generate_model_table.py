@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Writes vlmrm_fast/models/model_table.json: every open_clip architecture's family, input size,
+"""Writes vlmrm_fast/models/clip/model_table.json: every open_clip architecture's family, input size,
 embedding size, image-tower parameters and GFLOPs per image (``vlmrm-fast models`` prints it).
 
 Each model is built on the meta device (no weights, no memory) and its image tower run once under
-torch's FLOP counter (vlmrm_fast.models.families.describe), a few minutes for all of them. Run it
+torch's FLOP counter (vlmrm_fast.models.clip.families.describe), a few minutes for all of them. Run it
 again after upgrading open_clip or timm:
 
     python3 tools/generate_model_table.py            # rewrite the table
@@ -28,8 +28,8 @@ def build() -> dict:
     import torch
     from tqdm import tqdm
 
-    from vlmrm_fast.models.families import describe
-    from vlmrm_fast.models.names import known_models
+    from vlmrm_fast.models.clip.families import describe
+    from vlmrm_fast.models.clip.names import known_models
 
     models = {}
     for name in tqdm(known_models(), desc="architectures", unit="model"):
@@ -52,7 +52,7 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="compare with the checked-in table instead of writing")
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # open_clip logs one line per randomly initialised model
-    from vlmrm_fast.models.families import MODEL_TABLE
+    from vlmrm_fast.models.clip.families import MODEL_TABLE
 
     text = json.dumps(build(), indent=1, sort_keys=True) + "\n"
     if args.check:

@@ -59,11 +59,11 @@ if TYPE_CHECKING:  # the public names, one import each: the type checker reads t
     from vlmrm_fast.rendering.warp import WarpBatchRenderer  # imports MuJoCo Warp only when one is made
     from vlmrm_fast.reward import (
         TINY_MODEL,
-        BinaryTask,
-        GoalBaselineTask,
+        BinaryCriterion,
+        GoalBaselineCriterion,
         JudgeRewardModel,
         PromptTruncatedWarning,
-        QuestionTask,
+        QuestionCriterion,
         RandomWeightsWarning,
         RewardModel,
         RewardModelSpec,

@@ -138,13 +138,13 @@ def _add_download(sub: argparse._SubParsersAction) -> None:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from vlmrm_fast.models.listing import print_models
+    from vlmrm_fast.models.clip.listing import print_models
 
     return print_models(args.names, family=args.family, as_json=args.json)
 
 
 def _add_models(sub: argparse._SubParsersAction) -> None:
-    from vlmrm_fast.models.families import FAMILIES
+    from vlmrm_fast.models.clip.families import FAMILIES
 
     p = sub.add_parser(
         "models",
@@ -178,7 +178,7 @@ def _add_best(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_export(sub: argparse._SubParsersAction) -> None:
-    from vlmrm_fast.models.export import add_subcommand
+    from vlmrm_fast.models.clip.export import add_subcommand
 
     add_subcommand(sub)
 

@@ -5,10 +5,9 @@
   once in bf16 and once in FP8 with the given scaling, each timed as a CUDA-graph replay on one
   batch of random activations. It measures the code that will run: the quantization as inductor
   fuses it, attention, layer norms, GELU and the products, without the launch gaps a graph removes.
-- :func:`fp8_matmul_speedup` and :func:`fp8_kernel_times`: the linear layers alone, for
-  ``bench/profile_encoders.py``: each product in bf16 and in FP8 (row-wise or tensor-wise scaled
-  ``_scaled_mm``), and the eager quantization kernels, so that a profile separates what the
-  products gain from what quantizing costs.
+- :func:`fp8_kernel_times`: the linear layers alone, for ``bench/profile_encoders.py``: each product
+  in bf16 and in FP8 (row-wise or tensor-wise scaled ``_scaled_mm``), and the eager quantization
+  kernels, so that a profile separates what the products gain from what quantizing costs.
 """
 
 from __future__ import annotations
@@ -172,44 +171,6 @@ def linear_shapes(visual: nn.Module, tokens: int, batch_size: int) -> list[tuple
         elif isinstance(module, nn.Linear):
             shapes.append((rows, module.in_features, module.out_features))
     return shapes
-
-
-def fp8_matmul_speedup(
-    shapes: list[tuple[int, int, int]],
-    device: torch.device,
-    *,
-    scaling: str = "rowwise",
-    timer: Timer | None = None,
-) -> float:
-    """bf16 time / FP8 time of the given linear layers on ``device`` (> 1: FP8 is faster), the FP8
-    side scaled ``scaling`` ("rowwise" or "tensorwise").
-
-    Each distinct shape is timed once and weighted by how often it occurs. The FP8 side pays the
-    dynamic quantization of its input as eager kernels, which a compiled tower fuses into the
-    preceding op, so the figure understates FP8's gain.
-    """
-    quantize = {"rowwise": quantize_rowwise, "tensorwise": quantize_tensorwise}[scaling]
-    timer = timer or functools.partial(cuda_seconds, device=device)
-    bf16_total = fp8_total = 0.0
-    for (m, k, n), count in _counted(shapes).items():
-        x = torch.randn((m, k), device=device, dtype=torch.bfloat16)
-        w = torch.randn((n, k), device=device, dtype=torch.bfloat16)
-        w8, w_scale = quantize(w)
-        w8_t, w_scale_t = w8.t(), w_scale.t()
-
-        def bf16(x: torch.Tensor = x, w: torch.Tensor = w) -> None:
-            torch.nn.functional.linear(x, w)
-
-        def fp8(x: torch.Tensor = x, w8_t: torch.Tensor = w8_t, w_scale_t: torch.Tensor = w_scale_t) -> None:
-            x8, x_scale = quantize(x)  # the input's quantization counts: it runs at every call
-            torch._scaled_mm(
-                x8, w8_t, scale_a=x_scale, scale_b=w_scale_t, out_dtype=torch.bfloat16, use_fast_accum=True
-            )
-
-        bf16_total += count * timer(bf16)
-        fp8_total += count * timer(fp8)
-        del x, w, w8, w8_t, bf16, fp8  # the next shape's tensors may need the memory
-    return bf16_total / fp8_total
 
 
 #: The kernels :func:`fp8_kernel_times` times per shape, in its columns' order.

@@ -196,7 +196,7 @@ def check_precision(
     reference). Static FP8 scales are calibrated on ``calibration_frames`` (described by
     ``calibration_source``), or on ``frames`` when None."""
     from vlmrm_fast.encoders.fp8 import fp8_unsupported_reason
-    from vlmrm_fast.models import load_clip
+    from vlmrm_fast.models.clip import load_clip
     from vlmrm_fast.reward.formulas import normalize
     from vlmrm_fast.runtime.device import resolve_device
 

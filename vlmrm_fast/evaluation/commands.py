@@ -214,8 +214,8 @@ def _landscape(args: argparse.Namespace) -> int:
 
     from vlmrm_fast.envs import get_task
     from vlmrm_fast.evaluation.landscape import reward_landscape
-    from vlmrm_fast.models.judge import is_judge_name
-    from vlmrm_fast.reward import load_reward_model
+    from vlmrm_fast.evaluation.scoring import asks_questions
+    from vlmrm_fast.reward.families import family_of, load_reward_model
     from vlmrm_fast.runtime.device import check_device_option
 
     check_device_option(args.device)
@@ -229,12 +229,14 @@ def _landscape(args: argparse.Namespace) -> int:
     if not targets:
         raise ValueError(f"task {args.task!r} has no prompts: give --target (and --baseline for alpha > 0)")
     goal = {"goal": None} if args.no_goal else {"goal": args.goal} if args.goal is not None else {}
+    family = family_of(args.model)
     model = load_reward_model(
         args.model,
-        target_prompts=list(targets)[:1] if is_judge_name(args.model) else targets,  # a judge: its curves come below
+        # A model that asks questions is asked about the first target prompt; its curves come below.
+        target_prompts=list(targets)[:1] if asks_questions(family.criterion_kinds) else targets,
         device=args.device,
         batch_size=args.batch_size,
-        resize_mode=get_task(args.task).resize_mode,
+        resize_mode=get_task(args.task).resize_mode if family.takes_task_resize_mode else None,
     )
     try:
         land = reward_landscape(

@@ -22,21 +22,16 @@ from vlmrm_fast.evaluation.epic import state_epic_distance
 from vlmrm_fast.evaluation.plotting import new_figure, palette, save_figure
 from vlmrm_fast.evaluation.precision_recall import PrecisionRecall, plot_precision_recall, precision_recall
 from vlmrm_fast.evaluation.scoring import (
-    alpha_tasks,
-    binary_task,
+    alpha_criteria,
+    asks_questions,
+    binary_criterion,
     check_alphas,
-    is_judge,
-    model_name,
-    parameter_count,
-    score_episode_windows,
-    score_frames,
+    check_evaluable,
 )
-from vlmrm_fast.models.judge import is_judge_name
 from vlmrm_fast.progress import progress_iter
-from vlmrm_fast.reward import JudgeRewardModel, QuestionTask, VLMRewardModel, load_reward_model
-from vlmrm_fast.reward.kinds import normalize_prompts
-from vlmrm_fast.reward.window import is_video_model
-from vlmrm_fast.reward.window_model import WindowRewardModel
+from vlmrm_fast.reward.families import family_of, load_reward_model
+from vlmrm_fast.reward.kinds import QuestionCriterion, normalize_prompts
+from vlmrm_fast.reward.protocol import RewardModel
 
 
 @dataclasses.dataclass
@@ -148,7 +143,7 @@ class Evaluation:
 
 def evaluate_models(
     dataset: StateDataset,
-    models: Sequence[str | VLMRewardModel | JudgeRewardModel | WindowRewardModel],
+    models: Sequence[str | RewardModel],
     alphas: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
     *,
     target_prompts: Any = None,
@@ -164,17 +159,20 @@ def evaluate_models(
     """EPIC distance of each model's reward to the labels for each alpha, and the binary reward's precision-recall.
 
     ``models`` are names for :func:`load_reward_model` (loaded one at a time) or
-    loaded models. Prompts default to the dataset task's. Precision-recall is
-    computed when the labels are boolean: the first target prompt against
-    ``negative_prompts`` (default: the baseline prompts). A generative VLM judge has no
-    alpha: it is scored once, on P(yes) / (P(yes) + P(no)) for the question about the first
-    target prompt (its row's alpha 0), which is also the probability its precision-recall reads.
+    loaded models (any :class:`~vlmrm_fast.reward.protocol.RewardModel`). Prompts default to the dataset
+    task's. Precision-recall is computed when the labels are boolean: the first target prompt against
+    ``negative_prompts`` (default: the baseline prompts). A model that asks questions rather than scoring
+    goal-baseline criteria (a generative VLM judge) has no alpha: it is scored once, on P(yes) / (P(yes) + P(no))
+    for the question about the first target prompt (its row's alpha 0), which is also the probability its
+    precision-recall reads.
 
-    Window models score a dataset of whole episodes (``StateDataset.sample_episodes``) as the paper's code
-    did: windows of ``window_size`` frames every ``window_step`` frames inside each episode, each window's
-    reward on its last frame; only the labelled states that end a window count. A video model's name is
-    a window model (its window: ``window_size``, default the model's frame count); a frame model's name
-    with ``window_size`` is one too, scoring the mean of the window's frame embeddings.
+    A model whose reward reads earlier frames of its episode (``needs.episodes``) scores a dataset of whole
+    episodes (``StateDataset.sample_episodes``); a window model (``needs.frames`` > 1) as the paper's code
+    did: windows of ``window_size`` frames
+    (default its own) every ``window_step`` frames inside each episode, each window's reward on its last frame;
+    only the labelled states that end a window count. A name is loaded with the window its family scores for
+    ``window_size`` (``RewardFamily.window_for``): a video model's (default the model's frame count), a frame
+    model's mean of the window's frame embeddings when ``window_size`` is given.
     """
     if not models:
         raise ValueError("models is empty; give at least one, e.g. ['ViT-L-14/laion2b_s32b_b82k']")
@@ -189,61 +187,57 @@ def evaluate_models(
     baselines = baseline_prompts if baseline_prompts is not None else spec.baseline_prompts
     if not targets:
         raise ValueError(f"task {spec.name!r} has no prompts: give target_prompts")
-    tasks: list[Any] = alpha_tasks(targets, baselines, alphas)
+    criteria: list[Any] = alpha_criteria(targets, baselines, alphas)
     negatives = negative_prompts if negative_prompts is not None else baselines
     labels = dataset.labels
     boolean = np.isin(labels[dataset.labelled], (0.0, 1.0)).all() and 0 < np.nansum(labels) < n_labelled
     if boolean and negatives:
-        tasks.append(binary_task(targets, negatives, threshold))
+        criteria.append(binary_criterion(targets, negatives, threshold))
     first_target = normalize_prompts(targets, "target_prompts")[:1]
     results = []
     for entry in progress_iter(models, desc="models", unit="model", enabled=progress and len(models) >= 2):
-        model = (
-            load_reward_model(
-                entry,
-                target_prompts=first_target if is_judge_name(entry) else targets,
-                device=device,
-                batch_size=batch_size,
-                resize_mode=spec.resize_mode,
-                window=_window_of(entry, window_size),
-            )
-            if isinstance(entry, str)
-            else entry
-        )
+        model = _load(entry, targets, first_target, device, batch_size, spec.resize_mode, window_size)
         try:
-            if is_judge(model):  # one column: P(yes) about the first target prompt, its own probability too
-                question = QuestionTask.about(first_target[0])
-                rewards = score_frames(model, dataset.frames, [question], progress=progress)
-                epic = state_epic_distance(rewards, labels)
-                binary = precision_recall(rewards[:, 0], labels) if boolean else None
-                results.append(
-                    ModelEvaluation(model_name(model), parameter_count(model), (0.0,), epic, rewards, binary, threshold)
+            check_evaluable(model)
+            questions = asks_questions(model.criterion_kinds)
+            # One column, P(yes) about the first target prompt, its own probability too; else the alphas (+ binary).
+            scored = [QuestionCriterion.about(first_target[0])] if questions else criteria
+            columns = (0.0,) if questions else alphas
+            windowed = model.needs.frames > 1
+            rewards = (
+                model.score_frames(
+                    dataset.frames,
+                    dataset.episode_ranges() if model.needs.episodes else None,
+                    scored,
+                    window_size=window_size,
+                    window_step=window_step,
+                    progress=progress,
                 )
-                continue
-            if isinstance(model, WindowRewardModel):
-                size = window_size or model.window.frames
-                rewards = score_episode_windows(
-                    model, dataset.frames, dataset.episode_ranges(), tasks, window_size=size, window_step=window_step
+                .double()
+                .cpu()
+                .numpy()
+            )
+            scored_labels = np.where(np.isnan(rewards[:, 0]), np.nan, labels)  # the states a reward lands on
+            size = window_size or model.needs.frames
+            if int((~np.isnan(scored_labels)).sum()) < 2:
+                raise ValueError(
+                    f"fewer than 2 labelled states end a window of {size} frames every {window_step}: label the "
+                    "states that end windows, or give a smaller window_size or window_step"
+                    if windowed
+                    else f"fewer than 2 labelled states get a reward of {model.name}: label more states"
                 )
-                scored_labels = np.where(np.isnan(rewards[:, 0]), np.nan, labels)  # the states that end a window
-                if int((~np.isnan(scored_labels)).sum()) < 2:
-                    raise ValueError(
-                        f"fewer than 2 labelled states end a window of {size} frames every {window_step}: label the "
-                        "states that end windows, or give a smaller window_size or window_step"
-                    )
-                name = f"{model.name} (window {size})"
-            else:
-                rewards = score_frames(model, dataset.frames, tasks, progress=progress)
-                scored_labels, name = labels, model_name(model)
-            epic = state_epic_distance(rewards[:, : len(alphas)], scored_labels)
-            binary = precision_recall(rewards[:, len(alphas)], scored_labels) if len(tasks) > len(alphas) else None
+            if questions:  # the question's probability is its binary reward
+                binary_column = 0 if boolean else None
+            else:  # the binary task, appended after the alphas for boolean labels
+                binary_column = len(alphas) if len(scored) > len(alphas) else None
+            binary = None if binary_column is None else precision_recall(rewards[:, binary_column], scored_labels)
             results.append(
                 ModelEvaluation(
-                    name,
-                    parameter_count(model),
-                    alphas,
-                    epic,
-                    rewards[:, : len(alphas)],
+                    f"{model.name} (window {size})" if windowed else model.name,
+                    model.parameter_count(),
+                    columns,
+                    state_epic_distance(rewards[:, : len(columns)], scored_labels),
+                    rewards[:, : len(columns)],
                     binary,
                     threshold,
                 )
@@ -254,14 +248,28 @@ def evaluate_models(
     return Evaluation(spec.name, n_labelled, results)
 
 
-def _window_of(model: str, window_size: int | None) -> dict[str, Any] | None:
-    """The window a model named for evaluation scores: a video model's (its frame count unless
-    ``window_size``), a frame model's mean of frames when ``window_size`` is given, else none."""
-    if is_video_model(model):
-        from vlmrm_fast.models.video import video_model_info
-
-        return {"frames": window_size or video_model_info(model).num_frames}
-    return None if window_size is None else {"frames": window_size, "embedding": "mean_of_frames"}
+def _load(
+    entry: str | RewardModel,
+    targets: Any,
+    first_target: tuple[str, ...],
+    device: str,
+    batch_size: int | None,
+    resize_mode: str | None,
+    window_size: int | None,
+) -> RewardModel:
+    """``entry`` itself when loaded; else the model it names, with the window its family scores for
+    ``window_size``, asked about the first target prompt where it asks questions."""
+    if not isinstance(entry, str):
+        return entry
+    family = family_of(entry)
+    return load_reward_model(
+        entry,
+        target_prompts=first_target if asks_questions(family.criterion_kinds) else targets,
+        device=device,
+        batch_size=batch_size,
+        resize_mode=resize_mode if family.takes_task_resize_mode else None,  # as the stack gives it the task's
+        window=family.window_for(entry, window_size),
+    )
 
 
 def _human_count(n: int) -> str:

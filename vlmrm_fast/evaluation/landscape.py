@@ -1,8 +1,8 @@
 """Reward landscapes: the CLIP reward along one state variable, for several alphas (the paper's Figure 2).
 
 Every other variable stays at the task's initial state (``reset(seed)``); the
-frames of the sweep are encoded once and scored for all alphas together. A generative VLM
-judge has no alpha: its landscape has one curve per question (docs/judge.md).
+frames of the sweep are encoded once and scored for all alphas together. A model that asks questions (a
+generative VLM judge) has no alpha: its landscape has one curve per question (docs/judge.md).
 """
 
 from __future__ import annotations
@@ -19,15 +19,14 @@ import numpy as np
 from vlmrm_fast.envs import TaskSpec, get_task
 from vlmrm_fast.evaluation.plotting import new_figure, palette, save_figure
 from vlmrm_fast.evaluation.scoring import (
-    alpha_tasks,
-    is_judge,
-    judge_evaluation_tasks,
-    model_name,
-    random_weights,
+    alpha_criteria,
+    asks_questions,
+    check_evaluable,
+    question_criteria,
     score_frames,
 )
 from vlmrm_fast.evaluation.states import StateAccess, initial_state, make_task_env, render_states, state_access
-from vlmrm_fast.reward import JudgeRewardModel, VLMRewardModel
+from vlmrm_fast.reward.protocol import RewardModel
 
 DEFAULT_ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 _AUTO = object()
@@ -179,7 +178,7 @@ def sweep_states(task: str | TaskSpec, variable: str, values: Any, *, seed: int 
 
 
 def reward_landscape(
-    model: VLMRewardModel | JudgeRewardModel,
+    model: RewardModel,
     task: str | TaskSpec,
     variable: str,
     values: Any = None,
@@ -193,8 +192,8 @@ def reward_landscape(
     seed: int = 0,
     progress: bool = False,
 ) -> Landscape:
-    """The reward of ``model`` along ``variable`` of ``task`` for each alpha (a judge: for each of its
-    questions, or one about each target prompt given).
+    """The reward of ``model`` along ``variable`` of ``task`` for each alpha (a model that asks questions: for
+    each of its questions, or one about each target prompt given).
 
     ``values`` defaults to ``n_points`` points over the variable's default range
     (:func:`sweep_range`); prompts default to the task's; ``goal`` to the task's
@@ -217,24 +216,25 @@ def reward_landscape(
             default_goal = sweep_range(spec, variable)[1]
         except ValueError:
             default_goal = None
-    judge = is_judge(model)
-    tasks = judge_evaluation_tasks(model, target_prompts) if judge else alpha_tasks(targets, baselines, alphas)
+    check_evaluable(model)
+    questions = asks_questions(model.criterion_kinds)
+    criteria = question_criteria(model, target_prompts) if questions else alpha_criteria(targets, baselines, alphas)
     states, access = sweep_states(spec, variable, values, seed=seed)
     frames = render_states(spec, states, size=size, progress=progress)
-    rewards = score_frames(model, frames, tasks, progress=progress)
+    rewards = score_frames(model, frames, criteria, progress=progress)
     goal_value = default_goal if goal is _AUTO else (None if goal is None else float(goal))
     if goal_value is not None and not math.isfinite(goal_value):
         raise ValueError(f"goal must be finite, got {goal_value}")
     values = states[:, access.index(variable)]
     return Landscape(
         spec.name,
-        model_name(model),
+        model.name,
         variable,
         values,
-        () if judge else tuple(t.alpha for t in tasks),
+        () if questions else tuple(c.alpha for c in criteria),
         rewards,
         goal_value,
         frames,
-        random_weights=random_weights(model),
-        questions=tuple(str(t.name) for t in tasks) if judge else (),
+        random_weights=model.random_init,
+        questions=tuple(str(c.name) for c in criteria) if questions else (),
     )

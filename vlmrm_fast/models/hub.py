@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 from vlmrm_fast.models.errors import WeightsUnavailableError
-from vlmrm_fast.models.names import parse_model_name
 from vlmrm_fast.models.network import hf_endpoint, hub_offline, network_reachable
 
 _HF_WEIGHT_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
@@ -31,10 +30,11 @@ def download_model(model: str, pretrained: str | None = None, *, cache_dir: str 
     and tokenizer."""
     import open_clip
 
-    from vlmrm_fast.models.families import check_requirements, model_config
+    from vlmrm_fast.models.clip.families import check_requirements, model_config
+    from vlmrm_fast.models.clip.names import parse_model_name
+    from vlmrm_fast.models.clip.tokenizers import download_tokenizer, hub_tokenizer_name
     from vlmrm_fast.models.judge import TINY_JUDGES, is_judge_name, judge_folder
-    from vlmrm_fast.models.judge.load import check_model_name
-    from vlmrm_fast.models.tokenizers import download_tokenizer, hub_tokenizer_name
+    from vlmrm_fast.models.judge.judge_models import check_model_name
 
     check_model_name(model, cache_dir)
     if is_judge_name(model):
@@ -187,12 +187,13 @@ def require_weights(model: str, pretrained: str | None = None, *, cache_dir: str
     checks this before it builds its envs. Names without weights (random init, local files) pass."""
     import open_clip
 
+    from vlmrm_fast.models.clip.names import parse_model_name
     from vlmrm_fast.models.judge import TINY_JUDGES, is_judge_name
-    from vlmrm_fast.models.judge.load import check_model_name
+    from vlmrm_fast.models.judge.judge_models import check_model_name
 
     check_model_name(model, cache_dir)
     if is_judge_name(model):
-        from vlmrm_fast.models.judge.load import check_judge_reachable, folder_of
+        from vlmrm_fast.models.judge.judge_models import check_judge_reachable, folder_of
 
         if model not in TINY_JUDGES and folder_of(model) is None:
             check_judge_reachable(model, cache_dir)
@@ -235,7 +236,7 @@ def _hub_tokenizer_files(repo_id: str, config: Path, cache_dir: str | None) -> N
     folder: its tokenizer files go into the same snapshot (cached ones kept)."""
     import json
 
-    from vlmrm_fast.models.tokenizers import download_tokenizer, hub_tokenizer_name
+    from vlmrm_fast.models.clip.tokenizers import download_tokenizer, hub_tokenizer_name
 
     try:
         model_cfg = json.loads(config.read_text()).get("model_cfg")

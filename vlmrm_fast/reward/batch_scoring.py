@@ -15,16 +15,14 @@ ViT-B-32, 256 for ViT-L-14, 64 for ViT-bigG-14. (The paper's code scores in chun
 :func:`even_batch` splits a rollout into equal batches no larger than the limit, which for 6,400
 frames and ViT-B-32 gives exactly that.) On a CPU the default is :data:`CPU_BATCH`.
 
-:func:`score_episode_windows` scores whole episodes with a window reward model as the paper's code
-did: windows of ``window_size`` frames every ``window_step`` frames inside each episode, never across
-two, each window's reward on its last frame and 0 on the others.
+A window model's rewards read several frames of one episode: it is scored as the envs step, never in
+episode batches (its ``needs``, checked by the plan); offline, its ``score_frames`` scores the windows
+inside whole episodes.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
@@ -67,7 +65,8 @@ def _model_config(model: str) -> dict | None:
 
     import open_clip
 
-    from vlmrm_fast.models import cached_hf_file, parse_model_name, register_builtin_configs
+    from vlmrm_fast.models import cached_hf_file
+    from vlmrm_fast.models.clip import parse_model_name, register_builtin_configs
 
     if model.startswith(("hf-hub:", "local-dir:")):  # open_clip would ask the hub; read what is on disk
         if model.startswith("local-dir:"):
@@ -126,12 +125,13 @@ def even_batch(total: int, limit: int) -> int:
 
 class FrameBatchScorer:
     """Accumulates frames (uint8 (n, H, W, 3), any device) and scores them ``batch_size`` at a time
-    with ``reward_model`` (a single-task :class:`~vlmrm_fast.reward.model.VLMRewardModel`)."""
+    with ``reward_model`` (a single-criterion :class:`~vlmrm_fast.reward.protocol.RewardModel` whose rewards are
+    its frames' own: ``score_frames``)."""
 
     def __init__(self, reward_model: RewardModel, batch_size: int):
         batch_size = positive_int(batch_size, "batch_size")
-        if reward_model.multi_task:
-            raise ValueError("FrameBatchScorer needs a single-task reward model (rewards (N,))")
+        if reward_model.multi_criteria:
+            raise ValueError("FrameBatchScorer needs a single-criterion reward model (rewards (N,))")
         self.reward_model = reward_model
         self.batch_size = int(batch_size)
         self.device = torch.device(reward_model.device)
@@ -176,7 +176,7 @@ class FrameBatchScorer:
     def _score(self) -> None:
         if self._filled:
             # Stays on the device (no synchronization); the next add() reuses the buffer in stream order.
-            self._rewards.append(self.reward_model(self._staging[: self._filled]).float())
+            self._rewards.append(self.reward_model.score_frames(self._staging[: self._filled])[:, 0])
             self.batches_scored += 1
             self._filled = 0
 
@@ -202,31 +202,3 @@ def episode_batch_size(
     a rollout's frames when their number is known (a batch larger than a rollout would only pad)."""
     limit = fill_batch_size(model, device, frame_shape=frame_shape)
     return even_batch(frames_per_rollout, limit) if frames_per_rollout else limit
-
-
-def score_episode_windows(
-    reward_model: Any, episodes: Sequence[Any], *, window_size: int | None = None, window_step: int = 1
-) -> list[np.ndarray]:
-    """Rewards of whole episodes (each uint8 (L, H, W, 3), numpy or torch) by a window reward model
-    (:class:`~vlmrm_fast.reward.window_model.WindowRewardModel`): the paper code's windows of
-    ``window_size`` frames (default: the model's ``window.frames``) starting every ``window_step``
-    frames inside each episode, each window's reward on its last frame, 0 on the other frames; (L,)
-    float32 per episode. An episode shorter than a window gets no reward. Each frame is encoded once
-    per episode, the windows of an episode in batches of the model's ``chunk_size``."""
-    from vlmrm_fast.reward.window import paper_windows
-
-    window = getattr(reward_model, "window", None)
-    if window is None:
-        raise ValueError("score_episode_windows needs a window reward model (load one with window={frames: K})")
-    size = positive_int(window_size if window_size is not None else window.frames, "window_size")
-    step = positive_int(window_step, "window_step")
-    out = []
-    for frames in episodes:
-        length = int(frames.shape[0])
-        rewards = np.zeros(length, dtype=np.float32)
-        if length >= size:
-            windows = paper_windows(length, size, step)
-            scores = reward_model.score_windows(frames, windows).float().cpu().numpy()
-            rewards[windows[:, -1]] = scores if scores.ndim == 1 else scores[:, 0]
-        out.append(rewards)
-    return out

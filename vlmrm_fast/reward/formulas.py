@@ -1,15 +1,15 @@
 """The reward formulas, each written once in plain torch: the reference the fused kernels are tested
 against, and the path wherever no kernel runs (docs/reward.md gives the math).
 
-A formula is made from its task (``reward/kinds.py``) and the text side (normalized prompt
+A formula is made from its criterion (``reward/kinds.py``) and the text side (normalized prompt
 embeddings, the model's logit scale): it keeps the text-side tensors it needs and computes the
 rewards of normalized image embeddings with :meth:`Formula.reward`. A formula the fused kernel
-knows also gives its row of the kernel's task table (:meth:`Formula.kernel_entry`); the kernel (C++
+knows also gives its row of the kernel's criterion table (:meth:`Formula.kernel_entry`); the kernel (C++
 twin on the CPU, CUDA on a GPU) then computes the same in one pass over the embeddings for every
-task. Each kind of task names its formula in its row of ``reward.kinds.TASK_KINDS``: adding a reward is a
-task dataclass, a formula and that row; a kernel entry only where speed asks for one.
+criterion. Each kind of criterion names its formula in its row of ``reward.kinds.CRITERION_KINDS``: adding a reward is a
+criterion dataclass, a formula and that row; a kernel entry only where speed asks for one.
 
-A generative judge's question tasks read their reward from the answer's logits instead of an
+A generative judge's question criteria read their reward from the answer's logits instead of an
 embedding: :func:`answer_reward` is that formula (docs/judge.md).
 """
 
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from vlmrm_fast.lazy import named
-from vlmrm_fast.reward.kinds import TASK_KINDS, BinaryTask, GoalBaselineTask, kind_of
+from vlmrm_fast.reward.kinds import CRITERION_KINDS, BinaryCriterion, GoalBaselineCriterion, kind_of
 from vlmrm_fast.runtime import kernels
 
 TextEmbedding = Callable[[str], torch.Tensor]  # prompt -> normalized (D,) float32 embedding
@@ -67,7 +67,7 @@ def binary_probability(x: torch.Tensor, goal: torch.Tensor, negatives: torch.Ten
 
 
 def answer_reward(logits: torch.Tensor, yes: int, no: int, score: str) -> torch.Tensor:
-    """A question task's reward from the logits (N, V) of the answer's first token, in float32:
+    """A question criterion's reward from the logits (N, V) of the answer's first token, in float32:
     ``yes_vs_no`` P(yes) / (P(yes) + P(no)), ``log_p_yes`` log P(yes), ``log_odds`` l_yes - l_no."""
     logits = logits.float()
     if score == "yes_vs_no":  # the vocabulary's normalizer cancels: exp(l_yes) / (exp(l_yes) + exp(l_no))
@@ -80,14 +80,14 @@ def answer_reward(logits: torch.Tensor, yes: int, no: int, score: str) -> torch.
 
 
 class Formula(Protocol):
-    """A task's reward: its text side, made once, and its formula over image embeddings."""
+    """A criterion's reward: its text side, made once, and its formula over image embeddings."""
 
     def reward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalized image embeddings (N, D) float32 -> rewards (N,) float32."""
         ...
 
     def kernel_entry(self, first_row: int) -> tuple[Any, list[torch.Tensor]] | None:
-        """(the fused kernel's task entry, the text rows it reads from ``first_row`` on), or None when
+        """(the fused kernel's criterion entry, the text rows it reads from ``first_row`` on), or None when
         the kernel does not know this formula."""
         ...
 
@@ -95,11 +95,13 @@ class Formula(Protocol):
 class GoalBaseline:
     """Rocamonde et al. (2024): the goal-baseline projection of strength alpha (docs/reward.md)."""
 
-    def __init__(self, task: GoalBaselineTask, text_embedding: TextEmbedding, logit_scale: float):
-        target = torch.stack([text_embedding(p) for p in task.target_prompts])
-        baseline = torch.stack([text_embedding(p) for p in task.baseline_prompts]) if task.baseline_prompts else None
+    def __init__(self, criterion: GoalBaselineCriterion, text_embedding: TextEmbedding, logit_scale: float):
+        target = torch.stack([text_embedding(p) for p in criterion.target_prompts])
+        baseline = (
+            torch.stack([text_embedding(p) for p in criterion.baseline_prompts]) if criterion.baseline_prompts else None
+        )
         self.g, self.u = goal_and_direction(target, baseline)
-        self.alpha = task.alpha
+        self.alpha = criterion.alpha
 
     def reward(self, x: torch.Tensor) -> torch.Tensor:
         return goal_baseline_reward(x, self.g.to(x.device), self.u.to(x.device), self.alpha)
@@ -118,11 +120,11 @@ class Binary:
     """Baumli et al. (2023): the goal prompt's softmax probability against negative prompts, thresholded
     (or the probability itself)."""
 
-    def __init__(self, task: BinaryTask, text_embedding: TextEmbedding, logit_scale: float):
-        self.embeddings = [text_embedding(p) for p in task.prompts]  # the goal first
-        self.scale = logit_scale if task.temperature is None else 1.0 / task.temperature
-        self.threshold = task.threshold
-        self.probability = task.probability
+    def __init__(self, criterion: BinaryCriterion, text_embedding: TextEmbedding, logit_scale: float):
+        self.embeddings = [text_embedding(p) for p in criterion.prompts]  # the goal first
+        self.scale = logit_scale if criterion.temperature is None else 1.0 / criterion.temperature
+        self.threshold = criterion.threshold
+        self.probability = criterion.probability
 
     def reward(self, x: torch.Tensor) -> torch.Tensor:
         goal, negatives = self.embeddings[0].to(x.device), torch.stack(self.embeddings[1:]).to(x.device)
@@ -139,10 +141,10 @@ class Binary:
         return entry, list(self.embeddings)
 
 
-def formula_of(task: Any, text_embedding: TextEmbedding, logit_scale: float) -> Formula:
-    """The formula of ``task`` (its kind's, ``reward.kinds.TASK_KINDS``) with its text side computed."""
-    kind = TASK_KINDS.get(kind_of(task) or "")
+def formula_of(criterion: Any, text_embedding: TextEmbedding, logit_scale: float) -> Formula:
+    """The formula of ``criterion`` (its kind's, ``reward.kinds.CRITERION_KINDS``) with its text side computed."""
+    kind = CRITERION_KINDS.get(kind_of(criterion) or "")
     if kind is None or kind.formula is None:
-        known = ", ".join(k.task.__name__ for k in TASK_KINDS.values() if k.formula is not None)
-        raise TypeError(f"no reward formula from image embeddings for {type(task).__name__}; known: {known}")
-    return named(kind.formula)(task, text_embedding, logit_scale)
+        known = ", ".join(k.criterion.__name__ for k in CRITERION_KINDS.values() if k.formula is not None)
+        raise TypeError(f"no reward formula from image embeddings for {type(criterion).__name__}; known: {known}")
+    return named(kind.formula)(criterion, text_embedding, logit_scale)

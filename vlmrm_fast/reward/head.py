@@ -1,9 +1,9 @@
-"""K reward tasks scored from one batch of image embeddings.
+"""K reward criteria scored from one batch of image embeddings.
 
-Each task's formula (``reward/formulas.py``) computes its text side once. Where every formula has a
-row in the fused kernel's task table and a kernel runs on the device (the C++ twin on the CPU, the
+Each criterion's formula (``reward/formulas.py``) computes its text side once. Where every formula has a
+row in the fused kernel's criterion table and a kernel runs on the device (the C++ twin on the CPU, the
 CUDA kernel on a GPU whose core was built with CUDA), one kernel pass normalizes each image
-embedding and evaluates every task in O(D); otherwise the formulas run in torch, on either device.
+embedding and evaluates every criterion in O(D); otherwise the formulas run in torch, on either device.
 """
 
 from __future__ import annotations
@@ -13,27 +13,27 @@ from collections.abc import Callable, Sequence
 import torch
 
 from vlmrm_fast.reward.formulas import formula_of, normalize
-from vlmrm_fast.reward.kinds import Task
+from vlmrm_fast.reward.kinds import Criterion
 from vlmrm_fast.runtime import kernels
 from vlmrm_fast.runtime.device import resolve_device
 
 
 class RewardHead:
-    """The formulas of ``tasks`` and the kernel that applies them."""
+    """The formulas of ``criteria`` and the kernel that applies them."""
 
     def __init__(
         self,
-        tasks: Sequence[Task],
+        criteria: Sequence[Criterion],
         text_embedding: Callable[[str], torch.Tensor],
         logit_scale: float,
         device: torch.device,
     ):
         """``text_embedding(prompt)`` returns the normalized (D,) float32 embedding."""
-        self.tasks = tuple(tasks)
+        self.criteria = tuple(criteria)
         self.device = resolve_device(device)  # "cuda" -> "cuda:N": the kernel needs the index
-        self.formulas = [formula_of(task, text_embedding, logit_scale) for task in self.tasks]
+        self.formulas = [formula_of(criterion, text_embedding, logit_scale) for criterion in self.criteria]
         rows: list[torch.Tensor] = []
-        self.table: list | None = []  # the kernel's task table; None: a formula the kernel does not know
+        self.table: list | None = []  # the kernel's criterion table; None: a formula the kernel does not know
         for formula in self.formulas:
             entry = formula.kernel_entry(len(rows))
             if entry is None:
@@ -47,7 +47,7 @@ class RewardHead:
 
     @property
     def num_tasks(self) -> int:
-        return len(self.tasks)
+        return len(self.criteria)
 
     @property
     def embed_dim(self) -> int | None:
@@ -80,22 +80,22 @@ class RewardHead:
         return out
 
     def _reward_cuda(self, args: tuple[int, kernels.DType, int, int, int], out: torch.Tensor) -> None:
-        """One kernel launch per MAX_CUDA_REWARD_TASKS tasks (the task table rides in the launch parameters)."""
+        """One kernel launch per MAX_CUDA_REWARD_TASKS criteria (the criterion table rides in the launch parameters)."""
         assert self.text is not None and self.table is not None
         stream = torch.cuda.current_stream(self.device).cuda_stream
         limit = kernels.MAX_CUDA_REWARD_TASKS
         for first in range(0, self.num_tasks, limit):
-            tasks = self.table[first : first + limit]
+            criteria = self.table[first : first + limit]
             part = (
                 out
-                if len(tasks) == self.num_tasks
-                else torch.empty((out.shape[0], len(tasks)), dtype=torch.float32, device=self.device)
+                if len(criteria) == self.num_tasks
+                else torch.empty((out.shape[0], len(criteria)), dtype=torch.float32, device=self.device)
             )
             kernels.reward_cuda(
-                *args, self.text.data_ptr(), self.text.shape[0], tasks, part.data_ptr(), self.device.index, stream
+                *args, self.text.data_ptr(), self.text.shape[0], criteria, part.data_ptr(), self.device.index, stream
             )
             if part is not out:
-                out[:, first : first + len(tasks)] = part
+                out[:, first : first + len(criteria)] = part
 
     def reference(self, embeddings: torch.Tensor) -> torch.Tensor:
         """The same rewards from the formulas in plain torch: the reference of the kernels, and the

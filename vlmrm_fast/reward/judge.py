@@ -1,6 +1,7 @@
-"""JudgeRewardModel: frames in, a generative VLM's answer probabilities out.
+"""JudgeRewardModel: frames in, a generative VLM's answer probabilities out (the ``judge`` reward family,
+``reward/families.py``).
 
-A judge asks each frame one or more yes/no questions (:class:`~vlmrm_fast.reward.kinds.QuestionTask`)
+A judge asks each frame one or more yes/no questions (:class:`~vlmrm_fast.reward.kinds.QuestionCriterion`)
 and reads the reward from the logits of the answer's first token, without generating:
 
     frames (N, H, W, 3) uint8, where the renderer lent them
@@ -9,11 +10,11 @@ and reads the reward from the logits of the answer's first token, without genera
       -> the language model over the prompt's frame-dependent part, from the cached keys and values of its
          frame-independent start; image first, one pass over the frame's tokens for every question, then
          each question's own tokens; logits at the last position only
-      -> the task's score of the answer words' logits -> rewards (N,) or (N, K)
+      -> the criterion's score of the answer words' logits -> rewards (N,) or (N, K)
 
 The prompt is the model's own chat template's (``models/judge/prompt.py``), the frame before the question
 unless ``prompt_order="question_first"``. Its start, before the first image token, is the same for every
-frame: its KV cache is computed once per question set (``set_tasks``) and each batch of frames runs from it.
+frame: its KV cache is computed once per question set (``set_criteria``) and each batch of frames runs from it.
 The input size is fixed, so the number of image tokens and the length of every forward are too: no
 padding. docs/judge.md has the prompt and what a frame costs.
 """
@@ -31,8 +32,11 @@ from vlmrm_fast.checks import FieldError
 from vlmrm_fast.frames.preprocess import as_frame_tensor
 from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.models.judge.prompt import DEFAULT_PROMPT_ORDER
+from vlmrm_fast.progress import progress_iter
 from vlmrm_fast.reward.formulas import answer_reward
-from vlmrm_fast.reward.kinds import GoalBaselineTask, QuestionTask, as_reward_tasks
+from vlmrm_fast.reward.frame_model import FrameRewardModel
+from vlmrm_fast.reward.kinds import CRITERION_KINDS, GoalBaselineCriterion, QuestionCriterion, as_criteria
+from vlmrm_fast.reward.protocol import FRAME_NEEDS, RewardNeeds
 from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
 from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.runtime.device import resolve_device
@@ -47,10 +51,10 @@ DEFAULT_IMAGE_SIZE = (224, 224)
 
 @dataclasses.dataclass
 class _Answer:
-    """A question task made ready: the ids of its answer words, its column of the rewards, and what runs for
+    """A question criterion made ready: the ids of its answer words, its column of the rewards, and what runs for
     it after its group's pass over the frames (None: that pass ends at its answer)."""
 
-    task: QuestionTask
+    criterion: QuestionCriterion
     column: int
     yes: int
     no: int
@@ -72,17 +76,17 @@ class _Group:
     answers: list[_Answer]
 
 
-class JudgeRewardModel:
-    """A generative VLM scoring frames with question tasks (see the module docstring); a
+class JudgeRewardModel(FrameRewardModel):
+    """A generative VLM scoring frames with question criteria (see the module docstring); a
     :class:`~vlmrm_fast.reward.protocol.RewardModel`."""
 
     def __init__(
         self,
         judge: Any,
-        tasks: Sequence[Any],
+        criteria: Sequence[Any],
         *,
         device: torch.device,
-        multi_task: bool = False,
+        multi_criteria: bool = False,
         batch_size: int | None = None,
         image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
         precision: str = "fp32",
@@ -107,15 +111,101 @@ class JudgeRewardModel:
             f"score smaller frames (image_size: {DEFAULT_IMAGE_SIZE[0]} gives Qwen2-VL 64 image tokens)",
         )
         self.adapter = judge.family.adapter(judge.model, judge.processor, tuple(image_size))
-        self.multi_task = multi_task
+        self.multi_criteria = multi_criteria
         self._buffer: torch.Tensor | None = None
-        self._tasks: tuple[QuestionTask, ...] = ()
+        self._tasks: tuple[QuestionCriterion, ...] = ()
         self._groups: list[_Group] = []
-        self.set_tasks(tasks, multi_task=multi_task)
+        self.set_criteria(criteria, multi_criteria=multi_criteria)
+
+    # ------------------------------------------------------------------ the family
+    @classmethod
+    def from_spec(cls, spec: RewardModelSpec) -> JudgeRewardModel:
+        """The judge of ``spec`` (a judge's name, question criteria or one target prompt; see docs/judge.md)."""
+        from vlmrm_fast.encoders.precision import resolve
+        from vlmrm_fast.models.judge.fp8 import convert_judge_to_fp8
+        from vlmrm_fast.models.judge.judge_models import load_judge, set_image_options
+
+        criteria, multi = spec.reward_criteria()
+        criteria = judge_criteria(criteria)  # before the weights load: a bad criterion fails in a moment
+        device = resolve_device(spec.device)
+        precision = resolve(spec.precision, device)
+        judge = load_judge(spec.model, device=device, dtype=precision.dtype, cache_dir=spec.cache_dir, seed=spec.seed)
+        set_image_options(judge, spec.do_image_splitting, spec.longest_edge)
+        if precision.fp8:
+            convert_judge_to_fp8(judge.model)
+        return cls(
+            judge,
+            criteria,
+            device=device,
+            multi_criteria=multi,
+            batch_size=spec.batch_size,
+            image_size=spec.image_size or DEFAULT_IMAGE_SIZE,
+            precision=precision.name,
+            schedule=spec.schedule,
+            prompt_order=spec.prompt_order or DEFAULT_PROMPT_ORDER,
+        )
+
+    @classmethod
+    def check_spec(cls, spec: RewardModelSpec) -> None:
+        """A judge's name (question criteria on a CLIP's are refused, naming it), and the values of the CLIP fields
+        a judge also takes: ``resize_mode`` squash, ``backend`` torch, ``alpha`` 0."""
+        from vlmrm_fast.models.judge.judge_models import check_model_name, is_judge_name
+
+        if not is_judge_name(spec.model):
+            from vlmrm_fast.models.clip.names import parse_model_name
+
+            check_model_name(spec.model, spec.cache_dir)  # a name that is neither, named as what it is
+            parse_model_name(spec.model, spec.pretrained)  # a CLIP name misspelt is named with its closest match
+            raise FieldError(
+                "model",
+                f"{spec.model!r} is a CLIP model; question criteria need a generative VLM judge, e.g. "
+                f"model='Qwen/Qwen2-VL-2B-Instruct' (or 'vlmrm-tiny-qwen2-vl' to try the plumbing)",
+            )
+        if spec.resize_mode not in (None, "squash"):
+            raise FieldError(
+                "resize_mode",
+                f"{spec.resize_mode!r} is CLIP's; a judge squashes frames to its input size (image_size): use "
+                "'squash' or leave it out",
+            )
+        if spec.alpha:
+            raise FieldError("alpha", "is CLIP's goal-baseline projection; a judge has no embedding to project: use 0")
+        if spec.backend not in ("auto", "torch"):
+            raise FieldError("backend", f"{spec.backend!r} runs CLIP image towers; a judge runs in torch: use 'auto'")
+
+    @classmethod
+    def needs_of(cls, spec: RewardModelSpec) -> RewardNeeds:
+        return FRAME_NEEDS
+
+    @classmethod
+    def require_weights(cls, spec: RewardModelSpec) -> None:
+        from vlmrm_fast.models import require_weights
+
+        require_weights(spec.model, cache_dir=spec.cache_dir)
+
+    @classmethod
+    def criterion_kinds_of(cls) -> tuple[str, ...]:
+        """The kinds read from the answer's logits (every kind without an embedding formula)."""
+        return tuple(name for name, kind in CRITERION_KINDS.items() if kind.formula is None)
 
     # ------------------------------------------------------------------ properties
     @property
-    def tasks(self) -> tuple[QuestionTask, ...]:
+    def name(self) -> str:
+        return self.judge.model_id
+
+    @property
+    def random_init(self) -> bool:
+        return self.judge.weights.startswith("random init")
+
+    @property
+    def criterion_kinds(self) -> tuple[str, ...]:
+        return self.criterion_kinds_of()
+
+    def parameter_count(self) -> int:
+        """Parameters of the vision tower and the language model."""
+        return int(sum(p.numel() for p in self.model.parameters()))
+
+    @property
+    def criteria(self) -> tuple[QuestionCriterion, ...]:
         return self._tasks
 
     @property
@@ -136,50 +226,50 @@ class JudgeRewardModel:
         return next(self.model.parameters()).dtype
 
     def __repr__(self) -> str:
-        names = ", ".join(repr(t.name) for t in self.tasks)
+        names = ", ".join(repr(t.name) for t in self.criteria)
         h, w = self.image_size
         return (
             f"JudgeRewardModel({self.judge.model_id} ({self.judge.family.name}), weights={self.judge.weights}, "
-            f"{h}x{w} px, {self.prompt_order}, {self.precision}, tasks=[{names}])"
+            f"{h}x{w} px, {self.prompt_order}, {self.precision}, criteria=[{names}])"
         )
 
     # ------------------------------------------------------------------- questions
     @torch.inference_mode()
-    def set_tasks(self, tasks: Sequence[Any], *, multi_task: bool = True) -> None:
-        """Replaces the questions, computing the frame-independent start of their prompts once; on a bad task
+    def set_criteria(self, criteria: Sequence[Any], *, multi_criteria: bool = True) -> None:
+        """Replaces the questions, computing the frame-independent start of their prompts once; on a bad criterion
         nothing changes."""
         from vlmrm_fast.models.judge.prompt import answer_token, check_answer_position, layout_prompt, share_frames
 
-        tasks = judge_tasks(as_reward_tasks(tasks))
+        criteria = judge_criteria(as_criteria(criteria))
         model, processor = self.model, self.judge.processor
         check_answer_position(processor, self.prompt_order, self.judge.model_id)
         config = model.config
         context = getattr(config.get_text_config(), "max_position_embeddings", None)
         lead = self.judge.family.answer_lead
         layouts, answers = [], []
-        for i, task in enumerate(tasks):
-            field = f"tasks[{i}].question"
+        for i, criterion in enumerate(criteria):
+            field = f"criteria[{i}].question"
             layouts.append(
                 layout_prompt(
                     processor,
                     self.adapter,
                     config.image_token_id,
-                    task.question,
+                    criterion.question,
                     order=self.prompt_order,
                     context=context,
                     field=field,
                 )
             )
-            yes = answer_token(processor.tokenizer, task.yes, lead, f"tasks[{i}].yes")
-            no = answer_token(processor.tokenizer, task.no, lead, f"tasks[{i}].no")
-            answers.append(_Answer(task, i, yes, no, layouts[-1].ids))
+            yes = answer_token(processor.tokenizer, criterion.yes, lead, f"criteria[{i}].yes")
+            no = answer_token(processor.tokenizer, criterion.no, lead, f"criteria[{i}].no")
+            answers.append(_Answer(criterion, i, yes, no, layouts[-1].ids))
         groups = [
             self._group(shared, layouts, answers) for shared in share_frames(layouts, cache_head=self.cache_prefix)
         ]
-        self._tasks, self._groups, self.multi_task = tuple(tasks), groups, multi_task
+        self._tasks, self._groups, self.multi_criteria = tuple(criteria), groups, multi_criteria
 
     def prompt(self, column: int = 0) -> torch.Tensor:
-        """The token ids (L,) of task ``column``'s whole prompt, as its language model reads it for a frame."""
+        """The token ids (L,) of criterion ``column``'s whole prompt, as its language model reads it for a frame."""
         return next(a.prompt[0] for g in self._groups for a in g.answers if a.column == column)
 
     def _group(self, shared: Any, layouts: list[Any], answers: list[_Answer]) -> _Group:
@@ -267,7 +357,7 @@ class JudgeRewardModel:
     def score_pixels(
         self, pixels: torch.Tensor, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER
     ) -> torch.Tensor:
-        """Pixel input (N, ...) -> rewards (N,), or (N, K) with several tasks (into ``out``)."""
+        """Pixel input (N, ...) -> rewards (N,), or (N, K) with several criteria (into ``out``)."""
         chunks = []
         for start in range(0, pixels.shape[0], self.chunk_size):
             chunk = pixels[start : start + self.chunk_size]
@@ -280,7 +370,7 @@ class JudgeRewardModel:
                         columns[answer.column] = reward
                 chunks.append(torch.stack(columns, 1))  # type: ignore[arg-type]
         rewards = torch.cat(chunks) if len(chunks) > 1 else chunks[0]
-        rewards = rewards if self.multi_task else rewards[:, 0]
+        rewards = rewards if self.multi_criteria else rewards[:, 0]
         if out is None:
             return rewards
         out.copy_(rewards)
@@ -328,11 +418,11 @@ class JudgeRewardModel:
 
     @staticmethod
     def _score(answer: _Answer, logits: torch.Tensor) -> torch.Tensor:
-        return answer_reward(logits, answer.yes, answer.no, answer.task.score)
+        return answer_reward(logits, answer.yes, answer.no, answer.criterion.score)
 
     @torch.inference_mode()
     def __call__(self, frames: Any) -> torch.Tensor:
-        """uint8 frames (N, H, W, 3), numpy or torch -> rewards (N,) (or (N, K) with several tasks)."""
+        """uint8 frames (N, H, W, 3), numpy or torch -> rewards (N,) (or (N, K) with several criteria)."""
         frames = as_frame_tensor(frames)
         rows = min(self.chunk_size, frames.shape[0])
         if self._buffer is None or self._buffer.shape[0] < rows:  # reused: a fresh one costs its page faults
@@ -344,6 +434,26 @@ class JudgeRewardModel:
             outs.append(self.score_pixels(self._pixels(chunk, self._buffer[: chunk.shape[0]])))
         return torch.cat(outs) if len(outs) > 1 else outs[0]
 
+    def _frame_rewards(self, frames: torch.Tensor, criteria: Sequence[Any] | None, progress: bool) -> torch.Tensor:
+        """Every frame's rewards for ``criteria`` (its own by default), one column each: the vision tower once per
+        frame for all of them; the judge's own questions are restored afterwards."""
+        if criteria is None:
+            rewards = self._in_batches(frames, progress)
+            return rewards if rewards.ndim == 2 else rewards[:, None]
+        previous, previous_multi = self.criteria, self.multi_criteria
+        self.set_criteria(criteria, multi_criteria=True)
+        try:
+            return self._in_batches(frames, progress)
+        finally:
+            self.set_criteria(previous, multi_criteria=previous_multi)
+
+    def _in_batches(self, frames: torch.Tensor, progress: bool) -> torch.Tensor:
+        batches = progress_iter(
+            range(0, frames.shape[0], self.chunk_size), desc="encode", unit="batch", enabled=progress
+        )
+        rewards = [self(frames[start : start + self.chunk_size]) for start in batches]
+        return torch.cat(rewards) if len(rewards) > 1 else rewards[0]
+
     def close(self) -> None:
         """Releases the weights and the prefix caches: the judge scores no more frames."""
         self.judge = dataclasses.replace(self.judge, model=None)
@@ -352,105 +462,31 @@ class JudgeRewardModel:
             group.head_kv = []
 
 
-def judge_tasks(tasks: Sequence[Any]) -> tuple[QuestionTask, ...]:
-    """``tasks`` as a judge's question tasks: a goal-baseline task of one target prompt (a task's default,
-    the training config's ``target_prompts``) asks :meth:`QuestionTask.about` it; CLIP's other tasks are
+def judge_criteria(criteria: Sequence[Any]) -> tuple[QuestionCriterion, ...]:
+    """``criteria`` as a judge's question criteria: a goal-baseline criterion of one target prompt (an env task's
+    default, the training config's ``target_prompts``) asks :meth:`QuestionCriterion.about` it; CLIP's other criteria are
     refused with the fix."""
     out = []
-    for i, task in enumerate(tasks):
-        if isinstance(task, QuestionTask):
-            out.append(task)
-        elif isinstance(task, GoalBaselineTask) and task.alpha == 0 and len(task.target_prompts) == 1:
-            name = task.name if task.name != task.target_prompts[0] else None
-            out.append(QuestionTask.about(task.target_prompts[0], name=name))
-        elif isinstance(task, GoalBaselineTask) and task.alpha == 0:
+    for i, criterion in enumerate(criteria):
+        if isinstance(criterion, QuestionCriterion):
+            out.append(criterion)
+        elif (
+            isinstance(criterion, GoalBaselineCriterion) and criterion.alpha == 0 and len(criterion.target_prompts) == 1
+        ):
+            name = criterion.name if criterion.name != criterion.target_prompts[0] else None
+            out.append(QuestionCriterion.about(criterion.target_prompts[0], name=name))
+        elif isinstance(criterion, GoalBaselineCriterion) and criterion.alpha == 0:
             raise FieldError(
                 "target_prompts",
-                f"a judge asks one question about one target prompt, got {len(task.target_prompts)} "
-                f"({', '.join(map(repr, task.target_prompts))}): keep one, or ask each as a question task "
-                "(tasks=[{'kind': 'question', 'question': ...}, ...])",
+                f"a judge asks one question about one target prompt, got {len(criterion.target_prompts)} "
+                f"({', '.join(map(repr, criterion.target_prompts))}): keep one, or ask each as a question criterion "
+                "(criteria=[{'kind': 'question', 'question': ...}, ...])",
             )
         else:
             raise FieldError(
-                f"tasks[{i}]",
-                f"a generative VLM judge answers questions; {type(task).__name__} {task.name!r} is a CLIP reward "
-                "(embeddings, alpha, negative prompts). Give question tasks, e.g. tasks=[{'kind': 'question', "
+                f"criteria[{i}]",
+                f"a generative VLM judge answers questions; {type(criterion).__name__} {criterion.name!r} is a CLIP reward "
+                "(embeddings, alpha, negative prompts). Give question criteria, e.g. criteria=[{'kind': 'question', "
                 "'question': 'Is the pole upright?'}], or one target prompt with alpha 0",
             )
     return tuple(out)
-
-
-def is_judge_spec(spec: RewardModelSpec) -> bool:
-    """Whether ``spec`` asks for a judge: it names one, or its tasks are questions."""
-    from vlmrm_fast.models.judge.load import is_judge_name
-
-    return is_judge_name(spec.model) or any(isinstance(t, QuestionTask) for t in spec.tasks or ())
-
-
-def load_judge_reward_model(spec: RewardModelSpec) -> JudgeRewardModel:
-    """The judge of ``spec`` (a judge's name, question tasks or one target prompt; see docs/judge.md)."""
-    from vlmrm_fast.encoders.precision import resolve
-    from vlmrm_fast.models.judge.fp8 import convert_judge_to_fp8
-    from vlmrm_fast.models.judge.load import is_judge_name, load_judge, set_image_options
-
-    if not is_judge_name(spec.model):
-        from vlmrm_fast.models.names import parse_model_name
-
-        parse_model_name(spec.model, spec.pretrained)  # a CLIP name misspelt is named with its closest match
-        raise FieldError(
-            "model",
-            f"{spec.model!r} is a CLIP model; question tasks need a generative VLM judge, e.g. "
-            f"model='Qwen/Qwen2-VL-2B-Instruct' (or 'vlmrm-tiny-qwen2-vl' to try the plumbing)",
-        )
-    _refuse_clip_fields(spec)
-    tasks, multi = spec.reward_tasks()
-    tasks = judge_tasks(tasks)  # before the weights load: a bad task fails in a moment
-    device = resolve_device(spec.device)
-    precision = resolve(spec.precision, device)
-    judge = load_judge(
-        spec.model,
-        device=device,
-        dtype=precision.dtype,
-        cache_dir=spec.cache_dir,
-        seed=spec.seed,
-    )
-    set_image_options(judge, spec.do_image_splitting, spec.longest_edge)
-    if precision.fp8:
-        convert_judge_to_fp8(judge.model)
-    return JudgeRewardModel(
-        judge,
-        tasks,
-        device=device,
-        multi_task=multi,
-        batch_size=spec.batch_size,
-        image_size=spec.image_size or DEFAULT_IMAGE_SIZE,
-        precision=precision.name,
-        schedule=spec.schedule,
-        prompt_order=spec.prompt_order or DEFAULT_PROMPT_ORDER,
-    )
-
-
-def _refuse_clip_fields(spec: RewardModelSpec) -> None:
-    """The spec's CLIP-only fields, refused when set: they would change nothing for a judge."""
-    why = {
-        "pretrained": "a judge's weights come with its name (a hub repository or a folder)",
-        "checkpoint": "a judge's weights come with its name (a hub repository or a folder)",
-        "tokenizer": "a judge's tokenizer comes with its processor",
-    }
-    for field, reason in why.items():
-        if getattr(spec, field) is not None:
-            raise FieldError(field, f"does not apply to a generative VLM judge: {reason}; leave it out")
-    if spec.resize_mode not in (None, "squash"):
-        raise FieldError(
-            "resize_mode",
-            f"{spec.resize_mode!r} is CLIP's; a judge squashes frames to its input size (image_size): use 'squash' "
-            "or leave it out",
-        )
-    if spec.alpha:
-        raise FieldError("alpha", "is CLIP's goal-baseline projection; a judge has no embedding to project: use 0")
-    if spec.backend not in ("auto", "torch"):
-        raise FieldError("backend", f"{spec.backend!r} runs CLIP image towers; a judge runs in torch: use 'auto'")
-    if spec.encoder_options:
-        raise FieldError(
-            "encoder_options", f"{sorted(spec.encoder_options)} configure CLIP's encoder backends, not a judge"
-        )

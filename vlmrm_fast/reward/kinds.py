@@ -2,15 +2,15 @@
 
 Two kinds for CLIP, both scored from one image-embedding pass (docs/reward.md):
 
-* :class:`GoalBaselineTask` (Rocamonde et al., 2024): ``1 - 0.5 |P (x - g)|^2``
+* :class:`GoalBaselineCriterion` (Rocamonde et al., 2024): ``1 - 0.5 |P (x - g)|^2``
   with ``g`` the mean target embedding and ``P`` the goal-baseline projection of
   strength ``alpha``.
-* :class:`BinaryTask` (Baumli et al., 2023): the softmax probability of the goal
+* :class:`BinaryCriterion` (Baumli et al., 2023): the softmax probability of the goal
   prompt against negative prompts, thresholded (or the probability itself).
 
 One for a generative VLM (a judge, docs/judge.md), several scored from one vision pass:
 
-* :class:`QuestionTask`: a yes/no question about the frame; the reward is read from the
+* :class:`QuestionCriterion`: a yes/no question about the frame; the reward is read from the
   answer word's logits (``score``: P(yes) against P(no), log P(yes), or the log-odds).
 """
 
@@ -49,7 +49,7 @@ def normalize_prompts(prompts: Any, what: str, *, allow_empty: bool = False) -> 
 
 
 @dataclasses.dataclass(frozen=True)
-class GoalBaselineTask:
+class GoalBaselineCriterion:
     """The VLM-RM reward: target prompts, optional baseline prompts, alpha in [0, 1]."""
 
     target_prompts: tuple[str, ...]
@@ -80,7 +80,7 @@ class GoalBaselineTask:
 
 
 @dataclasses.dataclass(frozen=True)
-class BinaryTask:
+class BinaryCriterion:
     """Baumli et al.: ``p = softmax(s [x.g, x.n_1, ..])[0]``; reward ``1[p > threshold]`` or ``p``.
 
     ``temperature=None`` uses the model's learned logit scale ``s``; otherwise
@@ -119,14 +119,14 @@ class BinaryTask:
         return (self.goal_prompt,) + self.negative_prompts
 
 
-#: What a question task's reward reads from the answer's logits ``l`` (docs/judge.md):
+#: What a question criterion's reward reads from the answer's logits ``l`` (docs/judge.md):
 #: ``yes_vs_no`` = P(yes) / (P(yes) + P(no)) in [0, 1]; ``log_p_yes`` = log P(yes) over the whole
 #: vocabulary, at most 0; ``log_odds`` = l_yes - l_no = log(P(yes) / P(no)), unbounded.
 ANSWER_SCORES = ("yes_vs_no", "log_p_yes", "log_odds")
 
 
 @dataclasses.dataclass(frozen=True)
-class QuestionTask:
+class QuestionCriterion:
     """A question a generative VLM answers about each frame; the reward is read from the probability it
     gives the answer words ``yes`` and ``no`` (each one token of its tokenizer) as its first word.
 
@@ -171,7 +171,7 @@ class QuestionTask:
         object.__setattr__(self, "name", self.name or f"question: {self.question}")
 
     @classmethod
-    def about(cls, prompt: str, **fields: Any) -> QuestionTask:
+    def about(cls, prompt: str, **fields: Any) -> QuestionCriterion:
         """The question a CLIP target prompt asks a judge: ``Does this image show <prompt>? Answer yes or no.``"""
         (prompt,) = normalize_prompts(prompt, "target_prompts")
         return cls(f"Does this image show {prompt}? Answer yes or no.", **fields)
@@ -191,8 +191,8 @@ def _yaml_boolean(value: Any) -> str:
     )
 
 
-class Task(Protocol):
-    """What every reward task is: a frozen dataclass of its prompts and parameters, checked on construction,
+class Criterion(Protocol):
+    """What every reward criterion is: a frozen dataclass of its prompts and parameters, checked on construction,
     with the ``name`` it is logged under and the ``prompts`` a model embeds or asks for it."""
 
     @property
@@ -203,53 +203,53 @@ class Task(Protocol):
 
 
 @dataclasses.dataclass(frozen=True)
-class TaskKind:
-    """A kind of reward task: ``task``, its dataclass (a :class:`Task`), and ``formula``, what scores it from
+class CriterionKind:
+    """A kind of reward criterion: ``criterion``, its dataclass (a :class:`Criterion`), and ``formula``, what scores it from
     image embeddings as ``"module:Class"`` (a ``reward.formulas.Formula``, imported on first use; None: not
     scored from embeddings, as a judge's question, read from the answer's logits)."""
 
-    task: type
+    criterion: type
     formula: str | None = None
 
     def required(self) -> list[str]:
-        """The fields a task of this kind must be given."""
+        """The fields a criterion of this kind must be given."""
         return [
             f.name
-            for f in dataclasses.fields(self.task)
+            for f in dataclasses.fields(self.criterion)
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         ]
 
 
-#: The kinds of reward task by the name a config gives them (``kind:``), read wherever a task is taken: a
+#: The kinds of reward criterion by the name a config gives them (``kind:``), read wherever a criterion is taken: a
 #: new kind is its dataclass, its formula and one row here (docs/architecture.md, "Where to add things").
-TASK_KINDS: dict[str, TaskKind] = {
-    "goal_baseline": TaskKind(GoalBaselineTask, "vlmrm_fast.reward.formulas:GoalBaseline"),
-    "binary": TaskKind(BinaryTask, "vlmrm_fast.reward.formulas:Binary"),
-    "question": TaskKind(QuestionTask),
+CRITERION_KINDS: dict[str, CriterionKind] = {
+    "goal_baseline": CriterionKind(GoalBaselineCriterion, "vlmrm_fast.reward.formulas:GoalBaseline"),
+    "binary": CriterionKind(BinaryCriterion, "vlmrm_fast.reward.formulas:Binary"),
+    "question": CriterionKind(QuestionCriterion),
 }
 
 
-def kind_of(task: Any) -> str | None:
-    """The name of ``task``'s kind in :data:`TASK_KINDS` (None: no kind's dataclass)."""
-    return next((name for name, kind in TASK_KINDS.items() if type(task) is kind.task), None)
+def kind_of(criterion: Any) -> str | None:
+    """The name of ``criterion``'s kind in :data:`CRITERION_KINDS` (None: no kind's dataclass)."""
+    return next((name for name, kind in CRITERION_KINDS.items() if type(criterion) is kind.criterion), None)
 
 
-def as_reward_task(spec: Any) -> Task:
-    """A task object of a kind of :data:`TASK_KINDS`, or a mapping of its fields: ``kind:`` names its kind, else
+def as_criterion(spec: Any) -> Criterion:
+    """A criterion object of a kind of :data:`CRITERION_KINDS`, or a mapping of its fields: ``kind:`` names its kind, else
     the fields say it (the first kind given one of its required fields, e.g. ``question`` or ``goal_prompt``;
-    a goal-baseline task when none is). A :class:`~vlmrm_fast.checks.FieldError` names the field."""
+    a goal-baseline criterion when none is). A :class:`~vlmrm_fast.checks.FieldError` names the field."""
     if kind_of(spec) is not None:
         return spec
     if not isinstance(spec, Mapping):
-        classes = ", ".join(kind.task.__name__ for kind in TASK_KINDS.values())
-        raise FieldTypeError("", f"a task must be one of {classes} or a mapping of its fields, got {spec!r}")
+        classes = ", ".join(kind.criterion.__name__ for kind in CRITERION_KINDS.values())
+        raise FieldTypeError("", f"a criterion must be one of {classes} or a mapping of its fields, got {spec!r}")
     fields = dict(spec)
-    implied = next((name for name, kind in TASK_KINDS.items() if set(kind.required()) & set(fields)), None)
-    name = fields.pop("kind", implied or next(iter(TASK_KINDS)))
-    kind = TASK_KINDS.get(name) if isinstance(name, str) else None
+    implied = next((name for name, kind in CRITERION_KINDS.items() if set(kind.required()) & set(fields)), None)
+    name = fields.pop("kind", implied or next(iter(CRITERION_KINDS)))
+    kind = CRITERION_KINDS.get(name) if isinstance(name, str) else None
     if kind is None:
-        raise FieldError("kind", f"{name!r} is unknown; use one of {', '.join(map(repr, TASK_KINDS))}")
-    names = [f.name for f in dataclasses.fields(kind.task)]
+        raise FieldError("kind", f"{name!r} is unknown; use one of {', '.join(map(repr, CRITERION_KINDS))}")
+    names = [f.name for f in dataclasses.fields(kind.criterion)]
     for key in [key for key in fields if isinstance(key, bool)]:
         # YAML reads an unquoted key yes/no (and true/false, on/off) as a boolean: yes: 'Yes' gives {True: 'Yes'}.
         word = "yes" if key else "no"
@@ -264,41 +264,42 @@ def as_reward_task(spec: Any) -> Task:
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"fields are {', '.join(names)}"
-            raise FieldError(str(key), f"unknown field of a {name.replace('_', '-')} task; {hint}")
+            raise FieldError(str(key), f"unknown field of a {name.replace('_', '-')} criterion; {hint}")
     missing = [field for field in kind.required() if field not in fields]
     if missing:
         raise FieldError(
-            missing[0], f"required field is missing (a {name.replace('_', '-')} task needs {' and '.join(missing)})"
+            missing[0],
+            f"required field is missing (a {name.replace('_', '-')} criterion needs {' and '.join(missing)})",
         )
-    return kind.task(**fields)
+    return kind.criterion(**fields)
 
 
-def as_reward_tasks(specs: Any) -> tuple[Task, ...]:
-    """``specs`` (a list of tasks or of mappings of their fields) as tasks; an error names the task's place,
-    ``tasks[1].score``."""
+def as_criteria(specs: Any) -> tuple[Criterion, ...]:
+    """``specs`` (a list of criteria or of mappings of their fields) as criteria; an error names the criterion's place,
+    ``criteria[1].score``."""
     if isinstance(specs, Mapping):
         raise FieldTypeError(
-            "tasks",
-            f"must be a list of tasks, got a mapping with keys {', '.join(map(str, specs))}: write each task as one "
-            "item of a list ('- kind: question' in YAML, the task's other fields under it)",
+            "criteria",
+            f"must be a list of criteria, got a mapping with keys {', '.join(map(str, specs))}: write each criterion as one "
+            "item of a list ('- kind: question' in YAML, the criterion's other fields under it)",
         )
     if isinstance(specs, str) or not isinstance(specs, Iterable):
-        raise FieldTypeError("tasks", f"must be a list of tasks, got {specs!r}")
-    tasks = []
+        raise FieldTypeError("criteria", f"must be a list of criteria, got {specs!r}")
+    criteria = []
     for i, spec in enumerate(specs):
         try:
-            tasks.append(as_reward_task(spec))
+            criteria.append(as_criterion(spec))
         except FieldError as exc:
-            raise type(exc)(f"tasks[{i}]{'.' if exc.field else ''}{exc.field}", exc.reason) from None
-    if not tasks:
-        raise FieldError("tasks", "is empty; give at least one task")
-    return tuple(tasks)
+            raise type(exc)(f"criteria[{i}]{'.' if exc.field else ''}{exc.field}", exc.reason) from None
+    if not criteria:
+        raise FieldError("criteria", "is empty; give at least one criterion")
+    return tuple(criteria)
 
 
-def unique_prompts(tasks: Sequence[Task]) -> tuple[str, ...]:
-    """Every prompt the tasks use, each once, in first-seen order (one text pass)."""
+def unique_prompts(criteria: Sequence[Criterion]) -> tuple[str, ...]:
+    """Every prompt the criteria use, each once, in first-seen order (one text pass)."""
     seen: dict[str, None] = {}
-    for task in tasks:
-        for p in task.prompts:
+    for criterion in criteria:
+        for p in criterion.prompts:
             seen.setdefault(p, None)
     return tuple(seen)

@@ -1,12 +1,19 @@
-"""RewardModel: what the env stack asks of a reward model.
+"""RewardModel: what everything above the reward models asks of one, whatever its family.
 
-The VLM reward wrapper, the step's pipeline (``stack.scorer.ChunkedScorer``), episode-batch scoring
-and the training callbacks use a reward model through this interface alone.
-:class:`~vlmrm_fast.reward.model.VLMRewardModel` implements it; so can a model of your own.
+The env stack (the VLM reward wrappers and the step's pipeline, ``stack.scorer.ChunkedScorer``), the plan,
+episode-batch scoring, the training callbacks, evaluation and torchrun use a reward model through this
+interface alone; no module above ``reward/`` tests which family a model is. A family (``reward/families.py``:
+its row in ``REWARD_FAMILIES``) keeps it; so can a model of your own.
 
-A step scores frames in two halves, so that a GPU can overlap them with the next range's drawing:
-``preprocess`` (frames lent in place -> encoder input, on the render stream) and ``score_pixels``
-(encoder input -> rewards, on the current stream). ``__call__`` does both for frames in memory.
+- What it is: its ``name``, its ``parameter_count()``, whether its
+  weights are a ``random_init``, the criterion kinds it scores (``criterion_kinds``, rows of
+  ``reward.kinds.CRITERION_KINDS``), and what it asks of whatever scores it (``needs``, a
+  :class:`RewardNeeds`: the plan checks them against a stack once).
+- A step's frames: ``pixel_buffer`` and ``preprocess`` (frames lent in place -> the model's input for
+  each frame, on the render stream), then the model's own per-step scorer (``step_scorer``, a
+  :class:`StepScorer`): a frame model scores the due envs' inputs, a window model feeds its envs'
+  rings, each into the step's rewards, on the current stream.
+- Frames in memory (episode batches, evaluation, a run's videos): ``score_frames``.
 
 A model may also carry a ``schedule`` (:class:`~vlmrm_fast.reward.schedule.ScoreSchedule`): which steps
 of an env's episode the env stack scores; without one, every step.
@@ -14,18 +21,107 @@ of an env's episode the env stack scores; without one, every step.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from vlmrm_fast.frames.views import FrameView
-from vlmrm_fast.reward.kinds import Task
+from vlmrm_fast.reward.kinds import Criterion
+from vlmrm_fast.reward.schedule import StepPlan
 from vlmrm_fast.runtime.profiling import NULL_TIMER, StageTimer
+
+
+@dataclasses.dataclass(frozen=True)
+class Need:
+    """One thing a reward model asks of a stack: the reward spec's ``field`` that makes it ask, ``why`` (in
+    its family's words), and what else would do (``instead``, the end of the refusal; "" for nothing)."""
+
+    field: str
+    why: str
+    instead: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardNeeds:
+    """What a reward model asks of whatever scores it, declared by its family (``RewardModel.needs``, and
+    for a spec not loaded yet ``RewardModelSpec.needs``). The plan (``stack.plan.check_needs``) checks them
+    against a stack once; evaluation reads ``episodes`` and ``frames``.
+
+    ``episodes``: a reward reads earlier frames of its episode, so that frames in memory are scored with their
+    episodes (``score_frames(frames, episodes)``); ``frames``: the frames of one episode a reward reads (1 for
+    a frame model, K for a window of K frames, which an episode must hold: ``too_few_steps`` says why);
+    ``terminal_state``: why an episode's last step must be scored on the state that ended it, never on
+    the next episode's first frame (``score_terminal_on: reset_frame``); ``scored_as_it_steps``: why its
+    rewards cannot be left to episode batches (``defer_rewards``); ``time_limit``: why it needs the envs'
+    time limit. None: not asked.
+    """
+
+    episodes: bool = False
+    frames: int = 1
+    too_few_steps: Need | None = None
+    terminal_state: str | None = None
+    scored_as_it_steps: str | None = None
+    time_limit: Need | None = None
+
+
+#: What a model that scores each frame on its own asks: nothing.
+FRAME_NEEDS = RewardNeeds()
+
+
+@runtime_checkable
+class StepScorer(Protocol):
+    """A reward model's scoring of one stack's steps, ``num_envs`` envs (``RewardModel.step_scorer``). Each
+    step: ``begin(plan)`` with the schedule's plan (which envs step, which are scored); then for each range
+    of envs, the frames' inputs (``preprocess``'s, into the scorer's pixel buffer, only where
+    ``needs_frames``) go to ``submit``, which writes the due envs' rewards into the range's rows of the
+    step's rewards, without waiting for the device."""
+
+    #: Score each episode on its last step alone (a window of the whole episode): the schedule's clock
+    #: plans only those steps.
+    episode_ends_only: bool
+
+    def begin(self, plan: StepPlan) -> None: ...
+
+    def needs_frames(self, rows: slice) -> bool:
+        """Whether the frames of envs ``rows`` are read this step (else they need no preprocessing)."""
+        ...
+
+    def submit(self, pixels: torch.Tensor, rows: slice, out: torch.Tensor, timer: StageTimer = NULL_TIMER) -> None:
+        """The inputs ``pixels`` of envs ``rows`` (stale where ``needs_frames`` was False) -> the due envs'
+        rewards into ``out`` (the rows' part of the step's rewards)."""
+        ...
 
 
 @runtime_checkable
 class RewardModel(Protocol):
-    """Frames in, rewards out: (N,) for one task, (N, K) for K tasks (``multi_task``)."""
+    """Frames in, rewards out: (N,) for one criterion, (N, K) for K criteria (``multi_criteria``); see the
+    module docstring."""
+
+    @property
+    def name(self) -> str:
+        """The model's name, as it was asked for (``"ViT-L-14/laion2b_s32b_b82k"``, ``"viclip-b16"``)."""
+        ...
+
+    @property
+    def random_init(self) -> bool:
+        """Whether its weights are a random initialization (its rewards are noise)."""
+        ...
+
+    def parameter_count(self) -> int:
+        """Parameters of the whole model (every tower it runs)."""
+        ...
+
+    @property
+    def needs(self) -> RewardNeeds:
+        """What it asks of whatever scores it (see :class:`RewardNeeds`)."""
+        ...
+
+    @property
+    def criterion_kinds(self) -> tuple[str, ...]:
+        """The kinds of criteria it scores (``reward.kinds``' ``kind:`` names, e.g. ``goal_baseline``)."""
+        ...
 
     @property
     def device(self) -> torch.device:
@@ -33,38 +129,51 @@ class RewardModel(Protocol):
         ...
 
     @property
-    def tasks(self) -> tuple[Task, ...]:
-        """The reward tasks, in column order; their names label infos and logs."""
+    def criteria(self) -> tuple[Criterion, ...]:
+        """The reward criteria, in column order; their names label infos and logs."""
         ...
 
     @property
-    def multi_task(self) -> bool:
-        """True: rewards (N, K), one column per task; False: (N,)."""
+    def multi_criteria(self) -> bool:
+        """True: rewards (N, K), one column per criterion; False: (N,)."""
         ...
 
     @property
     def chunk_size(self) -> int:
-        """Frames per encoder batch: the batch episode-batch scoring fills."""
+        """Inputs per batch of its towers: the batch episode-batch scoring fills."""
         ...
 
     def pixel_buffer(self, num_frames: int) -> torch.Tensor:
-        """An (uninitialized) encoder input for ``num_frames`` frames, for ``preprocess(out=...)``."""
+        """An (uninitialized) input for ``num_frames`` frames, for ``preprocess(out=...)``."""
         ...
 
     def preprocess(
         self, view: FrameView, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER
     ) -> torch.Tensor:
-        """Lent frames -> encoder input (into ``out``, rows of a ``pixel_buffer``)."""
+        """Lent frames -> the model's input for each frame (into ``out``, rows of a ``pixel_buffer``)."""
         ...
 
-    def score_pixels(
-        self, pixels: torch.Tensor, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER
+    def step_scorer(self, num_envs: int, episode_length: int | None = None) -> StepScorer:
+        """Its scoring of a stack's steps of ``num_envs`` envs, whose episodes end at ``episode_length``
+        steps (None: no time limit)."""
+        ...
+
+    def score_frames(
+        self,
+        frames: Any,
+        episodes: Sequence[Any] | None = None,
+        criteria: Sequence[Any] | None = None,
+        *,
+        window_size: int | None = None,
+        window_step: int = 1,
+        progress: bool = False,
     ) -> torch.Tensor:
-        """Encoder input -> rewards (into ``out`` when given); returns without waiting for the device."""
-        ...
-
-    def __call__(self, frames: Any) -> torch.Tensor:
-        """uint8 frames (N, H, W, 3), numpy or torch, on any device -> rewards on the model's device."""
+        """Rewards (N, K) float32, on the model's device, of uint8 frames (N, H, W, 3) in memory, for ``criteria``
+        (default its own), NaN on a frame no reward lands on. ``episodes``: each episode's frame indices, in
+        order, which a model whose reward reads earlier frames of its episode needs (``needs.episodes``); a
+        window model scores the windows of ``window_size`` frames (default its own) that start every
+        ``window_step`` frames inside each episode, the reward on a window's last frame. A frame model scores
+        every frame on its own. ``progress``: a progress bar over its batches."""
         ...
 
 
@@ -85,4 +194,18 @@ def check_reward_model(value: Any, name: str = "reward_model") -> RewardModel:
     )
 
 
-_MEMBERS = ("device", "tasks", "multi_task", "chunk_size", "pixel_buffer", "preprocess", "score_pixels", "__call__")
+_MEMBERS = (
+    "device",
+    "criteria",
+    "multi_criteria",
+    "chunk_size",
+    "pixel_buffer",
+    "preprocess",
+    "step_scorer",
+    "score_frames",
+    "name",
+    "random_init",
+    "parameter_count",
+    "needs",
+    "criterion_kinds",
+)

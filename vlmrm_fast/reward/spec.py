@@ -11,15 +11,19 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from vlmrm_fast.checks import FieldError, FieldTypeError, boolean, non_negative_int, number, one_of, positive_int
 from vlmrm_fast.encoders import BACKEND_OPTIONS, BACKENDS, PRECISION_NAMES
 from vlmrm_fast.frames.preprocess import RESIZE_MODES
 from vlmrm_fast.models.judge.prompt import PROMPT_ORDERS
-from vlmrm_fast.reward.kinds import GoalBaselineTask, Task, as_reward_tasks, normalize_prompts
+from vlmrm_fast.reward.families import REWARD_FAMILIES, RewardFamily, family_of
+from vlmrm_fast.reward.kinds import Criterion, GoalBaselineCriterion, as_criteria, normalize_prompts
 from vlmrm_fast.reward.schedule import ScoreSchedule
-from vlmrm_fast.reward.window import WindowSpec, check_window_fields, is_video_model
+from vlmrm_fast.reward.window import WindowSpec
+
+if TYPE_CHECKING:
+    from vlmrm_fast.reward.protocol import RewardNeeds
 
 
 class TaskDefaults(Protocol):
@@ -41,18 +45,18 @@ class TaskDefaults(Protocol):
 
 #: The model when none is named: the paper's largest CLIP.
 DEFAULT_MODEL = "ViT-bigG-14/laion2b_s39b_b160k"
-#: ``also_score``'s name for the target prompts' own task.
-TARGET_TASK = "target"
+#: ``also_score``'s name for the target prompts' own criterion.
+TARGET_CRITERION = "target"
 
 
 @dataclasses.dataclass(frozen=True)
 class RewardModelSpec:
-    """A CLIP reward model: which weights, which prompts (one goal-baseline task, ``tasks``, or the
+    """A CLIP reward model: which weights, which prompts (one goal-baseline criterion, ``criteria``, or the
     target prompts plus ``also_score``'s prompt sets), where and how the image tower runs.
 
     ``baseline_prompts`` None: the task's (none without a task); ``()``: none. ``also_score``:
-    ``{name: prompt or [prompts]}``, more goal-baseline tasks with the same baseline prompts and
-    alpha, scored from the same encoder pass (the target prompts are then the task named
+    ``{name: prompt or [prompts]}``, more goal-baseline criteria with the same baseline prompts and
+    alpha, scored from the same encoder pass (the target prompts are then the criterion named
     "target"). ``batch_size``: frames per encoder batch (the fixed batch of the compile and
     TensorRT backends; episode-batch scoring's batch). ``tokenizer``: a folder holding the Hugging
     Face tokenizer of a model whose tokenizer lives on the hub (SigLIP), instead of the cache
@@ -65,8 +69,13 @@ class RewardModelSpec:
     embedding: video}``) with a video model, or with the mean of a frame model's embeddings
     (docs/video-rewards.md).
 
+    Each field but those of :data:`COMMON_FIELDS` belongs to the families that take it (``reward/families.py``:
+    each row's ``fields``); the spec's family (:attr:`family`, the first row that claims its model, criteria and
+    window) checks their values, and a field set for a family that does not take it is refused, naming the
+    family.
+
     A generative VLM judge (docs/judge.md) is named the same way (``model``: a hub repository such as
-    ``Qwen/Qwen2-VL-2B-Instruct``, a folder, or ``vlmrm-tiny-qwen2-vl``) and asks ``tasks`` of kind
+    ``Qwen/Qwen2-VL-2B-Instruct``, a folder, or ``vlmrm-tiny-qwen2-vl``) and asks ``criteria`` of kind
     ``question`` (or one question about the target prompt); ``image_size`` (pixels, or [height, width])
     is its input size, to which frames are resized (default 224); ``prompt_order`` ``image_first`` (the
     default: the frame, then the question, as the models' authors ask) or ``question_first`` (the
@@ -81,7 +90,7 @@ class RewardModelSpec:
     target_prompts: tuple[str, ...] | None = None
     baseline_prompts: tuple[str, ...] | None = None
     alpha: float = 0.0
-    tasks: tuple[Any, ...] | None = None
+    criteria: tuple[Any, ...] | None = None
     also_score: Mapping[str, Any] | None = None
     device: Any = "auto"
     backend: str = "auto"
@@ -118,12 +127,12 @@ class RewardModelSpec:
         if self.baseline_prompts is not None:
             put("baseline_prompts", normalize_prompts(self.baseline_prompts, "baseline_prompts", allow_empty=True))
         put("alpha", number(self.alpha, "alpha", low=0.0, high=1.0))
-        if self.tasks is not None:
+        if self.criteria is not None:
             if self.target_prompts is not None or self.baseline_prompts or self.alpha or self.also_score:
                 raise FieldError(
-                    "tasks", "give either target_prompts/baseline_prompts/alpha/also_score or tasks, not both"
+                    "criteria", "give either target_prompts/baseline_prompts/alpha/also_score or criteria, not both"
                 )
-            put("tasks", tuple(as_reward_tasks(self.tasks)))
+            put("criteria", tuple(as_criteria(self.criteria)))
         if self.also_score is not None:
             put("also_score", _prompt_sets(self.also_score))
         one_of(self.backend, "backend", BACKENDS)
@@ -144,7 +153,9 @@ class RewardModelSpec:
             raise FieldTypeError("encoder_options", f"must be a mapping of option names, got {self.encoder_options!r}")
         put("encoder_options", dict(self.encoder_options))  # a copy (a spec pickles to other ranks)
         put("window", WindowSpec.of(self.window))
-        check_window_fields(self)
+        family = self.family
+        _refuse_other_families_fields(self, family)
+        family.check(self)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> RewardModelSpec:
@@ -165,6 +176,17 @@ class RewardModelSpec:
         return cls(**fields, encoder_options=options)
 
     @property
+    def family(self) -> RewardFamily:
+        """The reward family of this spec (``reward.families.REWARD_FAMILIES``): the first that claims its model,
+        criteria and window."""
+        return family_of(self.model, self.criteria, self.window)
+
+    @property
+    def needs(self) -> RewardNeeds:
+        """What this spec's model will ask of a stack (``reward.protocol.RewardNeeds``), before it is loaded."""
+        return self.family.needs(self)
+
+    @property
     def schedule(self) -> ScoreSchedule:
         """Which steps the model scores (``score_every``, ``between_scores``)."""
         return ScoreSchedule(self.score_every, self.between_scores)
@@ -173,39 +195,72 @@ class RewardModelSpec:
         return dataclasses.replace(self, **changes)
 
     def with_task_defaults(self, task: TaskDefaults) -> RewardModelSpec:
-        """The task's prompts and preprocessing where this spec leaves them None (a video model keeps its
-        own preprocessing)."""
+        """The task's prompts and preprocessing where this spec leaves them None (the preprocessing only for a
+        family that takes a task's: a video model keeps its own)."""
         changes: dict[str, Any] = {}
-        if self.tasks is None and self.target_prompts is None:
+        if self.criteria is None and self.target_prompts is None:
             if not task.target_prompts:
                 raise FieldError("target_prompts", f"is required: task {task.name!r} has no default prompts")
             changes["target_prompts"] = task.target_prompts
-        if self.tasks is None and self.baseline_prompts is None:
+        if self.criteria is None and self.baseline_prompts is None:
             changes["baseline_prompts"] = task.baseline_prompts
-        if self.resize_mode is None and task.resize_mode is not None and not is_video_model(self.model):
+        if self.resize_mode is None and task.resize_mode is not None and self.family.takes_task_resize_mode:
             changes["resize_mode"] = task.resize_mode
         return self.replace(**changes) if changes else self
 
-    def reward_tasks(self) -> tuple[tuple[Task, ...], bool]:
-        """(the tasks, whether the model returns one column per task) for this spec."""
-        if self.tasks is not None:
-            return self.tasks, True
+    def reward_criteria(self) -> tuple[tuple[Criterion, ...], bool]:
+        """(the criteria, whether the model returns one column per criterion) for this spec."""
+        if self.criteria is not None:
+            return self.criteria, True
         if self.target_prompts is None:
-            raise FieldError("target_prompts", "is required (e.g. 'a humanoid robot kneeling'), or pass tasks=[...]")
+            raise FieldError("target_prompts", "is required (e.g. 'a humanoid robot kneeling'), or pass criteria=[...]")
         baselines = self.baseline_prompts or ()
         if self.also_score:
-            sets = {TARGET_TASK: self.target_prompts, **self.also_score}
-            return tuple(GoalBaselineTask(p, baselines, self.alpha, name=name) for name, p in sets.items()), True
-        return (GoalBaselineTask(self.target_prompts, baselines, self.alpha),), False
+            sets = {TARGET_CRITERION: self.target_prompts, **self.also_score}
+            return tuple(GoalBaselineCriterion(p, baselines, self.alpha, name=name) for name, p in sets.items()), True
+        return (GoalBaselineCriterion(self.target_prompts, baselines, self.alpha),), False
 
 
-#: The fields that set a generative VLM judge and nothing else, with what each sets.
-JUDGE_FIELDS = {
-    "image_size": "a generative VLM judge's input size",
-    "prompt_order": "the order of a generative VLM judge's question and frame",
-    "do_image_splitting": "whether a SmolVLM or Idefics3 judge cuts a frame into tiles",
-    "longest_edge": "the edge a SmolVLM or Idefics3 judge resizes a frame to",
-}
+#: The fields every reward family takes: the model, its criteria, where and how often it scores. Each other
+#: field of a RewardModelSpec is taken by the families whose rows name it (``reward/families.py``).
+COMMON_FIELDS = (
+    "model",
+    "target_prompts",
+    "baseline_prompts",
+    "alpha",
+    "criteria",
+    "also_score",
+    "device",
+    "precision",
+    "batch_size",
+    "cache_dir",
+    "seed",
+    "score_every",
+    "between_scores",
+)
+
+
+def _refuse_other_families_fields(spec: RewardModelSpec, family: RewardFamily) -> None:
+    """The one refusal of a field set (not left at its default) that ``spec``'s family does not take, naming the
+    family and what the field sets."""
+    for field in dataclasses.fields(spec):
+        if field.name in COMMON_FIELDS or field.name in family.fields:
+            continue
+        default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+        if getattr(spec, field.name) == default:
+            continue
+        takers = [row.name for row in REWARD_FAMILIES.values() if field.name in row.fields]
+        sets = REWARD_FAMILIES[takers[0]].fields[field.name] if takers else "nothing any family reads"
+        owners = f", a field of the {_and(takers)} famil{'ies' if len(takers) > 1 else 'y'}" if takers else ""
+        raise FieldError(
+            field.name,
+            f"sets {sets}{owners}; {spec.model!r} is {family.description} (the {family.name} family), which does "
+            "not take it: leave it out",
+        )
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def spec_fields() -> set[str]:
@@ -224,6 +279,8 @@ def _image_size(value: Any) -> tuple[int, int]:
 def _prompt_sets(sets: Any) -> dict[str, tuple[str, ...]]:
     if not isinstance(sets, Mapping) or not sets:
         raise FieldError("also_score", f"must be a mapping of names to prompts, got {sets!r}")
-    if TARGET_TASK in sets:
-        raise FieldError(f"also_score.{TARGET_TASK}", "the name 'target' is the target prompts' own; choose another")
+    if TARGET_CRITERION in sets:
+        raise FieldError(
+            f"also_score.{TARGET_CRITERION}", "the name 'target' is the target prompts' own; choose another"
+        )
     return {str(name): normalize_prompts(prompts, f"also_score.{name}") for name, prompts in sets.items()}

@@ -12,7 +12,13 @@ drawn, and keeps what a window needs in a ring per env (``reward/window_ring.py`
   each window against its own prompt embeddings (:func:`per_window_rewards`).
 
 Offline, :meth:`WindowRewardModel.score_windows` runs both on an episode's frames (each frame's item
-computed once, the windows gathered from them) and ``model(windows)`` on uint8 windows (N, K, H, W, 3).
+computed once, the windows gathered from them), :meth:`WindowRewardModel.score_frames` scores the paper
+code's windows inside episodes, and ``model(windows)`` uint8 windows (N, K, H, W, 3).
+
+The two window families (``reward/families.py``: ``video`` for a video model's name, ``mean_of_frames`` for
+a window on a frame model's) load from a spec here (``from_spec``), check the fields they take
+(``check_spec``: the window against the model, a video model's backend and precision), and declare what a
+window asks of a stack (:func:`window_needs`).
 """
 
 from __future__ import annotations
@@ -27,33 +33,144 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vlmrm_fast.checks import FieldError, positive_int
 from vlmrm_fast.frames.preprocess import FramePreprocessor, as_frame_tensor
 from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.reward.head import RewardHead
-from vlmrm_fast.reward.kinds import BinaryTask, GoalBaselineTask, Task, as_reward_tasks, unique_prompts
+from vlmrm_fast.reward.kinds import (
+    CRITERION_KINDS,
+    BinaryCriterion,
+    Criterion,
+    GoalBaselineCriterion,
+    as_criteria,
+    unique_prompts,
+)
 from vlmrm_fast.reward.model import DEFAULT_CHUNK, VLMRewardModel
+from vlmrm_fast.reward.protocol import Need, RewardNeeds
 from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
-from vlmrm_fast.reward.window import WindowSpec, subsample_indices
+from vlmrm_fast.reward.spec import RewardModelSpec
+from vlmrm_fast.reward.window import WindowSpec, paper_windows, subsample_indices
+from vlmrm_fast.reward.window_ring import WindowRing
+from vlmrm_fast.runtime.device import resolve_device
 from vlmrm_fast.runtime.profiling import NULL_TIMER, StageTimer
+
+#: The encoder backends and precisions a video model runs (torch.compile of the whole model, or eager).
+VIDEO_BACKENDS = ("auto", "torch", "compile")
+VIDEO_PRECISIONS = ("auto", "fp32", "fp16", "bf16")
+
+
+def window_needs(window: WindowSpec) -> RewardNeeds:
+    """What a model of ``window`` asks of a stack: episodes of its frames, the state that ended one (never the
+    next episode's first frame among this one's), rewards as the envs step, and for an episode-end window the
+    time limit it spreads over."""
+    return RewardNeeds(
+        episodes=True,
+        frames=window.frames,
+        too_few_steps=Need("window.frames", "no window would ever fill"),
+        terminal_state="a window would then mix the next episode's first frame into this one's last window",
+        scored_as_it_steps="a window model scores each env's window as it steps",
+        time_limit=(
+            Need("window.timing", "episode_end spreads a window over an episode's time limit", "use timing: streamed")
+            if window.timing == "episode_end"
+            else None
+        ),
+    )
+
+
+def _check_window_schedule(spec: RewardModelSpec) -> WindowSpec:
+    """The spec's window, refused where its schedule cannot score it (an episode-end window scores each episode
+    once) or the spec has none (a video model's name asks for one)."""
+    window = spec.window
+    if window is None:
+        from vlmrm_fast.models.video import video_model_info
+
+        frames = video_model_info(spec.model).num_frames
+        raise FieldError(
+            "window",
+            f"model {spec.model!r} scores windows of frames, not single frames; add window: {{frames: {frames}}} "
+            f"(its {frames} frames per window; docs/video-rewards.md)",
+        )
+    if window.timing == "episode_end" and spec.score_every != 1:
+        raise FieldError(
+            "score_every",
+            "window.timing: episode_end scores each episode once, on its last step; leave score_every at 1",
+        )
+    if window.timing == "episode_end" and spec.between_scores != "zero":
+        raise FieldError(
+            "between_scores",
+            "window.timing: episode_end scores each episode once, on its last step: the steps before get 0; "
+            "leave between_scores at zero",
+        )
+    return window
+
+
+def video_model_names() -> str:
+    """The video models' names, for messages."""
+    from vlmrm_fast.models.video import known_video_models
+
+    return ", ".join(name for name in known_video_models() if "tiny" not in name)
+
+
+def _check_pixel_values(spec: RewardModelSpec, window: WindowSpec, reads_unit_pixels: bool) -> None:
+    """``pixel_values: 0-255`` only for a video model that reads plain [0, 1] values (S3D-G): RoboCLIP's input."""
+    if window.pixel_values == "0-255" and not reads_unit_pixels:
+        raise FieldError(
+            "window.pixel_values",
+            f"'0-255' is RoboCLIP's input to S3D-G, whose authors' frames are in [0, 1]; {spec.model!r} reads its own "
+            "normalised values: leave window.pixel_values out (model)",
+        )
 
 
 class WindowRewardModel(abc.ABC):
-    """Windows of frames in, rewards out: the :class:`~vlmrm_fast.reward.protocol.RewardModel` interface
-    (whose ``score_pixels`` refuses single frames), a ``window``, and the two stages the env stack's
-    rings run (see the module docstring)."""
+    """Windows of frames in, rewards out: the :class:`~vlmrm_fast.reward.protocol.RewardModel` interface, whose
+    per-step scorer is a :class:`~vlmrm_fast.reward.window_ring.WindowRing` of the envs' windows, a ``window``,
+    and the two stages the rings run (see the module docstring)."""
 
     window: WindowSpec
     schedule: ScoreSchedule
     device: torch.device
-    multi_task: bool
+    multi_criteria: bool
     chunk_size: int  # windows per encoder batch (frames per batch for the mean of frames' encoder)
     head: RewardHead
     preprocessor: FramePreprocessor
     name: str
 
     @property
-    def tasks(self) -> tuple[Task, ...]:
-        return self.head.tasks
+    def criteria(self) -> tuple[Criterion, ...]:
+        return self.head.criteria
+
+    @property
+    def needs(self) -> RewardNeeds:
+        return window_needs(self.window)
+
+    @classmethod
+    def needs_of(cls, spec: RewardModelSpec) -> RewardNeeds:
+        return window_needs(_check_window_schedule(spec))
+
+    @classmethod
+    def criterion_kinds_of(cls) -> tuple[str, ...]:
+        """The kinds scored from an embedding (every kind with a formula)."""
+        return tuple(name for name, kind in CRITERION_KINDS.items() if kind.formula is not None)
+
+    @property
+    def criterion_kinds(self) -> tuple[str, ...]:
+        return self.criterion_kinds_of()
+
+    @property
+    def random_init(self) -> bool:
+        return self.weights.startswith("random init")
+
+    @property
+    @abc.abstractmethod
+    def weights(self) -> str:
+        """Where its weights came from ("random init (seed N)", a checkpoint, a tag)."""
+
+    @abc.abstractmethod
+    def parameter_count(self) -> int: ...
+
+    def step_scorer(self, num_envs: int, episode_length: int | None = None) -> WindowRing:
+        """The envs' windows, kept on the device as they step (``reward/window_ring.py``)."""
+        return WindowRing(self, num_envs, episode_length)
 
     # ------------------------------------------------------------------ the two stages
     @property
@@ -78,13 +195,13 @@ class WindowRewardModel(abc.ABC):
         """The items of windows (n, len(reads(K)), *item_shape), oldest first -> embeddings (n, D)."""
 
     def window_rewards(self, items: torch.Tensor, head: RewardHead | None = None) -> torch.Tensor:
-        """The items of windows (see :meth:`window_embeddings`) -> rewards (n, tasks) of ``head``'s tasks
+        """The items of windows (see :meth:`window_embeddings`) -> rewards (n, criteria) of ``head``'s criteria
         (default: the model's own)."""
         return (self.head if head is None else head)(self.window_embeddings(items))
 
     def rewards_of(self, rewards: torch.Tensor) -> torch.Tensor:
-        """The model's own tasks' rewards (n, tasks) as it returns them: (n,), or (n, K) with several tasks."""
-        return rewards if self.multi_task else rewards[:, 0]
+        """The model's own criteria' rewards (n, criteria) as it returns them: (n,), or (n, K) with several criteria."""
+        return rewards if self.multi_criteria else rewards[:, 0]
 
     # ------------------------------------------------------------------ RewardModel
     def pixel_buffer(self, num_frames: int) -> torch.Tensor:
@@ -99,19 +216,10 @@ class WindowRewardModel(abc.ABC):
         with timer.stage("preprocess"):
             return self.preprocessor.run(view, out)
 
-    def score_pixels(
-        self, pixels: torch.Tensor, out: torch.Tensor | None = None, timer: StageTimer = NULL_TIMER
-    ) -> torch.Tensor:
-        raise ValueError(
-            f"{self.name} scores windows of {self.window.frames} frames, not single frames: score them through "
-            "the env stack (FastVLMRewardVecEnv, make_vec), model(windows) with windows (N, K, H, W, 3), or "
-            "score_windows(frames, windows)"
-        )
-
     @torch.inference_mode()
     def __call__(self, frames: Any) -> torch.Tensor:
         """``frames``: uint8 windows (N, K, H, W, 3), oldest frame first, numpy or torch -> rewards (N,)
-        (or (N, tasks))."""
+        (or (N, criteria))."""
         windows = frames
         if isinstance(windows, np.ndarray):
             windows = torch.from_numpy(np.ascontiguousarray(windows))
@@ -129,11 +237,11 @@ class WindowRewardModel(abc.ABC):
         return self.score_windows(windows.reshape((n * k, *windows.shape[2:])), np.arange(n * k).reshape(n, k))
 
     @torch.inference_mode()
-    def score_windows(self, frames: Any, windows: Any, tasks: Sequence[Any] | None = None) -> torch.Tensor:
+    def score_windows(self, frames: Any, windows: Any, criteria: Sequence[Any] | None = None) -> torch.Tensor:
         """Rewards of windows of ``frames`` (uint8 (F, H, W, 3)): ``windows`` (W, K) holds each window's
         frame indices, oldest first (any K: the model reads ``reads(K)`` of them). Each frame is
-        preprocessed and turned into its item once. The model's own tasks' rewards as it returns them,
-        or (W, len(tasks)) for other ``tasks``."""
+        preprocessed and turned into its item once. The model's own criteria' rewards as it returns them,
+        or (W, len(criteria)) for other ``criteria``."""
         frames = as_frame_tensor(frames)
         windows = torch.as_tensor(np.asarray(windows), dtype=torch.long)
         if windows.ndim != 2 or windows.shape[0] == 0:
@@ -151,28 +259,61 @@ class WindowRewardModel(abc.ABC):
             ]
         )
         position = torch.searchsorted(needed, windows[:, self.reads(windows.shape[1])]).to(items.device)
-        head = None if tasks is None else self.head_for(tasks)
+        head = None if criteria is None else self.head_for(criteria)
         rewards = [
             self.window_rewards(items[position[start : start + batch]], head)
             for start in range(0, position.shape[0], batch)
         ]
         out = torch.cat(rewards) if len(rewards) > 1 else rewards[0]
-        return self.rewards_of(out) if tasks is None else out
+        return self.rewards_of(out) if criteria is None else out
 
-    def head_for(self, tasks: Sequence[Any]) -> RewardHead:
-        """A reward head of other ``tasks`` (goal-baseline, binary) on this model's text embeddings."""
-        tasks = as_reward_tasks(tasks)
-        prompts = unique_prompts(tasks)
+    def score_frames(
+        self,
+        frames: Any,
+        episodes: Sequence[Any] | None = None,
+        criteria: Sequence[Any] | None = None,
+        *,
+        window_size: int | None = None,
+        window_step: int = 1,
+        progress: bool = False,
+    ) -> torch.Tensor:
+        """Rewards (N, K) float32 of uint8 frames (N, H, W, 3) for ``criteria`` (default its own) by the paper code's
+        windows: ``window_size`` frames (default the model's window) starting every ``window_step`` frames inside
+        each episode (``episodes``: each one's frame indices, in order), each window's reward on its last frame,
+        NaN on the frames that end no window (every frame of an episode shorter than a window). Each frame is
+        encoded once, each window embedded once for every criterion."""
+        size = positive_int(window_size if window_size is not None else self.window.frames, "window_size")
+        step = positive_int(window_step, "window_step")
+        if episodes is None:
+            raise ValueError(
+                f"{self.name} scores windows of an episode's frames: give the frames' episodes (each one's frame "
+                "indices, in order)"
+            )
+        frames = as_frame_tensor(frames)
+        columns = len(self.criteria) if criteria is None else len(as_criteria(criteria))
+        out = torch.full((frames.shape[0], columns), float("nan"), device=self.device)
+        episodes = [np.asarray(idx) for idx in episodes]
+        windows = [idx[paper_windows(len(idx), size, step)] for idx in episodes if len(idx) >= size]
+        if windows:  # (an episode shorter than a window holds none)
+            stacked = np.concatenate(windows)
+            rewards = self.score_windows(frames, stacked, criteria).float()
+            out[torch.as_tensor(stacked[:, -1], device=self.device)] = rewards.view(rewards.shape[0], columns)
+        return out
+
+    def head_for(self, criteria: Sequence[Any]) -> RewardHead:
+        """A reward head of other ``criteria`` (goal-baseline, binary) on this model's text embeddings."""
+        criteria = as_criteria(criteria)
+        prompts = unique_prompts(criteria)
         text = dict(zip(prompts, self.text_embeddings(prompts)))
-        return RewardHead(tasks, text.__getitem__, self.logit_scale_for(tasks), self.device)
+        return RewardHead(criteria, text.__getitem__, self.logit_scale_for(criteria), self.device)
 
     @abc.abstractmethod
     def text_embeddings(self, prompts: Sequence[str]) -> torch.Tensor:
         """Normalised (P, D) float32 text embeddings of ``prompts``."""
 
     @abc.abstractmethod
-    def logit_scale_for(self, tasks: Sequence[Task]) -> float:
-        """The softmax scale of binary ``tasks`` (refused where the model has none and a task no temperature)."""
+    def logit_scale_for(self, criteria: Sequence[Criterion]) -> float:
+        """The softmax scale of binary ``criteria`` (refused where the model has none and a criterion no temperature)."""
 
     def describe(self) -> str:
         return f"{self.name}: {self.window.describe()}"
@@ -188,11 +329,39 @@ class MeanOfFramesModel(WindowRewardModel):
         self.window = window
         self.schedule = frames.schedule
         self.device = frames.device
-        self.multi_task = frames.multi_task
+        self.multi_criteria = frames.multi_criteria
         self.chunk_size = frames.chunk_size
         self.head = frames.head
         self.preprocessor = frames.preprocessor
         self.name = frames.clip.model_id
+
+    @classmethod
+    def from_spec(cls, spec: RewardModelSpec) -> MeanOfFramesModel:
+        window = spec.window
+        assert window is not None  # the family claims a spec with a window
+        return cls(VLMRewardModel.from_spec(spec.replace(window=None)), window)
+
+    @classmethod
+    def check_spec(cls, spec: RewardModelSpec) -> None:
+        window = _check_window_schedule(spec)
+        _check_pixel_values(spec, window, reads_unit_pixels=False)
+        if window.embedding == "video":
+            raise FieldError(
+                "window.embedding",
+                f"'video' needs a video model, and {spec.model!r} embeds single frames: set window.embedding: "
+                f"mean_of_frames (the mean of its frame embeddings), or use a video model ({video_model_names()})",
+            )
+
+    @classmethod
+    def require_weights(cls, spec: RewardModelSpec) -> None:
+        VLMRewardModel.require_weights(spec)
+
+    @property
+    def weights(self) -> str:
+        return self.frames.clip.weights
+
+    def parameter_count(self) -> int:
+        return self.frames.parameter_count()
 
     @property
     def item_shape(self) -> tuple[int, ...]:
@@ -215,7 +384,7 @@ class MeanOfFramesModel(WindowRewardModel):
     def text_embeddings(self, prompts: Sequence[str]) -> torch.Tensor:
         return self.frames.embed_text(prompts)
 
-    def logit_scale_for(self, tasks: Sequence[Task]) -> float:
+    def logit_scale_for(self, criteria: Sequence[Criterion]) -> float:
         return self.frames.logit_scale
 
     def close(self) -> None:
@@ -237,10 +406,10 @@ class VideoWindowModel(WindowRewardModel):
     def __init__(
         self,
         video: Any,
-        tasks: Sequence[Any],
+        criteria: Sequence[Any],
         window: WindowSpec,
         *,
-        multi_task: bool = False,
+        multi_criteria: bool = False,
         schedule: ScoreSchedule = EVERY_STEP,
         batch_size: int | None = None,
         compiled: bool = False,
@@ -248,10 +417,11 @@ class VideoWindowModel(WindowRewardModel):
         resize_mode: str | None = None,
     ):
         self.video = video
+        self._weights = str(video.weights)
         self.window = window
         self.schedule = schedule
         self.device = torch.device(video.device)
-        self.multi_task = multi_task
+        self.multi_criteria = multi_criteria
         self.name = video.info.name
         self.chunk_size = int(batch_size or DEFAULT_CHUNK)
         spec = video.info.preprocess
@@ -262,11 +432,76 @@ class VideoWindowModel(WindowRewardModel):
         self.preprocessor = FramePreprocessor(spec, self.device, video.dtype)
         self._item_shape = ring_item_shape(video.info)
         self.keeps_features = self._item_shape == video.info.frame_feature_shape
-        self.head = self.head_for(tasks)
+        self.head = self.head_for(criteria)
         self.compiled = bool(compiled)
         self._features = self._uncompiled
         if self.compiled:
             self._features = torch.compile(self._uncompiled, dynamic=False, mode=compile_mode)
+
+    @classmethod
+    def from_spec(cls, spec: RewardModelSpec) -> VideoWindowModel:
+        from vlmrm_fast.encoders.precision import resolve
+        from vlmrm_fast.models.video import load_video_model
+
+        window = spec.window
+        assert window is not None  # check_spec refuses a video model's spec without one
+        device = resolve_device(spec.device)
+        dtype = resolve(spec.precision, device).dtype  # "auto": fp32 on the CPU, bf16 on a GPU (fp16 without bf16)
+        video = load_video_model(spec.model, checkpoint=spec.checkpoint, device=device, dtype=dtype, seed=spec.seed)
+        criteria, multi = spec.reward_criteria()
+        compiled = spec.backend == "compile" or (spec.backend == "auto" and device.type == "cuda" and spec.batch_size)
+        return cls(
+            video,
+            criteria,
+            window,
+            multi_criteria=multi,
+            schedule=spec.schedule,
+            batch_size=spec.batch_size,
+            compiled=bool(compiled),
+            compile_mode=spec.encoder_options.get("compile_mode"),
+            resize_mode=spec.resize_mode,
+        )
+
+    @classmethod
+    def check_spec(cls, spec: RewardModelSpec) -> None:
+        model, window = spec.model, _check_window_schedule(spec)
+        if window.embedding == "mean_of_frames":
+            raise FieldError(
+                "window.embedding",
+                f"mean_of_frames averages a frame model's embeddings, and {model!r} embeds the window itself: "
+                "leave window.embedding out (video)",
+            )
+        from vlmrm_fast.models.video import video_model_info
+
+        preprocess = video_model_info(model).preprocess  # no mean or std of its own: plain [0, 1] values
+        _check_pixel_values(spec, window, preprocess.mean == (0.0,) * 3 and preprocess.std == (1.0,) * 3)
+        if spec.backend not in VIDEO_BACKENDS:
+            raise FieldError(
+                "backend",
+                f"{spec.backend!r} builds CLIP image towers; video model {model!r} runs on "
+                f"{' or '.join(map(repr, VIDEO_BACKENDS[1:]))} (or 'auto')",
+            )
+        if spec.precision not in VIDEO_PRECISIONS:
+            raise FieldError(
+                "precision", f"{spec.precision!r}: video model {model!r} runs in {', '.join(VIDEO_PRECISIONS)}"
+            )
+        unknown = sorted(set(spec.encoder_options) - {"compile_mode"})
+        if unknown:
+            raise FieldError(
+                f"encoder_options.{unknown[0]}",
+                f"is an image-tower option; video model {model!r} takes compile_mode only",
+            )
+
+    @classmethod
+    def require_weights(cls, spec: RewardModelSpec) -> None:
+        """Nothing to fetch: a video model's weights are its checkpoint file, or random (docs/video-models.md)."""
+
+    @property
+    def weights(self) -> str:
+        return self._weights
+
+    def parameter_count(self) -> int:
+        return int(sum(p.numel() for p in self.video.parameters()))
 
     @property
     def item_shape(self) -> tuple[int, ...]:
@@ -285,13 +520,13 @@ class VideoWindowModel(WindowRewardModel):
     def text_embeddings(self, prompts: Sequence[str]) -> torch.Tensor:
         return self.video.encode_text(list(prompts)).float()
 
-    def logit_scale_for(self, tasks: Sequence[Task]) -> float:
+    def logit_scale_for(self, criteria: Sequence[Criterion]) -> float:
         if self.video.logit_scale is not None:
             return float(self.video.logit_scale)
-        if any(isinstance(task, BinaryTask) and task.temperature is None for task in tasks):
+        if any(isinstance(criterion, BinaryCriterion) and criterion.temperature is None for criterion in criteria):
             raise ValueError(
                 f"{self.name} was trained without a logit scale (it compares raw dot products): give the binary "
-                "task a temperature= (its softmax's 1 / scale)"
+                "criterion a temperature= (its softmax's 1 / scale)"
             )
         return 1.0
 
@@ -307,14 +542,16 @@ class VideoWindowModel(WindowRewardModel):
         scores each window against its own prompt embeddings (:func:`per_window_rewards`)."""
         if not self.video.info.conditions_text:
             return super().window_rewards(items, head)
-        tasks = (self.head if head is None else head).tasks
-        prompts = unique_prompts(tasks)
+        criteria = (self.head if head is None else head).criteria
+        prompts = unique_prompts(criteria)
         out = []
         for start in range(0, items.shape[0], self.chunk_size):
             batch = items[start : start + self.chunk_size]
             self.video.check_windows(batch)
             video, text = self.video.encode_video_and_text(batch.contiguous(), prompts)
-            out.append(per_window_rewards(tasks, prompts, video.float(), text.float(), self.logit_scale_for(tasks)))
+            out.append(
+                per_window_rewards(criteria, prompts, video.float(), text.float(), self.logit_scale_for(criteria))
+            )
         return torch.cat(out) if len(out) > 1 else out[0]
 
     def window_embeddings(self, items: torch.Tensor) -> torch.Tensor:
@@ -358,9 +595,9 @@ def ring_item_shape(info: Any) -> tuple[int, ...]:
 
 
 def per_window_rewards(
-    tasks: Sequence[Task], prompts: Sequence[str], video: torch.Tensor, text: torch.Tensor, logit_scale: float
+    criteria: Sequence[Criterion], prompts: Sequence[str], video: torch.Tensor, text: torch.Tensor, logit_scale: float
 ) -> torch.Tensor:
-    """Rewards (n, len(tasks)) of normalised window embeddings ``video`` (n, D), each against its own
+    """Rewards (n, len(criteria)) of normalised window embeddings ``video`` (n, D), each against its own
     normalised prompt embeddings ``text`` (n, P, D) of ``prompts``: the formulas of ``reward/formulas.py``
     (docs/reward.md), with window ``n``'s goal, baseline and negatives taken from ``text[n]``."""
     row = {prompt: i for i, prompt in enumerate(prompts)}
@@ -369,27 +606,27 @@ def per_window_rewards(
         return text[:, [row[name] for name in names]]
 
     columns = []
-    for task in tasks:
-        if isinstance(task, BinaryTask):
-            scale = logit_scale if task.temperature is None else 1.0 / task.temperature
-            p = torch.softmax(scale * torch.einsum("nd,nmd->nm", video, rows(task.prompts)), dim=-1)[:, 0]
-            columns.append(p if task.probability else (p > task.threshold).float())
+    for criterion in criteria:
+        if isinstance(criterion, BinaryCriterion):
+            scale = logit_scale if criterion.temperature is None else 1.0 / criterion.temperature
+            p = torch.softmax(scale * torch.einsum("nd,nmd->nm", video, rows(criterion.prompts)), dim=-1)[:, 0]
+            columns.append(p if criterion.probability else (p > criterion.threshold).float())
             continue
-        if not isinstance(task, GoalBaselineTask):
+        if not isinstance(criterion, GoalBaselineCriterion):
             raise TypeError(
-                f"{task.name!r} is a {type(task).__name__}: a window of frames is scored by goal-baseline and binary "
-                "tasks (a question is for a generative VLM judge, docs/judge.md)"
+                f"{criterion.name!r} is a {type(criterion).__name__}: a window of frames is scored by goal-baseline and binary "
+                "criteria (a question is for a generative VLM judge, docs/judge.md)"
             )
-        g = rows(task.target_prompts).mean(dim=1)
+        g = rows(criterion.target_prompts).mean(dim=1)
         u = torch.zeros_like(g)
-        if task.baseline_prompts:
-            d = g - rows(task.baseline_prompts).mean(dim=1)
+        if criterion.baseline_prompts:
+            d = g - rows(criterion.baseline_prompts).mean(dim=1)
             norm = d.norm(dim=-1, keepdim=True)
             if bool((norm <= 1e-6).any()):
                 raise ValueError("the baseline and target prompts embed to the same point for a window")
             u = d / norm
         v = video - g
         vu = (v * u).sum(dim=-1)
-        alpha = task.alpha
+        alpha = criterion.alpha
         columns.append(1.0 - 0.5 * ((1.0 - alpha) ** 2 * (v * v).sum(dim=-1) + (2.0 * alpha - alpha**2) * vu * vu))
     return torch.stack(columns, dim=1)

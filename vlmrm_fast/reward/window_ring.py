@@ -40,8 +40,9 @@ if TYPE_CHECKING:
 
 
 class WindowRing:
-    """The windows of ``num_envs`` envs of a window model (see the module docstring). ``episode_length``:
-    the time limit, which an episode-end window is spread over (required for it)."""
+    """The windows of ``num_envs`` envs of a window model (see the module docstring): the model's per-step
+    scorer (``reward.protocol.StepScorer``). ``episode_length``: the time limit, which an episode-end window
+    is spread over (the plan has checked that such a window has one: ``RewardNeeds.time_limit``)."""
 
     def __init__(self, model: WindowRewardModel, num_envs: int, episode_length: int | None = None):
         self.model = model
@@ -50,12 +51,9 @@ class WindowRing:
         self.num_envs = int(num_envs)
         self.device = torch.device(model.device)
         self.episode_end = self.window.timing == "episode_end"
+        self.episode_ends_only = self.episode_end  # the schedule scores an episode-end window on its last step only
         if self.episode_end:
-            if episode_length is None:
-                raise ValueError(
-                    "window.timing: episode_end spreads a window over an episode's time limit, and these envs have "
-                    "none: give episode_length"
-                )
+            assert episode_length is not None, "the plan refuses an episode-end window without a time limit"
             self.kept = episode_end_frames(episode_length, self.frames)  # the frame index each slot keeps
         self.reads = np.asarray(model.reads(self.frames))  # which of a window's frames its embedding reads
         # The slots a window reads, oldest first, for each place of the cursor (one place for episode ends).

@@ -15,7 +15,7 @@ finished env's next step is its reset, with reward 0 and its action ignored; ``S
 reset in the step that ends it, the final observation and info under ``infos["final_obs"]`` and
 ``infos["final_info"]``); infos are a dict of arrays with a ``"_key"`` mask per key. The VLM
 reward's parts go where the SB3 wrapper puts them: the env's own reward in ``infos["gt_reward"]``,
-each task's in ``infos["vlm_rewards"][name]`` with several tasks. See docs/gymnasium.md.
+each criterion's in ``infos["vlm_rewards"][name]`` with several criteria. See docs/gymnasium.md.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import vlmrm_fast.envs  # noqa: F401  (registers the tasks as vlmrm_fast/<task>)
 from vlmrm_fast.checks import boolean
 from vlmrm_fast.reward.protocol import RewardModel
 from vlmrm_fast.stack.batch_env import MujocoBatchVecEnv
-from vlmrm_fast.stack.wrappers import RewardMix, task_names
+from vlmrm_fast.stack.wrappers import RewardMix, criterion_names
 
 #: The keys of the SB3 stack's infos that the gymnasium API says otherwise (terminated/truncated, final_obs).
 _SB3_KEYS = ("terminal_observation", "TimeLimit.truncated")
@@ -208,7 +208,7 @@ class VLMRewardVectorWrapper(VectorWrapper):
     ``SAME_STEP`` vector env needs (it resets a finished env before ``render()`` could show the
     state that ended it). Under ``NEXT_STEP`` a reset step gets reward 0. ``env_reward_weight``
     (rho): the reward is ``vlm + rho * env``; the env's own reward is in ``infos["gt_reward"]``,
-    each task's in ``infos["vlm_rewards"][name]`` with several tasks. ``score_terminal_on``:
+    each criterion's in ``infos["vlm_rewards"][name]`` with several criteria. ``score_terminal_on``:
     ``"reset_frame"`` scores an episode's last step on the frame its reset drew, as the paper's code did
     (``SAME_STEP`` only; ``envs.time_limits``).
     """
@@ -225,15 +225,24 @@ class VLMRewardVectorWrapper(VectorWrapper):
         from vlmrm_fast.checks import one_of
         from vlmrm_fast.envs.time_limits import SCORE_TERMINAL_ON
         from vlmrm_fast.frames.views import HostFrames
-        from vlmrm_fast.reward.window import check_window_for_terminal_frames
+        from vlmrm_fast.reward.protocol import check_reward_model
+        from vlmrm_fast.reward.schedule import schedule_of
+        from vlmrm_fast.stack.plan import check_needs
         from vlmrm_fast.stack.scorer import ChunkedScorer
 
         super().__init__(env)
-        self.reward_model = reward_model
-        self.reward_mix = RewardMix(task_names(reward_model), env_reward_weight)
+        self.reward_model = check_reward_model(reward_model)
+        self.reward_mix = RewardMix(criterion_names(reward_model), env_reward_weight)
         self._mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         self.score_terminal_on = one_of(score_terminal_on, "score_terminal_on", SCORE_TERMINAL_ON)
-        check_window_for_terminal_frames(getattr(reward_model, "window", None), self.score_terminal_on)
+        # The one check of the model against these envs (no plan made them).
+        check_needs(
+            reward_model.needs,
+            schedule_of(reward_model),
+            episode_length=episode_length,
+            score_terminal_on=self.score_terminal_on,
+            defer_rewards=False,
+        )
         if self.score_terminal_on == "reset_frame" and self._mode != AutoresetMode.SAME_STEP:
             raise ValueError(_RESET_FRAME_NEXT_STEP)
         self._done = np.zeros(env.num_envs, dtype=bool)
@@ -242,8 +251,8 @@ class VLMRewardVectorWrapper(VectorWrapper):
         self._host_frames = HostFrames()
 
     @property
-    def reward_tasks(self) -> tuple[str, ...]:
-        return self.reward_mix.tasks
+    def reward_criteria(self) -> tuple[str, ...]:
+        return self.reward_mix.criteria
 
     @property
     def env_reward_weight(self) -> float:
@@ -270,8 +279,8 @@ class VLMRewardVectorWrapper(VectorWrapper):
             self._scorer.submit(view, rows)
         mixed = self.reward_mix(self._scorer.finish(dones), env_rewards)
         infos = dict(infos)
-        if mixed.per_task is not None:
-            infos["vlm_rewards"] = {name: values.astype(np.float64) for name, values in mixed.per_task.items()}
+        if mixed.per_criterion is not None:
+            infos["vlm_rewards"] = {name: values.astype(np.float64) for name, values in mixed.per_criterion.items()}
             infos["_vlm_rewards"] = np.ones(self.num_envs, dtype=bool)
         if mixed.vlm is not None:
             infos["vlm_reward"] = mixed.vlm.astype(np.float64)

@@ -20,6 +20,11 @@ The choices, each made once, in this order:
 5. the encoder's batch: the largest range (fixed-batch encoders are built for it), or for rewards scored
    later in episode batches the batch that fills the device, unless the spec sets one.
 
+On the way it checks, once, what the reward model asks of the stack (its family's
+``reward.protocol.RewardNeeds``: episodes long enough for a window, the state that ended an episode,
+rewards as the envs step, a time limit) against the env spec (:func:`check_needs`); nothing below checks
+it again.
+
 Each setting of the plan has one value: ``plan.env`` is the env spec with every choice written in
 (``physics``, ``renderer``, ``solver``, ``pipeline_chunks`` as they run, never ``"auto"``), and the device is
 one ``torch.device`` handed down to the batch env, its simulator and its renderer.
@@ -44,10 +49,9 @@ from vlmrm_fast.envs.spec import EnvSpec
 from vlmrm_fast.physics import AUTO_ORDER, PHYSICS, Physics
 from vlmrm_fast.physics.simulator import HOST_DATA
 from vlmrm_fast.rendering import RENDERERS, choose_renderer
-from vlmrm_fast.reward.protocol import RewardModel, check_reward_model
-from vlmrm_fast.reward.schedule import schedule_of
+from vlmrm_fast.reward.protocol import RewardModel, RewardNeeds, check_reward_model
+from vlmrm_fast.reward.schedule import ScoreSchedule, schedule_of
 from vlmrm_fast.reward.spec import RewardModelSpec, spec_fields
-from vlmrm_fast.reward.window import check_window_for_episodes, check_window_for_terminal_frames
 from vlmrm_fast.runtime.device import resolve_device
 from vlmrm_fast.runtime.memory import check_envs_fit
 from vlmrm_fast.stack.scorer import plan_chunks
@@ -198,9 +202,13 @@ def plan_stack(
     overlaps = renderer is None or RENDERERS[renderer].overlaps_encoder  # host frames: uploads overlap the encoder
     chunks = env.pipeline_chunks if row.steps_in_ranges else 1
     ranges = tuple(plan_chunks(env.n_envs, chunks, device, overlaps=overlaps))
-    check_window_for_episodes(getattr(reward, "window", None), env.episode_length)
-    _check_schedule_for_episodes(reward, env.episode_length)
-    check_window_for_terminal_frames(getattr(reward, "window", None), env.score_terminal_on)
+    check_needs(
+        reward.needs,
+        reward.schedule if isinstance(reward, RewardModelSpec) else schedule_of(reward),
+        episode_length=env.episode_length,
+        score_terminal_on=env.score_terminal_on,
+        defer_rewards=defer_rewards,
+    )
     encoder_batch = _encoder_batch(reward, env, device, ranges, defer_rewards, rollout_steps)
     resolved = env.replace(physics=physics, renderer=renderer, solver=solver, pipeline_chunks=len(ranges))
     plan = StackPlan(resolved, task, device, ranges, encoder_batch, defer_rewards)
@@ -208,16 +216,52 @@ def plan_stack(
     return plan
 
 
-def _check_schedule_for_episodes(reward: RewardModelSpec | RewardModel, episode_length: int | None) -> None:
-    """A ``score_every`` longer than the envs' episodes would score no step on its schedule, only each episode's
-    last: a mistake, refused naming both numbers."""
-    every = schedule_of(reward).score_every
+def check_needs(
+    needs: RewardNeeds,
+    schedule: ScoreSchedule,
+    *,
+    episode_length: int | None,
+    score_terminal_on: str,
+    defer_rewards: bool,
+) -> None:
+    """Refuses, in one line naming the field and the fix, a stack that cannot give a reward model what it
+    ``needs`` (and its ``schedule``: episode batches score every step): the one check of a reward model
+    against its stack, made by :func:`plan_stack`, or by a reward wrapper built over envs of one's own."""
+    if needs.time_limit is not None and episode_length is None:
+        need = needs.time_limit
+        instead = f", or {need.instead}" if need.instead else ""
+        raise FieldError(
+            need.field, f"{need.why}, and these envs have none: give env.episode_length (episode_length=){instead}"
+        )
+    if needs.too_few_steps is not None and episode_length is not None and needs.frames > episode_length:
+        raise FieldError(
+            needs.too_few_steps.field,
+            f"{needs.frames} frames is more than an episode's {episode_length} steps, so {needs.too_few_steps.why}; "
+            f"give at most {episode_length} (or a longer env.episode_length)",
+        )
+    every = schedule.score_every
     if episode_length is not None and every > episode_length:
         raise FieldError(
             "score_every",
             f"{every} steps is longer than an episode's {episode_length} steps (env.episode_length), so no step would "
             f"be scored on the schedule, only each episode's last; give at most {episode_length} ({episode_length} "
             f"scores each episode's last step alone), or a longer env.episode_length",
+        )
+    if needs.terminal_state is not None and score_terminal_on == "reset_frame":
+        raise FieldError(
+            "score_terminal_on",
+            f"reset_frame reproduces the paper's one-frame rewards, and {needs.terminal_state}; use "
+            "score_terminal_on: terminal_state",
+        )
+    if defer_rewards and needs.scored_as_it_steps is not None:
+        raise ValueError(
+            f"defer_rewards (rl.episode_batch) scores single frames after the rollout; {needs.scored_as_it_steps}: "
+            "leave defer_rewards off (rl.episode_batch: false)"
+        )
+    if defer_rewards and not schedule.every_step:
+        raise ValueError(
+            f"defer_rewards (episode-batch scoring) scores every step's frame later; the reward model scores "
+            f"{schedule.describe()}: give it score_every=1, or leave defer_rewards off"
         )
 
 

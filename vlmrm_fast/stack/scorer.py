@@ -17,11 +17,12 @@ after another. Rewards do not depend on the chunking: every frame is
 preprocessed, encoded and scored on its own.
 
 The reward model's schedule (``reward/schedule.py``: ``score_every``, ``between_scores``) says which
-envs a step scores: ``begin`` plans the step, ``submit`` encodes only the due envs of a range (all of
-them, or a smaller batch gathered from them), and ``finish`` gives the others their reward between
-scores and counts the step. A window model (a ``reward.window_model.WindowRewardModel``; ``reward/window_ring.py``) keeps
-each env's window in a ring on its device: every range's frames are preprocessed into the ring, and
-the due envs' windows are embedded and scored.
+envs a step scores: ``begin`` plans the step, ``submit`` preprocesses a range's frames where the model's
+own per-step scorer (``RewardModel.step_scorer``, ``reward/protocol.py``) reads them and hands them to it,
+and ``finish`` gives the others their reward between scores and counts the step. What the per-step
+scorer does is its family's: a frame model encodes the due envs' frames (all of a range, or a smaller
+batch gathered from them), a window model keeps each env's window in a ring on its device
+(``reward/window_ring.py``) and embeds the due envs' windows.
 """
 
 from __future__ import annotations
@@ -33,8 +34,6 @@ from vlmrm_fast.checks import chunk_count
 from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.reward.protocol import RewardModel
 from vlmrm_fast.reward.schedule import ScheduleClock, StepPlan, schedule_of
-from vlmrm_fast.reward.window_model import WindowRewardModel
-from vlmrm_fast.reward.window_ring import WindowRing
 from vlmrm_fast.runtime.profiling import NULL_TIMER, StageTimer
 
 
@@ -66,15 +65,12 @@ class ChunkedScorer:
         on_gpu = self.device.type == "cuda"
         self.render_stream = torch.cuda.Stream(self.device) if on_gpu else None
         self._pixels = reward_model.pixel_buffer(num_envs)
-        shape = (num_envs, len(reward_model.tasks)) if reward_model.multi_task else (num_envs,)
+        shape = (num_envs, len(reward_model.criteria)) if reward_model.multi_criteria else (num_envs,)
         self._rewards = torch.empty(shape, dtype=torch.float32, device=self.device)
         self._host = torch.empty(shape, dtype=torch.float32, pin_memory=on_gpu)
-        self.ring: WindowRing | None = None
-        if isinstance(reward_model, WindowRewardModel):
-            self.ring = WindowRing(reward_model, num_envs, episode_length)
-        episode_ends_only = self.ring is not None and self.ring.episode_end
+        self.steps = reward_model.step_scorer(num_envs, episode_length)
         self.clock = ScheduleClock(
-            schedule_of(reward_model), num_envs, episode_length, episode_ends_only=episode_ends_only
+            schedule_of(reward_model), num_envs, episode_length, episode_ends_only=self.steps.episode_ends_only
         )
         self._plan = StepPlan.every_env(num_envs)
 
@@ -89,31 +85,17 @@ class ChunkedScorer:
         if self.render_stream is not None:
             self.render_stream.wait_stream(torch.cuda.current_stream(self.device))
         self._plan = self.clock.plan(resetting=resetting, last=last)
-        if self.ring is not None:
-            self.ring.begin(self._plan)
+        self.steps.begin(self._plan)
         return self._plan
 
     @torch.inference_mode()
     def submit(self, view: FrameView, rows: slice, timer: StageTimer = NULL_TIMER) -> None:
-        """Preprocesses the frames of envs ``rows`` (on the render stream), then encodes and
-        scores the due ones (on the current stream, after them); returns without waiting."""
-        if self.ring is not None:  # the frames into the envs' windows, the due windows scored
-            pixels = self._pixels[rows]
-            if self.ring.needs_frames(rows):
-                self._preprocess(view, pixels, timer)
-            self.ring.submit(pixels, rows, self._rewards[rows], timer)
-            return
-        due = self._plan.due_in(rows)
-        if due is not None and due.size == 0:
-            return  # none of these envs is scored on this step
+        """Preprocesses the frames of envs ``rows`` (on the render stream) where the model's per-step scorer reads
+        them, which then scores the due envs (on the current stream, after them); returns without waiting."""
         pixels = self._pixels[rows]
-        self._preprocess(view, pixels, timer)
-        if due is None:
-            self.reward_model.score_pixels(pixels, out=self._rewards[rows], timer=timer)
-        else:
-            index = torch.as_tensor(due, device=self.device)
-            scores = self.reward_model.score_pixels(pixels.index_select(0, index), timer=timer)
-            self._rewards[rows].index_copy_(0, index, scores.to(self._rewards.dtype))
+        if self.steps.needs_frames(rows):
+            self._preprocess(view, pixels, timer)
+        self.steps.submit(pixels, rows, self._rewards[rows], timer)
 
     def _preprocess(self, view: FrameView, pixels: torch.Tensor, timer: StageTimer) -> None:
         """The frames of ``view`` into ``pixels`` on the render stream; the current stream waits for them."""

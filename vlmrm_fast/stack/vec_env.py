@@ -41,9 +41,9 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
 
     The reward model: pass a loaded one (``reward_model=``, to share it between envs), a
     :class:`~vlmrm_fast.reward.spec.RewardModelSpec` (``reward_spec=``), or its fields as keywords (``model``,
-    ``target_prompts``, ``baseline_prompts``, ``alpha``, ``tasks``, ``device``, ``backend``,
+    ``target_prompts``, ``baseline_prompts``, ``alpha``, ``criteria``, ``device``, ``backend``,
     ``precision``, ...; prompts default to the task's, ``model`` to ViT-bigG-14). With
-    ``tasks=[...]`` several prompt sets are scored from one encoder pass: the first drives the
+    ``criteria=[...]`` several prompt sets are scored from one encoder pass: the first drives the
     reward, every step's ``info["vlm_rewards"]`` holds all of them by name.
 
     The simulation: ``physics="batch"`` runs MuJoCo tasks in the batch env on the host's threads,
@@ -120,10 +120,11 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
         self.plan: StackPlan = plan
         self._owns_reward_model = isinstance(reward, RewardModelSpec)  # loaded here: closed with the env
         venv, model = build_stack(plan, reward, env_kwargs=env_kwargs)
-        super().__init__(
+        # The plan checked the reward model against these envs: the wrapper takes its choices as they are.
+        self._wrap(
             venv,
             model,
-            pipeline_chunks=plan.ranges,
+            ranges=list(plan.ranges),
             defer_rewards=plan.defer_rewards,
             env_reward_weight=plan.env.env_reward_weight,
             episode_length=plan.env.episode_length,  # the plan's, whatever VecEnv holds the envs

@@ -33,9 +33,9 @@ from vlmrm_fast.envs.time_limits import SCORE_TERMINAL_ON
 from vlmrm_fast.frames.views import DrawnFrameSource, HostFrames, SteppedFrameSource
 from vlmrm_fast.reward.protocol import RewardModel, check_reward_model
 from vlmrm_fast.reward.schedule import schedule_of
-from vlmrm_fast.reward.window import check_window_for_terminal_frames
 from vlmrm_fast.runtime.profiling import NULL_TIMER, StageTimer
 from vlmrm_fast.stack.actions import check_actions
+from vlmrm_fast.stack.plan import check_needs
 from vlmrm_fast.stack.scorer import ChunkedScorer, plan_chunks
 
 FRAME_KEY = "vlmrm_frame"
@@ -70,7 +70,7 @@ def pop_frames(infos: list[dict[str, Any]]) -> list[np.ndarray]:
 class VLMRewardVecEnvWrapper(VecEnvWrapper):
     """Replaces a VecEnv's reward by a VLM reward model's; the env reward goes to ``info["gt_reward"]``.
 
-    ``reward_model``: a :class:`~vlmrm_fast.reward.protocol.RewardModel` (a loaded ``VLMRewardModel``). With several tasks the first is
+    ``reward_model``: a :class:`~vlmrm_fast.reward.protocol.RewardModel` (``load_reward_model``'s). With several criteria the first is
     the reward and all are in ``info["vlm_rewards"]`` by name. ``pipeline_chunks``: the ranges
     of envs a step is scored in: a number of them or "auto" (see ``stack.scorer.plan_chunks``), or the
     ranges themselves (slices, as ``vlmrm_fast.stack.plan`` planned them). ``defer_rewards``: return zero
@@ -97,29 +97,41 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         episode_length: int | None = None,
         score_terminal_on: str = "terminal_state",
     ):
-        super().__init__(venv)
-        self.reward_model = check_reward_model(reward_model)
-        self.score_terminal_on = one_of(score_terminal_on, "score_terminal_on", SCORE_TERMINAL_ON)
-        check_window_for_terminal_frames(getattr(reward_model, "window", None), self.score_terminal_on)
-        self.reward_mix = RewardMix(task_names(reward_model), env_reward_weight)
-        self.defer_rewards = bool(defer_rewards)
-        self.timer = NULL_TIMER
+        reward_model = check_reward_model(reward_model)
+        score_terminal_on = one_of(score_terminal_on, "score_terminal_on", SCORE_TERMINAL_ON)
+        if episode_length is None:
+            episode_length = getattr(venv, "episode_length", None)
+        # The one check of the model against these envs (a planned stack's plan made it: FastVLMRewardVecEnv).
+        check_needs(
+            reward_model.needs,
+            schedule_of(reward_model),
+            episode_length=episode_length,
+            score_terminal_on=score_terminal_on,
+            defer_rewards=defer_rewards,
+        )
         if isinstance(pipeline_chunks, (list, tuple)):
             ranges = list(pipeline_chunks)
         else:
             ranges = plan_chunks(venv.num_envs, cast(int | str, pipeline_chunks), reward_model.device)
-        if episode_length is None:
-            episode_length = getattr(venv, "episode_length", None)
-        if defer_rewards and getattr(reward_model, "window", None) is not None:
-            raise ValueError(
-                "defer_rewards (rl.episode_batch) scores single frames after the rollout; a window model scores each "
-                "env's window as it steps: leave defer_rewards off (rl.episode_batch: false)"
-            )
-        if defer_rewards and not schedule_of(reward_model).every_step:
-            raise ValueError(
-                f"defer_rewards (episode-batch scoring) scores every step's frame later; the reward model scores "
-                f"{schedule_of(reward_model).describe()}: give it score_every=1, or leave defer_rewards off"
-            )
+        self._wrap(venv, reward_model, ranges, defer_rewards, env_reward_weight, episode_length, score_terminal_on)
+
+    def _wrap(
+        self,
+        venv: VecEnv,
+        reward_model: RewardModel,
+        ranges: list[slice],
+        defer_rewards: bool,
+        env_reward_weight: float,
+        episode_length: int | None,
+        score_terminal_on: str,
+    ) -> None:
+        """The wrapper over ``venv``, its scoring in ``ranges``; the model already checked against the envs."""
+        super().__init__(venv)
+        self.reward_model = reward_model
+        self.score_terminal_on = score_terminal_on
+        self.reward_mix = RewardMix(criterion_names(reward_model), env_reward_weight)
+        self.defer_rewards = bool(defer_rewards)
+        self.timer = NULL_TIMER
         self._scorer = ChunkedScorer(reward_model, ranges, episode_length=episode_length)
         self._resetting: np.ndarray | None = None  # envs the next step only resets (next-step autoreset)
         self._source: SteppedFrameSource | None = venv if isinstance(venv, SteppedFrameSource) else None
@@ -136,9 +148,9 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
         self._stepped = False
 
     @property
-    def reward_tasks(self) -> tuple[str, ...]:
-        """The reward model's task names: the first is the reward, all are in ``info["vlm_rewards"]``."""
-        return self.reward_mix.tasks
+    def reward_criteria(self) -> tuple[str, ...]:
+        """The reward model's criterion names: the first is the reward, all are in ``info["vlm_rewards"]``."""
+        return self.reward_mix.criteria
 
     @property
     def env_reward_weight(self) -> float:
@@ -198,8 +210,8 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
     def _rewards(self, scores: np.ndarray, env_rewards: np.ndarray, infos: list[dict]) -> np.ndarray:
         mixed = self.reward_mix(scores, env_rewards)
         for i, info in enumerate(infos):
-            if mixed.per_task is not None:
-                info["vlm_rewards"] = {name: float(values[i]) for name, values in mixed.per_task.items()}
+            if mixed.per_criterion is not None:
+                info["vlm_rewards"] = {name: float(values[i]) for name, values in mixed.per_criterion.items()}
             if mixed.vlm is not None:
                 info["vlm_reward"] = float(mixed.vlm[i])
         return mixed.rewards
@@ -241,45 +253,45 @@ def find_reward_wrapper(venv: VecEnv) -> VLMRewardVecEnvWrapper:
 
 @dataclasses.dataclass(frozen=True)
 class MixedRewards:
-    """One step's rewards: ``rewards`` (N,) float32, what the agent learns from; ``per_task``: every
-    task's VLM reward by name (several tasks); ``vlm``: the VLM part alone (when the env's own
+    """One step's rewards: ``rewards`` (N,) float32, what the agent learns from; ``per_criterion``: every
+    criterion's VLM reward by name (several criteria); ``vlm``: the VLM part alone (when the env's own
     reward is mixed in)."""
 
     rewards: np.ndarray
-    per_task: dict[str, np.ndarray] | None
+    per_criterion: dict[str, np.ndarray] | None
     vlm: np.ndarray | None
 
 
 @dataclasses.dataclass(frozen=True)
 class RewardMix:
     """What a reward step means, for every front end (the SB3 wrapper, gymnasium's vector wrapper): the
-    first task's VLM reward, plus ``env_reward_weight`` (rho) times the env's own reward (FuRL's
-    ``vlm + rho * env``); with several tasks each one's reward by name."""
+    first criterion's VLM reward, plus ``env_reward_weight`` (rho) times the env's own reward (FuRL's
+    ``vlm + rho * env``); with several criteria each one's reward by name."""
 
-    tasks: tuple[str, ...]
+    criteria: tuple[str, ...]
     env_reward_weight: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env_reward_weight", number(self.env_reward_weight, "env_reward_weight"))
 
     def __call__(self, scores: np.ndarray, env_rewards: np.ndarray) -> MixedRewards:
-        """``scores``: the reward model's (N,) or (N, K) for K tasks; ``env_rewards``: the env's own (N,)."""
+        """``scores``: the reward model's (N,) or (N, K) for K criteria; ``env_rewards``: the env's own (N,)."""
         scores = np.asarray(scores, dtype=np.float32)
-        per_task = None
+        per_criterion = None
         if scores.ndim == 2:  # several prompt sets: all by name, the first is the reward
-            per_task = {name: scores[:, k] for k, name in enumerate(self.tasks)}
+            per_criterion = {name: scores[:, k] for k, name in enumerate(self.criteria)}
             scores = np.ascontiguousarray(scores[:, 0])
         if not self.env_reward_weight:
-            return MixedRewards(scores, per_task, None)
+            return MixedRewards(scores, per_criterion, None)
         rewards = (scores + self.env_reward_weight * np.asarray(env_rewards)).astype(np.float32)
-        return MixedRewards(rewards, per_task, scores)
+        return MixedRewards(rewards, per_criterion, scores)
 
 
-def task_names(reward_model: RewardModel) -> tuple[str, ...]:
-    """The reward model's task names, unique (each is logged under its name)."""
-    names = tuple(str(task.name) for task in reward_model.tasks)
+def criterion_names(reward_model: RewardModel) -> tuple[str, ...]:
+    """The reward model's criterion names, unique (each is logged under its name)."""
+    names = tuple(str(criterion.name) for criterion in reward_model.criteria)
     if len(set(names)) != len(names):
         raise ValueError(
-            f"reward task names must be unique to be logged apart, got {list(names)}; give each task a name="
+            f"reward criterion names must be unique to be logged apart, got {list(names)}; give each criterion a name="
         )
     return names

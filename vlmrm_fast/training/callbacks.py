@@ -11,6 +11,7 @@ from typing import Any
 import gymnasium
 import imageio
 import numpy as np
+import torch
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.logger import Video
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
@@ -37,13 +38,13 @@ class EpisodeStats:
         self.gt = np.zeros(n_envs)
         self.steps = np.zeros(n_envs)
         self.successes = np.zeros(n_envs)  # the episode's steps so far that succeeded (of self.steps)
-        self.per_task: dict[str, np.ndarray] = {}
+        self.per_criterion: dict[str, np.ndarray] = {}
         self.finished_vlm: collections.deque = collections.deque(maxlen=window)
         self.finished_gt: collections.deque = collections.deque(maxlen=window)
         self.finished_success: collections.deque = collections.deque(maxlen=window)  # at the last step
         self.finished_success_fraction: collections.deque = collections.deque(maxlen=window)
         self.finished_rule_success: collections.deque = collections.deque(maxlen=window)  # success_rule's
-        self.finished_per_task: dict[str, collections.deque] = {}
+        self.finished_per_criterion: dict[str, collections.deque] = {}
         self.episodes = 0  # finished since the start of this process
 
     def add(self, vlm: np.ndarray, gt: np.ndarray, dones: np.ndarray, infos: list[dict] | None = None) -> None:
@@ -57,7 +58,7 @@ class EpisodeStats:
             self.successes += np.array([bool(value) for value in success])
         for i, info in enumerate(infos):
             for name, value in info.get("vlm_rewards", {}).items():
-                self.per_task.setdefault(name, np.zeros_like(self.vlm))[i] += value
+                self.per_criterion.setdefault(name, np.zeros_like(self.vlm))[i] += value
         for i in np.nonzero(dones)[0]:
             self.finished_vlm.append(float(self.vlm[i]))
             self.finished_gt.append(float(self.gt[i]))
@@ -67,8 +68,10 @@ class EpisodeStats:
                 if self.success_rule is not None:
                     verdict = rule_holds(self.success_rule, int(self.successes[i]), int(self.steps[i]))
                     self.finished_rule_success.append(float(verdict))
-            for name, sums in self.per_task.items():
-                self.finished_per_task.setdefault(name, collections.deque(maxlen=self.window)).append(float(sums[i]))
+            for name, sums in self.per_criterion.items():
+                self.finished_per_criterion.setdefault(name, collections.deque(maxlen=self.window)).append(
+                    float(sums[i])
+                )
                 sums[i] = 0.0
             self.vlm[i] = self.gt[i] = self.steps[i] = self.successes[i] = 0.0
             self.episodes += 1
@@ -82,7 +85,7 @@ class EpisodeStats:
             logger.record("rollout/ep_success_fraction", float(np.mean(self.finished_success_fraction)))
         if self.finished_rule_success and self.success_rule is not None:
             logger.record(f"rollout/{RATE_NAMES[self.success_rule]}", float(np.mean(self.finished_rule_success)))
-        for name, finished in self.finished_per_task.items():
+        for name, finished in self.finished_per_criterion.items():
             if finished:
                 logger.record(f"rollout/ep_vlm_reward_mean/{name}", float(np.mean(finished)))
 
@@ -94,7 +97,8 @@ class EpisodeStats:
             "success": list(self.finished_success),
             "success_fraction": list(self.finished_success_fraction),
             "rule_success": list(self.finished_rule_success),
-            "per_task": {name: list(values) for name, values in self.finished_per_task.items()},
+            # (under the key checkpoints have always held it by)
+            "per_task": {name: list(values) for name, values in self.finished_per_criterion.items()},
         }
 
     def restore(self, state: dict[str, Any] | None) -> None:
@@ -105,7 +109,7 @@ class EpisodeStats:
             self.finished_success_fraction.extend(float(v) for v in state.get("success_fraction", []))
             self.finished_rule_success.extend(float(v) for v in state.get("rule_success", []))
             for name, values in state.get("per_task", {}).items():
-                self.finished_per_task.setdefault(name, collections.deque(maxlen=self.window)).extend(
+                self.finished_per_criterion.setdefault(name, collections.deque(maxlen=self.window)).extend(
                     float(v) for v in values
                 )
 
@@ -273,7 +277,9 @@ class PolicyVideo(BaseCallback):
                     obs, _, terminated, truncated, _ = env.step(action)
                     episode_frames.append(env.render())
                     done = terminated or truncated
-                vlm_returns.append(self._vlm_return(np.stack(episode_frames)))
+                # The episode's rewards as the model scores a whole episode (a window model: its windows in it).
+                rewards = self.reward_model.score_frames(np.stack(episode_frames), [np.arange(len(episode_frames))])
+                vlm_returns.append(float(torch.nansum(rewards[:, 0])))
                 frames += episode_frames
         finally:
             env.close()
@@ -294,24 +300,6 @@ class PolicyVideo(BaseCallback):
             "video/policy_gif", Video(np.stack(frames), self.fps), exclude=("stdout", "log", "json", "csv")
         )
         return path
-
-    def _vlm_return(self, frames: np.ndarray) -> float:
-        """The VLM reward summed over a filmed episode's frames (L, H, W, 3): each frame's, or a window model's
-        windows as the run scores them (one per episode over its frames, or each step's last K frames)."""
-        window = getattr(self.reward_model, "window", None)
-        if window is None:
-            return float(self.reward_model(frames).sum())
-        from vlmrm_fast.reward.window import episode_end_frames, streamed_window
-
-        length = len(frames)
-        if window.timing == "episode_end":
-            if length < window.frames:  # ended before a window filled: the run scores it no reward either
-                return 0.0
-            windows = episode_end_frames(length, window.frames)[None]
-        else:
-            windows = np.stack([streamed_window(step, window.frames) for step in range(length)])
-        scores = self.reward_model.score_windows(frames, windows).float().cpu().numpy()  # type: ignore[attr-defined]
-        return float((scores if scores.ndim == 1 else scores[:, 0]).sum())
 
     def _normalize(self, obs: np.ndarray) -> np.ndarray:
         normalize = getattr(self.model.get_vec_normalize_env(), "normalize_obs", None)

@@ -39,8 +39,8 @@ MOVED = {
     "task": "env.task",
     "reward.episode_batch": "rl.episode_batch",
     "reward.score_batch_size": "reward.batch_size",
+    "reward.tasks": "reward.criteria (the same list: each one's kind and fields)",
     "reward.env_reward_weight": "env.env_reward_weight",
-    "env.engine": "env.physics (batch, gym or auto; batch was called mujoco)",
     "env.rank_timeout": "distributed.timeout (a rank's answer to one call; rank 0's updates and saves between "
     "calls are covered by distributed.heartbeat_timeout)",
 }
@@ -269,10 +269,10 @@ def resolved(cfg: TrainConfig) -> TrainConfig:
 
 def _judge_reward(reward: dict[str, Any]) -> bool:
     """Whether a reward section (a spec's fields) asks for a generative VLM judge."""
-    from vlmrm_fast.models.judge.load import is_judge_name
+    from vlmrm_fast.models.judge.judge_models import is_judge_name
 
-    tasks = reward.get("tasks") or ()
-    asks = any(isinstance(t, dict) and ("question" in t or t.get("kind") == "question") for t in tasks)
+    criteria = reward.get("criteria") or ()
+    asks = any(isinstance(c, dict) and ("question" in c or c.get("kind") == "question") for c in criteria)
     return is_judge_name(reward.get("model", "")) or asks
 
 
@@ -360,6 +360,8 @@ def upgraded_identity(saved: dict[str, Any]) -> dict[str, Any]:
         for name, value in _ADDED_ENV_FIELDS.items():
             env.setdefault(name, value)
     reward = saved.get("reward")
+    if isinstance(reward, dict) and "tasks" in reward:  # the reward's criteria were its tasks
+        reward["criteria"] = reward.pop("tasks")
     if isinstance(reward, dict) and reward and "prompt_order" not in reward:
         # A judge asked its question before the frame until the order became a field (image first by default).
         reward["prompt_order"] = "question_first" if _judge_reward(reward) else None

@@ -127,11 +127,7 @@ def check_rl_device(device: Any) -> None:
 def check_reward_weights(cfg: TrainConfig) -> None:
     """Fails in a line, before the envs are built, when the reward model's weights are neither cached nor
     downloadable now (offline, or the hub unreachable)."""
-    from vlmrm_fast.models import require_weights
-    from vlmrm_fast.reward.window import is_video_model
-
-    if cfg.reward.checkpoint is None and not is_video_model(cfg.reward.model):  # video models: checkpoint or random
-        require_weights(cfg.reward.model, cfg.reward.pretrained, cache_dir=cfg.reward.cache_dir)
+    cfg.reward.family.require_weights(cfg.reward)
 
 
 def build_model(cfg: TrainConfig, venv, run_dir: pathlib.Path | None = None) -> BaseAlgorithm:

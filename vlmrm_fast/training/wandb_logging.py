@@ -18,7 +18,7 @@ from typing import Any
 
 from stable_baselines3.common.logger import KVWriter
 
-from vlmrm_fast.models.families import MissingDependencyError, installed
+from vlmrm_fast.models.errors import MissingDependencyError, installed
 from vlmrm_fast.training.run_files import RunFiles
 from vlmrm_fast.training.run_folder import WANDB_RUN_ID as RUN_ID_FILE
 

@@ -16,7 +16,7 @@ The reward model itself (frames -> rewards) is :class:`vlmrm_fast.reward.judge.J
 """
 
 from vlmrm_fast.models.judge.families import JUDGE_FAMILIES, JudgeFamily, judge_family
-from vlmrm_fast.models.judge.load import LoadedJudge, is_judge_name, judge_folder, load_judge
+from vlmrm_fast.models.judge.judge_models import LoadedJudge, is_judge_name, judge_folder, load_judge
 from vlmrm_fast.models.judge.tiny import TINY_JUDGES
 
 __all__ = [

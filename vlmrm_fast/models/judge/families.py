@@ -15,7 +15,7 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any
 
-from vlmrm_fast.models.families import MissingDependencyError
+from vlmrm_fast.models.errors import MissingDependencyError
 
 #: The transformers release the adapters are written and tested against.
 MIN_TRANSFORMERS = "5.24"
@@ -90,8 +90,8 @@ def judge_family(config: Any, model_id: str) -> JudgeFamily:
     if model_type in _CONTRASTIVE:
         raise ValueError(
             f"model {model_id!r} is a contrastive image-text model (model_type {model_type!r}), not a generative "
-            f"VLM: it cannot answer a question. For question tasks {use}; for CLIP rewards use an open_clip model "
-            f"with goal_baseline or binary tasks (e.g. 'ViT-L-14/laion2b_s32b_b82k')"
+            f"VLM: it cannot answer a question. For question criteria {use}; for CLIP rewards use an open_clip model "
+            f"with goal_baseline or binary criteria (e.g. 'ViT-L-14/laion2b_s32b_b82k')"
         )
     if read("vision_config") is None:
         raise ValueError(

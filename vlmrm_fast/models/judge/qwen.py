@@ -221,6 +221,9 @@ class QwenAdapter:
             visual.patch_embed = StillPatchEmbed(visual.patch_embed, visual.spatial_merge_size, self.scale, self.shift)
         from transformers.activations import QuickGELUActivation
 
+        from vlmrm_fast.models.judge.contract import check_contract, vision_attention_problems
+
+        check_contract(type(model).__name__, model.config.model_type, vision_attention_problems(visual.blocks[0].attn))
         for block in visual.blocks:
             sdpa = visual.config._attn_implementation == "sdpa"  # flash attention takes the packed layout itself
             if sdpa and not isinstance(block.attn, PackedVisionAttention):

@@ -11,7 +11,12 @@ docs/video-models.md says which model to pick, what each costs and where its wei
 """
 
 from vlmrm_fast.models.video.base import VideoModel, VideoModelInfo, subsample_indices
-from vlmrm_fast.models.video.load import flops_per_window, known_video_models, load_video_model, video_model_info
+from vlmrm_fast.models.video.video_models import (
+    flops_per_window,
+    known_video_models,
+    load_video_model,
+    video_model_info,
+)
 
 __all__ = [
     "VideoModel",

@@ -64,6 +64,8 @@ class VideoModel(torch.nn.Module):
     #: The temperature of a softmax over prompts (the binary reward), as the model was trained with;
     #: None for a model trained without one (S3D's MIL-NCE compares raw dot products).
     logit_scale: float | None
+    #: Where its weights came from: the checkpoint it was loaded from, or "random init (seed N)".
+    weights: str = "random init"
 
     @property
     def device(self) -> torch.device:

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vlmrm_fast.frames.preprocess import PreprocessSpec
-from vlmrm_fast.models.prompts import PromptTruncatedWarning
+from vlmrm_fast.models.clip.prompts import PromptTruncatedWarning
 from vlmrm_fast.models.random_init import _LocalGenerator
 from vlmrm_fast.models.video.base import VideoModel, VideoModelInfo
 

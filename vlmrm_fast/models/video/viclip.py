@@ -22,14 +22,12 @@ import os
 
 import torch
 import torch.nn.functional as F
+from open_clip.constants import IMAGENET_MEAN, IMAGENET_STD
 from torch import nn
 
 from vlmrm_fast.frames.preprocess import PreprocessSpec
 from vlmrm_fast.models.random_init import _LocalGenerator
 from vlmrm_fast.models.video.base import VideoModel, VideoModelInfo
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,7 +248,7 @@ class ViCLIP(VideoModel):
         return self.vision_encoder.window_features(features)
 
     def _text_features(self, prompts: list[str]) -> torch.Tensor:
-        from vlmrm_fast.models.prompts import check_prompt_lengths
+        from vlmrm_fast.models.clip.prompts import check_prompt_lengths
 
         check_prompt_lengths(self.tokenizer, prompts)
         return self.text_encoder(self.tokenizer(prompts).to(self.device))

@@ -28,14 +28,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from open_clip.constants import IMAGENET_MEAN, IMAGENET_STD
 
 from vlmrm_fast.frames.preprocess import PreprocessSpec
-from vlmrm_fast.models.families import MissingDependencyError
+from vlmrm_fast.models.errors import MissingDependencyError
 from vlmrm_fast.models.random_init import _LocalGenerator
 from vlmrm_fast.models.video.base import VideoModel, VideoModelInfo, check_prompts
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 EXTRA = "video"
 
 
@@ -148,7 +147,7 @@ class XCLIP(VideoModel):
         return self._frames(features)[0]
 
     def _text_features(self, prompts: list[str]) -> torch.Tensor:
-        from vlmrm_fast.models.prompts import check_prompt_lengths
+        from vlmrm_fast.models.clip.prompts import check_prompt_lengths
 
         check_prompt_lengths(self.tokenizer, prompts)
         tokens = self.tokenizer(prompts).to(self.device)

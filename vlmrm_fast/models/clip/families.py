@@ -16,19 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib.util
 import json
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from vlmrm_fast.failures import ExpectedFailure
+from vlmrm_fast.models.errors import MissingDependencyError, installed
 
 MODEL_TABLE = Path(__file__).parent / "model_table.json"
-
-
-class MissingDependencyError(ExpectedFailure, ImportError):
-    """A model's tower or tokenizer needs an optional package that is not installed."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +78,7 @@ def model_config(name: str) -> dict[str, Any] | None:
     """open_clip's config of a built-in or registered architecture (None for hub or folder models)."""
     import open_clip
 
-    from vlmrm_fast.models.names import register_builtin_configs
+    from vlmrm_fast.models.clip.names import register_builtin_configs
 
     register_builtin_configs()
     return open_clip.get_model_config(name)
@@ -135,10 +130,6 @@ def requirements(config: dict[str, Any]) -> list[tuple[str, str]]:
     return needs
 
 
-def installed(package: str) -> bool:
-    return importlib.util.find_spec(package) is not None
-
-
 def missing_dependency(model: str, package: str, why: str) -> MissingDependencyError:
     extra = EXTRAS.get(package)
     install = (
@@ -171,7 +162,7 @@ def describe(name: str) -> dict[str, Any]:
 
     config = model_config(name)
     if config is None:
-        from vlmrm_fast.models.names import known_models
+        from vlmrm_fast.models.clip.names import known_models
 
         close = difflib.get_close_matches(name, known_models(), n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else "; `vlmrm-fast models` lists them"

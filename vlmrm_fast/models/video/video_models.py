@@ -53,6 +53,7 @@ def load_video_model(
             stacklevel=2,
         )
     model = family.load(name, checkpoint=checkpoint, seed=seed)
+    model.weights = os.fspath(checkpoint) if checkpoint is not None else f"random init (seed {seed})"
     model.eval().requires_grad_(False)
     return model.to(device=torch.device(device), dtype=dtype)
 

@@ -24,6 +24,7 @@ import torch
 
 from vlmrm_fast.checks import FieldError
 from vlmrm_fast.models.errors import WeightsUnavailableError
+from vlmrm_fast.models.judge.contract import check_contract
 from vlmrm_fast.models.judge.families import JudgeFamily, judge_family, require_judge_packages
 from vlmrm_fast.models.judge.tiny import TINY_JUDGES
 from vlmrm_fast.models.network import hf_endpoint, hub_offline, network_reachable
@@ -56,7 +57,7 @@ def is_judge_name(name: str) -> bool:
         return (folder / "config.json").is_file() and not (folder / "open_clip_config.json").is_file()
     if name.startswith("hf-hub:") or name.count("/") != 1:
         return False
-    from vlmrm_fast.models.names import known_models
+    from vlmrm_fast.models.clip.names import known_models
 
     first = name.split("/")[0]
     models = known_models()
@@ -90,7 +91,7 @@ def check_model_name(name: str, cache_dir: str | None = None) -> None:
                 "open_clip_config.json (a CLIP)",
             )
         return
-    from vlmrm_fast.models.names import TINY_MODEL, known_models
+    from vlmrm_fast.models.clip.names import TINY_MODEL, known_models
 
     architecture = name.split("/")[0]
     if architecture.startswith(TINY_MODEL) and name not in TINY_JUDGES and architecture not in known_models():
@@ -178,6 +179,7 @@ def _tiny(name: str, device: torch.device, dtype: torch.dtype, seed: int) -> Loa
     recipe = TINY_JUDGES[name]
     family = judge_family({"model_type": recipe.model_type}, name)
     require_judge_packages(name, family)
+    check_contract(name, family.model_type)
     config, processor = recipe.build()
     # Random weights from a generator of our own: the same for a seed in any process or thread.
     with _LocalGenerator(torch.Generator().manual_seed(seed)):
@@ -197,6 +199,7 @@ def _from_folder(name: str, folder: Path, device: torch.device, dtype: torch.dty
         ) from None
     family = judge_family(config, name)
     require_judge_packages(name, family)
+    check_contract(name, family.model_type)
     processor = AutoProcessor.from_pretrained(folder)
     model: Any = AutoModelForImageTextToText.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa")
     model = model.to(device).eval().requires_grad_(False)

@@ -35,7 +35,7 @@ def export_encoder(
     and a ``batch_size``; the reward model finds it when loaded with the same model,
     weights, batch size and precision.
     """
-    from vlmrm_fast.models import load_clip
+    from vlmrm_fast.models.clip import load_clip
     from vlmrm_fast.runtime.device import resolve_device
 
     batch_size = positive_int(batch_size, "batch_size", allow_none=True)

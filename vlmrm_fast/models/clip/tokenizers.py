@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from vlmrm_fast.failures import ExpectedFailure
-from vlmrm_fast.models.families import check_requirements, installed, missing_dependency
+from vlmrm_fast.models.clip.families import check_requirements, missing_dependency
+from vlmrm_fast.models.errors import installed
 from vlmrm_fast.models.network import hf_endpoint, hub_offline, network_reachable
 
 #: The files a Hugging Face tokenizer is made of (whichever of them a repo has).
@@ -56,7 +57,7 @@ def load_tokenizer(
     """
     import open_clip
 
-    from vlmrm_fast.models.families import model_config
+    from vlmrm_fast.models.clip.families import model_config
 
     config = config if config is not None else model_config(name)
     repo = hub_tokenizer_name(config)

@@ -11,11 +11,11 @@ from typing import Any
 import torch
 
 from vlmrm_fast.frames.preprocess import PreprocessSpec
-from vlmrm_fast.models.families import check_requirements, family_of_config, model_config
+from vlmrm_fast.models.clip.families import check_requirements, family_of_config, model_config
+from vlmrm_fast.models.clip.names import TINY_MODEL, parse_model_name, registered_preprocess_cfg
+from vlmrm_fast.models.clip.tokenizers import load_tokenizer
 from vlmrm_fast.models.hub import hub_folder, pretrained_file
-from vlmrm_fast.models.names import TINY_MODEL, parse_model_name, registered_preprocess_cfg
 from vlmrm_fast.models.random_init import RandomWeightsWarning, create_model
-from vlmrm_fast.models.tokenizers import load_tokenizer
 
 
 @dataclasses.dataclass
@@ -64,7 +64,7 @@ def load_clip(
     """Builds the open_clip model named ``model`` with its weights, in eval mode on ``device``.
 
     ``tokenizer``: a folder holding the Hugging Face tokenizer of a model whose tokenizer lives on
-    the hub (SigLIP), instead of the cache (see models/tokenizers.py). Without a pretrained tag the
+    the hub (SigLIP), instead of the cache (see models/clip/tokenizers.py). Without a pretrained tag the
     preprocessing is the architecture's own: a registered config's ``preprocess_cfg``, else that
     of its pretrained tags when they all agree (a SigLIP's squash and 0.5 mean/std), else
     open_clip's default.

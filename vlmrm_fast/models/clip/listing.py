@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from vlmrm_fast.models.families import FAMILIES, describe, model_table
+from vlmrm_fast.models.clip.families import FAMILIES, describe, model_table
 
 _COLUMNS = ("model", "px", "dim", "img Mparams", "img GFLOPs", "tags", "needs")
 
