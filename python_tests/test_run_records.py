@@ -4,29 +4,35 @@ A run reads back its record of the files it wrote (``run_files.json``) and its c
 and both can be forged by anyone who can write in the folder (a manifest's checksum is recomputable).
 Each test forges one, with a file outside the run folder that the forged entry names, and starts the
 run as a user would (``train CONFIG --overwrite``, ``--resume``, or a save that prunes): the start is
-refused in one line naming the entry, and every file under the test's folder, inside the run folder
-and out, is compared (name and sha256) before and after: nothing was touched. The run folders are
-written by the run's own writers (``RunFiles``, ``checkpoints.save_checkpoint``) without training, and
-every refusal comes before the envs are built: each test takes a fraction of a second.
+refused in one line naming the entry, and everything under the test's folder, inside the run folder
+and out (each file by its sha256, each folder, each link and where it points), is compared before
+and after: nothing was touched. The run folders are written by the run's own writers (``RunFiles``,
+``checkpoints.save_checkpoint``) without training, and every refusal comes before the envs are built
+(building them fails these tests): each test takes a fraction of a second. One test trains (a
+manifest forged while the run goes on).
 """
 
 from __future__ import annotations
 
 import copy
+import errno
 import hashlib
 import json
 import os
 import pathlib
+import re
+import shutil
 
 import pytest
 import yaml
 
 from vlmrm_fast.cli import main as cli_main
 from vlmrm_fast.training import checkpoints
+from vlmrm_fast.training import train as train_module
 from vlmrm_fast.training.config import load_config, resolved, run_identity
 from vlmrm_fast.training.records import RecordError
 from vlmrm_fast.training.run_files import RunFiles
-from vlmrm_fast.training.run_folder import RunFolder, RunFolderError, plain
+from vlmrm_fast.training.run_folder import LOCK_FILE, RunFolder, RunFolderError, plain
 
 CONFIG = {
     "reward": {"model": "vlmrm-tiny", "device": "cpu"},
@@ -35,6 +41,7 @@ CONFIG = {
     "logging": {"checkpoint_every": 20, "video_every": 0},
 }
 PRECIOUS = b"a file of the user's, outside the run folder\n"
+_copyfileobj = shutil.copyfileobj
 
 
 class _Model:
@@ -52,13 +59,35 @@ class _Model:
         f.write(b"buffer %d" % self.num_timesteps)
 
 
-def _checksums(folder: pathlib.Path) -> dict[str, str]:
-    """{path relative to folder: sha256} of every file under folder (links as what they point to)."""
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
+def _tree(root: pathlib.Path) -> dict[str, str]:
+    """Everything under ``root`` by its path relative to it: each file's sha256, each folder, each link and where
+    it points (a folder removed, or a link replaced by what it pointed to, is a change too)."""
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = pathlib.Path(folder, name)
+            relative = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                out[relative] = f"link to {os.readlink(path)}"
+            elif path.is_dir():
+                out[relative] = "folder"
+            else:
+                out[relative] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+_make_env = train_module.make_env
+
+
+@pytest.fixture(autouse=True)
+def _no_envs(monkeypatch):
+    """A start that builds its envs fails the test: every refusal here comes before (the test that trains puts
+    ``_make_env`` back)."""
+
+    def no_envs(cfg, plan=None):
+        raise AssertionError("the envs were built before the refusal")
+
+    monkeypatch.setattr(train_module, "make_env", no_envs)
 
 
 @pytest.fixture
@@ -104,14 +133,14 @@ def _forge_manifest(run: pathlib.Path, steps: int, role: str, name: str, size: i
 
 def _refused(tmp_path: pathlib.Path, capfd, flags: list[str], *expected: str) -> None:
     """``train run.yaml FLAGS`` exits 2 with one line holding ``expected``, every file as it was."""
-    before = _checksums(tmp_path)
+    before = _tree(tmp_path)
     assert cli_main(["train", str(tmp_path / "run.yaml"), *flags]) == 2
     err = capfd.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     for part in expected:
         assert part in err, err
     assert "nothing was touched" in err, err
-    assert _checksums(tmp_path) == before
+    assert _tree(tmp_path) == before
     assert (tmp_path / "x").read_bytes() == PRECIOUS
 
 
@@ -158,6 +187,7 @@ def test_an_absolute_path_in_the_record_is_refused_and_its_empty_folders_kept(ru
         ("config.yaml", {"sha256": 5}, "has sha256 5, not a list of sha256 hex digests"),
         ("config.yaml", {"sha256": ["abc"]}, "has sha256 ['abc'], not a list of sha256 hex digests"),
         ("config.yaml", [1, 2], "is [1, 2], not a mapping"),
+        ("config.yaml", {"bytes": 3}, "has no sha256, and each file of the run's is recorded with its sha256"),
     ],
 )
 def test_a_record_entry_this_program_never_writes_is_refused(run, tmp_path, capfd, entry, content, why):
@@ -176,9 +206,11 @@ def test_a_record_entry_this_program_never_writes_is_refused(run, tmp_path, capf
         ('{"format": 2}', "holds no mapping of files"),
     ],
 )
-def test_a_record_this_version_does_not_read_is_refused_naming_why(run, tmp_path, capfd, text, why):
+@pytest.mark.parametrize("flags", [["--overwrite"], ["--resume"]])
+def test_a_record_this_version_does_not_read_is_refused_naming_why(run, tmp_path, capfd, text, why, flags):
+    """Named as the record that it is (never as a file "not as the run wrote it"), before the envs are built."""
     (run / "run_files.json").write_text(text)
-    _refused(tmp_path, capfd, ["--overwrite"], f"{run / 'run_files.json'} {why}")
+    _refused(tmp_path, capfd, flags, f"{run / 'run_files.json'} {why}")
 
 
 @pytest.mark.parametrize(
@@ -211,12 +243,67 @@ def test_a_forged_manifest_is_refused_by_a_save_that_would_prune(run, tmp_path):
     file outside the folder makes the save's pruning refuse, and deletes nothing."""
     _forge_manifest(run, 20, "model", "../../../../x", size=len(PRECIOUS))
     _forge_manifest(run, 40, "replay_buffer", "../../../../x", size=len(PRECIOUS))
-    before = _checksums(tmp_path)
+    before = _tree(tmp_path)
     with pytest.raises(RecordError, match="names '../../../../x' as its"):
         checkpoints.save_checkpoint(_Model(60), run / "checkpoints", reason="periodic", keep_checkpoints=1)
-    after = _checksums(tmp_path)
+    after = _tree(tmp_path)
     assert {name: after[name] for name in before} == before  # all there; the new checkpoint beside them
     assert (tmp_path / "x").read_bytes() == PRECIOUS
+
+
+@pytest.mark.parametrize("flags", [["--overwrite"], ["--resume"]])
+def test_a_manifest_naming_a_file_of_a_kind_no_checkpoint_has_is_refused(run, tmp_path, capfd, flags):
+    """A checkpoint is a model and a replay buffer: a manifest naming a third file (as its ``notes``) is not one
+    this program wrote, whatever the name, and is refused as a whole."""
+    manifest = run / "checkpoints" / "model_20_steps.json"
+    data = json.loads(manifest.read_text())
+    data["files"]["notes"] = {"name": "../../../../x", "bytes": len(PRECIOUS), "sha256": SHA_OF_X}
+    data["manifest_sha256"] = checkpoints._manifest_checksum(data)
+    manifest.write_text(json.dumps(data))
+    _refused(
+        tmp_path,
+        capfd,
+        flags,
+        f"{manifest} names '../../../../x' as its 'notes', a file no checkpoint has (a checkpoint's manifest names its "
+        "model and its replay buffer only)",
+    )
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_manifest_forged_while_the_run_goes_on_stops_it_deleting_nothing(tmp_path, capfd, monkeypatch):
+    """A manifest forged while the run trains (``logging.keep_checkpoints: 1``): the pruning after the next save
+    refuses it and deletes nothing, and the run stops with exit 1 (it changed its folder: never the exit 2 of a
+    refusal) in one line that names the manifest and the command that continues once it is fixed."""
+    monkeypatch.setattr(train_module, "make_env", _make_env)
+    run = tmp_path / "a" / "b" / "run"
+    cfg = copy.deepcopy(CONFIG)
+    cfg.update(output_dir=str(run), logging={**CONFIG["logging"], "keep_checkpoints": 1, "tensorboard": False})
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
+    (tmp_path / "x").write_bytes(PRECIOUS)
+    save = checkpoints.save_checkpoint
+
+    def forged_before_the_second_save(model, folder, **kwargs):
+        if model.num_timesteps == 40:
+            _forge_manifest(run, 20, "model", "../../../../x", size=len(PRECIOUS))
+        return save(model, folder, **kwargs)
+
+    monkeypatch.setattr(checkpoints, "save_checkpoint", forged_before_the_second_save)
+    assert cli_main(["train", str(tmp_path / "run.yaml")]) == 1
+    err = capfd.readouterr().err.strip().splitlines()
+    line = err[-1]
+    manifest = run / "checkpoints" / "model_20_steps.json"
+    assert line.startswith(f"vlmrm-fast train: {manifest} names '../../../../x' as its model"), err
+    assert "Traceback" not in "\n".join(err) and "the run stopped at 40 steps" in line, line
+    assert line.endswith(f"then run: vlmrm-fast train {tmp_path / 'run.yaml'} --resume"), line
+    assert (tmp_path / "x").read_bytes() == PRECIOUS
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
+        "model_20_steps.json",
+        "model_20_steps.zip",
+        "model_40_steps.json",
+        "model_40_steps.zip",
+        "model_replay_buffer_20_steps.pkl",
+        "model_replay_buffer_40_steps.pkl",
+    ]
 
 
 # ------------------------------------------------------------------ what a record still vouches for
@@ -242,6 +329,34 @@ def test_an_appended_file_is_the_runs_while_it_begins_with_the_bytes_recorded(tm
     assert files.owned() == []
 
 
+def test_an_edited_event_file_is_in_the_way_and_a_writer_records_only_what_a_reader_accepts(run, tmp_path):
+    """The run's TensorBoard event file, recorded as it grows, is the run's (``--overwrite`` deletes it); edited
+    within the bytes recorded, it is the user's, in the way of a new run. A writer of the record puts on it only
+    what its reader accepts: no file but the run's event files as appended, no name outside the folder."""
+    files = RunFiles(run)
+    relative = "tensorboard/SAC_1/events.out.tfevents.1700000000.host.42.0"
+    path = run / relative
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"\x18\x00brain.Event:2 header")
+    files.record_appended(relative)
+    with open(path, "ab") as f:
+        f.write(b" scalars appended by the writer")
+    files.record_appended(relative)
+    assert relative in RunFolder(run).inventory("SAC").owned
+    path.write_bytes(path.read_bytes().replace(b"scalars", b"SCALARS"))  # a user's edit
+    found = RunFolder(run).inventory("SAC")
+    assert relative not in found.owned and found.in_the_way == [relative]
+    (run / "notes.txt").write_text("mine\n")
+    before = _tree(tmp_path)
+    with pytest.raises(RecordError, match=r"'notes.txt' .*only the run's TensorBoard event files"):
+        files.record_appended("notes.txt")
+    with pytest.raises(RecordError, match=r"'\.\./\.\./\.\./x' .*'\.\.' leads out of it"):
+        files.record_appended("../../../x")
+    with pytest.raises(RecordError, match=r"'\.\./\.\./\.\./x' .*'\.\.' leads out of it"):
+        files.write_text("../../../x", "written over\n")
+    assert _tree(tmp_path) == before
+
+
 def test_a_format_1_record_still_reads_and_its_bare_appended_entries_vouch_for_nothing(tmp_path):
     """Records written before appended files carried their size and sha256 (format 1): read as before, but an
     appended entry that holds only its name vouches for nothing; the next write upgrades the record."""
@@ -261,12 +376,12 @@ def test_a_format_1_record_still_reads_and_its_bare_appended_entries_vouch_for_n
 def _unchanged(tmp_path: pathlib.Path, capfd, flags: list[str], code: int, *expected: str) -> tuple[str, str]:
     """``train run.yaml FLAGS`` exits with ``code``, its output holding ``expected``, every file as it was;
     returns (stdout, stderr)."""
-    before = _checksums(tmp_path)
+    before = _tree(tmp_path)
     assert cli_main(["train", str(tmp_path / "run.yaml"), *flags]) == code
     out, err = capfd.readouterr()
     for part in expected:
         assert part in out + err, out + err
-    assert _checksums(tmp_path) == before
+    assert _tree(tmp_path) == before
     return out, err
 
 
@@ -278,16 +393,39 @@ def test_another_tools_lock_file_is_never_taken_over(run, tmp_path, capfd, flags
     (run / "learning_curves.csv").write_text("mine\n")
     _unchanged(tmp_path, capfd, flags, 2, "learning_curves.csv")
     lock = RunFolder(run).lock()
-    assert (run / ".vlmrm-fast.lock").read_text() == f"{os.getpid()}\n"
+    assert (run / LOCK_FILE).read_text() == f"{os.getpid()}\n"
     lock.release()
     assert (run / ".lock").read_text() == "held by rsync-backup, pid 77\n"
 
 
-def test_a_file_of_the_locks_name_that_is_no_lock_is_refused_and_kept(run):
-    (run / ".vlmrm-fast.lock").write_text("my notes\n")
-    with pytest.raises(RunFolderError, match=r"is not a lock of vlmrm-fast's \(it holds other text\)"):
-        RunFolder(run).lock()
-    assert (run / ".vlmrm-fast.lock").read_text() == "my notes\n"
+@pytest.mark.parametrize(
+    ("what", "why"),
+    [
+        ("notes", "it holds other text"),
+        ("link", "it is a link"),  # to an empty file outside: a lock would write its pid there
+        ("dangling link", "it is a link"),  # a lock would create the file outside
+        ("hard link", "it has another name too, a hard link"),  # another name of an empty file outside
+        ("folder", "it is not a plain file"),
+    ],
+)
+def test_a_file_of_the_locks_name_that_is_no_lock_is_refused_and_kept(run, tmp_path, capfd, what, why):
+    """The lock is opened without following a link: whatever is at its name that is not a lock of this program's
+    is refused as it is, and nothing outside the folder is created or written."""
+    lock = run / LOCK_FILE
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    if what == "notes":
+        lock.write_text("my notes\n")
+    elif what == "link":
+        lock.symlink_to(empty)
+    elif what == "dangling link":
+        lock.symlink_to(tmp_path / "nowhere")
+    elif what == "hard link":
+        os.link(empty, lock)
+    else:
+        lock.mkdir()
+    _, err = _unchanged(tmp_path, capfd, [], 2, f"{lock} is not a lock of vlmrm-fast's ({why})", "nothing was changed")
+    assert len(err.strip().splitlines()) == 1, err
 
 
 def test_only_this_programs_own_temporaries_count_as_cut_short_by_a_kill(run):
@@ -323,6 +461,46 @@ def test_a_run_folder_linking_out_is_refused_before_anything_is_deleted(run, tmp
     assert len(err.strip().splitlines()) == 1 and "Nothing was changed" in err, err
 
 
+def test_overwrite_checks_every_folder_it_deletes_in_before_the_first_deletion(run, tmp_path, capfd, monkeypatch):
+    """A folder holding the previous run's files that cannot be changed (its permissions, a read-only mount) is
+    found before anything is deleted: --overwrite refuses with nothing changed, instead of stopping halfway (the
+    checkpoints and config.yaml deleted, videos/ not)."""
+    RunFiles(run).write_text("videos/policy_000000020_steps.mp4", "the previous run's video\n")
+    videos = run / "videos"
+    real_access, real_unlink = os.access, os.unlink
+
+    def access(path, mode, **kwargs):
+        return pathlib.Path(path) != videos and real_access(path, mode, **kwargs)
+
+    def unlink(path, **kwargs):  # (the tests may run as root, whom permissions do not stop)
+        if pathlib.Path(path).parent == videos:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        real_unlink(path, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+    monkeypatch.setattr(os, "unlink", unlink)
+    expected = f"--overwrite: {videos} cannot be changed (its permissions, or a read-only disk)"
+    _, err = _unchanged(tmp_path, capfd, ["--overwrite"], 2, expected, "nothing was changed")
+    assert len(err.strip().splitlines()) == 1, err
+    before = _tree(tmp_path)
+    with pytest.raises(RunFolderError, match=re.escape(expected)):
+        RunFolder(run).clear("SAC", tmp_path / "run.yaml")
+    assert _tree(tmp_path) == before
+
+
+def test_a_linked_damaged_folder_is_refused_before_anything_is_set_aside(run, tmp_path, capfd):
+    """``checkpoints/damaged/`` a link out of the run folder: --resume, which would move a damaged checkpoint's
+    files through it out of the folder, refuses first, naming the link."""
+    other_disk = tmp_path / "other_disk"
+    other_disk.mkdir()
+    (run / "checkpoints" / "damaged").symlink_to(other_disk)
+    (run / "checkpoints" / "model_40_steps.zip").write_bytes(b"damaged")  # of another size than its manifest says
+    damaged = run / "checkpoints" / "damaged"
+    for flags in (["--resume"], ["--overwrite"]):
+        _, err = _unchanged(tmp_path, capfd, flags, 2, f"{damaged} is a link (to {other_disk}), where the run keeps")
+        assert len(err.strip().splitlines()) == 1, err
+
+
 @pytest.mark.parametrize("name", ["run_files.json", "config.yaml", "final_model.zip", "learning_curves.csv"])
 def test_a_folder_where_the_run_writes_a_file_is_refused_before_the_envs_are_built(run, tmp_path, capfd, name):
     """A folder named as a file the run writes (its record too) is refused at once, not after the envs are built."""
@@ -335,8 +513,6 @@ def test_a_folder_where_the_run_writes_a_file_is_refused_before_the_envs_are_bui
 
 def _full_disk_while_copying(monkeypatch) -> None:
     """A byte copy (shutil.copyfileobj) that meets a full disk after 4 KiB."""
-    import errno
-    import shutil
 
     def copyfileobj(source, target, *args):
         target.write(source.read(4096))
@@ -361,6 +537,9 @@ def test_a_full_disk_while_copying_the_final_model_is_the_full_disk_line(run, tm
     )
     assert len(err.strip().splitlines()) == 1, err
     assert not list(run.glob(".*tmp*"))
+    monkeypatch.setattr(shutil, "copyfileobj", _copyfileobj)  # room on the disk again: the command named works
+    assert cli_main(["train", str(tmp_path / "run.yaml"), "--resume"]) == 0
+    assert (run / "final_model.zip").read_bytes() == (run / "checkpoints" / "model_40_steps.zip").read_bytes()
 
 
 def test_a_finished_run_without_a_record_changes_nothing_on_resume(run, tmp_path, capfd):

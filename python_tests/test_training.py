@@ -255,6 +255,10 @@ def test_episode_batch_rewards_fill_the_replay_buffer(tmp_path, humanoid_tiny_rm
         ({"rl": {"kwargs": {"buffer_size": 0}}}, r"rl.kwargs.buffer_size: must be .* keeps\), got 0$"),
         ({"rl": {"kwargs": {"buffer_size": 1}}}, "rl.kwargs.buffer_size: 1 is fewer transitions than env.n_envs=2"),
         ({"rl": {"algorithm": "PPO", "kwargs": {"n_steps": 0}}}, "rl.kwargs.n_steps: must be a positive integer"),
+        (
+            {"rl": {"algorithm": "PPO", "kwargs": {"n_epochs": 0}}},
+            r"rl.kwargs.n_epochs: must be a positive integer .*got 0$",
+        ),
     ],
 )
 def test_config_errors_name_the_field(tmp_path, patch, message):

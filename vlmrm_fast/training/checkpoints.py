@@ -223,11 +223,6 @@ class CheckpointScan:
     def newest(self) -> Checkpoint | None:
         return self.complete[-1] if self.complete else None
 
-    def remove_incomplete(self) -> list[pathlib.Path]:
-        for path in self.incomplete:
-            path.unlink(missing_ok=True)
-        return self.incomplete
-
 
 def _manifest_checksum(data: dict[str, Any]) -> str:
     body = {k: v for k, v in data.items() if k != "manifest_sha256"}
@@ -329,7 +324,8 @@ def scan(folder: pathlib.Path) -> CheckpointScan:
 def read_checkpoint(manifest_path: pathlib.Path) -> tuple[Checkpoint | None, str]:
     """The checkpoint a manifest describes, and "" when its model file has the recorded size, else what is
     wrong with it; (None, why) when the manifest does not read back. A manifest that reads back but names a
-    file other than its own checkpoint's is refused (a RecordError: :mod:`~vlmrm_fast.training.records`)."""
+    file other than its own checkpoint's, or a file of a kind no checkpoint has, is refused (a RecordError:
+    :mod:`~vlmrm_fast.training.records`)."""
     folder = manifest_path.parent
     data, why = _read_manifest(manifest_path)
     if data is None:
@@ -340,6 +336,7 @@ def read_checkpoint(manifest_path: pathlib.Path) -> tuple[Checkpoint | None, str
     entries = data["files"]
     if not isinstance(entries.get("model"), dict):
         return None, "the manifest's file entry is unreadable"
+    records.checkpoint_roles(manifest_path, entries)
     model = records.own_checkpoint_file(manifest_path, "model", entries["model"], own_model)
     why = _entry_problem(folder, entries["model"]) or ""
     entry = entries.get("replay_buffer")

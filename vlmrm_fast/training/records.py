@@ -11,12 +11,13 @@ recomputable), so neither is obeyed as a path: each name in them becomes a path 
   itself is never the run's: the run writes files, and its record vouches for none that is a link).
 - A checkpoint's manifest names its own checkpoint's files, those :func:`checkpoints.checkpoint_paths`
   gives for its name (``model_N_steps.zip`` and ``model_replay_buffer_N_steps.pkl`` beside
-  ``model_N_steps.json``), and no other.
+  ``model_N_steps.json``), and no other, nor a file of any other kind (:data:`CHECKPOINT_ROLES`).
 - An ``appended`` entry of ``run_files.json`` (a file another library appends to as the run goes) names
   only a TensorBoard event file of the run, ``tensorboard/NAME/events.out.tfevents.*``.
 
 Anything else is a :class:`RecordError`: one line naming the record and the entry, raised before the
-name is used, so that nothing is touched.
+name is used, so that nothing is touched. The run's own writers hold to the same rule
+(:func:`file_to_record`): what they put on a record is always what its reader accepts.
 """
 
 from __future__ import annotations
@@ -33,7 +34,14 @@ from vlmrm_fast.failures import ExpectedFailure
 #: the only files an ``appended`` entry may name.
 TENSORBOARD_EVENTS = re.compile(r"^tensorboard/[^/]+/events\.out\.tfevents\.[^/]+$")
 
+#: The files a checkpoint's manifest names, by their role in it: the only roles a manifest holds.
+CHECKPOINT_ROLES = ("model", "replay_buffer")
+
 _EDITED = "edited by hand or forged (anyone who can write in the folder can)"
+_MANIFEST_REFUSED = (
+    f"Refused; nothing was touched. The manifest was {_EDITED}: check it; moved away, its checkpoint's files count "
+    f"as files no manifest vouches for (set aside into checkpoints/damaged/, never deleted)"
+)
 
 
 class RecordError(ExpectedFailure):
@@ -54,6 +62,33 @@ def file_in_run(folder: pathlib.Path, name: Any, record: pathlib.Path) -> pathli
     return folder / name
 
 
+def file_to_record(folder: pathlib.Path, name: str, record: pathlib.Path, *, appended: bool = False) -> pathlib.Path:
+    """The path of the file a writer of ``record`` (``run_files.json``) is about to put on it as ``name``
+    (``appended``: as a file another library appends to); a :class:`RecordError` where its reader would refuse
+    that entry, raised before anything is written."""
+    why = _not_in_folder(folder, name)
+    if why is None and appended and not TENSORBOARD_EVENTS.match(name):
+        why = "only the run's TensorBoard event files, tensorboard/NAME/events.out.tfevents.*, are recorded as appended to"
+    if why is not None:
+        raise RecordError(
+            f"{record}: {name!r} is not put on the record ({why}): a record names only files of its own folder, "
+            f"by plain relative paths; nothing was written"
+        )
+    return folder / name
+
+
+def checkpoint_roles(manifest: pathlib.Path, entries: dict[str, Any]) -> None:
+    """A :class:`RecordError` when ``manifest``'s file entries hold a role no checkpoint has (a checkpoint is a
+    model and its replay buffer, :data:`CHECKPOINT_ROLES`): such a manifest is not one this program wrote."""
+    for role, entry in entries.items():
+        if role not in CHECKPOINT_ROLES:
+            name = entry.get("name") if isinstance(entry, dict) else entry
+            raise RecordError(
+                f"{manifest} names {name!r} as its {role!r}, a file no checkpoint has (a checkpoint's manifest names "
+                f"its model and its replay buffer only). {_MANIFEST_REFUSED}"
+            )
+
+
 def own_checkpoint_file(manifest: pathlib.Path, role: str, entry: Any, own: pathlib.Path) -> pathlib.Path:
     """``own``, the path of the checkpoint file that ``manifest``'s ``entry`` (``{"name": ..., "bytes": ...,
     "sha256": ...}``) names as its ``role`` ("model", "replay_buffer"); a :class:`RecordError` when the entry
@@ -62,9 +97,7 @@ def own_checkpoint_file(manifest: pathlib.Path, role: str, entry: Any, own: path
     if not isinstance(entry, dict) or name != own.name:
         raise RecordError(
             f"{manifest} names {name!r} as its {role.replace('_', ' ')}, and a checkpoint's manifest names only its "
-            f"own files ({own.name} for this one). Refused; nothing was touched. The manifest was {_EDITED}: check "
-            f"it; moved away, its checkpoint's files count as files no manifest vouches for (set aside into "
-            f"checkpoints/damaged/, never deleted)"
+            f"own files ({own.name} for this one). {_MANIFEST_REFUSED}"
         )
     return own
 

@@ -14,7 +14,8 @@ file on the record whose content has changed since (a user edited ``config.yaml`
 
 The record is read back as data, never obeyed: each entry must name a file of this folder
 (:mod:`~vlmrm_fast.training.records`) and hold what this program writes, else the record is refused
-(:class:`~vlmrm_fast.training.records.RecordError`), before anything is touched.
+(:class:`~vlmrm_fast.training.records.RecordError`), before anything is touched. Its writers hold to the
+same rule: a name the reader would refuse is never written, nor put on the record.
 
 Writers in other processes (``vlmrm-fast rollout`` and ``best`` beside a training run) take turns on
 the record with an ``flock`` on the run folder itself.
@@ -120,7 +121,7 @@ class RunFiles:
         """``write(file)`` into the file at ``relative``, atomically (:func:`checkpoints.write_atomically`),
         its sha256 on the record before it takes the name; ``info`` is kept in its entry (e.g. ``steps``). A
         full disk raises :class:`checkpoints.SpaceError` (``size``: the file's bytes, where known, to name)."""
-        path = self.folder / relative
+        path = records.file_to_record(self.folder, relative, self.path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with _space_named(path, size):
             written = checkpoints.write_atomically(path, write, before_publish=self._vouch_before(relative, info))
@@ -129,7 +130,7 @@ class RunFiles:
     def write_made(self, relative: str, make: Callable[[pathlib.Path], None], **info: Any) -> checkpoints.Written:
         """As :meth:`write`, for a library that writes a file by its name (``make(path)``; imageio's mp4s):
         made under a hidden temporary name with the same suffix, then published."""
-        path = self.folder / relative
+        path = records.file_to_record(self.folder, relative, self.path)
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f".{path.stem}.tmp{path.suffix}")
         with _space_named(path, None):
@@ -172,7 +173,7 @@ class RunFiles:
     def record_appended(self, relative: str) -> None:
         """Records a file another library creates and appends to (a TensorBoard event file) as it is now: its size
         and the sha256 of those bytes. Called again as it grows (at each checkpoint, at the end)."""
-        path = self.folder / relative
+        path = records.file_to_record(self.folder, relative, self.path, appended=True)
         size = path.stat().st_size
         digest = _prefix_sha256(path, size)
         with self._editing() as files:
@@ -180,15 +181,10 @@ class RunFiles:
 
     def adopt(self, relatives: list[str]) -> None:
         """Records files that are there now as the run's (a run folder from before records, resumed)."""
+        paths = {relative: records.file_to_record(self.folder, relative, self.path) for relative in relatives}
         with self._editing() as files:
-            for relative in relatives:
-                path = self.folder / relative
+            for relative, path in paths.items():
                 files[relative] = {"sha256": [checkpoints.file_sha256(path)], "bytes": path.stat().st_size}
-
-    def forget(self, relatives: list[str]) -> None:
-        with self._editing() as files:
-            for relative in relatives:
-                files.pop(relative, None)
 
     @contextlib.contextmanager
     def _editing(self) -> Iterator[dict[str, dict[str, Any]]]:
@@ -244,6 +240,10 @@ def _checked_entry(record: pathlib.Path, relative: str, entry: Any, version: int
                 f"is marked appended without the size and sha256 it had (bytes {size!r}, sha256 {digest!r})",
             )
         return entry
+    if checkpoints.HASH not in entry:
+        raise records.bad_entry(
+            record, relative, "has no sha256, and each file of the run's is recorded with its sha256"
+        )
     if not isinstance(digest, list) or not digest or not all(isinstance(d, str) and _SHA256.match(d) for d in digest):
         raise records.bad_entry(record, relative, f"has sha256 {digest!r}, not a list of sha256 hex digests")
     if size is not None and not _count(size):

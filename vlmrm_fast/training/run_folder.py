@@ -15,6 +15,7 @@ record at ``rl.total_timesteps`` is finished: ``--resume`` says so and changes n
 from __future__ import annotations
 
 import dataclasses
+import errno
 import fcntl
 import hashlib
 import json
@@ -22,6 +23,7 @@ import os
 import pathlib
 import re
 import shutil
+import stat
 from typing import Any
 
 from vlmrm_fast.failures import ExpectedFailure
@@ -39,7 +41,8 @@ WANDB_RUN_ID = "wandb_run_id"  # the W&B run's id, kept for a resume (wandb_logg
 # The files a run writes at the top of its folder; with its TensorBoard folder, its policy videos and its
 # checkpoints, the places a start refuses to write over a file that no record shows a run wrote.
 _RUN_FILES = (CONFIG_FILE, FINAL_MODEL, CURVES_CSV, CURVES_PNG, WANDB_RUN_ID, RECORD)
-_RUN_FOLDERS = ("checkpoints", "videos", "tensorboard", ROLLOUTS)  # the folders it writes in: its own, never links
+# The folders it writes in (damaged/: where checkpoint files are set aside): its own, never links.
+_RUN_FOLDERS = ("checkpoints", f"checkpoints/{checkpoints.DAMAGED_DIR}", "videos", "tensorboard", ROLLOUTS)
 _POLICY_VIDEO = re.compile(r"^videos/policy_\d+_steps\.mp4$")
 
 
@@ -229,8 +232,10 @@ class RunLock:
     On release the file is removed, while still locked: a process that opened the file
     before that finds, once it holds the lock, that the name no longer leads to the
     file it locked, and tries again. A folder created only to hold the lock of a start
-    that is then refused is removed again on release. A file of that name that holds anything
-    but a pid is no lock of this program's: refused, and left as it is.
+    that is then refused is removed again on release. The name is opened without following a
+    link (a lock creates and writes nothing outside its folder); whatever is there that is no
+    lock of this program's (a link, a folder, another name of a file elsewhere, a file that
+    holds anything but a pid) is refused, and left as it is.
     """
 
     def __init__(self, folder: pathlib.Path):
@@ -257,13 +262,20 @@ class RunLock:
             self.fd = None
         else:  # pragma: no cover - a folder whose lock file is replaced a hundred times in a row
             raise RunFolderError(f"{folder}: could not take the lock {self.path}; try again")
-        if not _LOCK_TEXT.match(os.pread(self.fd, 64, 0).decode(errors="replace")):
+        status = os.fstat(self.fd)
+        why = (
+            "it is not a plain file"
+            if not stat.S_ISREG(status.st_mode)
+            else "it has another name too, a hard link"
+            if status.st_nlink != 1
+            else None
+            if _LOCK_TEXT.match(os.pread(self.fd, 64, 0).decode(errors="replace"))
+            else "it holds other text"
+        )
+        if why is not None:
             os.close(self.fd)
             self.fd = None
-            raise RunFolderError(
-                f"{self.path} is not a lock of vlmrm-fast's (it holds other text), and a run locks its folder with "
-                f"that name; nothing was changed. Move it away, or choose another folder (--output-dir)"
-            )
+            raise self._not_ours(why)
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
 
@@ -277,12 +289,25 @@ class RunLock:
             )
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            mode = os.lstat(self.path).st_mode if os.path.lexists(self.path) else stat.S_IFREG
+            if not stat.S_ISREG(mode):  # never opened: a link, a folder, a pipe or a device
+                raise self._not_ours("it is a link" if stat.S_ISLNK(mode) else "it is not a plain file")
+            # O_NOFOLLOW: a link put at the name since is not followed either
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EISDIR):
+                raise self._not_ours("it is a link" if exc.errno == errno.ELOOP else "it is not a plain file") from None
             raise RunFolderError(
                 f"output_dir: cannot write in {self.folder} ({exc.strerror}); choose a writable folder "
                 f"(output_dir in the config, or --output-dir)"
             ) from None
+
+    def _not_ours(self, why: str) -> RunFolderError:
+        """The refusal of what is at the lock's name and is no lock of this program's (``why``)."""
+        return RunFolderError(
+            f"{self.path} is not a lock of vlmrm-fast's ({why}), and a run locks its folder with that name; nothing "
+            f"was changed. Move it away, or choose another folder (--output-dir)"
+        )
 
     def _holds_the_name(self) -> bool:
         """True when the lock file's name still leads to the file this process opened (and locked)."""
@@ -442,12 +467,38 @@ class RunFolder:
                 f"with --overwrite (deletes those {found.count()}, each on the run's records, and nothing else), "
                 f"or choose another folder (--output-dir)"
             )
+        if overwrite:
+            self._check_changeable(found)
         return found
+
+    def _check_changeable(self, found: Inventory) -> None:
+        """A RunFolderError, before anything is deleted, when a folder that ``--overwrite`` changes cannot be
+        changed (its permissions, a read-only disk): one holding a file it deletes, or above one (removed when
+        left empty), or where it sets checkpoint files aside. ``--overwrite`` would otherwise stop halfway."""
+        folders = set()
+        for relative in found.owned:
+            folder = (self.path / relative).parent
+            while folder != self.path:
+                folders.add(folder)
+                folder = folder.parent
+        if found.owned or found.aside:
+            folders.add(self.path)
+        if found.aside:
+            folders |= {self.checkpoint_dir, self.checkpoint_dir / checkpoints.DAMAGED_DIR}
+        for folder in sorted(folders):
+            if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+                raise RunFolderError(
+                    f"--overwrite: {folder} cannot be changed (its permissions, or a read-only disk), and the "
+                    f"previous run's files there would stay while others were deleted; nothing was changed. Make it "
+                    f"writable (chmod u+w {folder}), or choose another folder (--output-dir)"
+                )
 
     def clear(self, algorithm: str | None, given_config: pathlib.Path | None) -> list[str]:
         """Deletes the previous run's files (as :meth:`inventory` finds them now: each on a record), after
         listing them, and moves checkpoint files no manifest vouches for into ``checkpoints/damaged/``; returns
-        the lines that say so. Never touches another file, nor the config file given."""
+        the lines that say so. Never touches another file, nor the config file given. Everything that can be
+        checked (the records, the files in the way, the folders it changes) is checked before the first deletion:
+        a refusal (exit 2) has changed nothing."""
         found = self.check_unused(overwrite=True, algorithm=algorithm, given_config=given_config)
         lines = []
         if found.owned:

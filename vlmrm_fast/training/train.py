@@ -11,8 +11,8 @@ newest intact checkpoint (damaged ones are moved into ``checkpoints/damaged/``; 
 run_folder.py), or says a run whose final model is whole is finished; with ``--start-if-new`` it
 starts the run when the folder holds no checkpoint yet (the first start of a restartable job).
 
-Exit codes: 0 finished; 1 crashed (traceback; the checkpoints on disk stay whole) or a
-full disk (one line); 2 refused before starting (bad config, missing model, folder in use,
+Exit codes: 0 finished; 1 crashed (traceback; the checkpoints on disk stay whole), a
+full disk, or a record edited while the run went on (one line each); 2 refused before starting (bad config, missing model, folder in use,
 checkpoint of another run, no intact checkpoint to resume), nothing written; 130 / 143
 stopped by SIGINT / SIGTERM after saving a checkpoint, or before training started.
 """
@@ -63,6 +63,7 @@ from vlmrm_fast.training.config import (
     unrecorded_fields,
 )
 from vlmrm_fast.training.curves import LearningCurves
+from vlmrm_fast.training.records import RecordError
 from vlmrm_fast.training.run_files import RunFiles
 from vlmrm_fast.training.run_folder import (
     CONFIG_FILE,
@@ -340,8 +341,26 @@ def _train(
     with stop.installed():  # until the envs are closed: a second signal never cuts the wind-down short
         try:
             return _run(cfg, model, venv, stats, folder, identity, stop, resumed=point is not None)
+        except RecordError as exc:
+            # A record edited while the run went on, met by the pruning after a save (which reads every manifest
+            # first, and deletes nothing then): the run stops; its folder has changed since it started, so this is
+            # no refusal (exit 2) but a stop mid-run, said in a line by the CLI (exit 1).
+            exc.add_note(f"the run stopped at {int(model.num_timesteps):,} steps (what it saved is whole)")
+            mark_crash(exc)
+            raise
         finally:
             monitored.close()
+
+
+def _where_to_go_on(folder: RunFolder) -> str:
+    """What a crashed run's traceback says of its checkpoints: the newest, and the command that goes on."""
+    try:
+        newest = checkpoints.scan(folder.checkpoint_dir).newest()
+    except RecordError:
+        return "a record in its checkpoint folder is refused (above): fix it, then continue with --resume"
+    if newest is None:
+        return "no checkpoint was saved yet. Fix the cause, then start again with --overwrite"
+    return f"the newest checkpoint is {newest.name} ({newest.steps} steps). Fix the cause, then continue with --resume"
 
 
 def _planned(plan: StackPlan, point: ResumePoint | None, whose: str) -> None:
@@ -586,13 +605,7 @@ def _run(
     except BaseException as exc:
         # The state mid-step may be inconsistent: no checkpoint of it; the ones on disk are whole.
         progress.close()
-        newest = checkpoints.scan(folder.checkpoint_dir).newest()
-        where = (
-            f"the newest checkpoint is {newest.name} ({newest.steps} steps). Fix the cause, then continue with --resume"
-            if newest
-            else "no checkpoint was saved yet. Fix the cause, then start again with --overwrite"
-        )
-        exc.add_note(f"training stopped at {model.num_timesteps} steps with this error; {where}.")
+        exc.add_note(f"training stopped at {model.num_timesteps} steps with this error; {_where_to_go_on(folder)}.")
         mark_crash(exc)  # for the CLI: a crash, not a refusal
         raise
     if control.stopped:
@@ -694,8 +707,20 @@ def _main(args: argparse.Namespace) -> int:
             start_if_new=args.start_if_new,
         )
     except checkpoints.SpaceError as exc:  # a full disk mid-run: said in a line; the checkpoints are whole
-        then = "--resume" if checkpoints.scan(cfg.run_dir / "checkpoints").newest() else "--overwrite"
+        try:
+            saved = checkpoints.scan(cfg.run_dir / "checkpoints").newest() is not None
+        except RecordError:
+            saved = True  # (a manifest there is refused: --resume names it)
+        then = "--resume" if saved else "--overwrite"
         print(f"vlmrm-fast train: {exc.strerror}; then run: {_command(args, then)}", file=sys.stderr)
+        return EXIT_CRASHED
+    except RecordError as exc:
+        if not getattr(exc, "_vlmrm_crash", False):
+            raise  # refused before the run changed anything: exit 2, in a line
+        print(
+            f"vlmrm-fast train: {exc}; {exc.__notes__[-1]}: fix the record, then run: {_command(args, '--resume')}",
+            file=sys.stderr,
+        )
         return EXIT_CRASHED
     if code in (EXIT_SIGINT, EXIT_SIGTERM) and threading.current_thread() is threading.main_thread():
         # Stopped by a signal, checkpoint saved, the process exits now: a late repeat of the signal must not
