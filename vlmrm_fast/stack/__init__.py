@@ -5,8 +5,8 @@
     gym_vector.py  the same stack behind gymnasium's vector API
     wrappers.py    the VLM reward VecEnvWrapper, RecordFrame, RewardMix
     scorer.py      the scoring half of a step, in ranges, on two streams (ChunkedScorer, plan_chunks)
-    batch_env.py   the batch env: a MuJoCo task's envs as one SB3 VecEnv, stepped range by range
+    simulator_env.py   the simulator env: a MuJoCo task's envs as one SB3 VecEnv, stepped range by range
     actions.py     the one check of a step's actions
 
-A step runs wrappers -> scorer -> batch_env -> physics/ -> rendering/ -> frames/ -> encoders/ -> reward/.
+A step runs wrappers -> scorer -> simulator_env -> physics/ -> rendering/ -> frames/ -> encoders/ -> reward/.
 """
