@@ -41,7 +41,7 @@ class DeviceKinematicSimulator(SimulatorBase):
         num_envs: int,
         frame_skip: int = 1,
         outputs: Sequence[OutputSpec] = (),
-        device: torch.device = torch.device("cpu"),
+        device: torch.device | str = "cpu",
     ):
         super().__init__(model, num_envs, frame_skip)
         joints = model.actuator_trnid[:, 0]
