@@ -309,6 +309,31 @@ def test_nothing_above_the_reward_models_names_a_family():
     assert not named_in, named_in
 
 
+def test_nothing_above_the_backends_names_a_physics_backend_or_a_renderer():
+    """The stack, evaluation, training and torchrun reach a physics backend and a renderer through their rows alone:
+    no module of theirs names a backend's class (nor tests an object's class against one with isinstance) or
+    imports a backend's module (its simulator, its bytes per env, its renderer); what a backend is, its memory per
+    env, its dynamics and its device observations, they read from its row. (Read from the rows' names: no
+    backend is imported.)"""
+    package = Path(__file__).resolve().parents[1] / "vlmrm_fast"
+    classes = {row.simulator.split(":")[1] for row in PHYSICS.values() if row.simulator}
+    classes |= {row.implementation.split(":")[1] for row in RENDERERS.values()}
+    classes |= {"RendererBase", "SimulatorBase"}  # the backends' shared bases
+    modules = {row.simulator.split(":")[0] for row in PHYSICS.values() if row.simulator}
+    modules |= {row.bytes_per_env.split(":")[0] for row in PHYSICS.values()}
+    modules |= {row.implementation.split(":")[0] for row in RENDERERS.values()}
+    modules -= {"vlmrm_fast.physics"}  # the table itself
+    assert {"vlmrm_fast.physics.warp", "vlmrm_fast.rendering.egl"} <= modules and "WarpSimulator" in classes
+    named_in = [
+        f"{path.relative_to(package)}: {name}"
+        for folder in ("stack", "evaluation", "training", "distributed")
+        for path in sorted((package / folder).rglob("*.py"))
+        for name in sorted(classes | modules)
+        if re.search(rf"\b{re.escape(name)}\b", path.read_text())
+    ]
+    assert not named_in, named_in
+
+
 @dataclasses.dataclass(frozen=True)
 class CosineTask:
     """A reward task double: the cosine similarity to one prompt."""
