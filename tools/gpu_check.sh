@@ -59,7 +59,7 @@
 #                         (SKIP_PAPER=1: none; no DummyVecEnv reference); results e2e_TAG.json (TAG
 #                         default: the model)                                                  (~1-4 min)
 #   physics               bench/bench_physics.py: MuJoCo Warp physics alone at WORLDS (default 1024 4096
-#                         16384) worlds beside CPU MuJoCo (batch)                         (~1-2 min)
+#                         16384) worlds beside CPU MuJoCo (batch)                           (~1-2 min)
 #   distributed [MODEL] [N]  bench/bench_distributed.py: 2 torchrun ranks sharing GPU 0 against one
 #                         process, N envs (default B32, 64) at 224 px: bytes per step, the gather's
 #                         overhead, message round trips; then device=auto on 2 ranks and 1 GPU must
