@@ -47,7 +47,7 @@ def measure(device: str, worlds: int, steps: int, warmup: int, batch_steps: int)
     from vlmrm_fast.physics.solver import with_solver
     from vlmrm_fast.physics.warp import WarpSimulator, wp
 
-    task = humanoid.HumanoidBatch
+    task = humanoid.HumanoidVectorTask
     model = humanoid.humanoid_model(humanoid.DEFAULT_SCENE)
     low, high = model.actuator_ctrlrange.T
     actions = np.random.default_rng(0).uniform(low, high, (ACTION_SETS, worlds, model.nu))
@@ -115,7 +115,7 @@ def first_call(device: str, worlds: int) -> dict:
     from vlmrm_fast.physics.warp import WarpSimulator, wp
 
     imported = time.perf_counter()
-    task = humanoid.HumanoidBatch
+    task = humanoid.HumanoidVectorTask
     model = with_solver(humanoid.humanoid_model(humanoid.DEFAULT_SCENE), "newton")
     ctrl = np.zeros((worlds, model.nu))
     with WarpSimulator(model, worlds, task.frame_skip, task.outputs, rne_post_constraint=True, device=device) as sim:
@@ -149,7 +149,7 @@ def child(args: argparse.Namespace, mode: str, worlds: int, env: dict | None = N
 
 def print_table(results: list[dict]) -> None:
     print(
-        f"{'worlds':>7} {'warp env steps/s':>17} {'(device outputs)':>17} {'batch env steps/s':>18} {'x':>6} "
+        f"{'worlds':>7} {'warp env steps/s':>17} {'(device outputs)':>17} {'simulator env steps/s':>18} {'x':>6} "
         f"{'first step s':>12} {'reset ms':>9} {'(host noise)':>12} {'device MiB':>10}"
     )
     for r in results:

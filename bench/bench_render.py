@@ -9,12 +9,12 @@ as a renderer fed from stepped simulations must:
   loop        per env: qpos -> MjData, mj_fwdPosition, Renderer.update_scene, render()
               (host frames; one mujoco.Renderer per env, round-robin over at most
               --baseline-renderers of them to bound memory)
-  batch       EGLBatchRenderer.render(qpos): host uint8 (N, H, W, 3)
-  batch_sim   EGLBatchRenderer.render_sim(BatchSimulator): no Python per env
-  batch_cuda  EGLBatchRenderer.render(qpos, device="cuda") through CUDA-GL interop
+  batch       EGLRenderer.render(qpos): host uint8 (N, H, W, 3)
+  batch_sim   EGLRenderer.render_sim(BatchSimulator): no Python per env
+  batch_cuda  EGLRenderer.render(qpos, device="cuda") through CUDA-GL interop
   batch_tK    K BatchRenderers (K EGL contexts) of N/K envs each, drawing from K threads at once
               (--threads K ...): does the GPU take GL work from several contexts faster than from one?
-  warp        WarpBatchRenderer.draw(sim): qpos to the device, kinematics, BVH refit, render,
+  warp        WarpRenderer.draw(sim): qpos to the device, kinematics, BVH refit, render,
               RGB bytes, all on the device (--device cuda: the GPU, else Warp's CPU backend)
   warp_noshadow  the same without shadows
 """
@@ -33,7 +33,7 @@ import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
 import vlmrm_fast  # noqa: E402
-from vlmrm_fast import BatchSimulator, EGLBatchRenderer  # noqa: E402
+from vlmrm_fast import BatchSimulator, EGLRenderer  # noqa: E402
 from vlmrm_fast.envs import humanoid  # noqa: E402
 
 CAMERA = humanoid.SCENES[humanoid.DEFAULT_SCENE].camera
@@ -86,7 +86,7 @@ def bench_loop(model, qpos, size, min_time, max_renderers) -> dict:
 def bench_batch(model, qpos, size, min_time, methods) -> dict:
     n = len(qpos)
     out = {}
-    with EGLBatchRenderer(model, n, size, size, camera=CAMERA) as renderer:
+    with EGLRenderer(model, n, size, size, camera=CAMERA) as renderer:
         out["egl"] = "software (llvmpipe)" if renderer.software else f"cuda:{renderer.cuda_device}"
         if "batch" in methods:
             out["batch"] = timed(lambda: renderer.render(qpos), n, min_time)
@@ -117,7 +117,7 @@ def bench_threads(model, qpos, size, min_time, threads: int) -> dict:
         sim = BatchSimulator(model, len(part), nthread=max(1, len(os.sched_getaffinity(0)) // len(shares)))
         sim.reset(qpos=qpos[part])
         sims.append(sim)
-        renderers.append(EGLBatchRenderer(model, len(part), size, size, camera=CAMERA, nthread=1))
+        renderers.append(EGLRenderer(model, len(part), size, size, camera=CAMERA, nthread=1))
     pool = ThreadPoolExecutor(len(shares))
 
     def run():
@@ -139,7 +139,7 @@ def bench_warp(model, qpos, size, min_time, methods, device: str) -> dict:
     """MuJoCo Warp drawing the simulator's states into device frames (what the VecEnv does each step)."""
     import torch
 
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpRenderer
 
     n = len(qpos)
     out = {}
@@ -148,7 +148,7 @@ def bench_warp(model, qpos, size, min_time, methods, device: str) -> dict:
     for method, shadows in (("warp", None), ("warp_noshadow", False)):
         if method not in methods:
             continue
-        with WarpBatchRenderer(model, n, size, size, camera=CAMERA, device=device, shadows=shadows) as renderer:
+        with WarpRenderer(model, n, size, size, camera=CAMERA, device=device, shadows=shadows) as renderer:
 
             def run():
                 renderer.draw(sim)

@@ -2,6 +2,7 @@
 
     python bench/bench_stack_step.py --variant clip                  # one measurement of this checkout
     python bench/bench_stack_step.py --alternate /tmp/before /tmp/after --rounds 5 --out bench/out/stack_step.json
+    python bench/bench_stack_step.py --alternate /tmp/before /tmp/after --variants clip --physics warp  # the stack alone
 
 One measurement: ``FastVLMRewardVecEnv("humanoid-kneeling", 4, render_size=64, seed=0, device="cpu")`` scored by
 a reward family (``clip``: ``vlmrm-tiny``; ``window``: ``viclip-tiny`` with a window of 8 frames; ``judge``:
@@ -9,7 +10,10 @@ a reward family (``clip``: ``vlmrm-tiny``; ``window``: ``viclip-tiny`` with a wi
 of zero actions after 5. ``--scorer ENVS RANGES`` times the scoring half of a step alone instead
 (``stack.scorer.ChunkedScorer``'s begin, submit per range and finish, over host frames) with a model whose own
 work is nearly nothing, so that what the stack adds around a reward model shows (microseconds, the best of 7
-repeats of 2,000 steps).
+repeats of 2,000 steps). ``--physics`` names the physics row (default ``auto``: ``batch`` for the humanoid), so that
+a backend whose state lives on a device (``warp``: MuJoCo Warp, on a CPU its CPU backend) is timed too;
+``--variants`` times those reward families' stacks alone (no scorer runs). ``--calls`` counts the Python calls of
+a stack's construction and of a step under cProfile instead (the same on a loaded machine).
 
 ``--alternate`` runs every variant in fresh processes, the two checkouts (each a folder holding a built
 ``vlmrm_fast``) one after the other for each round, under ``flock -x /work/.calm.lock`` where that file exists,
@@ -35,13 +39,15 @@ VARIANTS = {
 LOCK = pathlib.Path("/work/.calm.lock")
 
 
-def measure_stack(variant: str) -> dict:
+def measure_stack(variant: str, physics: str = "auto") -> dict:
     import numpy as np
 
     from vlmrm_fast import FastVLMRewardVecEnv
 
     start = time.perf_counter()
-    env = FastVLMRewardVecEnv("humanoid-kneeling", 4, render_size=64, seed=0, device="cpu", **VARIANTS[variant])
+    env = FastVLMRewardVecEnv(
+        "humanoid-kneeling", 4, render_size=64, seed=0, device="cpu", physics=physics, **VARIANTS[variant]
+    )
     built = time.perf_counter() - start
     actions = np.zeros((4, env.action_space.shape[0]), dtype=np.float32)
     for _ in range(5):
@@ -50,9 +56,47 @@ def measure_stack(variant: str) -> dict:
     for _ in range(50):
         env.step(actions)
     step = (time.perf_counter() - start) / 50
-    renderer = env.renderer
+    renderer, physics = env.renderer, env.plan.physics
     env.close()
-    return {"variant": variant, "construction_s": built, "step_ms": step * 1e3, "renderer": renderer}
+    return {
+        "variant": variant,
+        "physics": physics,
+        "construction_s": built,
+        "step_ms": step * 1e3,
+        "renderer": renderer,
+    }
+
+
+def count_calls(variant: str, physics: str = "auto") -> dict:
+    """The Python calls of the same stack's construction and of 100 steps after 5, under cProfile: what a
+    construction and a step run, whatever the machine's load."""
+    import cProfile
+    import pstats
+
+    import numpy as np
+
+    from vlmrm_fast import FastVLMRewardVecEnv
+
+    def calls(profile: cProfile.Profile) -> int:
+        return sum(row[1] for row in pstats.Stats(profile).stats.values())  # type: ignore[attr-defined]
+
+    profile = cProfile.Profile()
+    profile.enable()
+    env = FastVLMRewardVecEnv(
+        "humanoid-kneeling", 4, render_size=64, seed=0, device="cpu", physics=physics, **VARIANTS[variant]
+    )
+    profile.disable()
+    built = calls(profile)
+    actions = np.zeros((4, env.action_space.shape[0]), dtype=np.float32)
+    for _ in range(5):
+        env.step(actions)
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(100):
+        env.step(actions)
+    profile.disable()
+    env.close()
+    return {"variant": variant, "physics": physics, "construction_calls": built, "step_calls": calls(profile) / 100}
 
 
 def measure_scorer(num_envs: int, ranges: int) -> dict:
@@ -120,8 +164,10 @@ def one(root: str, arguments: list[str]) -> dict:
     return result
 
 
-def alternate(before: str, after: str, rounds: int) -> dict:
-    plan = [["--variant", v] for v in VARIANTS] + [["--scorer", "4", "1"], ["--scorer", "64", "4"]]
+def alternate(before: str, after: str, rounds: int, variants: list[str] | None = None, physics: str = "auto") -> dict:
+    plan = [["--variant", v, "--physics", physics] for v in variants or VARIANTS]
+    if variants is None:
+        plan += [["--scorer", "4", "1"], ["--scorer", "64", "4"]]
     rows: list[dict] = []
     for round_ in range(rounds):
         for arguments in plan:
@@ -144,18 +190,23 @@ def alternate(before: str, after: str, rounds: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", choices=sorted(VARIANTS))
+    parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), help="with --alternate: these stacks alone")
+    parser.add_argument("--physics", default="auto", help="the physics row the stack runs (default auto)")
+    parser.add_argument("--calls", action="store_true", help="count the Python calls of --variant's stack instead")
     parser.add_argument("--scorer", nargs=2, type=int, metavar=("ENVS", "RANGES"))
     parser.add_argument("--alternate", nargs=2, metavar=("BEFORE", "AFTER"))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=pathlib.Path)
     args = parser.parse_args()
     if args.alternate:
-        result = alternate(*args.alternate, args.rounds)
+        result = alternate(*args.alternate, args.rounds, args.variants, args.physics)
         print(json.dumps({"medians": result["medians"], "load": result["load"]}, indent=1))
+    elif args.calls:
+        result = count_calls(args.variant or "clip", args.physics)
     elif args.scorer:
         result = measure_scorer(*args.scorer)
     else:
-        result = measure_stack(args.variant or "clip")
+        result = measure_stack(args.variant or "clip", args.physics)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1))

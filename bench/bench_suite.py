@@ -2,7 +2,7 @@
 
 For each task, the same VLM-reward work three ways, with the same reward model, envs, frame size and actions:
 
-* batch: ``FastVLMRewardVecEnv(task, n)`` as a user gets it (``physics="auto"``: the batch env, the renderer
+* batch: ``FastVLMRewardVecEnv(task, n)`` as a user gets it (``physics="auto"``: the simulator env, the renderer
   ``"auto"`` picks: MuJoCo Warp on a CPU where it is installed);
 * drawn: ``physics="gym"`` with ``renderer="auto"``: gymnasium's envs stepping themselves, every env's frame
   drawn at once from their data (the batched drawing, ``stack.drawn_env``: EGL, each env's ``render()``
@@ -121,9 +121,9 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     tasks = [*args.tasks, *([args.reference] if args.reference and args.reference not in args.tasks else [])]
     for task in tasks:
         paths = ["batch", "drawn", "generic", *(["generic-480"] * args.generic_480)]
-        if task not in args.tasks:  # the reference, added for its batch env's rate
+        if task not in args.tasks:  # the reference, added for its simulator env's rate
             paths = ["batch"]
-        if get_task(task).batch is None:  # a task of the gymnasium envs only (classic control: the generic path)
+        if get_task(task).vector_task is None:  # a task of the gymnasium envs only (classic control: the generic path)
             paths = ["drawn", "generic"] if get_task(task).drawing else ["generic"]
         stacks = {path: make(task, path, args) for path in paths}
         space = next(iter(stacks.values())).action_space
@@ -183,7 +183,7 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", nargs="+", default=["Ant-v5", "HalfCheetah-v5"])
-    p.add_argument("--reference", default="humanoid-kneeling", help="a batch task whose rate the others are held to")
+    p.add_argument("--reference", default="humanoid-kneeling", help="a vector task whose rate the others are held to")
     p.add_argument("--model", default="vlmrm-tiny")
     p.add_argument("--envs", type=int, default=8)
     p.add_argument("--size", type=int, default=96)

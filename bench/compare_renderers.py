@@ -5,7 +5,7 @@ for it here. Writes a table (stdout, ``--out`` JSON) and one picture per scene: 
 Warp and their absolute difference (x4) for a few poses.
 
     python bench/compare_renderers.py                        # Warp on the CPU backend
-    python bench/compare_renderers.py --tasks Ant-v5 Reacher-v5   # batch tasks, from their cameras, in played states
+    python bench/compare_renderers.py --tasks Ant-v5 Reacher-v5   # vector tasks, from their cameras, in played states
     python bench/compare_renderers.py --device cuda --out bench/out/renderers_h100.json
 """
 
@@ -21,9 +21,9 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
-from vlmrm_fast import EGLBatchRenderer  # noqa: E402
+from vlmrm_fast import EGLRenderer  # noqa: E402
 from vlmrm_fast.envs import humanoid  # noqa: E402
-from vlmrm_fast.rendering.warp import WarpBatchRenderer  # noqa: E402
+from vlmrm_fast.rendering.warp import WarpRenderer  # noqa: E402
 
 BOXES = """
 <mujoco>
@@ -43,11 +43,11 @@ BOXES = """
 
 
 def task_states(task: str, size: int, n: int) -> tuple[mujoco.MjModel, str, np.ndarray]:
-    """A batch task's model and camera, and ``n`` states it reaches: its resets, then 10 steps of random actions."""
+    """A vector task's model and camera, and ``n`` states it reaches: its resets, then 10 steps of random actions."""
     from vlmrm_fast.envs import get_task
     from vlmrm_fast.physics.batch import BatchSimulator
 
-    batch = get_task(task).batch
+    batch = get_task(task).vector_task
     model = batch.build_model(size)
     with BatchSimulator(model, n, batch.frame_skip) as sim:
         sim.reset(seed=0, noise=batch.reset_noise)
@@ -95,7 +95,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="where Warp renders: cpu or cuda[:N]")
     parser.add_argument("--sizes", type=int, nargs="+", default=[224])
     parser.add_argument("--poses", type=int, default=8)
-    parser.add_argument("--tasks", nargs="+", default=[], help="batch tasks instead of the built-in scenes")
+    parser.add_argument("--tasks", nargs="+", default=[], help="vector tasks instead of the built-in scenes")
     parser.add_argument("--out", default="bench/out/renderers.json")
     args = parser.parse_args()
     import imageio.v3 as iio
@@ -109,9 +109,9 @@ def main() -> None:
             name: (model, camera, poses(model, args.poses)) for name, (model, camera) in scenes(size).items()
         }
         for name, (model, camera, qpos) in cases.items():
-            with EGLBatchRenderer(model, len(qpos), size, size, camera=camera) as egl:
+            with EGLRenderer(model, len(qpos), size, size, camera=camera) as egl:
                 expected = egl.render(qpos)
-            with WarpBatchRenderer(model, len(qpos), size, size, camera=camera, device=args.device) as warp:
+            with WarpRenderer(model, len(qpos), size, size, camera=camera, device=args.device) as warp:
                 got = warp.render(qpos)
             diff = np.abs(got.astype(np.int16) - expected.astype(np.int16))
             row = {

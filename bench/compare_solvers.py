@@ -1,4 +1,4 @@
-"""What running the humanoid tasks on MuJoCo Warp changes: the batch env (float32 MuJoCo Warp against
+"""What running the humanoid tasks on MuJoCo Warp changes: the simulator env (float32 MuJoCo Warp against
 float64 CPU MuJoCo, both Newton) and the solver (Newton against the task's own PGS, both CPU MuJoCo).
 
 Every simulator starts from the same states (the task's reset noise, drawn once, as float32 values) and
@@ -49,7 +49,7 @@ def policies(model, steps: int, envs: int, seed: int) -> dict[str, np.ndarray]:
 
 
 def make_simulator(name: str, model, envs: int, device: str):
-    task = humanoid.HumanoidBatch
+    task = humanoid.HumanoidVectorTask
     solver = "pgs" if name.endswith("pgs") else "newton"
     solver_model = with_solver(model, solver)
     if name.startswith("warp"):

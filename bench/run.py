@@ -68,7 +68,7 @@ class ReferencePipeline:
         from stable_baselines3.common.vec_env import DummyVecEnv
 
         spec = get_task(task)
-        kwargs = {"width": resolution, "height": resolution} if spec.batch is not None else {}
+        kwargs = {"width": resolution, "height": resolution} if spec.vector_task is not None else {}
 
         def make():
             return gymnasium.wrappers.TimeLimit(spec.make_env(render_mode="rgb_array", **kwargs), episode_length)
@@ -334,7 +334,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the physics to run, side by side (warp: MuJoCo Warp on the GPU, drawn by renderer warp)",
     )
     p.add_argument(
-        "--renderers", nargs="+", default=["egl"], choices=list(RENDERERS), help="the batch env's renderers to run"
+        "--renderers", nargs="+", default=["egl"], choices=list(RENDERERS), help="the simulator env's renderers to run"
     )
     p.add_argument(
         "--pipeline-chunks",
@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         for k in args.renderers
         for c in args.pipeline_chunks
         for physics in args.physics
-        if physics == "auto" or not PHYSICS[physics].batch_env or RENDERERS[k].state_for(PHYSICS[physics].offers)
+        if physics == "auto" or not PHYSICS[physics].in_simulator_env or RENDERERS[k].state_for(PHYSICS[physics].offers)
     ]
     results, baselines = [], {}
     # The table as it grows: its header with the first result, then one row per result (printed once).

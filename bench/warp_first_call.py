@@ -1,4 +1,4 @@
-"""What the first WarpBatchRenderer of a process costs: Warp's kernel compilation into its cache.
+"""What the first WarpRenderer of a process costs: Warp's kernel compilation into its cache.
 
 Two fresh processes, one after the other, each build a renderer of the humanoid tasks' scene
 and draw twice: the first process finds Warp's kernel cache as this machine has it (empty on a
@@ -26,7 +26,7 @@ def child(device: str, num_envs: int, size: int) -> dict:
     import warp
 
     from vlmrm_fast.envs import humanoid
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpRenderer
 
     imported = time.perf_counter()
     model = humanoid.humanoid_model(humanoid.DEFAULT_SCENE, size)
@@ -37,7 +37,7 @@ def child(device: str, num_envs: int, size: int) -> dict:
         if device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    with WarpBatchRenderer(model, num_envs, size, size, camera=camera, device=device) as renderer:
+    with WarpRenderer(model, num_envs, size, size, camera=camera, device=device) as renderer:
         built = time.perf_counter()
         renderer.render(qpos)
         sync()

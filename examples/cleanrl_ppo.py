@@ -4,7 +4,7 @@
     python examples/cleanrl_ppo.py --model vlmrm-tiny --device cpu --total-timesteps 2048   # a smoke run
 
 ``gymnasium.make_vec("vlmrm_fast/humanoid-kneeling", vectorization_mode="vector_entry_point", ...)``
-gives a ``gymnasium.vector.VectorEnv`` whose envs run in the MuJoCo batch env and whose rewards
+gives a ``gymnasium.vector.VectorEnv`` whose envs run in the simulator env and whose rewards
 are the reward model's (docs/gymnasium.md); the loop below is CleanRL's ``ppo_continuous_action.py``
 in short (one file, no SB3): rollouts, GAE, clipped surrogate, value loss. Episode returns are
 gymnasium's ``RecordEpisodeStatistics`` (a vector wrapper), logged by a ``NEXT_STEP``-aware print.

@@ -1,11 +1,11 @@
 """A test double of a physics backend: all that a new physics backend is, one module and one row.
 
-:class:`KinematicSimulator` is a simulator of the batch env's shape (``vlmrm_fast.physics.simulator``) whose
+:class:`KinematicSimulator` is a simulator of the simulator env's shape (``vlmrm_fast.physics.simulator``) whose
 "physics" is a plain, deterministic scheme: over a step of ``dt`` each actuated joint turns (or slides)
 at its control, in units per second, and nothing else moves; MuJoCo computes the rest of the state
 (the bodies' poses, the outputs the task reads) from that, one ``mujoco.MjData`` per env. It offers a
 renderer its positions on the host. :data:`ROW` is its row of ``vlmrm_fast.physics.PHYSICS``; a test
-registers it (``monkeypatch.setitem(PHYSICS, ROW.name, ROW)``) and the plan, the batch env and the
+registers it (``monkeypatch.setitem(PHYSICS, ROW.name, ROW)``) and the plan, the simulator env and the
 renderers take it from there.
 """
 
@@ -41,7 +41,7 @@ class KinematicSimulator(SimulatorBase):
         self.reset()
 
     @classmethod
-    def for_batch_env(
+    def for_simulator_env(
         cls, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], device: torch.device
     ) -> KinematicSimulator:
         return cls(model, num_envs, frame_skip, outputs)
@@ -113,7 +113,9 @@ ROW = Physics(
     "kinematic",
     "a test double: each actuated joint moves at its control, MuJoCo computes the rest (python_tests/double_physics.py)",
     "a MuJoCo task",
-    batch_env=True,
-    unavailable=lambda task, device: None if task.batch is not None else f"task {task.name!r} has no batch-env version",
+    unavailable=lambda task, device: (
+        None if task.vector_task is not None else f"task {task.name!r} has no simulator-env version"
+    ),
     simulator="double_physics:KinematicSimulator",
+    dynamics="kinematic",
 )

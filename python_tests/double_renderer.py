@@ -3,7 +3,7 @@
 :class:`FlatRenderer` paints each env's frame in one colour, a function of the root's position
 (:func:`colour`), from a simulator's positions on the host: a picture a test can compute. :data:`ROW`
 is its row of ``vlmrm_fast.rendering.RENDERERS``; a test registers it
-(``monkeypatch.setitem(RENDERERS, ROW.name, ROW)``) and the plan and the batch env take it from there.
+(``monkeypatch.setitem(RENDERERS, ROW.name, ROW)``) and the plan and the simulator env take it from there.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.physics.simulator import HOST_POSITIONS
 from vlmrm_fast.rendering import Renderer
-from vlmrm_fast.rendering.base import BatchRendererBase
+from vlmrm_fast.rendering.base import RendererBase
 
 
 def colour(qpos: np.ndarray) -> np.ndarray:
@@ -27,7 +27,7 @@ def colour(qpos: np.ndarray) -> np.ndarray:
     return np.clip(np.round(128 + 100 * np.asarray(qpos)[..., :3]), 0, 255).astype(np.uint8)
 
 
-class FlatRenderer(BatchRendererBase):
+class FlatRenderer(RendererBase):
     draws = (HOST_POSITIONS,)
 
     def __init__(self, model: mujoco.MjModel, num_envs: int, height: int, width: int):
@@ -36,7 +36,7 @@ class FlatRenderer(BatchRendererBase):
         self._closed = False
 
     @classmethod
-    def for_batch_env(
+    def for_simulator_env(
         cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, device: torch.device
     ) -> FlatRenderer:
         height, width = render_size

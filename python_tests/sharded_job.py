@@ -22,7 +22,7 @@ import numpy as np
 
 TIMEOUT = 60.0
 
-# (task, num_envs, steps): cartpole takes the gymnasium path, the humanoid the batch env
+# (task, num_envs, steps): cartpole takes the gymnasium path, the humanoid the simulator env
 TRAJECTORIES = {
     "humanoid": ("humanoid-kneeling", 4, 8),
     "cartpole": ("cartpole", 4, 8),

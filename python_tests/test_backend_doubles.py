@@ -1,7 +1,7 @@
 """What docs/architecture.md's "Where to add things" promises, shown with test doubles: a physics backend
 is one module and a row (``double_physics.py``), a renderer one module and a row (``double_renderer.py``),
 a reward family one module and a row (``double_reward.py``), a reward formula its task, its formula and a
-row, a task one row; each registered for the test only, and taken by the plan, the batch env, the renderers,
+row, a task one row; each registered for the test only, and taken by the plan, the simulator env, the renderers,
 the reward wrappers, evaluation and the reward head as they are. The VecEnv contract
 tests run over the physics double too (``test_vec_env.py``, the ``venv`` fixture). Its "Modules" table names
 every module of the package."""
@@ -17,6 +17,7 @@ import mujoco
 import numpy as np
 import pytest
 import torch
+from double_device_physics import ROW as DEVICE_KINEMATIC
 from double_physics import ROW as KINEMATIC
 from double_physics import KinematicSimulator
 from double_renderer import ROW as FLAT
@@ -28,7 +29,7 @@ from tolerances import assert_rewards_close
 
 from vlmrm_fast import FastVLMRewardVecEnv, RewardModelSpec
 from vlmrm_fast.checks import FieldError
-from vlmrm_fast.envs import TASKS, TaskSpec
+from vlmrm_fast.envs import TASKS, TaskSpec, get_task
 from vlmrm_fast.envs.spec import EnvSpec
 from vlmrm_fast.evaluation import StateDataset, evaluate_models, state_epic_distance
 from vlmrm_fast.lazy import named
@@ -39,7 +40,10 @@ from vlmrm_fast.reward import formulas, load_reward_model
 from vlmrm_fast.reward.families import REWARD_FAMILIES
 from vlmrm_fast.reward.head import RewardHead
 from vlmrm_fast.reward.kinds import CRITERION_KINDS, CriterionKind
+from vlmrm_fast.runtime import memory
+from vlmrm_fast.stack.gym_vector import VLMRewardVectorEnv
 from vlmrm_fast.stack.plan import plan_stack
+from vlmrm_fast.training.config import identity_differences
 
 TINY = {"model": "vlmrm-tiny", "alpha": 0.5, "device": "cpu"}
 TASK = "humanoid-kneeling"
@@ -59,7 +63,7 @@ def _reached_qpos(env: FastVLMRewardVecEnv) -> np.ndarray:
 
 @pytest.mark.egl
 def test_a_physics_backend_is_one_module_and_a_row(doubles):
-    """The plan takes the row, the batch env steps its simulator with the actions, and EGL draws its host
+    """The plan takes the row, the simulator env steps its simulator with the actions, and EGL draws its host
     positions: mujoco.Renderer's own pixels for the state the double reached."""
     plan = plan_stack(EnvSpec(TASK, 2, physics="kinematic", renderer="egl", **SMALL), RewardModelSpec(**TINY))
     assert (plan.physics, plan.renderer, plan.ranges) == ("kinematic", "egl", (slice(0, 2),))
@@ -79,14 +83,14 @@ def test_a_physics_backend_is_one_module_and_a_row(doubles):
             for i, qpos in enumerate(after):
                 data.qpos[:] = qpos
                 mujoco.mj_forward(model, data)
-                reference.update_scene(data, env.venv.batch.camera)
+                reference.update_scene(data, env.venv.vector_task.camera)
                 np.testing.assert_array_equal(env.venv.last_frames()[i], reference.render())
     finally:
         env.close()
 
 
 def test_a_renderer_is_one_module_and_a_row(doubles):
-    """The flat renderer draws the batch env's and the physics double's host positions; its frames are
+    """The flat renderer draws the simulator env's and the physics double's host positions; its frames are
     scored as any renderer's."""
     for physics in ("batch", "kinematic"):
         env = FastVLMRewardVecEnv(TASK, 3, physics=physics, renderer="flat", seed=1, **SMALL, **TINY)
@@ -100,6 +104,80 @@ def test_a_renderer_is_one_module_and_a_row(doubles):
             assert_rewards_close(rewards, env.reward_model(frames).numpy())
         finally:
             env.close()
+
+
+def test_a_physics_backend_with_its_state_on_a_device_is_one_module_and_a_row(doubles, monkeypatch):
+    """A backend whose state lives on a device (torch tensors) declares, in its row, the memory one env needs and
+    where, its dynamics and its device observations; the plan, the simulator env, a renderer and the training
+    config's run identity read the row, and nothing else is added. Stepped through FastVLMRewardVecEnv it moves its
+    envs as the kinematic double moves them on the host (the same scheme: the same observations, rewards and
+    frames, bit for bit); through gymnasium's vector API with torch outputs, its observations are computed from its
+    fields where they lie, with no copy to the host."""
+    before = dict(PHYSICS)
+    monkeypatch.setitem(PHYSICS, DEVICE_KINEMATIC.name, DEVICE_KINEMATIC)
+    assert set(PHYSICS) - set(before) == {DEVICE_KINEMATIC.name}
+    assert Path(named(DEVICE_KINEMATIC.simulator).__module__ + ".py").name == "double_device_physics.py"
+    task, n, steps = "HalfCheetah-v5", 3, 5
+    settings = {"render_size": 24, "episode_length": 4, "renderer": "flat", "seed": 2, **TINY}
+
+    plan = plan_stack(EnvSpec(task, n, physics=DEVICE_KINEMATIC.name, renderer="flat"), RewardModelSpec(**TINY))
+    assert (plan.physics, plan.path) == (DEVICE_KINEMATIC.name, "simulator env")
+
+    # The memory check reads the row: its bytes per env, on its device.
+    asked = []
+
+    def available(device):
+        asked.append(device)
+        return 2 * DEVICE_KINEMATIC.env_bytes(get_task(task).vector_task.build_model(24), (24, 24), device).count + 1
+
+    with monkeypatch.context() as patch:
+        patch.setattr(memory, "device_available_bytes", available)
+        with pytest.raises(
+            memory.EnvsDoNotFitError,
+            match=r"^n_envs=3: .* each: the device double's qpos and qvel\), .*; use at most 2 envs here$",
+        ):
+            FastVLMRewardVecEnv(task, n, physics=DEVICE_KINEMATIC.name, **settings)
+    assert asked == [plan.device]
+
+    rng = np.random.default_rng(0)
+    runs = {}
+    for physics in (KINEMATIC.name, DEVICE_KINEMATIC.name):
+        env = FastVLMRewardVecEnv(task, n, physics=physics, **settings)
+        try:
+            observations = [env.reset()]
+            rewards, frames = [], []
+            for actions in rng.uniform(-1, 1, (steps, n, env.action_space.shape[0])).astype(np.float32):
+                obs, reward, _, _ = env.step(actions)
+                observations.append(obs)
+                rewards.append(reward)
+                frames.append(np.array(env.venv.last_frames()))
+            runs[physics] = (np.stack(observations), np.stack(rewards), np.stack(frames))
+        finally:
+            env.close()
+        rng = np.random.default_rng(0)  # the same actions for both
+    for host, device in zip(runs[KINEMATIC.name], runs[DEVICE_KINEMATIC.name]):
+        np.testing.assert_array_equal(device, host)
+    assert np.ptp(runs[DEVICE_KINEMATIC.name][0], axis=0).max() > 0  # (the joints moved)
+
+    vector = VLMRewardVectorEnv(task, n, physics=DEVICE_KINEMATIC.name, torch_outputs=True, **settings)
+    try:
+        sim = vector.simulator_env.sim
+        assert isinstance(sim.torch_outputs["qpos"], torch.Tensor) and sim.torch_outputs["qpos"].device == plan.device
+        vector.reset(seed=2)
+        zero = torch.zeros((n, vector.single_action_space.shape[0]))
+        vector.step(zero)
+        reads = sim.host_reads
+        observation = vector.simulator_env.device_observation(plan.device)
+        assert sim.host_reads == reads  # computed from the device fields, nothing copied to the host
+        host = vector.simulator_env.vector_task.observation(sim.outputs)
+        np.testing.assert_array_equal(observation.numpy(), host)
+    finally:
+        vector.close()
+
+    # A run's identity compares the dynamics the rows declare: the two doubles run the same run, "batch" another.
+    saved = {"env": {"physics": KINEMATIC.name}}
+    assert identity_differences(saved, {"env": {"physics": DEVICE_KINEMATIC.name}}) == []
+    assert identity_differences(saved, {"env": {"physics": "batch"}}) == ["env.physics: 'kinematic' then, 'batch' now"]
 
 
 class WorldsOnly(KinematicSimulator):
@@ -139,7 +217,7 @@ def _rollout(env, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def test_a_reward_family_is_one_module_and_a_row(monkeypatch):
     """A reward family of its own per-step scorer (a running mean over an episode's frames, as a streamed judge
     keeps a state per env): the spec takes its name and refuses a field its row does not take, naming the family;
-    the plan checks its needs; the SB3 stack over the batch env and over gymnasium envs, and gymnasium's vector
+    the plan checks its needs; the SB3 stack over the simulator env and over gymnasium envs, and gymnasium's vector
     API (next-step autoreset), score each step through it; evaluation scores a dataset of episodes through it.
     Nothing else is added: its module, and its row in the families' table."""
     before = dict(REWARD_FAMILIES)
@@ -227,6 +305,31 @@ def test_nothing_above_the_reward_models_names_a_family():
         for path in sorted((package / folder).rglob("*.py"))
         for name in sorted(classes)
         if re.search(rf"\b{name}\b", path.read_text())
+    ]
+    assert not named_in, named_in
+
+
+def test_nothing_above_the_backends_names_a_physics_backend_or_a_renderer():
+    """The stack, evaluation, training and torchrun reach a physics backend and a renderer through their rows alone:
+    no module of theirs names a backend's class (nor tests an object's class against one with isinstance) or
+    imports a backend's module (its simulator, its bytes per env, its renderer); what a backend is, its memory per
+    env, its dynamics and its device observations, they read from its row. (Read from the rows' names: no
+    backend is imported.)"""
+    package = Path(__file__).resolve().parents[1] / "vlmrm_fast"
+    classes = {row.simulator.split(":")[1] for row in PHYSICS.values() if row.simulator}
+    classes |= {row.implementation.split(":")[1] for row in RENDERERS.values()}
+    classes |= {"RendererBase", "SimulatorBase"}  # the backends' shared bases
+    modules = {row.simulator.split(":")[0] for row in PHYSICS.values() if row.simulator}
+    modules |= {row.bytes_per_env.split(":")[0] for row in PHYSICS.values()}
+    modules |= {row.implementation.split(":")[0] for row in RENDERERS.values()}
+    modules -= {"vlmrm_fast.physics"}  # the table itself
+    assert {"vlmrm_fast.physics.warp", "vlmrm_fast.rendering.egl"} <= modules and "WarpSimulator" in classes
+    named_in = [
+        f"{path.relative_to(package)}: {name}"
+        for folder in ("stack", "evaluation", "training", "distributed")
+        for path in sorted((package / folder).rglob("*.py"))
+        for name in sorted(classes | modules)
+        if re.search(rf"\b{re.escape(name)}\b", path.read_text())
     ]
     assert not named_in, named_in
 

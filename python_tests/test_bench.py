@@ -80,8 +80,8 @@ def test_windows_bench_measures_every_row_side_by_side(tmp_path):
 
 
 def test_suite_bench_measures_the_batch_and_generic_paths_side_by_side(tmp_path):
-    """bench/bench_suite.py: a MuJoCo suite task's batch env beside its gymnasium envs, drawn in one batch and
-    each by its render() (and the reference task's batch env), each with the stages of a step."""
+    """bench/bench_suite.py: a MuJoCo suite task's simulator env beside its gymnasium envs, drawn in one batch and
+    each by its render() (and the reference task's simulator env), each with the stages of a step."""
     out = tmp_path / "suite.json"
     command = [str(ROOT / "bench" / "bench_suite.py"), "--tasks", "HalfCheetah-v5", "--envs", "2", "--size", "32"]
     command += ["--steps", "2", "--warmup", "1", "--rounds", "1", "--profile-steps", "2", "--out", str(out)]

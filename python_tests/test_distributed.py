@@ -97,7 +97,7 @@ def two_rank_job(tmp_path_factory):
 
 @pytest.mark.parametrize("case", list(sharded_job.TRAJECTORIES))
 def test_two_ranks_equal_one_process(two_rank_job, case):
-    """humanoid: the batch env; cartpole: gymnasium envs; uneven: 5 envs as 2 + 3; judge: a generative VLM;
+    """humanoid: the simulator env; cartpole: gymnasium envs; uneven: 5 envs as 2 + 3; judge: a generative VLM;
     windows: a video model's windows, each rank keeping those of its own envs (5 envs as 2 + 3)."""
     out, stdout = two_rank_job
     assert_same_run(out, case)

@@ -266,7 +266,7 @@ def test_envs_own_data_is_drawn_as_it_lies_only():
         assert RENDERERS[name].state_for((HOST_DATA,), "reached") is None
     drawn = DrawnVecEnv(DummyVecEnv([lambda: RecordDrawState(_make("HalfCheetah-v5")())]), renderer="egl")
     drawn.reset()
-    with pytest.raises(TypeError, match=r"^EGLBatchRenderer draws .*offers host data.*, or positions='gymnasium'$"):
+    with pytest.raises(TypeError, match=r"^EGLRenderer draws .*offers host data.*, or positions='gymnasium'$"):
         drawn.frame_source.draw(drawn.env_data, positions="reached")
     drawn.close()
 

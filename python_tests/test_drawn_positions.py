@@ -1,4 +1,4 @@
-"""``drawn_positions``: the batch env's frames show the positions each step reached (the default), or, with
+"""``drawn_positions``: the simulator env's frames show the positions each step reached (the default), or, with
 ``"gymnasium"``, each simulation's data as its step left it, which is what gymnasium's ``render()`` draws after
 ``mj_step`` (the poses of the step's last forward pass). Compared with gymnasium's own ``render()`` over
 steps and episode ends, alone and with the paper's other switch (``score_terminal_on: reset_frame``), which
@@ -16,17 +16,17 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from vlmrm_fast.envs import get_task
 from vlmrm_fast.envs.spec import EnvSpec
 from vlmrm_fast.reward.spec import RewardModelSpec
-from vlmrm_fast.stack.batch_env import MujocoBatchVecEnv
 from vlmrm_fast.stack.plan import plan_stack
+from vlmrm_fast.stack.simulator_env import SimulatorVecEnv
 from vlmrm_fast.training.config import load_config
 
 N, EPISODE, SIZE, SEED = 2, 4, 48, 7
 CPU_TINY = RewardModelSpec(model="vlmrm-tiny", device="cpu")
 
 
-def batch_env(task: str, **kwargs) -> MujocoBatchVecEnv:
-    return MujocoBatchVecEnv(
-        get_task(task).batch,
+def simulator_env(task: str, **kwargs) -> SimulatorVecEnv:
+    return SimulatorVecEnv(
+        get_task(task).vector_task,
         N,
         render_size=(SIZE, SIZE),
         episode_length=EPISODE,
@@ -48,7 +48,7 @@ def test_gymnasium_drawing_equals_renders_after_each_step(task):
     spec = get_task(task)
     differing = {}
     for drawn in ("gymnasium", "reached"):
-        venv = batch_env(task, drawn_positions=drawn)
+        venv = simulator_env(task, drawn_positions=drawn)
         envs = [spec.make(render_size=(SIZE, SIZE), episode_length=EPISODE) for _ in range(N)]
         venv.seed(SEED)
         venv.reset()
@@ -73,17 +73,17 @@ def test_gymnasium_drawing_equals_renders_after_each_step(task):
     assert max(differing["reached"]) > 0
 
 
-def test_with_reset_frames_the_batch_env_draws_the_papers_frames():
+def test_with_reset_frames_the_simulator_env_draws_the_papers_frames():
     """drawn_positions='gymnasium' with score_terminal_on='reset_frame' (configs/paper/): the frames SB3's vector
     env of gymnasium envs gives after each step (get_images() after its auto-reset, as the paper's code took
-    them), 0 pixels apart at every step, an episode's last included; the batch env's defaults differ from them."""
+    them), 0 pixels apart at every step, an episode's last included; the simulator env's defaults differ from them."""
     task = "humanoid-kneeling"
     spec = get_task(task)
     make = lambda: spec.make(render_size=(SIZE, SIZE), episode_length=EPISODE, time_limit="terminal")  # noqa: E731
     differing = {}
     for switches in ("paper", "default"):
         kwargs = {"drawn_positions": "gymnasium", "score_terminal_on": "reset_frame"} if switches == "paper" else {}
-        venv = batch_env(task, time_limit="terminal", **kwargs)
+        venv = simulator_env(task, time_limit="terminal", **kwargs)
         paper = DummyVecEnv([make] * N)
         for env in (venv, paper):
             env.seed(SEED)
@@ -130,8 +130,8 @@ def test_warp_physics_is_drawn_as_it_lies_by_the_warp_renderer():
     for drawn in ("gymnasium", "reached"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", CPUBackendWarning)
-            venv = MujocoBatchVecEnv(
-                get_task("HalfCheetah-v5").batch,
+            venv = SimulatorVecEnv(
+                get_task("HalfCheetah-v5").vector_task,
                 N,
                 render_size=(32, 32),
                 episode_length=EPISODE,
@@ -153,7 +153,7 @@ def test_warp_physics_is_drawn_as_it_lies_by_the_warp_renderer():
 def test_the_papers_configs_draw_as_gymnasium_drew():
     """Every configs/paper/ config of a MuJoCo task sets drawn_positions: gymnasium (its frames were render()'s)."""
     root = pathlib.Path(__file__).resolve().parents[1] / "configs" / "paper"
-    mujoco_configs = [path for path in sorted(root.rglob("*.yaml")) if get_task(load_config(path).env.task).batch]
+    mujoco_configs = [path for path in sorted(root.rglob("*.yaml")) if get_task(load_config(path).env.task).vector_task]
     assert len(mujoco_configs) >= 20
     for path in mujoco_configs:
         assert load_config(path).env.drawn_positions == "gymnasium", path

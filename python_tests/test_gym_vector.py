@@ -1,4 +1,4 @@
-"""gymnasium's vector API: the registered tasks, VLMRewardVectorEnv (the batch env) and
+"""gymnasium's vector API: the registered tasks, VLMRewardVectorEnv (the simulator env) and
 VLMRewardVectorWrapper, against gymnasium's own checker and its own SyncVectorEnv.
 
 The reference for the vector env's contract is gymnasium itself: the same task's single envs
@@ -128,7 +128,7 @@ def test_vector_env_matches_gymnasiums_sync_vector_env(rm, mode):
             expected_f[done_before] = expected_s[done_before] = 0.0
             assert_rewards_close(rew_s, expected_s)
         assert_rewards_close(rew_f, expected_f)
-        # The batch env computes the infos of a step (not Humanoid-v5's tendon infos, which its reward does
+        # The simulator env computes the infos of a step (not Humanoid-v5's tendon infos, which its reward does
         # not need), each as gymnasium's, value and mask; the info of an env the step reset is empty
         # (gymnasium gives the reset's info there). Values come from the same states in numpy over all envs at once
         # (a norm may round its last bit otherwise than gymnasium's per env).
@@ -172,9 +172,9 @@ def test_vector_env_seeding(rm):
     fast.close()
 
 
-def test_the_vector_env_has_the_plan_choose_among_the_batch_env_physics(rm, monkeypatch):
-    """physics "auto" (the default) is the plan's to resolve, among the batch env's rows only; a physics of
-    gymnasium envs asked for is refused, and where no batch-env physics can run here the plan says why each could not."""
+def test_the_vector_env_has_the_plan_choose_among_the_simulator_env_physics(rm, monkeypatch):
+    """physics "auto" (the default) is the plan's to resolve, among the simulator env's rows only; a physics of
+    gymnasium envs asked for is refused, and where no simulator-env physics can run here the plan says why each could not."""
     import dataclasses
 
     from vlmrm_fast import RewardModelSpec, rendering
@@ -182,14 +182,14 @@ def test_the_vector_env_has_the_plan_choose_among_the_batch_env_physics(rm, monk
     from vlmrm_fast.stack.plan import plan_stack
 
     spec = RewardModelSpec(model="vlmrm-tiny", device="cpu")
-    assert plan_stack(EnvSpec(HUMANOID, 1), spec, batch_env_only=True).physics == "batch"
-    with pytest.raises(ValueError, match=r"^VLMRewardVectorEnv drives the MuJoCo batch env \(physics='batch' or"):
+    assert plan_stack(EnvSpec(HUMANOID, 1), spec, simulator_env_only=True).physics == "batch"
+    with pytest.raises(ValueError, match=r"^VLMRewardVectorEnv drives the simulator env \(physics='batch' or"):
         VLMRewardVectorEnv(HUMANOID, N, reward_model=rm, physics="gym")
     for name, row in list(rendering.RENDERERS.items()):
         monkeypatch.setitem(rendering.RENDERERS, name, dataclasses.replace(row, unavailable=lambda device: "no GL"))
     assert plan_stack(EnvSpec(HUMANOID, 1), spec).physics == "gym"  # elsewhere "auto" falls back on gymnasium envs
     with pytest.raises(RuntimeError) as refused:
-        plan_stack(EnvSpec(HUMANOID, 1), spec, batch_env_only=True)
+        plan_stack(EnvSpec(HUMANOID, 1), spec, simulator_env_only=True)
     assert str(refused.value) == (
         "physics='auto': nothing can run task 'humanoid-kneeling' here (batch: no renderer can draw here "
         "(egl: no GL; warp: no GL))"

@@ -1,5 +1,5 @@
 """A generative VLM judge through every surface a CLIP reward model has: the VecEnv (gymnasium envs and the
-batch env's renderer buffer), the scoring schedule, gymnasium's make_vec, episode-batch scoring, the
+simulator env's renderer buffer), the scoring schedule, gymnasium's make_vec, episode-batch scoring, the
 training config, `vlmrm-fast evaluate` and `landscape`, `vlmrm-fast download`."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ JUDGE = "vlmrm-tiny-qwen2-vl"
 
 
 def test_vec_env_scores_the_frames_it_steps_to():
-    """Gymnasium envs (CartPole) and the batch env's frames where the renderer lends them: each step's
+    """Gymnasium envs (CartPole) and the simulator env's frames where the renderer lends them: each step's
     reward is the judge's reward of the frames of the reached state."""
     for task, options in (("cartpole", {}), ("humanoid-kneeling", {"render_size": 64, "renderer": "egl"})):
         env = FastVLMRewardVecEnv(task, 3, model=JUDGE, image_size=112, env_reward_weight=0.0, seed=0, **options)

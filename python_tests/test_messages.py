@@ -442,7 +442,7 @@ def test_more_envs_than_the_memory_holds_are_refused_before_allocating(humanoid_
     with pytest.raises(MemoryError) as info:  # about 90 TiB: more than any machine has
         FastVLMRewardVecEnv("humanoid-kneeling", 10**9, reward_model=humanoid_tiny_rm, render_size=128)
     assert _one_line(str(info.value)).startswith("n_envs=1,000,000,000: the envs need at least 93,"), str(info.value)
-    model = get_task("humanoid-kneeling").batch.build_model(128)
+    model = get_task("humanoid-kneeling").vector_task.build_model(128)
     each = memory.env_bytes(model, (128, 128))
     data = mujoco.MjData(model)
     assert each >= data.qpos.nbytes + data.qvel.nbytes + 128 * 128 * 4
@@ -541,7 +541,7 @@ def test_mujoco_warp_envs_beyond_memory_are_refused_before_warp_allocates(humano
     line = _one_line(str(info.value))
     assert line.startswith("n_envs=100,000,000: the envs need at least ") and "use at most " in line, line
     assert "each: MuJoCo Warp's data of one world and its 480x480 RGB frame)" in line, line
-    model = get_task("humanoid-kneeling").batch.build_model(480)
+    model = get_task("humanoid-kneeling").vector_task.build_model(480)
     assert world_bytes(model) >= 4 * (model.nq + model.nv) * 2  # at least qpos and qvel, float32, twice over
 
 
@@ -557,7 +557,7 @@ def test_make_vec_refuses_as_the_vec_env_does_and_names_the_fix():
     assert (
         str(make_vec.value)
         == str(vec_env.value)
-        == ("task 'cartpole' has no batch-env version; use physics='gym' (or 'auto')")
+        == ("task 'cartpole' has no simulator-env version; use physics='gym' (or 'auto')")
     )
     for text in ("yes", "no"):  # bool("no") is True
         with pytest.raises(TypeError, match=rf"^torch_outputs: must be true or false, got '{text}'$"):

@@ -1,4 +1,4 @@
-"""gymnasium's MuJoCo v5 suite in the batch env (vlmrm_fast/envs/mujoco_suite.py) against gymnasium's own envs.
+"""gymnasium's MuJoCo v5 suite in the simulator env (vlmrm_fast/envs/mujoco_suite.py) against gymnasium's own envs.
 
 Physics, observations, rewards (float64 as the task computes them, float32 as SB3 gets them), terminations,
 truncations, infos and resets are compared for equality, step by step over episodes that end both ways
@@ -17,12 +17,12 @@ import pytest
 
 from vlmrm_fast import FastVLMRewardVecEnv
 from vlmrm_fast.envs import TASKS, get_task
-from vlmrm_fast.envs.mujoco_suite import GYMNASIUM_VIEW, SUITE, SuiteBatch, camera_config, suite_model
+from vlmrm_fast.envs.mujoco_suite import GYMNASIUM_VIEW, SUITE, SuiteVectorTask, camera_config, suite_model
 from vlmrm_fast.envs.spec import EnvSpec
-from vlmrm_fast.rendering.egl import EGLBatchRenderer
+from vlmrm_fast.rendering.egl import EGLRenderer
 from vlmrm_fast.reward.spec import RewardModelSpec
-from vlmrm_fast.stack.batch_env import MujocoBatchVecEnv
 from vlmrm_fast.stack.plan import plan_stack
+from vlmrm_fast.stack.simulator_env import SimulatorVecEnv
 
 N = 2
 EPISODE = 6
@@ -41,7 +41,7 @@ UNHEALTHY = {
 
 
 class RecordedRewards:
-    """The batch env's StepReward, keeping each step's float64 rewards (the VecEnv returns float32)."""
+    """The simulator env's StepReward, keeping each step's float64 rewards (the VecEnv returns float32)."""
 
     def __init__(self, step_reward):
         self.step_reward, self.rewards = step_reward, []
@@ -55,13 +55,13 @@ class RecordedRewards:
         return rewards, infos
 
 
-def batch_env(task: str, **kwargs) -> MujocoBatchVecEnv:
+def simulator_env(task: str, **kwargs) -> SimulatorVecEnv:
     kwargs = {"render_size": (SIZE, SIZE), "episode_length": EPISODE, "renderer": "egl", "physics": "batch", **kwargs}
-    return MujocoBatchVecEnv(get_task(task).batch, N, **kwargs)
+    return SimulatorVecEnv(get_task(task).vector_task, N, **kwargs)
 
 
-def set_state(venv: MujocoBatchVecEnv, env: gymnasium.Env, index: int, qpos, qvel) -> None:
-    """Env ``index`` of the batch env and gymnasium's env put in the same state, as a reset puts them:
+def set_state(venv: SimulatorVecEnv, env: gymnasium.Env, index: int, qpos, qvel) -> None:
+    """Env ``index`` of the simulator env and gymnasium's env put in the same state, as a reset puts them:
     mj_resetData (the solver's warm start, the time and the controls too), then qpos, qvel and mj_forward."""
     venv.sim.reset([index], qpos=qpos, qvel=qvel)
     mujoco.mj_resetData(env.unwrapped.model, env.unwrapped.data)
@@ -69,10 +69,10 @@ def set_state(venv: MujocoBatchVecEnv, env: gymnasium.Env, index: int, qpos, qve
 
 
 @pytest.mark.parametrize("task", list(SUITE))
-def test_batch_env_is_gymnasiums_env_step_by_step(task):
+def test_simulator_env_is_gymnasiums_env_step_by_step(task):
     """Each step's observations, rewards, dones, infos, terminal observations and resets equal those of
     gymnasium's env of the same id seeded seed + i, over episodes ended by the task and by the clock."""
-    venv = batch_env(task)
+    venv = simulator_env(task)
     recorded = venv._step_reward = RecordedRewards(venv._step_reward)
     envs = [gymnasium.wrappers.TimeLimit(get_task(task).make_env(render_mode=None), EPISODE) for _ in range(N)]
     venv.seed(SEED)
@@ -120,10 +120,10 @@ def test_frames_equal_gymnasiums_render(task):
     ours = spec.make_env(render_mode="rgb_array", width=size, height=size)
     plain = gymnasium.make(task, render_mode="rgb_array", width=size, height=size)
     plain.reset(seed=0)
-    model = spec.batch.build_model(size)
+    model = spec.vector_task.build_model(size)
     plain.unwrapped.set_state(model.qpos0.copy(), np.zeros(model.nv))
     plain.render()  # the viewer, made at the initial pose
-    renderer = EGLBatchRenderer(model, 1, size, size, camera=spec.batch.camera)
+    renderer = EGLRenderer(model, 1, size, size, camera=spec.vector_task.camera)
     ours.reset(seed=1)
     rng = np.random.default_rng(2)
     for _ in range(4):
@@ -140,11 +140,11 @@ def test_frames_equal_gymnasiums_render(task):
 
 
 def test_a_suite_task_runs_under_its_gymnasium_id(humanoid_tiny_rm):
-    """FastVLMRewardVecEnv('Ant-v5', n) runs in the batch env with the task's own prompts."""
+    """FastVLMRewardVecEnv('Ant-v5', n) runs in the simulator env with the task's own prompts."""
     task = get_task("Ant-v5")
     assert task.target_prompts and task.baseline_prompts and task.episode_length == 1000
     env = FastVLMRewardVecEnv("Ant-v5", 3, model="vlmrm-tiny", render_size=32, device="cpu", renderer="egl")
-    assert env.plan.physics == "batch" and env.plan.task.batch is not None
+    assert env.plan.physics == "batch" and env.plan.task.vector_task is not None
     env.reset()
     obs, rewards, dones, infos = env.step(np.zeros((3, 8), np.float32))
     assert obs.shape == (3, 105) and np.isfinite(rewards).all() and "reward_contact" in infos[0]
@@ -167,7 +167,7 @@ def test_the_gymnasium_view_is_the_free_camera_gymnasium_draws():
 def test_a_render_size_beyond_the_models_offscreen_buffer_is_given_one():
     """ant.xml's offscreen buffer is 640 x 480; a larger frame grows it (visual/global offwidth, offheight), as
     gymnasium grows it for its width and height, so mujoco.Renderer draws it too."""
-    model = get_task("Ant-v5").batch.build_model(700)
+    model = get_task("Ant-v5").vector_task.build_model(700)
     assert (model.vis.global_.offwidth, model.vis.global_.offheight) == (700, 700)
     with mujoco.Renderer(model, 700, 700) as renderer:
         data = mujoco.MjData(model)
@@ -183,7 +183,7 @@ def test_a_camera_the_model_lacks_is_named_with_the_ones_it_has():
     assert "\n" not in message and "no camera 'side'" in message
     assert f"'{GYMNASIUM_VIEW}', 'track'" in message
     tracking = get_task("Ant-v5@track")
-    assert tracking.batch.camera == "track" and tracking.name == "Ant-v5@track"
+    assert tracking.vector_task.camera == "track" and tracking.name == "Ant-v5@track"
 
 
 def test_another_camera_draws_the_same_picture_on_both_paths():
@@ -196,7 +196,7 @@ def test_another_camera_draws_the_same_picture_on_both_paths():
         env.step(env.action_space.sample())
     mujoco.mj_forward(env.unwrapped.model, env.unwrapped.data)  # the positions reached, as EGL draws them
     frame = env.render()
-    renderer = EGLBatchRenderer(spec.batch.build_model(size), 1, size, size, camera="track")
+    renderer = EGLRenderer(spec.vector_task.build_model(size), 1, size, size, camera="track")
     np.testing.assert_array_equal(renderer.render(env.unwrapped.data.qpos[None])[0], frame)
     renderer.close()
     env.close()
@@ -205,7 +205,7 @@ def test_another_camera_draws_the_same_picture_on_both_paths():
 def pid_ant_task():
     """The Ant with a PID actuator: a feature MuJoCo Warp lacks."""
 
-    class PidAnt(SuiteBatch):
+    class PidAnt(SuiteVectorTask):
         def build_model(self, render_size):
             spec = mujoco.MjSpec.from_file(SUITE["Ant-v5"].model_path)
             actuator = spec.actuators[0]
@@ -215,7 +215,7 @@ def pid_ant_task():
 
     import dataclasses
 
-    return dataclasses.replace(TASKS["Ant-v5"], name="ant-pid", batch=PidAnt("Ant-v5"))
+    return dataclasses.replace(TASKS["Ant-v5"], name="ant-pid", vector_task=PidAnt("Ant-v5"))
 
 
 @pytest.mark.warp
@@ -237,8 +237,8 @@ def test_warp_physics_runs_every_task_within_the_stated_tolerance():
     for task in SUITE:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", CPUBackendWarning)
-            warp = batch_env(task, physics="warp", renderer="warp", solver="newton")
-        cpu = batch_env(task, solver="newton")
+            warp = simulator_env(task, physics="warp", renderer="warp", solver="newton")
+        cpu = simulator_env(task, solver="newton")
         for venv in (warp, cpu):
             venv.seed(SEED)
         scale = lambda x: max(1.0, float(np.abs(x).max()))  # noqa: E731
@@ -285,7 +285,7 @@ def test_observations_of_torch_fields_are_the_numpy_ones(task):
 
     from vlmrm_fast.physics.batch import BatchSimulator
 
-    batch = get_task(task).batch
+    batch = get_task(task).vector_task
     model = batch.build_model(32)
     with BatchSimulator(model, 3, batch.frame_skip, batch.outputs, rne_post_constraint=True) as sim:
         sim.reset(seed=0, noise=batch.reset_noise)

@@ -61,7 +61,7 @@ def test_paper_scene_frames_are_gymnasiums_free_camera_with_the_papers_numbers()
     180, lookat (0, 0, 1).
     Measured at 480 x 480 with Mesa: 0 pixels differ. gymnasium renders a free camera, so
     ``trackbodyid`` does nothing: the view stays put when the robot moves 1.5 m."""
-    from vlmrm_fast.rendering.egl import EGLBatchRenderer
+    from vlmrm_fast.rendering.egl import EGLRenderer
 
     size = 96
     env = get_task("humanoid-kneeling").make_env(width=size, height=size)
@@ -75,7 +75,7 @@ def test_paper_scene_frames_are_gymnasiums_free_camera_with_the_papers_numbers()
         env.unwrapped.set_state(*state)
         env_frames.append(env.render().copy())
     env.unwrapped.mujoco_renderer.close()
-    batch = EGLBatchRenderer(env.unwrapped.model, 2, size, size, camera=humanoid.PAPER_CAMERA)
+    batch = EGLRenderer(env.unwrapped.model, 2, size, size, camera=humanoid.PAPER_CAMERA)
     batch_frames = list(batch.render(np.stack([qpos, moved])))
     batch.close()
     expected = _gymnasium_paper_camera_frames(env, states, size)
@@ -135,20 +135,20 @@ def test_the_papers_scene_is_the_papers_picture(tmp_path):
     """With the paper's image files (here stand-ins under its names), the paper scene's frame of the reset
     with seed 0 equals, pixel for pixel, the frame the paper's own code drew of its env reset with seed 0
     at 480 x 480 (``data/README.md``): drawn by mujoco.Renderer from our gymnasium env, and by the EGL
-    batch renderer from the batch env's reset. The frame in ``data/`` is Mesa's (llvmpipe); a GPU's
+    batch renderer from the simulator env's reset. The frame in ``data/`` is Mesa's (llvmpipe); a GPU's
     rasterizer rounds shadow and polygon edges its own way, so elsewhere it is skipped."""
     from PIL import Image
 
     from vlmrm_fast.physics.batch import BatchSimulator
-    from vlmrm_fast.rendering.egl import EGLBatchRenderer
+    from vlmrm_fast.rendering.egl import EGLRenderer
 
     paper = np.asarray(Image.open(PAPER_FRAME).convert("RGB"))
     size = paper.shape[0]
     task = get_task("humanoid-kneeling").with_scene_assets(str(stand_in_textures(tmp_path)))
-    model = task.batch.build_model(size)
+    model = task.vector_task.build_model(size)
     sim = BatchSimulator(model, 1)
     sim.reset(seed=0, noise_scale=humanoid.RESET_NOISE_SCALE)
-    batch = EGLBatchRenderer(model, 1, size, size, camera=task.batch.camera)
+    batch = EGLRenderer(model, 1, size, size, camera=task.vector_task.camera)
     try:
         if not batch.software:
             pytest.skip("the paper's frame in data/ was drawn by Mesa's llvmpipe; this EGL is a GPU's")
@@ -160,7 +160,7 @@ def test_the_papers_scene_is_the_papers_picture(tmp_path):
     base = env.unwrapped
     np.testing.assert_array_equal(base.data.qpos, sim.qpos[0])
     with mujoco.Renderer(base.model, size, size) as renderer:
-        renderer.update_scene(base.data, task.batch.camera)
+        renderer.update_scene(base.data, task.vector_task.camera)
         rendered = renderer.render()
     env.close()
     for frame in (rendered, drawn):
@@ -204,11 +204,11 @@ def test_paper_camera_pose_from_the_free_camera_numbers():
 
 def test_scenes_as_task_names():
     assert get_task("humanoid-kneeling").scene == "paper" == humanoid.DEFAULT_SCENE
-    assert get_task("humanoid-kneeling").batch.camera == humanoid.PAPER_CAMERA
+    assert get_task("humanoid-kneeling").vector_task.camera == humanoid.PAPER_CAMERA
     builtin = get_task("humanoid-lotus@builtin")
-    assert builtin.scene == "builtin" and builtin.batch.camera == humanoid.FRONT_CAMERA
-    assert builtin.target_prompts == TASKS["humanoid-lotus"].target_prompts and builtin.batch is not None
-    assert get_task("humanoid-kneeling@gymnasium").batch.camera == "track"
+    assert builtin.scene == "builtin" and builtin.vector_task.camera == humanoid.FRONT_CAMERA
+    assert builtin.target_prompts == TASKS["humanoid-lotus"].target_prompts and builtin.vector_task is not None
+    assert get_task("humanoid-kneeling@gymnasium").vector_task.camera == "track"
     with pytest.raises(
         ValueError, match="unknown scene 'fancy'; scenes are: paper, paper-textures, gymnasium, builtin"
     ):
@@ -474,7 +474,7 @@ def test_paper_config_loads_and_builds_its_env(path, tmp_path):
     # As the paper's code ran: fp16 autocast, torchvision's resize on tensors, a time limit that terminates.
     assert (cfg.reward.precision, cfg.reward.resize_mode, cfg.env.time_limit) == ("fp16", "paper", "terminal")
     kwargs = cfg.rl.kwargs
-    if spec.batch is not None:  # Appendix C.2 and kube/job.yaml, the same for every humanoid run
+    if spec.vector_task is not None:  # Appendix C.2 and kube/job.yaml, the same for every humanoid run
         assert (cfg.rl.algorithm, cfg.env.n_envs, cfg.env.episode_length, cfg.env.render_size) == ("SAC", 32, 100, 480)
         assert kwargs == {
             "learning_starts": 50000,
@@ -502,7 +502,7 @@ def test_paper_config_loads_and_builds_its_env(path, tmp_path):
     # Build it for real (the paper's scoring on) with the tiny CLIP swapped in (nothing to download) and small sizes.
     small = copy.deepcopy(load_config(exact))
     small.reward = small.reward.replace(model="vlmrm-tiny", device="cpu", precision="fp32")  # fp16 is for GPUs
-    small.env = small.env.replace(n_envs=2, render_size=48 if spec.batch is not None else None)
+    small.env = small.env.replace(n_envs=2, render_size=48 if spec.vector_task is not None else None)
     small.rl = small.rl.replace(device="cpu", kwargs=dict(kwargs, buffer_size=100))
     venv = make_env(small)
     try:

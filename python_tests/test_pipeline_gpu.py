@@ -15,7 +15,7 @@ import torch
 from kernel_references import MEAN, STD, assert_same_bits
 from tolerances import assert_same_picture
 
-from vlmrm_fast import EGLBatchRenderer, FastVLMRewardVecEnv, build_info, load_reward_model
+from vlmrm_fast import EGLRenderer, FastVLMRewardVecEnv, build_info, load_reward_model
 from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec
 from vlmrm_fast.physics.batch import BatchSimulator
 
@@ -38,15 +38,15 @@ def poses(model: mujoco.MjModel, n: int, seed: int) -> np.ndarray:
     return qpos
 
 
-def gpu_renderer(model: mujoco.MjModel, n: int, height: int, width: int) -> EGLBatchRenderer:
-    renderer = EGLBatchRenderer(model, n, height, width, camera="track")
+def gpu_renderer(model: mujoco.MjModel, n: int, height: int, width: int) -> EGLRenderer:
+    renderer = EGLRenderer(model, n, height, width, camera="track")
     if renderer.cuda_device is None:
         renderer.close()
         pytest.fail(f"the renderer is not on a CUDA GPU's EGL device: {build_info()['egl_devices']}")
     return renderer
 
 
-def preprocess_lent(pre: FramePreprocessor, renderer: EGLBatchRenderer) -> torch.Tensor:
+def preprocess_lent(pre: FramePreprocessor, renderer: EGLRenderer) -> torch.Tensor:
     """The preprocess of the renderer's frames lent in place: mapped into CUDA on the current
     stream for a GPU preprocessor, into host memory for a CPU one."""
     stream = torch.cuda.current_stream() if pre.device.type == "cuda" else None
@@ -234,7 +234,7 @@ def test_vec_env_on_cuda_matches_the_same_env_on_cpu(task, renderer, backend):
         else:  # gymnasium's own drawing on the host, on both
             np.testing.assert_array_equal(frames_g.cpu().numpy(), frames_c.numpy())
         assert rew_g.dtype == np.float32 and rew_g.shape == (n,)
-        # Exactly what each side's model gives its own frames (on the batch env the GPU's are a CUDA
+        # Exactly what each side's model gives its own frames (on the simulator env the GPU's are a CUDA
         # tensor, as episode-batch scoring takes them, and once more read back to the host).
         np.testing.assert_allclose(rew_g, gpu.reward_model(frames_g).cpu().numpy(), rtol=0, atol=1e-6)
         np.testing.assert_allclose(rew_g, gpu.reward_model(frames_g.cpu()).cpu().numpy(), rtol=0, atol=1e-6)

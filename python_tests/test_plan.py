@@ -12,7 +12,7 @@ import torch
 
 from vlmrm_fast import FastVLMRewardVecEnv, RewardModelSpec, rendering
 from vlmrm_fast.envs.spec import EnvSpec
-from vlmrm_fast.physics import PHYSICS
+from vlmrm_fast.physics import AUTO_ORDER, PHYSICS
 from vlmrm_fast.rendering import RENDERERS
 from vlmrm_fast.runtime import device as device_module
 from vlmrm_fast.stack import plan as plan_module
@@ -70,7 +70,7 @@ def test_a_construction_makes_each_choice_once(monkeypatch, task):
 
 
 def test_one_device_goes_down_to_the_simulator_and_the_renderer(monkeypatch):
-    """The plan's torch.device is what the batch env's simulator and renderer are made for (no index in between)."""
+    """The plan's torch.device is what the simulator env's simulator and renderer are made for (no index in between)."""
     from vlmrm_fast.physics import Physics
     from vlmrm_fast.rendering import Renderer
 
@@ -111,15 +111,18 @@ def test_physics_and_renderers_are_rows_of_one_table_each():
     assert set(PHYSICS) >= {"batch", "gym"} and set(RENDERERS) >= {"egl", "warp"}
     assert EnvSpec.__dataclass_fields__["physics"].default == "auto"
     for row in PHYSICS.values():
-        assert row.description and row.needs and (row.simulator is not None) == row.batch_env
+        assert row.description and row.needs and ":" in row.bytes_per_env and row.dynamics
+        assert not row.device_observations or row.in_simulator_env  # (outputs on a device: a simulator's)
+    # "auto" picks by the machine, never by the dynamics: every row it tries steps the same (a run's identity)
+    assert len({PHYSICS[name].dynamics for name in AUTO_ORDER}) == 1
     for row in RENDERERS.values():
         assert row.description and row.needs and ":" in row.implementation
     with pytest.raises(ValueError, match="renderer: 'vulkan' is not one of"):
         rendering.choose_renderer("vulkan", torch.device("cpu"))
 
 
-def test_a_task_without_a_batch_env_version_names_the_physics_that_runs_it():
-    with pytest.raises(ValueError, match=r"no batch-env version; use physics='gym' \(or 'auto'\)"):
+def test_a_task_without_a_simulator_env_version_names_the_physics_that_runs_it():
+    with pytest.raises(ValueError, match=r"no simulator-env version; use physics='gym' \(or 'auto'\)"):
         plan_stack(EnvSpec("cartpole", 1, physics="batch"), RewardModelSpec(**TINY))
 
 

@@ -1,4 +1,4 @@
-"""EGLBatchRenderer: the same pixels as mujoco.Renderer, frames in order, errors, no leaks."""
+"""EGLRenderer: the same pixels as mujoco.Renderer, frames in order, errors, no leaks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from child_process import run_python
 
-from vlmrm_fast import BatchSimulator, EGLBatchRenderer
+from vlmrm_fast import BatchSimulator, EGLRenderer
 from vlmrm_fast.runtime.device import native_cuda_usable
 
 pytestmark = pytest.mark.egl
@@ -89,7 +89,7 @@ def assert_frames_equal(actual: np.ndarray, expected: np.ndarray) -> None:
 @pytest.mark.parametrize("camera", [-1, "track"])
 def test_humanoid_pixels_equal_mujoco_renderer(humanoid, camera):
     qpos = random_qpos(humanoid, 3, seed=0, scale=0.3)
-    with EGLBatchRenderer(humanoid, 3, 64, 64, camera=camera) as renderer:
+    with EGLRenderer(humanoid, 3, 64, 64, camera=camera) as renderer:
         frames = renderer.render(qpos)
     assert_frames_equal(frames, reference_frames(humanoid, qpos, 64, 64, camera))
 
@@ -97,20 +97,20 @@ def test_humanoid_pixels_equal_mujoco_renderer(humanoid, camera):
 @pytest.mark.parametrize("camera", [-1, "side", 0])
 def test_scene_pixels_equal_mujoco_renderer(scene, camera):
     qpos = random_qpos(scene, 2, seed=1, scale=0.4)
-    with EGLBatchRenderer(scene, 2, 48, 80, camera=camera) as renderer:
+    with EGLRenderer(scene, 2, 48, 80, camera=camera) as renderer:
         frames = renderer.render(qpos)
     assert_frames_equal(frames, reference_frames(scene, qpos, 48, 80, camera))
 
 
 def test_frames_follow_the_order_of_states(scene):
     qpos = random_qpos(scene, 4, seed=2, scale=0.6)
-    with EGLBatchRenderer(scene, 4, 32, 32, camera="side") as renderer:
+    with EGLRenderer(scene, 4, 32, 32, camera="side") as renderer:
         frames = renderer.render(qpos)
         flat = frames.reshape(4, -1)
         assert all(not np.array_equal(flat[i], flat[j]) for i in range(4) for j in range(i))
         order = [2, 0, 3, 1]
         np.testing.assert_array_equal(renderer.render(qpos[order]), frames[order])
-    with EGLBatchRenderer(scene, 1, 32, 32, camera="side") as single:
+    with EGLRenderer(scene, 1, 32, 32, camera="side") as single:
         for i in range(4):
             np.testing.assert_array_equal(single.render(qpos[i : i + 1])[0], frames[i])
 
@@ -123,7 +123,7 @@ def test_render_sim_equals_render_of_the_same_state(humanoid, persistent):
     rng = np.random.default_rng(3)
     for _ in range(4):
         sim.step(rng.uniform(-0.4, 0.4, (n, humanoid.nu)))
-    with EGLBatchRenderer(humanoid, n, 48, 48) as renderer:
+    with EGLRenderer(humanoid, n, 48, 48) as renderer:
         from_sim = renderer.render_sim(sim)
         from_qpos = renderer.render(sim.qpos.copy())
     np.testing.assert_array_equal(from_sim, from_qpos)
@@ -142,7 +142,7 @@ def test_every_draw_of_a_frame_is_from_its_own_camera(scene):
     qpos = sim.qpos.copy()
     expected = reference_frames(scene, qpos, 32, 40, "side")
     expected[1] = reference_frames(scene, qpos[1:2], 32, 40, -1)[0]
-    with EGLBatchRenderer(scene, 3, 32, 40, camera="side") as renderer:
+    with EGLRenderer(scene, 3, 32, 40, camera="side") as renderer:
         renderer._native_live().set_frame_camera(1, fields)
         assert_frames_equal(renderer.render(qpos), expected)
         assert_frames_equal(renderer.render_sim(sim), expected)
@@ -160,7 +160,7 @@ def test_ranges_drawn_and_lent_in_place(humanoid):
     sim.qpos[:] = random_qpos(humanoid, n, seed=8)
     spec = PreprocessSpec(size=32, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
     pre = FramePreprocessor(spec, "cpu")
-    with EGLBatchRenderer(humanoid, n, 32, 40, camera="track") as renderer:
+    with EGLRenderer(humanoid, n, 32, 40, camera="track") as renderer:
         whole = renderer.render_sim(sim)
         renderer.render(np.tile(humanoid.qpos0, (n, 1)))  # other frames in the buffer first
         renderer.draw(sim, slice(0, 3))
@@ -191,7 +191,7 @@ def test_host_reads_go_through_cuda_only_on_a_cuda_egl_device(humanoid):
 
     qpos = random_qpos(humanoid, 3, seed=9, scale=0.3)
     spec = PreprocessSpec(size=32, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
-    with EGLBatchRenderer(humanoid, 3, 40, 48, camera="track") as renderer:
+    with EGLRenderer(humanoid, 3, 40, 48, camera="track") as renderer:
         assert renderer.host_reads_through_cuda is (renderer.cuda_device is not None and native_cuda_usable())
         expected = reference_frames(humanoid, qpos, 40, 48, "track")
         assert_frames_equal(renderer.render(qpos), expected)
@@ -211,7 +211,7 @@ def test_render_sim_leaves_the_physics_alone(humanoid):
     outputs = ["qpos", "cinert", "cvel", "cfrc_ext"]
     plain = BatchSimulator(humanoid, n, 5, outputs, rne_post_constraint=True)
     drawn = BatchSimulator(humanoid, n, 5, outputs, rne_post_constraint=True)
-    with EGLBatchRenderer(humanoid, n, 16, 16) as renderer:
+    with EGLRenderer(humanoid, n, 16, 16) as renderer:
         for ctrl in ctrls:
             plain.step(ctrl)
             drawn.step(ctrl)
@@ -221,7 +221,7 @@ def test_render_sim_leaves_the_physics_alone(humanoid):
 
 def test_calls_from_another_thread(scene):
     qpos = random_qpos(scene, 2, seed=4)
-    with EGLBatchRenderer(scene, 2, 24, 24) as renderer:
+    with EGLRenderer(scene, 2, 24, 24) as renderer:
         expected = renderer.render(qpos)
         results = []
         worker = threading.Thread(target=lambda: results.append(renderer.render(qpos)))
@@ -234,20 +234,20 @@ def test_calls_from_another_thread(scene):
 def test_errors_are_clear(scene, humanoid, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the max_geom case logs a MuJoCo warning to MUJOCO_LOG.TXT
     with pytest.raises(ValueError, match=r"camera 'nope' is not in the model; its cameras: 'side'"):
-        EGLBatchRenderer(scene, 1, 16, 16, camera="nope")
+        EGLRenderer(scene, 1, 16, 16, camera="nope")
     with pytest.raises(ValueError, match=r"camera id 3 is outside \[-1, 1\)"):
-        EGLBatchRenderer(scene, 1, 16, 16, camera=3)
+        EGLRenderer(scene, 1, 16, 16, camera=3)
     with pytest.raises(TypeError, match="camera"):
-        EGLBatchRenderer(scene, 1, 16, 16, camera=1.5)
+        EGLRenderer(scene, 1, 16, 16, camera=1.5)
     with pytest.raises(ValueError, match="exceeds this OpenGL's limit"):
-        EGLBatchRenderer(scene, 1, 16, 1 << 20)
+        EGLRenderer(scene, 1, 16, 1 << 20)
     with pytest.raises(ValueError, match="width: must be a positive integer, got 0"):
-        EGLBatchRenderer(scene, 1, 16, 0)
+        EGLRenderer(scene, 1, 16, 0)
     with pytest.raises(ValueError, match="gpu=99"):
-        EGLBatchRenderer(scene, 1, 16, 16, gpu=99)
+        EGLRenderer(scene, 1, 16, 16, gpu=99)
     with pytest.raises(RuntimeError, match="max_geom=2"):
-        EGLBatchRenderer(humanoid, 1, 16, 16, max_geom=2).render(humanoid.qpos0[None])
-    renderer = EGLBatchRenderer(scene, 2, 16, 16)
+        EGLRenderer(humanoid, 1, 16, 16, max_geom=2).render(humanoid.qpos0[None])
+    renderer = EGLRenderer(scene, 2, 16, 16)
     with pytest.raises(ValueError, match=r"qpos must have shape \(2, 8\)"):
         renderer.render(np.zeros((3, scene.nq)))
     bad = np.tile(scene.qpos0, (2, 1))
@@ -279,7 +279,7 @@ def test_missing_egl_names_the_packages():
         import json, mujoco, vlmrm_fast
         model = mujoco.MjModel.from_xml_string("<mujoco/>")
         try:
-            vlmrm_fast.EGLBatchRenderer(model, 1, 8, 8)
+            vlmrm_fast.EGLRenderer(model, 1, 8, 8)
             print(json.dumps({"error": None}))
         except RuntimeError as e:
             print(json.dumps({"error": str(e)}))
@@ -297,7 +297,7 @@ def test_hundred_renderers_leak_no_contexts_or_memory():
     out = _run_child(
         f"""
         import json, resource, mujoco, numpy as np
-        from vlmrm_fast import EGLBatchRenderer
+        from vlmrm_fast import EGLRenderer
         from vlmrm_fast._core import render as native_render
         model = mujoco.MjModel.from_xml_string({SCENE_XML!r})
         qpos = np.tile(model.qpos0, (2, 1))
@@ -308,7 +308,7 @@ def test_hundred_renderers_leak_no_contexts_or_memory():
 
         rss, live = [], []
         for i in range(100):
-            renderer = EGLBatchRenderer(model, 2, 16, 16)
+            renderer = EGLRenderer(model, 2, 16, 16)
             if i % 4 == 0:  # drawing costs a shader compile per context on llvmpipe
                 renderer.render(qpos)
             renderer.close()
@@ -328,7 +328,7 @@ def test_cuda_frames_equal_host_frames(humanoid):
     import torch
 
     qpos = random_qpos(humanoid, 5, seed=5, scale=0.3)
-    with EGLBatchRenderer(humanoid, 5, 64, 96, camera="track") as renderer:
+    with EGLRenderer(humanoid, 5, 64, 96, camera="track") as renderer:
         assert renderer.cuda_device is not None
         host = renderer.render(qpos)
         device = renderer.render(qpos, device="cuda")
@@ -342,7 +342,7 @@ def test_render_sim_on_device(humanoid):
     sim = BatchSimulator(humanoid, n, frame_skip=5)
     sim.reset(seed=1, noise_scale=0.1)
     sim.step(np.random.default_rng(6).uniform(-0.4, 0.4, (n, humanoid.nu)))
-    with EGLBatchRenderer(humanoid, n, 64, 64) as renderer:
+    with EGLRenderer(humanoid, n, 64, 64) as renderer:
         device = renderer.render_sim(sim, device="cuda")
         host = renderer.render_sim(sim)
     np.testing.assert_array_equal(device.cpu().numpy(), host)

@@ -1,7 +1,7 @@
 """``score_terminal_on: reset_frame``: an episode's last step scored on the next episode's first frame, as the
 paper's code scored it (SB3's SubprocVecEnv resets a finished env before ``get_images()``), against a plain
 reference: gymnasium envs stepped one by one, each finished env reset before its frame is rendered, the reward
-model scoring those frames. The batch env, gymnasium envs under SB3, and both gymnasium vector paths; with
+model scoring those frames. The simulator env, gymnasium envs under SB3, and both gymnasium vector paths; with
 the scoring schedule and episode batches; refused with windows and next-step autoreset."""
 
 from __future__ import annotations
@@ -43,25 +43,25 @@ def _actions(action_space: gymnasium.Space) -> list[np.ndarray]:
 
 
 def reference(
-    rm, task: str, actions: list[np.ndarray], *, reset_frame: bool, size: int | None = SIZE, batch_env=None
+    rm, task: str, actions: list[np.ndarray], *, reset_frame: bool, size: int | None = SIZE, simulator_env=None
 ) -> np.ndarray:
     """(STEPS, N) rewards of plain gymnasium envs: each step's frame rendered after the step, a finished env's
     after its reset when ``reset_frame`` (the paper's order), the reward model scoring each step's frames. With
-    ``batch_env`` (a batch env) each state is drawn by ``mujoco.Renderer`` from the batch env's model and camera,
-    the picture the batch env's EGL renderer draws (the physics is the same bit for bit)."""
+    ``simulator_env`` (a simulator env) each state is drawn by ``mujoco.Renderer`` from the simulator env's model and camera,
+    the picture the simulator env's EGL renderer draws (the physics is the same bit for bit)."""
     spec = get_task(task)
     envs = [spec.make(render_size=(size, size) if size else None, episode_length=LENGTH) for _ in range(N)]
     for i, env in enumerate(envs):
         env.reset(seed=SEED + i)
-    drawer = mujoco.Renderer(batch_env.model, SIZE, SIZE) if batch_env is not None else None
+    drawer = mujoco.Renderer(simulator_env.model, SIZE, SIZE) if simulator_env is not None else None
 
     def frame(env: gymnasium.Env) -> np.ndarray:
         if drawer is None:
             return env.render()
-        data = mujoco.MjData(batch_env.model)
+        data = mujoco.MjData(simulator_env.model)
         data.qpos[:] = env.unwrapped.data.qpos
-        mujoco.mj_forward(batch_env.model, data)
-        drawer.update_scene(data, batch_env.batch.camera)
+        mujoco.mj_forward(simulator_env.model, data)
+        drawer.update_scene(data, simulator_env.vector_task.camera)
         return drawer.render()
 
     rewards = []
@@ -92,7 +92,7 @@ def _run(env, actions: list[np.ndarray]):
 @pytest.mark.egl
 @pytest.mark.parametrize("physics", ["batch", pytest.param("gym", marks=pytest.mark.slow)])
 def test_the_last_step_is_scored_on_the_reset_frame_as_the_paper_did(rm, physics):
-    """The batch env (EGL: mujoco.Renderer's pixels) and gymnasium envs under SB3 give the reference's rewards;
+    """The simulator env (EGL: mujoco.Renderer's pixels) and gymnasium envs under SB3 give the reference's rewards;
     everything else of the step (observations, dones, the terminal observation, the env's own reward) is the
     terminal state's, as without the setting."""
     settings = dict(physics=physics, renderer="egl" if physics == "batch" else "auto", render_size=SIZE)
@@ -102,11 +102,11 @@ def test_the_last_step_is_scored_on_the_reset_frame_as_the_paper_did(rm, physics
     ours = FastVLMRewardVecEnv(HUMANOID, N, reward_model=rm, episode_length=LENGTH, seed=SEED, **settings)
     assert paper.plan.env.score_terminal_on == "reset_frame" and "scored on the reset frame" in paper.plan.describe()
     actions = _actions(paper.action_space)
-    batch_env = paper.venv if physics == "batch" else None
-    expected = reference(rm, HUMANOID, actions, reset_frame=True, batch_env=batch_env)
-    assert not np.allclose(expected, reference(rm, HUMANOID, actions, reset_frame=False, batch_env=batch_env)), (
-        "the frames differ"
-    )
+    simulator_env = paper.venv if physics == "batch" else None
+    expected = reference(rm, HUMANOID, actions, reset_frame=True, simulator_env=simulator_env)
+    assert not np.allclose(
+        expected, reference(rm, HUMANOID, actions, reset_frame=False, simulator_env=simulator_env)
+    ), "the frames differ"
     for step, ((obs, rewards, dones, infos), (obs_o, rewards_o, dones_o, infos_o)) in enumerate(
         zip(_run(paper, actions), _run(ours, actions))
     ):
@@ -137,7 +137,7 @@ def test_with_a_schedule_the_last_step_is_still_scored_on_the_reset_frame(rm):
         physics="batch", score_terminal_on="reset_frame",
     )  # fmt: skip
     actions = _actions(env.action_space)
-    expected = reference(scheduled, HUMANOID, actions, reset_frame=True, batch_env=env.venv)
+    expected = reference(scheduled, HUMANOID, actions, reset_frame=True, simulator_env=env.venv)
     expected[[0, 3, 6]] = 0.0  # steps 1 of each episode: not due
     for step, (_, rewards, _, _) in enumerate(_run(env, actions)):
         assert_rewards_close(rewards, expected[step], f"step {step + 1}")
@@ -145,14 +145,14 @@ def test_with_a_schedule_the_last_step_is_still_scored_on_the_reset_frame(rm):
 
 @pytest.mark.egl
 def test_episode_batches_read_the_reset_frames(rm):
-    """Deferred rewards (episode batches, as the paper's configs train) read the frames the batch env drew: the
+    """Deferred rewards (episode batches, as the paper's configs train) read the frames the simulator env drew: the
     reset frame at an episode's end."""
     env = FastVLMRewardVecEnv(
         HUMANOID, N, reward_model=rm, episode_length=LENGTH, seed=SEED, renderer="egl", render_size=SIZE,
         physics="batch", score_terminal_on="reset_frame", defer_rewards=True,
     )  # fmt: skip
     actions = _actions(env.action_space)
-    expected = reference(rm, HUMANOID, actions, reset_frame=True, batch_env=env.venv)
+    expected = reference(rm, HUMANOID, actions, reset_frame=True, simulator_env=env.venv)
     env.reset()
     for step, action in enumerate(actions):
         env.step(action)
@@ -161,7 +161,7 @@ def test_episode_batches_read_the_reset_frames(rm):
 
 
 def test_the_gymnasium_vector_paths_score_the_reset_frame_under_same_step_autoreset(rm):
-    """make_vec: the batch env's VLMRewardVectorEnv (humanoid) and SyncVectorEnv under VLMRewardVectorWrapper
+    """make_vec: the simulator env's VLMRewardVectorEnv (humanoid) and SyncVectorEnv under VLMRewardVectorWrapper
     (cartpole), SAME_STEP autoreset, against the reference."""
     for task, size in ((HUMANOID, SIZE), ("cartpole", None)):
         env = gymnasium.make_vec(
@@ -176,8 +176,8 @@ def test_the_gymnasium_vector_paths_score_the_reset_frame_under_same_step_autore
         )
         env.reset(seed=SEED)
         actions = _actions(env.single_action_space) if size else [np.ones(N, np.int64)] * STEPS
-        batch_env = env.unwrapped.batch_env if size else None  # (the humanoid's VLMRewardVectorEnv)
-        expected = reference(rm, task, actions, reset_frame=True, size=size, batch_env=batch_env)
+        simulator_env = env.unwrapped.simulator_env if size else None  # (the humanoid's VLMRewardVectorEnv)
+        expected = reference(rm, task, actions, reset_frame=True, size=size, simulator_env=simulator_env)
         ends = 0
         for step, action in enumerate(actions):
             _, rewards, terminated, truncated, _ = env.step(action)

@@ -49,7 +49,7 @@ def dominant(pixels: np.ndarray, channel: int) -> np.ndarray:
 @pytest.mark.egl
 def test_humanoid_frames_show_the_files_where_they_belong(tmp_path):
     """Sky above the horizon in the sky file's colour (the skybox is unlit), the floor in the tiles'
-    hue, the robot in its skin's; on the gymnasium env and the batch env alike."""
+    hue, the robot in its skin's; on the gymnasium env and the simulator env alike."""
     folder = humanoid_assets(tmp_path / "assets")
     env = get_task("humanoid-kneeling").with_scene_assets(str(folder)).make(render_size=(64, 64))
     env.reset(seed=0)
@@ -132,7 +132,7 @@ def test_files_are_found_in_a_checkout_of_the_papers_repository(tmp_path):
     assert EnvSpec("humanoid-kneeling", scene_assets=checkout).scene_assets == checkout
     assert EnvSpec("mountain-car-textured", scene_assets=checkout).task_spec().scene_assets == checkout
     assert paper_assets.find_asset(checkout, "robot.png") == tmp_path / "vlmrm/src/vlmrm/envs/mujoco/robot.png"
-    assert get_task("humanoid-kneeling@paper-textures").with_scene_assets(checkout).batch.scene_assets == checkout
+    assert get_task("humanoid-kneeling@paper-textures").with_scene_assets(checkout).vector_task.scene_assets == checkout
 
 
 def test_missing_files_and_tasks_without_them_are_refused_with_the_fix(tmp_path):

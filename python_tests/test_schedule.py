@@ -1,5 +1,5 @@
 """The scoring schedule (score_every, between_scores) against a plain loop over each env, in the SB3
-stack (batch env and gymnasium envs), gymnasium's vector API and a fixed-batch encoder."""
+stack (simulator env and gymnasium envs), gymnasium's vector API and a fixed-batch encoder."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_clock_follows_each_envs_own_episode(between):
 
 
 def test_clock_scores_the_time_limits_last_step():
-    """Before the envs report their ends (the batch env), the last step is the time limit's."""
+    """Before the envs report their ends (the simulator env), the last step is the time limit's."""
     clock = ScheduleClock(ScoreSchedule(3), 2, episode_length=5)
     due = []
     for _ in range(10):
@@ -81,8 +81,8 @@ def prompts():
     return {"target_prompts": spec.target_prompts, "baseline_prompts": spec.baseline_prompts, "alpha": 0.5}
 
 
-def test_batch_env_scores_every_nth_step(prompts):
-    """The humanoid batch env with score_every=2: the due steps get the every-step env's rewards
+def test_simulator_env_scores_every_nth_step(prompts):
+    """The humanoid simulator env with score_every=2: the due steps get the every-step env's rewards
     (the same model and states), the others zero or the held score; only the due frames are encoded."""
     common = dict(model="vlmrm-tiny", device="cpu", seed=0, **prompts, **SMALL)
     every = FastVLMRewardVecEnv(HUMANOID, 3, **common)
@@ -172,7 +172,7 @@ def test_envs_out_of_phase_are_scored_apart_by_a_fixed_batch_encoder(prompts):
 
 
 def test_gymnasium_next_step_autoreset_is_no_episode_step(prompts):
-    """make_vec's batch env (next-step autoreset): the step that only resets an env is not counted,
+    """make_vec's simulator env (next-step autoreset): the step that only resets an env is not counted,
     so each episode is scored on the same steps as in SB3's same-step autoreset."""
     small = {"render_size": 48, "renderer": "egl", "max_episode_steps": 5}
     common = dict(model="vlmrm-tiny", device="cpu", seed=0, score_every=2, **prompts, **small)

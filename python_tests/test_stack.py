@@ -19,7 +19,7 @@ from vlmrm_fast import (
 from vlmrm_fast.envs import get_task
 from vlmrm_fast.frames.views import SteppedFrameSource
 from vlmrm_fast.reward.frame_model import FrameRewardModel
-from vlmrm_fast.stack.batch_env import MujocoBatchVecEnv
+from vlmrm_fast.stack.simulator_env import SimulatorVecEnv
 from vlmrm_fast.stack.wrappers import VLMRewardVecEnvWrapper, find_reward_wrapper
 
 HUMANOID = "humanoid-kneeling"
@@ -42,7 +42,7 @@ def test_the_stack(spec):
     humanoid = FastVLMRewardVecEnv(HUMANOID, 2, reward_spec=spec, **SMALL)
     cartpole = FastVLMRewardVecEnv("cartpole", 2, model="vlmrm-tiny", device="cpu")
     assert isinstance(humanoid, VLMRewardVecEnvWrapper) and isinstance(humanoid, VecEnvWrapper)
-    assert isinstance(humanoid.venv, MujocoBatchVecEnv) and isinstance(humanoid.venv, SteppedFrameSource)
+    assert isinstance(humanoid.venv, SimulatorVecEnv) and isinstance(humanoid.venv, SteppedFrameSource)
     assert isinstance(cartpole.venv, DummyVecEnv) and not isinstance(cartpole.venv, SteppedFrameSource)
     assert find_reward_wrapper(VecMonitor(humanoid)) is humanoid
     assert humanoid.get_attr("episode_length") == [6, 6]  # SB3's forwarding to the envs
@@ -50,12 +50,12 @@ def test_the_stack(spec):
         env.close()
 
 
-def test_batch_env_alone_is_a_plain_vec_env_with_the_task_reward(spec):
+def test_simulator_env_alone_is_a_plain_vec_env_with_the_task_reward(spec):
     """Under the wrapper, gt_reward is exactly what the bare batch VecEnv returns as its reward."""
     task = get_task(HUMANOID)
-    bare = MujocoBatchVecEnv(task.batch, 2, render_size=(32, 32), episode_length=6)
+    bare = SimulatorVecEnv(task.vector_task, 2, render_size=(32, 32), episode_length=6)
     wrapped = VLMRewardVecEnvWrapper(
-        MujocoBatchVecEnv(task.batch, 2, render_size=(32, 32), episode_length=6),
+        SimulatorVecEnv(task.vector_task, 2, render_size=(32, 32), episode_length=6),
         load_reward_model(spec),
         pipeline_chunks=2,
     )

@@ -96,8 +96,8 @@ def test_the_plan_draws_mujoco_envs_in_one_batch_and_lets_others_draw_themselves
     for task in ("kitchen-microwave", "dm_control/walker-walk-v0", "HalfCheetah-v4", "AdroitHandDoor-v1"):
         plan = plan_stack(EnvSpec(task, 2, render_size=32), TINY.replace(target_prompts=("a robot",)))
         assert (plan.physics, plan.renderer, plan.path) == ("gym", "egl", "batched drawing"), task
-    for task in ("HalfCheetah-v5", "humanoid-kneeling"):  # a batch task: its gymnasium envs when asked for
-        assert plan_stack(EnvSpec(task, 2, render_size=32), TINY).path == "batch env"
+    for task in ("HalfCheetah-v5", "humanoid-kneeling"):  # a vector task: its gymnasium envs when asked for
+        assert plan_stack(EnvSpec(task, 2, render_size=32), TINY).path == "simulator env"
         plan = plan_stack(EnvSpec(task, 2, render_size=32, physics="gym"), TINY)
         assert (plan.renderer, plan.path) == ("egl", "batched drawing"), task
     plan = plan_stack(EnvSpec("CartPole-v1", 2), TINY.replace(target_prompts=("a pole",)))

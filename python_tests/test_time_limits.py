@@ -1,5 +1,5 @@
 """env.time_limit: an episode that reaches its length is truncated (SB3 bootstraps) or terminated
-(the paper's code: done=1, no bootstrap), on the batch env and on gymnasium envs."""
+(the paper's code: done=1, no bootstrap), on the simulator env and on gymnasium envs."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from vlmrm_fast.envs.time_limits import TerminalTimeLimit, with_time_limit
 
 LENGTH = 3
 N_ENVS = 2
-# A continuous-action task on each path: gymnasium envs (MountainCar) and the batch env (the humanoid).
+# A continuous-action task on each path: gymnasium envs (MountainCar) and the simulator env (the humanoid).
 TASKS = {"mountain-car": {}, "humanoid-kneeling": {"render_size": 32}}
 
 

@@ -362,7 +362,7 @@ def test_every_config_field_is_in_the_run_identity_or_exempt_with_its_reason(pla
 @pytest.mark.parametrize(
     ("then", "now", "same"),
     [
-        ({"physics": "auto"}, {"physics": "batch"}, True),  # the batch env and gymnasium step the same
+        ({"physics": "auto"}, {"physics": "batch"}, True),  # the simulator env and gymnasium step the same
         ({"physics": "batch"}, {"physics": "gym"}, True),
         ({"physics": "batch"}, {"physics": "warp"}, False),  # float32 MuJoCo Warp, Newton
         ({"physics": "auto"}, {"physics": "warp"}, False),

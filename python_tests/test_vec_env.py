@@ -169,8 +169,8 @@ def test_sb3_wrappers_over_env(venv, wrapper):
 
 
 @pytest.mark.parametrize("chunks", [1, pytest.param(2, marks=pytest.mark.slow)])
-def test_humanoid_batch_env_matches_gymnasium(rms, chunks):
-    """The batch env reproduces Humanoid-v5 envs in a DummyVecEnv bit for bit, resets included,
+def test_humanoid_simulator_env_matches_gymnasium(rms, chunks):
+    """The simulator env reproduces Humanoid-v5 envs in a DummyVecEnv bit for bit, resets included,
     also when a step advances the envs in two ranges (the pipelined step)."""
     fast, dummy = make_fast(rms[HUMANOID], HUMANOID, physics="batch", pipeline_chunks=chunks), make_dummy(HUMANOID)
     assert fast.physics == "batch"
@@ -212,7 +212,7 @@ def test_auto_renderer_is_warp_on_the_cpu_when_installed(rms, monkeypatch):
 
 
 @pytest.mark.parametrize("renderer", ["egl", pytest.param("warp", marks=pytest.mark.warp)])
-def test_batch_env_scores_the_reached_frames(rms, renderer):
+def test_simulator_env_scores_the_reached_frames(rms, renderer):
     """The reward of each step is the reward model's score of the frame of the state it reached."""
     rm = rms[HUMANOID]
     fast = make_fast(rm, HUMANOID, physics="batch", episode_length=3, renderer=renderer, pipeline_chunks=2)
@@ -421,7 +421,7 @@ def test_bad_render_size(tiny_rm, render_size):
         FastVLMRewardVecEnv(TASK, 2, reward_model=tiny_rm, render_size=render_size)
 
 
-def test_bad_humanoid_actions_leave_batch_env_untouched(rms):
+def test_bad_humanoid_actions_leave_simulator_env_untouched(rms):
     env = make_fast(rms[HUMANOID], HUMANOID, physics="batch")
     env.seed(0)
     obs = env.reset()
@@ -438,7 +438,7 @@ def test_bad_humanoid_actions_leave_batch_env_untouched(rms):
 
 
 def test_physics_choice(rms):
-    with pytest.raises(ValueError, match="no batch-env version"):
+    with pytest.raises(ValueError, match="no simulator-env version"):
         FastVLMRewardVecEnv(TASK, 1, reward_model=rms[TASK], physics="batch")
     env = FastVLMRewardVecEnv(HUMANOID, 1, reward_model=rms[HUMANOID], physics="gym", **SMALL)
     assert env.physics == "gym"

@@ -38,7 +38,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 N = 3
 STEPS = 6
 RTOL = 1e-3
-OUTPUTS = humanoid.HumanoidBatch.outputs
+OUTPUTS = humanoid.HumanoidVectorTask.outputs
 FEET_ON_FLOOR_Z = 1.0  # root height where the humanoid's feet (spheres) touch the floor at qpos0's pose
 
 PLUGIN_ACTUATOR = """

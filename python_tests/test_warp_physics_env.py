@@ -171,14 +171,14 @@ def test_torch_outputs_for_a_gpu_native_learner(rm):
     same bits as the host's; rewards and dones as tensors on the stack's device; actions taken as tensors."""
     env = make_vec(rm, torch_outputs=True)
     try:
-        batch_env = env.unwrapped.batch_env
+        simulator_env = env.unwrapped.simulator_env
         obs, _ = env.reset(seed=0)
         assert isinstance(obs, torch.Tensor) and obs.device == torch.device("cpu")
-        np.testing.assert_array_equal(obs.numpy(), batch_env.batch.observation(batch_env.sim.outputs))
+        np.testing.assert_array_equal(obs.numpy(), simulator_env.vector_task.observation(simulator_env.sim.outputs))
         actions = torch.zeros((2, 17))
         obs, rewards, terminated, truncated, infos = env.step(actions)
         assert all(isinstance(x, torch.Tensor) for x in (obs, rewards, terminated, truncated))
-        np.testing.assert_array_equal(obs.numpy(), batch_env.batch.observation(batch_env.sim.outputs))
+        np.testing.assert_array_equal(obs.numpy(), simulator_env.vector_task.observation(simulator_env.sim.outputs))
         assert rewards.shape == (2,) and terminated.dtype == torch.bool
     finally:
         env.close()
@@ -201,7 +201,7 @@ def test_on_a_cpu_it_says_it_is_for_testing(rm):
         ),
         (TASK, {"solver": "pgs"}, ValueError, r"runs the newton or cg solver, not 'pgs'; .*physics='batch'"),
         (TASK, {"pipeline_chunks": 2}, ValueError, "steps every env at once"),
-        ("cartpole", {}, ValueError, r"no batch-env version; use physics='gym' \(or 'auto'\)"),
+        ("cartpole", {}, ValueError, r"no simulator-env version; use physics='gym' \(or 'auto'\)"),
     ],
 )
 def test_refusals_name_the_way_out(rm, task, kwargs, error, match):
@@ -270,7 +270,7 @@ def test_on_a_gpu_the_state_stays_there_and_matches_the_cpu_simulator():
             np.testing.assert_allclose(rew_w, warp.reward_model(frames_w).cpu().numpy(), rtol=0, atol=1e-6)
             device_obs = warp.venv.device_observation(warp.plan.device)
             assert device_obs.device == warp.plan.device
-            host = warp.venv.batch.observation(warp.venv.sim.outputs)  # the state after the step's resets
+            host = warp.venv.vector_task.observation(warp.venv.sim.outputs)  # the state after the step's resets
             np.testing.assert_array_equal(device_obs.cpu().numpy(), host)
     finally:
         warp.close()

@@ -1,4 +1,4 @@
-"""WarpBatchRenderer (MuJoCo Warp, here on Warp's CPU backend) against mujoco.Renderer.
+"""WarpRenderer (MuJoCo Warp, here on Warp's CPU backend) against mujoco.Renderer.
 
 The two renderers are different algorithms (a ray tracer and OpenGL rasterization),
 so the pictures are held to the same geometry, orientation and colours with a bound
@@ -82,11 +82,11 @@ def poses(model: mujoco.MjModel, n: int, spread: float = 0.6) -> np.ndarray:
 
 @pytest.mark.egl
 def test_humanoid_matches_mujoco_renderer(humanoid_model):
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpRenderer
 
     n = 4
     qpos = poses(humanoid_model, n)
-    with WarpBatchRenderer(humanoid_model, n, SIZE, SIZE, camera=CAMERA, device="cpu") as renderer:
+    with WarpRenderer(humanoid_model, n, SIZE, SIZE, camera=CAMERA, device="cpu") as renderer:
         frames = renderer.render(qpos)
     assert frames.shape == (n, SIZE, SIZE, 3) and frames.dtype == np.uint8
     expected = reference(humanoid_model, qpos, CAMERA)
@@ -99,11 +99,11 @@ def test_humanoid_matches_mujoco_renderer(humanoid_model):
 
 @pytest.mark.egl
 def test_scene_orientation_and_channels(scene):
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpRenderer
 
     qpos = np.tile(scene.qpos0, (2, 1))
     qpos[1, 7] = 0.4  # the blue ball slides up in env 1
-    with WarpBatchRenderer(scene, 2, SIZE, SIZE, camera="front", device="cpu") as renderer:
+    with WarpRenderer(scene, 2, SIZE, SIZE, camera="front", device="cpu") as renderer:
         frames = renderer.render(qpos)
     expected = reference(scene, qpos, "front")
     assert mad(frames, expected).max() < SCENE_MAD
@@ -124,12 +124,12 @@ def test_scene_orientation_and_channels(scene):
 
 
 def test_ranges_draw_the_same_frames_as_one_call(humanoid_model):
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpRenderer
 
     n = 5
     sim = BatchSimulator(humanoid_model, n)
     sim.qpos[:] = poses(humanoid_model, n)
-    with WarpBatchRenderer(humanoid_model, n, 32, 32, camera=CAMERA, device="cpu") as renderer:
+    with WarpRenderer(humanoid_model, n, 32, 32, camera=CAMERA, device="cpu") as renderer:
         whole = renderer.render_sim(sim)
         renderer.draw(sim, slice(0, 2))
         renderer.draw(sim, slice(2, 5))
@@ -141,15 +141,15 @@ def test_ranges_draw_the_same_frames_as_one_call(humanoid_model):
 
 
 def test_bad_inputs_are_refused(humanoid_model, scene):
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpRenderer
 
     with pytest.raises(ValueError, match="free camera"):
-        WarpBatchRenderer(scene, 1, 16, 16, camera=-1, device="cpu")
+        WarpRenderer(scene, 1, 16, 16, camera=-1, device="cpu")
     with pytest.raises(ValueError, match="its cameras: front"):
-        WarpBatchRenderer(scene, 1, 16, 16, camera="back", device="cpu")
+        WarpRenderer(scene, 1, 16, 16, camera="back", device="cpu")
     with pytest.raises(ValueError, match="num_envs"):
-        WarpBatchRenderer(scene, 0, 16, 16, camera="front", device="cpu")
-    with WarpBatchRenderer(scene, 2, 16, 16, camera="front", device="cpu") as renderer:
+        WarpRenderer(scene, 0, 16, 16, camera="front", device="cpu")
+    with WarpRenderer(scene, 2, 16, 16, camera="front", device="cpu") as renderer:
         with pytest.raises(ValueError, match=r"qpos must have shape \(2, 8\)"):
             renderer.render(np.zeros((3, 8)))
         bad = np.tile(scene.qpos0, (2, 1))
@@ -167,7 +167,7 @@ def test_bad_inputs_are_refused(humanoid_model, scene):
         with pytest.raises(ValueError, match="the renderer draws 2 of a model with nq=8"):
             renderer.draw(BatchSimulator(scene, 3))
     with pytest.raises(ValueError, match="width: must be at most 8192 pixels"):
-        WarpBatchRenderer(scene, 1, 16, 9000, camera="front", device="cpu")
+        WarpRenderer(scene, 1, 16, 9000, camera="front", device="cpu")
     with pytest.raises(RuntimeError, match="closed"):
         renderer.frames()
 
@@ -175,13 +175,13 @@ def test_bad_inputs_are_refused(humanoid_model, scene):
 @pytest.mark.gpu
 def test_cuda_frames_equal_cpu_frames_up_to_the_bound(humanoid_model):
     """On a GPU: frames as a CUDA tensor (no host copy), close to the CPU backend's, graph replays repeat."""
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpRenderer
 
     n = 3
     qpos = poses(humanoid_model, n)
-    with WarpBatchRenderer(humanoid_model, n, SIZE, SIZE, camera=CAMERA, device="cpu") as cpu:
+    with WarpRenderer(humanoid_model, n, SIZE, SIZE, camera=CAMERA, device="cpu") as cpu:
         expected = cpu.render(qpos)
-    with WarpBatchRenderer(humanoid_model, n, SIZE, SIZE, camera=CAMERA, device="cuda") as gpu:
+    with WarpRenderer(humanoid_model, n, SIZE, SIZE, camera=CAMERA, device="cuda") as gpu:
         first = gpu.render(qpos, device="cuda")
         assert first.device.type == "cuda" and first.shape == (n, SIZE, SIZE, 3)
         again = gpu.render(qpos[::-1].copy(), device="cuda")  # a replay of the captured graph, other states
@@ -196,13 +196,13 @@ def test_cuda_frames_equal_cpu_frames_up_to_the_bound(humanoid_model):
 
 def test_overlapping_ranges_have_their_own_staging_rows(humanoid_model):
     """A whole-batch range and a range inside it never share the host rows an upload reads."""
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpRenderer
 
     n = 4
     sim = BatchSimulator(humanoid_model, n)
     sim.qpos[:] = poses(humanoid_model, n)
     # one thread: a slot per range drawn (test_cpu_threads_draw_the_same_frames splits them)
-    with WarpBatchRenderer(humanoid_model, n, 16, 16, camera=CAMERA, device="cpu", cpu_threads=1) as renderer:
+    with WarpRenderer(humanoid_model, n, 16, 16, camera=CAMERA, device="cpu", cpu_threads=1) as renderer:
         renderer.draw(sim)
         renderer.draw(sim, slice(0, 2))
         renderer.draw(sim, slice(1, 4))
@@ -228,9 +228,9 @@ class _Event:
 
 
 def test_close_waits_for_the_queued_uploads_and_draws_before_it_frees(scene):
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpRenderer
 
-    renderer = WarpBatchRenderer(scene, 2, 16, 16, camera="front", device="cpu")
+    renderer = WarpRenderer(scene, 2, 16, 16, camera="front", device="cpu")
     renderer.render(np.tile(scene.qpos0, (2, 1)))
     renderer._slot(slice(0, 1))
     waits: list[int] = []
@@ -276,9 +276,9 @@ def test_one_warp_stream_per_torch_stream_handle_for_the_process(monkeypatch):
 
 
 def test_drawing_allocates_no_contact_or_constraint_rows(scene):
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpRenderer
 
-    with WarpBatchRenderer(scene, 3, 16, 16, camera="front", device="cpu") as renderer:
+    with WarpRenderer(scene, 3, 16, 16, camera="front", device="cpu") as renderer:
         renderer.render(np.tile(scene.qpos0, (3, 1)))
         assert renderer._slots  # (one per part of the envs drawn at once on the CPU's threads)
         for slot in renderer._slots.values():
@@ -290,10 +290,10 @@ def test_the_warp_kernel_cache_stays_where_warp_puts_it(scene, monkeypatch, tmp_
     """The package never moves Warp's kernel cache: WARP_CACHE_PATH, else Warp's own default."""
     import warp
 
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpRenderer
 
     before = warp.config.kernel_cache_dir
-    with WarpBatchRenderer(scene, 1, 16, 16, camera="front", device="cpu") as renderer:
+    with WarpRenderer(scene, 1, 16, 16, camera="front", device="cpu") as renderer:
         renderer.render(scene.qpos0[None])
     assert warp.config.kernel_cache_dir == before
     assert any(pathlib.Path(before).glob("*")), "the kernels went into Warp's cache"
@@ -311,14 +311,14 @@ def test_cuda_draws_on_torchs_default_stream_capture_and_replay(humanoid_model):
     """Defect 1: without a stream, render, render_sim and draw run on torch's current stream, the
     legacy default stream, where CUDA cannot capture: the graph is captured on the renderer's own
     stream and replayed on the caller's."""
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpRenderer
 
     n = 3
     qpos = poses(humanoid_model, n)
     assert torch.cuda.current_stream().cuda_stream == 0, "torch's current stream is the legacy default stream"
     sim = BatchSimulator(humanoid_model, n)
     sim.qpos[:] = qpos[::-1]
-    with WarpBatchRenderer(humanoid_model, n, 32, 32, camera=CAMERA, device="cuda") as renderer:
+    with WarpRenderer(humanoid_model, n, 32, 32, camera=CAMERA, device="cuda") as renderer:
         eager = renderer.render(qpos)  # the first draw: eager, then captured
         replayed = renderer.render(qpos)
         np.testing.assert_array_equal(replayed, eager)
@@ -331,13 +331,13 @@ def test_cuda_draws_on_torchs_default_stream_capture_and_replay(humanoid_model):
 
 
 @pytest.mark.gpu
-def test_batch_env_steps_with_the_warp_renderer_without_the_reward_wrapper():
-    """Defect 1, through MujocoBatchVecEnv.step_wait and get_images (no stream given)."""
+def test_simulator_env_steps_with_the_warp_renderer_without_the_reward_wrapper():
+    """Defect 1, through SimulatorVecEnv.step_wait and get_images (no stream given)."""
     from vlmrm_fast.envs import get_task
-    from vlmrm_fast.stack.batch_env import MujocoBatchVecEnv
+    from vlmrm_fast.stack.simulator_env import SimulatorVecEnv
 
     task = get_task("humanoid-kneeling")
-    env = MujocoBatchVecEnv(task.batch, 4, render_size=(32, 32), episode_length=5, device="cuda:0", renderer="warp")
+    env = SimulatorVecEnv(task.vector_task, 4, render_size=(32, 32), episode_length=5, device="cuda:0", renderer="warp")
     try:
         env.seed(0)
         env.reset()
@@ -354,13 +354,13 @@ def test_batch_env_steps_with_the_warp_renderer_without_the_reward_wrapper():
 def test_a_draw_on_a_side_stream_does_not_wait_for_the_legacy_stream(humanoid_model):
     """Defect 2: a replayed draw on a side stream completes while the legacy stream is still busy
     (the encoder's stream, in the pipelined step)."""
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpRenderer
 
     n = 4
     sim = BatchSimulator(humanoid_model, n)
     sim.qpos[:] = poses(humanoid_model, n)
     side = torch.cuda.Stream()
-    with WarpBatchRenderer(humanoid_model, n, 32, 32, camera=CAMERA, device="cuda") as renderer:
+    with WarpRenderer(humanoid_model, n, 32, 32, camera=CAMERA, device="cuda") as renderer:
         for _ in range(2):  # eager + capture, then a replay
             renderer.draw(sim, stream=side)
         side.synchronize()
@@ -386,14 +386,14 @@ def test_a_collected_renderer_leaves_the_stream_of_a_live_one_usable(humanoid_mo
 
     import warp as wp
 
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer, warp_stream_of
+    from vlmrm_fast.rendering.warp import WarpRenderer, warp_stream_of
 
     n = 2
     sim = BatchSimulator(humanoid_model, n)
     sim.qpos[:] = poses(humanoid_model, n)
     stream = torch.cuda.Stream()
-    first = WarpBatchRenderer(humanoid_model, n, 16, 16, camera=CAMERA, device="cuda")
-    second = WarpBatchRenderer(humanoid_model, n, 16, 16, camera=CAMERA, device="cuda")
+    first = WarpRenderer(humanoid_model, n, 16, 16, camera=CAMERA, device="cuda")
+    second = WarpRenderer(humanoid_model, n, 16, 16, camera=CAMERA, device="cuda")
     for renderer in (first, second):
         renderer.draw(sim, stream=stream)
     del first
@@ -419,14 +419,14 @@ def test_a_collected_renderer_leaves_the_stream_of_a_live_one_usable(humanoid_mo
 def test_overlapping_ranges_do_not_overwrite_an_upload_in_flight(humanoid_model):
     """Defect 5: range (0, 2) uploads state B behind a busy stream; the whole batch then stages
     state A at once. The range's frames are B's."""
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpRenderer
 
     n = 4
     a, b = BatchSimulator(humanoid_model, n), BatchSimulator(humanoid_model, n)
     a.qpos[:] = poses(humanoid_model, n)
     b.qpos[:] = poses(humanoid_model, n)[::-1]
     stream = torch.cuda.Stream()
-    with WarpBatchRenderer(humanoid_model, n, 32, 32, camera=CAMERA, device="cuda") as renderer:
+    with WarpRenderer(humanoid_model, n, 32, 32, camera=CAMERA, device="cuda") as renderer:
         expected_b = renderer.render_sim(b)[:2]
         for _ in range(2):  # every range captured before the race
             renderer.draw(b, slice(0, 2), stream)
@@ -446,13 +446,13 @@ def test_overlapping_ranges_do_not_overwrite_an_upload_in_flight(humanoid_model)
 @pytest.mark.gpu
 def test_close_returns_after_the_queued_draws_ran(humanoid_model):
     """Defect 6: closing right after a draw queued behind a busy stream frees nothing it still uses."""
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpRenderer
 
     n = 2
     sim = BatchSimulator(humanoid_model, n)
     sim.qpos[:] = poses(humanoid_model, n)
     stream = torch.cuda.Stream()
-    renderer = WarpBatchRenderer(humanoid_model, n, 16, 16, camera=CAMERA, device="cuda")
+    renderer = WarpRenderer(humanoid_model, n, 16, 16, camera=CAMERA, device="cuda")
     renderer.draw(sim, stream=stream)
     renderer.draw(sim, stream=stream)
     _busy(stream, 0.5)
@@ -472,9 +472,9 @@ def test_the_warp_kernel_cache_holds_the_gpu_modules(humanoid_model):
 
     import warp
 
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpRenderer
 
-    with WarpBatchRenderer(humanoid_model, 1, 16, 16, camera=CAMERA, device="cuda") as renderer:
+    with WarpRenderer(humanoid_model, 1, 16, 16, camera=CAMERA, device="cuda") as renderer:
         renderer.render(humanoid_model.qpos0[None])
     cache = pathlib.Path(warp.config.kernel_cache_dir)
     if "WARP_CACHE_PATH" in os.environ:
@@ -489,16 +489,16 @@ def test_render_data_without_contact_rows_draws_the_full_data_frames(humanoid_mo
     import mujoco_warp as mjw
 
     from vlmrm_fast.rendering import warp as warp_rendering
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpRenderer
 
     n = 3
     qpos = poses(humanoid_model, n)
-    with WarpBatchRenderer(humanoid_model, n, 32, 32, camera=CAMERA, device="cuda") as renderer:
+    with WarpRenderer(humanoid_model, n, 32, 32, camera=CAMERA, device="cuda") as renderer:
         lean = renderer.render(qpos)
         (slot,) = renderer._slots.values()
         assert slot.data.naconmax == 0
     monkeypatch.setattr(warp_rendering, "render_data_sizes", dict)  # mujoco_warp's default sizes
-    with WarpBatchRenderer(humanoid_model, n, 32, 32, camera=CAMERA, device="cuda") as renderer:
+    with WarpRenderer(humanoid_model, n, 32, 32, camera=CAMERA, device="cuda") as renderer:
         full = renderer.render(qpos)
         (slot,) = renderer._slots.values()
         assert slot.data.naconmax == mjw.make_data(renderer._render_model, nworld=n).naconmax > 0
@@ -508,14 +508,14 @@ def test_render_data_without_contact_rows_draws_the_full_data_frames(humanoid_mo
 def test_cpu_threads_draw_the_same_frames(humanoid_model):
     """On Warp's CPU backend a draw's envs are split into parts drawn at once on threads (a kernel runs on one
     thread there): the frames are those of one thread drawing them all, bit for bit, whole and by range."""
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer
+    from vlmrm_fast.rendering.warp import WarpRenderer
 
     n = 5
     sim = BatchSimulator(humanoid_model, n)
     sim.qpos[:] = poses(humanoid_model, n)
     frames = {}
     for threads in (1, 3):
-        with WarpBatchRenderer(humanoid_model, n, 24, 24, camera=CAMERA, device="cpu", cpu_threads=threads) as renderer:
+        with WarpRenderer(humanoid_model, n, 24, 24, camera=CAMERA, device="cpu", cpu_threads=threads) as renderer:
             renderer.draw(sim)  # the first draw loads Warp's modules, one part after another
             renderer.draw(sim)  # then the parts at once
             whole = renderer.frames()

@@ -70,7 +70,7 @@ def offline_streamed(model, frames, dones, every: int) -> np.ndarray:
 
 @pytest.mark.parametrize("kind", [MEAN, VICLIP], ids=["mean_of_frames", "viclip"])
 def test_streamed_windows_equal_offline_windows(kind):
-    """The batch env, 3 envs in 2 pipeline ranges, windows of 4 frames scored every 2 steps through
+    """The simulator env, 3 envs in 2 pipeline ranges, windows of 4 frames scored every 2 steps through
     two 7-step episodes: each reward equals the same frames windowed offline."""
     env = FastVLMRewardVecEnv(
         HUMANOID, 3, device="cpu", episode_length=7, pipeline_chunks=2, score_every=2, **SMALL, **kind, **prompts()

@@ -4,7 +4,7 @@ Exact (bit for bit): physics, observations, dones, infos, frames, the preprocess
 anything computed twice the same way: the same batch layout run twice gives the same bits.
 
 To float precision: rewards computed in different batch layouts (ranks, pipeline ranges, episode
-batches, chunks, renderer ranges, the gym path against the batch env). The encoder's matrix
+batches, chunks, renderer ranges, the gym path against the simulator env). The encoder's matrix
 products may round a row differently depending on how many rows the batch has: MKL does on AMD EPYC
 (the rows of ``F.linear`` at batch 2 differ in the last bit from the same rows at batch 8), as cuBLAS
 does on GPUs. A reward then moves by an ulp or a few, never by more than about 1e-6 relative.

@@ -28,7 +28,7 @@
 #   tests                 the gpu/egl-marked tests (FP8's and MuJoCo Warp's GPU tests among the gpu ones;
 #                         not tensorrt, which is not carried; the warp-only ones run on Warp's CPU
 #                         backend in CI), skips turned into failures                            (~3-4 min)
-#   warp-first-call       the first WarpBatchRenderer's cost in a fresh process (Warp's kernel
+#   warp-first-call       the first WarpRenderer's cost in a fresh process (Warp's kernel
 #                         cache as found), then in a second one (the cache warm)              (~1-4 min)
 #   fp8-tests             the gpu-marked FP8 tests only (every scaling through torch and compile,
 #                         the compiled-block probe and auto's pick), skips turned into failures (~1-2 min)
@@ -59,7 +59,7 @@
 #                         (SKIP_PAPER=1: none; no DummyVecEnv reference); results e2e_TAG.json (TAG
 #                         default: the model)                                                  (~1-4 min)
 #   physics               bench/bench_physics.py: MuJoCo Warp physics alone at WORLDS (default 1024 4096
-#                         16384) worlds beside the CPU batch env                            (~1-2 min)
+#                         16384) worlds beside CPU MuJoCo (batch)                           (~1-2 min)
 #   distributed [MODEL] [N]  bench/bench_distributed.py: 2 torchrun ranks sharing GPU 0 against one
 #                         process, N envs (default B32, 64) at 224 px: bytes per step, the gather's
 #                         overhead, message round trips; then device=auto on 2 ranks and 1 GPU must
@@ -137,14 +137,14 @@ probe() {
   python3 -P - "$out/interop_probe.json" <<'EOF'
 import json, os, sys, time
 import gymnasium, mujoco, numpy as np, torch
-from vlmrm_fast import EGLBatchRenderer, BatchSimulator
+from vlmrm_fast import EGLRenderer, BatchSimulator
 from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec
 
 model = mujoco.MjModel.from_xml_path(os.path.join(os.path.dirname(gymnasium.__file__), "envs/mujoco/assets/humanoid.xml"))
 n, px = 64, 224
 qpos = np.tile(model.qpos0, (n, 1))
 spec = PreprocessSpec(size=224, mean=(0.48145466, 0.4578275, 0.40821073), std=(0.26862954, 0.26130258, 0.27577711))
-renderer = EGLBatchRenderer(model, n, px, px)
+renderer = EGLRenderer(model, n, px, px)
 device = torch.device("cuda", renderer.cuda_device)
 sim = BatchSimulator(model, n)
 sim.reset(qpos=qpos)

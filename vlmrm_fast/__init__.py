@@ -55,8 +55,8 @@ if TYPE_CHECKING:  # the public names, one import each: the type checker reads t
     from vlmrm_fast.envs.spec import EnvSpec
     from vlmrm_fast.frames.preprocess import FramePreprocessor, PreprocessSpec
     from vlmrm_fast.physics.batch import BatchSimulator
-    from vlmrm_fast.rendering.egl import EGLBatchRenderer
-    from vlmrm_fast.rendering.warp import WarpBatchRenderer  # imports MuJoCo Warp only when one is made
+    from vlmrm_fast.rendering.egl import EGLRenderer
+    from vlmrm_fast.rendering.warp import WarpRenderer  # imports MuJoCo Warp only when one is made
     from vlmrm_fast.reward import (
         TINY_MODEL,
         BinaryCriterion,

@@ -21,11 +21,11 @@ Tasks drawn with the paper's textures (the humanoid's ``paper`` and ``paper-text
 a truncation or (as in the paper's code) a termination, is ``time_limit`` (``envs.time_limits``).
 
 gymnasium's MuJoCo v5 suite (``Ant-v5``, ``HalfCheetah-v5``, ... ``InvertedDoublePendulum-v5``) are tasks
-under gymnasium's own ids, with default prompts, run in the batch env bit for bit as gymnasium's envs
+under gymnasium's own ids, with default prompts, run in the simulator env bit for bit as gymnasium's envs
 (``envs.mujoco_suite``); another camera of the model after an ``@`` (``Ant-v5@track``).
 
-``get_task(name)`` returns a :class:`TaskSpec`. MuJoCo tasks (those with ``batch`` glue)
-run entirely in the batch env (``vlmrm_fast/stack/batch_env.py``); the others go through gymnasium environments
+``get_task(name)`` returns a :class:`TaskSpec`. MuJoCo tasks (those with a ``vector_task``)
+run entirely in the simulator env (``vlmrm_fast/stack/simulator_env.py``); the others go through gymnasium environments
 (``env.render()`` frames) on the generic path. Any gymnasium id works as a task
 too, with prompts given by the caller.
 """

@@ -314,14 +314,14 @@ class HumanoidPoseEnv(HumanoidEnv):
 
 
 # ------------------------------------------------------------------ batched quantities
-# The batch env computes observations and the environment's reward for all
+# The simulator env computes observations and the environment's reward for all
 # envs at once from the fields the simulator copies out after each step (the
 # same mjData fields, at the same moment, that Humanoid-v5 reads).
 
 
-class HumanoidBatch:
-    """Humanoid-v5's observation, reward and info for the batch env (terminate_when_unhealthy=False),
-    drawn in ``scene`` (a :class:`~vlmrm_fast.envs.batch_task.BatchTask`), with the paper's image files from
+class HumanoidVectorTask:
+    """Humanoid-v5's observation, reward and info for the simulator env (terminate_when_unhealthy=False),
+    drawn in ``scene`` (a :class:`~vlmrm_fast.envs.vector_task.VectorTask`), with the paper's image files from
     ``scene_assets`` if given."""
 
     frame_skip = FRAME_SKIP
@@ -336,8 +336,8 @@ class HumanoidBatch:
     def camera(self) -> str:
         return self.scene.camera
 
-    def with_scene_assets(self, scene_assets: str) -> HumanoidBatch:
-        return HumanoidBatch(self.scene, scene_assets)
+    def with_scene_assets(self, scene_assets: str) -> HumanoidVectorTask:
+        return HumanoidVectorTask(self.scene, scene_assets)
 
     def build_model(self, render_size: int) -> mujoco.MjModel:
         return humanoid_model(self.scene, render_size, self.scene_assets)

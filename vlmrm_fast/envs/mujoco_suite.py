@@ -1,13 +1,13 @@
-"""gymnasium's MuJoCo v5 suite as batch tasks: one row per task (:data:`SUITE`), one
-:class:`SuiteBatch` for all of them.
+"""gymnasium's MuJoCo v5 suite as vector tasks: one row per task (:data:`SUITE`), one
+:class:`SuiteVectorTask` for all of them.
 
-Each row is gymnasium's env of that id as the batch env runs it: gymnasium's own model file, frame
+Each row is gymnasium's env of that id as the simulator env runs it: gymnasium's own model file, frame
 skip, weights and ranges (read from the env class's signature, so they are gymnasium's wherever it
 keeps them), and its observation, reward, termination, infos and reset written here for every env
 at once, the same numpy operations on the same values in the same order, so that they equal
 gymnasium's to the bit (``python_tests/test_mujoco_suite.py`` compares them step by step over whole
 episodes). gymnasium computes them one env at a time in Python; here they are arrays over the envs,
-which is the point of the batch env.
+which is the point of the simulator env.
 
 What is worth knowing of gymnasium's rules, kept here on purpose:
 
@@ -713,7 +713,7 @@ def check_camera(env_id: str, camera: str) -> str:
 
 
 def make_env(env_id: str, camera: str = GYMNASIUM_VIEW) -> Callable[..., gymnasium.Env]:
-    """A factory of gymnasium's own env of ``env_id``, drawing what the batch env draws: gymnasium's view
+    """A factory of gymnasium's own env of ``env_id``, drawing what the simulator env draws: gymnasium's view
     with its lookat fixed as :func:`camera_config` fixes it, or a camera of the model by name."""
 
     def make(render_mode: str | None = "rgb_array", solver: str | None = None, **kwargs: Any) -> gymnasium.Env:
@@ -731,9 +731,9 @@ def make_env(env_id: str, camera: str = GYMNASIUM_VIEW) -> Callable[..., gymnasi
     return make
 
 
-# ------------------------------------------------------------------ the batch task
-class SuiteBatch:
-    """A suite task as the batch env runs it (a :class:`~vlmrm_fast.envs.batch_task.BatchTask`), drawn
+# ------------------------------------------------------------------ the vector task
+class SuiteVectorTask:
+    """A suite task as the simulator env runs it (a :class:`~vlmrm_fast.envs.vector_task.VectorTask`), drawn
     from ``camera`` (default gymnasium's view)."""
 
     def __init__(self, env_id: str, camera: str = GYMNASIUM_VIEW) -> None:

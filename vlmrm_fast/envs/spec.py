@@ -28,9 +28,9 @@ class EnvSpec:
     """``n_envs`` envs of ``task`` (a built-in task or a gymnasium id) and how they are stepped.
 
     ``render_size``: frames of (height, width), or a square's side; ``physics``: how the envs are
-    simulated, a row of ``vlmrm_fast.physics.PHYSICS`` (the MuJoCo batch env, gymnasium envs, ...) or
+    simulated, a row of ``vlmrm_fast.physics.PHYSICS`` (the simulator env, gymnasium envs, ...) or
     ``"auto"`` (the first that can run the task, ``vlmrm_fast.stack.plan``); ``renderer``: what draws the
-    batch env's frames, a row of ``vlmrm_fast.rendering.RENDERERS`` or ``"auto"`` (Warp on a CPU
+    simulator env's frames, a row of ``vlmrm_fast.rendering.RENDERERS`` or ``"auto"`` (Warp on a CPU
     when installed, EGL otherwise: ``rendering.AUTO_ORDER``), None where none does (``physics="gym"``:
     the gymnasium envs draw their own; a stack's plan says so); over the gymnasium envs of a MuJoCo task
     (``TaskSpec.drawing``) ``"auto"`` draws them all at once from their own data (the batched drawing,
@@ -48,7 +48,7 @@ class EnvSpec:
     compares them). ``score_terminal_on``: the frame an episode's last step is scored on,
     ``"terminal_state"`` (the state that ended it) or ``"reset_frame"`` (the next episode's first, as
     the paper's code scored it; ``envs.time_limits``, docs/paper.md). ``drawn_positions``: the poses a
-    batch env's frames show, ``"reached"`` (the positions each step reached, as the observation) or
+    simulator env's frames show, ``"reached"`` (the positions each step reached, as the observation) or
     ``"gymnasium"`` (each simulation's data as its step left it, which is what gymnasium's ``render()``
     draws: the poses of the step's last forward pass, one substep behind; ``physics.simulator``,
     docs/paper.md); gymnasium envs (``physics="gym"``) always draw gymnasium's way (their own ``render()``, or
@@ -94,10 +94,10 @@ class EnvSpec:
         one_of(self.physics, "physics", ("auto", *_physics.PHYSICS))
         if self.renderer is not None:
             one_of(self.renderer, "renderer", ("auto", *_rendering.RENDERERS))
-        elif self.physics != "gym" and not (self.physics == "auto" and get_task(self.task).batch is None):
+        elif self.physics != "gym" and not (self.physics == "auto" and get_task(self.task).vector_task is None):
             raise FieldError(
                 "renderer",
-                f"None draws nothing, and physics={self.physics!r} runs the batch env, which a renderer draws; "
+                f"None draws nothing, and physics={self.physics!r} runs the simulator env, which a renderer draws; "
                 "name one, or 'auto' (None goes with physics='gym', whose gymnasium envs draw their own frames)",
             )
         put("env_processes", boolean(self.env_processes, "env_processes"))
@@ -105,7 +105,7 @@ class EnvSpec:
             raise FieldError(
                 "env_processes",
                 f"steps gymnasium envs in worker processes; physics={self.physics!r} steps every env in this process "
-                "(the batch env): leave env_processes false, or use physics='gym'",
+                "(the simulator env): leave env_processes false, or use physics='gym'",
             )
         put("pipeline_chunks", chunk_count(self.pipeline_chunks, "pipeline_chunks", self.n_envs))
         put("env_reward_weight", number(self.env_reward_weight, "env_reward_weight"))

@@ -1,5 +1,5 @@
 """The task registry: every built-in task as a :class:`TaskSpec` (prompts, the gymnasium env factory,
-episode length, frame size, the batch env's glue), found by name with :func:`get_task` (a
+episode length, frame size, the simulator env's vector task), found by name with :func:`get_task` (a
 humanoid scene after an ``@``, any registered gymnasium id). What the tasks are is said in the
 package's docstring (``vlmrm_fast/envs/__init__.py``); their registration with gymnasium is
 ``envs/registration.py``.
@@ -20,7 +20,7 @@ from vlmrm_fast.envs.mountain_car import PaperMountainCarContinuousTexturedEnv
 from vlmrm_fast.envs.time_limits import with_time_limit
 
 if TYPE_CHECKING:
-    from vlmrm_fast.envs.batch_task import BatchTask
+    from vlmrm_fast.envs.vector_task import VectorTask
 
 HUMANOID_BASELINE = ("a humanoid robot",)
 #: gymnasium's namespace of the package's envs: the built-in tasks are registered as vlmrm_fast/<task>
@@ -36,7 +36,9 @@ class TaskSpec:
     baseline_prompts: tuple[str, ...] = ()
     episode_length: int | None = None  # None: the env's own time limit
     render_size: tuple[int, int] | None = None  # (height, width) the paper renders at
-    batch: BatchTask | None = None  # MuJoCo batch-env glue (envs.humanoid.HumanoidBatch); None: gymnasium envs only
+    # A MuJoCo task's rules over every env at once, what the simulator env runs (envs.vector_task.VectorTask, e.g.
+    # envs.humanoid.HumanoidVectorTask); None: gymnasium envs only.
+    vector_task: VectorTask | None = None
     resize_mode: str | None = None  # preprocess override; "squash" keeps a wide frame whole
     hard: bool = False  # the paper found CLIP could not teach it
     scene: str | None = None  # humanoid tasks: the scene frames are drawn in (envs.humanoid.SCENES)
@@ -58,15 +60,15 @@ class TaskSpec:
         solver: str | None = None,
         **env_kwargs: Any,
     ) -> gymnasium.Env:
-        """One gymnasium env of the task: frames of ``render_size`` (height, width; batch tasks' envs
+        """One gymnasium env of the task: frames of ``render_size`` (height, width; MuJoCo tasks' envs
         take it, classic-control envs draw their own size), episodes of ``episode_length`` steps
         (default the task's; None and no default: the env's own limit) that end as ``time_limit``
         says (``envs.time_limits``: a truncation or a termination); a MuJoCo task's model runs with
         ``solver`` (None: its own)."""
-        if render_size is not None and (self.batch is not None or self.drawing is not None):
+        if render_size is not None and (self.vector_task is not None or self.drawing is not None):
             env_kwargs.setdefault("height", render_size[0])
             env_kwargs.setdefault("width", render_size[1])
-        if solver is not None and self.batch is not None:
+        if solver is not None and self.vector_task is not None:
             env_kwargs["solver"] = solver
         env = self.make_env(render_mode=render_mode, **env_kwargs)
         limit = episode_length or self.episode_length
@@ -95,8 +97,8 @@ class TaskSpec:
         def make(render_mode: str | None = "rgb_array", **kwargs: Any) -> gymnasium.Env:
             return make_env(render_mode=render_mode, scene_assets=folder, **kwargs)
 
-        batch = self.batch.with_scene_assets(folder) if self.batch is not None else None
-        return dataclasses.replace(self, make_env=make, batch=batch, scene_assets=folder)
+        vector_task = self.vector_task.with_scene_assets(folder) if self.vector_task is not None else None
+        return dataclasses.replace(self, make_env=make, vector_task=vector_task, scene_assets=folder)
 
 
 def humanoid_env(
@@ -153,7 +155,7 @@ TASKS: dict[str, TaskSpec] = {
         baseline_prompts=HUMANOID_BASELINE,
         episode_length=humanoid.DEFAULT_EPISODE_LENGTH,
         render_size=(humanoid.DEFAULT_RENDER_SIZE, humanoid.DEFAULT_RENDER_SIZE),
-        batch=humanoid.HumanoidBatch(humanoid.DEFAULT_SCENE),
+        vector_task=humanoid.HumanoidVectorTask(humanoid.DEFAULT_SCENE),
         hard=hard,
         scene=humanoid.DEFAULT_SCENE,
         asset_files=paper_assets.HUMANOID_FILES,
@@ -191,7 +193,7 @@ TASKS["mountain-car-textured"] = dataclasses.replace(
     asset_files=paper_assets.MOUNTAIN_CAR_FILES,
 )
 
-# gymnasium's MuJoCo v5 suite under its own ids, as batch tasks (envs.mujoco_suite): gymnasium's envs to the bit.
+# gymnasium's MuJoCo v5 suite under its own ids, as vector tasks (envs.mujoco_suite): gymnasium's envs to the bit.
 for _row in mujoco_suite.SUITE.values():
     TASKS[_row.env_id] = TaskSpec(
         name=_row.env_id,
@@ -201,7 +203,7 @@ for _row in mujoco_suite.SUITE.values():
         baseline_prompts=(_row.baseline,),
         episode_length=_row.episode_length,
         render_size=(mujoco_suite.DEFAULT_RENDER_SIZE, mujoco_suite.DEFAULT_RENDER_SIZE),
-        batch=mujoco_suite.SuiteBatch(_row.env_id),
+        vector_task=mujoco_suite.SuiteVectorTask(_row.env_id),
         drawing="gymnasium",  # (physics="gym": its gymnasium envs drawn by the batched drawing)
     )
 
@@ -246,7 +248,7 @@ def _camera_task(name: str) -> TaskSpec:
     if task in mujoco_suite.SUITE:
         made = {
             "make_env": mujoco_suite.make_env(task, mujoco_suite.check_camera(task, camera)),
-            "batch": mujoco_suite.SuiteBatch(task, camera),
+            "vector_task": mujoco_suite.SuiteVectorTask(task, camera),
         }
     else:
         made = {"make_env": dm_control.make_env(task, dm_control.check_camera(task, camera))}
@@ -271,7 +273,7 @@ def _humanoid_scene_task(name: str) -> TaskSpec:
         name=name,
         description=f"{TASKS[task].description}, {scene} scene",
         make_env=_humanoid_scene_env(scene),
-        batch=humanoid.HumanoidBatch(scene),
+        vector_task=humanoid.HumanoidVectorTask(scene),
         scene=scene,
         asset_files=paper_assets.HUMANOID_FILES if humanoid.SCENES[scene].look == "paper" else (),
     )

@@ -141,7 +141,7 @@ def make_task_env(
 def default_render_size(task: str | TaskSpec) -> tuple[int, int] | None:
     """(height, width) frames are rendered at unless told: the task's (MuJoCo tasks), else the env's own."""
     spec = get_task(task)
-    return spec.render_size if spec.batch is not None else None
+    return spec.render_size if spec.vector_task is not None else None
 
 
 def render_states(

@@ -134,7 +134,7 @@ def _bytes_at(address: int, size: int, device: torch.device, owner: Any) -> torc
 
 
 class FrameSource(Protocol):
-    """What the batch env needs of a renderer (``EGLBatchRenderer``, ``WarpBatchRenderer``): draw
+    """What the simulator env needs of a renderer (``EGLRenderer``, ``WarpRenderer``): draw
     frames ``rows`` of a simulator's states, lend them in place, hand them out.
 
     ``stream`` is the CUDA stream (torch) the source should draw and map on, or None on the
@@ -175,7 +175,7 @@ class FrameSource(Protocol):
 
 @runtime_checkable
 class SteppedFrameSource(Protocol):
-    """A VecEnv that steps and draws its envs range by range (``stack.batch_env.MujocoBatchVecEnv``):
+    """A VecEnv that steps and draws its envs range by range (``stack.simulator_env.SimulatorVecEnv``):
     ``step_in_ranges(actions, ranges, stream, on_frames)`` takes a whole step, lending each range's
     frames to ``on_frames(rows, lent)`` (a context manager of a :class:`FrameView`) before it
     simulates the next, and returns what ``step_wait`` returns. The VLM reward wrapper scores

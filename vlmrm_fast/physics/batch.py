@@ -96,10 +96,10 @@ class BatchSimulator(SimulatorBase):
         }
 
     @classmethod
-    def for_batch_env(
+    def for_simulator_env(
         cls, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], device: torch.device
     ) -> BatchSimulator:
-        """The batch env's simulator (its row of ``vlmrm_fast.physics.PHYSICS``): gymnasium's step on every env,
+        """The simulator env's simulator (its row of ``vlmrm_fast.physics.PHYSICS``): gymnasium's step on every env,
         ``mj_rnePostConstraint`` included, on every CPU this process may use (``device`` plays no part)."""
         return cls(model, num_envs, frame_skip=frame_skip, outputs=outputs, rne_post_constraint=True)
 

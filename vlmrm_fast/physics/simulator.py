@@ -1,20 +1,23 @@
-"""What a simulator of the batch env is: the protocol the batch env and the renderers read of one, the
+"""What a simulator of the simulator env is: the protocol the simulator env and the renderers read of one, the
 states it can offer a renderer, and what every simulator holds the same way, written once.
 
 A physics backend's simulator (:mod:`.batch`, :mod:`.warp`, or any class of :class:`Simulator`'s
-shape) holds ``num_envs`` simulations of one MuJoCo model. The batch env steps and resets it and reads
+shape) holds ``num_envs`` simulations of one MuJoCo model. The simulator env steps and resets it and reads
 its outputs; a renderer draws it from one of the states its class ``offers``, most direct first:
 
 * :data:`NATIVE_DATA`: each simulation's mjData in the native core (``native``, a
   ``_core.sim.BatchSim``), drawn where it lies, on the simulator's threads;
 * :data:`HOST_POSITIONS`: ``qpos``, (num_envs, nq) float64 in the host's memory;
 * :data:`DEVICE_WORLDS`: MuJoCo Warp's model and data of every world on one device (``warp_model``,
-  ``warp_data``, ``warp_stream``, ``device``), and its outputs there (``torch_outputs``: torch views of
-  ``outputs`` on ``device``, which the batch env reads for a learner's observations on that device);
+  ``warp_data``, ``warp_stream``, ``device``);
 * :data:`HOST_DATA`: a ``mujoco.MjModel`` and ``mujoco.MjData`` per env on the host (``models``,
   ``datas``), each drawn as its data lies, from the camera each env's ``render()`` uses (``camera(i)``),
   with ``option`` (``mujoco.MjvOption``'s fields): gymnasium envs stepped by their own ``step()``,
-  drawn by the batched drawing (``stack.drawn_env``), not a batch env's simulator.
+  drawn by the batched drawing (``stack.drawn_env``), not a simulator env's simulator.
+
+Apart from what it offers a renderer, a simulator whose row declares ``device_observations``
+(``physics.PHYSICS``) keeps its outputs on a device as torch tensors: ``device`` and ``torch_outputs``
+(``outputs``' fields there), from which the simulator env computes a learner's observations on that device.
 
 A renderer's class says which states it ``draws``; the plan pairs a physics with a renderer that
 draws a state the physics' simulator offers, and refuses a pair that cannot meet
@@ -67,21 +70,22 @@ OutputSpec = str | tuple[str, int] | tuple[str, int, int]
 
 
 class Simulator(Protocol):
-    """What the batch env and a renderer read of a simulator (the plan reads its row, ``physics.PHYSICS``).
+    """What the simulator env and a renderer read of a simulator (the plan reads its row, ``physics.PHYSICS``).
 
     ``offers``: the states a renderer may draw it from, most direct first (a class attribute); a state
     offered brings its members (``native``; ``qpos``; ``warp_model``, ``warp_data``, ``warp_stream``,
-    ``device``, ``torch_outputs``). ``for_batch_env`` is how the batch env makes one (its row names the class).
+    ``device``); a simulator whose row declares ``device_observations`` has ``device`` and ``torch_outputs``
+    (the module docstring). ``for_simulator_env`` is how the simulator env makes one (its row names the class).
     """
 
     offers: ClassVar[tuple[str, ...]]
     model: mujoco.MjModel
 
     @classmethod
-    def for_batch_env(
+    def for_simulator_env(
         cls, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], device: torch.device
     ) -> Simulator:
-        """The batch env's simulator: gymnasium's step (``mj_rnePostConstraint`` included) of ``num_envs``
+        """The simulator env's simulator: gymnasium's step (``mj_rnePostConstraint`` included) of ``num_envs``
         copies of ``model``, copying out ``outputs``, on ``device`` (the plan's) where it uses one."""
         ...
 

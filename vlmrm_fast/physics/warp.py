@@ -39,6 +39,7 @@ import mujoco
 import numpy as np
 import torch
 
+from vlmrm_fast.physics import EnvBytes
 from vlmrm_fast.physics.simulator import DEVICE_WORLDS, OutputSpec, SimulatorBase, parse_outputs
 from vlmrm_fast.physics.solver import WARP_DEFAULT_SOLVER, WARP_SOLVERS, solver_name, with_solver
 from vlmrm_fast.runtime.device import resolve_device
@@ -204,10 +205,10 @@ class WarpSimulator(SimulatorBase):
             torch.cuda.synchronize(self.device)
 
     @classmethod
-    def for_batch_env(
+    def for_simulator_env(
         cls, model: mujoco.MjModel, num_envs: int, frame_skip: int, outputs: Sequence[OutputSpec], device: torch.device
     ) -> WarpSimulator:
-        """The batch env's simulator (its row of ``vlmrm_fast.physics.PHYSICS``): every world on ``device`` (the
+        """The simulator env's simulator (its row of ``vlmrm_fast.physics.PHYSICS``): every world on ``device`` (the
         CPU: Warp's CPU backend, said in one line), gymnasium's step with ``rne_postconstraint``."""
         if device.type == "cpu":
             warnings.warn(
@@ -486,8 +487,8 @@ def model_problem(model: mujoco.MjModel) -> str | None:
 
 @functools.lru_cache(maxsize=64)
 def task_model_problem(task: Any) -> str | None:
-    """Why MuJoCo Warp cannot run ``task``'s model (a ``TaskSpec`` with batch glue), in one line, or None."""
-    problem = model_problem(task.batch.build_model(64))
+    """Why MuJoCo Warp cannot run ``task``'s model (a ``TaskSpec`` with a vector task), in one line, or None."""
+    problem = model_problem(task.vector_task.build_model(64))
     if problem is None:
         return None
     return f"MuJoCo Warp cannot run task {task.name!r}'s model: {problem} (a feature MuJoCo Warp lacks)"
@@ -495,6 +496,14 @@ def task_model_problem(task: Any) -> str | None:
 
 class CPUBackendWarning(UserWarning):
     """MuJoCo Warp physics runs on Warp's CPU backend: correct, for testing, far slower than CPU MuJoCo."""
+
+
+def world_and_frame_bytes(model: mujoco.MjModel, frame_shape: tuple[int, int], device: torch.device) -> EnvBytes:
+    """One env of the ``warp`` row (its ``bytes_per_env``): MuJoCo Warp's data of one world and its RGB frame,
+    both on ``device``, where the simulations run and are drawn."""
+    height, width = frame_shape
+    what = f"MuJoCo Warp's data of one world and its {height}x{width} RGB frame"
+    return EnvBytes(world_bytes(model) + 3 * height * width, what, device)
 
 
 def world_bytes(model: mujoco.MjModel) -> int:

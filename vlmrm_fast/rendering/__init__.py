@@ -1,6 +1,6 @@
-"""What draws the batch env's frames: one row per renderer, and what ``renderer="auto"`` picks.
+"""What draws the simulator env's frames: one row per renderer, and what ``renderer="auto"`` picks.
 
-Each renderer is a :class:`~vlmrm_fast.rendering.base.BatchRendererBase` in a module of this package
+Each renderer is a :class:`~vlmrm_fast.rendering.base.RendererBase` in a module of this package
 (``egl.py``: OpenGL through headless EGL; ``warp.py``: MuJoCo Warp's ray tracer) and one row of
 :data:`RENDERERS`: what it needs, whether it can draw here, whether its drawing may run beside the
 encoder's CUDA work, and its class, which says which states of a simulator it draws
@@ -46,8 +46,10 @@ class Renderer:
     time-slices the GPU against CUDA's work (OpenGL in its own context) gains nothing from ranges and
     loses the context switches: ``pipeline_chunks="auto"`` gives it one range.
     ``unavailable(device)``: why it cannot draw here for frames scored on ``device`` (the CPU or
-    ``cuda:N``), or None. ``implementation``: ``"module:Class"`` of its ``BatchRendererBase``, imported when
-    the row is asked what it draws or to make one.
+    ``cuda:N``), or None. ``implementation``: ``"module:Class"`` of its ``RendererBase``, imported when
+    the row is asked what it draws or to make one. ``mujoco_pixels``: its frames are ``mujoco.Renderer``'s own
+    pixels (what a gymnasium MuJoCo env's ``render()`` draws), so that ``"auto"`` prefers it for drawing
+    gymnasium envs' own data.
     """
 
     name: str
@@ -56,6 +58,7 @@ class Renderer:
     overlaps_encoder: bool
     unavailable: Callable[[torch.device], str | None]
     implementation: str
+    mujoco_pixels: bool = False
 
     @property
     def draws(self) -> tuple[str, ...]:
@@ -74,7 +77,7 @@ class Renderer:
     ) -> FrameSource:
         """A renderer drawing ``num_envs`` frames of ``render_size`` (height, width) from ``camera``, for
         frames scored on ``device``."""
-        return named(self.implementation).for_batch_env(model, num_envs, render_size, camera, device)
+        return named(self.implementation).for_simulator_env(model, num_envs, render_size, camera, device)
 
     def make_for_env_data(
         self, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], max_geom: int, device: torch.device
@@ -93,7 +96,8 @@ RENDERERS: dict[str, Renderer] = {
             "headless EGL (Mesa's on a CPU, the NVIDIA driver's on a GPU)",
             overlaps_encoder=False,
             unavailable=_egl_unavailable,
-            implementation="vlmrm_fast.rendering.egl:EGLBatchRenderer",
+            implementation="vlmrm_fast.rendering.egl:EGLRenderer",
+            mujoco_pixels=True,
         ),
         Renderer(
             "warp",
@@ -101,7 +105,7 @@ RENDERERS: dict[str, Renderer] = {
             "MuJoCo Warp (pip install 'vlmrm-fast[warp]')",
             overlaps_encoder=True,
             unavailable=_warp_unavailable,
-            implementation="vlmrm_fast.rendering.warp:WarpBatchRenderer",
+            implementation="vlmrm_fast.rendering.warp:WarpRenderer",
         ),
     )
 }

@@ -2,12 +2,12 @@
 ``render_sim``, ``draw``, ``frames``), their checks (positions, simulator, the device frames go
 to), and closing.
 
-A renderer (:class:`~vlmrm_fast.rendering.egl.EGLBatchRenderer` on EGL,
-:class:`~vlmrm_fast.rendering.warp.WarpBatchRenderer` on MuJoCo Warp) says which states of a
+A renderer (:class:`~vlmrm_fast.rendering.egl.EGLRenderer` on EGL,
+:class:`~vlmrm_fast.rendering.warp.WarpRenderer` on MuJoCo Warp) says which states of a
 simulator it draws (``draws``: ``vlmrm_fast.physics.simulator``'s names) and supplies how it draws
 positions (``_draw_qpos``) and a simulator's envs from one of those states (``_draw_sim``), how it
 lends frames in place (``lend``) and how it copies them out (``_fetch``). Both are
-``frames.views.FrameSource``\\ s; ``for_batch_env`` is how the batch env makes one (its row names the class).
+``frames.views.FrameSource``\\ s; ``for_simulator_env`` is how the simulator env makes one (its row names the class).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import torch
 
 
-class BatchRendererBase(abc.ABC):
+class RendererBase(abc.ABC):
     """``num_envs`` frames of ``model`` (height x width) per call; see the module docstring."""
 
     model: mujoco.MjModel
@@ -46,17 +46,17 @@ class BatchRendererBase(abc.ABC):
     # ------------------------------------------------------------ what a renderer supplies
     @classmethod
     @abc.abstractmethod
-    def for_batch_env(
+    def for_simulator_env(
         cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, device: torch.device
-    ) -> BatchRendererBase:
-        """The batch env's renderer (its row of ``vlmrm_fast.rendering.RENDERERS``): ``num_envs`` frames of
+    ) -> RendererBase:
+        """The simulator env's renderer (its row of ``vlmrm_fast.rendering.RENDERERS``): ``num_envs`` frames of
         ``render_size`` (height, width) from ``camera``, for frames scored on ``device`` (the plan's: the CPU, or
         ``cuda:N``, where a renderer that draws on a GPU draws)."""
 
     @classmethod
     def for_env_data(
         cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], max_geom: int, device: torch.device
-    ) -> BatchRendererBase:
+    ) -> RendererBase:
         """The batched drawing's renderer (``stack.drawn_env``): ``num_envs`` frames of ``render_size`` (height,
         width) of gymnasium envs' own MuJoCo data (``physics.simulator.HOST_DATA``), each from its env's camera,
         scenes of ``max_geom`` geoms at most (as the envs' own renderers), for frames scored on ``device``.

@@ -1,6 +1,6 @@
 """Headless batch rendering: the frames of N simulations of one model per call.
 
-    renderer = EGLBatchRenderer(model, num_envs=64, height=224, width=224, camera=-1)
+    renderer = EGLRenderer(model, num_envs=64, height=224, width=224, camera=-1)
     frames = renderer.render(qpos)                  # uint8 (64, 224, 224, 3), upright
     frames = renderer.render_sim(sim, device="cuda")  # torch CUDA tensor, no host copy
     renderer.draw(sim, slice(0, 32))                # frames 0..31 of the sim's states, kept in place
@@ -26,7 +26,7 @@ from vlmrm_fast._core import render as _native_render
 from vlmrm_fast.frames.views import FrameLayout, FrameView
 from vlmrm_fast.physics.batch import BatchSimulator
 from vlmrm_fast.physics.simulator import HOST_DATA, HOST_POSITIONS, NATIVE_DATA
-from vlmrm_fast.rendering.base import BatchRendererBase
+from vlmrm_fast.rendering.base import RendererBase
 from vlmrm_fast.runtime.device import build_info, native_cuda_usable
 
 if TYPE_CHECKING:
@@ -39,8 +39,8 @@ def egl_unavailable() -> str | None:
     return None if info["egl_available"] else str(info["egl_error"])
 
 
-class EGLBatchRenderer(BatchRendererBase):
-    """Renders ``num_envs`` frames of ``model`` per call (the calls: :class:`BatchRendererBase`).
+class EGLRenderer(RendererBase):
+    """Renders ``num_envs`` frames of ``model`` per call (the calls: :class:`RendererBase`).
 
     Args:
         model: the ``mujoco.MjModel`` (copied).
@@ -54,7 +54,7 @@ class EGLBatchRenderer(BatchRendererBase):
         nthread: threads for scene updates from positions (``render(qpos)``, a simulator's ``qpos``);
             0: every CPU we may use.
 
-    It draws a simulator from its native data where the simulator offers it (the batch env's:
+    It draws a simulator from its native data where the simulator offers it (the simulator env's:
     scene updates on the simulator's own threads), else from its positions (``qpos`` on the host,
     set into MuJoCo data of the renderer's own). Gymnasium envs' own data (:data:`HOST_DATA`, the
     batched drawing) it draws as it lies, frame ``i`` from env ``i``'s camera, which it keeps from one draw
@@ -97,10 +97,10 @@ class EGLBatchRenderer(BatchRendererBase):
         )
 
     @classmethod
-    def for_batch_env(
+    def for_simulator_env(
         cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, device: torch.device
-    ) -> EGLBatchRenderer:
-        """The batch env's EGL renderer (its row of ``vlmrm_fast.rendering.RENDERERS``): on the EGL device of
+    ) -> EGLRenderer:
+        """The simulator env's EGL renderer (its row of ``vlmrm_fast.rendering.RENDERERS``): on the EGL device of
         ``device``'s GPU, or Mesa's on the CPU."""
         height, width = render_size
         return cls(model, num_envs, height, width, camera=camera, gpu=device.index if device.type == "cuda" else None)
@@ -108,8 +108,8 @@ class EGLBatchRenderer(BatchRendererBase):
     @classmethod
     def for_env_data(
         cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], max_geom: int, device: torch.device
-    ) -> EGLBatchRenderer:
-        """The batched drawing's EGL renderer (see ``BatchRendererBase.for_env_data``)."""
+    ) -> EGLRenderer:
+        """The batched drawing's EGL renderer (see ``RendererBase.for_env_data``)."""
         height, width = render_size
         gpu = device.index if device.type == "cuda" else None
         return cls(model, num_envs, height, width, camera=-1, gpu=gpu, max_geom=max_geom)

@@ -1,6 +1,6 @@
 """Batch rendering on MuJoCo Warp: all envs' frames in one launch of its ray tracer, on the GPU.
 
-    renderer = WarpBatchRenderer(model, num_envs=1024, height=224, width=224, camera="vlmrm_front")
+    renderer = WarpRenderer(model, num_envs=1024, height=224, width=224, camera="vlmrm_front")
     frames = renderer.render(qpos)                  # uint8 (1024, 224, 224, 3) numpy, upright RGB
     frames = renderer.render(qpos, device="cuda")   # a torch CUDA tensor, no host copy
 
@@ -45,7 +45,7 @@ import torch
 from vlmrm_fast.checks import FieldError, positive_int
 from vlmrm_fast.frames.views import FrameLayout, FrameView
 from vlmrm_fast.physics.simulator import DEVICE_WORLDS, HOST_DATA, HOST_POSITIONS
-from vlmrm_fast.rendering.base import BatchRendererBase
+from vlmrm_fast.rendering.base import RendererBase
 from vlmrm_fast.runtime.device import resolve_device
 from vlmrm_fast.runtime.warp import import_warp, warp_stream_of
 
@@ -102,7 +102,7 @@ class _Slot:
     loaded: bool = False  # drawn once: Warp's modules are loaded (CPU backend: later draws may run on threads)
 
 
-class WarpBatchRenderer(BatchRendererBase):
+class WarpRenderer(RendererBase):
     """Renders ``num_envs`` frames of ``model`` per call with MuJoCo Warp.
 
     Args:
@@ -167,8 +167,8 @@ class WarpBatchRenderer(BatchRendererBase):
     @classmethod
     def for_env_data(
         cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], max_geom: int, device: torch.device
-    ) -> WarpBatchRenderer:
-        """The batched drawing's MuJoCo Warp renderer (see ``BatchRendererBase.for_env_data``): the envs' own
+    ) -> WarpRenderer:
+        """The batched drawing's MuJoCo Warp renderer (see ``RendererBase.for_env_data``): the envs' own
         poses drawn as they lie (no kinematics), from each env's camera: a model camera as it is, or the free
         camera of the env's ``render()`` put in the place of the model's first camera (MuJoCo Warp draws model
         cameras only). Its picture is a ray tracer's, not the envs' ``render()``: docs/environments.md gives
@@ -183,10 +183,10 @@ class WarpBatchRenderer(BatchRendererBase):
         return renderer
 
     @classmethod
-    def for_batch_env(
+    def for_simulator_env(
         cls, model: mujoco.MjModel, num_envs: int, render_size: tuple[int, int], camera: Any, device: torch.device
-    ) -> WarpBatchRenderer:
-        """The batch env's MuJoCo Warp renderer (its row of ``vlmrm_fast.rendering.RENDERERS``), on ``device``."""
+    ) -> WarpRenderer:
+        """The simulator env's MuJoCo Warp renderer (its row of ``vlmrm_fast.rendering.RENDERERS``), on ``device``."""
         height, width = render_size
         return cls(model, num_envs, height, width, camera=camera, device=device)
 

@@ -11,14 +11,14 @@ interface that carries a ``schedule``):
   score in this episode; 0 before its first one).
 
 The last step of an episode is always scored, so that every episode's final state has a reward of
-its own. Where the step's frames are scored before the envs report their ends (the batch env
-scores a range while the next is simulated), the last step is the time limit's (the batch env's
+its own. Where the step's frames are scored before the envs report their ends (the simulator env
+scores a range while the next is simulated), the last step is the time limit's (the simulator env's
 episodes end only there); where the envs have stepped first (gymnasium envs), it is every step that
 ends an episode, a termination too. A step that only resets an env (gymnasium's next-step autoreset)
 is no step of an episode: it is not scored and not counted.
 
 The step's scorer (:class:`~vlmrm_fast.stack.scorer.ChunkedScorer`) encodes only the envs a step scores.
-Where every env resets together (the batch env's time limit), a step scores all of them or none,
+Where every env resets together (the simulator env's time limit), a step scores all of them or none,
 so a fixed-batch encoder runs the batch it was built for; where only some are due, their frames are
 gathered into a smaller batch, which a fixed-batch encoder pads to its own (``ImageEncoder.encode_rows``).
 """
@@ -103,7 +103,7 @@ class ScheduleClock:
     what the others get (:meth:`rewards`), and the count after the step (:meth:`end_step`).
 
     ``episode_length``: the time limit, the last step of an episode where the envs report their
-    ends only after the frames are scored (the batch env); None where there is none.
+    ends only after the frames are scored (the simulator env); None where there is none.
     ``episode_ends_only``: score each episode on its last step alone (a window of the whole episode).
     """
 

@@ -1,6 +1,6 @@
 """The batched drawing: gymnasium MuJoCo envs that step themselves, their frames drawn all at once.
 
-Between the batch env (a task written for it: physics and drawing in the native core) and the generic
+Between the simulator env (a task written for it: physics and drawing in the native core) and the generic
 path (any gymnasium env, one ``render()`` per env) stands this path, for an env the batch renderers can
 draw (``envs.mujoco_drawing``: gymnasium's ``MujocoEnv``, gymnasium-robotics' envs, dm_control through
 shimmy). Each env keeps its own ``step()``, so its observations, rewards, terminations and resets are

@@ -1,7 +1,7 @@
 """VLM rewards behind gymnasium's vector API (CleanRL, TorchRL, Tianshou, RLlib), beside SB3's VecEnv.
 
 - :class:`VLMRewardVectorEnv`: a ``gymnasium.vector.VectorEnv`` of a MuJoCo task driven by the same
-  batch env and scoring pipeline as :class:`~vlmrm_fast.FastVLMRewardVecEnv` (it wraps that
+  simulator env and scoring pipeline as :class:`~vlmrm_fast.FastVLMRewardVecEnv` (it wraps that
   stack: every env simulated in the native core, drawn by one batch renderer, scored range by
   range while the next range is simulated). ``gymnasium.make_vec("vlmrm_fast/humanoid-kneeling",
   num_envs=64, vectorization_mode="vector_entry_point", model=..., alpha=...)`` returns one.
@@ -31,7 +31,7 @@ from gymnasium.vector.utils import batch_space
 import vlmrm_fast.envs  # noqa: F401  (registers the tasks as vlmrm_fast/<task>)
 from vlmrm_fast.checks import boolean
 from vlmrm_fast.reward.protocol import RewardModel
-from vlmrm_fast.stack.batch_env import MujocoBatchVecEnv
+from vlmrm_fast.stack.simulator_env import SimulatorVecEnv
 from vlmrm_fast.stack.wrappers import RewardMix, criterion_names
 
 #: The keys of the SB3 stack's infos that the gymnasium API says otherwise (terminated/truncated, final_obs).
@@ -51,7 +51,7 @@ def _autoreset_mode(mode: Any) -> AutoresetMode:
         raise ValueError(f"autoreset_mode {mode!r} is unknown; use one of {[m.value for m in AutoresetMode]}") from None
     if mode not in _MODES:
         raise ValueError(
-            f"autoreset_mode={mode.value!r}: the batch env resets finished envs itself; use "
+            f"autoreset_mode={mode.value!r}: the simulator env resets finished envs itself; use "
             f"{' or '.join(repr(m.value) for m in _MODES)} (gymnasium's default is 'NextStep')"
         )
     return mode
@@ -73,7 +73,7 @@ class VLMRewardVectorEnv(VectorEnv):
 
     Takes :class:`~vlmrm_fast.FastVLMRewardVecEnv`'s arguments (the reward model's fields, or
     ``reward_model=`` / ``reward_spec=``; ``episode_length``, ``render_size``, ``renderer``,
-    ``pipeline_chunks``, ``env_reward_weight``) and builds that stack on the batch env, whose
+    ``pipeline_chunks``, ``env_reward_weight``) and builds that stack on the simulator env, whose
     finished envs it resets by ``autoreset_mode``. Episodes end by truncation after
     ``episode_length`` steps (gymnasium's ``max_episode_steps``), as the paper's tasks never
     terminate.
@@ -103,29 +103,29 @@ class VLMRewardVectorEnv(VectorEnv):
         from vlmrm_fast.stack.vec_env import FastVLMRewardVecEnv
 
         if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"render_mode={render_mode!r}: the batch env renders 'rgb_array' frames")
+            raise ValueError(f"render_mode={render_mode!r}: the simulator env renders 'rgb_array' frames")
         torch_outputs = boolean(torch_outputs, "torch_outputs")
         stack = _with_episode_length(stack, max_episode_steps)
         env, reward, options = specs_of_arguments(type(self).__name__, task, num_envs, stack)
-        if env.physics != "auto" and not PHYSICS[env.physics].batch_env:
-            batch_physics = " or ".join(repr(name) for name, row in PHYSICS.items() if row.batch_env)
+        if env.physics != "auto" and not PHYSICS[env.physics].in_simulator_env:
+            batch_physics = " or ".join(repr(name) for name, row in PHYSICS.items() if row.in_simulator_env)
             raise ValueError(
-                f"VLMRewardVectorEnv drives the MuJoCo batch env (physics={batch_physics}); for gymnasium envs use "
+                f"VLMRewardVectorEnv drives the simulator env (physics={batch_physics}); for gymnasium envs use "
                 "gymnasium.make_vec(..., vectorization_mode='sync') under VLMRewardVectorWrapper"
             )
         mode = _autoreset_mode(autoreset_mode)
         if mode == AutoresetMode.NEXT_STEP and env.score_terminal_on == "reset_frame":
             raise ValueError(_RESET_FRAME_NEXT_STEP)
         defer = options.pop("defer_rewards", False)
-        plan = plan_stack(env, reward, batch_env_only=True, defer_rewards=defer)
+        plan = plan_stack(env, reward, simulator_env_only=True, defer_rewards=defer)
         self.stack = FastVLMRewardVecEnv.from_plan(plan, reward, **options)
-        batch_env = self.stack.venv  # the MujocoBatchVecEnv under the VLM reward
-        assert isinstance(batch_env, MujocoBatchVecEnv), "a batch-env physics builds the batch env"
-        self.batch_env: MujocoBatchVecEnv = batch_env
-        self.batch_env.reset_on_next_step = mode == AutoresetMode.NEXT_STEP
+        simulator_env = self.stack.venv  # the SimulatorVecEnv under the VLM reward
+        assert isinstance(simulator_env, SimulatorVecEnv), "a simulator-env physics builds the simulator env"
+        self.simulator_env: SimulatorVecEnv = simulator_env
+        self.simulator_env.reset_on_next_step = mode == AutoresetMode.NEXT_STEP
         self.num_envs = int(num_envs)
-        self.single_observation_space = self.batch_env.observation_space
-        self.single_action_space = self.batch_env.action_space
+        self.single_observation_space = self.simulator_env.observation_space
+        self.single_action_space = self.simulator_env.action_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.metadata = {**self.metadata, "autoreset_mode": mode}
@@ -144,15 +144,15 @@ class VLMRewardVectorEnv(VectorEnv):
         import torch
 
         device = self.stack.plan.device
-        return (self.batch_env.device_observation(device), *(torch.as_tensor(a, device=device) for a in arrays))
+        return (self.simulator_env.device_observation(device), *(torch.as_tensor(a, device=device) for a in arrays))
 
     def reset(self, *, seed: int | Sequence[int] | None = None, options: dict[str, Any] | None = None):
         if options:
-            raise ValueError(f"the batch env takes no reset options, got {sorted(options)}")
+            raise ValueError(f"the simulator env takes no reset options, got {sorted(options)}")
         seeds = _seeds(seed, self.num_envs)
         super().reset(seed=None if seeds is None else seeds[0])
         if seeds is not None:
-            self.batch_env.seed(seeds)  # one per env, applied at the reset
+            self.simulator_env.seed(seeds)  # one per env, applied at the reset
         obs = self.stack.reset()
         return self._outputs(obs)[0], {}
 
@@ -164,8 +164,8 @@ class VLMRewardVectorEnv(VectorEnv):
         terminated = dones & ~truncated
         rewards = np.asarray(
             rewards, dtype=np.float64
-        )  # (a NEXT_STEP reset step's: 0, the scorer's and the batch env's)
-        reset_now = self.batch_env.autoreset_envs  # NEXT_STEP: these envs' step was their reset, its info empty
+        )  # (a NEXT_STEP reset step's: 0, the scorer's and the simulator env's)
+        reset_now = self.simulator_env.autoreset_envs  # NEXT_STEP: these envs' step was their reset, its info empty
         same_step = self.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
         infos: dict[str, Any] = {}
         for i, raw in enumerate(step_infos):
@@ -179,7 +179,7 @@ class VLMRewardVectorEnv(VectorEnv):
     def render(self) -> tuple[np.ndarray, ...] | None:
         if self.render_mode is None:
             return None
-        return tuple(frame for frame in self.batch_env.get_images() if frame is not None)
+        return tuple(frame for frame in self.simulator_env.get_images() if frame is not None)
 
     def close_extras(self, **kwargs: Any) -> None:
         self.stack.close()
@@ -321,7 +321,7 @@ def make_vector_env(task: str, num_envs: int = 1, **kwargs: Any) -> VectorEnv:
     ``reward_model=``), ``autoreset_mode``, ``max_episode_steps``, ``render_size``, ..."""
     from vlmrm_fast.envs import get_task
 
-    if get_task(task).batch is not None:
+    if get_task(task).vector_task is not None:
         return VLMRewardVectorEnv(task, num_envs, **kwargs)
     return _sync_vector_env(task, num_envs, **kwargs)
 
@@ -340,14 +340,14 @@ def _sync_vector_env(
     if render_mode != "rgb_array":
         raise ValueError(f"render_mode={render_mode!r}: VLM rewards score 'rgb_array' frames")
     stack = _with_episode_length(stack, max_episode_steps)
-    # Planned as FastVLMRewardVecEnv plans it (a batch physics is refused for a task without a batch-env
+    # Planned as FastVLMRewardVecEnv plans it (a batch physics is refused for a task without a simulator-env
     # version, naming the one that runs it), and built by the same builder, gymnasium's vector env holding the envs.
     # gymnasium's vector env holds the sub-envs, each drawing its own render() (the batched drawing runs under
     # FastVLMRewardVecEnv): no renderer unless one is named, which the builder then refuses in one line
     own_render = {"renderer": None} if stack.get("physics", "auto") in ("auto", "gym") else {}
     env, reward, _ = specs_of_arguments("make_vec", task, num_envs, {**own_render, **stack})
     plan = plan_stack(env, reward)
-    assert not plan.batch_env, "a task without a batch-env version runs its gymnasium envs"
+    assert not plan.in_simulator_env, "a task without a simulator-env version runs its gymnasium envs"
     mode = AutoresetMode(autoreset_mode)
     vector, reward_model = build_stack(
         plan, reward, vector=lambda envs: gymnasium.vector.SyncVectorEnv(envs, autoreset_mode=mode)

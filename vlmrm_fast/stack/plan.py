@@ -1,6 +1,6 @@
 """The one place where a stack's choices are made: :func:`plan_stack` resolves an
 :class:`~vlmrm_fast.envs.spec.EnvSpec` and a reward model (its spec, or a loaded one) into a frozen
-:class:`StackPlan`, and :func:`build_stack` hands that plan down to the model loader, the batch env,
+:class:`StackPlan`, and :func:`build_stack` hands that plan down to the model loader, the simulator env,
 its simulator and renderer, and the reward wrapper. None of them decides anything again.
 
     env = EnvSpec("humanoid-kneeling", 64, render_size=224)
@@ -12,9 +12,9 @@ The choices, each made once, in this order:
 
 1. the device frames are scored on (the reward model's: a loaded model's, or its spec's resolved);
 2. the renderer (``vlmrm_fast.rendering.RENDERERS``: a named one, or ``"auto"``'s pick for that device);
-3. the physics (``vlmrm_fast.physics.PHYSICS``: a named one, or ``"auto"``'s: the batch env where the
+3. the physics (``vlmrm_fast.physics.PHYSICS``: a named one, or ``"auto"``'s: the simulator env where the
    task has one and the renderer can draw, the task's gymnasium envs otherwise); a renderer draws a
-   batch env's physics when it draws one of the states its simulator offers (``Renderer.draws``,
+   simulator env's physics when it draws one of the states its simulator offers (``Renderer.draws``,
    ``Physics.offers``): a pair that cannot meet is refused, naming both and what would;
 4. the pipeline's ranges of envs (``stack.scorer.plan_chunks``: one range where nothing can overlap);
 5. the encoder's batch: the largest range (fixed-batch encoders are built for it), or for rewards scored
@@ -27,7 +27,7 @@ it again.
 
 Each setting of the plan has one value: ``plan.env`` is the env spec with every choice written in
 (``physics``, ``renderer``, ``solver``, ``pipeline_chunks`` as they run, never ``"auto"``), and the device is
-one ``torch.device`` handed down to the batch env, its simulator and its renderer.
+one ``torch.device`` handed down to the simulator env, its simulator and its renderer.
 
 ``FastVLMRewardVecEnv`` (a keyword front over this module), ``ShardedVecEnv`` and the gymnasium vector
 env build their stacks here; :func:`specs_of_arguments` is the one place keywords become specs.
@@ -64,7 +64,7 @@ logger = logging.getLogger(__name__)
 #: EnvSpec fields that the keyword fronts take as keywords (task and num_envs come first, by position).
 ENV_ARGUMENTS = tuple(field.name for field in dataclasses.fields(EnvSpec) if field.name not in ("task", "n_envs"))
 #: The paths a stack's frames take (``StackPlan.path``), fastest first.
-PATHS = ("batch env", "batched drawing", "generic")
+PATHS = ("simulator env", "batched drawing", "generic")
 #: What a stack takes beside the two specs: the first reset's seed, gymnasium envs' keywords, and
 #: whether the rewards are left to the caller (episode batches).
 OPTIONS = ("seed", "env_kwargs", "defer_rewards")
@@ -104,17 +104,17 @@ class StackPlan:
         return self.env.solver
 
     @property
-    def batch_env(self) -> bool:
-        """Whether the envs run in the batch env (else in the task's gymnasium envs)."""
-        return PHYSICS[self.physics].batch_env
+    def in_simulator_env(self) -> bool:
+        """Whether the envs run in the simulator env (else in the task's gymnasium envs)."""
+        return PHYSICS[self.physics].in_simulator_env
 
     @property
     def path(self) -> str:
-        """The stack's path, one of :data:`PATHS`: the batch env; the task's gymnasium envs stepping
+        """The stack's path, one of :data:`PATHS`: the simulator env; the task's gymnasium envs stepping
         themselves, drawn all at once by the renderer (the batched drawing, ``stack.drawn_env``); or those
         envs drawing their own frames (the generic path)."""
-        if self.batch_env:
-            return "batch env"
+        if self.in_simulator_env:
+            return "simulator env"
         return "generic" if self.renderer is None else "batched drawing"
 
     def env_factory(self, **env_kwargs: Any) -> Callable[[], gymnasium.Env]:
@@ -158,14 +158,14 @@ def plan_stack(
     env: EnvSpec,
     reward: RewardModelSpec | RewardModel,
     *,
-    batch_env_only: bool = False,
+    simulator_env_only: bool = False,
     defer_rewards: bool = False,
     rollout_steps: int | None = None,
 ) -> StackPlan:
     """The plan of ``env``'s envs scored by ``reward`` (a spec to load, or a loaded reward model).
 
-    ``batch_env_only``: the envs must run in the batch env (the gymnasium vector env drives it), so that
-    ``physics="auto"`` picks among the batch-env rows. ``defer_rewards``: the caller scores the frames in
+    ``simulator_env_only``: the envs must run in the simulator env (the gymnasium vector env drives it), so that
+    ``physics="auto"`` picks among the simulator-env rows. ``defer_rewards``: the caller scores the frames in
     episode batches; the encoder batch, unless the spec sets one, is then the batch that fills the device
     (``reward.batch_scoring.episode_batch_size``), evened out over a rollout of ``rollout_steps`` steps of
     every env when given.
@@ -180,18 +180,20 @@ def plan_stack(
         check_reward_model(reward)
     device = resolve_device(reward.device) if isinstance(reward, RewardModelSpec) else torch.device(reward.device)
     asked = PHYSICS.get(env.physics)  # None: "auto"
-    drawable = asked is not None and asked.batch_env and asked.unavailable(task, device) is None  # (its module loads)
-    if asked is None:  # "auto": the renderer that draws the batch env of "auto"'s order
-        asked = next(PHYSICS[name] for name in AUTO_ORDER if PHYSICS[name].batch_env)
+    drawable = (
+        asked is not None and asked.in_simulator_env and asked.unavailable(task, device) is None
+    )  # (its module loads)
+    if asked is None:  # "auto": the renderer that draws the simulator env of "auto"'s order
+        asked = next(PHYSICS[name] for name in AUTO_ORDER if PHYSICS[name].in_simulator_env)
         drawable = True
     renderer = None
     if env.renderer is not None:
         renderer = choose_renderer(
             env.renderer, device, offers=asked.offers if drawable else None, positions=env.drawn_positions
         )
-    physics = _choose_physics(env, task, renderer, device, batch_env_only)
+    physics = _choose_physics(env, task, renderer, device, simulator_env_only)
     row = PHYSICS[physics]
-    if not row.batch_env:
+    if not row.in_simulator_env:
         renderer = _drawing_renderer(env.renderer, task, device)
     solver = _choose_solver(env, task, row)
     if not row.steps_in_ranges and env.pipeline_chunks not in ("auto", 1):
@@ -288,19 +290,19 @@ def _encoder_batch(
 
 
 def _choose_physics(
-    env: EnvSpec, task: TaskSpec, renderer: str | None, device: torch.device, batch_env_only: bool = False
+    env: EnvSpec, task: TaskSpec, renderer: str | None, device: torch.device, simulator_env_only: bool = False
 ) -> str:
     """The physics that runs ``task`` for ``env.physics`` (a row, or "auto": the first of AUTO_ORDER that
-    can, among the batch-env rows where ``batch_env_only``), ``renderer`` being the one that would draw the batch
+    can, among the simulator-env rows where ``simulator_env_only``), ``renderer`` being the one that would draw the batch
     env's frames (None: none can here)."""
     requested = env.physics
-    order = [name for name in AUTO_ORDER if PHYSICS[name].batch_env or not batch_env_only]
+    order = [name for name in AUTO_ORDER if PHYSICS[name].in_simulator_env or not simulator_env_only]
     passed: list[str] = []  # why "auto" passed over each row
     for name in order if requested == "auto" else (requested,):
         row = PHYSICS[name]
         task_problem = row.unavailable(task, device)
-        drawing_problem = _renderer_problem(renderer, device) if row.batch_env and task_problem is None else None
-        pairing = row.batch_env and not (task_problem or drawing_problem)
+        drawing_problem = _renderer_problem(renderer, device) if row.in_simulator_env and task_problem is None else None
+        pairing = row.in_simulator_env and not (task_problem or drawing_problem)
         pairing_problem = _pairing_problem(row, renderer, task, device, env.drawn_positions) if pairing else None
         if not (task_problem or drawing_problem or pairing_problem):
             return name
@@ -332,7 +334,7 @@ def _pairing_problem(
     drawn = [
         name
         for name, row in PHYSICS.items()
-        if row.batch_env
+        if row.in_simulator_env
         and row.unavailable(task, device) is None
         and drawer.state_for(row.offers, positions) is not None
     ]
@@ -353,13 +355,16 @@ def _pairing_problem(
 
 def _drawing_renderer(requested: str | None, task: TaskSpec, device: torch.device) -> str | None:
     """The renderer that draws the task's gymnasium envs from their own data (the batched drawing) for
-    ``requested`` (a row, "auto", or None: each env its own ``render()``): "auto" EGL where it is available
+    ``requested`` (a row, "auto", or None: each env its own ``render()``): "auto" one that draws
+    ``mujoco.Renderer``'s own pixels (EGL) where it is available
     and the task's envs are MuJoCo envs it can draw (its picture is their ``render()``'s; None otherwise: the
     generic path); a named one refused, in one line, where it cannot."""
     if requested is None:
         return None
-    # "auto" draws exactly what each env's render() would: EGL first (MuJoCo Warp's picture is a ray tracer's)
-    drawers = sorted((name for name in RENDERERS if HOST_DATA in RENDERERS[name].draws), key=lambda n: n != "egl")
+    # "auto" draws exactly what each env's render() would: a renderer of mujoco.Renderer's own pixels first
+    drawers = sorted(
+        (name for name in RENDERERS if HOST_DATA in RENDERERS[name].draws), key=lambda n: not RENDERERS[n].mujoco_pixels
+    )
     if requested == "auto":
         if task.drawing is None:
             return None
@@ -372,7 +377,7 @@ def _drawing_renderer(requested: str | None, task: TaskSpec, device: torch.devic
         )
     if requested not in drawers:
         raise ValueError(
-            f"renderer={requested!r} draws a batch env's simulations, not gymnasium envs' own data; task "
+            f"renderer={requested!r} draws a simulator env's simulations, not gymnasium envs' own data; task "
             f"{task.name!r} runs on its gymnasium envs: use renderer={' or '.join(map(repr, drawers))}, or 'auto'"
         )
     why = RENDERERS[requested].unavailable(device)
@@ -387,14 +392,14 @@ def _drawing_renderer(requested: str | None, task: TaskSpec, device: torch.devic
 def _choose_solver(env: EnvSpec, task: TaskSpec, row: Physics) -> str | None:
     """The solver the task's model runs with: the spec's, else the physics' default (None: the model's
     own); refused where the physics cannot run it, or the task has no MuJoCo model."""
-    if env.solver is not None and task.batch is None:
+    if env.solver is not None and task.vector_task is None:
         raise ValueError(f"solver={env.solver!r}: task {task.name!r} is no MuJoCo task; leave solver out")
     solver = row.solver_for(env.solver)
     if row.solvers is not None and solver not in row.solvers:
         others = [
             name
             for name, other in PHYSICS.items()
-            if other.batch_env and (other.solvers is None or solver in other.solvers)
+            if other.in_simulator_env and (other.solvers is None or solver in other.solvers)
         ]
         raise ValueError(
             f"physics={row.name!r} runs the {' or '.join(row.solvers)} solver, not {solver!r}; "
@@ -404,7 +409,7 @@ def _choose_solver(env: EnvSpec, task: TaskSpec, row: Physics) -> str | None:
 
 
 def _renderer_problem(renderer: str | None, device: torch.device) -> str | None:
-    """Why ``renderer`` (None: "auto" found none) cannot draw the batch env's frames here, or None."""
+    """Why ``renderer`` (None: "auto" found none) cannot draw the simulator env's frames here, or None."""
     if renderer is None:
         reasons = "; ".join(f"{name}: {row.unavailable(device)}" for name, row in RENDERERS.items())
         return f"no renderer can draw here ({reasons})"
@@ -422,24 +427,26 @@ def build_stack(
     env_kwargs: dict[str, Any] | None = None,
     vector: Callable[[list[Callable[[], gymnasium.Env]]], Any] | None = None,
 ) -> tuple[Any, RewardModel]:
-    """The envs of ``plan`` (the batch env, or the task's gymnasium envs recording their frames) and
+    """The envs of ``plan`` (the simulator env, or the task's gymnasium envs recording their frames) and
     the reward model that scores them (``reward`` as loaded, or loaded from it for the plan). ``vector``
     holds the gymnasium envs, given their factories: SB3's ``DummyVecEnv`` unless it says otherwise
     (gymnasium's ``SyncVectorEnv``, for the gymnasium vector API)."""
 
-    from vlmrm_fast.stack.batch_env import MujocoBatchVecEnv
+    from vlmrm_fast.stack.simulator_env import SimulatorVecEnv
     from vlmrm_fast.stack.wrappers import RecordFrame
 
-    if plan.batch_env and env_kwargs:
+    if plan.in_simulator_env and env_kwargs:
         raise ValueError("env_kwargs apply to gymnasium envs; use physics='gym' to pass them")
-    if not plan.batch_env and plan.env.frame_shape is not None:  # (the batch env checks its own, knowing the model)
+    if (
+        not plan.in_simulator_env and plan.env.frame_shape is not None
+    ):  # (the simulator env checks its own, knowing the model)
         height, width = plan.env.frame_shape
         check_envs_fit(plan.env.n_envs, 3 * height * width, f"a recorded {height}x{width} RGB frame")
     model = load_for(plan, reward) if isinstance(reward, RewardModelSpec) else reward
-    if plan.batch_env:
-        assert plan.task.batch is not None and plan.renderer is not None and plan.env.frame_shape is not None
-        venv: Any = MujocoBatchVecEnv(
-            plan.task.batch,
+    if plan.in_simulator_env:
+        assert plan.task.vector_task is not None and plan.renderer is not None and plan.env.frame_shape is not None
+        venv: Any = SimulatorVecEnv(
+            plan.task.vector_task,
             plan.env.n_envs,
             render_size=plan.env.frame_shape,
             episode_length=plan.env.episode_length,

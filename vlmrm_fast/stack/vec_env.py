@@ -4,7 +4,7 @@ A keyword front over :mod:`vlmrm_fast.stack.plan`: its arguments become an
 :class:`~vlmrm_fast.envs.spec.EnvSpec` and a reward model (a
 :class:`~vlmrm_fast.reward.spec.RewardModelSpec` to load, or a loaded one), which
 :func:`~vlmrm_fast.stack.plan.plan_stack` resolves once into the stack's plan (:attr:`plan`): the envs
-(MuJoCo tasks in the batch env, :class:`~vlmrm_fast.stack.batch_env.MujocoBatchVecEnv`, drawn by the EGL or
+(MuJoCo tasks in the simulator env, :class:`~vlmrm_fast.stack.simulator_env.SimulatorVecEnv`, drawn by the EGL or
 the MuJoCo Warp renderer; other tasks as gymnasium envs in SB3's DummyVecEnv, each wrapped in
 :class:`~vlmrm_fast.stack.wrappers.RecordFrame`) under the VLM reward wrapper
 (:class:`~vlmrm_fast.stack.wrappers.VLMRewardVecEnvWrapper`). See ``docs/architecture.md`` for the data
@@ -46,9 +46,9 @@ class FastVLMRewardVecEnv(VLMRewardVecEnvWrapper):
     ``criteria=[...]`` several prompt sets are scored from one encoder pass: the first drives the
     reward, every step's ``info["vlm_rewards"]`` holds all of them by name.
 
-    The simulation: ``physics="batch"`` runs MuJoCo tasks in the batch env on the host's threads,
+    The simulation: ``physics="batch"`` runs MuJoCo tasks in the simulator env on the host's threads,
     ``"warp"`` in MuJoCo Warp with every env's state on the GPU (the Newton solver; ``solver=`` names
-    another; docs/physics.md), ``"gym"`` through gymnasium envs, ``"auto"`` the first when it can. ``renderer`` draws the batch
+    another; docs/physics.md), ``"gym"`` through gymnasium envs, ``"auto"`` the first when it can. ``renderer`` draws the simulator
     env's frames: ``"egl"`` (OpenGL, the same pixels as ``mujoco.Renderer``) or ``"warp"``
     (MuJoCo Warp's ray tracer, all envs in one launch; ``pip install 'vlmrm-fast[warp]'``);
     ``"auto"`` (the default) is Warp when the reward model runs on the CPU and MuJoCo Warp is

@@ -2,7 +2,7 @@
 
 :class:`VLMRewardVecEnvWrapper` replaces a VecEnv's reward by a CLIP reward model's. Over
 a VecEnv that steps and draws range by range (``frames.views.SteppedFrameSource``: the MuJoCo
-batch env) it scores each range while the next is simulated and drawn; over any other
+simulator env) it scores each range while the next is simulated and drawn; over any other
 VecEnv (gymnasium envs in SB3's DummyVecEnv or SubprocVecEnv) it steps, then scores the
 recorded frames range by range (on a GPU, uploading one range while encoding the last).
 
@@ -82,7 +82,7 @@ class VLMRewardVecEnvWrapper(VecEnvWrapper):
     ``episode_length``, if it has one) is the envs' time limit, which ends their episodes.
     ``score_terminal_on``: the frame an episode's last step is scored on (``envs.time_limits``):
     ``"terminal_state"``, the state that ended it, or ``"reset_frame"``, the next episode's first, as the
-    paper's code scored it (a VecEnv's own render after the step; the batch env draws it itself, built
+    paper's code scored it (a VecEnv's own render after the step; the simulator env draws it itself, built
     with the same setting).
     """
 

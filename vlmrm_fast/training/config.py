@@ -300,14 +300,17 @@ IDENTITY_EXEMPT: dict[str, str] = {
 
 
 def _physics_dynamics(env: dict[str, Any]) -> Any:
-    """The dynamics ``env.physics`` steps: "auto", "batch" and "gym" run MuJoCo's own (float64, the same bit for
-    bit); "warp" runs MuJoCo Warp (float32, Newton or CG)."""
-    return "warp" if env.get("physics") == "warp" else "mujoco"
+    """The dynamics ``env.physics`` steps, as its row of ``physics.PHYSICS`` declares them (``Physics.dynamics``):
+    two backends of the same dynamics ("auto", and the rows it picks among) run the same run."""
+    from vlmrm_fast.physics import dynamics_of
+
+    physics = env.get("physics", "auto")
+    return dynamics_of(physics) if isinstance(physics, str) else physics
 
 
 def _solver_run(env: dict[str, Any]) -> Any:
-    """The constraint solver ``env.solver`` runs under the physics: None is the physics' default (MuJoCo Warp's
-    Newton; the model's own elsewhere)."""
+    """The constraint solver ``env.solver`` runs under the physics: None is the physics' default (its row's
+    ``default_solver``; the model's own where it has none)."""
     from vlmrm_fast.physics import PHYSICS
 
     physics = env.get("physics")
@@ -317,7 +320,7 @@ def _solver_run(env: dict[str, Any]) -> Any:
 
 # Identity fields whose values name the same thing in several ways: compared by what they run.
 _COMPARED_AS = {"env.physics": _physics_dynamics, "env.solver": _solver_run}
-# Identity fields whose "auto" resolves by the machine (EGL on a GPU, Warp on a CPU): each checkpoint records
+# Identity fields whose "auto" resolves by the machine (one renderer on a GPU, another on a CPU): each checkpoint records
 # what it resolved to (run_folder.RESOLVED_CHOICES) and a resume compares that with its own plan, so "auto" on
 # either side here is the same as the value it stands for.
 _RESOLVED_APART = ("env.renderer",)

@@ -131,7 +131,7 @@ def check_resumed_choices(saved: dict[str, Any] | None, plan: Any) -> None:
         return
     now = resolved_choices(plan)
     changed = [place for place in RESOLVED_CHOICES if place in saved and saved[place] != now[place]]
-    if saved.get("env.physics") == now["env.physics"] and not PHYSICS[now["env.physics"]].batch_env:
+    if saved.get("env.physics") == now["env.physics"] and not PHYSICS[now["env.physics"]].in_simulator_env:
         # gymnasium envs: the batched drawing draws each env's render() picture exactly, so whether a renderer
         # draws them or they draw themselves changes neither the frames nor the dynamics
         changed = [place for place in changed if place != "env.renderer"]

@@ -1,7 +1,7 @@
-"""What the batch env (:mod:`vlmrm_fast.stack.batch_env`) needs of a MuJoCo task: its model, observation,
+"""What the simulator env (:mod:`vlmrm_fast.stack.simulator_env`) needs of a MuJoCo task: its model, observation,
 camera, reset noise, terminations, and its own reward with whatever per-env state that needs. A task
-offers it as ``TaskSpec.batch`` (e.g. :class:`~vlmrm_fast.envs.humanoid.HumanoidBatch`, or a row of
-gymnasium's MuJoCo suite, :class:`~vlmrm_fast.envs.mujoco_suite.SuiteBatch`)."""
+offers it as ``TaskSpec.vector_task`` (e.g. :class:`~vlmrm_fast.envs.humanoid.HumanoidVectorTask`, or a row of
+gymnasium's MuJoCo suite, :class:`~vlmrm_fast.envs.mujoco_suite.SuiteVectorTask`)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import numpy as np
 
 from vlmrm_fast.physics.simulator import ResetNoise
 
-__all__ = ["BatchTask", "StepReward"]
+__all__ = ["VectorTask", "StepReward"]
 
 
 class StepReward(Protocol):
-    """A task's own reward for the batch env's envs, with whatever per-env state it needs."""
+    """A task's own reward for the simulator env's envs, with whatever per-env state it needs."""
 
     def before_step(self, fields: dict[str, np.ndarray], rows: slice) -> None:
         """Envs ``rows`` are about to step; ``fields`` are the simulator's outputs of their current state."""
@@ -29,8 +29,8 @@ class StepReward(Protocol):
         ...
 
 
-class BatchTask(Protocol):
-    """What the batch env needs of a MuJoCo task (e.g. :class:`~vlmrm_fast.envs.humanoid.HumanoidBatch`)."""
+class VectorTask(Protocol):
+    """What the simulator env needs of a MuJoCo task (e.g. :class:`~vlmrm_fast.envs.humanoid.HumanoidVectorTask`)."""
 
     frame_skip: int
     reset_noise: ResetNoise  # how a reset perturbs the start state (the task's ``reset_model``)
@@ -44,7 +44,7 @@ class BatchTask(Protocol):
     def observation(self, fields: dict[str, np.ndarray]) -> np.ndarray:
         """Every env's observation from the simulator's output fields: numpy in, numpy out; a task
         that also takes torch tensors (a simulator's fields on the device) gives a GPU-native learner
-        its observations where they lie (``stack.batch_env.MujocoBatchVecEnv.device_observation``)."""
+        its observations where they lie (``stack.simulator_env.SimulatorVecEnv.device_observation``)."""
         ...
 
     def terminated(self, fields: dict[str, np.ndarray]) -> np.ndarray:

@@ -1,18 +1,21 @@
-"""The batch env: a MuJoCo task's envs as one SB3 VecEnv, simulated together and drawn by a batch renderer.
+"""The simulator env: a MuJoCo task's envs as one SB3 VecEnv, held by one simulator of a physics row and drawn
+by one renderer of a renderer row.
 
-:class:`MujocoBatchVecEnv` is a plain ``VecEnv`` whose reward is the task's own. It is also a
+:class:`SimulatorVecEnv` is a plain ``VecEnv`` whose reward is the task's own. It is also a
 frame source in ranges (:class:`~vlmrm_fast.frames.views.SteppedFrameSource`), so that the VLM reward
 wrapper can score one range of envs while the next is simulated: ``step_in_ranges(actions, ranges,
-stream, on_frames)`` takes the whole step, range by range: it steps envs ``rows`` (frame_skip x
-mj_step + rnePostConstraint on the simulator's threads), draws the states they reach
-(``renderer="egl"``: scene updates on the simulator's threads, one GL pass; ``"warp"``: qpos to
-the device, one MuJoCo Warp launch) and lends their frames in place to ``on_frames``; then it
-computes observations and rewards from the copied-out fields (numpy, all envs at once) and resets
-finished envs. The batch env alone holds a step's state; ``step_wait`` is the same step in one range.
+stream, on_frames)`` takes the whole step, range by range: it steps envs ``rows`` with the simulator
+(``physics.PHYSICS``: frame_skip physics steps and gymnasium's ``mj_rnePostConstraint``), draws the states
+they reach with the renderer (``rendering.RENDERERS``, from a state the simulator offers) and lends their
+frames in place to ``on_frames``; then it computes observations and rewards from the copied-out fields
+(numpy, all envs at once) and resets finished envs. The simulator env alone holds a step's state;
+``step_wait`` is the same step in one range. It knows a backend by its row alone: what it offers a
+renderer, the memory one env needs and where (``Physics.env_bytes``), and whether its outputs are kept on
+a device (``Physics.device_observations``).
 
-What the batch env needs of a task is a :class:`~vlmrm_fast.envs.batch_task.BatchTask` (observations,
-and a ``StepReward`` holding the task's own per-env state), e.g.
-:class:`~vlmrm_fast.envs.humanoid.HumanoidBatch`.
+What the simulator env needs of a task is a :class:`~vlmrm_fast.envs.vector_task.VectorTask` (the task's
+rules over every env at once: observations, terminations, reset noise, and a ``StepReward`` holding the
+task's own per-env state), e.g. :class:`~vlmrm_fast.envs.humanoid.HumanoidVectorTask`.
 """
 
 from __future__ import annotations
@@ -28,56 +31,56 @@ import torch
 from stable_baselines3.common.vec_env import VecEnv
 
 from vlmrm_fast.checks import one_of
-from vlmrm_fast.envs.batch_task import BatchTask
 from vlmrm_fast.envs.time_limits import SCORE_TERMINAL_ON, TIME_LIMITS
+from vlmrm_fast.envs.vector_task import VectorTask
 from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.physics import PHYSICS
-from vlmrm_fast.physics.simulator import DEVICE_WORLDS, DRAWN_POSITIONS
+from vlmrm_fast.physics.simulator import DRAWN_POSITIONS
 from vlmrm_fast.physics.solver import with_solver
 from vlmrm_fast.rendering import RENDERERS
 from vlmrm_fast.runtime.device import resolve_device
-from vlmrm_fast.runtime.memory import check_envs_fit, env_bytes
+from vlmrm_fast.runtime.memory import check_envs_fit
 from vlmrm_fast.runtime.profiling import NULL_TIMER
 from vlmrm_fast.stack.actions import check_actions
 
 
-class BatchEnvView:
+class SimulatorEnvView:
     """What ``get_attr``/``set_attr``/``env_method`` see of env ``index`` (no gymnasium object exists)."""
 
-    def __init__(self, batch_env: MujocoBatchVecEnv, index: int):
-        # A proxy, not a reference: views and the batch env in a cycle would keep the batch env's simulator and
+    def __init__(self, simulator_env: SimulatorVecEnv, index: int):
+        # A proxy, not a reference: views and the simulator env in a cycle would keep the simulator env's simulator and
         # renderer alive after close() until the garbage collector's next full pass.
-        self._batch_env = weakref.proxy(batch_env)
+        self._simulator_env = weakref.proxy(simulator_env)
         self.index = index
         self.render_mode = "rgb_array"
 
     @property
-    def unwrapped(self) -> BatchEnvView:
+    def unwrapped(self) -> SimulatorEnvView:
         return self
 
     @property
     def observation_space(self) -> gymnasium.Space:
-        return self._batch_env.observation_space
+        return self._simulator_env.observation_space
 
     @property
     def action_space(self) -> gymnasium.Space:
-        return self._batch_env.action_space
+        return self._simulator_env.action_space
 
     @property
     def dt(self) -> float:
-        return self._batch_env.sim.dt
+        return self._simulator_env.sim.dt
 
     @property
     def episode_length(self) -> int | None:
-        return self._batch_env.episode_length
+        return self._simulator_env.episode_length
 
     @property
     def qpos(self) -> np.ndarray:
-        return self._batch_env.sim.qpos[self.index].copy()
+        return self._simulator_env.sim.qpos[self.index].copy()
 
     @property
     def qvel(self) -> np.ndarray:
-        return self._batch_env.sim.qvel[self.index].copy()
+        return self._simulator_env.sim.qvel[self.index].copy()
 
     def get_wrapper_attr(self, name: str) -> Any:
         return getattr(self, name)
@@ -86,14 +89,14 @@ class BatchEnvView:
         setattr(self, name, value)
 
     def render(self) -> np.ndarray:
-        return self._batch_env.get_images()[self.index]
+        return self._simulator_env.get_images()[self.index]
 
 
-class MujocoBatchVecEnv(VecEnv):
-    """``num_envs`` envs of a MuJoCo task (its :class:`BatchTask` glue, ``batch``), simulated by
+class SimulatorVecEnv(VecEnv):
+    """``num_envs`` envs of a MuJoCo task (its :class:`VectorTask`, ``vector_task``), simulated by
     ``physics`` and drawn by ``renderer`` (rows of ``vlmrm_fast.physics.PHYSICS`` and
     ``vlmrm_fast.rendering.RENDERERS``, as :mod:`vlmrm_fast.stack.plan` chose them) for frames scored on
-    ``device`` (the CPU, or ``cuda:N``, where a GPU renderer draws and MuJoCo Warp runs);
+    ``device`` (the CPU, or ``cuda:N``, where a GPU renderer draws and a physics whose state lives on a device runs);
     ``solver``: the constraint solver the task's model runs with (None: its own).
 
     Env ``i`` is seeded with ``seed + i`` at the next reset, as SB3's vector envs do; the
@@ -117,12 +120,12 @@ class MujocoBatchVecEnv(VecEnv):
     ``drawn_positions``: the poses a step's frame shows, ``"reached"`` (the positions the step reached) or
     ``"gymnasium"`` (each simulation's data as its step left it, as gymnasium's ``render()`` draws it:
     ``physics.simulator.DRAWN_POSITIONS``; a renderer that draws the simulator's data where it lies).
-    An episode also ends where the task terminates it (``BatchTask.terminated``), as gymnasium's env does.
+    An episode also ends where the task terminates it (``VectorTask.terminated``), as gymnasium's env does.
     """
 
     def __init__(
         self,
-        batch: BatchTask,
+        vector_task: VectorTask,
         num_envs: int,
         *,
         render_size: tuple[int, int],
@@ -137,38 +140,35 @@ class MujocoBatchVecEnv(VecEnv):
     ):
         height, width = render_size
         device = resolve_device(device)
-        self.batch = batch
+        self.vector_task = vector_task
         self._closed = False
         self.episode_length = episode_length
         self.time_limit = one_of(time_limit, "time_limit", TIME_LIMITS)
         self.score_terminal_on = one_of(score_terminal_on, "score_terminal_on", SCORE_TERMINAL_ON)
-        self.physics = one_of(physics, "physics", [name for name, row in PHYSICS.items() if row.batch_env])
+        self.physics = one_of(physics, "physics", [name for name, row in PHYSICS.items() if row.in_simulator_env])
         self.renderer = one_of(renderer, "renderer", tuple(RENDERERS))
         self.drawn_positions = one_of(drawn_positions, "drawn_positions", DRAWN_POSITIONS)
-        if RENDERERS[self.renderer].state_for(PHYSICS[self.physics].offers, self.drawn_positions) is None:
+        row = PHYSICS[self.physics]
+        if RENDERERS[self.renderer].state_for(row.offers, self.drawn_positions) is None:
+            drawers = [name for name, other in RENDERERS.items() if other.state_for(row.offers, self.drawn_positions)]
             raise ValueError(
                 f"drawn_positions={self.drawn_positions!r}: renderer={self.renderer!r} cannot draw physics="
-                f"{self.physics!r}'s data as its step left it (it draws positions); use renderer='egl' with physics="
-                "'batch', or renderer='warp' with physics='warp'"
+                f"{self.physics!r}'s data as its step left it (it draws positions); use renderer="
+                f"{' or '.join(map(repr, drawers)) or 'one that draws it'}, or drawn_positions='reached'"
             )
-        self.model = batch.build_model(max(height, width))
-        if solver is not None:  # the plan's (MuJoCo Warp has no PGS): one model for the physics and the drawing
+        self.model = vector_task.build_model(max(height, width))
+        if solver is not None:  # the plan's: one model for the physics and the drawing
             self.model = with_solver(self.model, solver)
-        # Refused before anything is allocated, naming what it needs.
-        if PHYSICS[self.physics].state_on_host:
-            frames_on_host = (height, width) if device.type == "cpu" else None  # on a GPU they are in its memory
-            each = "MuJoCo's data" + (f" and a {height}x{width} RGBA frame" if frames_on_host else "")
-            check_envs_fit(num_envs, env_bytes(self.model, frames_on_host), each)
-        else:  # MuJoCo Warp: the worlds and their frames where the simulations run
-            from vlmrm_fast.physics.warp import world_bytes
-
-            each = f"MuJoCo Warp's data of one world and its {height}x{width} RGB frame"
-            check_envs_fit(num_envs, world_bytes(self.model) + 3 * height * width, each, device)
-        self.sim = PHYSICS[self.physics].make_simulator(self.model, num_envs, batch.frame_skip, batch.outputs, device)
-        self.frame_source = RENDERERS[self.renderer].make(self.model, num_envs, render_size, batch.camera, device)
-        obs_dim = batch.observation(self.sim.outputs).shape[1]
+        need = row.env_bytes(self.model, render_size, device)  # refused before anything is allocated
+        check_envs_fit(num_envs, need.count, need.what, need.device)
+        self.sim = row.make_simulator(self.model, num_envs, vector_task.frame_skip, vector_task.outputs, device)
+        self._device_observations = row.device_observations
+        self.frame_source = RENDERERS[self.renderer].make(self.model, num_envs, render_size, vector_task.camera, device)
+        obs_dim = vector_task.observation(self.sim.outputs).shape[1]
         low, high = self.model.actuator_ctrlrange.copy().astype(np.float32).T
-        self.views = [BatchEnvView(self, i) for i in range(num_envs)]  # before the base class asks their render_mode
+        self.views = [
+            SimulatorEnvView(self, i) for i in range(num_envs)
+        ]  # before the base class asks their render_mode
         super().__init__(
             num_envs,
             gymnasium.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float64),
@@ -177,7 +177,7 @@ class MujocoBatchVecEnv(VecEnv):
         self.render_mode = "rgb_array"
         self.timer = NULL_TIMER
         self._steps = np.zeros(num_envs, dtype=np.int64)
-        self._step_reward = batch.step_reward(self.model, num_envs)
+        self._step_reward = vector_task.step_reward(self.model, num_envs)
         self._actions: np.ndarray | None = None
         self.reset_on_next_step = False
         self._reset_next = np.zeros(num_envs, dtype=bool)  # envs the next step resets (next-step autoreset)
@@ -192,15 +192,15 @@ class MujocoBatchVecEnv(VecEnv):
     def reset(self) -> np.ndarray:
         self._check_open()
         if any(self._options):
-            raise ValueError("the MuJoCo batch env takes no reset options")
+            raise ValueError("the simulator env takes no reset options")
         seeds = None if all(s is None for s in self._seeds) else [int(s) for s in self._seeds if s is not None]
-        self.sim.reset(seed=seeds, noise=self.batch.reset_noise)
+        self.sim.reset(seed=seeds, noise=self.vector_task.reset_noise)
         self._reset_seeds()
         self._steps[:] = 0
         self._ended.clear()
         self._reset_next[:] = False
         self.autoreset_envs[:] = False
-        return self.batch.observation(self.sim.outputs)
+        return self.vector_task.observation(self.sim.outputs)
 
     def seed(self, seed: int | Sequence[int] | None = None) -> Sequence[int | None]:
         """Env ``i`` is seeded with ``seed + i`` at the next reset, or with ``seed[i]`` given one seed per env
@@ -254,7 +254,7 @@ class MujocoBatchVecEnv(VecEnv):
             self.sim.step(actions, rows)
             resets = np.flatnonzero(self._reset_next[rows]) + rows.start
             if resets.size:  # next-step autoreset: the step of a finished env is its reset
-                self.sim.reset(resets, noise=self.batch.reset_noise)
+                self.sim.reset(resets, noise=self.vector_task.reset_noise)
             if self.score_terminal_on == "reset_frame":
                 self._reset_ended(rows)
         with self.timer.stage("render"):
@@ -270,13 +270,13 @@ class MujocoBatchVecEnv(VecEnv):
                 "autoreset the reset comes a step later: use same-step autoreset, or score_terminal_on='terminal_state'"
             )
         outputs = self.sim.outputs
-        ending = self.batch.terminated({key: value[rows] for key, value in outputs.items()})
+        ending = self.vector_task.terminated({key: value[rows] for key, value in outputs.items()})
         if self.episode_length:
             ending = ending | (self._steps[rows] + 1 >= self.episode_length)
         ended = np.flatnonzero(ending) + rows.start
         if ended.size:
             self._ended.update({int(env): {k: v[env].copy() for k, v in outputs.items()} for env in ended})
-            self.sim.reset(ended, noise=self.batch.reset_noise)
+            self.sim.reset(ended, noise=self.vector_task.reset_noise)
 
     def _observe(self, actions: np.ndarray):
         """Observations and rewards from the copied-out fields (all envs at once), then the resets."""
@@ -287,8 +287,8 @@ class MujocoBatchVecEnv(VecEnv):
                 for row, ended in self._ended.items():
                     for key, value in ended.items():
                         fields[key][row] = value
-            obs = self.batch.observation(fields)
-            terminated = self.batch.terminated(fields)
+            obs = self.vector_task.observation(fields)
+            terminated = self.vector_task.terminated(fields)
             rewards, terms = self._step_reward(fields, actions, self.sim.dt)
             self._steps += 1
             reset_now = self._reset_next.copy()  # next-step autoreset: these envs were reset by _advance()
@@ -311,19 +311,20 @@ class MujocoBatchVecEnv(VecEnv):
                     infos[env]["terminal_observation"] = obs[env].copy()
                 unreset = ids[[int(env) not in self._ended for env in ids]]  # (reset_frame: reset before drawing)
                 if unreset.size:
-                    self.sim.reset(unreset, noise=self.batch.reset_noise)
+                    self.sim.reset(unreset, noise=self.vector_task.reset_noise)
                 self._ended.clear()
                 self._steps[ids] = 0
-                obs[ids] = self.batch.observation(self.sim.outputs)[ids]
+                obs[ids] = self.vector_task.observation(self.sim.outputs)[ids]
         return obs, rewards.astype(np.float32), dones, infos
 
     def device_observation(self, device: Any) -> Any:
         """Every env's observation of the current state (what the last ``reset`` or step returned) as a
-        torch tensor on ``device``: computed where the state lies when the simulator keeps it there
-        (``torch_outputs`` of MuJoCo Warp physics), else the host's observation copied there."""
-        if DEVICE_WORLDS in self.sim.offers and self.sim.device == torch.device(device):
-            return self.batch.observation(self.sim.torch_outputs)
-        return torch.as_tensor(self.batch.observation(self.sim.outputs), device=device)
+        torch tensor on ``device``: computed where the state lies when the physics keeps its outputs there
+        (its row's ``device_observations``: the simulator's ``torch_outputs`` on its ``device``), else the host's
+        observation copied there."""
+        if self._device_observations and self.sim.device == torch.device(device):
+            return self.vector_task.observation(self.sim.torch_outputs)
+        return torch.as_tensor(self.vector_task.observation(self.sim.outputs), device=device)
 
     def last_frames(self, device: Any = None):
         """The frames the last step drew, upright uint8 (N, H, W, 3): on ``device`` when the
@@ -335,7 +336,7 @@ class MujocoBatchVecEnv(VecEnv):
         return list(self.frame_source.render_sim(self.sim, positions=self.drawn_positions))
 
     # ------------------------------------------------------- SB3 env access
-    def _targets(self, indices) -> list[BatchEnvView]:
+    def _targets(self, indices) -> list[SimulatorEnvView]:
         return [self.views[i] for i in self._get_indices(indices)]
 
     def get_attr(self, attr_name: str, indices=None) -> list[Any]:
