@@ -22,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from vlmrm_fast.checks import FieldError
 from vlmrm_fast.frames.preprocess import as_frame_tensor
 from vlmrm_fast.frames.views import FrameView
 
@@ -65,3 +66,26 @@ def step_arguments(frames: Any, envs: Any, starts: Any, num_envs: int) -> tuple[
     if first.shape[0] != count:
         raise ValueError(f"starts holds {first.shape[0]} values for {count} frames")
     return tensor, index, first
+
+
+def check_terminal_frames(what: str, score_terminal_on: str) -> None:
+    """Refuses ``score_terminal_on="reset_frame"`` for a scorer of episodes (``what`` names it): the paper's reset
+    frame stands in for the terminal state's single frame, and here it would be the next episode's first frame
+    scored with the ended episode's frames (a window's, a prefix's)."""
+    if score_terminal_on == "reset_frame":
+        raise FieldError(
+            "score_terminal_on",
+            f"reset_frame scores an episode's last step on the next episode's first frame, and {what} would then "
+            "put that frame among the ended episode's; use score_terminal_on: terminal_state",
+        )
+
+
+def check_online_scoring(what: str, episode_batch: bool) -> None:
+    """Refuses episode-batch scoring (``rl.episode_batch``: the rollout's frames scored after it) for a scorer that
+    must see each step's frames as the envs step (``what`` names it)."""
+    if episode_batch:
+        raise FieldError(
+            "rl.episode_batch",
+            f"episode batches score a rollout's frames after it, and {what} learns from each step's frames as the "
+            "envs step: leave rl.episode_batch off",
+        )
