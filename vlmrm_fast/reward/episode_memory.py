@@ -10,7 +10,12 @@ the episode, never holding two episodes' frames.
   frames) in every layer of a language model, ``capacity`` token slots each, and how many of them the
   episode fills. A step's forward writes its tokens after the env's prefix and attends to the prefix and to
   themselves; the slots after the prefix are scratch (the next step overwrites them), so the question's
-  tokens are never kept. :meth:`PrefixCache.step_cache` is that forward's transformers ``Cache``.
+  tokens are never kept. :meth:`PrefixCache.step` gives that forward's transformers ``Cache`` and, around
+  the forward, the language model's attention (:func:`prefix_attention`): the envs grouped by prefix
+  length, each group one SDPA call whose causal bias is aligned to the lower right (the step's tokens are
+  the last of the group's keys), with the model's grouped key heads as they are. transformers' own SDPA
+  path would take a mask of every env's slots (B x tokens x slots, built each step, which keeps the fused
+  kernels out) and copy each layer's cached keys once per query head of a group (``repeat_kv``).
 
 Which envs a step touches and where is host bookkeeping (small index arrays); the items and keys stay on
 the device.
@@ -18,11 +23,14 @@ the device.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import contextvars
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 
 def _index(values: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -73,15 +81,7 @@ class PrefixCache:
     many slots hold the env's prefix (see the module docstring). ``layers`` (keys, values) of shape (num_envs,
     kv_heads, capacity, head_dim)."""
 
-    def __init__(
-        self,
-        num_envs: int,
-        capacity: int,
-        text_config: Any,
-        dtype: torch.dtype,
-        device: torch.device,
-        sdpa: bool = True,
-    ):
+    def __init__(self, num_envs: int, capacity: int, text_config: Any, dtype: torch.dtype, device: torch.device):
         heads = int(text_config.num_attention_heads)
         kv_heads = int(getattr(text_config, "num_key_value_heads", None) or heads)
         head_dim = int(getattr(text_config, "head_dim", None) or text_config.hidden_size // heads)
@@ -93,8 +93,6 @@ class PrefixCache:
             for _ in range(int(text_config.num_hidden_layers))
         ]
         self.length = np.zeros(int(num_envs), dtype=np.int64)
-        self.sdpa = sdpa  # SDPA reads a boolean mask as "attends"; eager attention adds a float one
-        self.dtype = dtype
 
     @property
     def nbytes(self) -> int:
@@ -110,23 +108,88 @@ class PrefixCache:
             values[rows, :, :a] = v.expand(len(envs), -1, -1, -1)
         self.length[envs] = keys_values[0][0].shape[2] if keys_values else 0
 
-    def step_cache(self, envs: np.ndarray, offsets: np.ndarray, new: int) -> tuple[Any, torch.Tensor]:
-        """A transformers ``Cache`` for one forward of ``new`` tokens for each of ``envs``, written from slot
-        ``offsets`` (B,) on (each env's own), and the attention mask (B, 1, new, kv) that lets a token see its
-        env's slots before it and the step's tokens up to itself: nothing of the scratch after them."""
+    @contextlib.contextmanager
+    def step(self, model: Any, envs: np.ndarray, offsets: np.ndarray, new: int) -> Iterator[dict[str, Any]]:
+        """Around one forward of ``model`` over ``new`` tokens for each of ``envs``, written from slot ``offsets`` (B,)
+        on (each env's own): the forward's keyword arguments (``cache``, and an ``attention_mask`` that only stops
+        transformers from building one), while the language model attends with :func:`prefix_attention`."""
         end = int(offsets.max()) + new
         if end > self.capacity:
             raise RuntimeError(f"a prefix of {end} tokens passes the cache's {self.capacity} slots")
         rows = _index(envs, self.device)
         every = len(envs) == self.layers[0][0].shape[0] and bool((envs == np.arange(len(envs))).all())
-        start = _index(offsets, self.device)
-        slots = start[:, None] + torch.arange(new, device=self.device)[None, :]  # (B, new)
-        seen = torch.arange(end, device=self.device)[None, None, None, :] <= slots[:, None, :, None]
-        if not self.sdpa:
-            seen = torch.zeros(seen.shape, dtype=self.dtype, device=self.device).masked_fill_(
-                ~seen, torch.finfo(self.dtype).min
-            )
-        return _StepCache(self, rows, None if every else rows, slots, end), seen
+        slots = _index(offsets, self.device)[:, None] + torch.arange(new, device=self.device)[None, :]  # (B, new)
+        groups = []
+        for offset in np.unique(offsets):
+            members = np.flatnonzero(offsets == offset)
+            index = None if len(members) == len(envs) else _index(members, self.device)
+            groups.append((index, int(offset) + new))
+        _register_prefix_attention()
+        config = model.get_decoder().config
+        before = config._attn_implementation_internal
+        config._attn_implementation_internal = PREFIX_ATTENTION
+        token = _GROUPS.set(groups)
+        try:
+            yield {
+                "cache": _StepCache(self, rows, None if every else rows, slots, end),
+                "attention_mask": torch.ones((len(envs), 1, 1, 1), dtype=torch.bool, device=self.device),
+            }
+        finally:
+            config._attn_implementation_internal = before
+            _GROUPS.reset(token)
+
+
+#: The language model's attention while a :class:`PrefixCache` steps (transformers' attention interface name).
+PREFIX_ATTENTION = "vlmrm_prefix"
+#: The rows of the step's batch grouped by prefix length: (their indices, or None for all; their keys' end).
+_GROUPS: contextvars.ContextVar[list[tuple[torch.Tensor | None, int]] | None] = contextvars.ContextVar(
+    "prefix_groups", default=None
+)
+_REGISTERED = False
+
+
+def _register_prefix_attention() -> None:
+    global _REGISTERED
+    if not _REGISTERED:
+        from transformers import AttentionInterface
+
+        AttentionInterface.register(PREFIX_ATTENTION, prefix_attention)
+        _REGISTERED = True
+
+
+def prefix_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Any,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """A step's tokens (query (B, heads, q, dim)) attending to their env's prefix and to themselves up to each one, in
+    keys (B, kv_heads, end, dim) that hold each env's prefix and then the step's tokens: per group of envs of one
+    prefix length, the keys up to the group's end with a causal bias aligned to their lower right."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    groups = _GROUPS.get()
+    assert groups is not None, "prefix attention runs inside PrefixCache.step"
+    q = query.shape[2]
+    grouped = query.shape[1] != key.shape[1]
+    out = query if len(groups) == 1 else torch.empty_like(query)
+    for rows, end in groups:
+        part = query if rows is None else query.index_select(0, rows)
+        k, v = key[:, :, :end], value[:, :, :end]
+        if rows is not None:
+            k, v = k.index_select(0, rows), v.index_select(0, rows)
+        result = F.scaled_dot_product_attention(
+            part, k, v, attn_mask=causal_lower_right(q, end), scale=scaling, enable_gqa=grouped
+        )
+        if rows is None:
+            out = result
+        else:
+            out.index_copy_(0, rows, result)
+    return out.transpose(1, 2).contiguous(), None
 
 
 def _step_cache_class() -> type:

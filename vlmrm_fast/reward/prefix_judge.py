@@ -161,7 +161,6 @@ class PrefixJudge:
         self._check_memory(text, head, block, longest)
         with torch.inference_mode():
             self.head_kv = self._head_kv()
-        self._sdpa = text._attn_implementation == "sdpa"
         self.episodes = self._episodes(self.num_envs)
         logger.info("prefix judge: %s", self.describe())
 
@@ -261,7 +260,7 @@ class PrefixJudge:
     def _episodes(self, num_envs: int) -> _Episodes:
         text = self.frames.model.config.get_text_config()
         dtype = self.frames.dtype
-        cache = PrefixCache(num_envs, self.capacity, text, dtype, self.device, sdpa=self._sdpa)
+        cache = PrefixCache(num_envs, self.capacity, text, dtype, self.device)
         vision = torch.empty((num_envs, self.max_frames, *self.vision_shape), dtype=dtype, device=self.device)
         zeros = np.zeros(num_envs, dtype=np.int64)
         return _Episodes(cache, vision, zeros.copy(), np.ones(num_envs, dtype=np.int64), zeros.copy())
@@ -277,16 +276,16 @@ class PrefixJudge:
     ) -> torch.Tensor:
         """One forward of ``ids`` (1, q) for ``envs``, each from slot ``offsets`` of its cache at ``positions`` (P, B,
         q): the logits (B, V) of the last token."""
-        cache, mask = episodes.cache.step_cache(envs, offsets, ids.shape[1])
-        out = self.frames.model(
-            input_ids=ids.expand(len(envs), -1),
-            position_ids=self._positions(positions),
-            attention_mask=mask,
-            cache=cache,
-            mm_encoder_outputs=None if vision is None else {"image": vision},
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        model = self.frames.model
+        with episodes.cache.step(model, envs, offsets, ids.shape[1]) as cached:
+            out = model(
+                input_ids=ids.expand(len(envs), -1),
+                position_ids=self._positions(positions),
+                mm_encoder_outputs=None if vision is None else {"image": vision},
+                use_cache=True,
+                logits_to_keep=1,
+                **cached,
+            )
         return out.logits[:, -1]
 
     # ------------------------------------------------------------------ a step
