@@ -24,7 +24,7 @@ cache's memory per env for an arch's config without running it.
     flock -x /work/.calm.lock python bench/bench_episode_judges.py --envs 16 --steps 64
     python bench/bench_episode_judges.py --arch qwen2-vl-2b --memory-only --max-frames 64
     python bench/bench_episode_judges.py --arch qwen2-vl-2b --device cuda --precision bf16 --envs 256 --steps 64 \\
-        --anchor-envs 8 --rows prefix
+        --anchor-envs 8 --repeats 2 --rows prefix
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def recompute_prefix(judge: PrefixJudge, frames: torch.Tensor) -> tuple[torch.Te
     """The prefix judge's prompts without its KV cache: each frame's vision tokens once, the language model over
     the whole prompt of the episode so far at every step (envs in step, all episodes from step 0). Rewards
     (steps, envs) and seconds."""
-    model, sequence = judge.frames.model, judge.sequence
+    model, sequence = judge.frame_judge.model, judge.sequence
     yes, no = judge.answers[0]
     kept, rewards = [], []
     sync = torch.cuda.synchronize if judge.device.type == "cuda" else (lambda: None)
@@ -133,8 +133,11 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=64, help="an episode's steps (every env resets together)")
     p.add_argument("--max-frames", type=int, default=64)
     p.add_argument("--window", type=int, default=8)
+    p.add_argument("--batch-size", type=int, help="envs per forward of the judges (default: all of them)")
     p.add_argument("--rows", nargs="+", choices=("prefix", "window"), default=["prefix", "window"])
-    p.add_argument("--anchor-envs", type=int, help="run the anchors on this many of the envs (default all)")
+    p.add_argument(
+        "--anchor-envs", type=int, help="run the recompute and the anchors on this many of the envs (default all)"
+    )
     p.add_argument("--no-anchor", action="store_true")
     p.add_argument(
         "--repeats", type=int, default=3, help="episodes of the streamed prefix judge (each step's least and median)"
@@ -168,7 +171,13 @@ def main(argv=None) -> int:
             torch.cuda.synchronize()
             before = torch.cuda.memory_allocated(device)
         ours = PrefixJudge(
-            judge, [PROGRESS], num_envs=args.envs, max_frames=args.max_frames, device=device, precision=precision.name
+            judge,
+            [PROGRESS],
+            num_envs=args.envs,
+            max_frames=args.max_frames,
+            device=device,
+            precision=precision.name,
+            batch_size=args.batch_size or args.envs,
         )
         measured = torch.cuda.memory_allocated(device) - before if device.type == "cuda" else ours.nbytes
         for t in range(2):  # warm-up steps (first calls allocate and pick kernels), an episode of their own
@@ -205,13 +214,15 @@ def main(argv=None) -> int:
                 measured_mib_all_envs=measured / 2**20,
             )
         )
-        recomputed, seconds = recompute_prefix(ours, on_device)
+        recomputed, seconds = recompute_prefix(ours, on_device[:, :anchor_envs])
+        per_env_step = seconds / (anchor_envs * args.steps)
         report(
             dict(
                 row="prefix recompute, vision kept",
-                env_steps_per_s=args.envs * args.steps / seconds,
-                ours_x=seconds / episode,
-                max_reward_diff=float((recomputed.float().cpu() - streamed).abs().max()),
+                envs=anchor_envs,
+                env_steps_per_s=1 / per_env_step,
+                ours_x=per_env_step * args.envs * args.steps / episode,
+                max_reward_diff=float((recomputed.float().cpu() - streamed[:, :anchor_envs]).abs().max()),
             )
         )
         if plain is not None:
@@ -235,7 +246,13 @@ def main(argv=None) -> int:
 
     if "window" in args.rows:
         ours_w = WindowJudge(
-            judge, [DONE], num_envs=args.envs, window=args.window, device=device, precision=precision.name
+            judge,
+            [DONE],
+            num_envs=args.envs,
+            window=args.window,
+            device=device,
+            precision=precision.name,
+            batch_size=args.batch_size or args.envs,
         )
         for t in range(2):  # warm-up
             ours_w.step(on_device[t], starts=np.full(args.envs, t == 0))

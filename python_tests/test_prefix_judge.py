@@ -87,10 +87,10 @@ def test_the_positions_are_the_models_own_get_rope_index(name):
     loaded = transformers_model(name)
     judge = prefix_judge(name, 8, 1)
     sequence = frame_sequence(
-        loaded.processor, judge.frames.adapter, loaded.model.config.image_token_id, TOPREWARD.question
+        loaded.processor, judge.frame_judge.adapter, loaded.model.config.image_token_id, TOPREWARD.question
     )
     for n in (1, 4, 6):
-        inputs = blank_inputs(loaded.processor, judge.frames.adapter, TOPREWARD.question, "image_first", n)
+        inputs = blank_inputs(loaded.processor, judge.frame_judge.adapter, TOPREWARD.question, "image_first", n)
         expected, _ = loaded.model.model.get_rope_index(
             inputs["input_ids"], inputs["mm_token_type_ids"], image_grid_thw=inputs["image_grid_thw"]
         )
@@ -120,11 +120,11 @@ def test_a_step_runs_one_frame_and_the_question_whatever_the_episodes_length(mon
     as at its 20th (the cap of 32 not reached), and the vision tower one frame per env and step."""
     model = prefix_judge("vlmrm-tiny-qwen2-vl", 32, 2, tasks=TASKS[:1])
     lm, tower = [], []
-    forward, encode = model.frames.model.forward, model.frames.adapter.encode
+    forward, encode = model.frame_judge.model.forward, model.frame_judge.adapter.encode
     monkeypatch.setattr(
-        model.frames.model, "forward", lambda *a, **k: lm.append(k["input_ids"].shape) or forward(*a, **k)
+        model.frame_judge.model, "forward", lambda *a, **k: lm.append(k["input_ids"].shape) or forward(*a, **k)
     )
-    monkeypatch.setattr(model.frames.adapter, "encode", lambda x: tower.append(x.shape[0]) or encode(x))
+    monkeypatch.setattr(model.frame_judge.adapter, "encode", lambda x: tower.append(x.shape[0]) or encode(x))
     frames, starts, _ = episode_streams([20, 20], steps=20, size=(32, 32))
     for t in range(20):
         model.step(frames[t], starts=starts[t])

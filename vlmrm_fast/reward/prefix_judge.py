@@ -109,7 +109,7 @@ class PrefixJudge:
             raise FieldError("max_frames", "must be at least 2: the episode's first frame and its newest")
         self.chunk_size = int(batch_size or DEFAULT_JUDGE_CHUNK)
         # The frame judge: its tasks' checks, the image processor on the device and the vision tower.
-        self.frames = JudgeRewardModel(
+        self.frame_judge = JudgeRewardModel(
             judge,
             tasks,
             device=device,
@@ -118,8 +118,8 @@ class PrefixJudge:
             precision=precision,
             prompt_order=prompt_order,
         )
-        self.device, self.prompt_order = self.frames.device, prompt_order
-        model, processor = self.frames.model, judge.processor
+        self.device, self.prompt_order = self.frame_judge.device, prompt_order
+        model, processor = self.frame_judge.model, judge.processor
         check_answer_position(processor, prompt_order, judge.model_id)
         if prompt_order != "image_first" and len(self.tasks) > 1:
             raise FieldError(
@@ -129,7 +129,7 @@ class PrefixJudge:
             )
         image_token = model.config.image_token_id
         sequences = [
-            frame_sequence(processor, self.frames.adapter, image_token, task.question, order=prompt_order)
+            frame_sequence(processor, self.frame_judge.adapter, image_token, task.question, order=prompt_order)
             for task in self.tasks
         ]
         self.sequence: FrameSequence = sequences[0]
@@ -150,11 +150,11 @@ class PrefixJudge:
         text = model.config.get_text_config()
         self._check_context(text, head, block, longest)
         # What an env keeps: the keys and values of the capacity, and max_frames frames' vision tokens.
-        blank = torch.zeros((1, 3, *self.frames.image_size), dtype=torch.uint8, device=self.device)
+        blank = torch.zeros((1, 3, *self.frame_judge.image_size), dtype=torch.uint8, device=self.device)
         with torch.inference_mode():
             self._like = self._encode(blank)
         self.vision_shape = tuple(stack_vision(self._like).shape[1:])
-        dtype = self.frames.dtype
+        dtype = self.frame_judge.dtype
         self.kv_per_token = kv_bytes_per_token(text, dtype.itemsize)
         self.vision_per_frame = math.prod(self.vision_shape) * dtype.itemsize
         self.bytes_per_env = self.kv_per_token * self.capacity + self.vision_per_frame * self.max_frames
@@ -174,7 +174,7 @@ class PrefixJudge:
         raise FieldError(
             "max_frames",
             f"a prompt of {self.max_frames} frames is {length:,} tokens ({block} per frame at "
-            f"{'x'.join(map(str, self.frames.image_size))}), over the model's context of {context:,}: give at most "
+            f"{'x'.join(map(str, self.frame_judge.image_size))}), over the model's context of {context:,}: give at most "
             f"{most} (or smaller frames: image_size)",
         )
 
@@ -203,11 +203,11 @@ class PrefixJudge:
     # ------------------------------------------------------------------ properties
     @property
     def tasks(self) -> tuple[Any, ...]:
-        return self.frames.tasks
+        return self.frame_judge.tasks
 
     @property
     def multi_task(self) -> bool:
-        return self.frames.multi_task
+        return self.frame_judge.multi_task
 
     @property
     def nbytes(self) -> int:
@@ -219,7 +219,7 @@ class PrefixJudge:
         kv = self.kv_per_token * self.capacity
         vision = self.vision_per_frame * self.max_frames
         return (
-            f"{self.frames.judge.model_id}: the episode so far as images (up to {self.max_frames} frames, then every "
+            f"{self.frame_judge.judge.model_id}: the episode so far as images (up to {self.max_frames} frames, then every "
             f"2nd, 4th, ... frame and the newest), {self.prompt_order}; per env the keys and values of "
             f"{self.capacity:,} tokens ({kv / 2**20:,.1f} MiB) and {self.max_frames} frames' vision tokens "
             f"({vision / 2**20:,.1f} MiB): {self.num_envs * self.bytes_per_env / 2**30:,.2f} GiB for "
@@ -228,18 +228,21 @@ class PrefixJudge:
 
     # ------------------------------------------------------------------ the model
     def _encode(self, images: torch.Tensor) -> Any:
-        adapter = self.frames.adapter
-        return adapter.encode(adapter.pixels(images).to(self.frames.dtype))
+        adapter = self.frame_judge.adapter
+        return adapter.encode(adapter.pixels(images).to(self.frame_judge.dtype))
 
     def _resized(self, frames: torch.Tensor) -> torch.Tensor:
         from torchvision.transforms.v2 import functional as tvF
 
         images = frames.to(self.device, non_blocking=True).permute(0, 3, 1, 2)
-        if tuple(images.shape[-2:]) != self.frames.image_size:
+        if tuple(images.shape[-2:]) != self.frame_judge.image_size:
             images = tvF.resize(
-                images, list(self.frames.image_size), interpolation=tvF.InterpolationMode.BICUBIC, antialias=True
+                images, list(self.frame_judge.image_size), interpolation=tvF.InterpolationMode.BICUBIC, antialias=True
             )
         return images
+
+    def _on_device(self, index: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(index, dtype=torch.long, device=self.device)
 
     def _positions(self, positions: torch.Tensor) -> torch.Tensor:
         """Positions (P, B, L) as the language model takes them: Qwen's (3, B, L), else the token index (B, L)."""
@@ -249,7 +252,7 @@ class PrefixJudge:
         head = self.sequence.head
         if not len(head):
             return []
-        out = self.frames.model(
+        out = self.frame_judge.model(
             input_ids=head[None].to(self.device),
             position_ids=self._positions(self.sequence.head_positions[:, None]),
             use_cache=True,
@@ -258,8 +261,8 @@ class PrefixJudge:
         return [(layer.keys, layer.values) for layer in out.cache.layers]
 
     def _episodes(self, num_envs: int) -> _Episodes:
-        text = self.frames.model.config.get_text_config()
-        dtype = self.frames.dtype
+        text = self.frame_judge.model.config.get_text_config()
+        dtype = self.frame_judge.dtype
         cache = PrefixCache(num_envs, self.capacity, text, dtype, self.device)
         vision = torch.empty((num_envs, self.max_frames, *self.vision_shape), dtype=dtype, device=self.device)
         zeros = np.zeros(num_envs, dtype=np.int64)
@@ -276,7 +279,7 @@ class PrefixJudge:
     ) -> torch.Tensor:
         """One forward of ``ids`` (1, q) for ``envs``, each from slot ``offsets`` of its cache at ``positions`` (P, B,
         q): the logits (B, V) of the last token."""
-        model = self.frames.model
+        model = self.frame_judge.model
         with episodes.cache.step(model, envs, offsets, ids.shape[1]) as cached:
             out = model(
                 input_ids=ids.expand(len(envs), -1),
@@ -322,12 +325,11 @@ class PrefixJudge:
             tail_positions = self.tail_positions[k][:, None, :] + sequence.advance * index.view(1, -1, 1)
             logits = self._forward(episodes, envs, offsets + block, self.tails[k][None], tail_positions, None)
             rewards.append(answer_reward(logits, *self.answers[k], self.tasks[k].score))
-        keep = (
-            frame % episodes.stride[envs] == 0
-        )  # a kept frame's block stays in the cache, its vision tokens beside it
+        # A kept frame's block stays in the cache, its vision tokens beside it.
+        keep = frame % episodes.stride[envs] == 0
         if keep.any():
-            rows = envs[keep]
-            episodes.vision[torch.as_tensor(rows), torch.as_tensor(kept[keep])] = vision[torch.as_tensor(keep)]
+            rows, on = envs[keep], self._on_device
+            episodes.vision[on(rows), on(kept[keep])] = vision[on(np.flatnonzero(keep))]
             episodes.kept[rows] += 1
             episodes.cache.length[rows] += block
         episodes.drawn[envs] += 1
@@ -363,7 +365,7 @@ class PrefixJudge:
         index = torch.arange(count)
         positions = sequence.block_positions_at(index).reshape(sequence.block_positions.shape[0], 1, -1)
         ids = sequence.block.to(self.device).repeat(count)[None]
-        vision = episodes.vision[torch.as_tensor(envs), :count].flatten(0, 1)
+        vision = episodes.vision[self._on_device(envs), :count].flatten(0, 1)
         offsets = episodes.cache.length[envs]
         self._forward(
             episodes, envs, offsets, ids, positions.expand(-1, len(envs), -1), unstack_vision(vision, self._like)
@@ -395,5 +397,5 @@ class PrefixJudge:
         return np.arange(int(e.kept[env])) * int(e.stride[env])
 
     def close(self) -> None:
-        self.frames.close()
+        self.frame_judge.close()
         self.head_kv = []
