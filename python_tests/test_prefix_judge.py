@@ -184,3 +184,22 @@ def test_max_frames_over_the_models_context_is_refused():
 def test_an_answer_word_of_several_tokens_is_refused_naming_the_split():
     with pytest.raises(FieldError, match=r"^tasks\[0\]\.yes: 'Yep' is 3 tokens for this model's tokenizer"):
         prefix_judge("vlmrm-tiny-qwen2-vl", 4, 1, tasks=[QuestionTask("Done?", yes="Yep")])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["vlmrm-tiny-qwen2-vl", "vlmrm-tiny-idefics3"])
+def test_on_a_gpu_the_streamed_prefix_equals_the_cpus(name):
+    """The CUDA path (the cache's indexing on the device, SDPA's lower-right causal bias there) in fp32 against the
+    CPU's streamed rewards, which the tests above hold to the template's forward: envs of different episode lengths,
+    the cap passed."""
+    cuda = torch.device("cuda")
+    cpu_judge = prefix_judge(name, 3, 3)
+    gpu_judge = PrefixJudge(
+        load_judge(name, device=cuda), list(TASKS), num_envs=3, max_frames=3, device=cuda, multi_task=True
+    )
+    frames, starts, _ = episode_streams([5, 3, 7], steps=8, size=(64, 64), seed=3)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # fp32 convolutions (matmuls are by default)
+        for t in range(8):
+            expected = cpu_judge.step(frames[t], starts=starts[t]).numpy()
+            got = gpu_judge.step(torch.from_numpy(frames[t]).to(cuda), starts=starts[t]).cpu().numpy()
+            np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0, err_msg=f"step {t}")

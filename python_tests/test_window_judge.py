@@ -122,3 +122,37 @@ def test_an_answer_word_of_several_tokens_is_refused_naming_the_split():
         FieldError, match=r"^tasks\[0\]\.yes: 'Yep' is 3 tokens for this model's tokenizer \('Y' \+ 'e' \+ 'p'\)"
     ):
         window_judge("vlmrm-tiny-qwen2-vl", 4, tasks=[QuestionTask("Up?", yes="Yep")])
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_window_judge_equals_the_cpus():
+    cuda = torch.device("cuda")
+    cpu_judge = window_judge("vlmrm-tiny-qwen2-vl", 8, 4, num_envs=2)
+    gpu_judge = WindowJudge(
+        load_judge("vlmrm-tiny-qwen2-vl", device=cuda),
+        list(TASKS),
+        num_envs=2,
+        window=8,
+        reads=4,
+        device=cuda,
+        multi_task=True,
+    )
+    frames, starts, _ = episode_streams([5, 3], steps=6, size=(64, 64), seed=3)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # fp32 convolutions (matmuls are by default)
+        for t in range(6):
+            expected = cpu_judge.step(frames[t], starts=starts[t]).numpy()
+            got = gpu_judge.step(torch.from_numpy(frames[t]).to(cuda), starts=starts[t]).cpu().numpy()
+            np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0, err_msg=f"step {t}")
+
+
+def test_a_steps_arguments_are_checked():
+    model = window_judge("vlmrm-tiny-smolvlm", 4, num_envs=3, tasks=TASKS[:1])
+    frames = np.zeros((2, 32, 32, 3), dtype=np.uint8)
+    with pytest.raises(ValueError, match=r"^frames of 2 envs without their indices \(envs=\); this scorer has 3 envs$"):
+        model.step(frames)
+    with pytest.raises(ValueError, match=r"^envs names an env twice; a step gives each env one frame$"):
+        model.step(frames, envs=[1, 1])
+    with pytest.raises(ValueError, match=r"^envs must be indices 0\.\.2, got 0\.\.3$"):
+        model.step(frames, envs=[0, 3])
+    with pytest.raises(ValueError, match=r"^starts holds 3 values for 2 frames$"):
+        model.step(frames, envs=[0, 1], starts=[True, False, True])
