@@ -506,12 +506,12 @@ def test_bad_questions_are_refused(task, fragment):
 
 
 def test_a_prompt_too_long_for_the_context_is_refused():
-    long = "Is " + "the pole upright and " * 200 + "the cart still?"
+    long = "Is " + "the pole upright and " * 9000 + "the cart still?"
     with pytest.raises(FieldError) as info:
         load_reward_model("vlmrm-tiny-qwen2-vl", criteria=[QuestionCriterion(long)], device="cpu")
     message = str(info.value)
     assert message.startswith("criteria[0].question: the prompt with the image is ")
-    assert "of them the image's at 224x224), over the model's context of 512: shorten the question" in message
+    assert "of them the image's at 224x224), over the model's context of 32768: shorten the question" in message
 
 
 def test_models_that_are_no_judge_are_refused(tmp_path):
