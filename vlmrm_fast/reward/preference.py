@@ -50,17 +50,17 @@ from torch import nn
 
 from vlmrm_fast.checks import FieldError, positive_int
 from vlmrm_fast.frames.preprocess import as_frame_tensor
+from vlmrm_fast.frames.views import FrameView
 from vlmrm_fast.models.judge.adapter import stack_vision, unstack_vision
 from vlmrm_fast.models.random_init import _LocalGenerator
 from vlmrm_fast.reward.episode_scorer import step_arguments
 from vlmrm_fast.reward.judge import DEFAULT_IMAGE_SIZE, DEFAULT_JUDGE_CHUNK, JudgeRewardModel
 from vlmrm_fast.reward.kinds import QuestionCriterion
+from vlmrm_fast.reward.preference_spec import DEFAULT_QUESTION, PreferenceSchedule
+from vlmrm_fast.runtime.memory import check_judge_frames_fit
 
-#: RL-VLM-F's question of two images, asked so that two answer words read it: yes, the first; no, the second.
-DEFAULT_QUESTION = (
-    "The goal is: {goal}. Does the first image show more progress toward the goal than the second image? Answer yes "
-    "or no."
-)
+#: Frames in memory resized and scored at once (the network is small: the frames at the judge's size bound it).
+_FRAMES_AT_ONCE = 512
 
 
 def _resized(frames: torch.Tensor, size: tuple[int, int], device: torch.device) -> torch.Tensor:
@@ -183,36 +183,15 @@ class FrameRewardNet(nn.Module):
         return self.members(frames).mean(dim=0)
 
 
-@dataclasses.dataclass(frozen=True)
-class PreferenceSchedule:
-    """When and how much :class:`PreferenceReward` labels and trains: every ``label_every`` steps, ``pairs`` pairs
-    labelled, then ``updates`` minibatches of ``batch_size`` labelled pairs; a replay of ``replay`` frames, a buffer of
-    ``labels`` pairs; Adam at ``learning_rate``; the network's input ``net_size`` px and ``members`` CNNs."""
-
-    label_every: int = 256
-    pairs: int = 64
-    updates: int = 64
-    batch_size: int = 64
-    replay: int = 4096
-    labels: int = 8192
-    learning_rate: float = 3e-4
-    net_size: int = 64
-    members: int = 3
-
-    def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            if field.name != "learning_rate":
-                object.__setattr__(self, field.name, positive_int(getattr(self, field.name), field.name))
-        if not (isinstance(self.learning_rate, (int, float)) and 0 < self.learning_rate < 1):
-            raise FieldError("learning_rate", f"must be a number in (0, 1), got {self.learning_rate!r}")
-        if self.replay < 2:
-            raise FieldError("replay", "must hold at least 2 frames: a pair is two of them")
-
-
 class PreferenceReward:
-    """RL-VLM-F's learned reward for ``num_envs`` envs (see the module docstring): a per-step scorer
-    (:class:`~vlmrm_fast.reward.episode_scorer.EpisodeScorer`) whose rewards are a network's, trained online from a
-    :class:`PreferenceLabeler`'s labels."""
+    """RL-VLM-F's learned reward (see the module docstring): a per-step scorer
+    (:class:`~vlmrm_fast.reward.episode_scorer.EpisodeScorer`, of ``num_envs`` envs) whose rewards are a network's,
+    trained online from a :class:`PreferenceLabeler`'s labels.
+
+    A step is :meth:`remember` (its frames into the replay), :meth:`rewards_of_images` (the network's rewards) and
+    :meth:`end_step` (counted; every ``label_every`` steps a round of labels and training): the network that scores a
+    step is the one trained after the steps before it. :meth:`step` does the three; the env stack's scorer
+    (``reward/preference_model.py``) does them range by range."""
 
     multi_criteria = False
 
@@ -220,21 +199,29 @@ class PreferenceReward:
         self,
         labeler: PreferenceLabeler,
         *,
-        num_envs: int,
+        num_envs: int | None = None,
         schedule: PreferenceSchedule | None = None,
         seed: int = 0,
     ):
-        self.labeler, self.schedule = labeler, schedule or PreferenceSchedule()
+        self.labeler, self.schedule = labeler, (schedule or PreferenceSchedule()).schedule
         schedule = self.schedule
-        self.num_envs = positive_int(num_envs, "num_envs")
+        self.num_envs = positive_int(num_envs, "num_envs", allow_none=True)
         self.device = labeler.device
+        h, w = labeler.image_size
+        size = schedule.net_size
+        check_judge_frames_fit(
+            "preference.replay",
+            1,
+            schedule.replay * h * w * 3 + schedule.labels * (2 * size * size * 3 + 4),
+            f"a replay of {schedule.replay:,} frames of {h} x {w} and {schedule.labels:,} labelled pairs of {size} px",
+            "give a smaller preference.replay or preference.labels (or a smaller image_size)",
+            self.device,
+        )
         self.generator = torch.Generator().manual_seed(int(seed))
         with _LocalGenerator(self.generator):
             self.net = FrameRewardNet(schedule.net_size, schedule.members).to(self.device)
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=schedule.learning_rate)
-        h, w = labeler.image_size
         self.replay = torch.zeros((schedule.replay, h, w, 3), dtype=torch.uint8, device=self.device)
-        size = schedule.net_size
         self.pairs = torch.zeros((schedule.labels, 2, size, size, 3), dtype=torch.uint8, device=self.device)
         self.labels = torch.zeros(schedule.labels, dtype=torch.float32, device=self.device)
         self.replayed = self.labelled = self.steps = 0  # frames put in the replay, pairs labelled, steps taken
@@ -242,26 +229,52 @@ class PreferenceReward:
 
     # ------------------------------------------------------------------ a step
     def step(self, frames: Any, envs: Any = None, starts: Any = None) -> torch.Tensor:
-        """The network's rewards (B,) of ``frames`` (see ``reward/episode_scorer.py``), after the frames joined the
-        replay and, every ``label_every`` steps, a round of labels and training."""
-        tensor, envs, starts = step_arguments(frames, envs, starts, self.num_envs)
-        with torch.no_grad():
-            images = _resized(tensor, self.labeler.image_size, self.device).permute(0, 2, 3, 1)
-            slots = (self.replayed + torch.arange(images.shape[0])) % self.schedule.replay
-            self.replay[slots.to(self.device)] = images
-            self.replayed += images.shape[0]
-        self.steps += 1
-        if self.steps % self.schedule.label_every == 0:
-            self.label_round()
-            self.train_round()
-        return self.rewards_of(tensor)
+        """The network's rewards (B,) of ``frames`` (see ``reward/episode_scorer.py``), once the frames joined the
+        replay; then the step is counted, and every ``label_every`` steps a round of labels and training follows."""
+        tensor = frames.tensor() if isinstance(frames, FrameView) else as_frame_tensor(frames)
+        tensor, envs, starts = step_arguments(tensor, envs, starts, self.num_envs or tensor.shape[0])
+        images = self.images_of(tensor)
+        self.remember(images)
+        rewards = self.rewards_of_images(images)
+        self.end_step()
+        return rewards
+
+    def images_of(self, frames: Any) -> torch.Tensor:
+        """uint8 frames (B, H, W, 3) -> uint8 (B, 3, h, w) at the judge's input size on the device (what the replay
+        keeps, and what the network's input is resized from)."""
+        return _resized(as_frame_tensor(frames), self.labeler.image_size, self.device)
 
     @torch.no_grad()
-    def rewards_of(self, frames: Any) -> torch.Tensor:
-        """The network's rewards (B,) of uint8 frames (B, H, W, 3) (relabelling a replay, scoring an episode)."""
-        tensor = as_frame_tensor(frames)
+    def remember(self, images: torch.Tensor) -> None:
+        """A step's frames, uint8 (B, 3, h, w) at the judge's input size (:meth:`images_of`), into the replay."""
+        slots = (self.replayed + torch.arange(images.shape[0])) % self.schedule.replay
+        self.replay[slots.to(self.device)] = images.permute(0, 2, 3, 1)
+        self.replayed += images.shape[0]
+
+    def end_step(self) -> None:
+        """Counts a step; every ``label_every`` steps, a round of labels and training (with gradients, wherever it is
+        called from: the env stack scores in inference mode)."""
+        self.steps += 1
+        if self.steps % self.schedule.label_every == 0:
+            with torch.inference_mode(False), torch.enable_grad():
+                self.label_round()
+                self.train_round()
+
+    @torch.no_grad()
+    def rewards_of_images(self, images: torch.Tensor) -> torch.Tensor:
+        """The network's rewards (B,) of uint8 frames (B, 3, h, w) at the judge's input size (:meth:`images_of`)."""
         size = (self.schedule.net_size, self.schedule.net_size)
-        return self.net(_resized(tensor, size, self.device).permute(0, 2, 3, 1))
+        return self.net(_resized(images.permute(0, 2, 3, 1), size, self.device).permute(0, 2, 3, 1))
+
+    def rewards_of(self, frames: Any) -> torch.Tensor:
+        """The network's rewards (B,) of uint8 frames (B, H, W, 3), as a step gives them (through the judge's input
+        size, as the replay keeps them and the labelled pairs are made from them)."""
+        tensor = as_frame_tensor(frames)
+        rewards = [
+            self.rewards_of_images(self.images_of(tensor[start : start + _FRAMES_AT_ONCE]))
+            for start in range(0, tensor.shape[0], _FRAMES_AT_ONCE)
+        ]
+        return torch.cat(rewards) if len(rewards) > 1 else rewards[0]
 
     def score_episode(self, frames: Any) -> torch.Tensor:
         return self.rewards_of(frames)
