@@ -10,8 +10,9 @@ recomputable), so neither is obeyed as a path: each name in them becomes a path 
   ``..``, ``.`` or empty part, and no link on the way from the folder to the file (a link as the file
   itself is never the run's: the run writes files, and its record vouches for none that is a link).
 - A checkpoint's manifest names its own checkpoint's files, those :func:`checkpoints.checkpoint_paths`
-  gives for its name (``model_N_steps.zip`` and ``model_replay_buffer_N_steps.pkl`` beside
-  ``model_N_steps.json``), and no other.
+  and :func:`checkpoints.reward_state_path` give for its name (``model_N_steps.zip``,
+  ``model_replay_buffer_N_steps.pkl`` and ``model_reward_state_N_steps.pt`` beside ``model_N_steps.json``), and no
+  other.
 - An ``appended`` entry of ``run_files.json`` (a file another library appends to as the run goes) names
   only a TensorBoard event file of the run, ``tensorboard/NAME/events.out.tfevents.*``.
 
@@ -56,7 +57,7 @@ def file_in_run(folder: pathlib.Path, name: Any, record: pathlib.Path) -> pathli
 
 def own_checkpoint_file(manifest: pathlib.Path, role: str, entry: Any, own: pathlib.Path) -> pathlib.Path:
     """``own``, the path of the checkpoint file that ``manifest``'s ``entry`` (``{"name": ..., "bytes": ...,
-    "sha256": ...}``) names as its ``role`` ("model", "replay_buffer"); a :class:`RecordError` when the entry
+    "sha256": ...}``) names as its ``role`` ("model", "replay_buffer", "reward_state"); a :class:`RecordError` when the entry
     names anything but that file's own name."""
     name = entry.get("name") if isinstance(entry, dict) else entry
     if not isinstance(entry, dict) or name != own.name:
