@@ -126,6 +126,57 @@ def test_a_learned_state_round_trips_bit_for_bit(tmp_path):
     assert other.learner.steps == 4 and torch.equal(other.learner.labels, model.learner.labels)
 
 
+def test_score_every_leaves_the_network_to_the_due_envs_and_every_frame_to_the_replay():
+    """score_every: 2, between_scores: hold: the learner sees every env's frame on every step (its replay, its round
+    every label_every steps), the envs get the network's reward on their due steps and hold it between."""
+    from vlmrm_fast import FastVLMRewardVecEnv, load_reward_model
+
+    model = load_reward_model(**spec_fields(), score_every=2, between_scores="hold")
+    env = FastVLMRewardVecEnv("cartpole", 2, reward_model=model, episode_length=50, seed=0)
+    env.reset()
+    rewards = [env.step(np.zeros(2, dtype=np.int64))[1] for _ in range(4)]
+    env.close()
+    assert model.learner.steps == 4 and model.learner.replayed == 8 and model.learner.labelled == 2 * QUICK["pairs"]
+    np.testing.assert_array_equal(rewards[2], rewards[1])  # step 3 holds step 2's score
+    assert not np.array_equal(rewards[3], rewards[1])  # step 4 is scored by the network trained after step 2
+
+
+def test_make_vec_and_evaluate_take_the_learned_reward():
+    """gymnasium's vector API builds the same stack; evaluation scores the network's rewards of the frames (one
+    column, about the first target prompt as a judge's)."""
+    import gymnasium
+
+    from vlmrm_fast.evaluation.dataset import StateDataset
+    from vlmrm_fast.evaluation.evaluate import evaluate_models
+
+    fields = spec_fields()
+    env = gymnasium.make_vec(
+        "vlmrm_fast/humanoid-kneeling",
+        num_envs=2,
+        vectorization_mode="vector_entry_point",
+        render_size=32,
+        max_episode_steps=4,
+        **{k: v for k, v in fields.items() if k != "device"},
+    )
+    try:
+        env.reset(seed=0)
+        for _ in range(3):
+            _, rewards, _, _, _ = env.step(np.zeros(env.action_space.shape, np.float32))
+        model = env.reward_model
+        assert model.learner.steps == 3 and model.learner.labelled == QUICK["pairs"]
+        frames = np.stack(env.render())
+        np.testing.assert_allclose(
+            rewards, model.learner.rewards_of(frames).numpy(), rtol=REWARD_RTOL, atol=REWARD_ATOL
+        )
+    finally:
+        env.close()
+    ds = StateDataset.sample("cartpole", 8, seed=0, size=(40, 60))
+    ds = ds.with_labels((np.abs(ds.states[:, 2]) < 0.05).astype(float))
+    (evaluated,) = evaluate_models(ds, [model], (0.0, 0.5)).models
+    assert evaluated.alphas == (0.0,)
+    np.testing.assert_array_equal(evaluated.rewards[:, 0], model.learner.rewards_of(ds.frames).numpy())
+
+
 # ----------------------------------------------------------------------------- training from a config
 def shrunk(tmp_path: pathlib.Path, **env) -> dict:
     """configs/preference-humanoid-kneeling.yaml with the tiny random judge, two envs, short episodes and the quick

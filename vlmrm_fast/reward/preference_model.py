@@ -115,6 +115,7 @@ class PreferenceRewardModel:
         self.schedule = schedule
         self.learner = PreferenceReward(labeler, schedule=preference.schedule, seed=seed)
         self.chunk_size = labeler.chunk_size
+        self._judge_parameters = labeler.prompts.parameter_count()  # counted while the judge is loaded
         self._criteria = (
             QuestionCriterion(
                 labeler.question, score="log_odds", yes=preference.yes, no=preference.no, name=CRITERION_NAME
@@ -209,8 +210,7 @@ class PreferenceRewardModel:
 
     def parameter_count(self) -> int:
         """The judge's parameters and the reward networks'."""
-        net = sum(p.numel() for p in self.learner.net.parameters())
-        return int(self.labeler.prompts.parameter_count() + net)
+        return int(self._judge_parameters + sum(p.numel() for p in self.learner.net.parameters()))
 
     @property
     def needs(self) -> RewardNeeds:
