@@ -323,7 +323,8 @@ def test_a_judge_of_one_image_per_prompt_is_refused(monkeypatch):
         ({"window": {"frames": 4}}, "window: sets a window of each env's frames (docs/video-rewards.md)"),
         ({"preference": {"lable_every": 3}}, "preference.lable_every: unknown field; a preference has label_every"),
         ({"preference": {"replay": 1}}, "preference.replay: must hold at least 2 frames"),
-        ({"preference": {"yes": "No"}}, "preference.no: is the same word as yes ('No')"),
+        ({"preference": {"yes": "No"}}, "preference.no: equals yes ('No')"),
+        ({"preference": {"yes": True}}, "preference.yes: YAML read the value as the boolean true"),
         ({"preference": {"goal": " "}}, "preference.goal: must say what progress is toward"),
     ],
 )

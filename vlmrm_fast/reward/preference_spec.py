@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from vlmrm_fast.checks import FieldError, FieldTypeError, positive_int
+from vlmrm_fast.checks import FieldError, positive_int
+from vlmrm_fast.reward.kinds import QuestionCriterion
 
 #: RL-VLM-F's question of two images, asked so that two answer words read it: yes, the first; no, the second.
 DEFAULT_QUESTION = (
@@ -70,16 +71,11 @@ class PreferenceSpec(PreferenceSchedule):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("question", "yes", "no"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value.strip():
-                raise FieldTypeError(name, f"must be a non-empty string, got {value!r}")
+        QuestionCriterion(self.question, yes=self.yes, no=self.no)  # a question's checks (a YAML boolean named)
         if self.goal is not None and (not isinstance(self.goal, str) or not self.goal.strip()):
             raise FieldError(
                 "goal", f"must say what progress is toward (e.g. 'the robot stands up'), got {self.goal!r}"
             )
-        if self.yes.strip() == self.no.strip():
-            raise FieldError("no", f"is the same word as yes ({self.yes!r}): the two answers must differ")
 
     @classmethod
     def of(cls, value: Any, name: str = "preference") -> PreferenceSpec | None:
