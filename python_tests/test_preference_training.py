@@ -284,6 +284,12 @@ def test_torchrun_is_refused_on_every_rank_naming_why(monkeypatch):
         "it in one process (vlmrm-fast train without torchrun), with as many envs as the device holds"
     )
     check_launch(RewardModelSpec(model=JUDGE, device="cpu"))  # a judge of frames splits
+    from vlmrm_fast.distributed.sharded import ShardedVecEnv
+    from vlmrm_fast.envs.spec import EnvSpec
+
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(FieldError, match=r"^reward\.preference: torchrun splits the envs over ranks"):
+        ShardedVecEnv.from_specs(EnvSpec(task="cartpole", n_envs=4), spec)  # refused before any rank is joined
 
 
 def test_an_answer_word_of_several_tokens_is_refused():
