@@ -196,15 +196,18 @@ def shrunk(tmp_path: pathlib.Path, **env) -> dict:
 @pytest.mark.usefixtures("one_torch_thread")
 def test_sac_trains_with_the_preference_reward_from_the_shipped_config(tmp_path):
     """SAC from the example config, shrunk: each checkpoint holds the learned reward's state, named by its
-    manifest, and the state's counts are the run's."""
+    manifest, and the state's counts are the run's; the run's video is scored by the network."""
     from stable_baselines3 import SAC
 
     from vlmrm_fast.training.config import load_config
     from vlmrm_fast.training.train import train
 
-    assert train(load_config(shrunk(tmp_path))) == 0
+    config = shrunk(tmp_path)
+    config["logging"]["video_every"] = 32  # the run's video, its VLM return scored by the network (score_frames)
+    assert train(load_config(config)) == 0
     run = tmp_path / "run"
     assert SAC.load(run / "final_model.zip").num_timesteps >= 32
+    assert [p.name for p in (run / "videos").glob("*.mp4")] == ["policy_000000032_steps.mp4"]
     folder = run / "checkpoints"
     for steps in (16, 32):
         state = torch.load(folder / f"model_reward_state_{steps}_steps.pt", weights_only=True)
