@@ -315,6 +315,16 @@ def test_a_judge_of_one_image_per_prompt_is_refused(monkeypatch):
     )
 
 
+def test_a_replay_smaller_than_a_step_is_refused():
+    from vlmrm_fast import FastVLMRewardVecEnv
+
+    with pytest.raises(FieldError) as refused:
+        FastVLMRewardVecEnv("cartpole", 3, **spec_fields(replay=2))
+    assert str(refused.value) == (
+        "preference.replay: holds 2 frames, fewer than a step of 3 envs gives it: give at least 3"
+    )
+
+
 @pytest.mark.parametrize(
     ("fields", "line"),
     [

@@ -253,7 +253,13 @@ class PreferenceRewardModel:
 
     def step_scorer(self, num_envs: int, episode_length: int | None = None) -> PreferenceStepScorer:
         """The learner's feeding by a stack of ``num_envs`` envs (every stack built on this model feeds its one
-        learner)."""
+        learner); a replay smaller than a step's frames is refused."""
+        replay = self.learner.schedule.replay
+        if replay < num_envs:
+            raise FieldError(
+                "preference.replay",
+                f"holds {replay} frames, fewer than a step of {num_envs} envs gives it: give at least {num_envs}",
+            )
         return PreferenceStepScorer(self.learner, num_envs)
 
     # ------------------------------------------------------------------ frames in memory
