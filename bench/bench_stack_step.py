@@ -6,7 +6,8 @@
 
 One measurement: ``FastVLMRewardVecEnv("humanoid-kneeling", 4, render_size=64, seed=0, device="cpu")`` scored by
 a reward family (``clip``: ``vlmrm-tiny``; ``window``: ``viclip-tiny`` with a window of 8 frames; ``judge``:
-``vlmrm-tiny-qwen2-vl``), its construction timed after ``from vlmrm_fast import FastVLMRewardVecEnv``, then 50 steps
+``vlmrm-tiny-qwen2-vl``; ``preference``: the tiny judge's learned preference reward, a round every 10 steps), its
+construction timed after ``from vlmrm_fast import FastVLMRewardVecEnv``, then 50 steps
 of zero actions after 5. ``--scorer ENVS RANGES`` times the scoring half of a step alone instead
 (``stack.scorer.ChunkedScorer``'s begin, submit per range and finish, over host frames) with a model whose own
 work is nearly nothing, so that what the stack adds around a reward model shows (microseconds, the best of 7
@@ -35,6 +36,12 @@ VARIANTS = {
     "clip": {"model": "vlmrm-tiny"},
     "window": {"model": "viclip-tiny", "window": {"frames": 8}},
     "judge": {"model": "vlmrm-tiny-qwen2-vl"},
+    # The learned preference reward: its network per env step, a round of 16 pairs and 16 updates every 10 steps.
+    "preference": {
+        "model": "vlmrm-tiny-qwen2-vl",
+        "target_prompts": ["a humanoid robot kneeling"],
+        "preference": {"label_every": 10, "pairs": 16, "updates": 16, "batch_size": 16, "replay": 256, "labels": 256},
+    },
 }
 LOCK = pathlib.Path("/work/.calm.lock")
 

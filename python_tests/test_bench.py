@@ -113,3 +113,22 @@ def test_stack_step_bench_measures_a_checkout_in_fresh_processes(tmp_path):
     result = run_python([script, "--scorer", "4", "1"], timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1])["us_per_step"] > 0
+
+
+def test_episode_judges_bench_measures_each_way_side_by_side(tmp_path):
+    """bench/bench_episode_judges.py: the streamed prefix judge, its recompute and the template's forward per step,
+    the window judge and its template's forward, on the same frames with the same rewards."""
+    out = tmp_path / "episode_judges.json"
+    command = [str(ROOT / "bench" / "bench_episode_judges.py"), "--envs", "2", "--steps", "5", "--max-frames", "4"]
+    result = run_python([*command, "--window", "4", "--repeats", "2", "--out", str(out)], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["row"].split(" (")[0] for row in rows] == [
+        "prefix streamed",
+        "prefix recompute, vision kept",
+        "prefix anchor",
+        "window K=4",
+        "window K=4 anchor",
+    ]
+    assert all(row["max_reward_diff"] < 1e-4 for row in rows if "max_reward_diff" in row)
+    assert rows[0]["episodes"] == 2 and rows[0]["env_steps_per_s"] > 0 and rows[3]["video"]

@@ -506,12 +506,12 @@ def test_bad_questions_are_refused(task, fragment):
 
 
 def test_a_prompt_too_long_for_the_context_is_refused():
-    long = "Is " + "the pole upright and " * 200 + "the cart still?"
+    long = "Is " + "the pole upright and " * 9000 + "the cart still?"
     with pytest.raises(FieldError) as info:
         load_reward_model("vlmrm-tiny-qwen2-vl", criteria=[QuestionCriterion(long)], device="cpu")
     message = str(info.value)
     assert message.startswith("criteria[0].question: the prompt with the image is ")
-    assert "of them the image's at 224x224), over the model's context of 512: shorten the question" in message
+    assert "of them the image's at 224x224), over the model's context of 32768: shorten the question" in message
 
 
 def test_models_that_are_no_judge_are_refused(tmp_path):
@@ -553,8 +553,8 @@ def test_clip_criteria_and_fields_are_refused_for_a_judge():
         load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="up", checkpoint="w.pt", device="cpu")
     with pytest.raises(
         FieldError,
-        match=r"^image_size: sets a generative VLM judge's input size, a field of the judge family; 'vlmrm-tiny' is a "
-        r"CLIP frame model \(the clip family\), which does not take it: leave it out$",
+        match=r"^image_size: sets a generative VLM judge's input size, a field of the preference and judge families; "
+        r"'vlmrm-tiny' is a CLIP frame model \(the clip family\), which does not take it: leave it out$",
     ):
         load_reward_model("vlmrm-tiny", target_prompts="up", image_size=112, device="cpu")
 

@@ -238,6 +238,88 @@ def test_a_manifest_naming_anything_but_its_own_files_is_refused(run, tmp_path, 
     )
 
 
+def _reward_state(steps: int):
+    """A reward model's learned state, as save_checkpoint's ``reward_state`` writes it."""
+    return lambda f: f.write(b"learned %d" % steps)
+
+
+@pytest.fixture
+def learned_run(run) -> pathlib.Path:
+    """``run`` with a checkpoint at 60 steps that holds a reward model's learned state (a learned preference
+    reward's), as a run writes it."""
+    checkpoints.save_checkpoint(
+        _Model(60), run / "checkpoints", reason="periodic", keep_replay_buffers=3, reward_state=_reward_state(60)
+    )
+    assert (run / "checkpoints" / "model_reward_state_60_steps.pt").read_bytes() == b"learned 60"
+    return run
+
+
+@pytest.mark.parametrize(
+    ("name", "flags"),
+    [
+        ("../../../../x", ["--resume"]),
+        ("../../../../x", ["--overwrite"]),
+        ("ABSOLUTE", ["--resume"]),
+        ("model_replay_buffer_60_steps.pkl", ["--resume"]),  # another file of its own checkpoint
+        ("model_reward_state_40_steps.pt", ["--overwrite"]),  # another checkpoint's name
+        ("README.txt", ["--resume"]),  # a file of the user's in checkpoints/
+    ],
+)
+def test_a_manifest_naming_anything_but_its_own_reward_state_is_refused(learned_run, tmp_path, capfd, name, flags):
+    """The reward model's learned state is a file of its checkpoint like the model: a manifest that names another
+    file as it (outside the folder, absolute, another file's) is refused before anything is read or touched."""
+    name = str(tmp_path / "x") if name == "ABSOLUTE" else name
+    (learned_run / "checkpoints" / "README.txt").write_text("the good one is model_20_steps.zip\n")
+    _forge_manifest(learned_run, 60, "reward_state", name, size=len(PRECIOUS))
+    _refused(
+        tmp_path,
+        capfd,
+        flags,
+        f"{learned_run / 'checkpoints' / 'model_60_steps.json'} names {name!r} as its reward state",
+        "names only its own files (model_reward_state_60_steps.pt for this one)",
+    )
+
+
+def test_a_forged_reward_state_entry_is_refused_by_a_save_that_would_prune(learned_run, tmp_path):
+    """A save that prunes (``keep_checkpoints: 1``) reads every manifest first: a reward state entry naming a file
+    outside the folder makes it refuse, and the file outside survives byte for byte."""
+    _forge_manifest(learned_run, 60, "reward_state", "../../../../x", size=len(PRECIOUS))
+    before = _tree(tmp_path)
+    with pytest.raises(RecordError, match="names '../../../../x' as its reward state"):
+        checkpoints.save_checkpoint(
+            _Model(80),
+            learned_run / "checkpoints",
+            reason="periodic",
+            keep_checkpoints=1,
+            reward_state=_reward_state(80),
+        )
+    after = _tree(tmp_path)
+    assert {name: after[name] for name in before} == before
+    assert (tmp_path / "x").read_bytes() == PRECIOUS
+
+
+def test_a_reward_state_is_part_of_its_checkpoint(learned_run):
+    """Scanned, verified and pruned with its checkpoint: missing or altered, the checkpoint is damaged (set aside,
+    never deleted); no manifest naming it, it is a file no manifest vouches for."""
+    folder = learned_run / "checkpoints"
+    checkpoints.save_checkpoint(
+        _Model(80), folder, reason="periodic", keep_checkpoints=1, reward_state=_reward_state(80)
+    )
+    assert not (folder / "model_reward_state_60_steps.pt").exists()  # pruned with its checkpoint
+    state = folder / "model_reward_state_80_steps.pt"
+    newest = checkpoints.scan(folder).newest()
+    assert newest is not None and newest.steps == 80 and newest.reward_state == state and state in newest.files()
+    assert checkpoints.verify(newest) == (None, None)
+    state.write_bytes(b"learned 81")  # the same size, another content
+    assert checkpoints.verify(newest)[0] == f"{state.name}: its sha256 differs from the manifest's"
+    state.unlink()
+    scan = checkpoints.scan(folder)
+    assert 80 not in [c.steps for c in scan.complete]
+    assert [d.why for d in scan.damaged] == [f"{state.name} is missing"]
+    (folder / "model_reward_state_100_steps.pt").write_bytes(b"learned 100")
+    assert "model_reward_state_100_steps.pt" in [p.name for d in checkpoints.scan(folder).damaged for p in d.files]
+
+
 def test_a_forged_manifest_is_refused_by_a_save_that_would_prune(run, tmp_path):
     """``logging.keep_checkpoints: 1`` and ``keep_replay_buffers`` prune after each save: a manifest naming a
     file outside the folder makes the save's pruning refuse, and deletes nothing."""

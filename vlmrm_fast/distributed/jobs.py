@@ -8,17 +8,20 @@ from typing import TYPE_CHECKING, Any
 
 from vlmrm_fast.distributed.channel import RankFailure
 from vlmrm_fast.distributed.config import DEFAULTS, DistributedConfig
-from vlmrm_fast.distributed.launch import Launch, LayoutError, check_launcher, launched
+from vlmrm_fast.distributed.launch import Launch, LayoutError, check_launcher, check_reward_splits, launched
 
 if TYPE_CHECKING:
     from vlmrm_fast.envs.spec import EnvSpec
     from vlmrm_fast.reward.spec import RewardModelSpec
 
 
-def check_launch() -> None:
+def check_launch(reward: RewardModelSpec | None = None) -> None:
     """Refuses a launch that cannot work, with the fix (srun tasks without torchrun, torchrun
-    restarts on a shared store; see ``launch.check_launcher``)."""
+    restarts on a shared store; see ``launch.check_launcher``), and under torchrun a ``reward`` whose model cannot
+    be split over ranks (``launch.check_reward_splits``), the same on every rank."""
     check_launcher()
+    if reward is not None and Launch.detect().world_size > 1:
+        check_reward_splits(reward.needs)
 
 
 def serving_rank() -> bool:

@@ -15,6 +15,7 @@ import datetime
 import os
 import socket
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -259,4 +260,17 @@ def check_launcher(environ: Mapping[str, str] | None = None) -> None:
             "connect (pytorch/pytorch#135712 on GitHub). Set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in torchrun's environment "
             "(each restart then gets a store of its own), or launch with python -m vlmrm_fast.distributed.run, "
             "which is torchrun with it set"
+        )
+
+
+def check_reward_splits(needs: Any) -> None:
+    """Refuses, on every rank, a reward model that cannot be split over ranks (its ``needs.one_process``, a
+    ``reward.protocol.Need``: a state learned from every env's frames), naming the field and the fix."""
+    from vlmrm_fast.checks import FieldError
+
+    need = needs.one_process
+    if need is not None:
+        instead = f": {need.instead}" if need.instead else ""
+        raise FieldError(
+            f"reward.{need.field}", f"torchrun splits the envs over ranks, and {need.why}; not split{instead}"
         )

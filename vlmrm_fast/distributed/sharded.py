@@ -31,6 +31,7 @@ from vlmrm_fast.distributed.launch import (
     Launch,
     LayoutError,
     as_timeout,
+    check_reward_splits,
     join,
     plan_shards,
     shard_devices,
@@ -180,6 +181,7 @@ class ShardedVecEnv(VecEnv):
         options = dict(options)
         seed = options.pop("seed", None)
         self.config = config
+        check_reward_splits(reward.needs)
         try:
             pickle.dumps((env, reward, options))
         except Exception as exc:

@@ -26,24 +26,28 @@ if TYPE_CHECKING:
     from vlmrm_fast.reward.spec import RewardModelSpec
 
 
-def _names_a_judge(model: str, criteria: tuple[Any, ...] | None, window: Any) -> bool:
+def _names_a_judge(model: str, criteria: tuple[Any, ...] | None, window: Any, preference: Any) -> bool:
     from vlmrm_fast.models.judge.judge_models import is_judge_name
     from vlmrm_fast.reward.kinds import QuestionCriterion
 
     return is_judge_name(model) or any(isinstance(criterion, QuestionCriterion) for criterion in criteria or ())
 
 
-def _names_a_video_model(model: str, criteria: tuple[Any, ...] | None, window: Any) -> bool:
+def _learns_preferences(model: str, criteria: tuple[Any, ...] | None, window: Any, preference: Any) -> bool:
+    return preference is not None
+
+
+def _names_a_video_model(model: str, criteria: tuple[Any, ...] | None, window: Any, preference: Any) -> bool:
     from vlmrm_fast.models.video import known_video_models
 
     return model in known_video_models()
 
 
-def _has_a_window(model: str, criteria: tuple[Any, ...] | None, window: Any) -> bool:
+def _has_a_window(model: str, criteria: tuple[Any, ...] | None, window: Any, preference: Any) -> bool:
     return window is not None
 
 
-def _any(model: str, criteria: tuple[Any, ...] | None, window: Any) -> bool:
+def _any(model: str, criteria: tuple[Any, ...] | None, window: Any, preference: Any) -> bool:
     return True
 
 
@@ -61,12 +65,16 @@ def _a_window(model: str, frames: int | None) -> dict[str, Any] | None:
     return None if frames is None else {"frames": frames}
 
 
+def _no_window(model: str, frames: int | None) -> dict[str, Any] | None:
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class RewardFamily:
     """One reward family (see the module docstring).
 
-    ``claims(model, criteria, window)``: whether a spec of that model name, criteria (None: the target
-    prompts') and window is this family's. ``fields``: the spec fields it takes beyond every family's, each
+    ``claims(model, criteria, window, preference)``: whether a spec of that model name, criteria (None: the target
+    prompts'), window and preference (a learned reward's settings) is this family's. ``fields``: the spec fields it takes beyond every family's, each
     with what it sets (the refusal of a field another family takes reads it). ``window_for(model, frames)``:
     the window fields a model of this family is evaluated with for a window size (None: its own; the result
     None: no window). ``implementation``: ``"module:Class"`` of its reward model class.
@@ -76,7 +84,7 @@ class RewardFamily:
 
     name: str
     description: str
-    claims: Callable[[str, tuple[Any, ...] | None, Any], bool]
+    claims: Callable[[str, tuple[Any, ...] | None, Any, Any], bool]
     fields: Mapping[str, str]
     implementation: str
     window_for: Callable[[str, int | None], dict[str, Any] | None] = _a_window
@@ -118,6 +126,14 @@ _CLIP_FIELDS = {
     "encoder_options": "the image tower backend's own options",
 }
 _WINDOW = {"window": "a window of each env's frames (docs/video-rewards.md)"}
+_JUDGE_FIELDS = {
+    "image_size": "a generative VLM judge's input size",
+    "prompt_order": "the order of a generative VLM judge's question and frame",
+    "do_image_splitting": "whether a SmolVLM or Idefics3 judge cuts a frame into tiles",
+    "longest_edge": "the edge a SmolVLM or Idefics3 judge resizes a frame to",
+    "resize_mode": _CLIP_FIELDS["resize_mode"],
+    "backend": _CLIP_FIELDS["backend"],
+}
 
 #: The reward families, in the order they claim a spec: the first that claims it is its family (``clip``, the
 #: :data:`FALLBACK`, is asked last, so that a row added to the table claims its names before it).
@@ -125,17 +141,18 @@ REWARD_FAMILIES: dict[str, RewardFamily] = {
     family.name: family
     for family in (
         RewardFamily(
+            "preference",
+            "a reward learned from a generative VLM judge's preferences between two frames",
+            _learns_preferences,
+            {**_JUDGE_FIELDS, "preference": "a reward learned from a judge's preferences (RL-VLM-F, docs/judge.md)"},
+            "vlmrm_fast.reward.preference_model:PreferenceRewardModel",
+            window_for=_no_window,
+        ),
+        RewardFamily(
             "judge",
             "a generative VLM judge",
             _names_a_judge,
-            {
-                "image_size": "a generative VLM judge's input size",
-                "prompt_order": "the order of a generative VLM judge's question and frame",
-                "do_image_splitting": "whether a SmolVLM or Idefics3 judge cuts a frame into tiles",
-                "longest_edge": "the edge a SmolVLM or Idefics3 judge resizes a frame to",
-                "resize_mode": _CLIP_FIELDS["resize_mode"],
-                "backend": _CLIP_FIELDS["backend"],
-            },
+            _JUDGE_FIELDS,
             "vlmrm_fast.reward.judge:JudgeRewardModel",
         ),
         RewardFamily(
@@ -174,12 +191,14 @@ REWARD_FAMILIES: dict[str, RewardFamily] = {
 FALLBACK = "clip"
 
 
-def family_of(model: str, criteria: tuple[Any, ...] | None = None, window: Any = None) -> RewardFamily:
-    """The family of a model named ``model`` with those criteria and window: the first row that claims it, in the
-    table's order, the :data:`FALLBACK` row last."""
+def family_of(
+    model: str, criteria: tuple[Any, ...] | None = None, window: Any = None, preference: Any = None
+) -> RewardFamily:
+    """The family of a model named ``model`` with those criteria, window and preference: the first row that claims
+    it, in the table's order, the :data:`FALLBACK` row last."""
     rows = [row for name, row in REWARD_FAMILIES.items() if name != FALLBACK] + [REWARD_FAMILIES[FALLBACK]]
     for family in rows:
-        if family.claims(model, criteria, window):
+        if family.claims(model, criteria, window, preference):
             return family
     raise ValueError(f"no reward family claims model {model!r}; families are {', '.join(REWARD_FAMILIES)}")
 

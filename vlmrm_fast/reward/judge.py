@@ -93,9 +93,14 @@ class JudgeRewardModel(FrameRewardModel):
         schedule: ScoreSchedule = EVERY_STEP,
         prompt_order: str = DEFAULT_PROMPT_ORDER,
         cache_prefix: bool = True,
+        frames: int = 1,
+        video: bool = False,
     ):
         self.judge = judge
         self.prompt_order = prompt_order
+        # A question may be about several frames at once (a window's, or two compared): as images, or as one video.
+        self.frames, self.video = int(frames), bool(video)
+        self.modality = "video" if video else "image"
         self.cache_prefix = cache_prefix  # False: every frame runs its whole prompt (the same rewards, slower)
         self.schedule = schedule
         self.device = torch.device(device)
@@ -253,9 +258,11 @@ class JudgeRewardModel(FrameRewardModel):
                 layout_prompt(
                     processor,
                     self.adapter,
-                    config.image_token_id,
+                    config.video_token_id if self.video else config.image_token_id,
                     criterion.question,
                     order=self.prompt_order,
+                    frames=self.frames,
+                    video=self.video,
                     context=context,
                     field=field,
                 )
@@ -267,6 +274,7 @@ class JudgeRewardModel(FrameRewardModel):
             self._group(shared, layouts, answers) for shared in share_frames(layouts, cache_head=self.cache_prefix)
         ]
         self._tasks, self._groups, self.multi_criteria = tuple(criteria), groups, multi_criteria
+        self.layout = layouts[0]
 
     def prompt(self, column: int = 0) -> torch.Tensor:
         """The token ids (L,) of criterion ``column``'s whole prompt, as its language model reads it for a frame."""
@@ -364,17 +372,22 @@ class JudgeRewardModel(FrameRewardModel):
             with timer.stage("encode"):
                 vision = self.adapter.encode(chunk)
             with timer.stage("reward"):
-                columns: list[torch.Tensor | None] = [None] * len(self._tasks)
-                for group in self._groups:
-                    for answer, reward in self._rewards(group, vision, chunk.shape[0]):
-                        columns[answer.column] = reward
-                chunks.append(torch.stack(columns, 1))  # type: ignore[arg-type]
+                chunks.append(self.score_vision(vision, chunk.shape[0]))
         rewards = torch.cat(chunks) if len(chunks) > 1 else chunks[0]
         rewards = rewards if self.multi_criteria else rewards[:, 0]
         if out is None:
             return rewards
         out.copy_(rewards)
         return out
+
+    def score_vision(self, vision: Any, n: int) -> torch.Tensor:
+        """Every criterion's rewards (n, criteria) of ``n`` prompts whose frames' vision output is ``vision`` (each prompt's
+        ``frames`` items one after another: the language model's ``mm_encoder_outputs`` of its modality)."""
+        columns: list[torch.Tensor | None] = [None] * len(self._tasks)
+        for group in self._groups:
+            for answer, reward in self._rewards(group, vision, n):
+                columns[answer.column] = reward
+        return torch.stack(columns, 1)  # type: ignore[arg-type]
 
     def _rewards(self, group: _Group, vision: Any, n: int) -> list[tuple[_Answer, torch.Tensor]]:
         """Each question's rewards (n,) of a group, for a batch whose vision output is ``vision``: one pass over
@@ -393,7 +406,7 @@ class JudgeRewardModel(FrameRewardModel):
             position_ids=None if positions is None else positions.expand(-1, n, -1),
             attention_mask=group.frame_mask,
             cache=cache,
-            mm_encoder_outputs={"image": vision},
+            mm_encoder_outputs={self.modality: vision},
             use_cache=cache is not None or rests,
             logits_to_keep=1,
         )

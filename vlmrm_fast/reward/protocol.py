@@ -16,7 +16,9 @@ its row in ``REWARD_FAMILIES``) keeps it; so can a model of your own.
 - Frames in memory (episode batches, evaluation, a run's videos): ``score_frames``.
 
 A model may also carry a ``schedule`` (:class:`~vlmrm_fast.reward.schedule.ScoreSchedule`): which steps
-of an env's episode the env stack scores; without one, every step.
+of an env's episode the env stack scores; without one, every step. A model that learns as the envs step (a
+reward learned online from a judge's preferences) keeps :class:`LearnsOnline` too: a training run saves its
+learned state with each checkpoint and a resume restores it.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ class RewardNeeds:
     ``terminal_state``: why an episode's last step must be scored on the state that ended it, never on
     the next episode's first frame (``score_terminal_on: reset_frame``); ``scored_as_it_steps``: why its
     rewards cannot be left to episode batches (``defer_rewards``); ``time_limit``: why it needs the envs'
-    time limit. None: not asked.
+    time limit; ``one_process``: why its envs cannot be split over torchrun's ranks (a state learned from every env's
+    frames, which one process must see). None: not asked.
     """
 
     episodes: bool = False
@@ -64,6 +67,7 @@ class RewardNeeds:
     terminal_state: str | None = None
     scored_as_it_steps: str | None = None
     time_limit: Need | None = None
+    one_process: Need | None = None
 
 
 #: What a model that scores each frame on its own asks: nothing.
@@ -174,6 +178,20 @@ class RewardModel(Protocol):
         window model scores the windows of ``window_size`` frames (default its own) that start every
         ``window_step`` frames inside each episode, the reward on a window's last frame. A frame model scores
         every frame on its own. ``progress``: a progress bar over its batches."""
+        ...
+
+
+@runtime_checkable
+class LearnsOnline(Protocol):
+    """A reward model whose rewards change as it learns from the frames it scores: its learned state is part of a
+    checkpoint (``training/checkpoints.py`` writes it beside the policy; a resume restores it)."""
+
+    def save_learned(self, file: Any) -> None:
+        """Writes everything it learned (and what it learns from) into the binary ``file``."""
+        ...
+
+    def load_learned(self, file: Any) -> None:
+        """Restores the state :meth:`save_learned` wrote (a state of other settings is refused in one line)."""
         ...
 
 

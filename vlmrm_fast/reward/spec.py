@@ -19,6 +19,7 @@ from vlmrm_fast.frames.preprocess import RESIZE_MODES
 from vlmrm_fast.models.judge.prompt import PROMPT_ORDERS
 from vlmrm_fast.reward.families import REWARD_FAMILIES, RewardFamily, family_of
 from vlmrm_fast.reward.kinds import Criterion, GoalBaselineCriterion, as_criteria, normalize_prompts
+from vlmrm_fast.reward.preference_spec import PreferenceSpec
 from vlmrm_fast.reward.schedule import ScoreSchedule
 from vlmrm_fast.reward.window import WindowSpec
 
@@ -82,6 +83,10 @@ class RewardModelSpec:
     question cached ahead of the frame: fewer tokens per frame); ``do_image_splitting`` and
     ``longest_edge`` set SmolVLM's and Idefics3's processor (tiles of the frame, and the longest edge it
     is resized to before they are cut; None: the processor's own).
+
+    ``preference``: a reward learned from the judge's preferences between two frames (RL-VLM-F; a
+    :class:`~vlmrm_fast.reward.preference_spec.PreferenceSpec`: ``{goal: ..., label_every: 256, pairs: 64}``;
+    docs/judge.md): the env's reward is a small network's, trained online with the Bradley-Terry loss.
     """
 
     model: str = DEFAULT_MODEL
@@ -107,6 +112,7 @@ class RewardModelSpec:
     prompt_order: str | None = None
     do_image_splitting: bool | None = None
     longest_edge: int | None = None
+    preference: PreferenceSpec | None = None
     encoder_options: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
@@ -148,6 +154,7 @@ class RewardModelSpec:
         if self.do_image_splitting is not None:
             put("do_image_splitting", boolean(self.do_image_splitting, "do_image_splitting"))
         put("longest_edge", positive_int(self.longest_edge, "longest_edge", allow_none=True))
+        put("preference", PreferenceSpec.of(self.preference))
         put("score_every", self.schedule.score_every)  # checked there, named as the field
         if not isinstance(self.encoder_options, Mapping):
             raise FieldTypeError("encoder_options", f"must be a mapping of option names, got {self.encoder_options!r}")
@@ -179,7 +186,7 @@ class RewardModelSpec:
     def family(self) -> RewardFamily:
         """The reward family of this spec (``reward.families.REWARD_FAMILIES``): the first that claims its model,
         criteria and window."""
-        return family_of(self.model, self.criteria, self.window)
+        return family_of(self.model, self.criteria, self.window, self.preference)
 
     @property
     def needs(self) -> RewardNeeds:

@@ -4,6 +4,7 @@ A checkpoint at N steps is up to three files in ``checkpoints/``::
 
     model_N_steps.zip                  the SB3 model
     model_replay_buffer_N_steps.pkl    its replay buffer (off-policy algorithms)
+    model_reward_state_N_steps.pt      what the reward model learned (a reward that learns as the envs step)
     model_N_steps.json                 the manifest, written last
 
 (``model_interrupted_N_steps.*`` for the one saved on SIGINT/SIGTERM.) A save first
@@ -28,7 +29,9 @@ records each file's name, size and sha256, and a sha256 of its own content.
 A save that fails (a full disk, any error) removes its own files at once; on a full disk
 it raises :class:`CheckpointSpaceError`, which names the folder and the space needed (any other file of the
 run, :class:`SpaceError`).
-Replay buffers are large: only the newest ``keep_replay_buffers`` checkpoints keep theirs.
+Replay buffers are large: only the newest ``keep_replay_buffers`` checkpoints keep theirs. A reward model's
+learned state is part of its checkpoint as the model is: never pruned apart from it, and a checkpoint whose
+state is missing or damaged is damaged.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ PREFIX = "model"
 DAMAGED_DIR = "damaged"
 _STEM = re.compile(rf"^{PREFIX}_(?P<tag>[a-z]+_)?(?P<steps>\d+)_steps$")
 _BUFFER = re.compile(rf"^{PREFIX}_replay_buffer_(?P<tag>[a-z]+_)?(?P<steps>\d+)_steps\.pkl$")
+_REWARD_STATE = re.compile(rf"^{PREFIX}_reward_state_(?P<tag>[a-z]+_)?(?P<steps>\d+)_steps\.pt$")
 _TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp$")  # a temporary of this program's is one of a checkpoint file
 
 
@@ -190,6 +194,7 @@ class Checkpoint:
     model: pathlib.Path
     replay_buffer: pathlib.Path | None  # None: saved without one, or pruned by a newer checkpoint
     buffer_problem: str | None = None  # the replay buffer file is there but not whole (see verify)
+    reward_state: pathlib.Path | None = None  # None: the reward model learns nothing as the envs step
 
     @property
     def name(self) -> str:
@@ -200,7 +205,8 @@ class Checkpoint:
         return str(self.manifest.get("reason", ""))
 
     def files(self) -> list[pathlib.Path]:
-        return [self.model] + ([self.replay_buffer] if self.replay_buffer else []) + [self.manifest_path]
+        learned = [self.reward_state] if self.reward_state else []
+        return [self.model] + ([self.replay_buffer] if self.replay_buffer else []) + learned + [self.manifest_path]
 
 
 @dataclasses.dataclass
@@ -259,18 +265,20 @@ def _entry_problem(folder: pathlib.Path, entry: Any) -> str | None:
 
 
 def _stem_files(folder: pathlib.Path, stem: str) -> list[pathlib.Path]:
-    """The model, buffer and manifest files of checkpoint ``stem`` present in ``folder``."""
+    """The model, buffer, reward state and manifest files of checkpoint ``stem`` present in ``folder``."""
     match = _STEM.match(stem)
     assert match
     tag, steps = match["tag"] or "", int(match["steps"])
-    return [p for p in checkpoint_paths(folder, steps, tag) if p.is_file()]
+    paths = (*checkpoint_paths(folder, steps, tag), reward_state_path(folder, steps, tag))
+    return [p for p in paths if p.is_file()]
 
 
 def _stem_of(name: str) -> str | None:
-    """The checkpoint stem (``model_80_steps``) a model, buffer or manifest file name belongs to."""
-    buffer = _BUFFER.match(name)
-    if buffer:
-        return f"{PREFIX}_{buffer['tag'] or ''}{buffer['steps']}_steps"
+    """The checkpoint stem (``model_80_steps``) a model, buffer, reward state or manifest file name belongs to."""
+    for pattern in (_BUFFER, _REWARD_STATE):
+        match = pattern.match(name)
+        if match:
+            return f"{PREFIX}_{match['tag'] or ''}{match['steps']}_steps"
     stem, suffix = os.path.splitext(name)
     return stem if suffix in (".zip", ".json") and _STEM.match(stem) else None
 
@@ -346,12 +354,19 @@ def read_checkpoint(manifest_path: pathlib.Path) -> tuple[Checkpoint | None, str
         if not buffer.exists():
             buffer = None  # pruned by a newer checkpoint, or lost (see resume)
     problem = _entry_problem(folder, entry) if buffer is not None else None
-    return Checkpoint(int(data["steps"]), manifest_path, data, model, buffer, problem), why
+    entry = entries.get("reward_state")
+    reward_state = None
+    if entry is not None:  # part of the checkpoint as its model is: missing or of another size, it is damaged
+        own_state = reward_state_path(folder, int(stem["steps"]), stem["tag"] or "")
+        reward_state = records.own_checkpoint_file(manifest_path, "reward_state", entry, own_state)
+        why = why or _entry_problem(folder, entry) or ""
+    return Checkpoint(int(data["steps"]), manifest_path, data, model, buffer, problem, reward_state), why
 
 
 def verify(checkpoint: Checkpoint) -> tuple[str | None, str | None]:
-    """(what is wrong with the model, what is wrong with the replay buffer), each None when the file
-    matches its manifest's checksum (manifests of format 1 have sizes only: those were compared)."""
+    """(what is wrong with the model or the reward model's learned state, what is wrong with the replay buffer),
+    each None when the files match their manifest's checksums (manifests of format 1 have sizes only: those were
+    compared)."""
 
     def check(role: str, path: pathlib.Path | None) -> str | None:
         if role == "replay_buffer" and checkpoint.buffer_problem:
@@ -365,7 +380,8 @@ def verify(checkpoint: Checkpoint) -> tuple[str | None, str | None]:
             return f"{path.name} does not read back ({exc.strerror})"
         return None if actual == expected else f"{path.name}: its {HASH} differs from the manifest's"
 
-    return check("model", checkpoint.model), check("replay_buffer", checkpoint.replay_buffer)
+    model = check("model", checkpoint.model) or check("reward_state", checkpoint.reward_state)
+    return model, check("replay_buffer", checkpoint.replay_buffer)
 
 
 def _aside_path(folder: pathlib.Path, name: str) -> pathlib.Path:
@@ -399,6 +415,11 @@ def checkpoint_paths(
     """(model, replay buffer, manifest) paths of the checkpoint at ``steps`` (``tag``: e.g. ``"interrupted_"``)."""
     stem = f"{PREFIX}_{tag}{steps}_steps"
     return folder / f"{stem}.zip", folder / f"{PREFIX}_replay_buffer_{tag}{steps}_steps.pkl", folder / f"{stem}.json"
+
+
+def reward_state_path(folder: pathlib.Path, steps: int, tag: str = "") -> pathlib.Path:
+    """The path of the reward model's learned state in the checkpoint at ``steps`` (``tag`` as :func:`checkpoint_paths`'s)."""
+    return folder / f"{PREFIX}_reward_state_{tag}{steps}_steps.pt"
 
 
 def _mib(n: float) -> str:
@@ -505,8 +526,10 @@ def save_checkpoint(
     extra: dict[str, Any] | None = None,
     keep_replay_buffers: int = 1,
     keep_checkpoints: int | None = None,
+    reward_state: Callable[[BinaryIO], None] | None = None,
 ) -> Checkpoint:
-    """Writes model, replay buffer (if the algorithm has one) and manifest, each atomically, the manifest last;
+    """Writes model, replay buffer (if the algorithm has one), the reward model's learned state (``reward_state``,
+    its writer, for a reward model that learns as the envs step) and manifest, each atomically, the manifest last;
     then deletes the replay buffers of all but the newest ``keep_replay_buffers`` complete checkpoints, and
     with ``keep_checkpoints`` the checkpoints that are neither among that many newest nor the best
     (:func:`prune_checkpoints`). A failure removes what this save wrote (a full disk raises
@@ -515,7 +538,8 @@ def save_checkpoint(
     folder.mkdir(parents=True, exist_ok=True)
     steps = int(model.num_timesteps)
     model_path, buffer_path, manifest_path = checkpoint_paths(folder, steps, tag)
-    taken = [p for p in (model_path, buffer_path, manifest_path) if p.exists()]
+    state_path = reward_state_path(folder, steps, tag)
+    taken = [p for p in (model_path, buffer_path, state_path, manifest_path) if p.exists()]
     if taken:
         raise FileExistsError(f"checkpoint files {', '.join(p.name for p in taken)} exist in {folder}; not overwritten")
     has_buffer = getattr(model, "replay_buffer", None) is not None
@@ -531,6 +555,9 @@ def save_checkpoint(
         if has_buffer:
             files["replay_buffer"] = write_atomically(buffer_path, model.save_replay_buffer).entry()
             written.append(buffer_path)
+        if reward_state is not None:
+            files["reward_state"] = write_atomically(state_path, reward_state).entry()
+            written.append(state_path)
         manifest = {
             "format": MANIFEST_FORMAT,
             "steps": steps,
@@ -543,7 +570,7 @@ def save_checkpoint(
         manifest["manifest_sha256"] = _manifest_checksum(json.loads(json.dumps(manifest)))
         write_text_atomically(manifest_path, json.dumps(manifest, indent=1))
     except BaseException as exc:
-        for path in [*written, temporary_path(model_path), temporary_path(buffer_path), marker]:
+        for path in [*written, *map(temporary_path, (model_path, buffer_path, state_path)), marker]:
             path.unlink(missing_ok=True)
         if disk_full(exc):  # this save's files are gone: the newest left is the previous checkpoint
             previous = scan(folder).newest()
@@ -553,11 +580,21 @@ def save_checkpoint(
                 measured = _bytes_of(model.save_replay_buffer)
                 needs["its replay buffer"] = measured or int(prior.get("replay_buffer", {}).get("bytes", 0))
                 needs["its replay buffer"] = needs["its replay buffer"] or replay_buffer_bytes(model)
+            if reward_state is not None:
+                state_bytes = _bytes_of(reward_state) or int(prior.get("reward_state", {}).get("bytes", 0))
+                needs["the reward model's learned state"] = state_bytes
             raise _space_error(folder, steps, needs, previous) from exc
         raise
     if has_buffer:
         _prune_replay_buffers(folder, keep_replay_buffers)
-    saved = Checkpoint(steps, manifest_path, manifest, model_path, buffer_path if has_buffer else None)
+    saved = Checkpoint(
+        steps,
+        manifest_path,
+        manifest,
+        model_path,
+        buffer_path if has_buffer else None,
+        reward_state=state_path if reward_state is not None else None,
+    )
     if keep_checkpoints is not None:
         prune_checkpoints(folder, keep_checkpoints)
     return saved
@@ -584,7 +621,8 @@ def prune_checkpoints(folder: pathlib.Path, keep: int) -> list[Checkpoint]:
     best = complete[max(scored)[1]] if scored else None
     deleted = [c for c in complete[:-keep] if c is not best]
     for checkpoint in deleted:
-        for path in (checkpoint.manifest_path, checkpoint.model, checkpoint.replay_buffer):  # the manifest first
+        # The manifest first: a kill midway leaves files no manifest vouches for (set aside), never a manifest of none.
+        for path in (checkpoint.manifest_path, checkpoint.model, checkpoint.replay_buffer, checkpoint.reward_state):
             if path is not None:
                 path.unlink(missing_ok=True)
     if deleted:

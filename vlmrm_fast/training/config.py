@@ -370,6 +370,8 @@ def upgraded_identity(saved: dict[str, Any]) -> dict[str, Any]:
         reward["prompt_order"] = "question_first" if _judge_reward(reward) else None
         reward.setdefault("do_image_splitting", None)
         reward.setdefault("longest_edge", None)
+    if isinstance(reward, dict) and reward:
+        reward.setdefault("preference", None)  # a reward learned from a judge's preferences came later
     return saved
 
 

@@ -10,8 +10,9 @@ recomputable), so neither is obeyed as a path: each name in them becomes a path 
   ``..``, ``.`` or empty part, and no link on the way from the folder to the file (a link as the file
   itself is never the run's: the run writes files, and its record vouches for none that is a link).
 - A checkpoint's manifest names its own checkpoint's files, those :func:`checkpoints.checkpoint_paths`
-  gives for its name (``model_N_steps.zip`` and ``model_replay_buffer_N_steps.pkl`` beside
-  ``model_N_steps.json``), and no other, nor a file of any other kind (:data:`CHECKPOINT_ROLES`).
+  and :func:`checkpoints.reward_state_path` give for its name (``model_N_steps.zip``,
+  ``model_replay_buffer_N_steps.pkl`` and ``model_reward_state_N_steps.pt`` beside ``model_N_steps.json``), and no
+  other, nor a file of any other kind (:data:`CHECKPOINT_ROLES`).
 - An ``appended`` entry of ``run_files.json`` (a file another library appends to as the run goes) names
   only a TensorBoard event file of the run, ``tensorboard/NAME/events.out.tfevents.*``.
 
@@ -35,7 +36,7 @@ from vlmrm_fast.failures import ExpectedFailure
 TENSORBOARD_EVENTS = re.compile(r"^tensorboard/[^/]+/events\.out\.tfevents\.[^/]+$")
 
 #: The files a checkpoint's manifest names, by their role in it: the only roles a manifest holds.
-CHECKPOINT_ROLES = ("model", "replay_buffer")
+CHECKPOINT_ROLES = ("model", "replay_buffer", "reward_state")
 
 _EDITED = "edited by hand or forged (anyone who can write in the folder can)"
 _MANIFEST_REFUSED = (
@@ -85,13 +86,13 @@ def checkpoint_roles(manifest: pathlib.Path, entries: dict[str, Any]) -> None:
             name = entry.get("name") if isinstance(entry, dict) else entry
             raise RecordError(
                 f"{manifest} names {name!r} as its {role!r}, a file no checkpoint has (a checkpoint's manifest names "
-                f"its model and its replay buffer only). {_MANIFEST_REFUSED}"
+                f"its model, its replay buffer and its reward model's state only). {_MANIFEST_REFUSED}"
             )
 
 
 def own_checkpoint_file(manifest: pathlib.Path, role: str, entry: Any, own: pathlib.Path) -> pathlib.Path:
     """``own``, the path of the checkpoint file that ``manifest``'s ``entry`` (``{"name": ..., "bytes": ...,
-    "sha256": ...}``) names as its ``role`` ("model", "replay_buffer"); a :class:`RecordError` when the entry
+    "sha256": ...}``) names as its ``role`` ("model", "replay_buffer", "reward_state"); a :class:`RecordError` when the entry
     names anything but that file's own name."""
     name = entry.get("name") if isinstance(entry, dict) else entry
     if not isinstance(entry, dict) or name != own.name:

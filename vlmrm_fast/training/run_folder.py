@@ -407,6 +407,8 @@ class RunFolder:
         scan = checkpoints.scan(self.checkpoint_dir)
         for checkpoint in scan.complete:
             whole = [checkpoint.model, checkpoint.manifest_path]
+            if checkpoint.reward_state is not None:
+                whole.append(checkpoint.reward_state)
             if checkpoint.replay_buffer is not None and checkpoint.buffer_problem is None:
                 whole.append(checkpoint.replay_buffer)
             owned += [self._relative(p) for p in whole]

@@ -39,6 +39,7 @@ from vlmrm_fast.distributed import jobs as distributed_jobs
 from vlmrm_fast.distributed.channel import RankFailure
 from vlmrm_fast.envs import get_task
 from vlmrm_fast.failures import EXIT_CRASHED, EXIT_DONE, EXIT_SIGINT, EXIT_SIGTERM, ExpectedFailure, mark_crash
+from vlmrm_fast.reward.protocol import LearnsOnline
 from vlmrm_fast.runtime.memory import check_replay_buffer_fits
 from vlmrm_fast.stack.plan import StackPlan, plan_stack
 from vlmrm_fast.stack.vec_env import FastVLMRewardVecEnv
@@ -223,6 +224,35 @@ def _load_checkpoint(cfg: TrainConfig, point: ResumePoint, env) -> BaseAlgorithm
     return model
 
 
+def _learning_reward(venv: Any) -> LearnsOnline | None:
+    """The run's reward model where it learns as the envs step (its state is part of each checkpoint), else None."""
+    reward_model = getattr(venv, "reward_model", None)
+    return reward_model if isinstance(reward_model, LearnsOnline) else None
+
+
+def _restore_learned_reward(venv: Any, checkpoint: checkpoints.Checkpoint) -> None:
+    """The reward model's learned state restored from ``checkpoint`` (one that learns as the envs step); a
+    RunFolderError where the checkpoint holds none, or one that does not load."""
+    learner = _learning_reward(venv)
+    if learner is None:
+        return
+    if checkpoint.reward_state is None:
+        raise RunFolderError(
+            f"--resume: checkpoint {checkpoint.name} holds no learned reward state (model_reward_state_*.pt), and the "
+            "run's reward model learns as the envs step: its network, labels and replay would start over. Nothing was "
+            "changed; resume from a checkpoint that holds one, or start the run again (--overwrite)"
+        )
+    try:
+        with open(checkpoint.reward_state, "rb") as f:
+            learner.load_learned(f)
+    except Exception as exc:
+        detail = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        raise RunFolderError(
+            f"--resume: the learned reward state {checkpoint.reward_state.name} of {checkpoint.name} does not load "
+            f"({type(exc).__name__}: {detail}); nothing was changed"
+        ) from exc
+
+
 def _prepare_resumed(model: BaseAlgorithm, cfg: TrainConfig) -> None:
     # The simulations are not in the checkpoint: start new episodes (SB3 resets when _last_obs is None),
     # seeded so that a resume from the same checkpoint repeats.
@@ -244,7 +274,7 @@ def train(
 ) -> int:
     """Trains as the config says; returns the exit code (module docstring). Expected failures
     (ConfigError, RunFolderError, a missing model, ...) raise before anything is written."""
-    distributed_jobs.check_launch()  # srun tasks without torchrun, torchrun restarts on a shared store: refused
+    distributed_jobs.check_launch(cfg.reward)  # srun without torchrun, restarts on a shared store, a reward unsplit
     if distributed_jobs.serving_rank():  # torchrun rank != 0: step, render and score envs for rank 0; write nothing
         return distributed_jobs.serve_for_training(cfg.distributed)
     cfg = resolved(cfg)
@@ -514,6 +544,7 @@ def _setup_model(
     for line in point.apply():  # the checkpoint loads: now remove what a kill cut short, set damage aside
         print(line, file=sys.stderr)
     checkpoint = point.checkpoint
+    _restore_learned_reward(env, checkpoint)
     _prepare_resumed(model, cfg)
     stats.restore(checkpoint.manifest.get("episode_stats"))
     buffer_note = ""
@@ -553,6 +584,8 @@ def _run(
     model.set_logger(logger)
     extra = {"identity": identity, "config_hash": identity_hash(identity), "plan": resolved_choices(venv.plan)}
 
+    learned = _learning_reward(venv)  # a reward that learns as the envs step: its state goes with each checkpoint
+
     def save(tag: str, reason: str) -> checkpoints.Checkpoint:
         # The curves first: a kill between the two leaves curves past the newest checkpoint, which a resume
         # drops and draws again, never a checkpoint whose curve rows are lost.
@@ -566,6 +599,7 @@ def _run(
             extra={**extra, "episode_stats": stats.state()},
             keep_replay_buffers=cfg.logging.keep_replay_buffers,
             keep_checkpoints=cfg.logging.keep_checkpoints,
+            reward_state=learned.save_learned if learned is not None else None,
         )
 
     episode_batch = cfg.rl.episode_batch

@@ -28,7 +28,9 @@ class JudgeFamily:
     ``answer_lead``: what the template puts between the prompt and the answer word (SmolVLM's
     ``Assistant:`` is followed by a space, Qwen's ``assistant\\n`` by the word itself); ``packages``: the
     packages beyond transformers that its processor imports; ``tiles``: its processor cuts a frame into
-    tiles (``do_image_splitting``) after resizing its longest edge (``size``)."""
+    tiles (``do_image_splitting``) after resizing its longest edge (``size``); ``window_input``: how its
+    template takes a window of frames (``"video"``: one video item, Qwen's; ``"images"``: an image per frame),
+    None where it takes one image per prompt (a window judge is refused)."""
 
     model_type: str
     name: str
@@ -37,6 +39,7 @@ class JudgeFamily:
     answer_lead: str = ""
     packages: tuple[str, ...] = ()
     tiles: bool = False
+    window_input: str | None = None
 
 
 def _qwen(model, processor, image_size):
@@ -54,9 +57,9 @@ def _idefics(model, processor, image_size):
 JUDGE_FAMILIES: dict[str, JudgeFamily] = {
     row.model_type: row
     for row in (
-        JudgeFamily("qwen2_vl", "Qwen2-VL", "Qwen/Qwen2-VL-2B-Instruct", _qwen),
-        JudgeFamily("qwen2_5_vl", "Qwen2.5-VL", "Qwen/Qwen2.5-VL-3B-Instruct", _qwen),
-        JudgeFamily("qwen3_vl", "Qwen3-VL", "Qwen/Qwen3-VL-2B-Instruct", _qwen),
+        JudgeFamily("qwen2_vl", "Qwen2-VL", "Qwen/Qwen2-VL-2B-Instruct", _qwen, window_input="video"),
+        JudgeFamily("qwen2_5_vl", "Qwen2.5-VL", "Qwen/Qwen2.5-VL-3B-Instruct", _qwen, window_input="video"),
+        JudgeFamily("qwen3_vl", "Qwen3-VL", "Qwen/Qwen3-VL-2B-Instruct", _qwen, window_input="video"),
         JudgeFamily(
             "smolvlm",
             "SmolVLM",
@@ -65,9 +68,12 @@ JUDGE_FAMILIES: dict[str, JudgeFamily] = {
             " ",
             packages=("num2words",),
             tiles=True,
+            window_input="images",
         ),
         # SmolVLM's first release (HuggingFaceTB/SmolVLM-256M-Instruct, -500M-, SmolVLM-Instruct) is an Idefics3.
-        JudgeFamily("idefics3", "Idefics3", "HuggingFaceM4/Idefics3-8B-Llama3", _idefics, " ", tiles=True),
+        JudgeFamily(
+            "idefics3", "Idefics3", "HuggingFaceM4/Idefics3-8B-Llama3", _idefics, " ", tiles=True, window_input="images"
+        ),
     )
 }
 SUPPORTED = ", ".join(row.name for row in JUDGE_FAMILIES.values())

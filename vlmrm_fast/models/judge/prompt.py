@@ -44,30 +44,50 @@ class PromptLayout:
     positions: torch.Tensor | None
     frames_start: int
     frames_end: int
+    inputs: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @property
     def length(self) -> int:
         return self.ids.shape[1]
 
 
-def messages(question: str, order: str, images: Sequence[Any]) -> list[dict[str, Any]]:
+def messages(question: str, order: str, images: Sequence[Any], *, video: bool = False) -> list[dict[str, Any]]:
     """One user turn of ``images`` (transformers' content items: an image, or None for a placeholder that
-    only renders) and ``question``, in ``order``."""
+    only renders) and ``question``, in ``order``; ``video``: the images are the frames of one video item."""
     if order not in PROMPT_ORDERS:
         raise FieldError("prompt_order", f"{order!r} is not one of {', '.join(PROMPT_ORDERS)}")
-    pictures = [{"type": "image"} if image is None else {"type": "image", "image": image} for image in images]
+    if video:
+        pictures = [{"type": "video", "video": list(images)}]
+    else:
+        pictures = [{"type": "image"} if image is None else {"type": "image", "image": image} for image in images]
     text = [{"type": "text", "text": question}]
     return [{"role": "user", "content": pictures + text if order == "image_first" else text + pictures}]
 
 
-def prompt_inputs(processor: Any, question: str, order: str, frames: Sequence[np.ndarray]) -> dict[str, torch.Tensor]:
+#: A video's frames are the ones given: the processor samples none of them out (its ``fps`` sampling is for
+#: decoded video files; a window's frames were chosen by the window).
+VIDEO_OPTIONS = {"do_sample_frames": False}
+
+
+def prompt_inputs(
+    processor: Any, question: str, order: str, frames: Sequence[np.ndarray], *, video: bool = False
+) -> dict[str, torch.Tensor]:
     """The model's inputs for ``question`` about uint8 (H, W, 3) ``frames``, as a transformers user makes them:
-    the processor's ``apply_chat_template`` with the generation prompt, ``tokenize=True``."""
+    the processor's ``apply_chat_template`` with the generation prompt, ``tokenize=True``; each frame an image,
+    or with ``video`` the frames of one video (:data:`VIDEO_OPTIONS`)."""
     from PIL import Image
 
-    turn = messages(question, order, [Image.fromarray(frame) for frame in frames])
+    if video:
+        turn = messages(question, order, [np.ascontiguousarray(frame) for frame in frames], video=True)
+    else:
+        turn = messages(question, order, [Image.fromarray(frame) for frame in frames])
     inputs = processor.apply_chat_template(
-        turn, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+        turn,
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=True,
+        return_tensors="pt",
+        processor_kwargs=VIDEO_OPTIONS if video else {},
     )
     return dict(inputs)
 
@@ -109,13 +129,15 @@ def layout_prompt(
     *,
     order: str = DEFAULT_PROMPT_ORDER,
     frames: int = 1,
+    video: bool = False,
     context: int | None,
     field: str,
 ) -> PromptLayout:
-    """The layout of ``question`` about ``frames`` frames of ``adapter``'s input size, in ``order``; one line
-    naming the fix when prompt and frames do not fit the model's ``context`` (``field`` names the question)."""
-    blank = np.zeros((*adapter.image_size, 3), dtype=np.uint8)
-    inputs = prompt_inputs(processor, question, order, [blank] * frames)
+    """The layout of ``question`` about ``frames`` frames of ``adapter``'s input size, in ``order`` (each frame an
+    image, or with ``video`` the frames of one video, whose tokens are then ``image_token_id``: the model's video
+    token); one line naming the fix when prompt and frames do not fit the model's ``context`` (``field`` names the
+    question)."""
+    inputs = blank_inputs(processor, adapter, question, order, frames, video=video)
     ids = inputs["input_ids"]
     image_positions = (ids[0] == image_token_id).nonzero()
     if image_positions.numel() == 0:
@@ -123,14 +145,107 @@ def layout_prompt(
     length = ids.shape[1]
     if context is not None and length > context:
         h, w = adapter.image_size
+        what = "image" if frames == 1 else f"{frames} frames"
         raise FieldError(
             field,
-            f"the prompt with the image is {length} tokens ({image_positions.numel()} of them the image's at "
+            f"the prompt with the {what} is {length} tokens ({image_positions.numel()} of them the {what}'s at "
             f"{h}x{w}), over the model's context of {context}: shorten the question, or score smaller frames "
-            f"(image_size)",
+            f"(image_size)" + (" or fewer of them" if frames > 1 else ""),
         )
     positions = adapter.positions(inputs)
-    return PromptLayout(ids, positions, int(image_positions[0, 0]), int(image_positions[-1, 0]) + 1)
+    return PromptLayout(ids, positions, int(image_positions[0, 0]), int(image_positions[-1, 0]) + 1, inputs)
+
+
+def blank_inputs(
+    processor: Any, adapter: Any, question: str, order: str, frames: int, *, video: bool = False
+) -> dict[str, torch.Tensor]:
+    """The processor's inputs for ``question`` about ``frames`` blank frames of ``adapter``'s input size: the ids and
+    grids of a prompt, whose frames' tokens do not depend on what the frames show."""
+    blank = np.zeros((*adapter.image_size, 3), dtype=np.uint8)
+    return prompt_inputs(processor, question, order, [blank] * frames, video=video)
+
+
+@dataclasses.dataclass(frozen=True)
+class FrameSequence:
+    """A question's prompt about any number ``n`` of frames, each an image, as the model's chat template lays it
+    out: ``head + block x n + tail``. The head holds no frame (the template's start, and the question where it
+    comes first); each block is one frame's tokens with the markers the template puts around them; the tail is
+    what follows the last frame (the question where it comes after, the end of the turn, the generation prompt).
+
+    Positions are ``(P, length)``: Qwen's multimodal ones (P = 3) or the token index (P = 1). A block's positions
+    are the first block's moved by ``advance`` per block before it, and the tail's are those after one block moved
+    by ``advance`` per block more (a test checks both against the model's own ``get_rope_index`` over the
+    template's prompt of several frames)."""
+
+    head: torch.Tensor  # (a,) token ids
+    block: torch.Tensor  # (u,)
+    tail: torch.Tensor  # (c,)
+    head_positions: torch.Tensor  # (P, a)
+    block_positions: torch.Tensor  # (P, u), the first block's
+    tail_positions: torch.Tensor  # (P, c), after one block
+    advance: int
+    multimodal_positions: bool  # Qwen's (3, batch, length) positions; else the token index (batch, length)
+
+    def ids(self, frames: int) -> torch.Tensor:
+        """The token ids (1, L) of the prompt about ``frames`` frames."""
+        return torch.cat([self.head, self.block.repeat(frames), self.tail])[None]
+
+    def block_positions_at(self, index: torch.Tensor) -> torch.Tensor:
+        """The positions (P, B, u) of block ``index`` (B,) (0: the first frame's)."""
+        return self.block_positions[:, None, :] + self.advance * index.view(1, -1, 1)
+
+    def tail_positions_after(self, frames: torch.Tensor) -> torch.Tensor:
+        """The positions (P, B, c) of the tail after ``frames`` (B,) blocks."""
+        return self.tail_positions[:, None, :] + self.advance * (frames.view(1, -1, 1) - 1)
+
+    def positions(self, frames: int) -> torch.Tensor:
+        """The positions (P, 1, L) of the prompt about ``frames`` frames."""
+        blocks = [self.block_positions_at(torch.tensor([k]))[:, 0] for k in range(frames)]
+        tail = self.tail_positions_after(torch.tensor([frames]))[:, 0]
+        return torch.cat([self.head_positions, *blocks, tail], dim=1)[:, None]
+
+    def length(self, frames: int) -> int:
+        return len(self.head) + frames * len(self.block) + len(self.tail)
+
+
+def frame_sequence(
+    processor: Any, adapter: Any, image_token_id: int, question: str, *, order: str = DEFAULT_PROMPT_ORDER
+) -> FrameSequence:
+    """The :class:`FrameSequence` of ``question``: read from the chat template's prompts about one, two and three
+    frames (their ids and the model's positions), which must be the same head and tail around one, two and three
+    equal blocks; the block is cut as close around the frame as that allows."""
+    ids, positions = [], []
+    for frames in (1, 2, 3):
+        inputs = blank_inputs(processor, adapter, question, order, frames)
+        ids.append(inputs["input_ids"][0])
+        found = adapter.positions(inputs)
+        positions.append(torch.arange(ids[-1].shape[0])[None] if found is None else found[:, 0])
+    block = ids[1].shape[0] - ids[0].shape[0]
+    first = int((ids[0] == image_token_id).nonzero()[0, 0])
+    for start in range(first, -1, -1):
+        head, unit, tail = ids[0][:start], ids[0][start : start + block], ids[0][start + block :]
+        if (unit == image_token_id).sum() != (ids[0] == image_token_id).sum():
+            continue  # the block must hold all of the frame's tokens
+        if not all(torch.equal(ids[n - 1], torch.cat([head, unit.repeat(n), tail])) for n in (2, 3)):
+            continue
+        one = positions[0]
+        advance = int(positions[1][0, start + block] - one[0, start])
+        sequence = FrameSequence(
+            head,
+            unit,
+            tail,
+            one[:, :start],
+            one[:, start : start + block],
+            one[:, start + block :],
+            advance,
+            multimodal_positions=one.shape[0] == 3,
+        )
+        if all(torch.equal(sequence.positions(n)[:, 0], positions[n - 1]) for n in (1, 2, 3)):
+            return sequence
+    raise ValueError(
+        "this model's chat template does not lay several frames out as equal blocks between one start and one end, so "
+        "an episode's frames cannot be appended one at a time; ask it about windows instead"
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -191,12 +191,30 @@ class StillPatchEmbed(nn.Module):
         bias = None if self.proj.bias is None else self.proj.bias.detach().float()
         self.register_buffer("bias", bias, persistent=False)
         self.register_buffer("center", (-shift / scale).float(), persistent=False)
+        self.register_buffer("video_weight", None, persistent=False)
+        self.register_buffer("video_center", None, persistent=False)
+
+    def fold_video(self, scale: torch.Tensor, shift: torch.Tensor) -> None:
+        """Folds a video processor's normalization (``x * scale + shift`` per channel) into the kernel of frames
+        taken ``temporal_patch_size`` at a time (a Qwen video's temporal patch): the 3D convolution's taps side by
+        side over the channels, (E, taps x channels, patch, patch), so that one 2D convolution of the frames'
+        channels stacked embeds each group of frames."""
+        kernel = self.proj.weight.detach().double().permute(0, 2, 1, 3, 4)  # (E, taps, channels, patch, patch)
+        scale, shift = (v.to(kernel.device, torch.float64) for v in (scale, shift))
+        folded = (kernel * scale[None, None, :, None, None]).flatten(1, 2).float()
+        self.video_weight, self.video_center = folded, (-shift / scale).float()
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if hidden_states.dim() == 5 and self.video_weight is not None:  # groups of frames (N, taps, H, W, 3)
+            frames = (hidden_states.float() - self.video_center).permute(0, 1, 4, 2, 3).flatten(1, 2)
+            return self._merge_order(F.conv2d(frames, self.video_weight, self.bias, stride=self.stride))
         if hidden_states.dim() != 4:
             return self._family_forward(self, hidden_states)
         frames = (hidden_states.float() - self.center).permute(0, 3, 1, 2)  # channels last in memory
-        out = F.conv2d(frames, self.weight, self.bias, stride=self.stride)  # (N, E, gh, gw), float32
+        return self._merge_order(F.conv2d(frames, self.weight, self.bias, stride=self.stride))  # float32
+
+    def _merge_order(self, out: torch.Tensor) -> torch.Tensor:
+        """The convolution's output (N, E, gh, gw) in the model's dtype, in the processor's merge-window order."""
         n, e, gh, gw = out.shape
         m = self.merge_size
         out = out.to(self.proj.weight.dtype).permute(0, 2, 3, 1).reshape(n, gh // m, m, gw // m, m, e).transpose(2, 3)
@@ -233,7 +251,15 @@ class QwenAdapter:
         height, width = self._resized_size(image_size)
         self.pixel_shape = (height, width, 3)
         self.grid = (1, height // ip.patch_size, width // ip.patch_size)  # (temporal, height, width) patches
-        self._vision_inputs: dict[tuple[int, torch.device], dict[str, Any]] = {}
+        self._vision_inputs: dict[tuple[tuple[int, int, int], int, torch.device], dict[str, Any]] = {}
+        self.video_processor: Any = getattr(processor, "video_processor", None)
+        self.frames_per_token = 1  # a video's frames per temporal patch, from its processor
+        if self.video_processor is not None:
+            vp = self.video_processor
+            mean = torch.tensor(vp.image_mean if vp.do_normalize else [0.0] * 3, dtype=torch.float64)
+            std = torch.tensor(vp.image_std if vp.do_normalize else [1.0] * 3, dtype=torch.float64)
+            visual.patch_embed.fold_video((vp.rescale_factor if vp.do_rescale else 1.0) / std, -mean / std)
+            self.frames_per_token = int(vp.temporal_patch_size)
 
     def _resized_size(self, size: tuple[int, int]) -> tuple[int, int]:
         ip = self.image_processor
@@ -264,16 +290,20 @@ class QwenAdapter:
         still = patches.permute(0, 2, 5, 3, 6, 1, 4, 7).reshape(-1, c, 1, p * p)
         return still.expand(-1, -1, t, -1).reshape(still.shape[0], -1)
 
-    def vision_inputs(self, n: int, device: torch.device) -> dict[str, Any]:
-        """The vision tower's inputs that depend only on the grid of ``n`` frames (made once per batch size, by
-        transformers' helpers): ``image_grid_thw`` and the precomputed tensors its forward takes as keywords."""
-        key = (n, device)
+    def vision_inputs(
+        self, n: int, device: torch.device, grid_thw: tuple[int, int, int] | None = None
+    ) -> dict[str, Any]:
+        """The vision tower's inputs that depend only on the grid of ``n`` frames (``grid_thw`` each, default the
+        judge's frame's; made once per batch size, by transformers' helpers): ``image_grid_thw`` and the
+        precomputed tensors its forward takes as keywords."""
+        grid_thw = grid_thw or self.grid
+        key = (grid_thw, n, device)
         if key not in self._vision_inputs:
             from transformers import vision_utils as vu
             from transformers.utils.generic import get_max_seqlen
 
             visual = self.visual
-            grid = torch.tensor([self.grid] * n, dtype=torch.long, device=device)
+            grid = torch.tensor([grid_thw] * n, dtype=torch.long, device=device)
             merge = visual.spatial_merge_size
             inputs: dict[str, Any] = {"image_grid_thw": grid}
             inputs["position_ids"] = vu.get_vision_position_ids(grid, merge)
@@ -299,8 +329,34 @@ class QwenAdapter:
         inputs = self.vision_inputs(pixels.shape[0], pixels.device)
         return self.model.model.get_image_features(pixel_values=pixels, return_dict=True, **inputs)
 
+    # ------------------------------------------------------------------ video: frames in groups
+    def video_frames(self, frames: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+        """uint8 frames (N, 3, H, W) on the device -> a video's frames as its processor resizes them to ``size``
+        (the height and width its grid gives), float, channels last (N, h, w, 3)."""
+        from transformers.image_processing_backends import TorchvisionBackend
+        from transformers.image_utils import SizeDict
+
+        vp = self.video_processor
+        if vp.do_resize and tuple(frames.shape[-2:]) != tuple(size):
+            frames = TorchvisionBackend.resize(
+                vp, frames, SizeDict(height=size[0], width=size[1]), resample=vp.resample
+            )
+        return frames.permute(0, 2, 3, 1).float()
+
+    def encode_frame_groups(self, groups: torch.Tensor) -> Any:
+        """Groups of a video's frames (N, frames_per_token, h, w, 3) (:meth:`video_frames`) -> the vision tower's output,
+        one item per group: a video's tower attends within each group of frames, so a video's output is its groups'
+        outputs one after another."""
+        n, _, h, w, _ = groups.shape
+        grid = (1, h // self.image_processor.patch_size, w // self.image_processor.patch_size)
+        inputs = self.vision_inputs(n, groups.device, grid)
+        return self.model.model.get_image_features(pixel_values=groups, return_dict=True, **inputs)
+
     def positions(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        grids = {
+            key: inputs[key] for key in ("image_grid_thw", "video_grid_thw", "second_per_grid_ts") if key in inputs
+        }
         positions, _ = self.model.model.get_rope_index(
-            inputs["input_ids"], mm_token_type_ids=inputs["mm_token_type_ids"], image_grid_thw=inputs["image_grid_thw"]
+            inputs["input_ids"], mm_token_type_ids=inputs["mm_token_type_ids"], **grids
         )
         return positions

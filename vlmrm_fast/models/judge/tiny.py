@@ -34,6 +34,7 @@ _QWEN2_TEMPLATE = (
     "You are a helpful assistant.<|im_end|>\n{% endif %}<|im_start|>{{ m['role'] }}\n"
     "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
     "{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif c['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
     "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
@@ -41,6 +42,7 @@ _QWEN3_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
     "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
     "{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif c['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
     "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
@@ -122,7 +124,7 @@ _TEXT = dict(
     num_hidden_layers=2,
     num_attention_heads=4,
     num_key_value_heads=2,
-    max_position_embeddings=512,
+    max_position_embeddings=32768,  # Qwen2-VL-2B's: an episode's frames fit
 )
 
 
