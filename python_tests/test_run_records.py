@@ -335,8 +335,8 @@ def test_a_forged_manifest_is_refused_by_a_save_that_would_prune(run, tmp_path):
 
 @pytest.mark.parametrize("flags", [["--overwrite"], ["--resume"]])
 def test_a_manifest_naming_a_file_of_a_kind_no_checkpoint_has_is_refused(run, tmp_path, capfd, flags):
-    """A checkpoint is a model and a replay buffer: a manifest naming a third file (as its ``notes``) is not one
-    this program wrote, whatever the name, and is refused as a whole."""
+    """A checkpoint is a model, a replay buffer and a learning reward model's state: a manifest naming another
+    file (as its ``notes``) is not one this program wrote, whatever the name, and is refused as a whole."""
     manifest = run / "checkpoints" / "model_20_steps.json"
     data = json.loads(manifest.read_text())
     data["files"]["notes"] = {"name": "../../../../x", "bytes": len(PRECIOUS), "sha256": SHA_OF_X}
@@ -347,7 +347,7 @@ def test_a_manifest_naming_a_file_of_a_kind_no_checkpoint_has_is_refused(run, tm
         capfd,
         flags,
         f"{manifest} names '../../../../x' as its 'notes', a file no checkpoint has (a checkpoint's manifest names its "
-        "model and its replay buffer only)",
+        "model, its replay buffer and its reward model's state only)",
     )
 
 
