@@ -161,7 +161,7 @@ def test_max_frames_whose_cache_does_not_fit_is_refused_with_the_most_that_fit(m
     with pytest.raises(JudgeFramesDoNotFitError) as info:
         prefix_judge("vlmrm-tiny-qwen2-vl", 40, 8, criteria=TASKS[:1])
     message = str(info.value)
-    assert message.startswith("max_frames: the streamed prefix caches of 8 envs at 40 frames (")
+    assert message.startswith("prefix.max_frames: the streamed prefix caches of 8 envs at 40 frames (")
     assert f"the keys and values of {fits.capacity:,} tokens in 2 layers, and 40 frames' vision tokens)" in message
     assert message.endswith("the most max_frames that fit is 37: give at most that, or fewer envs")
     assert "\n" not in message
@@ -175,7 +175,7 @@ def test_max_frames_over_the_models_context_is_refused():
         prefix_judge("vlmrm-tiny-qwen2-vl", 600, 1, criteria=TASKS[:1])
     message = str(info.value)
     assert message == (
-        f"max_frames: a prompt of 600 frames is {fixed + 600 * 66:,} tokens (66 per frame at 224x224), over the "
+        f"prefix.max_frames: a prompt of 600 frames is {fixed + 600 * 66:,} tokens (66 per frame at 224x224), over the "
         f"model's context of 32,768: give at most {most} (or smaller frames: image_size)"
     )
     assert fits.sequence.length(most) <= 32768 < fits.sequence.length(most + 1)

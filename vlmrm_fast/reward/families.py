@@ -2,7 +2,7 @@
 
 A family is a module of ``reward/`` with a class keeping :class:`~vlmrm_fast.reward.protocol.RewardModel`
 and a row of :data:`REWARD_FAMILIES`: its name, what it is, which specs it claims (a model's name, its
-criteria, its window), the fields of :class:`~vlmrm_fast.reward.spec.RewardModelSpec` it takes beyond every
+criteria, its window or episode prefix), the fields of :class:`~vlmrm_fast.reward.spec.RewardModelSpec` it takes beyond every
 family's (:data:`~vlmrm_fast.reward.spec.COMMON_FIELDS`), the window it scores when evaluated with a window
 size, and its class as ``"module:Class"``, which loads a model from a spec (``from_spec``), checks the values
 of the fields it takes (``check_spec``), says what a spec's model will ask of a stack (``needs_of``) and
@@ -26,24 +26,32 @@ if TYPE_CHECKING:
     from vlmrm_fast.reward.spec import RewardModelSpec
 
 
-def _names_a_judge(model: str, criteria: tuple[Any, ...] | None, window: Any) -> bool:
+def _names_a_judge(model: str, criteria: tuple[Any, ...] | None, window: Any, prefix: Any) -> bool:
     from vlmrm_fast.models.judge.judge_models import is_judge_name
     from vlmrm_fast.reward.kinds import QuestionCriterion
 
     return is_judge_name(model) or any(isinstance(criterion, QuestionCriterion) for criterion in criteria or ())
 
 
-def _names_a_video_model(model: str, criteria: tuple[Any, ...] | None, window: Any) -> bool:
+def _a_judge_of_windows(model: str, criteria: tuple[Any, ...] | None, window: Any, prefix: Any) -> bool:
+    return window is not None and _names_a_judge(model, criteria, window, prefix)
+
+
+def _a_judge_of_prefixes(model: str, criteria: tuple[Any, ...] | None, window: Any, prefix: Any) -> bool:
+    return prefix is not None and _names_a_judge(model, criteria, window, prefix)
+
+
+def _names_a_video_model(model: str, criteria: tuple[Any, ...] | None, window: Any, prefix: Any) -> bool:
     from vlmrm_fast.models.video import known_video_models
 
     return model in known_video_models()
 
 
-def _has_a_window(model: str, criteria: tuple[Any, ...] | None, window: Any) -> bool:
+def _has_a_window(model: str, criteria: tuple[Any, ...] | None, window: Any, prefix: Any) -> bool:
     return window is not None
 
 
-def _any(model: str, criteria: tuple[Any, ...] | None, window: Any) -> bool:
+def _any(model: str, criteria: tuple[Any, ...] | None, window: Any, prefix: Any) -> bool:
     return True
 
 
@@ -61,12 +69,16 @@ def _a_window(model: str, frames: int | None) -> dict[str, Any] | None:
     return None if frames is None else {"frames": frames}
 
 
+def _no_window(model: str, frames: int | None) -> dict[str, Any] | None:
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class RewardFamily:
     """One reward family (see the module docstring).
 
-    ``claims(model, criteria, window)``: whether a spec of that model name, criteria (None: the target
-    prompts') and window is this family's. ``fields``: the spec fields it takes beyond every family's, each
+    ``claims(model, criteria, window, prefix)``: whether a spec of that model name, criteria (None: the target
+    prompts'), window and episode prefix is this family's. ``fields``: the spec fields it takes beyond every family's, each
     with what it sets (the refusal of a field another family takes reads it). ``window_for(model, frames)``:
     the window fields a model of this family is evaluated with for a window size (None: its own; the result
     None: no window). ``implementation``: ``"module:Class"`` of its reward model class.
@@ -76,7 +88,7 @@ class RewardFamily:
 
     name: str
     description: str
-    claims: Callable[[str, tuple[Any, ...] | None, Any], bool]
+    claims: Callable[[str, tuple[Any, ...] | None, Any, Any], bool]
     fields: Mapping[str, str]
     implementation: str
     window_for: Callable[[str, int | None], dict[str, Any] | None] = _a_window
@@ -118,6 +130,14 @@ _CLIP_FIELDS = {
     "encoder_options": "the image tower backend's own options",
 }
 _WINDOW = {"window": "a window of each env's frames (docs/video-rewards.md)"}
+_JUDGE_FIELDS = {
+    "image_size": "a generative VLM judge's input size",
+    "prompt_order": "the order of a generative VLM judge's question and frame",
+    "do_image_splitting": "whether a SmolVLM or Idefics3 judge cuts a frame into tiles",
+    "longest_edge": "the edge a SmolVLM or Idefics3 judge resizes a frame to",
+    "resize_mode": _CLIP_FIELDS["resize_mode"],
+    "backend": _CLIP_FIELDS["backend"],
+}
 
 #: The reward families, in the order they claim a spec: the first that claims it is its family (``clip``, the
 #: :data:`FALLBACK`, is asked last, so that a row added to the table claims its names before it).
@@ -125,17 +145,25 @@ REWARD_FAMILIES: dict[str, RewardFamily] = {
     family.name: family
     for family in (
         RewardFamily(
+            "window_judge",
+            "a generative VLM judge of each env's last frames",
+            _a_judge_of_windows,
+            {**_JUDGE_FIELDS, **_WINDOW},
+            "vlmrm_fast.reward.window_judge:WindowJudge",
+        ),
+        RewardFamily(
+            "prefix_judge",
+            "a generative VLM judge of each env's episode so far",
+            _a_judge_of_prefixes,
+            {**_JUDGE_FIELDS, "prefix": "the episode so far asked about at every step (docs/judge.md)"},
+            "vlmrm_fast.reward.prefix_judge:PrefixJudge",
+            window_for=_no_window,
+        ),
+        RewardFamily(
             "judge",
             "a generative VLM judge",
             _names_a_judge,
-            {
-                "image_size": "a generative VLM judge's input size",
-                "prompt_order": "the order of a generative VLM judge's question and frame",
-                "do_image_splitting": "whether a SmolVLM or Idefics3 judge cuts a frame into tiles",
-                "longest_edge": "the edge a SmolVLM or Idefics3 judge resizes a frame to",
-                "resize_mode": _CLIP_FIELDS["resize_mode"],
-                "backend": _CLIP_FIELDS["backend"],
-            },
+            _JUDGE_FIELDS,
             "vlmrm_fast.reward.judge:JudgeRewardModel",
         ),
         RewardFamily(
@@ -174,12 +202,14 @@ REWARD_FAMILIES: dict[str, RewardFamily] = {
 FALLBACK = "clip"
 
 
-def family_of(model: str, criteria: tuple[Any, ...] | None = None, window: Any = None) -> RewardFamily:
-    """The family of a model named ``model`` with those criteria and window: the first row that claims it, in the
-    table's order, the :data:`FALLBACK` row last."""
+def family_of(
+    model: str, criteria: tuple[Any, ...] | None = None, window: Any = None, prefix: Any = None
+) -> RewardFamily:
+    """The family of a model named ``model`` with those criteria, window and episode prefix: the first row that
+    claims it, in the table's order, the :data:`FALLBACK` row last."""
     rows = [row for name, row in REWARD_FAMILIES.items() if name != FALLBACK] + [REWARD_FAMILIES[FALLBACK]]
     for family in rows:
-        if family.claims(model, criteria, window):
+        if family.claims(model, criteria, window, prefix):
             return family
     raise ValueError(f"no reward family claims model {model!r}; families are {', '.join(REWARD_FAMILIES)}")
 

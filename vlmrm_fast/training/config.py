@@ -367,6 +367,10 @@ def upgraded_identity(saved: dict[str, Any]) -> dict[str, Any]:
         reward["prompt_order"] = "question_first" if _judge_reward(reward) else None
         reward.setdefault("do_image_splitting", None)
         reward.setdefault("longest_edge", None)
+    if isinstance(reward, dict) and reward:
+        reward.setdefault("prefix", None)  # a judge of the episode so far came later
+        if isinstance(reward.get("window"), dict):
+            reward["window"].setdefault("reads", None)  # a judge's window reads came later: a window read all
     return saved
 
 
