@@ -553,8 +553,8 @@ def test_clip_criteria_and_fields_are_refused_for_a_judge():
         load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="up", checkpoint="w.pt", device="cpu")
     with pytest.raises(
         FieldError,
-        match=r"^image_size: sets a generative VLM judge's input size, a field of the judge family; 'vlmrm-tiny' is a "
-        r"CLIP frame model \(the clip family\), which does not take it: leave it out$",
+        match=r"^image_size: sets a generative VLM judge's input size, a field of the window_judge, prefix_judge and "
+        r"judge families; 'vlmrm-tiny' is a CLIP frame model \(the clip family\), which does not take it: leave it out$",
     ):
         load_reward_model("vlmrm-tiny", target_prompts="up", image_size=112, device="cpu")
 

@@ -148,6 +148,31 @@ def test_a_reset_env_scores_as_a_fresh_one():
         assert used.cache_frames(0).tolist() == fresh.cache_frames(0).tolist()
 
 
+def test_a_step_attends_to_the_cached_keys_where_they_lie(monkeypatch):
+    """Envs at different prefix lengths (two reset), and a step of some envs only (a schedule's due envs): each
+    group of envs of one length whose rows of the cache are one run attends to the cache's keys and values in
+    place, nothing of them copied (the step's cost is its attention, not a copy of every env's cache)."""
+    import types
+
+    from vlmrm_fast.reward import episode_memory
+
+    model = prefix_judge("vlmrm-tiny-qwen2-vl", 8, 4, criteria=TASKS[:1])
+    cache = {layer.untyped_storage().data_ptr() for pair in model.episodes.cache.layers for layer in pair}
+    in_place = []
+
+    def spy(query, key, value, **options):
+        in_place.append({key.untyped_storage().data_ptr(), value.untyped_storage().data_ptr()} <= cache)
+        return torch.nn.functional.scaled_dot_product_attention(query, key, value, **options)
+
+    monkeypatch.setattr(episode_memory, "F", types.SimpleNamespace(scaled_dot_product_attention=spy))
+    frames = np.random.default_rng(0).integers(0, 256, (4, 4, 32, 32, 3), dtype=np.uint8)
+    model.step(frames[0], starts=[True] * 4)
+    model.step(frames[1])
+    model.step(frames[2], starts=[False, False, True, True])  # two groups: envs 0-1 and 2-3
+    model.step(frames[3][[0, 2]], envs=[0, 2])  # two envs of four, each its own length
+    assert len(in_place) >= 2 * (1 + 1 + 2 + 2) and all(in_place)
+
+
 def test_max_frames_whose_cache_does_not_fit_is_refused_with_the_most_that_fit(monkeypatch):
     """The memory an env's cache needs at max_frames is refused before any cache is allocated, with the memory and
     the most max_frames that fit."""
