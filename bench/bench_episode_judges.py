@@ -127,6 +127,9 @@ def recompute_prefix(judge: PrefixJudge, frames: torch.Tensor) -> tuple[torch.Te
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arch", choices=("tiny", "qwen2-vl-2b"), default="tiny")
+    p.add_argument(
+        "--layers", type=int, help="qwen2-vl-2b with this many layers in the language model and the vision tower"
+    )
     p.add_argument("--device", default="cpu")
     p.add_argument("--precision", default="auto")
     p.add_argument("--envs", type=int, default=16)
@@ -152,7 +155,7 @@ def main(argv=None) -> int:
     device = torch.device(args.device)
     precision = resolve(args.precision, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    judge = bench_judge.build(args.arch, device, precision.dtype)
+    judge = bench_judge.build(args.arch, device, precision.dtype, layers=args.layers)
     plain = None if args.no_anchor else copy.deepcopy(judge.model)  # transformers' model as it comes
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, (args.steps, args.envs, 224, 224, 3), dtype=np.uint8)
@@ -200,7 +203,7 @@ def main(argv=None) -> int:
         report(
             dict(
                 row="prefix streamed (ours)",
-                arch=args.arch,
+                arch=args.arch + (f" ({args.layers} layers)" if args.layers else ""),
                 envs=args.envs,
                 steps=args.steps,
                 episodes=times.shape[0],
