@@ -141,7 +141,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--anchor-envs", type=int, help="run the recompute and the anchors on this many of the envs (default all)"
     )
-    p.add_argument("--no-anchor", action="store_true")
+    p.add_argument("--no-anchor", action="store_true", help="ours alone: neither the recompute nor the anchors")
     p.add_argument(
         "--repeats", type=int, default=3, help="episodes of the streamed prefix judge (each step's least and median)"
     )
@@ -217,17 +217,18 @@ def main(argv=None) -> int:
                 measured_mib_all_envs=measured / 2**20,
             )
         )
-        recomputed, seconds = recompute_prefix(ours, on_device[:, :anchor_envs])
-        per_env_step = seconds / (anchor_envs * args.steps)
-        report(
-            dict(
-                row="prefix recompute, vision kept",
-                envs=anchor_envs,
-                env_steps_per_s=1 / per_env_step,
-                ours_x=per_env_step * args.envs * args.steps / episode,
-                max_reward_diff=float((recomputed.float().cpu() - streamed[:, :anchor_envs]).abs().max()),
+        if not args.no_anchor:
+            recomputed, seconds = recompute_prefix(ours, on_device[:, :anchor_envs])
+            per_env_step = seconds / (anchor_envs * args.steps)
+            report(
+                dict(
+                    row="prefix recompute, vision kept",
+                    envs=anchor_envs,
+                    env_steps_per_s=1 / per_env_step,
+                    ours_x=per_env_step * args.envs * args.steps / episode,
+                    max_reward_diff=float((recomputed.float().cpu() - streamed[:, :anchor_envs]).abs().max()),
+                )
             )
-        )
         if plain is not None:
             score = anchor(plain, judge.processor, PROGRESS, lead)
             out, start = [], time.perf_counter()
