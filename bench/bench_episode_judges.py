@@ -127,6 +127,9 @@ def recompute_prefix(judge: PrefixJudge, frames: torch.Tensor) -> tuple[torch.Te
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arch", choices=("tiny", "qwen2-vl-2b"), default="tiny")
+    p.add_argument(
+        "--layers", type=int, help="qwen2-vl-2b with this many layers in the language model and the vision tower"
+    )
     p.add_argument("--device", default="cpu")
     p.add_argument("--precision", default="auto")
     p.add_argument("--envs", type=int, default=16)
@@ -138,7 +141,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--anchor-envs", type=int, help="run the recompute and the anchors on this many of the envs (default all)"
     )
-    p.add_argument("--no-anchor", action="store_true")
+    p.add_argument("--no-anchor", action="store_true", help="ours alone: neither the recompute nor the anchors")
     p.add_argument(
         "--repeats", type=int, default=3, help="episodes of the streamed prefix judge (each step's least and median)"
     )
@@ -152,7 +155,7 @@ def main(argv=None) -> int:
     device = torch.device(args.device)
     precision = resolve(args.precision, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    judge = bench_judge.build(args.arch, device, precision.dtype)
+    judge = bench_judge.build(args.arch, device, precision.dtype, layers=args.layers)
     plain = None if args.no_anchor else copy.deepcopy(judge.model)  # transformers' model as it comes
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, (args.steps, args.envs, 224, 224, 3), dtype=np.uint8)
@@ -200,7 +203,7 @@ def main(argv=None) -> int:
         report(
             dict(
                 row="prefix streamed (ours)",
-                arch=args.arch,
+                arch=args.arch + (f" ({args.layers} layers)" if args.layers else ""),
                 envs=args.envs,
                 steps=args.steps,
                 episodes=times.shape[0],
@@ -214,17 +217,18 @@ def main(argv=None) -> int:
                 measured_mib_all_envs=measured / 2**20,
             )
         )
-        recomputed, seconds = recompute_prefix(ours, on_device[:, :anchor_envs])
-        per_env_step = seconds / (anchor_envs * args.steps)
-        report(
-            dict(
-                row="prefix recompute, vision kept",
-                envs=anchor_envs,
-                env_steps_per_s=1 / per_env_step,
-                ours_x=per_env_step * args.envs * args.steps / episode,
-                max_reward_diff=float((recomputed.float().cpu() - streamed[:, :anchor_envs]).abs().max()),
+        if not args.no_anchor:
+            recomputed, seconds = recompute_prefix(ours, on_device[:, :anchor_envs])
+            per_env_step = seconds / (anchor_envs * args.steps)
+            report(
+                dict(
+                    row="prefix recompute, vision kept",
+                    envs=anchor_envs,
+                    env_steps_per_s=1 / per_env_step,
+                    ours_x=per_env_step * args.envs * args.steps / episode,
+                    max_reward_diff=float((recomputed.float().cpu() - streamed[:, :anchor_envs]).abs().max()),
+                )
             )
-        )
         if plain is not None:
             score = anchor(plain, judge.processor, PROGRESS, lead)
             out, start = [], time.perf_counter()

@@ -68,8 +68,10 @@ QWEN2_VL_2B = {
 }
 
 
-def build(arch: str, device: torch.device, dtype: torch.dtype, seed: int = 0) -> LoadedJudge:
-    """A Qwen2-VL judge of ``arch``'s shapes with random weights and the tiny judge's processor."""
+def build(arch: str, device: torch.device, dtype: torch.dtype, seed: int = 0, layers: int | None = None) -> LoadedJudge:
+    """A Qwen2-VL judge of ``arch``'s shapes with random weights and the tiny judge's processor; ``layers``: that many
+    layers in the language model and in the vision tower (Qwen2-VL-2B's widths at a depth a CPU runs: the cost of
+    a layer's parts relative to each other as in the whole model)."""
     import transformers as tf
 
     from vlmrm_fast.models.random_init import _LocalGenerator
@@ -78,9 +80,12 @@ def build(arch: str, device: torch.device, dtype: torch.dtype, seed: int = 0) ->
     if arch == "qwen2-vl-2b":
         tiny = config.text_config
         text = dict(QWEN2_VL_2B["text_config"], bos_token_id=None, eos_token_id=tiny.eos_token_id, pad_token_id=0)
+        vision = dict(QWEN2_VL_2B["vision_config"])
+        if layers is not None:
+            text["num_hidden_layers"], vision["depth"] = layers, layers
         config = tf.Qwen2VLConfig(
             text_config=text,
-            vision_config=QWEN2_VL_2B["vision_config"],
+            vision_config=vision,
             image_token_id=config.image_token_id,
             video_token_id=config.video_token_id,
             vision_start_token_id=config.vision_start_token_id,

@@ -149,7 +149,7 @@ class PrefixBrightness:
 ROW = RewardFamily(
     NAME,
     "a test double: the mean brightness of an episode so far",
-    lambda model, criteria, window, preference: model == NAME,
+    lambda claim: claim.model == NAME,
     {},
     f"{__name__}:PrefixBrightness",
 )

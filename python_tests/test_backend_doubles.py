@@ -231,7 +231,8 @@ def test_a_reward_family_is_one_module_and_a_row(monkeypatch):
     assert spec.family is PREFIX
     with pytest.raises(
         FieldError,
-        match=r"^image_size: sets a generative VLM judge's input size, a field of the preference and judge families; "
+        match=r"^image_size: sets a generative VLM judge's input size, a field of the preference, window_judge, "
+        r"prefix_judge and judge families; "
         r"'prefix-brightness' is a test double: the mean brightness of an episode so far \(the prefix-brightness "
         r"family\), which does not take it: leave it out$",
     ):

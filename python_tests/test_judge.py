@@ -553,8 +553,9 @@ def test_clip_criteria_and_fields_are_refused_for_a_judge():
         load_reward_model("vlmrm-tiny-qwen2-vl", target_prompts="up", checkpoint="w.pt", device="cpu")
     with pytest.raises(
         FieldError,
-        match=r"^image_size: sets a generative VLM judge's input size, a field of the preference and judge families; "
-        r"'vlmrm-tiny' is a CLIP frame model \(the clip family\), which does not take it: leave it out$",
+        match=r"^image_size: sets a generative VLM judge's input size, a field of the preference, window_judge, "
+        r"prefix_judge and judge families; 'vlmrm-tiny' is a CLIP frame model \(the clip family\), which does not "
+        r"take it: leave it out$",
     ):
         load_reward_model("vlmrm-tiny", target_prompts="up", image_size=112, device="cpu")
 

@@ -148,6 +148,31 @@ def test_a_reset_env_scores_as_a_fresh_one():
         assert used.cache_frames(0).tolist() == fresh.cache_frames(0).tolist()
 
 
+def test_a_step_attends_to_the_cached_keys_where_they_lie(monkeypatch):
+    """Envs at different prefix lengths (two reset), and a step of some envs only (a schedule's due envs): each
+    group of envs of one length whose rows of the cache are one run attends to the cache's keys and values in
+    place, nothing of them copied (the step's cost is its attention, not a copy of every env's cache)."""
+    import types
+
+    from vlmrm_fast.reward import episode_memory
+
+    model = prefix_judge("vlmrm-tiny-qwen2-vl", 8, 4, criteria=TASKS[:1])
+    cache = {layer.untyped_storage().data_ptr() for pair in model.episodes.cache.layers for layer in pair}
+    in_place = []
+
+    def spy(query, key, value, **options):
+        in_place.append({key.untyped_storage().data_ptr(), value.untyped_storage().data_ptr()} <= cache)
+        return torch.nn.functional.scaled_dot_product_attention(query, key, value, **options)
+
+    monkeypatch.setattr(episode_memory, "F", types.SimpleNamespace(scaled_dot_product_attention=spy))
+    frames = np.random.default_rng(0).integers(0, 256, (4, 4, 32, 32, 3), dtype=np.uint8)
+    model.step(frames[0], starts=[True] * 4)
+    model.step(frames[1])
+    model.step(frames[2], starts=[False, False, True, True])  # two groups: envs 0-1 and 2-3
+    model.step(frames[3][[0, 2]], envs=[0, 2])  # two envs of four, each its own length
+    assert len(in_place) >= 2 * (1 + 1 + 2 + 2) and all(in_place)
+
+
 def test_max_frames_whose_cache_does_not_fit_is_refused_with_the_most_that_fit(monkeypatch):
     """The memory an env's cache needs at max_frames is refused before any cache is allocated, with the memory and
     the most max_frames that fit."""
@@ -161,7 +186,7 @@ def test_max_frames_whose_cache_does_not_fit_is_refused_with_the_most_that_fit(m
     with pytest.raises(JudgeFramesDoNotFitError) as info:
         prefix_judge("vlmrm-tiny-qwen2-vl", 40, 8, criteria=TASKS[:1])
     message = str(info.value)
-    assert message.startswith("max_frames: the streamed prefix caches of 8 envs at 40 frames (")
+    assert message.startswith("prefix.max_frames: the streamed prefix caches of 8 envs at 40 frames (")
     assert f"the keys and values of {fits.capacity:,} tokens in 2 layers, and 40 frames' vision tokens)" in message
     assert message.endswith("the most max_frames that fit is 37: give at most that, or fewer envs")
     assert "\n" not in message
@@ -175,7 +200,7 @@ def test_max_frames_over_the_models_context_is_refused():
         prefix_judge("vlmrm-tiny-qwen2-vl", 600, 1, criteria=TASKS[:1])
     message = str(info.value)
     assert message == (
-        f"max_frames: a prompt of 600 frames is {fixed + 600 * 66:,} tokens (66 per frame at 224x224), over the "
+        f"prefix.max_frames: a prompt of 600 frames is {fixed + 600 * 66:,} tokens (66 per frame at 224x224), over the "
         f"model's context of 32,768: give at most {most} (or smaller frames: image_size)"
     )
     assert fits.sequence.length(most) <= 32768 < fits.sequence.length(most + 1)

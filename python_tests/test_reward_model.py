@@ -402,7 +402,7 @@ def test_build_info_reports_capabilities():
     ("fields", "family", "refused"),
     [
         ({"model": "viclip-tiny", "window": {"frames": 8}, "pretrained": "laion2b"}, "video", "pretrained"),
-        ({"model": "vlmrm-tiny-qwen2-vl", "window": {"frames": 2}}, "judge", "window"),
+        ({"model": "vlmrm-tiny-qwen2-vl", "window": {"frames": 2}, "prefix": {}}, "window_judge", "prefix"),
         ({"model": "vlmrm-tiny-qwen2-vl", "encoder_options": {"compile_mode": "default"}}, "judge", "encoder_options"),
         ({"model": TINY, "prompt_order": "question_first"}, "clip", "prompt_order"),
         (

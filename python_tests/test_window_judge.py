@@ -70,7 +70,7 @@ def test_the_frames_go_to_qwen_as_a_video_and_to_idefics_as_images():
 def test_each_frame_goes_through_the_vision_tower_once(name, per_frame, monkeypatch):
     """A step encodes its envs' new frames (a Qwen video: the pair each new frame closes), not the window's K."""
     model = window_judge(name, 8, num_envs=3)
-    adapter = model.prompts.adapter
+    adapter = model.frame_judge.adapter
     counted = []
     method = "encode_frame_groups" if model.video else "encode"
     original = getattr(adapter, method)

@@ -272,7 +272,8 @@ def test_bad_window_in_a_config_names_its_place():
     with pytest.raises(ConfigError, match=r"^reward.window.frames: must be a positive integer, got -1$"):
         load_config({"env": {"task": HUMANOID}, "reward": {"model": "viclip-tiny", "window": {"frames": -1}}})
     with pytest.raises(
-        ConfigError, match=r"^reward.window.size: unknown field; fields are frames, timing, embedding, pixel_values$"
+        ConfigError,
+        match=r"^reward.window.size: unknown field; fields are frames, timing, embedding, pixel_values, reads$",
     ):
         load_config({"env": {"task": HUMANOID}, "reward": {"model": "viclip-tiny", "window": {"size": 8}}})
 

@@ -37,6 +37,18 @@ def _index(values: np.ndarray, device: torch.device) -> torch.Tensor:
     return torch.as_tensor(np.ascontiguousarray(values), dtype=torch.long, device=device)
 
 
+def _rows(values: np.ndarray, device: torch.device) -> slice | torch.Tensor:
+    """Rows ``values`` (ascending) as a slice where they are one run (a view of a tensor's rows, nothing copied),
+    else as an index."""
+    if len(values) and int(values[-1]) - int(values[0]) == len(values) - 1 and bool((np.diff(values) == 1).all()):
+        return slice(int(values[0]), int(values[-1]) + 1)
+    return _index(values, device)
+
+
+def _take(tensor: torch.Tensor, rows: slice | torch.Tensor) -> torch.Tensor:
+    return tensor[rows] if isinstance(rows, slice) else tensor.index_select(0, rows)
+
+
 class EpisodeRing:
     """Per env, items of shape ``shape`` of the last ``slots`` frames of its episode (see the module docstring)."""
 
@@ -117,13 +129,12 @@ class PrefixCache:
         if end > self.capacity:
             raise RuntimeError(f"a prefix of {end} tokens passes the cache's {self.capacity} slots")
         rows = _index(envs, self.device)
-        every = len(envs) == self.layers[0][0].shape[0] and bool((envs == np.arange(len(envs))).all())
         slots = _index(offsets, self.device)[:, None] + torch.arange(new, device=self.device)[None, :]  # (B, new)
         groups = []
         for offset in np.unique(offsets):
             members = np.flatnonzero(offsets == offset)
-            index = None if len(members) == len(envs) else _index(members, self.device)
-            groups.append((index, int(offset) + new))
+            batch = None if len(members) == len(envs) else _rows(members, self.device)
+            groups.append((batch, _rows(envs[members], self.device), int(offset) + new))
         _register_prefix_attention()
         config = model.get_decoder().config
         before = config._attn_implementation_internal
@@ -131,7 +142,7 @@ class PrefixCache:
         token = _GROUPS.set(groups)
         try:
             yield {
-                "cache": _StepCache(self, rows, None if every else rows, slots, end),
+                "cache": _StepCache(self, rows, slots, end),
                 "attention_mask": torch.ones((len(envs), 1, 1, 1), dtype=torch.bool, device=self.device),
             }
         finally:
@@ -141,9 +152,10 @@ class PrefixCache:
 
 #: The language model's attention while a :class:`PrefixCache` steps (transformers' attention interface name).
 PREFIX_ATTENTION = "vlmrm_prefix"
-#: The rows of the step's batch grouped by prefix length: (their indices, or None for all; their keys' end).
-_GROUPS: contextvars.ContextVar[list[tuple[torch.Tensor | None, int]] | None] = contextvars.ContextVar(
-    "prefix_groups", default=None
+#: The envs of a step grouped by prefix length: (their rows of the step's batch, None for all; their rows of the
+#: cache, every env's; their keys' end). Rows that are one run are slices: views, nothing copied.
+_GROUPS: contextvars.ContextVar[list[tuple[slice | torch.Tensor | None, slice | torch.Tensor, int]] | None] = (
+    contextvars.ContextVar("prefix_groups", default=None)
 )
 _REGISTERED = False
 
@@ -168,8 +180,10 @@ def prefix_attention(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """A step's tokens (query (B, heads, q, dim)) attending to their env's prefix and to themselves up to each one, in
-    keys (B, kv_heads, end, dim) that hold each env's prefix and then the step's tokens: per group of envs of one
-    prefix length, the keys up to the group's end with a causal bias aligned to their lower right."""
+    the cache's keys (num_envs, kv_heads, end, dim) that hold each env's prefix and then the step's tokens: per group
+    of envs of one prefix length, the group's rows of the keys up to the group's end (a view where its envs are one
+    run of rows: a step whose envs all step together copies no key) with a causal bias aligned to their lower
+    right."""
     from torch.nn.attention.bias import causal_lower_right
 
     groups = _GROUPS.get()
@@ -177,18 +191,18 @@ def prefix_attention(
     q = query.shape[2]
     grouped = query.shape[1] != key.shape[1]
     out = query if len(groups) == 1 else torch.empty_like(query)
-    for rows, end in groups:
-        part = query if rows is None else query.index_select(0, rows)
-        k, v = key[:, :, :end], value[:, :, :end]
-        if rows is not None:
-            k, v = k.index_select(0, rows), v.index_select(0, rows)
+    for batch, rows, end in groups:
+        part = query if batch is None else _take(query, batch)
+        k, v = _take(key[:, :, :end], rows), _take(value[:, :, :end], rows)
         result = F.scaled_dot_product_attention(
             part, k, v, attn_mask=causal_lower_right(q, end), scale=scaling, enable_gqa=grouped
         )
-        if rows is None:
+        if batch is None:
             out = result
+        elif isinstance(batch, slice):
+            out[batch] = result
         else:
-            out.index_copy_(0, rows, result)
+            out.index_copy_(0, batch, result)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -197,7 +211,8 @@ def _step_cache_class() -> type:
 
     class StepLayer(CacheLayerMixin):
         """One layer of a :class:`PrefixCache` for one forward: writes the step's keys and values at each env's own
-        slots and gives the attention the env's slots up to the last one written."""
+        slots and gives the attention every env's slots up to the last one written, as a view (the attention takes
+        each group's rows of it)."""
 
         is_compileable = False
 
@@ -214,9 +229,7 @@ def _step_cache_class() -> type:
             env = step.rows[:, None]
             self.store[env, :, step.slots] = key_states.transpose(1, 2).to(self.store.dtype)
             self.store_values[env, :, step.slots] = value_states.transpose(1, 2).to(self.store.dtype)
-            if step.gather is None:
-                return self.store[:, :, : step.end], self.store_values[:, :, : step.end]
-            return self.store[step.gather, :, : step.end], self.store_values[step.gather, :, : step.end]
+            return self.store[:, :, : step.end], self.store_values[:, :, : step.end]
 
         def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
             return self.step.end, 0
@@ -228,8 +241,8 @@ def _step_cache_class() -> type:
             return self.store.shape[2]
 
     class StepCache(Cache):
-        def __init__(self, cache: PrefixCache, rows: torch.Tensor, gather: torch.Tensor | None, slots, end: int):
-            self.rows, self.gather, self.slots, self.end = rows, gather, slots, end
+        def __init__(self, cache: PrefixCache, rows: torch.Tensor, slots: torch.Tensor, end: int):
+            self.rows, self.slots, self.end = rows, slots, end
             super().__init__(layers=[StepLayer(k, v, self) for k, v in cache.layers])
 
     return StepCache

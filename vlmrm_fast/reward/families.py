@@ -2,7 +2,7 @@
 
 A family is a module of ``reward/`` with a class keeping :class:`~vlmrm_fast.reward.protocol.RewardModel`
 and a row of :data:`REWARD_FAMILIES`: its name, what it is, which specs it claims (a model's name, its
-criteria, its window), the fields of :class:`~vlmrm_fast.reward.spec.RewardModelSpec` it takes beyond every
+criteria, its window, episode prefix or preference settings: a :class:`Claim`), the fields of :class:`~vlmrm_fast.reward.spec.RewardModelSpec` it takes beyond every
 family's (:data:`~vlmrm_fast.reward.spec.COMMON_FIELDS`), the window it scores when evaluated with a window
 size, and its class as ``"module:Class"``, which loads a model from a spec (``from_spec``), checks the values
 of the fields it takes (``check_spec``), says what a spec's model will ask of a stack (``needs_of``) and
@@ -26,28 +26,49 @@ if TYPE_CHECKING:
     from vlmrm_fast.reward.spec import RewardModelSpec
 
 
-def _names_a_judge(model: str, criteria: tuple[Any, ...] | None, window: Any, preference: Any) -> bool:
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """What a row reads of a spec to claim it: the model's name, its criteria (None: the target prompts'), its
+    window, episode prefix and preference settings (None where the spec sets none). A family that claims specs
+    by a new spec field reads it here."""
+
+    model: str
+    criteria: tuple[Any, ...] | None = None
+    window: Any = None
+    prefix: Any = None
+    preference: Any = None
+
+
+def _names_a_judge(claim: Claim) -> bool:
     from vlmrm_fast.models.judge.judge_models import is_judge_name
     from vlmrm_fast.reward.kinds import QuestionCriterion
 
-    return is_judge_name(model) or any(isinstance(criterion, QuestionCriterion) for criterion in criteria or ())
+    return is_judge_name(claim.model) or any(isinstance(c, QuestionCriterion) for c in claim.criteria or ())
 
 
-def _learns_preferences(model: str, criteria: tuple[Any, ...] | None, window: Any, preference: Any) -> bool:
-    return preference is not None
+def _learns_preferences(claim: Claim) -> bool:
+    return claim.preference is not None
 
 
-def _names_a_video_model(model: str, criteria: tuple[Any, ...] | None, window: Any, preference: Any) -> bool:
+def _a_judge_of_windows(claim: Claim) -> bool:
+    return claim.window is not None and _names_a_judge(claim)
+
+
+def _a_judge_of_prefixes(claim: Claim) -> bool:
+    return claim.prefix is not None and _names_a_judge(claim)
+
+
+def _names_a_video_model(claim: Claim) -> bool:
     from vlmrm_fast.models.video import known_video_models
 
-    return model in known_video_models()
+    return claim.model in known_video_models()
 
 
-def _has_a_window(model: str, criteria: tuple[Any, ...] | None, window: Any, preference: Any) -> bool:
-    return window is not None
+def _has_a_window(claim: Claim) -> bool:
+    return claim.window is not None
 
 
-def _any(model: str, criteria: tuple[Any, ...] | None, window: Any, preference: Any) -> bool:
+def _any(claim: Claim) -> bool:
     return True
 
 
@@ -73,8 +94,8 @@ def _no_window(model: str, frames: int | None) -> dict[str, Any] | None:
 class RewardFamily:
     """One reward family (see the module docstring).
 
-    ``claims(model, criteria, window, preference)``: whether a spec of that model name, criteria (None: the target
-    prompts'), window and preference (a learned reward's settings) is this family's. ``fields``: the spec fields it takes beyond every family's, each
+    ``claims(claim)``: whether a spec of that :class:`Claim` (its model name, criteria, window, episode prefix and
+    preference settings) is this family's. ``fields``: the spec fields it takes beyond every family's, each
     with what it sets (the refusal of a field another family takes reads it). ``window_for(model, frames)``:
     the window fields a model of this family is evaluated with for a window size (None: its own; the result
     None: no window). ``implementation``: ``"module:Class"`` of its reward model class.
@@ -84,7 +105,7 @@ class RewardFamily:
 
     name: str
     description: str
-    claims: Callable[[str, tuple[Any, ...] | None, Any, Any], bool]
+    claims: Callable[[Claim], bool]
     fields: Mapping[str, str]
     implementation: str
     window_for: Callable[[str, int | None], dict[str, Any] | None] = _a_window
@@ -149,6 +170,21 @@ REWARD_FAMILIES: dict[str, RewardFamily] = {
             window_for=_no_window,
         ),
         RewardFamily(
+            "window_judge",
+            "a generative VLM judge of each env's last frames",
+            _a_judge_of_windows,
+            {**_JUDGE_FIELDS, **_WINDOW},
+            "vlmrm_fast.reward.window_judge:WindowJudge",
+        ),
+        RewardFamily(
+            "prefix_judge",
+            "a generative VLM judge of each env's episode so far",
+            _a_judge_of_prefixes,
+            {**_JUDGE_FIELDS, "prefix": "the episode so far asked about at every step (docs/judge.md)"},
+            "vlmrm_fast.reward.prefix_judge:PrefixJudge",
+            window_for=_no_window,
+        ),
+        RewardFamily(
             "judge",
             "a generative VLM judge",
             _names_a_judge,
@@ -192,13 +228,18 @@ FALLBACK = "clip"
 
 
 def family_of(
-    model: str, criteria: tuple[Any, ...] | None = None, window: Any = None, preference: Any = None
+    model: str,
+    criteria: tuple[Any, ...] | None = None,
+    window: Any = None,
+    prefix: Any = None,
+    preference: Any = None,
 ) -> RewardFamily:
-    """The family of a model named ``model`` with those criteria, window and preference: the first row that claims
-    it, in the table's order, the :data:`FALLBACK` row last."""
+    """The family of a model named ``model`` with those criteria, window, episode prefix and preference settings:
+    the first row that claims it, in the table's order, the :data:`FALLBACK` row last."""
+    claim = Claim(model, criteria, window, prefix, preference)
     rows = [row for name, row in REWARD_FAMILIES.items() if name != FALLBACK] + [REWARD_FAMILIES[FALLBACK]]
     for family in rows:
-        if family.claims(model, criteria, window, preference):
+        if family.claims(claim):
             return family
     raise ValueError(f"no reward family claims model {model!r}; families are {', '.join(REWARD_FAMILIES)}")
 

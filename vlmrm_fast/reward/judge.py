@@ -126,29 +126,8 @@ class JudgeRewardModel(FrameRewardModel):
     @classmethod
     def from_spec(cls, spec: RewardModelSpec) -> JudgeRewardModel:
         """The judge of ``spec`` (a judge's name, question criteria or one target prompt; see docs/judge.md)."""
-        from vlmrm_fast.encoders.precision import resolve
-        from vlmrm_fast.models.judge.fp8 import convert_judge_to_fp8
-        from vlmrm_fast.models.judge.judge_models import load_judge, set_image_options
-
-        criteria, multi = spec.reward_criteria()
-        criteria = judge_criteria(criteria)  # before the weights load: a bad criterion fails in a moment
-        device = resolve_device(spec.device)
-        precision = resolve(spec.precision, device)
-        judge = load_judge(spec.model, device=device, dtype=precision.dtype, cache_dir=spec.cache_dir, seed=spec.seed)
-        set_image_options(judge, spec.do_image_splitting, spec.longest_edge)
-        if precision.fp8:
-            convert_judge_to_fp8(judge.model)
-        return cls(
-            judge,
-            criteria,
-            device=device,
-            multi_criteria=multi,
-            batch_size=spec.batch_size,
-            image_size=spec.image_size or DEFAULT_IMAGE_SIZE,
-            precision=precision.name,
-            schedule=spec.schedule,
-            prompt_order=spec.prompt_order or DEFAULT_PROMPT_ORDER,
-        )
+        judge, criteria, options = judge_of_spec(spec)
+        return cls(judge, criteria, **options)
 
     @classmethod
     def check_spec(cls, spec: RewardModelSpec) -> None:
@@ -473,6 +452,37 @@ class JudgeRewardModel(FrameRewardModel):
         self._buffer = None
         for group in self._groups:
             group.head_kv = []
+
+
+def judge_of_spec(spec: RewardModelSpec) -> tuple[Any, tuple[QuestionCriterion, ...], dict[str, Any]]:
+    """What every judge family loads from a spec: the loaded judge (its weights, processor and family), its question
+    criteria (checked before the weights load: a bad criterion fails in a moment) and the keyword arguments a judge
+    reward model takes (device, precision, batch, input size, schedule, prompt order, several criteria or one)."""
+    from vlmrm_fast.encoders.precision import resolve
+    from vlmrm_fast.models.judge.fp8 import convert_judge_to_fp8
+    from vlmrm_fast.models.judge.judge_models import load_judge, set_image_options
+
+    criteria, multi = spec.reward_criteria()
+    questions = judge_criteria(criteria)
+    device = resolve_device(spec.device)
+    precision = resolve(spec.precision, device)
+    judge = load_judge(spec.model, device=device, dtype=precision.dtype, cache_dir=spec.cache_dir, seed=spec.seed)
+    set_image_options(judge, spec.do_image_splitting, spec.longest_edge)
+    if precision.fp8:
+        convert_judge_to_fp8(judge.model)
+    return (
+        judge,
+        questions,
+        dict(
+            device=device,
+            multi_criteria=multi,
+            batch_size=spec.batch_size,
+            image_size=spec.image_size or DEFAULT_IMAGE_SIZE,
+            precision=precision.name,
+            schedule=spec.schedule,
+            prompt_order=spec.prompt_order or DEFAULT_PROMPT_ORDER,
+        ),
+    )
 
 
 def judge_criteria(criteria: Sequence[Any]) -> tuple[QuestionCriterion, ...]:

@@ -30,6 +30,13 @@ again): once per doubling of the episode's length, ``max_frames / 2`` frames' la
 Its memory per env is the keys and values of ``head + max_frames`` blocks and the longest question in every
 layer, and ``max_frames`` frames' vision tokens: stated at start-up (``describe``), and refused beyond the
 device's memory before anything is allocated, with the most ``max_frames`` that fit.
+
+It is the ``prefix_judge`` reward family (``reward/families.py``): a judge's spec with a ``prefix``
+(``prefix: {max_frames: 64}``); in the env stack its per-step scorer keeps the caches of the stack's envs
+(``reward/episode_scorer.py``: one per stack, so under torchrun each rank keeps its own envs'). With
+``score_every: n`` a step that is not due runs no question: a frame the cache keeps runs its block alone, and
+one it does not keep runs nothing (not even the vision tower); the reward at a due step is the one
+``score_every: 1`` gives there.
 """
 
 from __future__ import annotations
@@ -54,9 +61,12 @@ from vlmrm_fast.models.judge.prompt import (
     frame_sequence,
 )
 from vlmrm_fast.reward.episode_memory import PrefixCache, kv_bytes_per_token
-from vlmrm_fast.reward.episode_scorer import step_arguments
+from vlmrm_fast.reward.episode_scorer import DEFAULT_MAX_FRAMES, EpisodeJudgeModel, step_arguments
 from vlmrm_fast.reward.formulas import answer_reward
-from vlmrm_fast.reward.judge import DEFAULT_IMAGE_SIZE, DEFAULT_JUDGE_CHUNK, JudgeRewardModel
+from vlmrm_fast.reward.judge import DEFAULT_IMAGE_SIZE, DEFAULT_JUDGE_CHUNK, JudgeRewardModel, judge_of_spec
+from vlmrm_fast.reward.protocol import RewardNeeds
+from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule
+from vlmrm_fast.reward.spec import RewardModelSpec
 from vlmrm_fast.runtime.memory import check_judge_frames_fit, device_available_bytes
 
 logger = logging.getLogger(__name__)
@@ -85,28 +95,39 @@ class _Episodes:
     kept: np.ndarray
 
 
-class PrefixJudge:
-    """The streamed episode-prefix judge of ``num_envs`` envs (see the module docstring): an
-    :class:`~vlmrm_fast.reward.episode_scorer.EpisodeScorer`."""
+#: What a prefix judge asks of a stack.
+PREFIX_NEEDS = RewardNeeds(
+    episodes=True,
+    terminal_state="the prefix judge would then put that frame among the ended episode's",
+    scored_as_it_steps="the prefix judge keeps each env's episode so far as the envs step",
+)
+
+
+class PrefixJudge(EpisodeJudgeModel):
+    """The streamed episode-prefix judge (see the module docstring): the ``prefix_judge`` family's
+    :class:`~vlmrm_fast.reward.protocol.RewardModel`, and with ``num_envs`` an
+    :class:`~vlmrm_fast.reward.episode_scorer.EpisodeScorer` of that many envs (``step``)."""
+
+    what = "the prefix judge"
 
     def __init__(
         self,
         judge: Any,
         criteria: Sequence[Any],
         *,
-        num_envs: int,
-        max_frames: int = 64,
+        num_envs: int | None = None,
+        max_frames: int = DEFAULT_MAX_FRAMES,
         device: torch.device,
         multi_criteria: bool = False,
         batch_size: int | None = None,
         image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
         precision: str = "fp32",
         prompt_order: str = DEFAULT_PROMPT_ORDER,
+        schedule: ScoreSchedule = EVERY_STEP,
     ):
-        self.num_envs = positive_int(num_envs, "num_envs")
-        self.max_frames = positive_int(max_frames, "max_frames")
+        self.max_frames = positive_int(max_frames, "prefix.max_frames")
         if self.max_frames < 2:
-            raise FieldError("max_frames", "must be at least 2: the episode's first frame and its newest")
+            raise FieldError("prefix.max_frames", "must be at least 2: the episode's first frame and its newest")
         self.chunk_size = int(batch_size or DEFAULT_JUDGE_CHUNK)
         # The frame judge: its criteria' checks, the image processor on the device and the vision tower.
         self.frame_judge = JudgeRewardModel(
@@ -117,11 +138,52 @@ class PrefixJudge:
             image_size=image_size,
             precision=precision,
             prompt_order=prompt_order,
+            schedule=schedule,
         )
-        self.device, self.prompt_order = self.frame_judge.device, prompt_order
-        model, processor = self.frame_judge.model, judge.processor
-        check_answer_position(processor, prompt_order, judge.model_id)
-        if prompt_order != "image_first" and len(self.criteria) > 1:
+        self.prompt_order = prompt_order
+        check_answer_position(judge.processor, prompt_order, judge.model_id)
+        self._prompts()
+        # What an env keeps: the keys and values of the capacity, and max_frames frames' vision tokens.
+        blank = torch.zeros((1, 3, *self.frame_judge.image_size), dtype=torch.uint8, device=self.device)
+        with torch.inference_mode():
+            self._like = self._encode(blank)
+        self.vision_shape = tuple(stack_vision(self._like).shape[1:])
+        dtype = self.frame_judge.dtype
+        text = self.frame_judge.model.config.get_text_config()
+        self.kv_per_token = kv_bytes_per_token(text, dtype.itemsize)
+        self.vision_per_frame = math.prod(self.vision_shape) * dtype.itemsize
+        self.num_envs = 0
+        self.episodes: _Episodes | None = None  # the caches ``step`` feeds (``num_envs`` given)
+        if num_envs is not None:
+            self.episodes = self.new_state(positive_int(num_envs, "num_envs"))
+
+    # ------------------------------------------------------------------ the family
+    @classmethod
+    def from_spec(cls, spec: RewardModelSpec) -> PrefixJudge:
+        prefix = spec.prefix
+        assert prefix is not None  # the family claims a judge's spec with a prefix
+        judge, criteria, options = judge_of_spec(spec)
+        return cls(judge, criteria, max_frames=prefix.max_frames, **options)
+
+    @classmethod
+    def needs_of(cls, spec: RewardModelSpec) -> RewardNeeds:
+        return PREFIX_NEEDS
+
+    @property
+    def needs(self) -> RewardNeeds:
+        return PREFIX_NEEDS
+
+    # ------------------------------------------------------------------ its questions
+    def _ask(self, criteria: Sequence[Any], multi_criteria: bool) -> None:
+        self.frame_judge.set_criteria(criteria, multi_criteria=multi_criteria)
+        self._prompts()
+
+    @torch.inference_mode()
+    def _prompts(self) -> None:
+        """The prompt of the frame judge's questions laid out as head, a block per frame and each question's tail;
+        the answers' tokens, the cache's capacity and the head's keys and values."""
+        model, processor = self.frame_judge.model, self.frame_judge.judge.processor
+        if self.prompt_order != "image_first" and len(self.criteria) > 1:
             raise FieldError(
                 "prompt_order",
                 "question_first puts each question before the episode's frames, so each would need a cache of its own: "
@@ -129,13 +191,15 @@ class PrefixJudge:
             )
         image_token = model.config.image_token_id
         sequences = [
-            frame_sequence(processor, self.frame_judge.adapter, image_token, criterion.question, order=prompt_order)
+            frame_sequence(
+                processor, self.frame_judge.adapter, image_token, criterion.question, order=self.prompt_order
+            )
             for criterion in self.criteria
         ]
         self.sequence: FrameSequence = sequences[0]
         self.tails = [s.tail.to(self.device) for s in sequences]
         self.tail_positions = [s.tail_positions for s in sequences]
-        lead = judge.family.answer_lead
+        lead = self.frame_judge.judge.family.answer_lead
         tokenizer = processor.tokenizer
         self.answers = [
             (
@@ -147,24 +211,26 @@ class PrefixJudge:
         head, block = len(self.sequence.head), len(self.sequence.block)
         longest = max(len(t) for t in self.tails)
         self.capacity = head + self.max_frames * block + longest
-        text = model.config.get_text_config()
-        self._check_context(text, head, block, longest)
-        # What an env keeps: the keys and values of the capacity, and max_frames frames' vision tokens.
-        blank = torch.zeros((1, 3, *self.frame_judge.image_size), dtype=torch.uint8, device=self.device)
-        with torch.inference_mode():
-            self._like = self._encode(blank)
-        self.vision_shape = tuple(stack_vision(self._like).shape[1:])
-        dtype = self.frame_judge.dtype
-        self.kv_per_token = kv_bytes_per_token(text, dtype.itemsize)
-        self.vision_per_frame = math.prod(self.vision_shape) * dtype.itemsize
-        self.bytes_per_env = self.kv_per_token * self.capacity + self.vision_per_frame * self.max_frames
-        self._check_memory(text, head, block, longest)
-        with torch.inference_mode():
-            self.head_kv = self._head_kv()
-        self.episodes = self._episodes(self.num_envs)
+        self._check_context(model.config.get_text_config(), head, block, longest)
+        self.head_kv = self._head_kv()
+
+    def new_state(self, num_envs: int) -> _Episodes:
+        """The caches of ``num_envs`` envs, refused in one line beyond the device's memory (with the most
+        ``max_frames`` that fit) before they are allocated."""
+        text = self.frame_judge.model.config.get_text_config()
+        head, block = len(self.sequence.head), len(self.sequence.block)
+        self._check_memory(num_envs, text, head, block, max(len(t) for t in self.tails))
+        state = self._episodes(num_envs)
+        self.num_envs = num_envs
         logger.info("prefix judge: %s", self.describe())
+        return state
 
     # ------------------------------------------------------------------ checks
+    @property
+    def bytes_per_env(self) -> int:
+        """The memory an env's cache and kept vision tokens hold."""
+        return self.kv_per_token * self.capacity + self.vision_per_frame * self.max_frames
+
     def _check_context(self, text: Any, head: int, block: int, tail: int) -> None:
         context = getattr(text, "max_position_embeddings", None)
         length = head + self.max_frames * block + tail
@@ -172,28 +238,28 @@ class PrefixJudge:
             return
         most = (context - head - tail) // block
         raise FieldError(
-            "max_frames",
+            "prefix.max_frames",
             f"a prompt of {self.max_frames} frames is {length:,} tokens ({block} per frame at "
             f"{'x'.join(map(str, self.frame_judge.image_size))}), over the model's context of {context:,}: give at most "
             f"{most} (or smaller frames: image_size)",
         )
 
-    def _check_memory(self, text: Any, head: int, block: int, tail: int) -> None:
+    def _check_memory(self, num_envs: int, text: Any, head: int, block: int, tail: int) -> None:
         each = self.bytes_per_env
         available = device_available_bytes(self.device)
         per_frame = self.kv_per_token * block + self.vision_per_frame
         fixed = self.kv_per_token * (head + tail)
-        most = None if available is None else (available // self.num_envs - fixed) // per_frame
+        most = None if available is None else (available // num_envs - fixed) // per_frame
         fix = (
             f"the most max_frames that fit is {most}: give at most that, or fewer envs"
             if most is not None and most >= 2
             else "not even 2 frames fit: give fewer envs"
         )
         check_judge_frames_fit(
-            "max_frames",
-            self.num_envs,
+            "prefix.max_frames",
+            num_envs,
             each,
-            f"the streamed prefix caches of {self.num_envs:,} envs at {self.max_frames} frames "
+            f"the streamed prefix caches of {num_envs:,} envs at {self.max_frames} frames "
             f"({each / 2**20:,.1f} MiB per env: the keys and values of {self.capacity:,} tokens in "
             f"{text.num_hidden_layers} layers, and {self.max_frames} frames' vision tokens)",
             fix,
@@ -202,44 +268,32 @@ class PrefixJudge:
 
     # ------------------------------------------------------------------ properties
     @property
-    def criteria(self) -> tuple[Any, ...]:
-        return self.frame_judge.criteria
-
-    @property
-    def multi_criteria(self) -> bool:
-        return self.frame_judge.multi_criteria
-
-    @property
     def nbytes(self) -> int:
-        """The memory the envs' caches and kept vision tokens hold on the device."""
+        """The memory ``step``'s envs' caches and kept vision tokens hold on the device."""
         e = self.episodes
+        assert e is not None, "give num_envs to step the judge yourself"
         return e.cache.nbytes + e.vision.numel() * e.vision.element_size()
 
     def describe(self) -> str:
+        """The prompt and its cache's memory: per env, and for the envs of the last state made (its start-up line)."""
         kv = self.kv_per_token * self.capacity
         vision = self.vision_per_frame * self.max_frames
+        total = (
+            f": {self.num_envs * self.bytes_per_env / 2**30:,.2f} GiB for {self.num_envs:,} envs on {self.device}"
+            if self.num_envs
+            else f", on {self.device}"
+        )
         return (
             f"{self.frame_judge.judge.model_id}: the episode so far as images (up to {self.max_frames} frames, then every "
             f"2nd, 4th, ... frame and the newest), {self.prompt_order}; per env the keys and values of "
             f"{self.capacity:,} tokens ({kv / 2**20:,.1f} MiB) and {self.max_frames} frames' vision tokens "
-            f"({vision / 2**20:,.1f} MiB): {self.num_envs * self.bytes_per_env / 2**30:,.2f} GiB for "
-            f"{self.num_envs:,} envs on {self.device}"
+            f"({vision / 2**20:,.1f} MiB){total}"
         )
 
     # ------------------------------------------------------------------ the model
     def _encode(self, images: torch.Tensor) -> Any:
         adapter = self.frame_judge.adapter
         return adapter.encode(adapter.pixels(images).to(self.frame_judge.dtype))
-
-    def _resized(self, frames: torch.Tensor) -> torch.Tensor:
-        from torchvision.transforms.v2 import functional as tvF
-
-        images = frames.to(self.device, non_blocking=True).permute(0, 3, 1, 2)
-        if tuple(images.shape[-2:]) != self.frame_judge.image_size:
-            images = tvF.resize(
-                images, list(self.frame_judge.image_size), interpolation=tvF.InterpolationMode.BICUBIC, antialias=True
-            )
-        return images
 
     def _on_device(self, index: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(index, dtype=torch.long, device=self.device)
@@ -295,17 +349,40 @@ class PrefixJudge:
     @torch.inference_mode()
     def step(self, frames: Any, envs: Any = None, starts: Any = None) -> torch.Tensor:
         """Rewards of the prompts of the episodes so far, ending at ``frames`` (see ``reward/episode_scorer.py``)."""
-        tensor, envs, starts = step_arguments(frames, envs, starts, self.num_envs)
+        assert self.episodes is not None, "give num_envs to step the judge yourself (the stack uses step_scorer)"
+        tensor, envs, starts = step_arguments(frames, envs, starts, self.episodes.cache.length.shape[0])
+        due = np.ones(len(envs), dtype=bool)
+        rewards = self.step_images(self.episodes, self._resized(tensor), envs, starts, due)
+        return rewards if self.multi_criteria else rewards[:, 0]
+
+    @torch.inference_mode()
+    def step_images(
+        self, state: _Episodes, images: torch.Tensor, envs: np.ndarray, starts: np.ndarray, due: np.ndarray
+    ) -> torch.Tensor:
+        """Each env's new frame (``images`` uint8 (B, 3, h, w) at the input size) into its episode; the rewards
+        (due.sum(), criteria) of the due envs' prompts. A frame neither due nor kept runs nothing."""
         out = []
         for start in range(0, len(envs), self.chunk_size):
             part = slice(start, start + self.chunk_size)
-            vision = stack_vision(self._encode(self._resized(tensor[part])))
-            out.append(self._step(self.episodes, vision, envs[part], starts[part]))
-        rewards = torch.cat(out) if len(out) > 1 else out[0]
-        return rewards if self.multi_criteria else rewards[:, 0]
+            chunk = images[part]
 
-    def _step(self, episodes: _Episodes, vision: torch.Tensor, envs: np.ndarray, starts: np.ndarray) -> torch.Tensor:
-        """Rewards (B, criteria) of ``envs``' new frames, whose vision tokens are ``vision`` (B, levels, tokens, width)."""
+            def vision_of(rows: np.ndarray, chunk: torch.Tensor = chunk) -> torch.Tensor:
+                every = len(rows) == chunk.shape[0]
+                return stack_vision(self._encode(chunk if every else chunk[self._on_device(rows)]))
+
+            rewards = self._step(state, envs[part], starts[part], due[part], vision_of)
+            if rewards is not None:
+                out.append(rewards)
+        if not out:
+            return torch.empty((0, len(self.criteria)), device=self.device)
+        return torch.cat(out) if len(out) > 1 else out[0]
+
+    def _step(
+        self, episodes: _Episodes, envs: np.ndarray, starts: np.ndarray, due: np.ndarray, vision_of: Any
+    ) -> torch.Tensor | None:
+        """Rewards (due.sum(), criteria) of the due ``envs``' new frames; ``vision_of(rows)``: the vision tokens
+        (len(rows), levels, tokens, width) of the new frames of ``envs[rows]``, asked only for the frames a step
+        reads (the due ones, and those the cache keeps)."""
         sequence, block = self.sequence, len(self.sequence.block)
         starts = starts | (episodes.drawn[envs] == 0)  # an env's first frame starts its first episode
         if starts.any():
@@ -314,26 +391,51 @@ class PrefixJudge:
             episodes.drawn[fresh], episodes.stride[fresh], episodes.kept[fresh] = 0, 1, 0
         frame = episodes.drawn[envs]  # the new frame's index in its episode
         self._restride(episodes, envs, frame)
+        keep = frame % episodes.stride[envs] == 0  # the new frame's block stays in the cache
+        read = due | keep
+        if not read.any():
+            episodes.drawn[envs] += 1
+            return None
+        rows = np.flatnonzero(read)
+        vision = vision_of(rows)  # (len(rows), ...): the frames a step reads
         kept = episodes.kept[envs]
-        index = torch.as_tensor(kept)
         offsets = episodes.cache.length[envs]
-        positions = torch.cat([sequence.block_positions_at(index), sequence.tail_positions_after(index + 1)], dim=2)
-        ids = torch.cat([sequence.block.to(self.device), self.tails[0]])[None]
-        logits = self._forward(episodes, envs, offsets, ids, positions, unstack_vision(vision, self._like))
-        rewards = [answer_reward(logits, *self.answers[0], self.criteria[0].score)]
-        for k in range(1, len(self.criteria)):  # each other question's tokens after the new frame's block
-            tail_positions = self.tail_positions[k][:, None, :] + sequence.advance * index.view(1, -1, 1)
-            logits = self._forward(episodes, envs, offsets + block, self.tails[k][None], tail_positions, None)
-            rewards.append(answer_reward(logits, *self.answers[k], self.criteria[k].score))
+        rewards = None
+        if due.any():
+            scored = np.flatnonzero(due[rows])  # among rows
+            envs_d, index = envs[due], torch.as_tensor(kept[due])
+            frames = vision if len(scored) == len(rows) else vision[self._on_device(scored)]
+            positions = torch.cat([sequence.block_positions_at(index), sequence.tail_positions_after(index + 1)], dim=2)
+            ids = torch.cat([sequence.block.to(self.device), self.tails[0]])[None]
+            logits = self._forward(episodes, envs_d, offsets[due], ids, positions, unstack_vision(frames, self._like))
+            columns = [answer_reward(logits, *self.answers[0], self.criteria[0].score)]
+            for k in range(1, len(self.criteria)):  # each other question's tokens after the new frame's block
+                tail_positions = self.tail_positions[k][:, None, :] + sequence.advance * index.view(1, -1, 1)
+                logits = self._forward(
+                    episodes, envs_d, offsets[due] + block, self.tails[k][None], tail_positions, None
+                )
+                columns.append(answer_reward(logits, *self.answers[k], self.criteria[k].score))
+            rewards = torch.stack(columns, dim=1)
+        quiet = keep & ~due  # kept frames of envs not scored this step: their block alone
+        if quiet.any():
+            among = self._on_device(np.flatnonzero(quiet[rows]))
+            index = torch.as_tensor(kept[quiet])
+            self._forward(
+                episodes,
+                envs[quiet],
+                offsets[quiet],
+                sequence.block.to(self.device)[None],
+                sequence.block_positions_at(index),
+                unstack_vision(vision[among], self._like),
+            )
         # A kept frame's block stays in the cache, its vision tokens beside it.
-        keep = frame % episodes.stride[envs] == 0
         if keep.any():
-            rows, on = envs[keep], self._on_device
-            episodes.vision[on(rows), on(kept[keep])] = vision[on(np.flatnonzero(keep))]
-            episodes.kept[rows] += 1
-            episodes.cache.length[rows] += block
+            on = self._on_device
+            episodes.vision[on(envs[keep]), on(kept[keep])] = vision[on(np.flatnonzero(keep[rows]))]
+            episodes.kept[envs[keep]] += 1
+            episodes.cache.length[envs[keep]] += block
         episodes.drawn[envs] += 1
-        return torch.stack(rewards, dim=1)
+        return rewards
 
     def _restride(self, episodes: _Episodes, envs: np.ndarray, frame: np.ndarray) -> None:
         """Doubles the stride of the envs whose prompt would pass ``max_frames`` frames with the new one, keeping every
@@ -386,16 +488,21 @@ class PrefixJudge:
             ]
         )
         episodes = self._episodes(1)
-        env = np.zeros(1, dtype=np.int64)
-        rewards = [self._step(episodes, vision[t : t + 1], env, np.array([t == 0])) for t in range(tensor.shape[0])]
-        out = torch.cat(rewards)
+        env, due = np.zeros(1, dtype=np.int64), np.ones(1, dtype=bool)
+        rewards = [
+            self._step(episodes, env, np.array([t == 0]), due, lambda rows, t=t: vision[t : t + 1])
+            for t in range(tensor.shape[0])
+        ]
+        out = torch.cat(rewards)  # type: ignore[arg-type]
         return out if self.multi_criteria else out[:, 0]
 
-    def cache_frames(self, env: int) -> np.ndarray:
-        """The frames of ``env``'s current episode whose blocks its cache holds (0-based, oldest first)."""
-        e = self.episodes
+    def cache_frames(self, env: int, state: _Episodes | None = None) -> np.ndarray:
+        """The frames of ``env``'s current episode whose blocks its cache holds (0-based, oldest first), in ``state``
+        (default: ``step``'s)."""
+        e = state or self.episodes
+        assert e is not None
         return np.arange(int(e.kept[env])) * int(e.stride[env])
 
     def close(self) -> None:
-        self.frame_judge.close()
+        super().close()
         self.head_kv = []

@@ -17,6 +17,7 @@ from vlmrm_fast.checks import FieldError, FieldTypeError, boolean, non_negative_
 from vlmrm_fast.encoders import BACKEND_OPTIONS, BACKENDS, PRECISION_NAMES
 from vlmrm_fast.frames.preprocess import RESIZE_MODES
 from vlmrm_fast.models.judge.prompt import PROMPT_ORDERS
+from vlmrm_fast.reward.episode_scorer import PrefixSpec
 from vlmrm_fast.reward.families import REWARD_FAMILIES, RewardFamily, family_of
 from vlmrm_fast.reward.kinds import Criterion, GoalBaselineCriterion, as_criteria, normalize_prompts
 from vlmrm_fast.reward.preference_spec import PreferenceSpec
@@ -68,7 +69,10 @@ class RewardModelSpec:
     "hold" (the env's last score; ``reward/schedule.py``). ``window``: score a window of each env's
     frames (a :class:`~vlmrm_fast.reward.window.WindowSpec`: ``{frames: 8, timing: streamed,
     embedding: video}``) with a video model, or with the mean of a frame model's embeddings
-    (docs/video-rewards.md).
+    (docs/video-rewards.md), or with a generative VLM judge asked about the window's frames at once (the window
+    judge, docs/judge.md). ``prefix``: a judge asked about each env's episode so far at every step (a
+    :class:`~vlmrm_fast.reward.episode_scorer.PrefixSpec`: ``{max_frames: 64}``; TOPReward's progress, streamed;
+    docs/judge.md).
 
     Each field but those of :data:`COMMON_FIELDS` belongs to the families that take it (``reward/families.py``:
     each row's ``fields``); the spec's family (:attr:`family`, the first row that claims its model, criteria and
@@ -108,6 +112,7 @@ class RewardModelSpec:
     score_every: int = 1
     between_scores: str = "zero"
     window: WindowSpec | None = None
+    prefix: PrefixSpec | None = None
     image_size: Any = None
     prompt_order: str | None = None
     do_image_splitting: bool | None = None
@@ -160,6 +165,7 @@ class RewardModelSpec:
             raise FieldTypeError("encoder_options", f"must be a mapping of option names, got {self.encoder_options!r}")
         put("encoder_options", dict(self.encoder_options))  # a copy (a spec pickles to other ranks)
         put("window", WindowSpec.of(self.window))
+        put("prefix", PrefixSpec.of(self.prefix))
         family = self.family
         _refuse_other_families_fields(self, family)
         family.check(self)
@@ -186,7 +192,7 @@ class RewardModelSpec:
     def family(self) -> RewardFamily:
         """The reward family of this spec (``reward.families.REWARD_FAMILIES``): the first that claims its model,
         criteria and window."""
-        return family_of(self.model, self.criteria, self.window, self.preference)
+        return family_of(self.model, self.criteria, self.window, self.prefix, self.preference)
 
     @property
     def needs(self) -> RewardNeeds:

@@ -14,7 +14,10 @@ model score each env's window of frames instead of its single frame (docs/video-
   ``avg_frame``);
 - ``pixel_values``: the values a video model reads, ``"model"`` (its authors' convention: S3D-G's
   frames in [0, 1]) or ``"0-255"`` (the frames' raw values, as RoboCLIP's Meta-World runs fed S3D-G:
-  reproducing those rewards takes it; its kitchen runs fed [0, 1]; :data:`PIXEL_VALUES`).
+  reproducing those rewards takes it; its kitchen runs fed [0, 1]; :data:`PIXEL_VALUES`);
+- ``reads``: for a generative VLM judge's window (the window judge, docs/judge.md), how many of the K frames
+  its prompt holds (evenly spaced, the newest kept: :func:`subsample_indices`; None: all K). A video model reads
+  its own number of frames, so only the window judge takes it.
 
 A window never holds two episodes' frames: at an env's reset its window starts again, the new
 episode's first frame standing in for the frames before it until K have been drawn.
@@ -51,9 +54,13 @@ class WindowSpec:
     timing: str = "streamed"
     embedding: str = "video"
     pixel_values: str = "model"
+    reads: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "frames", positive_int(self.frames, "frames"))
+        object.__setattr__(self, "reads", positive_int(self.reads, "reads", allow_none=True))
+        if self.reads is not None and self.reads > self.frames:
+            raise FieldError("reads", f"{self.reads} is more than the window's {self.frames} frames; give at most that")
         one_of(self.timing, "timing", TIMINGS)
         one_of(self.embedding, "embedding", EMBEDDINGS)
         one_of(self.pixel_values, "pixel_values", PIXEL_VALUES)
@@ -68,7 +75,7 @@ class WindowSpec:
         unknown = sorted(set(value) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise FieldError(
-                f"{name}.{unknown[0]}", "unknown field; a window has frames, timing, embedding and pixel_values"
+                f"{name}.{unknown[0]}", "unknown field; a window has frames, timing, embedding, pixel_values and reads"
             )
         if "frames" not in value:
             raise FieldError(f"{name}.frames", "is required: how many frames a window holds, e.g. 8")

@@ -112,7 +112,15 @@ def video_model_names() -> str:
 
 
 def _check_pixel_values(spec: RewardModelSpec, window: WindowSpec, reads_unit_pixels: bool) -> None:
-    """``pixel_values: 0-255`` only for a video model that reads plain [0, 1] values (S3D-G): RoboCLIP's input."""
+    """``pixel_values: 0-255`` only for a video model that reads plain [0, 1] values (S3D-G): RoboCLIP's input; and
+    ``reads`` only for a judge's window (a video model reads its own number of frames, a mean every frame)."""
+    if window.reads is not None:
+        raise FieldError(
+            "window.reads",
+            f"sets how many of a window's frames a generative VLM judge's prompt holds, and {spec.model!r} is no judge "
+            "(a video model reads its own number of a window's frames, the mean of frames all of them): leave "
+            "window.reads out",
+        )
     if window.pixel_values == "0-255" and not reads_unit_pixels:
         raise FieldError(
             "window.pixel_values",

@@ -372,6 +372,9 @@ def upgraded_identity(saved: dict[str, Any]) -> dict[str, Any]:
         reward.setdefault("longest_edge", None)
     if isinstance(reward, dict) and reward:
         reward.setdefault("preference", None)  # a reward learned from a judge's preferences came later
+        reward.setdefault("prefix", None)  # a judge of the episode so far came later
+        if isinstance(reward.get("window"), dict):
+            reward["window"].setdefault("reads", None)  # a judge's window reads came later: a window read all
     return saved
 
 

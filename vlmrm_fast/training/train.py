@@ -455,12 +455,16 @@ def startup_summary(cfg: TrainConfig, point: ResumePoint | None) -> str:
 
 def ready_summary(cfg: TrainConfig, venv: Any) -> str:
     """What the reward model came out as on this machine, printed once the envs are built (the plan's line
-    came before): the encoder's backend, precision, batch and device, and the replay buffer."""
-    encoder = getattr(getattr(venv, "reward_model", None), "encoder", None)
+    came before): the encoder's backend, precision, batch and device (or the model's own ``describe()``: a judge
+    of the episode's caches and their memory), and the replay buffer."""
+    reward_model = getattr(venv, "reward_model", None)
+    encoder = getattr(reward_model, "encoder", None)
     describe = getattr(encoder, "describe", None)
     lines = []
     if describe is not None:
         lines.append(f"  reward encoder      {describe()}")
+    elif callable(getattr(reward_model, "describe", None)):  # a model that says what it keeps (a judge's caches)
+        lines.append(f"  reward model        {reward_model.describe()}")
     buffer = replay_buffer_size(cfg, venv)
     if buffer is not None:
         default = "" if buffer.given else ", the default"
