@@ -133,7 +133,7 @@ def test_the_vec_env_feeds_each_episode_to_its_own_state(kind):
 
 @pytest.mark.parametrize("kind", ["window", "prefix"])
 def test_score_every_answers_on_the_due_steps_and_keeps_every_frame(kind):
-    """score_every: 3 asks the question on steps 3, 6, ... of each episode and its last (the batch env knows the
+    """score_every: 3 asks the question on steps 3, 6, ... of each episode and its last (the simulator env knows the
     time limit's last step ahead, not a termination's); every frame still enters the window or the prefix, so the
     due steps' rewards are those of score_every: 1, the others held."""
     _, _, every, dones = _rollout(kind)
