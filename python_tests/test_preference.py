@@ -146,20 +146,3 @@ def test_bad_settings_are_refused():
         PreferenceLabeler(load_judge("vlmrm-tiny-qwen2-vl", device=CPU), " ", device=CPU)
     with pytest.raises(FieldError, match=r"^replay: must hold at least 2 frames"):
         PreferenceSchedule(replay=1)
-
-
-def test_the_stacks_refusals_of_these_scorers():
-    """What the stack refuses for the judges that watch the episode, in one line each: the paper's reset frame with a
-    window or a prefix, episode-batch scoring with a learned reward."""
-    from vlmrm_fast.reward.episode_scorer import check_online_scoring, check_terminal_frames
-
-    check_terminal_frames("a window judge", "terminal_state")
-    with pytest.raises(FieldError) as info:
-        check_terminal_frames("a window judge", "reset_frame")
-    assert str(info.value) == (
-        "score_terminal_on: reset_frame scores an episode's last step on the next episode's first frame, and a window "
-        "judge would then put that frame among the ended episode's; use score_terminal_on: terminal_state"
-    )
-    check_online_scoring("a learned preference reward", False)
-    with pytest.raises(FieldError, match=r"^rl\.episode_batch: episode batches score a rollout's frames after it"):
-        check_online_scoring("a learned preference reward", True)

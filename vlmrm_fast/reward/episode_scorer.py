@@ -197,29 +197,6 @@ def score_episodes(
     return out
 
 
-def check_terminal_frames(what: str, score_terminal_on: str) -> None:
-    """Refuses ``score_terminal_on="reset_frame"`` for a scorer of episodes (``what`` names it): the paper's reset
-    frame stands in for the terminal state's single frame, and here it would be the next episode's first frame
-    scored with the ended episode's frames (a window's, a prefix's)."""
-    if score_terminal_on == "reset_frame":
-        raise FieldError(
-            "score_terminal_on",
-            f"reset_frame scores an episode's last step on the next episode's first frame, and {what} would then "
-            "put that frame among the ended episode's; use score_terminal_on: terminal_state",
-        )
-
-
-def check_online_scoring(what: str, episode_batch: bool) -> None:
-    """Refuses episode-batch scoring (``rl.episode_batch``: the rollout's frames scored after it) for a scorer that
-    must see each step's frames as the envs step (``what`` names it)."""
-    if episode_batch:
-        raise FieldError(
-            "rl.episode_batch",
-            f"episode batches score a rollout's frames after it, and {what} learns from each step's frames as the "
-            "envs step: leave rl.episode_batch off",
-        )
-
-
 class EpisodeJudgeModel:
     """The half of :class:`~vlmrm_fast.reward.protocol.RewardModel` that the judges that watch the episode share
     (the window judge, the prefix judge): what they are and how they load come from their frame judge
