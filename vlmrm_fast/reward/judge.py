@@ -454,22 +454,29 @@ class JudgeRewardModel(FrameRewardModel):
             group.head_kv = []
 
 
-def judge_of_spec(spec: RewardModelSpec) -> tuple[Any, tuple[QuestionCriterion, ...], dict[str, Any]]:
-    """What every judge family loads from a spec: the loaded judge (its weights, processor and family), its question
-    criteria (checked before the weights load: a bad criterion fails in a moment) and the keyword arguments a judge
-    reward model takes (device, precision, batch, input size, schedule, prompt order, several criteria or one)."""
+def load_spec_judge(spec: RewardModelSpec) -> tuple[Any, torch.device, Any]:
+    """The judge ``spec`` names, loaded as every family that asks a judge loads it (its device, its precision with
+    FP8 where asked, its processor's image options), with that device and precision."""
     from vlmrm_fast.encoders.precision import resolve
     from vlmrm_fast.models.judge.fp8 import convert_judge_to_fp8
     from vlmrm_fast.models.judge.judge_models import load_judge, set_image_options
 
-    criteria, multi = spec.reward_criteria()
-    questions = judge_criteria(criteria)
     device = resolve_device(spec.device)
     precision = resolve(spec.precision, device)
     judge = load_judge(spec.model, device=device, dtype=precision.dtype, cache_dir=spec.cache_dir, seed=spec.seed)
     set_image_options(judge, spec.do_image_splitting, spec.longest_edge)
     if precision.fp8:
         convert_judge_to_fp8(judge.model)
+    return judge, device, precision
+
+
+def judge_of_spec(spec: RewardModelSpec) -> tuple[Any, tuple[QuestionCriterion, ...], dict[str, Any]]:
+    """What every judge family loads from a spec: the loaded judge (its weights, processor and family), its question
+    criteria (checked before the weights load: a bad criterion fails in a moment) and the keyword arguments a judge
+    reward model takes (device, precision, batch, input size, schedule, prompt order, several criteria or one)."""
+    criteria, multi = spec.reward_criteria()
+    questions = judge_criteria(criteria)
+    judge, device, precision = load_spec_judge(spec)
     return (
         judge,
         questions,

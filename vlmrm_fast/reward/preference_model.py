@@ -30,14 +30,13 @@ import torch
 from vlmrm_fast.checks import FieldError
 from vlmrm_fast.frames.preprocess import as_frame_tensor
 from vlmrm_fast.frames.views import FrameView
-from vlmrm_fast.reward.judge import DEFAULT_IMAGE_SIZE, JudgeRewardModel
+from vlmrm_fast.reward.judge import DEFAULT_IMAGE_SIZE, JudgeRewardModel, load_spec_judge
 from vlmrm_fast.reward.kinds import GoalBaselineCriterion, QuestionCriterion
 from vlmrm_fast.reward.preference import PreferenceLabeler, PreferenceReward
 from vlmrm_fast.reward.preference_spec import PreferenceSpec
 from vlmrm_fast.reward.protocol import Need, RewardNeeds
 from vlmrm_fast.reward.schedule import EVERY_STEP, ScoreSchedule, StepPlan
 from vlmrm_fast.reward.spec import RewardModelSpec
-from vlmrm_fast.runtime.device import resolve_device
 from vlmrm_fast.runtime.profiling import NULL_TIMER, StageTimer
 
 #: What a learned preference reward asks of a stack.
@@ -126,20 +125,11 @@ class PreferenceRewardModel:
     @classmethod
     def from_spec(cls, spec: RewardModelSpec) -> PreferenceRewardModel:
         """The judge of ``spec`` as a labeler of pairs, and the learner of ``spec.preference``."""
-        from vlmrm_fast.encoders.precision import resolve
-        from vlmrm_fast.models.judge.fp8 import convert_judge_to_fp8
-        from vlmrm_fast.models.judge.judge_models import load_judge, set_image_options
-
         preference = spec.preference
         assert preference is not None  # the family claims a spec with a preference
         goal = goal_of(spec)  # before the weights load: a missing goal fails in a moment
-        device = resolve_device(spec.device)
-        precision = resolve(spec.precision, device)
-        judge = load_judge(spec.model, device=device, dtype=precision.dtype, cache_dir=spec.cache_dir, seed=spec.seed)
+        judge, device, precision = load_spec_judge(spec)
         check_two_images(judge)
-        set_image_options(judge, spec.do_image_splitting, spec.longest_edge)
-        if precision.fp8:
-            convert_judge_to_fp8(judge.model)
         try:
             labeler = PreferenceLabeler(
                 judge,
